@@ -1,0 +1,12 @@
+#include "agent/cli.h"
+#include "agent/commands.h"
+
+#include <stddef.h>
+
+/* Adding a command: write ck_cmd_NAME in its own file, declare it in
+ * commands.h, add a row here (alphabetical), document it in the README. */
+const struct ck_command ck_commands[] = {
+    {"config", ck_cmd_config, "check a config file, or list every config key"},
+    //{"scan", ck_cmd_scan, "bring DIR's PMF tree up to date once, then exit (for cron)"},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,394 @@
+#include "agent/config.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/yamlutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_MAX (1u << 20)
+
+enum key_type { T_STR, T_INT, T_BOOL, T_DURATION, T_STRLIST, T_LOGFORMAT, T_LOGLEVEL, T_CUSTOM };
+
+struct parse_ctx {
+    struct ck_config *cfg;
+    struct ck_yaml_doc *doc;
+};
+
+typedef int (*custom_fn)(struct parse_ctx *c, yaml_node_t *n, const char *key);
+
+struct key {
+    const char *name;
+    enum key_type type;
+    size_t offset;
+    custom_fn parse;
+    const char *help;
+};
+
+static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const char *key);
+
+#define F(field) offsetof(struct ck_config, field)
+
+/* Every config key. Keep the README's config section in step with this table. */
+static const struct key keys[] = {
+    {"model.name", T_STR, F(model_name), NULL, "model name in metadata.yaml (default: the folder's name)"},
+    {"model.configuration", T_STR, F(model_configuration), NULL,
+     "training configuration file (default: config.yaml, config.json, hparams.yaml, config.py, ...)"},
+    {"model.initialisation", T_CUSTOM, 0, parse_initialisation,
+     "null, {file: PATH, name: NAME} or {pmf: PATH, checkpoint: REF}"},
+    {"model.build_parameters", T_CUSTOM, 0, parse_build_parameters,
+     "a mapping written into data/build_parameters.yaml"},
+    {"checkpoints.patterns", T_STRLIST, F(patterns), NULL,
+     "checkpoint name patterns: {epoch} and {step} capture numbers, '*' any text, a final '/' a folder"},
+    {"checkpoints.ignore", T_STRLIST, F(ignore), NULL, "temporary names never registered (globs)"},
+    {"checkpoints.steps_per_epoch", T_INT, F(steps_per_epoch), NULL,
+     "with a {step}-only pattern: epoch = step / steps_per_epoch (default: epoch = step)"},
+    {"checkpoints.min_age", T_DURATION, F(min_age), NULL,
+     "scan takes a file only once it is this old (default 2s): it may still be written"},
+    {"checkpoints.mirror_deletes", T_BOOL, F(mirror_deletes), NULL,
+     "unregister a checkpoint when the training job deletes it (default false: keep it)"},
+    {"training.finished_marker", T_STR, F(finished_marker), NULL,
+     "a file in DIR whose appearance marks the training finished"},
+    {"training.failed_marker", T_STR, F(failed_marker), NULL,
+     "a file in DIR whose appearance marks the training failed"},
+    {"log.format", T_LOGFORMAT, F(log_format), NULL, "text or json"},
+    {"log.level", T_LOGLEVEL, F(log_level), NULL, "debug, info, warn or error"},
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static const char *default_patterns[] = {
+    "epoch_{epoch}.*", "epoch-{epoch}.*", "epoch{epoch}.*", "*_epoch_{epoch}.*",
+    "checkpoint_{step}.*", "*.ckpt-{step}", "ckpt-{step}", "*-step-{step}.*", "step_{step}.*",
+    "checkpoint-{step}/", "global_step{step}/", "step_{step}/",
+};
+static const char *default_ignore[] = {
+    "*.tmp", "*.temp", "*.partial", "*.tempstate*", "*.orbax-checkpoint-tmp-*", ".~*", ".*",
+};
+
+int ck_strlist_add(struct ck_strlist *l, const char *s)
+{
+    char **p = realloc(l->items, (l->n + 1) * sizeof *p);
+    if (!p)
+        return ck_error(CK_ENOMEM, "out of memory");
+    l->items = p;
+    if (!(p[l->n] = strdup(s)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    l->n++;
+    return 0;
+}
+
+void ck_strlist_release(struct ck_strlist *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->items[i]);
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+void ck_config_init(struct ck_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    for (size_t i = 0; i < sizeof default_patterns / sizeof *default_patterns; i++)
+        ck_strlist_add(&cfg->patterns, default_patterns[i]);
+    for (size_t i = 0; i < sizeof default_ignore / sizeof *default_ignore; i++)
+        ck_strlist_add(&cfg->ignore, default_ignore[i]);
+    cfg->min_age = 2.0;
+    cfg->log_format = -1;
+    cfg->log_level = -1;
+}
+
+void ck_config_release(struct ck_config *cfg)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        void *field = (char *)cfg + keys[i].offset;
+        if (keys[i].type == T_STR)
+            free(*(char **)field);
+        else if (keys[i].type == T_STRLIST)
+            ck_strlist_release(field);
+    }
+    free(cfg->init_path);
+    free(cfg->init_name);
+    free(cfg->init_checkpoint);
+    free(cfg->build_parameters_yaml);
+    free(cfg->source);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+int ck_parse_duration(const char *s, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0)
+        return ck_error(CK_ECONFIG, "'%s' is not a duration (like 500ms, 2s, 5m)", s);
+    if (!*end || !strcmp(end, "s"))
+        *out = v;
+    else if (!strcmp(end, "ms"))
+        *out = v / 1000;
+    else if (!strcmp(end, "m"))
+        *out = v * 60;
+    else if (!strcmp(end, "h"))
+        *out = v * 3600;
+    else
+        return ck_error(CK_ECONFIG, "'%s' is not a duration (like 500ms, 2s, 5m)", s);
+    return 0;
+}
+
+int ck_parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0)
+        return ck_error(CK_ECONFIG, "'%s' is not a size (like 4096, 64KiB, 8MiB, 1G)", s);
+    static const struct {
+        const char *suffix;
+        double mult;
+    } units[] = {{"", 1},       {"B", 1},         {"K", 1e3},         {"KB", 1e3},
+                 {"KiB", 1024}, {"M", 1e6},       {"MB", 1e6},        {"MiB", 1048576.0},
+                 {"G", 1e9},    {"GB", 1e9},      {"GiB", 1073741824.0}};
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (!strcmp(end, units[i].suffix)) {
+            *out = (uint64_t)(v * units[i].mult);
+            return 0;
+        }
+    return ck_error(CK_ECONFIG, "'%s' is not a size (like 4096, 64KiB, 8MiB, 1G)", s);
+}
+
+static int bad(struct parse_ctx *c, yaml_node_t *n, const char *key, const char *what)
+{
+    return ck_error(CK_ECONFIG, "'%s' line %d: '%s' %s", c->doc->name, ck_yaml_line(n), key, what);
+}
+
+static int scalar_str(struct parse_ctx *c, yaml_node_t *n, const char *key, const char **out)
+{
+    if (n->type != YAML_SCALAR_NODE)
+        return bad(c, n, key, "must be a single value");
+    *out = (const char *)n->data.scalar.value;
+    return 0;
+}
+
+static int set_str(char **field, const char *v)
+{
+    free(*field);
+    *field = strdup(v);
+    return *field ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
+static int parse_value(struct parse_ctx *c, const struct key *k, yaml_node_t *n, const char *key)
+{
+    void *field = (char *)c->cfg + k->offset;
+    struct ck_yaml_value v;
+    const char *s;
+    int err;
+    ck_yaml_resolve(n, &v);
+    switch (k->type) {
+    case T_STR:
+        if (v.type == CK_Y_NULL) {
+            free(*(char **)field);
+            *(char **)field = NULL;
+            return 0;
+        }
+        if ((err = scalar_str(c, n, key, &s)) < 0)
+            return err;
+        return set_str(field, s);
+    case T_INT:
+        if (v.type != CK_Y_INT)
+            return bad(c, n, key, "must be a whole number");
+        *(int64_t *)field = v.i;
+        return 0;
+    case T_BOOL:
+        if (v.type != CK_Y_BOOL)
+            return bad(c, n, key, "must be true or false");
+        *(bool *)field = v.b;
+        return 0;
+    case T_DURATION:
+        if ((err = scalar_str(c, n, key, &s)) < 0)
+            return err;
+        if (ck_parse_duration(s, field) < 0)
+            return bad(c, n, key, "must be a duration like 500ms, 2s or 5m");
+        return 0;
+    case T_STRLIST: {
+        struct ck_strlist *l = field;
+        if (n->type != YAML_SEQUENCE_NODE)
+            return bad(c, n, key, "must be a list");
+        ck_strlist_release(l);
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+             it++) {
+            yaml_node_t *item = ck_yaml_node(c->doc, *it);
+            if ((err = scalar_str(c, item, key, &s)) < 0)
+                return err;
+            if ((err = ck_strlist_add(l, s)) < 0)
+                return err;
+        }
+        return 0;
+    }
+    case T_LOGFORMAT:
+    case T_LOGLEVEL: {
+        if ((err = scalar_str(c, n, key, &s)) < 0)
+            return err;
+        int x = k->type == T_LOGFORMAT ? ck_log_format_parse(s) : ck_log_level_parse(s);
+        if (x < 0)
+            return bad(c, n, key,
+                       k->type == T_LOGFORMAT ? "must be text or json"
+                                              : "must be debug, info, warn or error");
+        *(int *)field = x;
+        return 0;
+    }
+    case T_CUSTOM:
+        return k->parse(c, n, key);
+    }
+    return 0;
+}
+
+static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_config *cfg = c->cfg;
+    struct ck_yaml_value v;
+    ck_yaml_resolve(n, &v);
+    if (v.type == CK_Y_NULL) {
+        cfg->init_kind = CK_INIT_NONE;
+        return 0;
+    }
+    if (n->type != YAML_MAPPING_NODE)
+        return bad(c, n, key, "must be null, {file: PATH} or {pmf: PATH, checkpoint: REF}");
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
+        const char *k, *s;
+        int err;
+        if ((err = scalar_str(c, kn, key, &k)) < 0 || (err = scalar_str(c, vn, key, &s)) < 0)
+            return err;
+        char full[128];
+        snprintf(full, sizeof full, "%s.%s", key, k);
+        if (!strcmp(k, "file") || !strcmp(k, "pmf")) {
+            if (cfg->init_kind != CK_INIT_NONE)
+                return bad(c, kn, full, "conflicts with another initialisation kind");
+            cfg->init_kind = k[0] == 'f' ? CK_INIT_FILE : CK_INIT_PMF;
+            err = set_str(&cfg->init_path, s);
+        } else if (!strcmp(k, "name")) {
+            err = set_str(&cfg->init_name, s);
+        } else if (!strcmp(k, "checkpoint")) {
+            err = set_str(&cfg->init_checkpoint, s);
+        } else {
+            return bad(c, kn, full, "is not a known key (file, pmf, name, checkpoint)");
+        }
+        if (err < 0)
+            return err;
+    }
+    if (cfg->init_kind == CK_INIT_NONE)
+        return bad(c, n, key, "needs 'file' or 'pmf'");
+    if (cfg->init_kind == CK_INIT_PMF && !cfg->init_checkpoint)
+        return bad(c, n, key, "with 'pmf' needs 'checkpoint'");
+    return 0;
+}
+
+static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_yaml_out o;
+    if (n->type != YAML_MAPPING_NODE)
+        return bad(c, n, key, "must be a mapping");
+    int err = ck_yaml_out_begin(&o, &b);
+    ck_yaml_copy(&o, c->doc, n);
+    if (err == 0)
+        err = ck_yaml_out_end(&o);
+    if (err < 0) {
+        ck_buf_release(&b);
+        return err;
+    }
+    free(c->cfg->build_parameters_yaml);
+    c->cfg->build_parameters_yaml = ck_buf_detach(&b);
+    return 0;
+}
+
+static const struct key *find_key(const char *name)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strcmp(keys[i].name, name))
+            return &keys[i];
+    return NULL;
+}
+
+static bool is_section(const char *prefix)
+{
+    size_t n = strlen(prefix);
+    for (size_t i = 0; i < NKEYS; i++)
+        if (!strncmp(keys[i].name, prefix, n) && keys[i].name[n] == '.')
+            return true;
+    return false;
+}
+
+static int walk(struct parse_ctx *c, yaml_node_t *map, const char *prefix)
+{
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
+        const char *k;
+        int err;
+        if ((err = scalar_str(c, kn, prefix[0] ? prefix : "(top)", &k)) < 0)
+            return err;
+        char full[256];
+        snprintf(full, sizeof full, "%s%s%s", prefix, prefix[0] ? "." : "", k);
+        const struct key *def = find_key(full);
+        if (def) {
+            if ((err = parse_value(c, def, vn, full)) < 0)
+                return err;
+        } else if (is_section(full)) {
+            if (vn->type != YAML_MAPPING_NODE)
+                return bad(c, vn, full, "must be a mapping");
+            if ((err = walk(c, vn, full)) < 0)
+                return err;
+        } else {
+            return bad(c, kn, full, "is not a known key (see 'ckptd config --keys')");
+        }
+    }
+    return 0;
+}
+
+int ck_config_load(struct ck_config *cfg, const char *path)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_yaml_doc doc;
+    int err = ck_read_file(path, CONFIG_MAX, &b);
+    if (err < 0) {
+        ck_buf_release(&b);
+        return ck_error_wrap(CK_ECONFIG, "cannot read config");
+    }
+    if ((err = ck_yaml_load(&doc, path, ck_buf_str(&b), b.len)) < 0) {
+        ck_buf_release(&b);
+        return CK_ECONFIG;
+    }
+    yaml_node_t *root = ck_yaml_root(&doc);
+    struct parse_ctx c = {cfg, &doc};
+    if (root && root->type != YAML_MAPPING_NODE)
+        err = ck_error(CK_ECONFIG, "'%s' line %d: the config must be a mapping of keys", path,
+                       ck_yaml_line(root));
+    else if (root)
+        err = walk(&c, root, "");
+    if (err == 0)
+        err = set_str(&cfg->source, path);
+    ck_yaml_release(&doc);
+    ck_buf_release(&b);
+    return err;
+}
+
+int ck_config_for_dir(struct ck_config *cfg, const char *explicit_path, const char *dir)
+{
+    char path[4096];
+    ck_config_init(cfg);
+    if (explicit_path)
+        return ck_config_load(cfg, explicit_path);
+    if (dir && ck_path_join(path, sizeof path, dir, "ckptd.yaml") == 0 && ck_exists(path))
+        return ck_config_load(cfg, path);
+    return 0;
+}
+
+void ck_config_print_keys(void)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        printf("%-32s %s\n", keys[i].name, keys[i].help);
+}

@@ -1,0 +1,66 @@
+/* The config: a YAML file (--config FILE, else DIR/ckptd.yaml) read through
+ * a table of keys (config.c). Command-line flags override it. An unknown
+ * key or a value of the wrong type is an error naming the key and its line.
+ * Secrets are never values here: only "env:NAME" or "file:/path" references. */
+#ifndef CK_CONFIG_H
+#define CK_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ck_strlist {
+    char **items; /* owned */
+    size_t n;
+};
+
+enum ck_init_kind { CK_INIT_NONE, CK_INIT_FILE, CK_INIT_PMF };
+
+struct ck_config {
+    char *source;                 /* the file it came from, or NULL for defaults */
+
+    /* model: */
+    char *model_name;             /* default: the folder's name */
+    char *model_configuration;    /* training configuration file; default: found by name */
+    enum ck_init_kind init_kind;  /* model.initialisation */
+    char *init_path;              /* file or PMF tree to initialise from */
+    char *init_name;              /* optional name */
+    char *init_checkpoint;        /* pmf: the reference in that tree */
+    char *build_parameters_yaml;  /* model.build_parameters as YAML text, or NULL */
+
+    /* checkpoints: */
+    struct ck_strlist patterns;   /* name patterns with {epoch} / {step} */
+    struct ck_strlist ignore;     /* temporary names, never registered */
+    int64_t steps_per_epoch;      /* epoch = step / steps_per_epoch when only a step is named */
+    double min_age;               /* seconds a file must be unchanged before scan takes it */
+    bool mirror_deletes;          /* unregister checkpoints whose source was deleted */
+
+    /* training: */
+    char *finished_marker;        /* a file whose appearance ends the training: finished */
+    char *failed_marker;          /* ... failed */
+
+    /* log: */
+    int log_format;               /* -1: not set */
+    int log_level;                /* -1: not set */
+};
+
+/* Defaults only. */
+void ck_config_init(struct ck_config *cfg);
+void ck_config_release(struct ck_config *cfg);
+/* Loads path over the defaults; CK_ECONFIG naming the key and line on bad input. */
+int ck_config_load(struct ck_config *cfg, const char *path);
+/* The config for a directory: --config when given, else DIR/ckptd.yaml if it
+ * exists, else the defaults. */
+int ck_config_for_dir(struct ck_config *cfg, const char *explicit_path, const char *dir);
+/* Writes every key with its help text (for `ckptd config --keys`). */
+void ck_config_print_keys(void);
+
+int ck_strlist_add(struct ck_strlist *l, const char *s);
+void ck_strlist_release(struct ck_strlist *l);
+
+/* "250ms", "2s", "5m", "1h" or a bare number of seconds. */
+int ck_parse_duration(const char *s, double *out);
+/* "64MiB", "1G", "4096" bytes. */
+int ck_parse_size(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,276 @@
+#include "common/fsutil.h"
+#include "common/error.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int ck_path_join(char *out, size_t outsz, const char *a, const char *b)
+{
+    int n;
+    if (!a || !*a)
+        n = snprintf(out, outsz, "%s", b);
+    else if (a[strlen(a) - 1] == '/')
+        n = snprintf(out, outsz, "%s%s", a, b);
+    else
+        n = snprintf(out, outsz, "%s/%s", a, b);
+    if (n < 0 || (size_t)n >= outsz)
+        return ck_error(CK_ESIZE, "path too long: '%s/%s'", a, b);
+    return 0;
+}
+
+void ck_dirname(char *out, size_t outsz, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        snprintf(out, outsz, ".");
+    } else if (slash == path) {
+        snprintf(out, outsz, "/");
+    } else {
+        snprintf(out, outsz, "%.*s", (int)(slash - path), path);
+    }
+}
+
+const char *ck_basename(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+bool ck_is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool ck_exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+int ck_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot open folder '%s'", dir);
+    int rc = fsync(fd);
+    close(fd);
+    if (rc < 0 && errno != EINVAL)
+        return ck_error_os(CK_EIO, "cannot fsync folder '%s'", dir);
+    return 0;
+}
+
+int ck_mkdirs(const char *path, mode_t mode)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
+        return ck_error(CK_ESIZE, "path too long: '%s'", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+            return ck_error_os(CK_EIO, "cannot create folder '%s'", tmp);
+        *p = '/';
+    }
+    if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+        return ck_error_os(CK_EIO, "cannot create folder '%s'", tmp);
+    if (!ck_is_dir(tmp))
+        return ck_error(CK_EEXIST, "'%s' exists and is not a folder", tmp);
+    return 0;
+}
+
+int ck_atomic_open(struct ck_atomic_file *f, const char *path, mode_t mode)
+{
+    char dir[4096];
+    f->fd = -1;
+    f->tmp = NULL;
+    f->path = strdup(path);
+    if (!f->path)
+        return ck_error(CK_ENOMEM, "out of memory");
+    ck_dirname(dir, sizeof dir, path);
+    size_t n = strlen(dir) + strlen(ck_basename(path)) + 32;
+    f->tmp = malloc(n);
+    if (!f->tmp) {
+        ck_atomic_abort(f);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    /* A dot name so that directory scans skip it, and a .tmp suffix so that
+     * anything watching the folder knows it is not finished. */
+    snprintf(f->tmp, n, "%s/.%s.XXXXXX.tmp", dir, ck_basename(path));
+    f->fd = mkostemps(f->tmp, 4, O_CLOEXEC);
+    if (f->fd < 0) {
+        int err = ck_error_os(CK_EIO, "cannot create a temporary file for '%s'", path);
+        free(f->tmp);
+        f->tmp = NULL;
+        ck_atomic_abort(f);
+        return err;
+    }
+    if (fchmod(f->fd, mode) < 0) {
+        int err = ck_error_os(CK_EIO, "cannot set the mode of '%s'", f->tmp);
+        ck_atomic_abort(f);
+        return err;
+    }
+    return 0;
+}
+
+int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t n = write(f->fd, p, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return ck_error_os(CK_EIO, "cannot write '%s'", f->path);
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int ck_atomic_commit(struct ck_atomic_file *f)
+{
+    char dir[4096];
+    int err = 0;
+    if (fsync(f->fd) < 0) {
+        err = ck_error_os(CK_EIO, "cannot fsync '%s'", f->path);
+        goto out;
+    }
+    if (close(f->fd) < 0) {
+        f->fd = -1;
+        err = ck_error_os(CK_EIO, "cannot close '%s'", f->path);
+        goto out;
+    }
+    f->fd = -1;
+    if (rename(f->tmp, f->path) < 0) {
+        err = ck_error_os(CK_EIO, "cannot rename '%s' to '%s'", f->tmp, f->path);
+        goto out;
+    }
+    free(f->tmp);
+    f->tmp = NULL;
+    ck_dirname(dir, sizeof dir, f->path);
+    err = ck_fsync_dir(dir);
+out:
+    ck_atomic_abort(f);
+    return err;
+}
+
+void ck_atomic_abort(struct ck_atomic_file *f)
+{
+    if (f->fd >= 0)
+        close(f->fd);
+    f->fd = -1;
+    if (f->tmp)
+        unlink(f->tmp);
+    free(f->tmp);
+    free(f->path);
+    f->tmp = f->path = NULL;
+}
+
+int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    struct ck_atomic_file f;
+    int err = ck_atomic_open(&f, path, mode);
+    if (err < 0)
+        return err;
+    if ((err = ck_atomic_write(&f, data, len)) < 0) {
+        ck_atomic_abort(&f);
+        return err;
+    }
+    return ck_atomic_commit(&f);
+}
+
+int ck_read_file(const char *path, size_t max, struct ck_buf *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(errno == ENOENT ? CK_ENOENT : CK_EIO, "cannot open '%s'", path);
+    int err = 0;
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            err = ck_error_os(CK_EIO, "cannot read '%s'", path);
+            break;
+        }
+        if (n == 0)
+            break;
+        if (out->len + (size_t)n > max) {
+            err = ck_error(CK_ESIZE, "'%s' is larger than %zu bytes", path, max);
+            break;
+        }
+        if ((err = ck_buf_append(out, chunk, (size_t)n)) < 0)
+            break;
+    }
+    close(fd);
+    return err;
+}
+
+static int copy_to(const char *src, const char *dst)
+{
+    struct ck_atomic_file f;
+    struct stat st;
+    int err;
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", src);
+    if (fstat(in, &st) < 0) {
+        err = ck_error_os(CK_EIO, "cannot stat '%s'", src);
+        close(in);
+        return err;
+    }
+    if ((err = ck_atomic_open(&f, dst, st.st_mode & 0777)) < 0) {
+        close(in);
+        return err;
+    }
+    /* A reflink shares the blocks (btrfs, xfs): no data is copied. */
+    if (ioctl(f.fd, FICLONE, in) < 0) {
+        off_t left = st.st_size;
+        while (left > 0) {
+            ssize_t n = copy_file_range(in, NULL, f.fd, NULL, (size_t)left, 0);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                err = n < 0 ? ck_error_os(CK_EIO, "cannot copy '%s' to '%s'", src, dst)
+                            : ck_error(CK_ECHANGED, "'%s' shrank while it was copied", src);
+                ck_atomic_abort(&f);
+                close(in);
+                return err;
+            }
+            left -= n;
+        }
+    }
+    close(in);
+    return ck_atomic_commit(&f);
+}
+
+int ck_place_file(const char *src, const char *dst)
+{
+    struct stat a, b;
+    if (stat(src, &a) < 0)
+        return ck_error_os(errno == ENOENT ? CK_ECHANGED : CK_EIO, "cannot stat '%s'", src);
+    if (lstat(dst, &b) == 0) {
+        if (a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return 0;
+        return ck_error(CK_EEXIST, "'%s' already exists and is not '%s'", dst, src);
+    }
+    if (link(src, dst) == 0) {
+        char dir[4096];
+        ck_dirname(dir, sizeof dir, dst);
+        return ck_fsync_dir(dir);
+    }
+    if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != EOPNOTSUPP)
+        return ck_error_os(CK_EIO, "cannot link '%s' to '%s'", src, dst);
+    return copy_to(src, dst);
+}

@@ -1,0 +1,48 @@
+/* Files written the safe way: a temporary name in the destination folder,
+ * fsync, rename, then fsync of the folder. A crash at any instant leaves
+ * either the old file or the new one, never a torn one. */
+#ifndef CK_FSUTIL_H
+#define CK_FSUTIL_H
+
+#include "common/buf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* An atomic file being written. Free an unfinished one with _abort: the
+ * temporary is removed and the destination is untouched. */
+struct ck_atomic_file {
+    int fd;
+    char *path;  /* owned: the final name */
+    char *tmp;   /* owned: the temporary name */
+};
+
+int ck_atomic_open(struct ck_atomic_file *f, const char *path, mode_t mode);
+int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len);
+/* fsync, rename into place, fsync the folder; releases f in every case. */
+int ck_atomic_commit(struct ck_atomic_file *f);
+/* Removes the temporary; accepts a file that was never opened or already done. */
+void ck_atomic_abort(struct ck_atomic_file *f);
+
+/* Whole-file helpers on top of the above. */
+int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* Reads at most max bytes; a larger file is CK_ESIZE naming the path. */
+int ck_read_file(const char *path, size_t max, struct ck_buf *out);
+
+int ck_fsync_dir(const char *dir);
+/* mkdir -p; existing folders are fine. */
+int ck_mkdirs(const char *path, mode_t mode);
+/* Places src at dst without copying data where it can: hard link, then a
+ * reflink (FICLONE), then a copy (copy_file_range) to a temporary and rename.
+ * An existing dst that is the same file is success; a different one is CK_EEXIST. */
+int ck_place_file(const char *src, const char *dst);
+/* Writes "a/b" into out; CK_ESIZE when it does not fit. */
+int ck_path_join(char *out, size_t outsz, const char *a, const char *b);
+/* The folder part of path into out ("." when there is none). */
+void ck_dirname(char *out, size_t outsz, const char *path);
+const char *ck_basename(const char *path);
+bool ck_is_dir(const char *path);
+bool ck_exists(const char *path);
+
+#endif

@@ -1,0 +1,413 @@
+#include "common/yamlutil.h"
+#include "common/error.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* PyYAML's implicit resolvers (resolver.py), as POSIX extended regexes. */
+static const char *re_src[] = {
+    /* bool */
+    "^(yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)$",
+    /* float */
+    "^([-+]?([0-9][0-9_]*)\\.[0-9_]*([eE][-+][0-9]+)?|\\.[0-9_]+([eE][-+][0-9]+)?"
+    "|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\\.[0-9_]*|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN))$",
+    /* int */
+    "^([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+"
+    "|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+)$",
+    /* null */
+    "^(~|null|Null|NULL|)$",
+    /* timestamp */
+    "^([0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]|[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?"
+    "([Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](\\.[0-9]*)?([ \t]*(Z|[-+][0-9][0-9]?(:[0-9][0-9])?))?)$",
+    /* merge and value keys */
+    "^(<<|=)$",
+};
+enum { RE_BOOL, RE_FLOAT, RE_INT, RE_NULL, RE_TIME, RE_OTHER, RE_COUNT };
+static regex_t re[RE_COUNT];
+static pthread_once_t re_once = PTHREAD_ONCE_INIT;
+
+static void re_init(void)
+{
+    for (int i = 0; i < RE_COUNT; i++)
+        if (regcomp(&re[i], re_src[i], REG_EXTENDED | REG_NOSUB) != 0)
+            abort(); /* a bug in the patterns above, not a runtime condition */
+}
+
+static bool matches(int which, const char *s)
+{
+    return regexec(&re[which], s, 0, NULL, 0) == 0;
+}
+
+const char *ck_yaml_type_name(enum ck_yaml_type t)
+{
+    static const char *names[] = {"null", "bool", "int", "float", "str", "other", "mapping",
+                                  "sequence"};
+    return names[t];
+}
+
+/* Sexagesimal and underscored forms: strip '_' then fold "a:b:c" base 60. */
+static bool parse_int(const char *s, int64_t *out)
+{
+    char tmp[128];
+    size_t n = 0;
+    for (const char *p = s; *p; p++)
+        if (*p != '_') {
+            if (n + 1 >= sizeof tmp)
+                return false;
+            tmp[n++] = *p;
+        }
+    tmp[n] = '\0';
+    const char *p = tmp;
+    int sign = 1;
+    if (*p == '-' || *p == '+') {
+        sign = *p == '-' ? -1 : 1;
+        p++;
+    }
+    errno = 0;
+    long long v;
+    char *end;
+    if (strchr(p, ':')) {
+        v = 0;
+        for (char *tok = strtok(tmp + (p - tmp), ":"); tok; tok = strtok(NULL, ":")) {
+            long long d = strtoll(tok, NULL, 10);
+            if (v > (INT64_MAX - d) / 60)
+                return false;
+            v = v * 60 + d;
+        }
+    } else if (!strncmp(p, "0b", 2)) {
+        v = strtoll(p + 2, &end, 2);
+    } else if (!strncmp(p, "0x", 2)) {
+        v = strtoll(p + 2, &end, 16);
+    } else if (p[0] == '0' && p[1]) {
+        v = strtoll(p + 1, &end, 8);
+    } else {
+        v = strtoll(p, &end, 10);
+    }
+    if (errno == ERANGE)
+        return false;
+    *out = sign * v;
+    return true;
+}
+
+static double parse_float(const char *s)
+{
+    char tmp[128];
+    size_t n = 0;
+    for (const char *p = s; *p && n + 1 < sizeof tmp; p++)
+        if (*p != '_')
+            tmp[n++] = *p;
+    tmp[n] = '\0';
+    const char *p = tmp;
+    double sign = 1;
+    if (*p == '-' || *p == '+') {
+        sign = *p == '-' ? -1 : 1;
+        p++;
+    }
+    if (!strcasecmp(p, ".inf"))
+        return sign * INFINITY;
+    if (!strcasecmp(p, ".nan"))
+        return NAN;
+    if (strchr(p, ':')) {
+        double v = 0;
+        char *save = NULL;
+        for (char *tok = strtok_r((char *)p, ":", &save); tok; tok = strtok_r(NULL, ":", &save))
+            v = v * 60 + strtod(tok, NULL);
+        return sign * v;
+    }
+    return sign * strtod(p, NULL);
+}
+
+enum ck_yaml_type ck_yaml_plain_type(const char *s, size_t len)
+{
+    pthread_once(&re_once, re_init);
+    if (memchr(s, '\0', len) || len > 256)
+        return CK_Y_STR;
+    char tmp[257];
+    memcpy(tmp, s, len);
+    tmp[len] = '\0';
+    if (matches(RE_BOOL, tmp))
+        return CK_Y_BOOL;
+    if (matches(RE_FLOAT, tmp))
+        return CK_Y_FLOAT;
+    if (matches(RE_INT, tmp))
+        return CK_Y_INT;
+    if (matches(RE_NULL, tmp))
+        return CK_Y_NULL;
+    if (matches(RE_TIME, tmp) || matches(RE_OTHER, tmp))
+        return CK_Y_OTHER;
+    return CK_Y_STR;
+}
+
+void ck_yaml_resolve(const yaml_node_t *n, struct ck_yaml_value *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n->type == YAML_MAPPING_NODE) {
+        out->type = CK_Y_MAP;
+        return;
+    }
+    if (n->type == YAML_SEQUENCE_NODE) {
+        out->type = CK_Y_SEQ;
+        return;
+    }
+    out->s = (const char *)n->data.scalar.value;
+    out->len = n->data.scalar.length;
+    const char *tag = (const char *)n->tag;
+    enum ck_yaml_type t;
+    if (tag && strcmp(tag, YAML_STR_TAG) && strcmp(tag, "!")) {
+        /* An explicit tag: honour the core ones. libyaml puts the default
+         * str tag on untagged scalars, so only explicit non-str tags land here. */
+        if (!strcmp(tag, YAML_INT_TAG))
+            t = CK_Y_INT;
+        else if (!strcmp(tag, YAML_FLOAT_TAG))
+            t = CK_Y_FLOAT;
+        else if (!strcmp(tag, YAML_BOOL_TAG))
+            t = CK_Y_BOOL;
+        else if (!strcmp(tag, YAML_NULL_TAG))
+            t = CK_Y_NULL;
+        else
+            t = CK_Y_OTHER;
+    } else if (n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
+        t = CK_Y_STR;
+    } else {
+        t = ck_yaml_plain_type(out->s, out->len);
+    }
+    out->type = t;
+    if (t == CK_Y_BOOL)
+        out->b = strchr("yYtTo", out->s[0]) && strcasecmp(out->s, "off");
+    if (t == CK_Y_INT && !parse_int(out->s, &out->i))
+        out->type = CK_Y_OTHER;
+    if (t == CK_Y_FLOAT)
+        out->f = parse_float(out->s);
+}
+
+int ck_yaml_load(struct ck_yaml_doc *d, const char *name, const char *data, size_t len)
+{
+    yaml_parser_t p;
+    int err = 0;
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "%s", name);
+    if (!yaml_parser_initialize(&p))
+        return ck_error(CK_ENOMEM, "out of memory parsing '%s'", name);
+    yaml_parser_set_input_string(&p, (const unsigned char *)data, len);
+    if (!yaml_parser_load(&p, &d->doc)) {
+        const char *problem = p.problem ? p.problem : "not valid YAML";
+        err = ck_error(CK_EFORMAT, "cannot parse '%s' line %zu column %zu: %s", name,
+                       p.problem_mark.line + 1, p.problem_mark.column + 1, problem);
+        yaml_parser_delete(&p);
+        return err;
+    }
+    d->loaded = true;
+    /* A second document in the same file is not something we write or accept. */
+    yaml_document_t extra;
+    if (yaml_parser_load(&p, &extra)) {
+        bool more = yaml_document_get_root_node(&extra) != NULL;
+        size_t line = p.mark.line + 1;
+        yaml_document_delete(&extra);
+        if (more)
+            err = ck_error(CK_EFORMAT, "cannot parse '%s' line %zu: more than one YAML document",
+                           name, line);
+    }
+    yaml_parser_delete(&p);
+    if (err < 0)
+        ck_yaml_release(d);
+    return err;
+}
+
+void ck_yaml_release(struct ck_yaml_doc *d)
+{
+    if (d->loaded)
+        yaml_document_delete(&d->doc);
+    d->loaded = false;
+}
+
+yaml_node_t *ck_yaml_root(struct ck_yaml_doc *d)
+{
+    return d->loaded ? yaml_document_get_root_node(&d->doc) : NULL;
+}
+
+yaml_node_t *ck_yaml_node(struct ck_yaml_doc *d, int id)
+{
+    return yaml_document_get_node(&d->doc, id);
+}
+
+int ck_yaml_line(const yaml_node_t *n)
+{
+    return (int)n->start_mark.line + 1;
+}
+
+/* ---- emitting ---- */
+
+static int write_handler(void *data, unsigned char *buffer, size_t size)
+{
+    struct ck_yaml_out *o = data;
+    if (ck_buf_append(o->buf, buffer, size) < 0) {
+        o->err = CK_ENOMEM;
+        return 0;
+    }
+    return 1;
+}
+
+static void emit(struct ck_yaml_out *o, yaml_event_t *ev)
+{
+    if (o->err) {
+        yaml_event_delete(ev);
+        return;
+    }
+    if (!yaml_emitter_emit(&o->em, ev))
+        o->err = ck_error(CK_ERR, "cannot write YAML: %s",
+                          o->em.problem ? o->em.problem : "emitter error");
+}
+
+int ck_yaml_out_begin(struct ck_yaml_out *o, struct ck_buf *buf)
+{
+    yaml_event_t ev;
+    memset(o, 0, sizeof *o);
+    o->buf = buf;
+    if (!yaml_emitter_initialize(&o->em))
+        return ck_error(CK_ENOMEM, "out of memory");
+    yaml_emitter_set_output(&o->em, write_handler, o);
+    yaml_emitter_set_unicode(&o->em, 1);
+    yaml_emitter_set_indent(&o->em, 2);
+    yaml_emitter_set_width(&o->em, -1);
+    yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING);
+    emit(o, &ev);
+    yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1);
+    emit(o, &ev);
+    return o->err;
+}
+
+int ck_yaml_out_end(struct ck_yaml_out *o)
+{
+    yaml_event_t ev;
+    yaml_document_end_event_initialize(&ev, 1);
+    emit(o, &ev);
+    yaml_stream_end_event_initialize(&ev);
+    emit(o, &ev);
+    if (!o->err && !yaml_emitter_flush(&o->em))
+        o->err = ck_error(CK_ERR, "cannot write YAML");
+    yaml_emitter_delete(&o->em);
+    return o->err;
+}
+
+void ck_yaml_map_begin(struct ck_yaml_out *o)
+{
+    yaml_event_t ev;
+    yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE);
+    emit(o, &ev);
+}
+
+void ck_yaml_map_end(struct ck_yaml_out *o)
+{
+    yaml_event_t ev;
+    yaml_mapping_end_event_initialize(&ev);
+    emit(o, &ev);
+}
+
+void ck_yaml_seq_begin(struct ck_yaml_out *o)
+{
+    yaml_event_t ev;
+    yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE);
+    emit(o, &ev);
+}
+
+void ck_yaml_seq_end(struct ck_yaml_out *o)
+{
+    yaml_event_t ev;
+    yaml_sequence_end_event_initialize(&ev);
+    emit(o, &ev);
+}
+
+static void scalar(struct ck_yaml_out *o, const char *s, yaml_scalar_style_t style)
+{
+    yaml_event_t ev;
+    if (o->err)
+        return;
+    if (!yaml_scalar_event_initialize(&ev, NULL, NULL, (const yaml_char_t *)s, (int)strlen(s), 1,
+                                      1, style)) {
+        o->err = ck_error(CK_ENOMEM, "out of memory");
+        return;
+    }
+    emit(o, &ev);
+}
+
+void ck_yaml_str(struct ck_yaml_out *o, const char *s)
+{
+    if (!s) {
+        ck_yaml_null(o);
+        return;
+    }
+    bool plain_ok = ck_yaml_plain_type(s, strlen(s)) == CK_Y_STR;
+    scalar(o, s, plain_ok ? YAML_ANY_SCALAR_STYLE : YAML_SINGLE_QUOTED_SCALAR_STYLE);
+}
+
+void ck_yaml_int(struct ck_yaml_out *o, int64_t v)
+{
+    char tmp[32];
+    snprintf(tmp, sizeof tmp, "%" PRId64, v);
+    scalar(o, tmp, YAML_PLAIN_SCALAR_STYLE);
+}
+
+void ck_yaml_float(struct ck_yaml_out *o, double v)
+{
+    char tmp[64];
+    /* Microseconds, like Python's time.time(); always with a '.' so that
+     * YAML 1.1 reads it back as a float. */
+    snprintf(tmp, sizeof tmp, "%.6f", v);
+    if (!strchr(tmp, '.'))
+        strcat(tmp, ".0");
+    scalar(o, tmp, YAML_PLAIN_SCALAR_STYLE);
+}
+
+void ck_yaml_bool(struct ck_yaml_out *o, bool v)
+{
+    scalar(o, v ? "true" : "false", YAML_PLAIN_SCALAR_STYLE);
+}
+
+void ck_yaml_null(struct ck_yaml_out *o)
+{
+    scalar(o, "null", YAML_PLAIN_SCALAR_STYLE);
+}
+
+void ck_yaml_copy(struct ck_yaml_out *o, struct ck_yaml_doc *d, yaml_node_t *n)
+{
+    yaml_event_t ev;
+    if (o->err || !n)
+        return;
+    switch (n->type) {
+    case YAML_SCALAR_NODE: {
+        bool plain = n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+        if (!yaml_scalar_event_initialize(&ev, NULL, NULL, n->data.scalar.value,
+                                          (int)n->data.scalar.length, plain, !plain,
+                                          n->data.scalar.style)) {
+            o->err = ck_error(CK_ENOMEM, "out of memory");
+            return;
+        }
+        emit(o, &ev);
+        break;
+    }
+    case YAML_SEQUENCE_NODE:
+        ck_yaml_seq_begin(o);
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+             it++)
+            ck_yaml_copy(o, d, ck_yaml_node(d, *it));
+        ck_yaml_seq_end(o);
+        break;
+    case YAML_MAPPING_NODE:
+        ck_yaml_map_begin(o);
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+             p++) {
+            ck_yaml_copy(o, d, ck_yaml_node(d, p->key));
+            ck_yaml_copy(o, d, ck_yaml_node(d, p->value));
+        }
+        ck_yaml_map_end(o);
+        break;
+    default:
+        break;
+    }
+}

@@ -1,0 +1,1 @@
+typedef int ck_pmf_unused;
