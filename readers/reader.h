@@ -1,0 +1,42 @@
+/* Checkpoint readers: one const table of operations per format, looked up
+ * by name or detected by content. Adding a format is adding a file and a row
+ * in reader.c. Every reader treats its input as hostile: every length and
+ * offset is checked against the real file size before use, and errors name
+ * the file, the tensor and the problem. */
+#ifndef CK_READER_H
+#define CK_READER_H
+
+#include "readers/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ck_reader_ops {
+    const char *name;         /* "safetensors", "tf-bundle", "npy", "npz", "nnp", "samediff" */
+    const char *description;
+    /* Whether path looks like this format. head holds the first bytes of the
+     * file (up to 4096; fewer for a short file; 0 for a folder or a set
+     * named by prefix). Content first, the name only as a tie-breaker. */
+    int (*probe)(const char *path, const unsigned char *head, size_t headlen);
+    /* Reads path into a new set (*out owned by the caller). */
+    int (*open)(const char *path, struct ck_tensor_set **out);
+    /* Checks every checksum the format stores (NULL: the format stores none).
+     * Returns CK_EFORMAT naming the first tensor whose data does not match. */
+    int (*verify)(const struct ck_tensor_set *s);
+};
+
+/* probe() scores: higher wins. */
+enum { CK_PROBE_NO = 0, CK_PROBE_NAME = 1, CK_PROBE_CONTENT = 2 };
+
+/* The table, NULL-terminated. */
+extern const struct ck_reader_ops *const ck_readers[];
+
+const struct ck_reader_ops *ck_reader_find(const char *name);
+/* Detects the format of path (a file, a folder or a TF prefix); CK_EFORMAT
+ * naming the path when nothing recognises it. */
+int ck_reader_detect(const char *path, const struct ck_reader_ops **out);
+/* Detects (or uses format when not NULL) and opens. */
+int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **out);
+int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s);
+
+#endif

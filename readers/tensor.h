@@ -1,0 +1,132 @@
+/* The in-memory model of a checkpoint: named tensors with dtype, shape and
+ * data, format metadata, and the network graph where the format has one.
+ *
+ * Ownership: a ck_tensor_set owns everything reachable from it (names, dims,
+ * strings, graph) and the memory its tensors' data points into: file
+ * mappings and owned blocks registered with ck_tensor_set_map_file/_alloc.
+ * Large files are mapped, not read, so a 20 GiB checkpoint costs little
+ * resident memory. */
+#ifndef CK_TENSOR_H
+#define CK_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ck_dtype {
+    CK_DT_INVALID = 0,
+    CK_DT_BOOL,
+    CK_DT_I8, CK_DT_I16, CK_DT_I32, CK_DT_I64,
+    CK_DT_U8, CK_DT_U16, CK_DT_U32, CK_DT_U64,
+    CK_DT_F16, CK_DT_BF16, CK_DT_F32, CK_DT_F64,
+    CK_DT_F8_E4M3, CK_DT_F8_E5M2,
+    CK_DT_C64, CK_DT_C128,       /* complex: two f32 / two f64 */
+    CK_DT_QI8, CK_DT_QU8, CK_DT_QI16, CK_DT_QU16, CK_DT_QI32, /* TF quantized */
+    CK_DT_STRING,                /* variable-length byte strings, see ck_tensor.strings */
+    CK_DT_COUNT
+};
+
+/* "float32", "int64", "string", ... (numpy-style names). */
+const char *ck_dtype_name(enum ck_dtype t);
+/* Element size in bytes; 0 for CK_DT_STRING and CK_DT_INVALID. */
+size_t ck_dtype_size(enum ck_dtype t);
+enum ck_dtype ck_dtype_from_name(const char *name);
+
+struct ck_bytes {
+    const unsigned char *p; /* borrowed from the set */
+    uint64_t len;
+};
+
+#define CK_TENSOR_MAX_RANK 64
+
+struct ck_tensor {
+    char *name;                 /* owned by the set; UTF-8 */
+    enum ck_dtype dtype;
+    int rank;                   /* 0 for a scalar */
+    int64_t dims[CK_TENSOR_MAX_RANK];
+    uint64_t nbytes;            /* bytes of element data (for strings: sum of lengths) */
+    const unsigned char *data;  /* element bytes, C order; NULL when not available
+                                   (e.g. a TF index whose data shards are missing) */
+    bool big_endian;            /* elements stored big-endian (DL4J writes them so) */
+    bool fortran_order;         /* elements stored in Fortran order (numpy) */
+    struct ck_bytes *strings;   /* CK_DT_STRING: numel entries, owned by the set */
+    bool has_crc32c;            /* the file stores a masked-or-plain CRC32C of the data */
+    uint32_t crc32c;            /* that CRC32C (unmasked) */
+    const char *role;           /* static string or NULL: "parameter", "constant", "buffer", ... */
+};
+
+struct ck_kv {
+    char *key;   /* owned */
+    char *value; /* owned */
+};
+
+struct ck_graph_node {
+    char *name;   /* owned */
+    char *op;     /* owned: the operation's type name ("Convolution", "pad") */
+    char **inputs;  size_t ninputs;   /* owned: tensor names */
+    char **outputs; size_t noutputs;  /* owned: tensor names */
+    struct ck_kv *attrs; size_t nattrs; /* owned: attributes as text */
+};
+
+struct ck_graph {
+    char *name;                         /* owned or NULL */
+    char **inputs;  size_t ninputs;     /* owned: graph input tensor names */
+    char **outputs; size_t noutputs;    /* owned: graph output tensor names */
+    struct ck_graph_node *nodes; size_t nnodes;
+    struct ck_kv *attrs; size_t nattrs; /* owned: e.g. batch_size */
+};
+
+struct ck_region; /* a mapping or an owned block, released with the set */
+
+struct ck_tensor_set {
+    const char *format;         /* static: the reader's name */
+    char *path;                 /* owned */
+    struct ck_tensor *tensors;  /* owned array */
+    size_t ntensors, cap;
+    struct ck_kv *meta; size_t nmeta; /* owned: format metadata, in file order */
+    struct ck_graph *graph;     /* owned or NULL */
+    struct ck_region *regions;  /* owned list */
+};
+
+/* A new empty set (format is a static string). NULL on out of memory. */
+struct ck_tensor_set *ck_tensor_set_new(const char *format, const char *path);
+void ck_tensor_set_free(struct ck_tensor_set *s);
+/* Appends a copy of *t (its name is copied; data/strings stay borrowed from
+ * the set's regions). *out, when not NULL, points at the stored tensor
+ * (valid until the next add). */
+int ck_tensor_set_add(struct ck_tensor_set *s, const struct ck_tensor *t, struct ck_tensor **out);
+int ck_tensor_set_add_meta(struct ck_tensor_set *s, const char *key, const char *value);
+/* Maps path read-only for the life of the set. An empty file maps to a
+ * non-NULL zero-length region. */
+int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsigned char **base,
+                           uint64_t *len);
+/* An owned, zeroed block of size bytes for the life of the set; size is
+ * checked against limit first (pass the real size of the file it comes from). */
+int ck_tensor_set_alloc(struct ck_tensor_set *s, uint64_t size, void **out);
+/* Copies a string into the set's memory. */
+char *ck_tensor_set_strdup(struct ck_tensor_set *s, const char *p, size_t len);
+struct ck_tensor *ck_tensor_set_find(const struct ck_tensor_set *s, const char *name);
+
+/* Number of elements; CK_ESIZE when dims are negative or the product overflows. */
+int ck_tensor_numel(const struct ck_tensor *t, uint64_t *out);
+/* Checks numel * dtype size == nbytes (not for strings). */
+int ck_tensor_check_size(const struct ck_tensor *t, const char *file);
+/* Element i as a double (any numeric dtype, any byte order); NaN when not numeric. */
+double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i);
+
+/* The graph: allocation helpers so that readers do not hand-roll arrays. */
+struct ck_graph *ck_graph_new(void);
+void ck_graph_free(struct ck_graph *g);
+int ck_graph_add_node(struct ck_graph *g, const char *name, const char *op,
+                      struct ck_graph_node **out);
+int ck_graph_node_add_input(struct ck_graph_node *n, const char *tensor);
+int ck_graph_node_add_output(struct ck_graph_node *n, const char *tensor);
+int ck_graph_node_add_attr(struct ck_graph_node *n, const char *key, const char *value);
+int ck_graph_add_io(struct ck_graph *g, bool output, const char *tensor);
+int ck_graph_add_attr(struct ck_graph *g, const char *key, const char *value);
+
+/* IEEE half and bfloat16 to float. */
+float ck_f16_to_f32(uint16_t h);
+float ck_bf16_to_f32(uint16_t h);
+
+#endif
