@@ -1,0 +1,91 @@
+/* Process-wide metrics: counters, gauges and one histogram family, with the
+ * Prometheus text exposition (served on /metrics, or written to a file for
+ * node_exporter's textfile collector with --metrics-file).
+ *
+ * Every metric is a constant here, so a caller only does
+ *
+ *   ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 1);
+ *   ck_metrics_add(CK_M_BYTES_HASHED, st.st_size);
+ *   ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, depth);
+ *   ck_metrics_observe(CK_H_UPLOAD_SECONDS, elapsed);
+ *   ck_metrics_set(CK_M_NEWEST_REMOTE_CHECKPOINT_TIME, mtime_of_what_landed);
+ *
+ * Thread-safe: counters and gauges are atomics, the histogram takes a mutex.
+ * Names carry the ckptd_ prefix; a row may carry one fixed label (failures
+ * by stage). Adding a metric: a constant below and a row in metrics.c. */
+#ifndef CK_METRICS_H
+#define CK_METRICS_H
+
+#include "common/buf.h"
+
+#include <stdint.h>
+
+enum ck_metric {
+    /* counters (only grow) */
+    CK_M_CHECKPOINTS_REGISTERED,  /* ckptd_checkpoints_registered_total */
+    CK_M_CHECKPOINTS_UNREGISTERED,/* ckptd_checkpoints_unregistered_total */
+    CK_M_BYTES_HASHED,            /* ckptd_hashed_bytes_total */
+    CK_M_ARCHIVES_PACKED,         /* ckptd_archives_packed_total */
+    CK_M_VERIFICATIONS_PASSED,    /* ckptd_verifications_total{result="passed"} */
+    CK_M_VERIFICATIONS_FAILED,    /* ckptd_verifications_total{result="failed"} */
+    CK_M_UPLOADS_COMPLETED,       /* ckptd_uploads_total{result="completed"} */
+    CK_M_UPLOADS_FAILED,          /* ckptd_uploads_total{result="failed"} */
+    CK_M_BYTES_UPLOADED,          /* ckptd_uploaded_bytes_total */
+    CK_M_EVENTS_EMITTED,          /* ckptd_events_total */
+    CK_M_WEBHOOK_DELIVERED,       /* ckptd_webhook_deliveries_total{result="delivered"} */
+    CK_M_WEBHOOK_ATTEMPT_FAILED,  /* ckptd_webhook_deliveries_total{result="attempt_failed"} */
+    CK_M_WEBHOOK_GAVE_UP,         /* ckptd_webhook_deliveries_total{result="gave_up"} */
+    CK_M_EXEC_HOOKS_OK,           /* ckptd_exec_hooks_total{result="ok"} */
+    CK_M_EXEC_HOOKS_FAILED,       /* ckptd_exec_hooks_total{result="failed"} (exit != 0) */
+    CK_M_EXEC_HOOKS_TIMED_OUT,    /* ckptd_exec_hooks_total{result="timeout"} */
+    CK_M_FAILURES_SCAN,           /* ckptd_failures_total{stage="scan"} */
+    CK_M_FAILURES_HASH,           /* ckptd_failures_total{stage="hash"} */
+    CK_M_FAILURES_METADATA,       /* ckptd_failures_total{stage="metadata"} */
+    CK_M_FAILURES_PACK,           /* ckptd_failures_total{stage="pack"} */
+    CK_M_FAILURES_VERIFY,         /* ckptd_failures_total{stage="verify"} */
+    CK_M_FAILURES_UPLOAD,         /* ckptd_failures_total{stage="upload"} */
+    CK_M_FAILURES_HOOK,           /* ckptd_failures_total{stage="hook"} */
+    /* gauges (set to a value) */
+    CK_M_UPLOAD_QUEUE_DEPTH,      /* ckptd_upload_queue_depth: jobs waiting or running */
+    CK_M_HOOK_OUTBOX_DEPTH,       /* ckptd_hook_outbox_depth: webhook deliveries pending */
+    CK_M_WEBHOOKS_FAILING,        /* ckptd_webhooks_failing: receivers marked failing */
+    CK_M_CHECKPOINTS,             /* ckptd_checkpoints: registered in metadata.yaml now */
+    CK_M_NEWEST_CHECKPOINT_TIME,  /* ckptd_newest_checkpoint_timestamp_seconds (unix) */
+    /* unix time of the newest checkpoint whose upload (metadata included)
+     * completed; /metrics also shows its age in
+     * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped */
+    CK_M_NEWEST_REMOTE_CHECKPOINT_TIME,
+    CK_M_START_TIME,              /* ckptd_start_time_seconds (unix), set by ck_metrics_reset */
+    CK_M__COUNT
+};
+
+enum ck_histogram {
+    CK_H_UPLOAD_SECONDS, /* ckptd_upload_duration_seconds: one whole object upload */
+    CK_H__COUNT
+};
+
+/* Adds n to a counter or gauge. */
+void ck_metrics_add(enum ck_metric m, uint64_t n);
+/* Sets a gauge (also accepted on a counter, for restoring state at start). */
+void ck_metrics_set(enum ck_metric m, int64_t v);
+/* Sets a gauge to v only if v is larger (newest-timestamp gauges). */
+void ck_metrics_set_max(enum ck_metric m, int64_t v);
+int64_t ck_metrics_get(enum ck_metric m);
+/* Records one observation (seconds) in a histogram. */
+void ck_metrics_observe(enum ck_histogram h, double seconds);
+/* Observation count of a histogram (tests, /status). */
+uint64_t ck_metrics_count(enum ck_histogram h);
+
+/* Zeroes everything and sets ckptd_start_time_seconds to now. */
+void ck_metrics_reset(void);
+
+/* The Prometheus text exposition format (version 0.0.4) of every metric,
+ * appended to out. The content type to serve it with: */
+#define CK_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+int ck_metrics_render(struct ck_buf *out);
+/* Writes the exposition to path atomically (temporary name, fsync, rename),
+ * mode 0644: node_exporter's textfile collector never reads a torn file.
+ * The name should end in .prom; the temporary is a dot file that it skips. */
+int ck_metrics_write_file(const char *path);
+
+#endif
