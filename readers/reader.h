@@ -28,8 +28,19 @@ struct ck_reader_ops {
 /* probe() scores: higher wins. */
 enum { CK_PROBE_NO = 0, CK_PROBE_NAME = 1, CK_PROBE_CONTENT = 2 };
 
-/* The table, NULL-terminated. */
+/* The table, NULL-terminated (reader.c). */
 extern const struct ck_reader_ops *const ck_readers[];
+
+/* One per format, each in its own file (readers/<name>.c). */
+extern const struct ck_reader_ops ck_reader_safetensors;
+extern const struct ck_reader_ops ck_reader_tfbundle;
+extern const struct ck_reader_ops ck_reader_npy;
+extern const struct ck_reader_ops ck_reader_npz;
+extern const struct ck_reader_ops ck_reader_nnp;
+extern const struct ck_reader_ops ck_reader_samediff;
+
+/* The most head bytes detection reads and passes to probe(). */
+#define CK_READER_HEAD_MAX 4096
 
 const struct ck_reader_ops *ck_reader_find(const char *name);
 /* Detects the format of path (a file, a folder or a TF prefix); CK_EFORMAT
@@ -37,6 +48,9 @@ const struct ck_reader_ops *ck_reader_find(const char *name);
 int ck_reader_detect(const char *path, const struct ck_reader_ops **out);
 /* Detects (or uses format when not NULL) and opens. */
 int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **out);
+/* ops->verify, or 0 when the format stores no checksums. */
 int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s);
+/* The reader that made s (by s->format); NULL when none. */
+const struct ck_reader_ops *ck_reader_of(const struct ck_tensor_set *s);
 
 #endif

@@ -100,9 +100,16 @@ int ck_tensor_set_add_meta(struct ck_tensor_set *s, const char *key, const char 
  * non-NULL zero-length region. */
 int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsigned char **base,
                            uint64_t *len);
-/* An owned, zeroed block of size bytes for the life of the set; size is
- * checked against limit first (pass the real size of the file it comes from). */
+/* An owned, zeroed block of size bytes for the life of the set. Sizes over
+ * CK_TENSOR_ALLOC_MAX are CK_ESIZE; callers check a size a file claims against
+ * what the file can really hold (its size, a compression ratio) before asking. */
+#define CK_TENSOR_ALLOC_MAX (UINT64_C(16) << 30)
 int ck_tensor_set_alloc(struct ck_tensor_set *s, uint64_t size, void **out);
+/* Tells the kernel the caller is done with [p, p+len) of a file mapping of
+ * the set, so a pass over a 20 GiB file does not keep 20 GiB resident (the
+ * page cache keeps the pages; touching them again faults them back). A no-op
+ * for owned blocks and for memory the set does not hold. */
+void ck_tensor_set_drop_pages(const struct ck_tensor_set *s, const void *p, uint64_t len);
 /* Copies a string into the set's memory. */
 char *ck_tensor_set_strdup(struct ck_tensor_set *s, const char *p, size_t len);
 struct ck_tensor *ck_tensor_set_find(const struct ck_tensor_set *s, const char *name);
@@ -111,8 +118,15 @@ struct ck_tensor *ck_tensor_set_find(const struct ck_tensor_set *s, const char *
 int ck_tensor_numel(const struct ck_tensor *t, uint64_t *out);
 /* Checks numel * dtype size == nbytes (not for strings). */
 int ck_tensor_check_size(const struct ck_tensor *t, const char *file);
-/* Element i as a double (any numeric dtype, any byte order); NaN when not numeric. */
+/* Element i (counted in C order, also for a Fortran-order tensor) as a double,
+ * for any numeric dtype and byte order; the real part of a complex; the raw
+ * integer of a quantized type. NaN for strings, a tensor without data, or i
+ * past the end. */
 double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i);
+/* CRC-32C of the tensor's data, read in chunks whose pages are dropped after
+ * use (ck_tensor_set_drop_pages). For strings: over each string's length as
+ * 8 little-endian bytes followed by its bytes. CK_ENOENT when data is NULL. */
+int ck_tensor_crc32c(const struct ck_tensor_set *s, const struct ck_tensor *t, uint32_t *out);
 
 /* The graph: allocation helpers so that readers do not hand-roll arrays. */
 struct ck_graph *ck_graph_new(void);

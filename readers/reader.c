@@ -1,0 +1,108 @@
+#include "readers/reader.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Adding a format: write readers/<name>.c with its ck_reader_<name>, declare
+ * it in reader.h, add a row here. On equal probe scores the earlier row wins. */
+const struct ck_reader_ops *const ck_readers[] = {
+    NULL,
+};
+
+const struct ck_reader_ops *ck_reader_find(const char *name)
+{
+    for (size_t i = 0; name && ck_readers[i]; i++)
+        if (!strcmp(ck_readers[i]->name, name))
+            return ck_readers[i];
+    return NULL;
+}
+
+const struct ck_reader_ops *ck_reader_of(const struct ck_tensor_set *s)
+{
+    return s ? ck_reader_find(s->format) : NULL;
+}
+
+/* The first bytes of a regular file; 0 bytes for a folder or a path that
+ * does not exist (a TF prefix). */
+static int read_head(const char *path, unsigned char *head, size_t *len)
+{
+    struct stat st;
+    *len = 0;
+    if (stat(path, &st) < 0) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        return ck_error_os(CK_EIO, "cannot stat '%s'", path);
+    }
+    if (!S_ISREG(st.st_mode))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", path);
+    size_t got = 0;
+    while (got < CK_READER_HEAD_MAX) {
+        ssize_t n = read(fd, head + got, CK_READER_HEAD_MAX - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int err = ck_error_os(CK_EIO, "cannot read '%s'", path);
+            close(fd);
+            return err;
+        }
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    close(fd);
+    *len = got;
+    return 0;
+}
+
+int ck_reader_detect(const char *path, const struct ck_reader_ops **out)
+{
+    unsigned char head[CK_READER_HEAD_MAX];
+    size_t len;
+    int err, best = CK_PROBE_NO;
+    const struct ck_reader_ops *found = NULL;
+    if ((err = read_head(path, head, &len)) < 0)
+        return err;
+    for (size_t i = 0; ck_readers[i]; i++) {
+        int score = ck_readers[i]->probe(path, head, len);
+        if (score > best) {
+            best = score;
+            found = ck_readers[i];
+        }
+    }
+    if (!found) {
+        if (!ck_exists(path))
+            return ck_error(CK_ENOENT, "'%s': no such file, folder or checkpoint prefix", path);
+        return ck_error(CK_EFORMAT, "'%s': not a checkpoint format ckptd reads", path);
+    }
+    *out = found;
+    return 0;
+}
+
+int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **out)
+{
+    const struct ck_reader_ops *ops;
+    int err;
+    *out = NULL;
+    if (format) {
+        if (!(ops = ck_reader_find(format)))
+            return ck_error(CK_EUSAGE, "unknown format '%s'", format);
+    } else if ((err = ck_reader_detect(path, &ops)) < 0) {
+        return err;
+    }
+    return ops->open(path, out);
+}
+
+int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s)
+{
+    if (!ops || !ops->verify)
+        return 0;
+    return ops->verify(s);
+}
