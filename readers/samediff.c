@@ -1,0 +1,835 @@
+/* SameDiff (DL4J) graphs: a FlatBuffers file whose root is sd.graph.FlatGraph
+ * (what SameDiff.save writes), or a zip in the ADR-0001 layout (tags.txt,
+ * <tag>/graph.fb, <tag>/params.txt, <tag>/params/N.fb), read at its newest
+ * tag. Field numbers: specs/FORMAT-FACTS.md section 3.2.
+ *
+ * What becomes what:
+ * - every variable that has an array (FlatVariable.ndarray, or a params/N.fb
+ *   in a zip) is a tensor with that array's dtype, shape and bytes (big-endian
+ *   when byteOrder is BE, as Java writes them); its role is the variable type
+ *   ("variable", "constant", "array", "placeholder", "sequence");
+ * - a variable without an array but with a declared shape (placeholders) is a
+ *   tensor with data NULL and the declared dims (-1 for an unknown one);
+ *   "array" variables without either (op outputs) appear only in the graph;
+ * - nodes become graph nodes (op = opName), inputs resolved through
+ *   inputPaired (variable id pairs), outputs from outputNames; opType, opNum,
+ *   extraInteger/extraParams/extraBools/dimensions become text attributes;
+ * - placeholders are the graph inputs, FlatGraph.outputs the graph outputs
+ *   (when the file declares none, the node outputs no node consumes, and the
+ *   graph attribute "outputs" says "inferred").
+ * - ND4J empty arrays (no buffer, the empty flag 8 in the shape info extras)
+ *   are tensors of shape [0] when their rank is 0.
+ * - UTF8 arrays become string tensors; both header layouts seen in real files
+ *   are accepted (offsets only, little-endian; or a count then offsets,
+ *   big-endian), each checked to describe exactly the bytes present. */
+#include "readers/reader.h"
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "readers/flatbuf.h"
+#include "readers/zipin.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { FG_ID, FG_VARIABLES, FG_NODES, FG_OUTPUTS, FG_CONFIG, FG_PLACEHOLDERS, FG_LOSS, FG_TRAINING };
+enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE };
+enum { FA_SHAPE, FA_BUFFER, FA_DTYPE, FA_BYTEORDER };
+enum {
+    FN_ID, FN_NAME, FN_OPTYPE, FN_OPNUM, FN_PROPS, FN_INPUT, FN_INPUTPAIRED, FN_OUTPUT,
+    FN_EXTRAPARAMS, FN_EXTRAINT, FN_EXTRABOOLS, FN_DIMENSIONS, FN_DEVICE, FN_SCOPEID,
+    FN_SCOPENAME, FN_OUTPUTNAMES, FN_OPNAME
+};
+enum { SD_UTF8 = 50, SD_UTF16 = 51, SD_UTF32 = 52 };
+enum { SD_ORDER_C = 99, SD_ORDER_F = 102, SD_FLAG_EMPTY = 8 };
+
+#define SD_MAX_TEXT (1u << 20)           /* tags.txt, params.txt */
+#define SD_MAX_MEMBER ((uint64_t)INT32_MAX) /* FlatBuffers cannot address more */
+
+struct var {
+    int32_t a, b;
+    const char *name; /* set memory */
+};
+
+struct ctx {
+    struct ck_tensor_set *s;
+    const char *file;  /* for messages: "x.fb" or "x.zip: tag/graph.fb" */
+    struct var *vars;  /* owned; sorted by (a, b) after loading */
+    size_t nvars;
+};
+
+static const char *const sd_roles[] = {"variable", "constant", "array", "placeholder", "sequence"};
+
+static enum ck_dtype sd_dtype(int t)
+{
+    switch (t) {
+    case 1: return CK_DT_BOOL;
+    case 3: return CK_DT_F16;
+    case 5: return CK_DT_F32;
+    case 6: return CK_DT_F64;
+    case 7: return CK_DT_I8;
+    case 8: return CK_DT_I16;
+    case 9: return CK_DT_I32;
+    case 10: return CK_DT_I64;
+    case 11: return CK_DT_U8;
+    case 12: return CK_DT_U16;
+    case 13: return CK_DT_U32;
+    case 14: return CK_DT_U64;
+    case 15: return CK_DT_QI8;
+    case 16: return CK_DT_QI16;
+    case 17: return CK_DT_BF16;
+    case SD_UTF8: return CK_DT_STRING;
+    default: return CK_DT_INVALID;
+    }
+}
+
+/* A NUL-terminated copy in the set of a FlatBuffers string; names must be
+ * non-empty and free of NUL bytes. */
+static int fb_name(struct ctx *c, const char *p, uint32_t len, const char *what, char **out)
+{
+    if (len == 0 || memchr(p, 0, len))
+        return ck_error(CK_EFORMAT, "'%s': %s has an empty name or one with a NUL byte", c->file,
+                        what);
+    if (!(*out = ck_tensor_set_strdup(c->s, p, len)))
+        return ck_error(CK_ENOMEM, "'%s': out of memory", c->file);
+    return 0;
+}
+
+static uint64_t rd_u64(const unsigned char *p, bool be)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v |= (uint64_t)p[be ? 7 - i : i] << (8 * i);
+    return v;
+}
+
+/* Tries one UTF8 header layout: [count] then numel+1 offsets, then the bytes;
+ * true when it describes exactly len bytes. */
+static bool utf8_layout(const unsigned char *p, uint64_t len, uint64_t numel, bool count, bool be,
+                        uint64_t *hdr)
+{
+    uint64_t h = 8 * (numel + 1) + (count ? 8 : 0);
+    if (numel >= len / 8 || h > len)
+        return false;
+    if (count && rd_u64(p, be) != numel)
+        return false;
+    const unsigned char *offs = p + (count ? 8 : 0);
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i <= numel; i++) {
+        uint64_t o = rd_u64(offs + 8 * i, be);
+        if ((i == 0 && o != 0) || o < prev || o > len - h)
+            return false;
+        prev = o;
+    }
+    if (prev != len - h)
+        return false;
+    *hdr = h;
+    return true;
+}
+
+static int read_strings(struct ctx *c, const char *name, const unsigned char *p, uint64_t len,
+                        struct ck_tensor *t)
+{
+    uint64_t numel, hdr = 0;
+    int err;
+    bool count = false, be = false;
+    if ((err = ck_tensor_numel(t, &numel)) < 0)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': bad shape", c->file, name);
+    static const bool layouts[4][2] = {{true, true}, {true, false}, {false, true}, {false, false}};
+    int k;
+    for (k = 0; k < 4; k++) {
+        count = layouts[k][0];
+        be = layouts[k][1];
+        if (utf8_layout(p, len, numel, count, be, &hdr))
+            break;
+    }
+    if (k == 4)
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': utf8 buffer of %" PRIu64
+                        " bytes does not hold %" PRIu64 " strings",
+                        c->file, name, len, numel);
+    void *mem;
+    if ((err = ck_tensor_set_alloc(c->s, numel ? numel * sizeof(struct ck_bytes) : 1, &mem)) < 0)
+        return err;
+    struct ck_bytes *strs = mem;
+    const unsigned char *offs = p + (count ? 8 : 0);
+    for (uint64_t i = 0; i < numel; i++) {
+        uint64_t a = rd_u64(offs + 8 * i, be), b = rd_u64(offs + 8 * (i + 1), be);
+        strs[i].p = p + hdr + a;
+        strs[i].len = b - a;
+    }
+    t->dtype = CK_DT_STRING;
+    t->strings = strs;
+    t->data = p + hdr;
+    t->nbytes = len - hdr;
+    return 0;
+}
+
+/* Fills t from a FlatArray table (the dtype, dims, bytes and flags). */
+static int read_array(struct ctx *c, const char *name, const struct ck_fb_table *arr,
+                      struct ck_tensor *t)
+{
+    struct ck_fb_vec si, buf;
+    uint8_t dt, order8;
+    int err;
+    int has_buf;
+    if ((err = ck_fb_vector(arr, FA_SHAPE, 8, &si)) < 0 ||
+        (err = has_buf = ck_fb_vector(arr, FA_BUFFER, 1, &buf)) < 0 ||
+        (err = ck_fb_u8(arr, FA_DTYPE, 0, &dt)) < 0 ||
+        (err = ck_fb_u8(arr, FA_BYTEORDER, 0, &order8)) < 0)
+        return ck_error_wrap(err, "'%s': tensor '%s'", c->file, name);
+    if (si.n < 4)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape info of %u values is too short",
+                        c->file, name, si.n);
+    int64_t rank = ck_fb_vec_i64(&si, 0);
+    if (rank < 0 || rank > CK_TENSOR_MAX_RANK || (uint64_t)si.n != 2 * (uint64_t)rank + 4)
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': shape info of %u values does not fit rank %" PRId64,
+                        c->file, name, si.n, rank);
+    int64_t order = ck_fb_vec_i64(&si, si.n - 1), extras = ck_fb_vec_i64(&si, si.n - 3);
+    if (order != SD_ORDER_C && order != SD_ORDER_F)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': unknown order %" PRId64, c->file, name,
+                        order);
+    t->rank = (int)rank;
+    for (int i = 0; i < t->rank; i++) {
+        t->dims[i] = ck_fb_vec_i64(&si, (uint32_t)i + 1);
+        if (t->dims[i] < 0)
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': dimension %d is %" PRId64, c->file,
+                            name, i, t->dims[i]);
+    }
+    t->fortran_order = order == SD_ORDER_F;
+    t->dtype = sd_dtype(dt);
+    if (t->dtype == CK_DT_INVALID || dt == SD_UTF16 || dt == SD_UTF32)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': unsupported dtype %u", c->file, name, dt);
+    uint64_t numel;
+    if ((err = ck_tensor_numel(t, &numel)) < 0)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape overflows", c->file, name);
+    if (!has_buf) {
+        if (numel != 0 && !(extras & SD_FLAG_EMPTY))
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': no buffer for %" PRIu64 " elements",
+                            c->file, name, numel);
+        if (t->rank == 0) {
+            t->rank = 1;
+            t->dims[0] = 0;
+        }
+        t->data = (const unsigned char *)"";
+        t->nbytes = 0;
+        return 0;
+    }
+    const unsigned char *p = buf.fb->p + buf.pos;
+    if (t->dtype == CK_DT_STRING)
+        return read_strings(c, name, p, buf.n, t);
+    size_t es = ck_dtype_size(t->dtype);
+    if (numel > buf.n / es || numel * es != buf.n)
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': buffer of %u bytes for %" PRIu64
+                        " elements of %zu bytes",
+                        c->file, name, buf.n, numel, es);
+    t->data = p;
+    t->nbytes = buf.n;
+    t->big_endian = order8 == 1 && es > 1;
+    return 0;
+}
+
+static int var_cmp(const void *x, const void *y)
+{
+    const struct var *a = x, *b = y;
+    if (a->a != b->a)
+        return a->a < b->a ? -1 : 1;
+    return a->b < b->b ? -1 : a->b > b->b;
+}
+
+static const char *var_lookup(const struct ctx *c, int32_t a, int32_t b)
+{
+    struct var key = {a, b, NULL};
+    const struct var *v = bsearch(&key, c->vars, c->nvars, sizeof(*c->vars), var_cmp);
+    return v ? v->name : NULL;
+}
+
+static int name_cmp(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+static int read_variable(struct ctx *c, uint32_t i, const struct ck_fb_table *v)
+{
+    struct ck_fb_table idt, arr;
+    struct ck_fb_vec shape;
+    const char *np;
+    uint32_t nl;
+    uint8_t dt, vt;
+    int32_t a = 0, b = 0;
+    char what[64], *name;
+    struct ck_tensor t;
+    int err, has_arr, has_shape;
+    memset(&t, 0, sizeof(t));
+    snprintf(what, sizeof(what), "variable %u", i);
+    if ((err = ck_fb_string(v, FV_NAME, &np, &nl)) < 0 ||
+        (err = ck_fb_table(v, FV_ID, &idt)) < 0)
+        return ck_error_wrap(err, "'%s': %s", c->file, what);
+    if (err == 1 && ((err = ck_fb_i32(&idt, 0, 0, &a)) < 0 || (err = ck_fb_i32(&idt, 1, 0, &b)) < 0))
+        return ck_error_wrap(err, "'%s': %s", c->file, what);
+    if ((err = fb_name(c, np, nl, what, &name)) < 0)
+        return err;
+    if ((err = ck_fb_u8(v, FV_DTYPE, 0, &dt)) < 0 ||
+        (err = ck_fb_u8(v, FV_VARTYPE, 0, &vt)) < 0 ||
+        (err = has_shape = ck_fb_vector(v, FV_SHAPE, 8, &shape)) < 0 ||
+        (err = has_arr = ck_fb_table(v, FV_NDARRAY, &arr)) < 0)
+        return ck_error_wrap(err, "'%s': variable '%s'", c->file, name);
+    c->vars[c->nvars++] = (struct var){a, b, name};
+    if (vt >= sizeof(sd_roles) / sizeof(sd_roles[0]))
+        return ck_error(CK_EFORMAT, "'%s': variable '%s': unknown variable type %u", c->file,
+                        name, vt);
+    t.name = name;
+    t.role = sd_roles[vt];
+    if (has_arr) {
+        if ((err = read_array(c, name, &arr, &t)) < 0)
+            return err;
+    } else if (has_shape || vt == 3) {
+        if (shape.n > CK_TENSOR_MAX_RANK)
+            return ck_error(CK_EFORMAT, "'%s': variable '%s': rank %u is over %d", c->file, name,
+                            shape.n, CK_TENSOR_MAX_RANK);
+        t.rank = (int)shape.n;
+        for (uint32_t k = 0; k < shape.n; k++) {
+            t.dims[k] = ck_fb_vec_i64(&shape, k);
+            if (t.dims[k] < -1)
+                return ck_error(CK_EFORMAT, "'%s': variable '%s': dimension %u is %" PRId64,
+                                c->file, name, k, t.dims[k]);
+        }
+        t.dtype = sd_dtype(dt);
+        if (t.dtype == CK_DT_INVALID)
+            return ck_error(CK_EFORMAT, "'%s': variable '%s': unsupported dtype %u", c->file,
+                            name, dt);
+    } else {
+        return 0; /* an op output: the graph shows it */
+    }
+    return ck_tensor_set_add(c->s, &t, NULL);
+}
+
+static int read_variables(struct ctx *c, const struct ck_fb_table *g)
+{
+    struct ck_fb_vec vv;
+    int err;
+    if ((err = ck_fb_vector(g, FG_VARIABLES, 4, &vv)) < 0)
+        return ck_error_wrap(err, "'%s': variables", c->file);
+    if (vv.n && !(c->vars = calloc(vv.n, sizeof(*c->vars))))
+        return ck_error(CK_ENOMEM, "'%s': out of memory", c->file);
+    for (uint32_t i = 0; i < vv.n; i++) {
+        struct ck_fb_table v;
+        if ((err = ck_fb_vec_table(&vv, i, &v)) < 0)
+            return ck_error_wrap(err, "'%s': variable %u", c->file, i);
+        if ((err = read_variable(c, i, &v)) < 0)
+            return err;
+    }
+    qsort(c->vars, c->nvars, sizeof(*c->vars), var_cmp);
+    for (size_t i = 1; i < c->nvars; i++)
+        if (!var_cmp(&c->vars[i - 1], &c->vars[i]))
+            return ck_error(CK_EFORMAT, "'%s': variables '%s' and '%s' share the id %d:%d",
+                            c->file, c->vars[i - 1].name, c->vars[i].name, c->vars[i].a,
+                            c->vars[i].b);
+    const char **names = calloc(c->nvars ? c->nvars : 1, sizeof(*names));
+    if (!names)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", c->file);
+    for (size_t i = 0; i < c->nvars; i++)
+        names[i] = c->vars[i].name;
+    qsort(names, c->nvars, sizeof(*names), name_cmp);
+    for (size_t i = 1; i < c->nvars && !err; i++)
+        if (!strcmp(names[i - 1], names[i]))
+            err = ck_error(CK_EFORMAT, "'%s': variable '%s' appears twice", c->file, names[i]);
+    free(names);
+    return err;
+}
+
+/* "[a,b,c]" of a numeric vector into a node attribute. */
+static int vec_attr(struct ctx *c, struct ck_graph_node *n, const char *key,
+                    const struct ck_fb_vec *v, char kind)
+{
+    struct ck_buf b;
+    int err = 0;
+    ck_buf_init(&b, 1u << 24);
+    err = ck_buf_putc(&b, '[');
+    for (uint32_t i = 0; i < v->n && err >= 0; i++) {
+        if (i)
+            err = ck_buf_putc(&b, ',');
+        if (err < 0)
+            break;
+        if (kind == 'i')
+            err = ck_buf_printf(&b, "%" PRId32, ck_fb_vec_i32(v, i));
+        else if (kind == 'l')
+            err = ck_buf_printf(&b, "%" PRId64, ck_fb_vec_i64(v, i));
+        else if (kind == 'd')
+            err = ck_buf_printf(&b, "%.17g", ck_fb_vec_f64(v, i));
+        else
+            err = ck_buf_puts(&b, ck_fb_vec_u8(v, i) ? "true" : "false");
+    }
+    if (err >= 0)
+        err = ck_buf_putc(&b, ']');
+    if (err >= 0)
+        err = ck_graph_node_add_attr(n, key, ck_buf_str(&b));
+    ck_buf_release(&b);
+    return err < 0 ? ck_error_wrap(err, "'%s': node '%s': attribute '%s'", c->file, n->name, key)
+                   : 0;
+}
+
+static int node_attrs(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t)
+{
+    static const struct {
+        int slot;
+        const char *key;
+        uint32_t elem;
+        char kind;
+    } vecs[] = {
+        {FN_EXTRAINT, "extraInteger", 8, 'l'},
+        {FN_EXTRAPARAMS, "extraParams", 8, 'd'},
+        {FN_EXTRABOOLS, "extraBools", 1, 'b'},
+        {FN_DIMENSIONS, "dimensions", 4, 'i'},
+    };
+    uint8_t optype;
+    int64_t opnum;
+    char num[32];
+    int err;
+    if ((err = ck_fb_u8(t, FN_OPTYPE, 0, &optype)) < 0 ||
+        (err = ck_fb_i64(t, FN_OPNUM, 0, &opnum)) < 0)
+        return ck_error_wrap(err, "'%s': node '%s'", c->file, n->name);
+    snprintf(num, sizeof(num), "%u", optype);
+    if ((err = ck_graph_node_add_attr(n, "opType", num)) < 0)
+        return err;
+    snprintf(num, sizeof(num), "%" PRId64, opnum);
+    if ((err = ck_graph_node_add_attr(n, "opNum", num)) < 0)
+        return err;
+    for (size_t k = 0; k < sizeof(vecs) / sizeof(vecs[0]); k++) {
+        struct ck_fb_vec v;
+        if ((err = ck_fb_vector(t, vecs[k].slot, vecs[k].elem, &v)) < 0)
+            return ck_error_wrap(err, "'%s': node '%s': %s", c->file, n->name, vecs[k].key);
+        if (err == 1 && v.n && (err = vec_attr(c, n, vecs[k].key, &v, vecs[k].kind)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int node_io(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t,
+                   int32_t id)
+{
+    struct ck_fb_vec ins, outs;
+    int err;
+    if ((err = ck_fb_vector(t, FN_INPUTPAIRED, 4, &ins)) < 0 ||
+        (err = ck_fb_vector(t, FN_OUTPUTNAMES, 4, &outs)) < 0)
+        return ck_error_wrap(err, "'%s': node '%s'", c->file, n->name);
+    for (uint32_t i = 0; i < ins.n; i++) {
+        struct ck_fb_table p;
+        int32_t a = 0, b = 0;
+        if ((err = ck_fb_vec_table(&ins, i, &p)) < 0 || (err = ck_fb_i32(&p, 0, 0, &a)) < 0 ||
+            (err = ck_fb_i32(&p, 1, 0, &b)) < 0)
+            return ck_error_wrap(err, "'%s': node '%s': input %u", c->file, n->name, i);
+        const char *vn = var_lookup(c, a, b);
+        if (!vn)
+            return ck_error(CK_EFORMAT, "'%s': node '%s': input %u (%d:%d) names no variable",
+                            c->file, n->name, i, a, b);
+        if ((err = ck_graph_node_add_input(n, vn)) < 0)
+            return err;
+    }
+    if (outs.n) {
+        for (uint32_t i = 0; i < outs.n; i++) {
+            const char *sp;
+            uint32_t sl;
+            char *on, what[48];
+            snprintf(what, sizeof(what), "output %u", i);
+            if ((err = ck_fb_vec_string(&outs, i, &sp, &sl)) < 0)
+                return ck_error_wrap(err, "'%s': node '%s': output %u", c->file, n->name, i);
+            if ((err = fb_name(c, sp, sl, what, &on)) < 0 ||
+                (err = ck_graph_node_add_output(n, on)) < 0)
+                return err;
+        }
+        return 0;
+    }
+    /* No names: the variables this node's id produces, by output index. */
+    for (size_t i = 0; i < c->nvars; i++)
+        if (c->vars[i].a == id && (err = ck_graph_node_add_output(n, c->vars[i].name)) < 0)
+            return err;
+    return 0;
+}
+
+static int read_nodes(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *gr)
+{
+    struct ck_fb_vec nv;
+    int err;
+    if ((err = ck_fb_vector(g, FG_NODES, 4, &nv)) < 0)
+        return ck_error_wrap(err, "'%s': nodes", c->file);
+    for (uint32_t i = 0; i < nv.n; i++) {
+        struct ck_fb_table t;
+        const char *np, *op;
+        uint32_t nl, ol;
+        int32_t id;
+        char what[32], *name, *opname, opbuf[32];
+        struct ck_graph_node *n;
+        snprintf(what, sizeof(what), "node %u", i);
+        if ((err = ck_fb_vec_table(&nv, i, &t)) < 0 ||
+            (err = ck_fb_string(&t, FN_NAME, &np, &nl)) < 0 ||
+            (err = ck_fb_string(&t, FN_OPNAME, &op, &ol)) < 0 ||
+            (err = ck_fb_i32(&t, FN_ID, 0, &id)) < 0)
+            return ck_error_wrap(err, "'%s': %s", c->file, what);
+        if ((err = fb_name(c, np, nl, what, &name)) < 0)
+            return err;
+        if (ol) {
+            if ((err = fb_name(c, op, ol, what, &opname)) < 0)
+                return err;
+        } else {
+            uint8_t ot;
+            ck_fb_u8(&t, FN_OPTYPE, 0, &ot);
+            snprintf(opbuf, sizeof(opbuf), "optype-%u", ot);
+            opname = opbuf;
+        }
+        if ((err = ck_graph_add_node(gr, name, opname, &n)) < 0 ||
+            (err = node_attrs(c, n, &t)) < 0 || (err = node_io(c, n, &t, id)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+static bool graph_consumes(const struct ck_graph *g, const char *tensor)
+{
+    for (size_t i = 0; i < g->nnodes; i++)
+        for (size_t k = 0; k < g->nodes[i].ninputs; k++)
+            if (!strcmp(g->nodes[i].inputs[k], tensor))
+                return true;
+    return false;
+}
+
+static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *gr)
+{
+    struct ck_fb_vec ph, outs, loss;
+    int err;
+    if ((err = ck_fb_vector(g, FG_PLACEHOLDERS, 4, &ph)) < 0 ||
+        (err = ck_fb_vector(g, FG_OUTPUTS, 4, &outs)) < 0 ||
+        (err = ck_fb_vector(g, FG_LOSS, 4, &loss)) < 0)
+        return ck_error_wrap(err, "'%s'", c->file);
+    for (uint32_t i = 0; i < ph.n; i++) {
+        const char *sp;
+        uint32_t sl;
+        char *name;
+        if ((err = ck_fb_vec_string(&ph, i, &sp, &sl)) < 0)
+            return ck_error_wrap(err, "'%s': placeholder %u", c->file, i);
+        if ((err = fb_name(c, sp, sl, "a placeholder", &name)) < 0)
+            return err;
+        if (!ck_tensor_set_find(c->s, name))
+            return ck_error(CK_EFORMAT, "'%s': placeholder '%s' is not a variable", c->file,
+                            name);
+        if ((err = ck_graph_add_io(gr, false, name)) < 0)
+            return err;
+    }
+    for (uint32_t i = 0; i < outs.n; i++) {
+        struct ck_fb_table p;
+        int32_t a = 0, b = 0;
+        if ((err = ck_fb_vec_table(&outs, i, &p)) < 0 || (err = ck_fb_i32(&p, 0, 0, &a)) < 0 ||
+            (err = ck_fb_i32(&p, 1, 0, &b)) < 0)
+            return ck_error_wrap(err, "'%s': output %u", c->file, i);
+        const char *vn = var_lookup(c, a, b);
+        if (!vn)
+            return ck_error(CK_EFORMAT, "'%s': output %u (%d:%d) names no variable", c->file, i,
+                            a, b);
+        if ((err = ck_graph_add_io(gr, true, vn)) < 0)
+            return err;
+    }
+    if (outs.n == 0) {
+        for (size_t i = 0; i < gr->nnodes; i++)
+            for (size_t k = 0; k < gr->nodes[i].noutputs; k++)
+                if (!graph_consumes(gr, gr->nodes[i].outputs[k]) &&
+                    (err = ck_graph_add_io(gr, true, gr->nodes[i].outputs[k])) < 0)
+                    return err;
+        if ((err = ck_graph_add_attr(gr, "outputs", "inferred")) < 0)
+            return err;
+    }
+    for (uint32_t i = 0; i < loss.n; i++) {
+        const char *sp;
+        uint32_t sl;
+        char *name;
+        if ((err = ck_fb_vec_string(&loss, i, &sp, &sl)) < 0)
+            return ck_error_wrap(err, "'%s': loss variable %u", c->file, i);
+        if ((err = fb_name(c, sp, sl, "a loss variable", &name)) < 0 ||
+            (err = ck_graph_add_attr(gr, "loss_variable", name)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+/* Reads a FlatGraph held in p (memory of the set) into c->s. */
+static int read_graph(struct ck_tensor_set *s, const char *file, const unsigned char *p,
+                      uint64_t len)
+{
+    struct ctx c = {s, file, NULL, 0};
+    struct ck_fb fb;
+    struct ck_fb_table g;
+    struct ck_graph *gr = NULL;
+    int64_t id;
+    const char *tc;
+    uint32_t tcl;
+    char num[32];
+    int err;
+    if ((err = ck_fb_init(&fb, p, len)) < 0 || (err = ck_fb_root(&fb, &g)) < 0 ||
+        (err = ck_fb_i64(&g, FG_ID, 0, &id)) < 0 ||
+        (err = ck_fb_string(&g, FG_TRAINING, &tc, &tcl)) < 0) {
+        err = ck_error_wrap(err, "'%s': not a SameDiff graph", file);
+        goto out;
+    }
+    if ((err = read_variables(&c, &g)) < 0)
+        goto out;
+    if (!(gr = ck_graph_new())) {
+        err = ck_error(CK_ENOMEM, "'%s': out of memory", file);
+        goto out;
+    }
+    if ((err = read_nodes(&c, &g, gr)) < 0 || (err = read_io(&c, &g, gr)) < 0)
+        goto out;
+    snprintf(num, sizeof(num), "%" PRId64, id);
+    if ((err = ck_tensor_set_add_meta(s, "graph_id", num)) < 0)
+        goto out;
+    if (tcl) {
+        char *js = ck_tensor_set_strdup(s, tc, tcl);
+        if (!js || (err = ck_tensor_set_add_meta(s, "training_config", js)) < 0) {
+            err = err < 0 ? err : ck_error(CK_ENOMEM, "'%s': out of memory", file);
+            goto out;
+        }
+    }
+    s->graph = gr;
+    gr = NULL;
+out:
+    ck_graph_free(gr);
+    free(c.vars);
+    return err;
+}
+
+/* ---- the ADR-0001 zip ---- */
+
+/* Splits text into lines (in place, in set memory); calls fn for each non-empty one. */
+static int each_line(char *text, uint64_t len, int (*fn)(void *, char *, unsigned), void *arg)
+{
+    unsigned lineno = 0;
+    char *p = text, *end = text + len;
+    while (p < end) {
+        char *nl = memchr(p, '\n', (size_t)(end - p));
+        char *e = nl ? nl : end;
+        lineno++;
+        *e = 0;
+        if (e > p && e[-1] == '\r')
+            e[-1] = 0;
+        int err = *p ? fn(arg, p, lineno) : 0;
+        if (err < 0)
+            return err;
+        p = e + 1;
+    }
+    return 0;
+}
+
+struct zipctx {
+    struct ck_zipin zi;
+    struct ck_tensor_set *s;
+    const char *path;
+    char **tags;
+    size_t ntags;
+    const char *tag;
+};
+
+static int read_text(struct zipctx *z, const char *member, char **out, uint64_t *len)
+{
+    uint64_t idx;
+    const unsigned char *d;
+    int err;
+    if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0 ||
+        (err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_TEXT, &d, len)) < 0)
+        return err;
+    if (memchr(d, 0, *len))
+        return ck_error(CK_EFORMAT, "'%s': '%s' holds a NUL byte", z->path, member);
+    *out = (char *)d; /* set memory, writable: ck_zipin_read allocates it */
+    return 0;
+}
+
+static int add_tag(void *arg, char *line, unsigned lineno)
+{
+    struct zipctx *z = arg;
+    if (!ck_zipin_name_is_safe(line) || strchr(line, '/') || strlen(line) > 255)
+        return ck_error(CK_EFORMAT, "'%s': tags.txt line %u: '%s' is not a valid tag", z->path,
+                        lineno, line);
+    for (size_t i = 0; i < z->ntags; i++)
+        if (!strcasecmp(z->tags[i], line))
+            return ck_error(CK_EFORMAT, "'%s': tags.txt line %u: tag '%s' appears twice",
+                            z->path, lineno, line);
+    char **nt = realloc(z->tags, (z->ntags + 1) * sizeof(*nt));
+    if (!nt)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    z->tags = nt;
+    z->tags[z->ntags++] = line;
+    return 0;
+}
+
+static int is_digits(const char *p)
+{
+    if (!*p || strlen(p) > 9)
+        return 0;
+    for (; *p; p++)
+        if (*p < '0' || *p > '9')
+            return 0;
+    return 1;
+}
+
+static int add_param(void *arg, char *line, unsigned lineno)
+{
+    struct zipctx *z = arg;
+    char member[600], label[900];
+    const char *tag = z->tag, *num;
+    char *sp = strrchr(line, ' ');
+    int err;
+    if (!sp || sp == line)
+        return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: expected '<name> <file>'",
+                        z->path, z->tag, lineno);
+    *sp = 0;
+    num = sp + 1;
+    char *slash = strchr(sp + 1, '/');
+    if (slash) {
+        *slash = 0;
+        tag = sp + 1;
+        num = slash + 1;
+        size_t i;
+        for (i = 0; i < z->ntags && strcasecmp(z->tags[i], tag); i++)
+            ;
+        if (i == z->ntags)
+            return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: unknown tag '%s'", z->path,
+                            z->tag, lineno, tag);
+        tag = z->tags[i];
+    }
+    if (!is_digits(num))
+        return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: '%s' is not a file number",
+                        z->path, z->tag, lineno, num);
+    struct ck_tensor *t = ck_tensor_set_find(z->s, line);
+    if (!t)
+        return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: graph has no variable '%s'",
+                        z->path, z->tag, lineno, line);
+    snprintf(member, sizeof(member), "%s/params/%s.fb", tag, num);
+    snprintf(label, sizeof(label), "%s: %s", z->path, member);
+    uint64_t idx, len;
+    const unsigned char *d;
+    if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0 ||
+        (err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
+        return err;
+    struct ck_fb fb;
+    struct ck_fb_table arr;
+    struct ctx c = {z->s, label, NULL, 0};
+    if ((err = ck_fb_init(&fb, d, len)) < 0 || (err = ck_fb_root(&fb, &arr)) < 0)
+        return ck_error_wrap(err, "'%s'", label);
+    struct ck_tensor nt;
+    memset(&nt, 0, sizeof(nt));
+    if ((err = read_array(&c, t->name, &arr, &nt)) < 0)
+        return err;
+    t->dtype = nt.dtype;
+    t->rank = nt.rank;
+    memcpy(t->dims, nt.dims, sizeof(t->dims));
+    t->data = nt.data;
+    t->nbytes = nt.nbytes;
+    t->big_endian = nt.big_endian;
+    t->fortran_order = nt.fortran_order;
+    t->strings = nt.strings;
+    return 0;
+}
+
+static int open_zip(struct ck_tensor_set *s, const char *path)
+{
+    struct zipctx z;
+    char member[600], label[900], *text;
+    uint64_t len, idx;
+    const unsigned char *d;
+    struct ck_buf all = CK_BUF_INIT;
+    int err;
+    memset(&z, 0, sizeof(z));
+    z.s = s;
+    z.path = path;
+    if ((err = ck_zipin_open(&z.zi, path)) < 0)
+        return err;
+    if ((err = read_text(&z, "tags.txt", &text, &len)) < 0 ||
+        (err = each_line(text, len, add_tag, &z)) < 0)
+        goto out;
+    if (!z.ntags) {
+        err = ck_error(CK_EFORMAT, "'%s': tags.txt lists no tag", path);
+        goto out;
+    }
+    z.tag = z.tags[z.ntags - 1];
+    snprintf(member, sizeof(member), "%s/graph.fb", z.tag);
+    snprintf(label, sizeof(label), "%s: %s", path, member);
+    if ((err = ck_zipin_find(&z.zi, member, &idx)) < 0 ||
+        (err = ck_zipin_read(&z.zi, s, idx, SD_MAX_MEMBER, &d, &len)) < 0 ||
+        (err = read_graph(s, label, d, len)) < 0)
+        goto out;
+    snprintf(member, sizeof(member), "%s/params.txt", z.tag);
+    if (ck_zipin_find(&z.zi, member, &idx) == 0) {
+        if ((err = read_text(&z, member, &text, &len)) < 0 ||
+            (err = each_line(text, len, add_param, &z)) < 0)
+            goto out;
+    } else {
+        ck_error_clear();
+    }
+    for (size_t i = 0; i < z.ntags && err >= 0; i++)
+        err = ck_buf_printf(&all, "%s%s", i ? "," : "", z.tags[i]);
+    if (err < 0 || (err = ck_tensor_set_add_meta(s, "tag", z.tag)) < 0 ||
+        (err = ck_tensor_set_add_meta(s, "tags", ck_buf_str(&all))) < 0)
+        goto out;
+out:
+    ck_buf_release(&all);
+    free(z.tags);
+    ck_zipin_close(&z.zi);
+    return err;
+}
+
+static bool has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
+{
+    if (ck_zipin_is_zip(head, headlen)) {
+        struct ck_zipin zi;
+        uint64_t idx;
+        int score = CK_PROBE_NO;
+        if (ck_zipin_open(&zi, path) == 0) {
+            if (ck_zipin_find(&zi, "tags.txt", &idx) == 0)
+                score = CK_PROBE_CONTENT;
+            ck_zipin_close(&zi);
+        }
+        ck_error_clear();
+        return score;
+    }
+    if (!has_suffix(path, ".fb"))
+        return CK_PROBE_NO;
+    return ck_fb_looks_valid(head, headlen) ? CK_PROBE_CONTENT : CK_PROBE_NAME;
+}
+
+static int sd_open(const char *path, struct ck_tensor_set **out)
+{
+    struct ck_tensor_set *s = ck_tensor_set_new("samediff", path);
+    const unsigned char *p;
+    uint64_t len;
+    int err;
+    if (!s)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", path);
+    if ((err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
+        goto out;
+    if (ck_zipin_is_zip(p, len))
+        err = open_zip(s, path);
+    else
+        err = read_graph(s, path, p, len);
+out:
+    if (err < 0) {
+        ck_tensor_set_free(s);
+        return err;
+    }
+    *out = s;
+    return 0;
+}
+
+const struct ck_reader_ops ck_reader_samediff = {
+    .name = "samediff",
+    .description = "DL4J SameDiff FlatBuffers graph (.fb) or tagged zip",
+    .probe = sd_probe,
+    .open = sd_open,
+    .verify = NULL,
+};

@@ -1,0 +1,39 @@
+/* Reading members of a zip archive (libzip) for the readers that take one
+ * (.nnp, SameDiff zips), with hostile input in mind: an archive with a member
+ * whose name could escape a folder ("../x", "/etc/x", "a\\b", "C:x") is
+ * refused as a whole, and a member is read only after its size has been
+ * checked against the caller's maximum and against what its compressed size
+ * can really expand to. */
+#ifndef CK_ZIPIN_H
+#define CK_ZIPIN_H
+
+#include "readers/tensor.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct zip;
+
+struct ck_zipin {
+    struct zip *z;    /* owned */
+    const char *path; /* borrowed: the archive's name, for messages */
+    uint64_t nentries;
+};
+
+/* Whether head starts like a zip archive (a local header or an empty archive). */
+bool ck_zipin_is_zip(const unsigned char *head, size_t len);
+/* Opens path (borrowed; must outlive zi) and checks every member's name. */
+int ck_zipin_open(struct ck_zipin *zi, const char *path);
+void ck_zipin_close(struct ck_zipin *zi);
+/* The member's name (borrowed from zi) or NULL. */
+const char *ck_zipin_name(const struct ck_zipin *zi, uint64_t i);
+/* Index of the member named name; CK_ENOENT (message naming the archive) when absent. */
+int ck_zipin_find(const struct ck_zipin *zi, const char *name, uint64_t *index);
+/* Reads member i whole into memory owned by s; CK_ESIZE when it is larger
+ * than max, CK_EFORMAT when it is corrupt (bad CRC, short data). */
+int ck_zipin_read(const struct ck_zipin *zi, struct ck_tensor_set *s, uint64_t i, uint64_t max,
+                  const unsigned char **data, uint64_t *len);
+/* Whether a member name is safe to use as a relative path. */
+bool ck_zipin_name_is_safe(const char *name);
+
+#endif
