@@ -1,4 +1,5 @@
 #include "agent/config.h"
+#include "agent/discover.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -46,6 +47,8 @@ static const struct key keys[] = {
     {"checkpoints.patterns", T_STRLIST, F(patterns), NULL,
      "checkpoint name patterns: {epoch} and {step} capture numbers, '*' any text, a final '/' a folder"},
     {"checkpoints.ignore", T_STRLIST, F(ignore), NULL, "temporary names never registered (globs)"},
+    {"checkpoints.folder_markers", T_STRLIST, F(folder_markers), NULL,
+     "files a framework writes last into a folder checkpoint ([] : complete once min_age old)"},
     {"checkpoints.steps_per_epoch", T_INT, F(steps_per_epoch), NULL,
      "with a {step}-only pattern: epoch = step / steps_per_epoch (default: epoch = step)"},
     {"checkpoints.min_age", T_DURATION, F(min_age), NULL,
@@ -61,10 +64,27 @@ static const struct key keys[] = {
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
-static const char *default_patterns[] = {
-    "epoch_{epoch}.*", "epoch-{epoch}.*", "epoch{epoch}.*", "*_epoch_{epoch}.*",
-    "checkpoint_{step}.*", "*.ckpt-{step}", "ckpt-{step}", "*-step-{step}.*", "step_{step}.*",
-    "checkpoint-{step}/", "global_step{step}/", "step_{step}/",
+/* The names the common frameworks give checkpoints. Each base is tried with
+ * each extension, so that 'epoch_3.log' is not taken for a checkpoint. */
+static const char *default_bases[] = {
+    "epoch_{epoch}", "epoch-{epoch}", "epoch{epoch}", "*_epoch_{epoch}", "*-epoch-{epoch}",
+    "*_epoch{epoch}", "*-epoch={epoch}*", "checkpoint_{step}", "checkpoint-{step}", "ckpt_{step}",
+    "ckpt-{step}", "step_{step}", "step-{step}", "*_step_{step}", "*-step-{step}", "*-step={step}",
+    "model_{step}", "iter_{step}",
+};
+static const char *default_exts[] = {
+    "pt", "pth", "bin", "ckpt", "safetensors", "h5", "hdf5", "keras", "npz", "npy", "nnp",
+    "pkl", "msgpack", "onnx", "fb", "zip", "tar",
+};
+static const char *default_other[] = {
+    "*.ckpt-{step}", "ckpt-{step}", "model.ckpt-{step}",           /* TensorFlow bundles */
+    "checkpoint-{step}/", "global_step{step}/", "step_{step}/", "ckpt-{step}/", /* folders */
+};
+static const char *default_markers[] = {
+    "trainer_state.json",  /* Hugging Face Trainer */
+    ".metadata",           /* PyTorch DCP */
+    "commit_success.txt",  /* Orbax */
+    "_CHECKPOINT_METADATA",/* Orbax (newer) */
 };
 static const char *default_ignore[] = {
     "*.tmp", "*.temp", "*.partial", "*.tempstate*", "*.orbax-checkpoint-tmp-*", ".~*", ".*",
@@ -94,8 +114,16 @@ void ck_strlist_release(struct ck_strlist *l)
 void ck_config_init(struct ck_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < sizeof default_patterns / sizeof *default_patterns; i++)
-        ck_strlist_add(&cfg->patterns, default_patterns[i]);
+    char pat[128];
+    for (size_t b = 0; b < sizeof default_bases / sizeof *default_bases; b++)
+        for (size_t e = 0; e < sizeof default_exts / sizeof *default_exts; e++) {
+            snprintf(pat, sizeof pat, "%s.%s", default_bases[b], default_exts[e]);
+            ck_strlist_add(&cfg->patterns, pat);
+        }
+    for (size_t i = 0; i < sizeof default_other / sizeof *default_other; i++)
+        ck_strlist_add(&cfg->patterns, default_other[i]);
+    for (size_t i = 0; i < sizeof default_markers / sizeof *default_markers; i++)
+        ck_strlist_add(&cfg->folder_markers, default_markers[i]);
     for (size_t i = 0; i < sizeof default_ignore / sizeof *default_ignore; i++)
         ck_strlist_add(&cfg->ignore, default_ignore[i]);
     cfg->min_age = 2.0;
@@ -369,6 +397,8 @@ int ck_config_load(struct ck_config *cfg, const char *path)
                        ck_yaml_line(root));
     else if (root)
         err = walk(&c, root, "");
+    if (err == 0 && ck_patterns_check(&cfg->patterns) < 0)
+        err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
     if (err == 0)
         err = set_str(&cfg->source, path);
     ck_yaml_release(&doc);

@@ -31,6 +31,7 @@ struct ck_config {
     /* checkpoints: */
     struct ck_strlist patterns;   /* name patterns with {epoch} / {step} */
     struct ck_strlist ignore;     /* temporary names, never registered */
+    struct ck_strlist folder_markers; /* a folder checkpoint is complete once one exists */
     int64_t steps_per_epoch;      /* epoch = step / steps_per_epoch when only a step is named */
     double min_age;               /* seconds a file must be unchanged before scan takes it */
     bool mirror_deletes;          /* unregister checkpoints whose source was deleted */

@@ -1,0 +1,123 @@
+/* ckptd scan DIR: one idempotent pass, for cron. */
+#include "agent/cli.h"
+#include "agent/commands.h"
+#include "agent/config.h"
+#include "agent/lock.h"
+#include "agent/scan.h"
+#include "agent/state.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: ckptd scan [options] DIR\n"
+    "\n"
+    "Brings DIR's PMF tree up to date once and exits: registers every complete\n"
+    "checkpoint not registered yet in DIR/metadata.yaml (linking it under\n"
+    "data/checkpoints/), updates the training status, and changes nothing when\n"
+    "there is nothing new. Safe to run from cron.\n"
+    "\n"
+    "  --finished            mark the training finished (after registering)\n"
+    "  --failed              mark the training failed\n"
+    "  --min-age DURATION    take only files unchanged for this long (default 2s)\n"
+    "  -n, --check           check the config and DIR/metadata.yaml, change nothing\n" CK_CLI_HELP
+    "\n"
+    "exit: 0 done, 1 something could not be done (see the log), 2 usage or config\n"
+    "error, 3 another ckptd holds DIR's lock\n";
+
+enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_MIN_AGE };
+
+int ck_cmd_scan(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        CK_CLI_LONGOPTS,
+        {"finished", no_argument, NULL, OPT_FINISHED},
+        {"failed", no_argument, NULL, OPT_FAILED},
+        {"min-age", required_argument, NULL, OPT_MIN_AGE},
+        {"check", no_argument, NULL, 'n'},
+        {NULL, 0, NULL, 0},
+    };
+    struct ck_cli cli;
+    struct ck_scan_opts so = {.end_status = -1, .min_age = -1};
+    bool check = false;
+    int opt, rc;
+    ck_cli_init(&cli);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS "n", longopts, NULL)) != -1) {
+        if ((rc = ck_cli_common(&cli, "scan", opt, optarg)) != 0) {
+            if (rc != 1)
+                return rc;
+            continue;
+        }
+        switch (opt) {
+        case OPT_FINISHED:
+        case OPT_FAILED:
+            if (so.end_status >= 0)
+                return ck_cli_usage_error("scan", "--finished and --failed exclude each other");
+            so.end_status = opt == OPT_FINISHED ? CK_PMF_FINISHED : CK_PMF_FAILED;
+            break;
+        case OPT_MIN_AGE:
+            if (ck_parse_duration(optarg, &so.min_age) < 0)
+                return ck_cli_usage_error("scan", "%s", ck_error_msg());
+            break;
+        case 'n':
+            check = true;
+            break;
+        }
+    }
+    if (cli.help) {
+        fputs(help, stdout);
+        return CK_EXIT_OK;
+    }
+    if (optind + 1 != argc)
+        return ck_cli_usage_error("scan", "expected one DIR");
+    so.dir = argv[optind];
+
+    struct ck_config cfg;
+    int err = ck_config_for_dir(&cfg, cli.config_path, so.dir);
+    ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
+    if (err < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("scan", err);
+    }
+    if (!ck_is_dir(so.dir)) {
+        ck_config_release(&cfg);
+        return ck_cli_usage_error("scan", "'%s' is not a folder", so.dir);
+    }
+    so.cfg = &cfg;
+
+    struct ck_lock lock;
+    struct ck_state st = {0};
+    struct ck_scan_result res = {0};
+    if ((err = ck_lock_acquire(&lock, so.dir)) < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("scan", err);
+    }
+    if ((err = ck_state_open(&st, so.dir)) < 0)
+        goto out;
+    if (check) {
+        err = ck_scan_check(&so);
+        if (err == 0)
+            printf("%s: ok\n", so.dir);
+        goto out;
+    }
+    err = ck_scan_run(&st, &so, &res);
+    if (err == 0) {
+        ck_info("scan.done",
+                "dir='%s' registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s",
+                so.dir, res.nregistered, res.updated, res.removed, res.waiting, res.problems,
+                ck_pmf_status_name(res.new_status));
+        if (res.problems > 0)
+            err = ck_error(CK_ERR, "%zu checkpoint(s) could not be registered (see the log)",
+                           res.problems);
+    }
+out:
+    ck_scan_result_release(&res);
+    ck_state_close(&st);
+    ck_lock_release(&lock);
+    ck_config_release(&cfg);
+    return err < 0 ? ck_cli_fail("scan", err) : CK_EXIT_OK;
+}

@@ -1,0 +1,552 @@
+#include "agent/discover.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/utf8.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_DEPTH 32
+#define MAX_FILES_PER_FOLDER 100000
+
+/* ---- patterns ---- */
+
+struct captures {
+    bool has_epoch, has_step;
+    int64_t epoch, step;
+};
+
+static bool match_at(const char *p, const char *s, struct captures *c)
+{
+    while (*p) {
+        if (*p == '*') {
+            while (*p == '*')
+                p++;
+            if (!*p)
+                return true;
+            for (const char *t = s; *t; t++)
+                if (match_at(p, t, c))
+                    return true;
+            return match_at(p, s + strlen(s), c);
+        }
+        if (!strncmp(p, "{epoch}", 7) || !strncmp(p, "{step}", 6)) {
+            bool is_epoch = p[1] == 'e';
+            const char *rest = p + (is_epoch ? 7 : 6);
+            size_t n = 0;
+            while (s[n] >= '0' && s[n] <= '9')
+                n++;
+            /* Longest number first, then shorter ones (e.g. {step}0.pt). */
+            for (; n > 0; n--) {
+                if (n > 18)
+                    continue; /* would overflow int64 */
+                if (match_at(rest, s + n, c)) {
+                    int64_t v = 0;
+                    for (size_t i = 0; i < n; i++)
+                        v = v * 10 + (s[i] - '0');
+                    if (is_epoch) {
+                        c->has_epoch = true;
+                        c->epoch = v;
+                    } else {
+                        c->has_step = true;
+                        c->step = v;
+                    }
+                    return true;
+                }
+            }
+            return false;
+        }
+        if (*p == '?') {
+            if (!*s)
+                return false;
+            p++;
+            s++;
+            continue;
+        }
+        if (*p != *s)
+            return false;
+        p++;
+        s++;
+    }
+    return *s == '\0';
+}
+
+bool ck_pattern_match(const char *pattern, const char *name, bool *has_epoch, int64_t *epoch,
+                      bool *has_step, int64_t *step)
+{
+    struct captures c = {0};
+    if (!match_at(pattern, name, &c))
+        return false;
+    if (has_epoch)
+        *has_epoch = c.has_epoch;
+    if (epoch)
+        *epoch = c.epoch;
+    if (has_step)
+        *has_step = c.has_step;
+    if (step)
+        *step = c.step;
+    return true;
+}
+
+bool ck_glob_match(const char *glob, const char *name)
+{
+    return ck_pattern_match(glob, name, NULL, NULL, NULL, NULL);
+}
+
+int ck_patterns_check(const struct ck_strlist *patterns)
+{
+    for (size_t i = 0; i < patterns->n; i++) {
+        const char *p = patterns->items[i];
+        if (!strstr(p, "{epoch}") && !strstr(p, "{step}"))
+            return ck_error(CK_ECONFIG,
+                            "checkpoint pattern '%s' captures neither {epoch} nor {step}", p);
+        const char *slash = strchr(p, '/');
+        if (slash && slash[1] && strchr(slash + 1, '/') == NULL && slash == p)
+            return ck_error(CK_ECONFIG, "checkpoint pattern '%s' must be relative", p);
+    }
+    return 0;
+}
+
+int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch)
+{
+    if (c->has_epoch)
+        return c->epoch;
+    if (c->has_step && steps_per_epoch > 0)
+        return c->step / steps_per_epoch;
+    return c->step;
+}
+
+/* ---- the walk ---- */
+
+struct walk {
+    const char *root;
+    const struct ck_config *cfg;
+    struct ck_discovery *d;
+    int err;
+};
+
+static double mtime_of(const struct stat *st)
+{
+    return (double)st->st_mtim.tv_sec + st->st_mtim.tv_nsec / 1e9;
+}
+
+static int add_problem(struct walk *w, const char *rel, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int add_problem(struct walk *w, const char *rel, const char *fmt, ...)
+{
+    struct ck_discovery *d = w->d;
+    char msg[1024], printable[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (d->nproblems == d->pcap) {
+        size_t cap = d->pcap ? d->pcap * 2 : 8;
+        void *p = realloc(d->problems, cap * sizeof *d->problems);
+        if (!p)
+            return ck_error(CK_ENOMEM, "out of memory");
+        d->problems = p;
+        d->pcap = cap;
+    }
+    ck_utf8_sanitize(printable, sizeof printable, rel);
+    d->problems[d->nproblems].path = strdup(printable);
+    d->problems[d->nproblems].msg = strdup(msg);
+    d->nproblems++;
+    return 0;
+}
+
+static bool ignored(const struct ck_config *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->ignore.n; i++)
+        if (ck_glob_match(cfg->ignore.items[i], name))
+            return true;
+    return false;
+}
+
+/* Matches a name (or relative path for patterns with '/') against the
+ * patterns of one kind: folder patterns end with '/'. */
+static bool match_patterns(const struct ck_config *cfg, const char *name, const char *rel,
+                           bool folder, struct captures *c)
+{
+    char pat[1024];
+    for (size_t i = 0; i < cfg->patterns.n; i++) {
+        const char *p = cfg->patterns.items[i];
+        size_t n = strlen(p);
+        bool is_folder = n > 0 && p[n - 1] == '/';
+        if (is_folder != folder)
+            continue;
+        snprintf(pat, sizeof pat, "%.*s", (int)(is_folder ? n - 1 : n), p);
+        const char *subject = strchr(pat, '/') ? rel : name;
+        memset(c, 0, sizeof *c);
+        if (match_at(pat, subject, c))
+            return true;
+    }
+    return false;
+}
+
+static struct ck_candidate *new_cand(struct walk *w)
+{
+    struct ck_discovery *d = w->d;
+    if (d->ncands == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 64;
+        void *p = realloc(d->cands, cap * sizeof *d->cands);
+        if (!p)
+            return NULL;
+        d->cands = p;
+        d->cap = cap;
+    }
+    struct ck_candidate *c = &d->cands[d->ncands++];
+    memset(c, 0, sizeof *c);
+    return c;
+}
+
+static int cand_add_file(struct ck_candidate *c, const char *rel)
+{
+    char **p = realloc(c->files, (c->nfiles + 1) * sizeof *p);
+    if (!p)
+        return ck_error(CK_ENOMEM, "out of memory");
+    c->files = p;
+    if (!(p[c->nfiles] = strdup(rel)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    c->nfiles++;
+    return 0;
+}
+
+static bool in_tree(const char *rel)
+{
+    return !strncmp(rel, "data/checkpoints/", 17);
+}
+
+/* Splits a TF bundle file name: returns the prefix length and fills shard
+ * info, or 0 when the name is not a bundle part. */
+static size_t tf_part(const char *name, bool *is_index, long *shard, long *nshards)
+{
+    size_t n = strlen(name);
+    if (n > 6 && !strcmp(name + n - 6, ".index")) {
+        *is_index = true;
+        return n - 6;
+    }
+    const char *d = strstr(name, ".data-");
+    if (!d)
+        return 0;
+    long a, b;
+    int used = 0;
+    if (sscanf(d, ".data-%5ld-of-%5ld%n", &a, &b, &used) == 2 && d[used] == '\0' &&
+        strlen(d) == 21 && b > 0 && a < b) {
+        *is_index = false;
+        *shard = a;
+        *nshards = b;
+        return (size_t)(d - name);
+    }
+    return 0;
+}
+
+static struct ck_candidate *find_tfset(struct walk *w, const char *rel_prefix)
+{
+    for (size_t i = 0; i < w->d->ncands; i++) {
+        struct ck_candidate *c = &w->d->cands[i];
+        if (c->kind == CK_CAND_TFSET && !strcmp(c->rel, rel_prefix))
+            return c;
+    }
+    return NULL;
+}
+
+static int take_file(struct walk *w, const char *rel, const char *name, const struct stat *st)
+{
+    struct captures cap;
+    bool is_index = false;
+    long shard = 0, nshards = 0;
+    size_t plen = tf_part(name, &is_index, &shard, &nshards);
+    if (plen > 0) {
+        char prefix[NAME_MAX + 1], rel_prefix[PATH_MAX];
+        snprintf(prefix, sizeof prefix, "%.*s", (int)plen, name);
+        snprintf(rel_prefix, sizeof rel_prefix, "%.*s", (int)(strlen(rel) - strlen(name) + plen),
+                 rel);
+        if (!match_patterns(w->cfg, prefix, rel_prefix, false, &cap))
+            return 0;
+        if (!ck_utf8_is_valid(rel, strlen(rel)))
+            return add_problem(w, rel, "name is not valid UTF-8: not registered");
+        struct ck_candidate *c = find_tfset(w, rel_prefix);
+        if (!c) {
+            if (!(c = new_cand(w)))
+                return ck_error(CK_ENOMEM, "out of memory");
+            c->kind = CK_CAND_TFSET;
+            c->ref = strdup(prefix);
+            c->rel = strdup(rel_prefix);
+            c->has_epoch = cap.has_epoch;
+            c->epoch = cap.epoch;
+            c->has_step = cap.has_step;
+            c->step = cap.step;
+            c->in_tree = in_tree(rel);
+            /* complete is decided once all parts are listed (see finish_tfsets) */
+            if (!c->ref || !c->rel)
+                return ck_error(CK_ENOMEM, "out of memory");
+        }
+        if (mtime_of(st) > c->newest_mtime)
+            c->newest_mtime = mtime_of(st);
+        return cand_add_file(c, rel);
+    }
+    if (!match_patterns(w->cfg, name, rel, false, &cap))
+        return 0;
+    if (!ck_utf8_is_valid(rel, strlen(rel)))
+        return add_problem(w, rel, "name is not valid UTF-8: not registered");
+    struct ck_candidate *c = new_cand(w);
+    if (!c)
+        return ck_error(CK_ENOMEM, "out of memory");
+    c->kind = CK_CAND_FILE;
+    c->ref = strdup(name);
+    c->rel = strdup(rel);
+    c->has_epoch = cap.has_epoch;
+    c->epoch = cap.epoch;
+    c->has_step = cap.has_step;
+    c->step = cap.step;
+    c->complete = true;
+    c->newest_mtime = mtime_of(st);
+    c->in_tree = in_tree(rel);
+    if (!c->ref || !c->rel)
+        return ck_error(CK_ENOMEM, "out of memory");
+    return cand_add_file(c, rel);
+}
+
+/* A TF set is complete when its index and every one of its shards exist. */
+static void finish_tfsets(struct ck_discovery *d)
+{
+    for (size_t i = 0; i < d->ncands; i++) {
+        struct ck_candidate *c = &d->cands[i];
+        if (c->kind != CK_CAND_TFSET)
+            continue;
+        bool index = false;
+        long nshards = -1, seen = 0;
+        bool consistent = true;
+        for (size_t f = 0; f < c->nfiles; f++) {
+            bool is_index;
+            long shard, n;
+            if (!tf_part(ck_basename(c->files[f]), &is_index, &shard, &n))
+                continue;
+            if (is_index) {
+                index = true;
+            } else {
+                if (nshards >= 0 && n != nshards)
+                    consistent = false;
+                nshards = n;
+                seen++;
+            }
+        }
+        c->complete = index && consistent && nshards > 0 && seen == nshards;
+    }
+}
+
+static int walk_dir(struct walk *w, int dfd, const char *rel, int depth);
+
+/* Lists every regular file below a folder checkpoint. */
+static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const char *rel,
+                          int depth, bool *marker)
+{
+    DIR *dir = fdopendir(dfd);
+    if (!dir) {
+        close(dfd);
+        return add_problem(w, rel, "cannot list the folder: %s", strerror(errno));
+    }
+    struct dirent *e;
+    int err = 0;
+    while (err == 0 && (e = readdir(dir))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char sub[PATH_MAX];
+        if (snprintf(sub, sizeof sub, "%s/%s", rel, e->d_name) >= (int)sizeof sub)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            continue;
+        if (depth == 0)
+            for (size_t i = 0; i < w->cfg->folder_markers.n; i++)
+                if (!strcmp(e->d_name, w->cfg->folder_markers.items[i]))
+                    *marker = true;
+        if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH) {
+            int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd >= 0)
+                err = collect_folder(w, c, fd, sub, depth + 1, marker);
+        } else if (S_ISREG(st.st_mode)) {
+            if (c->nfiles >= MAX_FILES_PER_FOLDER)
+                return add_problem(w, rel, "more than %d files in one checkpoint folder",
+                                   MAX_FILES_PER_FOLDER);
+            if (!ck_utf8_is_valid(sub, strlen(sub))) {
+                err = add_problem(w, sub, "name is not valid UTF-8: folder not registered");
+                c->complete = false;
+                c->nfiles = c->nfiles; /* keep listing: other problems are worth reporting */
+                *marker = false;
+                continue;
+            }
+            if (mtime_of(&st) > c->newest_mtime)
+                c->newest_mtime = mtime_of(&st);
+            err = cand_add_file(c, sub);
+        }
+    }
+    closedir(dir);
+    return err;
+}
+
+static bool deepspeed_latest_names(int parent_fd, const char *name)
+{
+    char buf[256];
+    int fd = openat(parent_fd, "latest", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    return !strcmp(buf, name);
+}
+
+static int take_folder(struct walk *w, int parent_fd, const char *rel, const char *name,
+                       bool *taken)
+{
+    struct captures cap;
+    *taken = false;
+    if (!match_patterns(w->cfg, name, rel, true, &cap))
+        return 0;
+    *taken = true;
+    if (!ck_utf8_is_valid(rel, strlen(rel)))
+        return add_problem(w, rel, "name is not valid UTF-8: not registered");
+    struct ck_candidate *c = new_cand(w);
+    if (!c)
+        return ck_error(CK_ENOMEM, "out of memory");
+    c->kind = CK_CAND_DIR;
+    c->ref = strdup(name);
+    c->rel = strdup(rel);
+    c->has_epoch = cap.has_epoch;
+    c->epoch = cap.epoch;
+    c->has_step = cap.has_step;
+    c->step = cap.step;
+    c->in_tree = in_tree(rel);
+    if (!c->ref || !c->rel)
+        return ck_error(CK_ENOMEM, "out of memory");
+    int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return add_problem(w, rel, "cannot open the folder: %s", strerror(errno));
+    bool marker = false;
+    size_t idx = (size_t)(c - w->d->cands);
+    int err = collect_folder(w, c, fd, rel, 0, &marker);
+    c = &w->d->cands[idx]; /* the array may have moved */
+    if (c->in_tree)
+        marker = true; /* our own copy is only made once the source was complete */
+    c->complete = marker || deepspeed_latest_names(parent_fd, name) ||
+                  (w->cfg->folder_markers.n == 0 && c->nfiles > 0);
+    return err;
+}
+
+static int take_symlink(struct walk *w, const char *rel, const char *name)
+{
+    struct captures cap;
+    if (!match_patterns(w->cfg, name, rel, false, &cap) &&
+        !match_patterns(w->cfg, name, rel, true, &cap))
+        return 0;
+    char full[PATH_MAX], real[PATH_MAX], root[PATH_MAX];
+    if (ck_path_join(full, sizeof full, w->root, rel) < 0 || !realpath(w->root, root))
+        return 0;
+    if (!realpath(full, real))
+        return add_problem(w, rel, "symbolic link to nothing: not registered");
+    size_t n = strlen(root);
+    if (strncmp(real, root, n) != 0 || (real[n] != '/' && real[n] != '\0'))
+        return add_problem(w, rel, "symbolic link pointing outside '%s' (to '%s'): not registered",
+                           w->root, real);
+    /* A link inside the tree: its target is found by the walk itself. */
+    return 0;
+}
+
+static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
+{
+    DIR *dir = fdopendir(dfd);
+    if (!dir) {
+        close(dfd);
+        return add_problem(w, rel[0] ? rel : ".", "cannot list the folder: %s", strerror(errno));
+    }
+    struct dirent *e;
+    int err = 0;
+    while (err == 0 && (e = readdir(dir))) {
+        const char *name = e->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
+            continue;
+        char sub[PATH_MAX];
+        if (rel[0])
+            snprintf(sub, sizeof sub, "%s/%s", rel, name);
+        else
+            snprintf(sub, sizeof sub, "%s", name);
+        if (!strcmp(sub, ".ckptd") || !strcmp(sub, "data/initialisation"))
+            continue;
+        if (ignored(w->cfg, name))
+            continue;
+        /* our own manifests next to checkpoint sets */
+        if (in_tree(sub) && strlen(name) > 8 && !strcmp(name + strlen(name) - 8, ".md5sums"))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT)
+                err = add_problem(w, sub, "cannot stat: %s", strerror(errno));
+            continue;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            err = take_symlink(w, sub, name);
+        } else if (S_ISDIR(st.st_mode)) {
+            bool taken;
+            if ((err = take_folder(w, dirfd(dir), sub, name, &taken)) < 0 || taken)
+                continue;
+            if (depth >= MAX_DEPTH)
+                continue;
+            int fd = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0) {
+                err = add_problem(w, sub, "cannot open the folder: %s", strerror(errno));
+                continue;
+            }
+            err = walk_dir(w, fd, sub, depth + 1);
+        } else if (S_ISREG(st.st_mode)) {
+            err = take_file(w, sub, name, &st);
+        }
+    }
+    closedir(dir);
+    return err;
+}
+
+int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discovery *out)
+{
+    struct walk w = {dir, cfg, out, 0};
+    memset(out, 0, sizeof *out);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", dir);
+    int err = walk_dir(&w, fd, "", 0);
+    if (err < 0) {
+        ck_discovery_release(out);
+        return err;
+    }
+    finish_tfsets(out);
+    return 0;
+}
+
+void ck_discovery_release(struct ck_discovery *d)
+{
+    for (size_t i = 0; i < d->ncands; i++) {
+        struct ck_candidate *c = &d->cands[i];
+        free(c->ref);
+        free(c->rel);
+        for (size_t f = 0; f < c->nfiles; f++)
+            free(c->files[f]);
+        free(c->files);
+    }
+    free(d->cands);
+    for (size_t i = 0; i < d->nproblems; i++) {
+        free(d->problems[i].path);
+        free(d->problems[i].msg);
+    }
+    free(d->problems);
+    memset(d, 0, sizeof *d);
+}

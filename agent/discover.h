@@ -1,0 +1,61 @@
+/* Finding checkpoints in a training directory by name patterns.
+ *
+ * A pattern is matched against a file or folder name ('*' any text, '?' one
+ * character, {epoch} and {step} a number each); a pattern containing '/'
+ * is matched against the path relative to DIR; a final '/' means a folder.
+ * A TensorFlow bundle (PREFIX.index + PREFIX.data-NNNNN-of-MMMMM) is one
+ * checkpoint named PREFIX, complete when the index and every shard exist.
+ * A folder checkpoint is complete when its marker exists (written last by
+ * the framework) or DeepSpeed's 'latest' file names it. */
+#ifndef CK_DISCOVER_H
+#define CK_DISCOVER_H
+
+#include "agent/config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum ck_cand_kind { CK_CAND_FILE, CK_CAND_TFSET, CK_CAND_DIR };
+
+struct ck_candidate {
+    enum ck_cand_kind kind;
+    char *ref;            /* owned: the reference (file, prefix or folder name) */
+    char *rel;            /* owned: path relative to DIR (the file, the prefix, the folder) */
+    bool has_epoch, has_step;
+    int64_t epoch, step;
+    char **files;         /* owned: member files relative to DIR (a file: itself) */
+    size_t nfiles;
+    bool complete;        /* every part is there (TF shards, folder marker) */
+    double newest_mtime;  /* of its files, UNIX seconds */
+    bool in_tree;         /* found under data/checkpoints/ */
+};
+
+struct ck_problem {
+    char *path;           /* owned, relative to DIR, made printable */
+    char *msg;            /* owned */
+};
+
+struct ck_discovery {
+    struct ck_candidate *cands;
+    size_t ncands, cap;
+    struct ck_problem *problems; /* files that match but cannot be taken: errors for exit 1 */
+    size_t nproblems, pcap;
+};
+
+/* Walks dir (not following symlinks, skipping .ckptd and data/initialisation). */
+int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discovery *out);
+void ck_discovery_release(struct ck_discovery *d);
+
+/* Matches name against pattern. Captures are written when the pattern has
+ * them (has_* says so). Exposed for tests and for the watcher. */
+bool ck_pattern_match(const char *pattern, const char *name, bool *has_epoch, int64_t *epoch,
+                      bool *has_step, int64_t *step);
+/* A glob without captures, for ignore lists. */
+bool ck_glob_match(const char *glob, const char *name);
+/* Checks a pattern list at config time: each must capture {epoch} or {step}. */
+int ck_patterns_check(const struct ck_strlist *patterns);
+/* The epoch a candidate stands for: {epoch}, else {step} / steps_per_epoch. */
+int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch);
+
+#endif

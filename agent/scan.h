@@ -1,0 +1,46 @@
+/* One pass over a training directory: whatever its PMF tree needs that has
+ * not been done yet. Used by `ckptd scan` (once) and by the watcher (after
+ * every settled event). Idempotent: a pass with nothing new changes no byte
+ * and hashes nothing (the hash cache in the state database). */
+#ifndef CK_SCAN_H
+#define CK_SCAN_H
+
+#include "agent/config.h"
+#include "agent/state.h"
+#include "writers/pmf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ck_scan_opts {
+    const char *dir;              /* the model root (the training output directory) */
+    const struct ck_config *cfg;
+    int end_status;               /* -1, or CK_PMF_FINISHED / CK_PMF_FAILED to end the training */
+    bool mark_running;            /* set status running even before a checkpoint (a wrapped command started) */
+    double min_age;               /* < 0: cfg->min_age */
+};
+
+struct ck_scan_result {
+    char **registered;            /* owned: references registered by this pass, in order */
+    size_t nregistered;
+    size_t updated;               /* registered checkpoints whose content changed */
+    size_t removed;               /* unregistered (mirror_deletes) */
+    size_t waiting;               /* seen but not complete or not settled yet */
+    size_t problems;              /* could not be taken: logged as errors */
+    bool metadata_written;
+    enum ck_pmf_status old_status, new_status;
+    char model_id[64];
+    char model_name[256];
+};
+
+/* Runs one pass. The caller holds the lock and the open state. Problems with
+ * single checkpoints are logged and counted, not returned; an error is
+ * returned when the pass itself could not be done (metadata.yaml not PMF,
+ * a write failed, a forbidden status change), and then nothing already
+ * written is lost: metadata.yaml is replaced atomically or not at all. */
+int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_scan_result *res);
+void ck_scan_result_release(struct ck_scan_result *r);
+/* Checks what a pass would read (DIR/metadata.yaml when present) and writes nothing. */
+int ck_scan_check(const struct ck_scan_opts *o);
+
+#endif

@@ -1,0 +1,260 @@
+#include "agent/state.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Schema changes append a step; user_version records how many ran. */
+static const char *const migrations[] = {
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE hash_cache (dev INTEGER NOT NULL, ino INTEGER NOT NULL,"
+    "  size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, md5 TEXT NOT NULL,"
+    "  sha256 TEXT NOT NULL DEFAULT '', PRIMARY KEY (dev, ino));"
+    "CREATE TABLE checkpoints (ref TEXT PRIMARY KEY, source TEXT NOT NULL,"
+    "  tree_path TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,"
+    "  nfiles INTEGER NOT NULL, registered_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0));",
+};
+
+static int db_fail(sqlite3 *db, const char *what)
+{
+    return ck_error(CK_EIO, "state database: %s: %s", what, db ? sqlite3_errmsg(db) : "no db");
+}
+
+static int exec(sqlite3 *db, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        int err = ck_error(CK_EIO, "state database: %s", msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        return err;
+    }
+    return 0;
+}
+
+static int migrate(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    int version = 0, err;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(db, "reading the schema version");
+    if (sqlite3_step(st) == SQLITE_ROW)
+        version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    int n = (int)(sizeof migrations / sizeof *migrations);
+    if (version > n)
+        return ck_error(CK_ESTATE, "state database was written by a newer ckptd (schema %d > %d)",
+                        version, n);
+    for (int i = version; i < n; i++) {
+        char sql[64];
+        if ((err = exec(db, "BEGIN IMMEDIATE")) < 0)
+            return err;
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", i + 1);
+        if ((err = exec(db, migrations[i])) < 0 || (err = exec(db, sql)) < 0) {
+            exec(db, "ROLLBACK");
+            return err;
+        }
+        if ((err = exec(db, "COMMIT")) < 0)
+            return err;
+    }
+    return 0;
+}
+
+int ck_state_open_db(const char *path, sqlite3 **out)
+{
+    sqlite3 *db = NULL;
+    int err;
+    *out = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        err = ck_error(CK_EIO, "cannot open state database '%s': %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
+        return err;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    /* WAL + synchronous=FULL: a committed transaction survives a power cut. */
+    if ((err = exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+                        "PRAGMA foreign_keys=ON")) < 0) {
+        sqlite3_close(db);
+        return ck_error_wrap(err, "'%s'", path);
+    }
+    *out = db;
+    return 0;
+}
+
+int ck_state_open(struct ck_state *s, const char *model_dir)
+{
+    char path[4096];
+    int err;
+    memset(s, 0, sizeof *s);
+    if ((err = ck_path_join(path, sizeof path, model_dir, ".ckptd")) < 0)
+        return err;
+    if ((err = ck_mkdirs(path, 0700)) < 0)
+        return err;
+    if (!(s->dir = strdup(path)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = ck_path_join(path, sizeof path, s->dir, "state.db")) < 0 ||
+        (err = ck_state_open_db(path, &s->db)) < 0 || (err = migrate(s->db)) < 0) {
+        ck_state_close(s);
+        return err;
+    }
+    return 0;
+}
+
+void ck_state_close(struct ck_state *s)
+{
+    if (s->db)
+        sqlite3_close(s->db);
+    free(s->dir);
+    memset(s, 0, sizeof *s);
+}
+
+int ck_state_begin(struct ck_state *s)
+{
+    return exec(s->db, "BEGIN IMMEDIATE");
+}
+
+int ck_state_commit(struct ck_state *s)
+{
+    return exec(s->db, "COMMIT");
+}
+
+void ck_state_rollback(struct ck_state *s)
+{
+    exec(s->db, "ROLLBACK");
+}
+
+int ck_state_get(struct ck_state *s, const char *key, char **out)
+{
+    sqlite3_stmt *st;
+    *out = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL) !=
+        SQLITE_OK)
+        return db_fail(s->db, "reading meta");
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int err = 0;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        *out = strdup((const char *)sqlite3_column_text(st, 0));
+        if (!*out)
+            err = ck_error(CK_ENOMEM, "out of memory");
+    }
+    sqlite3_finalize(st);
+    return err;
+}
+
+int ck_state_set(struct ck_state *s, const char *key, const char *value)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", -1,
+                           &st, NULL) != SQLITE_OK)
+        return db_fail(s->db, "writing meta");
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "writing meta");
+}
+
+static int64_t mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_hash_entry *out)
+{
+    sqlite3_stmt *q;
+    bool hit = false;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT md5, sha256 FROM hash_cache WHERE dev = ? AND ino = ? "
+                           "AND size = ? AND mtime_ns = ?",
+                           -1, &q, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
+    sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
+    sqlite3_bind_int64(q, 4, mtime_ns(st));
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        snprintf(out->md5, sizeof out->md5, "%s", (const char *)sqlite3_column_text(q, 0));
+        snprintf(out->sha256, sizeof out->sha256, "%s", (const char *)sqlite3_column_text(q, 1));
+        hit = strlen(out->md5) == 32;
+    }
+    sqlite3_finalize(q);
+    return hit;
+}
+
+int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *md5,
+                        const char *sha256)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, md5, "
+                           "sha256) VALUES (?, ?, ?, ?, ?, ?)",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_fail(s->db, "writing the hash cache");
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
+    sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
+    sqlite3_bind_int64(q, 4, mtime_ns(st));
+    sqlite3_bind_text(q, 5, md5, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 6, sha256 ? sha256 : "", -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "writing the hash cache");
+}
+
+int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT OR REPLACE INTO checkpoints (ref, source, tree_path, sha256, "
+                           "size, nfiles) VALUES (?, ?, ?, ?, ?, ?)",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_fail(s->db, "recording a checkpoint");
+    sqlite3_bind_text(q, 1, r->ref, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, r->source, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3, r->tree_path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 4, r->sha256, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 5, (sqlite3_int64)r->size);
+    sqlite3_bind_int(q, 6, r->nfiles);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "recording a checkpoint");
+}
+
+int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record *out)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT source, tree_path, sha256, size, nfiles FROM checkpoints "
+                           "WHERE ref = ?",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_fail(s->db, "reading a checkpoint");
+    sqlite3_bind_text(q, 1, ref, -1, SQLITE_STATIC);
+    int err = CK_ENOENT;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        snprintf(out->ref, sizeof out->ref, "%s", ref);
+        snprintf(out->source, sizeof out->source, "%s", (const char *)sqlite3_column_text(q, 0));
+        snprintf(out->tree_path, sizeof out->tree_path, "%s",
+                 (const char *)sqlite3_column_text(q, 1));
+        snprintf(out->sha256, sizeof out->sha256, "%s", (const char *)sqlite3_column_text(q, 2));
+        out->size = (uint64_t)sqlite3_column_int64(q, 3);
+        out->nfiles = sqlite3_column_int(q, 4);
+        err = 0;
+    }
+    sqlite3_finalize(q);
+    return err;
+}
+
+int ck_state_ckpt_delete(struct ck_state *s, const char *ref)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "DELETE FROM checkpoints WHERE ref = ?", -1, &q, NULL) !=
+        SQLITE_OK)
+        return db_fail(s->db, "removing a checkpoint");
+    sqlite3_bind_text(q, 1, ref, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "removing a checkpoint");
+}

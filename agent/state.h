@@ -1,0 +1,58 @@
+/* The agent's durable state: one SQLite database, DIR/.ckptd/state.db, in
+ * WAL mode. The agent owns the connection; other modules (the upload queue,
+ * the webhook outbox) get the sqlite3 handle and create their own tables.
+ * What lives here: the model id, the hash cache, what each registered
+ * checkpoint is made of (sha256, size, source). */
+#ifndef CK_STATE_H
+#define CK_STATE_H
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+struct ck_state {
+    sqlite3 *db;
+    char *dir;  /* owned: DIR/.ckptd */
+};
+
+/* Opens (creating) DIR/.ckptd/state.db. */
+int ck_state_open(struct ck_state *s, const char *model_dir);
+void ck_state_close(struct ck_state *s);
+
+/* Opens a database file at path with the agent's settings (WAL, busy
+ * timeout, foreign keys). For tools that keep a state outside a model dir. */
+int ck_state_open_db(const char *path, sqlite3 **out);
+
+int ck_state_begin(struct ck_state *s);
+int ck_state_commit(struct ck_state *s);
+void ck_state_rollback(struct ck_state *s);
+
+/* meta: small key/value facts (model_id, ...). *out owned by the caller, NULL when absent. */
+int ck_state_get(struct ck_state *s, const char *key, char **out);
+int ck_state_set(struct ck_state *s, const char *key, const char *value);
+
+/* The hash cache, keyed by device and inode, valid while size and mtime are
+ * unchanged. A hit fills md5/sha256 (sha256 may be "" when never computed). */
+struct ck_hash_entry {
+    char md5[33];
+    char sha256[65];
+};
+bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_hash_entry *out);
+int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *md5,
+                        const char *sha256);
+
+/* What a registered checkpoint is made of. */
+struct ck_ckpt_record {
+    char ref[1024];        /* the reference as text */
+    char source[4096];     /* where the training job wrote it, relative to DIR */
+    char tree_path[4096];  /* its PMF path (the file the md5 is of) */
+    char sha256[65];       /* of the tree_path file */
+    uint64_t size;         /* bytes of all its files */
+    int nfiles;
+};
+int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r);
+int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record *out);
+int ck_state_ckpt_delete(struct ck_state *s, const char *ref);
+
+#endif
