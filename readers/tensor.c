@@ -274,6 +274,30 @@ struct ck_tensor *ck_tensor_set_find(const struct ck_tensor_set *s, const char *
     return NULL;
 }
 
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int ck_tensor_set_check_unique(const struct ck_tensor_set *s)
+{
+    if (s->ntensors < 2)
+        return 0;
+    const char **v = malloc(s->ntensors * sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < s->ntensors; i++)
+        v[i] = s->tensors[i].name;
+    qsort(v, s->ntensors, sizeof *v, name_cmp);
+    int err = 0;
+    for (size_t i = 1; i < s->ntensors && !err; i++)
+        if (!strcmp(v[i - 1], v[i]))
+            err = ck_error(CK_EFORMAT, "'%s': tensor '%s': two tensors of that name",
+                           s->path ? s->path : "", v[i]);
+    free(v);
+    return err;
+}
+
 void ck_tensor_set_drop_pages(const struct ck_tensor_set *s, const void *p, uint64_t len)
 {
     const unsigned char *a = p;

@@ -113,6 +113,9 @@ void ck_tensor_set_drop_pages(const struct ck_tensor_set *s, const void *p, uint
 /* Copies a string into the set's memory. */
 char *ck_tensor_set_strdup(struct ck_tensor_set *s, const char *p, size_t len);
 struct ck_tensor *ck_tensor_set_find(const struct ck_tensor_set *s, const char *name);
+/* CK_EFORMAT naming the file and the tensor when two tensors share a name
+ * (sorts a copy of the names: O(n log n), for sets of any size). */
+int ck_tensor_set_check_unique(const struct ck_tensor_set *s);
 
 /* Number of elements; CK_ESIZE when dims are negative or the product overflows. */
 int ck_tensor_numel(const struct ck_tensor *t, uint64_t *out);

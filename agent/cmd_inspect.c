@@ -1,0 +1,338 @@
+/* ckptd inspect: what a checkpoint holds, read by the same readers the
+ * daemon uses. Text for people, --json for programs (schema: README.md,
+ * "ckptd inspect --json"). */
+#include "agent/cli.h"
+#include "agent/commands.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "readers/reader.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME]\n"
+    "\n"
+    "Detects the checkpoint format of PATH by content (a file, or a TensorFlow\n"
+    "prefix such as DIR/variables), and prints every tensor: name, dtype, shape,\n"
+    "bytes and the CRC-32C of its data (for strings: of each string's 8-byte\n"
+    "little-endian length and bytes), then the metadata and the graph.\n"
+    "\n"
+    "      --json            one JSON document instead of text\n"
+    "      --verify          check every checksum the file stores; exit 1 naming\n"
+    "                        the file and tensor of the first mismatch\n"
+    "      --values N        also print the values of tensors of at most N elements\n"
+    "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
+    "                        samediff\n" CK_CLI_HELP;
+
+enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT };
+
+struct opts {
+    bool json, verify;
+    uint64_t values;
+    bool want_values;
+    const char *format;
+};
+
+static void shape_text(struct ck_buf *b, const struct ck_tensor *t)
+{
+    ck_buf_putc(b, '[');
+    for (int d = 0; d < t->rank; d++)
+        ck_buf_printf(b, d ? ", %" PRId64 : "%" PRId64, t->dims[d]);
+    ck_buf_putc(b, ']');
+}
+
+static bool show_values(const struct opts *o, const struct ck_tensor *t, uint64_t *n)
+{
+    if (!o->want_values || ck_tensor_numel(t, n) < 0 || *n > o->values)
+        return false;
+    return t->dtype == CK_DT_STRING ? t->strings != NULL : t->data != NULL;
+}
+
+/* Integers up to 2^53 print exactly through a double; floats with 17 digits. */
+static void value_text(struct ck_buf *b, double v)
+{
+    if (isnan(v))
+        ck_buf_puts(b, "nan");
+    else if (isinf(v))
+        ck_buf_puts(b, v > 0 ? "inf" : "-inf");
+    else
+        ck_buf_printf(b, "%.17g", v);
+}
+
+static int print_text(const struct ck_tensor_set *s, const struct opts *o, bool verified)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    uint64_t total = 0;
+    for (size_t i = 0; i < s->ntensors; i++)
+        total += s->tensors[i].nbytes;
+    printf("%s: %s, %zu tensors, %" PRIu64 " bytes%s\n", s->path, s->format, s->ntensors, total,
+           verified ? ", checksums verified" : "");
+    for (size_t i = 0; i < s->nmeta; i++)
+        printf("  meta %s = %s\n", s->meta[i].key, s->meta[i].value);
+    for (size_t i = 0; i < s->ntensors; i++) {
+        const struct ck_tensor *t = &s->tensors[i];
+        uint32_t crc;
+        uint64_t n;
+        ck_buf_reset(&b);
+        shape_text(&b, t);
+        if (ck_tensor_crc32c(s, t, &crc) == 0)
+            printf("  %s  %s %s  %" PRIu64 " bytes  crc32c %08x\n", t->name,
+                   ck_dtype_name(t->dtype), ck_buf_str(&b), t->nbytes, crc);
+        else
+            printf("  %s  %s %s  %" PRIu64 " bytes  (no data)\n", t->name,
+                   ck_dtype_name(t->dtype), ck_buf_str(&b), t->nbytes);
+        if (show_values(o, t, &n)) {
+            ck_buf_reset(&b);
+            for (uint64_t k = 0; k < n; k++) {
+                if (k)
+                    ck_buf_puts(&b, ", ");
+                if (t->dtype == CK_DT_STRING)
+                    ck_json_escape(&b, (const char *)t->strings[k].p, t->strings[k].len);
+                else
+                    value_text(&b, ck_tensor_get_f64(t, k));
+            }
+            printf("    values [%s]\n", ck_buf_str(&b));
+        }
+    }
+    if (s->graph) {
+        const struct ck_graph *g = s->graph;
+        printf("  graph %s: %zu nodes\n", g->name ? g->name : "", g->nnodes);
+        for (size_t i = 0; i < g->ninputs; i++)
+            printf("    input %s\n", g->inputs[i]);
+        for (size_t i = 0; i < g->noutputs; i++)
+            printf("    output %s\n", g->outputs[i]);
+        for (size_t i = 0; i < g->nnodes; i++) {
+            const struct ck_graph_node *nd = &g->nodes[i];
+            printf("    node %s: %s(", nd->name, nd->op);
+            for (size_t k = 0; k < nd->ninputs; k++)
+                printf(k ? ", %s" : "%s", nd->inputs[k]);
+            printf(") ->");
+            for (size_t k = 0; k < nd->noutputs; k++)
+                printf(" %s", nd->outputs[k]);
+            printf("\n");
+        }
+    }
+    ck_buf_release(&b);
+    return 0;
+}
+
+static void json_strs(struct ck_json *j, const char *key, char **v, size_t n)
+{
+    ck_json_key(j, key);
+    ck_json_begin_array(j);
+    for (size_t i = 0; i < n; i++)
+        ck_json_str(j, v[i]);
+    ck_json_end_array(j);
+}
+
+static void json_kvs(struct ck_json *j, const char *key, const struct ck_kv *kv, size_t n)
+{
+    ck_json_key(j, key);
+    ck_json_begin_object(j);
+    for (size_t i = 0; i < n; i++)
+        ck_json_kstr(j, kv[i].key, kv[i].value);
+    ck_json_end_object(j);
+}
+
+static void json_graph(struct ck_json *j, const struct ck_graph *g)
+{
+    ck_json_key(j, "graph");
+    if (!g) {
+        ck_json_null(j);
+        return;
+    }
+    ck_json_begin_object(j);
+    ck_json_key(j, "name");
+    if (g->name)
+        ck_json_str(j, g->name);
+    else
+        ck_json_null(j);
+    json_strs(j, "inputs", g->inputs, g->ninputs);
+    json_strs(j, "outputs", g->outputs, g->noutputs);
+    json_kvs(j, "attrs", g->attrs, g->nattrs);
+    ck_json_key(j, "nodes");
+    ck_json_begin_array(j);
+    for (size_t i = 0; i < g->nnodes; i++) {
+        const struct ck_graph_node *n = &g->nodes[i];
+        ck_json_begin_object(j);
+        ck_json_kstr(j, "name", n->name);
+        ck_json_kstr(j, "op", n->op);
+        json_strs(j, "inputs", n->inputs, n->ninputs);
+        json_strs(j, "outputs", n->outputs, n->noutputs);
+        json_kvs(j, "attrs", n->attrs, n->nattrs);
+        ck_json_end_object(j);
+    }
+    ck_json_end_array(j);
+    ck_json_end_object(j);
+}
+
+static void json_tensor(struct ck_json *j, const struct ck_tensor_set *s, const struct ck_tensor *t,
+                        const struct opts *o)
+{
+    char hex[9];
+    uint32_t crc;
+    uint64_t n = 0;
+    ck_json_begin_object(j);
+    ck_json_kstr(j, "name", t->name);
+    ck_json_kstr(j, "dtype", ck_dtype_name(t->dtype));
+    ck_json_key(j, "shape");
+    ck_json_begin_array(j);
+    for (int d = 0; d < t->rank; d++)
+        ck_json_int(j, t->dims[d]);
+    ck_json_end_array(j);
+    ck_json_key(j, "elements");
+    if (ck_tensor_numel(t, &n) == 0)
+        ck_json_uint(j, n);
+    else
+        ck_json_null(j);
+    ck_json_key(j, "bytes");
+    ck_json_uint(j, t->nbytes);
+    bool has = ck_tensor_crc32c(s, t, &crc) == 0;
+    ck_json_kbool(j, "has_data", has);
+    ck_json_key(j, "crc32c");
+    if (has) {
+        snprintf(hex, sizeof hex, "%08x", crc);
+        ck_json_str(j, hex);
+    } else {
+        ck_json_null(j);
+    }
+    ck_json_key(j, "stored_crc32c");
+    if (t->has_crc32c) {
+        snprintf(hex, sizeof hex, "%08x", t->crc32c);
+        ck_json_str(j, hex);
+    } else {
+        ck_json_null(j);
+    }
+    ck_json_key(j, "role");
+    if (t->role)
+        ck_json_str(j, t->role);
+    else
+        ck_json_null(j);
+    if (t->big_endian)
+        ck_json_kbool(j, "big_endian", true);
+    if (t->fortran_order)
+        ck_json_kbool(j, "fortran_order", true);
+    if (show_values(o, t, &n)) {
+        ck_json_key(j, "values");
+        ck_json_begin_array(j);
+        for (uint64_t k = 0; k < n; k++) {
+            if (t->dtype == CK_DT_STRING) {
+                ck_json_strn(j, (const char *)t->strings[k].p, t->strings[k].len);
+                continue;
+            }
+            double v = ck_tensor_get_f64(t, k);
+            if (isnan(v))
+                ck_json_str(j, "nan");
+            else if (isinf(v))
+                ck_json_str(j, v > 0 ? "inf" : "-inf");
+            else
+                ck_json_double(j, v);
+        }
+        ck_json_end_array(j);
+    }
+    ck_json_end_object(j);
+}
+
+static int print_json(const struct ck_tensor_set *s, const struct opts *o, bool verified)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_json j;
+    ck_buf_init(&b, 0);
+    ck_json_init(&j, &b, true);
+    ck_json_begin_object(&j);
+    ck_json_kstr(&j, "path", s->path);
+    ck_json_kstr(&j, "format", s->format);
+    ck_json_kbool(&j, "verified", verified);
+    json_kvs(&j, "metadata", s->meta, s->nmeta);
+    ck_json_key(&j, "tensors");
+    ck_json_begin_array(&j);
+    for (size_t i = 0; i < s->ntensors; i++)
+        json_tensor(&j, s, &s->tensors[i], o);
+    ck_json_end_array(&j);
+    json_graph(&j, s->graph);
+    ck_json_end_object(&j);
+    int err = ck_json_error(&j);
+    if (err == 0) {
+        fwrite(ck_buf_str(&b), 1, b.len, stdout);
+        fputc('\n', stdout);
+    }
+    ck_buf_release(&b);
+    return err < 0 ? ck_error(err, "cannot write the JSON document") : 0;
+}
+
+static int parse_count(const char *arg, uint64_t *out)
+{
+    char *end;
+    if (!arg || !*arg || *arg == '-')
+        return -1;
+    unsigned long long v = strtoull(arg, &end, 10);
+    if (*end)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int ck_cmd_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {CK_CLI_LONGOPTS,
+                                              {"json", no_argument, NULL, OPT_JSON},
+                                              {"verify", no_argument, NULL, OPT_VERIFY},
+                                              {"values", required_argument, NULL, OPT_VALUES},
+                                              {"format", required_argument, NULL, OPT_FORMAT},
+                                              {NULL, 0, NULL, 0}};
+    struct ck_cli cli;
+    struct opts o = {0};
+    int opt, rc, err;
+    ck_cli_init(&cli);
+    optind = 1;
+    /* Without the leading '+': options may follow PATH. */
+    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
+        if ((rc = ck_cli_common(&cli, "inspect", opt, optarg)) != 0) {
+            if (rc != 1)
+                return rc;
+            continue;
+        }
+        switch (opt) {
+        case OPT_JSON:
+            o.json = true;
+            break;
+        case OPT_VERIFY:
+            o.verify = true;
+            break;
+        case OPT_VALUES:
+            if (parse_count(optarg, &o.values) < 0)
+                return ck_cli_usage_error("inspect", "--values takes a count, not '%s'", optarg);
+            o.want_values = true;
+            break;
+        case OPT_FORMAT:
+            if (!ck_reader_find(optarg))
+                return ck_cli_usage_error("inspect", "unknown format '%s'", optarg);
+            o.format = optarg;
+            break;
+        }
+    }
+    if (cli.help) {
+        fputs(help, stdout);
+        return CK_EXIT_OK;
+    }
+    if (optind + 1 != argc)
+        return ck_cli_usage_error("inspect", "expected one PATH");
+    ck_cli_setup_logging(&cli, -1, -1);
+    struct ck_tensor_set *s = NULL;
+    const char *path = argv[optind];
+    if ((err = ck_reader_open(path, o.format, &s)) < 0)
+        return ck_cli_fail("inspect", err);
+    if (o.verify && (err = ck_reader_verify(ck_reader_of(s), s)) < 0)
+        goto out;
+    err = o.json ? print_json(s, &o, o.verify) : print_text(s, &o, o.verify);
+out:
+    ck_tensor_set_free(s);
+    if (fflush(stdout) != 0 && err == 0)
+        err = ck_error_os(CK_EIO, "cannot write the output");
+    return err < 0 ? ck_cli_fail("inspect", err) : CK_EXIT_OK;
+}
