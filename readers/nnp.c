@@ -1,0 +1,698 @@
+/* NNabla: .nnp archives (a zip of nnp_version.txt, network.nntxt and
+ * parameter.protobuf or parameter.h5), or one of those files alone.
+ * Facts: specs/FORMAT-FACTS.md section 4.
+ *
+ * What becomes what:
+ * - every parameter (parameter.protobuf, parameter.h5, or "parameter" entries
+ *   of a text file) is a float32 tensor with role "parameter", in file order
+ *   (the index attribute's order for HDF5); need_grad becomes the meta entry
+ *   "need_grad:<name>";
+ * - the network that the first executor names (else the first network) is
+ *   the graph: its functions are the nodes (op = function type), their
+ *   *_param fields node attributes as text (a Shape as "[a,b]", a repeated
+ *   field as "[a,b]", nested messages as "outer.inner"); batch_size a graph
+ *   attribute; the executor's data and output variables the graph inputs and
+ *   outputs;
+ * - network variables without data are tensors with data NULL (role
+ *   "buffer", or "parameter" when the file declares one without its values),
+ *   with the declared dims (-1 for the batch dimension);
+ * - a parameter whose declared shape differs from its data's shape, a data
+ *   count that is not the product of the shape, a function naming a variable
+ *   the network does not declare: each is an error naming the file and
+ *   tensor. */
+#include "readers/reader.h"
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "readers/h5param.h"
+#include "readers/nntxt.h"
+#include "readers/pbwire.h"
+#include "readers/zipin.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PB_PARAMETER = 200 };
+enum { PAR_NAME = 1, PAR_SHAPE = 20, PAR_DATA = 100, PAR_NEED_GRAD = 101 };
+enum { SHAPE_DIM = 1 };
+
+#define NNP_MAX_VERSION 64
+#define NNP_MAX_ATTRS 1024
+
+static bool has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+static bool is_text_name(const char *n)
+{
+    return has_suffix(n, ".nntxt") || has_suffix(n, ".prototxt");
+}
+
+static int add_need_grad(struct ck_tensor_set *s, const char *name, bool v)
+{
+    struct ck_buf k = CK_BUF_INIT;
+    int err = ck_buf_printf(&k, "need_grad:%s", name);
+    if (err >= 0)
+        err = ck_tensor_set_add_meta(s, ck_buf_str(&k), v ? "true" : "false");
+    ck_buf_release(&k);
+    return err;
+}
+
+static int shape_text(const struct ck_tensor *t, char *out, size_t outsz)
+{
+    size_t n = (size_t)snprintf(out, outsz, "[");
+    for (int i = 0; i < t->rank && n < outsz; i++)
+        n += (size_t)snprintf(out + n, outsz - n, "%s%" PRId64, i ? "," : "", t->dims[i]);
+    if (n < outsz)
+        snprintf(out + n, outsz - n, "]");
+    return 0;
+}
+
+/* Checks the data count against the shape and adds a parameter tensor. */
+static int add_param(struct ck_tensor_set *s, const char *label, struct ck_tensor *t,
+                     uint64_t count, int need_grad)
+{
+    uint64_t numel;
+    char sh[256];
+    int err;
+    shape_text(t, sh, sizeof(sh));
+    if (ck_tensor_numel(t, &numel) < 0)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': bad shape %s", label, t->name, sh);
+    if (numel != count)
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': %" PRIu64 " values for shape %s of %" PRIu64
+                        " elements",
+                        label, t->name, count, sh, numel);
+    if (ck_tensor_set_find(s, t->name))
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", label, t->name);
+    t->dtype = CK_DT_F32;
+    t->role = "parameter";
+    t->nbytes = count * 4;
+    if ((err = ck_tensor_set_add(s, t, NULL)) < 0)
+        return err;
+    return need_grad >= 0 ? add_need_grad(s, t->name, need_grad) : 0;
+}
+
+/* ---- parameter.protobuf ---- */
+
+static int pb_shape(const char *label, const struct ck_pb_field *f, struct ck_tensor *t)
+{
+    struct ck_pb r;
+    struct ck_pb_field d;
+    int rc;
+    size_t n = 0;
+    uint64_t dims[CK_TENSOR_MAX_RANK];
+    ck_pb_init_field(&r, f);
+    while ((rc = ck_pb_next(&r, &d)) > 0) {
+        if (d.num != SHAPE_DIM)
+            continue;
+        if ((rc = ck_pb_varints(&d, dims, CK_TENSOR_MAX_RANK, &n)) < 0)
+            return ck_error_wrap(rc, "'%s': tensor '%s': shape", label, t->name);
+    }
+    if (rc < 0)
+        return ck_error_wrap(rc, "'%s': tensor '%s': shape", label, t->name);
+    t->rank = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        t->dims[i] = (int64_t)dims[i];
+        if (t->dims[i] < 0)
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': dimension %zu is %" PRId64, label,
+                            t->name, i, t->dims[i]);
+    }
+    return 0;
+}
+
+static int pb_param(struct ck_tensor_set *s, const char *label, size_t index,
+                    const struct ck_pb_field *pf)
+{
+    struct ck_pb r;
+    struct ck_pb_field f, shape = {0}, data = {0};
+    struct ck_tensor t;
+    size_t total = 0, ndata = 0, c;
+    int need_grad = -1, rc;
+    const unsigned char *name = NULL;
+    size_t namelen = 0;
+    bool has_shape = false;
+    memset(&t, 0, sizeof(t));
+    ck_pb_init_field(&r, pf);
+    while ((rc = ck_pb_next(&r, &f)) > 0) {
+        if (f.num == PAR_NAME && f.wire == CK_PB_LEN) {
+            name = f.data;
+            namelen = f.len;
+        } else if (f.num == PAR_SHAPE && f.wire == CK_PB_LEN) {
+            shape = f;
+            has_shape = true;
+        } else if (f.num == PAR_DATA) {
+            if ((rc = ck_pb_fixed32s_count(&f, &c)) < 0)
+                break;
+            total += c;
+            if (ndata++ == 0)
+                data = f;
+        } else if (f.num == PAR_NEED_GRAD && f.wire == CK_PB_VARINT) {
+            need_grad = f.v != 0;
+        }
+    }
+    if (rc < 0)
+        return ck_error_wrap(rc, "'%s': parameter %zu", label, index);
+    if (!name || !namelen || memchr(name, 0, namelen))
+        return ck_error(CK_EFORMAT, "'%s': parameter %zu has no name or one with a NUL byte",
+                        label, index);
+    if (!(t.name = ck_tensor_set_strdup(s, (const char *)name, namelen)))
+        return ck_error(CK_ENOMEM, "'%s': out of memory", label);
+    if (has_shape && (rc = pb_shape(label, &shape, &t)) < 0)
+        return rc;
+    if (ndata == 1 && data.wire == CK_PB_LEN) {
+        const unsigned char *p;
+        if ((rc = ck_pb_packed_fixed32_view(&data, &p, &c)) < 0)
+            return ck_error_wrap(rc, "'%s': tensor '%s'", label, t.name);
+        t.data = p; /* little-endian floats, as the file holds them */
+    } else if (ndata) {
+        /* Values spread over several fields: gather them. total is bounded by the input. */
+        uint64_t numel;
+        if (ck_tensor_numel(&t, &numel) < 0 || numel != total)
+            return add_param(s, label, &t, total, need_grad); /* reports the mismatch */
+        void *mem;
+        size_t n = 0;
+        if ((rc = ck_tensor_set_alloc(s, (uint64_t)total * 4, &mem)) < 0)
+            return rc;
+        uint32_t *u = mem;
+        ck_pb_init_field(&r, pf);
+        while ((rc = ck_pb_next(&r, &f)) > 0)
+            if (f.num == PAR_DATA && (rc = ck_pb_fixed32s(&f, u, total, &n)) < 0)
+                break;
+        if (rc < 0)
+            return ck_error_wrap(rc, "'%s': tensor '%s'", label, t.name);
+        unsigned char *b = mem;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t v = u[i];
+            b[4 * i] = (unsigned char)v;
+            b[4 * i + 1] = (unsigned char)(v >> 8);
+            b[4 * i + 2] = (unsigned char)(v >> 16);
+            b[4 * i + 3] = (unsigned char)(v >> 24);
+        }
+        t.data = b;
+    } else {
+        t.data = (const unsigned char *)"";
+    }
+    return add_param(s, label, &t, total, need_grad);
+}
+
+static int pb_params(struct ck_tensor_set *s, const char *label, const unsigned char *p,
+                     uint64_t len)
+{
+    struct ck_pb r;
+    struct ck_pb_field f;
+    size_t index = 0;
+    int rc;
+    ck_pb_init(&r, p, (size_t)len);
+    while ((rc = ck_pb_next(&r, &f)) > 0) {
+        if (f.num != PB_PARAMETER)
+            continue;
+        if (f.wire != CK_PB_LEN)
+            return ck_error(CK_EFORMAT, "'%s': parameter %zu is not a message", label, index);
+        if ((rc = pb_param(s, label, index++, &f)) < 0)
+            return rc;
+    }
+    if (rc < 0)
+        return ck_error_wrap(rc, "'%s'", label);
+    return 0;
+}
+
+/* ---- network.nntxt ---- */
+
+static int txt_shape(const char *label, const struct ck_nntxt *shape, struct ck_tensor *t,
+                     bool allow_unknown)
+{
+    t->rank = 0;
+    for (const struct ck_nntxt *d = ck_nntxt_get(shape, "dim"); d; d = ck_nntxt_next(d)) {
+        int64_t v;
+        int err;
+        if ((err = ck_nntxt_int(d, label, &v)) < 0)
+            return err;
+        if (t->rank == CK_TENSOR_MAX_RANK)
+            return ck_error(CK_EFORMAT, "'%s' line %u: rank over %d", label, d->line,
+                            CK_TENSOR_MAX_RANK);
+        if (v < (allow_unknown ? -1 : 0))
+            return ck_error(CK_EFORMAT, "'%s' line %u: dimension %" PRId64, label, d->line, v);
+        t->dims[t->rank++] = v;
+    }
+    return 0;
+}
+
+static int req_str(const struct ck_nntxt *msg, const char *field, const char *label,
+                   const char **out)
+{
+    const struct ck_nntxt *n = ck_nntxt_get(msg, field);
+    if (!n)
+        return ck_error(CK_EFORMAT, "'%s' line %u: '%s' has no '%s'", label, msg->line,
+                        msg->name, field);
+    int err = ck_nntxt_str(n, label, out);
+    if (err >= 0 && !**out)
+        return ck_error(CK_EFORMAT, "'%s' line %u: '%s' is empty", label, n->line, field);
+    return err;
+}
+
+/* Parameters written in the text format itself. */
+static int txt_params(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *root)
+{
+    int err;
+    for (const struct ck_nntxt *p = ck_nntxt_get(root, "parameter"); p; p = ck_nntxt_next(p)) {
+        struct ck_tensor t;
+        const char *name;
+        const struct ck_nntxt *sh = ck_nntxt_get(p, "shape"), *ng = ck_nntxt_get(p, "need_grad");
+        bool need = false;
+        memset(&t, 0, sizeof(t));
+        if ((err = req_str(p, "variable_name", label, &name)) < 0)
+            return err;
+        t.name = (char *)name;
+        if (sh && (err = txt_shape(label, sh, &t, false)) < 0)
+            return err;
+        if (ng && (err = ck_nntxt_bool(ng, label, &need)) < 0)
+            return err;
+        size_t count = ck_nntxt_count(p, "data");
+        void *mem;
+        if ((err = ck_tensor_set_alloc(s, (uint64_t)count * 4, &mem)) < 0)
+            return err;
+        unsigned char *b = mem;
+        size_t i = 0;
+        for (const struct ck_nntxt *d = ck_nntxt_get(p, "data"); d; d = ck_nntxt_next(d), i++) {
+            double v;
+            if ((err = ck_nntxt_double(d, label, &v)) < 0)
+                return err;
+            float f = (float)v;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            for (int k = 0; k < 4; k++)
+                b[4 * i + k] = (unsigned char)(u >> (8 * k));
+        }
+        t.data = b;
+        if ((err = add_param(s, label, &t, count, ng ? need : -1)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+static bool is_shape_msg(const struct ck_nntxt *m)
+{
+    for (const struct ck_nntxt *c = m->child; c; c = c->next)
+        if (strcmp(c->name, "dim") || c->kind == CK_NNTXT_MSG)
+            return false;
+    return true;
+}
+
+static int scalar_text(struct ck_buf *b, const struct ck_nntxt *v)
+{
+    if (v->kind == CK_NNTXT_MSG && is_shape_msg(v)) {
+        int err = ck_buf_putc(b, '[');
+        for (const struct ck_nntxt *d = v->child; d && err >= 0; d = d->next)
+            err = ck_buf_printf(b, "%s%s", d == v->child ? "" : ",", d->value);
+        return err < 0 ? err : ck_buf_putc(b, ']');
+    }
+    return ck_buf_append(b, v->value, strlen(v->value));
+}
+
+/* The fields of a *_param message as node attributes. */
+static int flatten(struct ck_graph_node *n, const struct ck_nntxt *msg, const char *prefix,
+                   const char *label)
+{
+    int err = 0;
+    for (const struct ck_nntxt *c = msg->child; c && err >= 0; c = c->next) {
+        if (ck_nntxt_get(msg, c->name) != c)
+            continue; /* a repeat, handled with the first one */
+        size_t count = ck_nntxt_count(msg, c->name);
+        struct ck_buf key = CK_BUF_INIT, val = CK_BUF_INIT;
+        err = ck_buf_printf(&key, "%s%s", prefix, c->name);
+        bool simple = c->kind != CK_NNTXT_MSG || is_shape_msg(c);
+        if (err >= 0 && simple) {
+            if (count > 1)
+                err = ck_buf_putc(&val, '[');
+            for (const struct ck_nntxt *v = c; v && err >= 0; v = ck_nntxt_next(v)) {
+                if (v != c)
+                    err = ck_buf_putc(&val, ',');
+                if (err >= 0)
+                    err = scalar_text(&val, v);
+            }
+            if (err >= 0 && count > 1)
+                err = ck_buf_putc(&val, ']');
+            if (err >= 0) {
+                if (n->nattrs >= NNP_MAX_ATTRS)
+                    err = ck_error(CK_EFORMAT, "'%s' line %u: function '%s' has over %d "
+                                   "parameters", label, c->line, n->name, NNP_MAX_ATTRS);
+                else
+                    err = ck_graph_node_add_attr(n, ck_buf_str(&key), ck_buf_str(&val));
+            }
+        } else if (err >= 0) {
+            size_t i = 0;
+            for (const struct ck_nntxt *v = c; v && err >= 0; v = ck_nntxt_next(v), i++) {
+                ck_buf_reset(&val);
+                err = count > 1 ? ck_buf_printf(&val, "%s[%zu].", ck_buf_str(&key), i)
+                                : ck_buf_printf(&val, "%s.", ck_buf_str(&key));
+                if (err >= 0 && v->kind == CK_NNTXT_MSG)
+                    err = flatten(n, v, ck_buf_str(&val), label);
+            }
+        }
+        ck_buf_release(&key);
+        ck_buf_release(&val);
+    }
+    return err;
+}
+
+static int need_variable(const struct ck_tensor_set *s, const char *label,
+                         const struct ck_nntxt *at, const char *what, const char *name)
+{
+    if (ck_tensor_set_find(s, name))
+        return 0;
+    return ck_error(CK_EFORMAT, "'%s' line %u: %s '%s' is not a variable of the network",
+                    label, at->line, what, name);
+}
+
+static int txt_variables(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *net)
+{
+    int err;
+    for (const struct ck_nntxt *v = ck_nntxt_get(net, "variable"); v; v = ck_nntxt_next(v)) {
+        struct ck_tensor t;
+        const char *name, *type = "Buffer";
+        const struct ck_nntxt *sh = ck_nntxt_get(v, "shape"), *ty = ck_nntxt_get(v, "type");
+        memset(&t, 0, sizeof(t));
+        if ((err = req_str(v, "name", label, &name)) < 0 ||
+            (ty && (err = ck_nntxt_str(ty, label, &type)) < 0))
+            return err;
+        t.name = (char *)name;
+        if (sh && (err = txt_shape(label, sh, &t, true)) < 0)
+            return err;
+        struct ck_tensor *have = ck_tensor_set_find(s, name);
+        bool param = !strcmp(type, "Parameter");
+        if (have && have->data && param) {
+            bool same = have->rank == t.rank;
+            for (int i = 0; same && i < t.rank; i++)
+                same = have->dims[i] == t.dims[i];
+            if (!same) {
+                char a[256], b[256];
+                shape_text(have, a, sizeof(a));
+                shape_text(&t, b, sizeof(b));
+                return ck_error(CK_EFORMAT, "'%s' line %u: tensor '%s': shape %s differs from "
+                                "%s in the parameters", label, v->line, name, b, a);
+            }
+            continue;
+        }
+        if (have)
+            return ck_error(CK_EFORMAT, "'%s' line %u: variable '%s' is declared twice", label,
+                            v->line, name);
+        t.dtype = CK_DT_F32;
+        t.role = param ? "parameter" : "buffer";
+        if ((err = ck_tensor_set_add(s, &t, NULL)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int txt_function(struct ck_tensor_set *s, const char *label, struct ck_graph *g,
+                        const struct ck_nntxt *f)
+{
+    const char *name, *type, *io;
+    struct ck_graph_node *n;
+    int err;
+    if ((err = req_str(f, "name", label, &name)) < 0 || (err = req_str(f, "type", label, &type)) < 0 ||
+        (err = ck_graph_add_node(g, name, type, &n)) < 0)
+        return err;
+    for (const struct ck_nntxt *i = ck_nntxt_get(f, "input"); i; i = ck_nntxt_next(i))
+        if ((err = ck_nntxt_str(i, label, &io)) < 0 ||
+            (err = need_variable(s, label, i, "input", io)) < 0 ||
+            (err = ck_graph_node_add_input(n, io)) < 0)
+            return err;
+    for (const struct ck_nntxt *o = ck_nntxt_get(f, "output"); o; o = ck_nntxt_next(o))
+        if ((err = ck_nntxt_str(o, label, &io)) < 0 ||
+            (err = need_variable(s, label, o, "output", io)) < 0 ||
+            (err = ck_graph_node_add_output(n, io)) < 0)
+            return err;
+    for (const struct ck_nntxt *c = f->child; c; c = c->next)
+        if (c->kind == CK_NNTXT_MSG && has_suffix(c->name, "_param") &&
+            (err = flatten(n, c, "", label)) < 0)
+            return err;
+    return 0;
+}
+
+static int executor_io(struct ck_tensor_set *s, const char *label, struct ck_graph *g,
+                       const struct ck_nntxt *ex, bool have_params)
+{
+    static const struct {
+        const char *field;
+        int kind; /* 0 input, 1 output, 2 parameter */
+    } lists[] = {{"data_variable", 0}, {"output_variable", 1}, {"parameter_variable", 2}};
+    int err;
+    for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
+        for (const struct ck_nntxt *v = ck_nntxt_get(ex, lists[k].field); v;
+             v = ck_nntxt_next(v)) {
+            const char *name;
+            if ((err = req_str(v, "variable_name", label, &name)) < 0 ||
+                (err = need_variable(s, label, v, lists[k].field, name)) < 0)
+                return err;
+            if (lists[k].kind < 2) {
+                if ((err = ck_graph_add_io(g, lists[k].kind == 1, name)) < 0)
+                    return err;
+                continue;
+            }
+            const struct ck_tensor *t = ck_tensor_set_find(s, name);
+            if (have_params && !t->data)
+                return ck_error(CK_EFORMAT, "'%s' line %u: the parameters hold no tensor '%s'",
+                                label, v->line, name);
+        }
+    return 0;
+}
+
+static int txt_network(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *root,
+                       bool have_params)
+{
+    const struct ck_nntxt *ex = ck_nntxt_get(root, "executor"), *net = NULL;
+    const char *want = NULL, *name;
+    struct ck_graph *g = NULL;
+    int err;
+    if (ex) {
+        const char *exname;
+        if ((err = req_str(ex, "name", label, &exname)) < 0 ||
+            (err = req_str(ex, "network_name", label, &want)) < 0 ||
+            (err = ck_tensor_set_add_meta(s, "executor", exname)) < 0)
+            return err;
+    }
+    for (net = ck_nntxt_get(root, "network"); net; net = ck_nntxt_next(net)) {
+        if ((err = req_str(net, "name", label, &name)) < 0)
+            return err;
+        if (!want || !strcmp(want, name))
+            break;
+    }
+    if (!net) {
+        if (want)
+            return ck_error(CK_EFORMAT, "'%s': executor names network '%s', which is not there",
+                            label, want);
+        return 0;
+    }
+    if ((err = ck_tensor_set_add_meta(s, "network", name)) < 0 ||
+        (err = txt_variables(s, label, net)) < 0)
+        return err;
+    if (!(g = ck_graph_new()))
+        return ck_error(CK_ENOMEM, "'%s': out of memory", label);
+    if (!(g->name = strdup(name))) {
+        err = ck_error(CK_ENOMEM, "'%s': out of memory", label);
+        goto out;
+    }
+    const struct ck_nntxt *bs = ck_nntxt_get(net, "batch_size");
+    if (bs) {
+        int64_t v;
+        char num[32];
+        if ((err = ck_nntxt_int(bs, label, &v)) < 0)
+            goto out;
+        snprintf(num, sizeof(num), "%" PRId64, v);
+        if ((err = ck_graph_add_attr(g, "batch_size", num)) < 0)
+            goto out;
+    }
+    for (const struct ck_nntxt *f = ck_nntxt_get(net, "function"); f; f = ck_nntxt_next(f))
+        if ((err = txt_function(s, label, g, f)) < 0)
+            goto out;
+    if (ex && (err = executor_io(s, label, g, ex, have_params)) < 0)
+        goto out;
+    s->graph = g;
+    g = NULL;
+out:
+    ck_graph_free(g);
+    return err;
+}
+
+/* Parses text: its parameters first, then the network (checked against the
+ * parameters already in s). */
+static int read_text(struct ck_tensor_set *s, const char *label, const unsigned char *p,
+                     uint64_t len)
+{
+    struct ck_nntxt *root = NULL;
+    int err;
+    if (memchr(p, 0, len))
+        return ck_error(CK_EFORMAT, "'%s': text holds a NUL byte", label);
+    if ((err = ck_nntxt_parse((const char *)p, (size_t)len, label, &root)) < 0)
+        return err;
+    if ((err = txt_params(s, label, root)) < 0)
+        goto out;
+    bool have_params = false;
+    for (size_t i = 0; i < s->ntensors; i++)
+        have_params |= s->tensors[i].data != NULL;
+    err = txt_network(s, label, root, have_params);
+out:
+    ck_nntxt_free(root);
+    return err;
+}
+
+/* ---- the archive ---- */
+
+static int nnp_zip(struct ck_tensor_set *s, const char *path)
+{
+    struct ck_zipin zi;
+    int64_t text = -1, param = -1, version = -1;
+    char label[4200];
+    const unsigned char *d = NULL, *td = NULL;
+    uint64_t len = 0, tlen = 0;
+    int err;
+    if ((err = ck_zipin_open(&zi, path)) < 0)
+        return err;
+    for (uint64_t i = 0; i < zi.nentries; i++) {
+        const char *n = ck_zipin_name(&zi, i);
+        int64_t *slot = NULL;
+        if (!n || strchr(n, '/'))
+            continue;
+        if (!strcmp(n, "nnp_version.txt"))
+            slot = &version;
+        else if (is_text_name(n))
+            slot = &text;
+        else if (has_suffix(n, ".protobuf") || has_suffix(n, ".h5"))
+            slot = &param;
+        if (!slot)
+            continue;
+        if (*slot >= 0) {
+            err = ck_error(CK_EFORMAT, "'%s': both '%s' and '%s' hold the %s", path,
+                           ck_zipin_name(&zi, (uint64_t)*slot), n,
+                           slot == &param ? "parameters" : slot == &text ? "network" : "version");
+            goto out;
+        }
+        *slot = (int64_t)i;
+    }
+    if (text < 0 && param < 0) {
+        err = ck_error(CK_EFORMAT, "'%s': holds neither a network nor parameters", path);
+        goto out;
+    }
+    if (version >= 0) {
+        if ((err = ck_zipin_read(&zi, s, (uint64_t)version, NNP_MAX_VERSION, &d, &len)) < 0)
+            goto out;
+        char *v = ck_tensor_set_strdup(s, (const char *)d, (size_t)len);
+        if (!v) {
+            err = ck_error(CK_ENOMEM, "'%s': out of memory", path);
+            goto out;
+        }
+        v[strcspn(v, "\r\n")] = 0;
+        if ((err = ck_tensor_set_add_meta(s, "nnp_version", v)) < 0)
+            goto out;
+    }
+    if (param >= 0) {
+        const char *pn = ck_zipin_name(&zi, (uint64_t)param);
+        snprintf(label, sizeof(label), "%s: %s", path, pn);
+        if ((err = ck_tensor_set_add_meta(s, "parameter_file", pn)) < 0 ||
+            (err = ck_zipin_read(&zi, s, (uint64_t)param, CK_TENSOR_ALLOC_MAX, &d, &len)) < 0)
+            goto out;
+        if (has_suffix(pn, ".h5"))
+            err = ck_h5param_read(s, label, NULL, d, (size_t)len);
+        else
+            err = pb_params(s, label, d, len);
+        if (err < 0)
+            goto out;
+    }
+    if (text >= 0) {
+        snprintf(label, sizeof(label), "%s: %s", path, ck_zipin_name(&zi, (uint64_t)text));
+        if ((err = ck_zipin_read(&zi, s, (uint64_t)text, CK_NNTXT_MAX_TEXT, &td, &tlen)) < 0 ||
+            (err = read_text(s, label, td, tlen)) < 0)
+            goto out;
+    }
+out:
+    ck_zipin_close(&zi);
+    return err;
+}
+
+static int nnp_probe(const char *path, const unsigned char *head, size_t headlen)
+{
+    if (ck_zipin_is_zip(head, headlen)) {
+        struct ck_zipin zi;
+        int score = CK_PROBE_NO;
+        uint64_t idx;
+        if (ck_zipin_open(&zi, path) == 0) {
+            if (ck_zipin_find(&zi, "tags.txt", &idx) < 0) {
+                for (uint64_t i = 0; i < zi.nentries && !score; i++) {
+                    const char *n = ck_zipin_name(&zi, i);
+                    if (n && !strchr(n, '/') &&
+                        (!strcmp(n, "nnp_version.txt") || is_text_name(n) ||
+                         has_suffix(n, ".protobuf") || has_suffix(n, ".h5")))
+                        score = CK_PROBE_CONTENT;
+                }
+            }
+            ck_zipin_close(&zi);
+        }
+        ck_error_clear();
+        return score;
+    }
+    if (ck_h5param_is_hdf5(head, headlen))
+        return CK_PROBE_CONTENT;
+    if (has_suffix(path, ".protobuf")) {
+        const unsigned char *p = head;
+        uint64_t tag;
+        if (ck_pb_read_varint(&p, head + headlen, &tag) == 0 &&
+            (tag == (PB_PARAMETER << 3 | 2) || tag == (100 << 3 | 2) || tag == (1 << 3 | 2)))
+            return CK_PROBE_CONTENT;
+        ck_error_clear();
+        return CK_PROBE_NAME;
+    }
+    if (is_text_name(path)) {
+        size_t i = 0;
+        while (i < headlen && (head[i] == ' ' || head[i] == '\n' || head[i] == '\t' ||
+                               head[i] == '\r'))
+            i++;
+        if (i < headlen && (head[i] == '#' || (head[i] >= 'a' && head[i] <= 'z')))
+            return CK_PROBE_CONTENT;
+        return CK_PROBE_NAME;
+    }
+    return CK_PROBE_NO;
+}
+
+static int nnp_open(const char *path, struct ck_tensor_set **out)
+{
+    struct ck_tensor_set *s = ck_tensor_set_new("nnp", path);
+    const unsigned char *p;
+    uint64_t len;
+    int err;
+    if (!s)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", path);
+    if ((err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
+        goto out;
+    if (ck_zipin_is_zip(p, len))
+        err = nnp_zip(s, path);
+    else if (ck_h5param_is_hdf5(p, len))
+        err = ck_h5param_read(s, path, path, NULL, 0);
+    else if (has_suffix(path, ".protobuf"))
+        err = pb_params(s, path, p, len);
+    else if (is_text_name(path))
+        err = read_text(s, path, p, len);
+    else
+        err = ck_error(CK_EFORMAT, "'%s': not an NNabla file (.nnp, .h5, .protobuf, .nntxt)",
+                       path);
+out:
+    if (err < 0) {
+        ck_tensor_set_free(s);
+        return err;
+    }
+    *out = s;
+    return 0;
+}
+
+const struct ck_reader_ops ck_reader_nnp = {
+    .name = "nnp",
+    .description = "NNabla .nnp archive (network.nntxt + parameter.protobuf or .h5)",
+    .probe = nnp_probe,
+    .open = nnp_open,
+    .verify = NULL,
+};
