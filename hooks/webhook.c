@@ -1,0 +1,250 @@
+#include "hooks/webhook.h"
+#include "common/error.h"
+
+#include <curl/curl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+int ck_webhook_key_decode(const char *secret, const char *what, struct ck_webhook_key *out)
+{
+    static const char prefix[] = "whsec_";
+    unsigned char tmp[3 * (CK_WEBHOOK_KEY_MAX * 4 / 3 + 8) / 4 + 4];
+    memset(out, 0, sizeof *out);
+    if (strncmp(secret, prefix, sizeof prefix - 1) != 0)
+        return ck_error(CK_ECONFIG, "%s: a webhook secret must start with 'whsec_'", what);
+    const char *b64 = secret + sizeof prefix - 1;
+    size_t n = strlen(b64);
+    if (n == 0 || n % 4 != 0 || n > (CK_WEBHOOK_KEY_MAX + 2) / 3 * 4)
+        return ck_error(CK_ECONFIG,
+                        "%s: a webhook secret must be 'whsec_' + base64 of %d to %d bytes", what,
+                        CK_WEBHOOK_KEY_MIN, CK_WEBHOOK_KEY_MAX);
+    for (size_t i = 0; i < n; i++) {
+        char c = b64[i];
+        bool ok = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  c == '+' || c == '/' || (c == '=' && i >= n - 2);
+        if (!ok || (c != '=' && i > 0 && b64[i - 1] == '='))
+            return ck_error(CK_ECONFIG, "%s: a webhook secret is not valid base64 after 'whsec_'",
+                            what);
+    }
+    int len = EVP_DecodeBlock(tmp, (const unsigned char *)b64, (int)n);
+    if (len < 0)
+        return ck_error(CK_ECONFIG, "%s: a webhook secret is not valid base64 after 'whsec_'",
+                        what);
+    /* EVP_DecodeBlock counts the padding as zero bytes */
+    len -= (b64[n - 1] == '=') + (b64[n - 2] == '=');
+    if (len < CK_WEBHOOK_KEY_MIN || len > CK_WEBHOOK_KEY_MAX) {
+        OPENSSL_cleanse(tmp, sizeof tmp);
+        return ck_error(CK_ECONFIG, "%s: a webhook secret must hold %d to %d bytes, not %d", what,
+                        CK_WEBHOOK_KEY_MIN, CK_WEBHOOK_KEY_MAX, len);
+    }
+    memcpy(out->bytes, tmp, (size_t)len);
+    out->len = (size_t)len;
+    OPENSSL_cleanse(tmp, sizeof tmp);
+    return 0;
+}
+
+void ck_webhook_key_wipe(struct ck_webhook_key *k)
+{
+    OPENSSL_cleanse(k, sizeof *k);
+}
+
+int ck_webhook_sign(const struct ck_webhook_key *keys, size_t nkeys, const char *id,
+                    int64_t timestamp, const char *body, size_t len, struct ck_buf *out)
+{
+    char prefix[128];
+    int pn = snprintf(prefix, sizeof prefix, "%s.%lld.", id, (long long)timestamp);
+    if (pn < 0 || (size_t)pn >= sizeof prefix)
+        return ck_error(CK_ESIZE, "webhook id '%s' too long", id);
+    for (size_t i = 0; i < nkeys; i++) {
+        unsigned char mac[EVP_MAX_MD_SIZE];
+        unsigned char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
+        EVP_MAC *m = EVP_MAC_fetch(NULL, "HMAC", NULL);
+        EVP_MAC_CTX *ctx = m ? EVP_MAC_CTX_new(m) : NULL;
+        OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0),
+                               OSSL_PARAM_construct_end()};
+        size_t outl = 0;
+        int ok = ctx && EVP_MAC_init(ctx, keys[i].bytes, keys[i].len, params) &&
+                 EVP_MAC_update(ctx, (const unsigned char *)prefix, (size_t)pn) &&
+                 EVP_MAC_update(ctx, (const unsigned char *)body, len) &&
+                 EVP_MAC_final(ctx, mac, &outl, sizeof mac);
+        EVP_MAC_CTX_free(ctx);
+        EVP_MAC_free(m);
+        if (!ok)
+            return ck_error(CK_ERR, "HMAC-SHA256 failed in OpenSSL");
+        EVP_EncodeBlock(b64, mac, (int)outl);
+        OPENSSL_cleanse(mac, sizeof mac);
+        int err = ck_buf_printf(out, "%sv1,%s", i ? " " : "", (const char *)b64);
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+int ck_webhook_check_url(const char *url, const char *what)
+{
+    for (const char *p = url; *p; p++)
+        if ((unsigned char)*p <= ' ' || *p == 0x7f)
+            return ck_error(CK_ECONFIG, "%s: the URL contains a space or a control character",
+                            what);
+    CURLU *u = curl_url();
+    if (!u)
+        return ck_error(CK_ENOMEM, "out of memory");
+    char *scheme = NULL, *host = NULL, *user = NULL;
+    int err = 0;
+    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
+        err = ck_error(CK_ECONFIG, "%s: not a valid URL (like https://host/path)", what);
+    } else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+               (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
+        err = ck_error(CK_ECONFIG, "%s: the URL must start with http:// or https://", what);
+    } else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
+        err = ck_error(CK_ECONFIG, "%s: the URL has no host", what);
+    } else if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK) {
+        err = ck_error(CK_ECONFIG,
+                       "%s: the URL must not carry credentials (user:password@); "
+                       "give the whole URL as a secret (env:NAME or file:/path) instead",
+                       what);
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(user);
+    curl_url_cleanup(u);
+    return err;
+}
+
+void ck_webhook_redact_url(const char *url, char *out, size_t outsz)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        curl_url_get(u, CURLUPART_PORT, &port, 0);
+        snprintf(out, outsz, "%s://%s%s%s", scheme, host, port ? ":" : "", port ? port : "");
+    } else {
+        snprintf(out, outsz, "(invalid url)");
+    }
+    curl_free(scheme);
+    curl_free(host);
+    curl_free(port);
+    curl_url_cleanup(u);
+}
+
+/* The answer: its first bytes kept for the log, the rest counted and dropped,
+ * and the transfer stopped past CK_WEBHOOK_BODY_MAX. */
+struct sink {
+    char head[160];
+    size_t head_len;
+    size_t total;
+};
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *p)
+{
+    struct sink *s = p;
+    size_t n = size * nmemb;
+    if (s->total + n > CK_WEBHOOK_BODY_MAX)
+        return 0; /* CURLE_WRITE_ERROR: the status we already have still counts */
+    size_t room = sizeof s->head - 1 - s->head_len;
+    size_t take = n < room ? n : room;
+    memcpy(s->head + s->head_len, data, take);
+    s->head_len += take;
+    s->total += n;
+    return n;
+}
+
+static void printable(char *out, size_t outsz, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 1 < outsz; i++)
+        out[o++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : ' ';
+    out[o] = '\0';
+}
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int ck_webhook_post(const char *url, const char *id, int64_t timestamp, const char *sig,
+                    const char *content_type, const char *body, size_t len, double timeout,
+                    struct ck_webhook_result *r)
+{
+    char h[512];
+    struct curl_slist *hdrs = NULL, *t;
+    struct sink sink = {{0}, 0, 0};
+    char errbuf[CURL_ERROR_SIZE] = "";
+    memset(r, 0, sizeof *r);
+    CURL *c = curl_easy_init();
+    if (!c)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        snprintf(h, sizeof h, __VA_ARGS__);                                                        \
+        if (!(t = curl_slist_append(hdrs, h)))                                                     \
+            goto nomem;                                                                            \
+        hdrs = t;                                                                                  \
+    } while (0)
+    ADD("Content-Type: %s", content_type);
+    ADD("webhook-id: %s", id);
+    ADD("webhook-timestamp: %lld", (long long)timestamp);
+    ADD("User-Agent: ckptd/%s", CKPTD_VERSION);
+    ADD("Expect:"); /* no 100-continue round trip */
+    if (sig) {
+        /* may be long with several keys: build it outside the fixed buffer */
+        struct ck_buf b = CK_BUF_INIT;
+        if (ck_buf_printf(&b, "webhook-signature: %s", sig) < 0 ||
+            !(t = curl_slist_append(hdrs, ck_buf_str(&b)))) {
+            ck_buf_release(&b);
+            goto nomem;
+        }
+        hdrs = t;
+        ck_buf_release(&b);
+    }
+#undef ADD
+    long total_ms = (long)(timeout * 1000);
+    if (total_ms < 1)
+        total_ms = 1;
+    long connect_ms = (long)(CK_WEBHOOK_CONNECT_MAX_S * 1000);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, total_ms);
+    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, connect_ms < total_ms ? connect_ms : total_ms);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    double t0 = now_mono();
+    CURLcode rc = curl_easy_perform(c);
+    r->seconds = now_mono() - t0;
+    r->curl_code = (int)rc;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(c);
+    bool got_2xx = r->status >= 200 && r->status < 300;
+    /* a 2xx whose body we cut short is still a delivery */
+    if (got_2xx && (rc == CURLE_OK || rc == CURLE_WRITE_ERROR))
+        return 0;
+    if (rc != CURLE_OK && rc != CURLE_WRITE_ERROR)
+        printable(r->detail, sizeof r->detail, *errbuf ? errbuf : curl_easy_strerror(rc),
+                  strlen(*errbuf ? errbuf : curl_easy_strerror(rc)));
+    else if (rc == CURLE_WRITE_ERROR)
+        snprintf(r->detail, sizeof r->detail, "answer larger than %d bytes", CK_WEBHOOK_BODY_MAX);
+    else
+        printable(r->detail, sizeof r->detail, sink.head, sink.head_len);
+    return CK_ENET;
+nomem:
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(c);
+    return ck_error(CK_ENOMEM, "out of memory");
+}
