@@ -238,7 +238,7 @@ static size_t tf_part(const char *name, bool *is_index, long *shard, long *nshar
     long a, b;
     int used = 0;
     if (sscanf(d, ".data-%5ld-of-%5ld%n", &a, &b, &used) == 2 && d[used] == '\0' &&
-        strlen(d) == 21 && b > 0 && a < b) {
+        strlen(d) == 20 && b > 0 && a < b) {
         *is_index = false;
         *shard = a;
         *nshards = b;

@@ -532,6 +532,19 @@ static int registered_pass(struct scan *s, const struct ck_discovery *d)
     return 0;
 }
 
+/* Whether the file this candidate would become in the tree is already the
+ * path of a registered checkpoint. PMF compares file names only. */
+static bool path_registered(struct scan *s, const struct ck_candidate *c)
+{
+    char rel[PATH_MAX];
+    if (c->kind != CK_CAND_FILE || tree_rel(c, c->files[0], rel, sizeof rel) < 0)
+        return false;
+    for (size_t i = 0; i < s->meta.ncheckpoints; i++)
+        if (!strcmp(ck_basename(s->meta.checkpoints[i].path), ck_basename(rel)))
+            return true;
+    return false;
+}
+
 static int new_pass(struct scan *s, const struct ck_discovery *d)
 {
     double min_age = s->o->min_age >= 0 ? s->o->min_age : s->o->cfg->min_age;
@@ -553,9 +566,12 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         long long v = strtoll(c->ref, &end, 10);
         if (!*end && c->ref[0] && ck_pmf_find(&s->meta, &(struct ck_pmf_ref){true, v, NULL}) >= 0)
             continue;
-        if (!c->complete || s->now - c->newest_mtime < min_age) {
+        if (path_registered(s, c))
+            continue; /* already registered under another reference (a tree someone else wrote) */
+        double age = now_seconds() - c->newest_mtime;
+        if (!c->complete || age < min_age) {
             ck_debug("checkpoint.waiting", "ref='%s' complete=%d age=%.3fs", c->ref, c->complete,
-                     s->now - c->newest_mtime);
+                     age);
             s->res->waiting++;
             continue;
         }

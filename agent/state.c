@@ -2,6 +2,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +18,30 @@ static const char *const migrations[] = {
     "  nfiles INTEGER NOT NULL, registered_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0));",
 };
 
+/* SQLite's message, with the OS error behind it when there is one
+ * ("disk I/O error" alone does not tell a full disk from a bad one). */
+static const char *db_msg(sqlite3 *db, char *out, size_t outsz)
+{
+    int sys = db ? sqlite3_system_errno(db) : 0;
+    if (sys)
+        snprintf(out, outsz, "%s (%s)", sqlite3_errmsg(db), strerror(sys));
+    else
+        snprintf(out, outsz, "%s", db ? sqlite3_errmsg(db) : "no database");
+    return out;
+}
+
 static int db_fail(sqlite3 *db, const char *what)
 {
-    return ck_error(CK_EIO, "state database: %s: %s", what, db ? sqlite3_errmsg(db) : "no db");
+    char msg[512];
+    return ck_error(CK_EIO, "state database: %s: %s", what, db_msg(db, msg, sizeof msg));
 }
 
 static int exec(sqlite3 *db, const char *sql)
 {
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int err = ck_error(CK_EIO, "state database: %s", msg ? msg : sqlite3_errmsg(db));
+        char full[512];
+        int err = ck_error(CK_EIO, "state database: %s", db_msg(db, full, sizeof full));
         sqlite3_free(msg);
         return err;
     }

@@ -30,11 +30,11 @@
         return cmocka_run_group_tests(tests, NULL, NULL);                                          \
     }
 
-/* A fresh scratch folder for a test under $CK_TEST_TMP (or /tmp); out must hold 4096. */
+/* A fresh scratch folder for a test under $CK_TEST_TMP (or /tmp); out must hold 4000. */
 static inline void ck_test_tmpdir(char *out, const char *name)
 {
     const char *base = getenv("CK_TEST_TMP");
-    snprintf(out, 4096, "%s/%s.XXXXXX", base && *base ? base : "/tmp", name);
+    snprintf(out, 4000, "%s/%s.XXXXXX", base && *base ? base : "/tmp", name);
     if (!mkdtemp(out))
         fail_msg("cannot create a scratch folder under '%s'", out);
 }

@@ -1,0 +1,290 @@
+/* common/: YAML typing as PyYAML does it, JSON escaping, hashing, atomic
+ * files, secrets, UTF-8. Expected values are published test vectors or
+ * YAML 1.1 facts, not output of the code under test. */
+#include "tests/unit/test_main.h"
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/hash.h"
+#include "common/json.h"
+#include "common/secret.h"
+#include "common/utf8.h"
+#include "common/yamlutil.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void yaml_plain_types(void **state)
+{
+    static const struct {
+        const char *s;
+        enum ck_yaml_type t;
+    } cases[] = {
+        {"yes", CK_Y_BOOL},     {"Off", CK_Y_BOOL},     {"TRUE", CK_Y_BOOL},
+        {"y", CK_Y_STR},        {"12", CK_Y_INT},       {"012", CK_Y_INT},
+        {"0x1F", CK_Y_INT},     {"1_000", CK_Y_INT},    {"1:30", CK_Y_INT},
+        {"0o7", CK_Y_STR},      {"1e5", CK_Y_STR},      {"1.0e+5", CK_Y_FLOAT},
+        {"1.5", CK_Y_FLOAT},    {".inf", CK_Y_FLOAT},   {"1.0.0", CK_Y_STR},
+        {"~", CK_Y_NULL},       {"null", CK_Y_NULL},    {"", CK_Y_NULL},
+        {"2002-12-14", CK_Y_OTHER},                     {"epoch_3.pt", CK_Y_STR},
+        {"9d1d08d1fbd1ebc350ccf3c0256b06e9", CK_Y_STR}, {"1234567", CK_Y_INT},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        enum ck_yaml_type t = ck_yaml_plain_type(cases[i].s, strlen(cases[i].s));
+        if (t != cases[i].t)
+            fail_msg("'%s' typed %s, expected %s", cases[i].s, ck_yaml_type_name(t),
+                     ck_yaml_type_name(cases[i].t));
+    }
+}
+
+static void yaml_values(void **state)
+{
+    (void)state;
+    const char *text = "a: 012\nb: 0x10\nc: 1:30\nd: '12'\ne: !!str 7\nf: -1.5\ng: on\n";
+    struct ck_yaml_doc d;
+    assert_int_equal(ck_yaml_load(&d, "t.yaml", text, strlen(text)), 0);
+    yaml_node_t *root = ck_yaml_root(&d);
+    int64_t want_i[] = {10, 16, 90};
+    yaml_node_pair_t *p = root->data.mapping.pairs.start;
+    for (int i = 0; i < 3; i++, p++) {
+        struct ck_yaml_value v;
+        ck_yaml_resolve(ck_yaml_node(&d, p->value), &v);
+        assert_int_equal(v.type, CK_Y_INT);
+        assert_int_equal(v.i, want_i[i]);
+    }
+    struct ck_yaml_value v;
+    ck_yaml_resolve(ck_yaml_node(&d, p->value), &v);
+    assert_int_equal(v.type, CK_Y_STR);
+    p += 2;
+    ck_yaml_resolve(ck_yaml_node(&d, p->value), &v);
+    assert_int_equal(v.type, CK_Y_FLOAT);
+    assert_true(v.f == -1.5);
+    p++;
+    ck_yaml_resolve(ck_yaml_node(&d, p->value), &v);
+    assert_int_equal(v.type, CK_Y_BOOL);
+    assert_true(v.b);
+    ck_yaml_release(&d);
+}
+
+static void yaml_error_names_line(void **state)
+{
+    (void)state;
+    const char *text = "a: 1\nb: [1, 2\nc: 3\n";
+    struct ck_yaml_doc d;
+    assert_int_equal(ck_yaml_load(&d, "bad.yaml", text, strlen(text)), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'bad.yaml' line "));
+}
+
+static void yaml_emit_quotes_what_would_change_type(void **state)
+{
+    (void)state;
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_yaml_out o;
+    assert_int_equal(ck_yaml_out_begin(&o, &b), 0);
+    ck_yaml_map_begin(&o);
+    const char *keys[] = {"12", "yes", "null", "1.5", "plain", "a: b"};
+    for (size_t i = 0; i < 6; i++) {
+        ck_yaml_str(&o, keys[i]);
+        ck_yaml_str(&o, keys[i]);
+    }
+    ck_yaml_map_end(&o);
+    assert_int_equal(ck_yaml_out_end(&o), 0);
+    /* read back: every one must still be the same string */
+    struct ck_yaml_doc d;
+    assert_int_equal(ck_yaml_load(&d, "out", ck_buf_str(&b), b.len), 0);
+    yaml_node_t *root = ck_yaml_root(&d);
+    size_t i = 0;
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+         p++, i++) {
+        struct ck_yaml_value k, v;
+        ck_yaml_resolve(ck_yaml_node(&d, p->key), &k);
+        ck_yaml_resolve(ck_yaml_node(&d, p->value), &v);
+        assert_int_equal(k.type, CK_Y_STR);
+        assert_int_equal(v.type, CK_Y_STR);
+        assert_string_equal(v.s, keys[i]);
+    }
+    assert_int_equal(i, 6);
+    assert_non_null(strstr(ck_buf_str(&b), "plain: plain"));
+    ck_yaml_release(&d);
+    ck_buf_release(&b);
+}
+
+static void json_escapes(void **state)
+{
+    (void)state;
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_json j;
+    ck_json_init(&j, &b, false);
+    ck_json_begin_object(&j);
+    ck_json_kstr(&j, "s", "a\"b\\c\n\x01\xff");
+    ck_json_kint(&j, "i", -3);
+    ck_json_key(&j, "a");
+    ck_json_begin_array(&j);
+    ck_json_bool(&j, true);
+    ck_json_null(&j);
+    ck_json_double(&j, 0.5);
+    ck_json_end_array(&j);
+    ck_json_end_object(&j);
+    assert_int_equal(ck_json_error(&j), 0);
+    assert_string_equal(ck_buf_str(&b),
+                        "{\"s\":\"a\\\"b\\\\c\\n\\u0001\\ufffd\",\"i\":-3,\"a\":[true,null,0.5]}");
+    ck_buf_release(&b);
+}
+
+static void write_tmp(char *path, const char *name, const void *data, size_t len)
+{
+    char dir[4000];
+    ck_test_tmpdir(dir, name);
+    snprintf(path, 4096, "%s/f", dir);
+    assert_int_equal(ck_write_file_atomic(path, data, len, 0644), 0);
+}
+
+static void hash_vectors(void **state)
+{
+    (void)state;
+    char path[4096];
+    struct ck_digests d;
+    /* RFC 1321 and FIPS 180-2 test vectors */
+    write_tmp(path, "hash", "abc", 3);
+    assert_int_equal(ck_hash_file(path, CK_HASH_BOTH, &d, NULL), 0);
+    assert_string_equal(d.md5, "900150983cd24fb0d6963f7d28e17f72");
+    assert_string_equal(d.sha256,
+                        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_int_equal(d.size, 3);
+    write_tmp(path, "hash_empty", "", 0);
+    assert_int_equal(ck_hash_file(path, CK_HASH_MD5, &d, NULL), 0);
+    assert_string_equal(d.md5, "d41d8cd98f00b204e9800998ecf8427e");
+    assert_string_equal(d.sha256, "");
+}
+
+static void hash_large_crosses_blocks(void **state)
+{
+    (void)state;
+    /* 1,000,000 'a': FIPS 180-2's long vector, over several 1 MiB reads */
+    size_t n = 1000000;
+    char *buf = malloc(n);
+    memset(buf, 'a', n);
+    char path[4096];
+    write_tmp(path, "hash_big", buf, 1000000);
+    struct ck_digests d;
+    assert_int_equal(ck_hash_file(path, CK_HASH_BOTH, &d, NULL), 0);
+    assert_string_equal(d.sha256,
+                        "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    assert_string_equal(d.md5, "7707d6ae4e027c70eea2a935c2296f21");
+    /* the same through the incremental context */
+    struct ck_hash_ctx *c = ck_hash_ctx_new(CK_HASH_BOTH);
+    for (int i = 0; i < 1000; i++)
+        ck_hash_ctx_update(c, buf, 1000);
+    ck_hash_ctx_final(c, &d);
+    ck_hash_ctx_free(c);
+    assert_string_equal(d.md5, "7707d6ae4e027c70eea2a935c2296f21");
+    free(buf);
+}
+
+static void hash_missing_is_changed(void **state)
+{
+    (void)state;
+    struct ck_digests d;
+    assert_int_equal(ck_hash_file("/nonexistent/ckptd-test", CK_HASH_MD5, &d, NULL), CK_ECHANGED);
+    assert_non_null(strstr(ck_error_msg(), "vanished"));
+}
+
+static void atomic_abort_leaves_nothing(void **state)
+{
+    (void)state;
+    char dir[4000], path[4096];
+    ck_test_tmpdir(dir, "atomic");
+    snprintf(path, sizeof path, "%s/x", dir);
+    assert_int_equal(ck_write_file_atomic(path, "old", 3, 0644), 0);
+    struct ck_atomic_file f;
+    assert_int_equal(ck_atomic_open(&f, path, 0600), 0);
+    assert_int_equal(ck_atomic_write(&f, "new", 3), 0);
+    ck_atomic_abort(&f);
+    struct ck_buf b = CK_BUF_INIT;
+    assert_int_equal(ck_read_file(path, 100, &b), 0);
+    assert_string_equal(ck_buf_str(&b), "old");
+    ck_buf_release(&b);
+    /* only x is left in the folder */
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "test $(ls -A '%s' | wc -l) -eq 1", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void read_file_limit(void **state)
+{
+    (void)state;
+    char path[4096];
+    write_tmp(path, "limit", "0123456789", 10);
+    struct ck_buf b = CK_BUF_INIT;
+    assert_int_equal(ck_read_file(path, 9, &b), CK_ESIZE);
+    ck_buf_release(&b);
+}
+
+static void secrets_from_env_and_0600_file(void **state)
+{
+    (void)state;
+    char *s = NULL;
+    setenv("CK_TEST_SECRET", "hunter2", 1);
+    assert_int_equal(ck_secret_load("env:CK_TEST_SECRET", &s), 0);
+    assert_string_equal(s, "hunter2");
+    ck_secret_free(s);
+    assert_int_equal(ck_secret_load("hunter2", &s), CK_ECONFIG);
+    assert_null(strstr(ck_error_msg(), "hunter2"));
+    char path[4096], ref[4200];
+    write_tmp(path, "secret", "topsecret\n", 10);
+    snprintf(ref, sizeof ref, "file:%s", path);
+    chmod(path, 0644);
+    assert_int_equal(ck_secret_load(ref, &s), CK_ECONFIG);
+    assert_non_null(strstr(ck_error_msg(), "0600"));
+    assert_null(strstr(ck_error_msg(), "topsecret"));
+    chmod(path, 0600);
+    assert_int_equal(ck_secret_load(ref, &s), 0);
+    assert_string_equal(s, "topsecret");
+    ck_secret_free(s);
+}
+
+static void utf8_checks(void **state)
+{
+    (void)state;
+    assert_true(ck_utf8_is_valid("h\xc3\xa9llo", 6));
+    assert_false(ck_utf8_is_valid("\xff", 1));
+    assert_false(ck_utf8_is_valid("\xc0\xaf", 2));         /* overlong '/' */
+    assert_false(ck_utf8_is_valid("\xed\xa0\x80", 3));     /* surrogate */
+    assert_false(ck_utf8_is_valid("\xe2\x82", 2));         /* truncated */
+    char out[64];
+    ck_utf8_sanitize(out, sizeof out, "a\xff" "b");
+    assert_string_equal(out, "a\\xffb");
+}
+
+static void buf_limit(void **state)
+{
+    (void)state;
+    struct ck_buf b;
+    ck_buf_init(&b, 8);
+    assert_int_equal(ck_buf_puts(&b, "12345678"), 0);
+    assert_int_equal(ck_buf_putc(&b, '9'), CK_ENOMEM);
+    assert_int_equal(b.len, 8);
+    ck_buf_release(&b);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(yaml_plain_types),
+    cmocka_unit_test(yaml_values),
+    cmocka_unit_test(yaml_error_names_line),
+    cmocka_unit_test(yaml_emit_quotes_what_would_change_type),
+    cmocka_unit_test(json_escapes),
+    cmocka_unit_test(hash_vectors),
+    cmocka_unit_test(hash_large_crosses_blocks),
+    cmocka_unit_test(hash_missing_is_changed),
+    cmocka_unit_test(atomic_abort_leaves_nothing),
+    cmocka_unit_test(read_file_limit),
+    cmocka_unit_test(secrets_from_env_and_0600_file),
+    cmocka_unit_test(utf8_checks),
+    cmocka_unit_test(buf_limit),
+};
+
+CK_TEST_MAIN(tests)
