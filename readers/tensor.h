@@ -52,6 +52,10 @@ struct ck_tensor {
     struct ck_bytes *strings;   /* CK_DT_STRING: numel entries, owned by the set */
     bool has_crc32c;            /* the file stores a masked-or-plain CRC32C of the data */
     uint32_t crc32c;            /* that CRC32C (unmasked) */
+    const unsigned char *raw;   /* the stored bytes the file's checksum covers when they are
+                                   not data (TF string tensors: lengths, length checksum,
+                                   bytes); borrowed from the set; NULL otherwise */
+    uint64_t rawlen;
     const char *role;           /* static string or NULL: "parameter", "constant", "buffer", ... */
 };
 
