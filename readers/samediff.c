@@ -541,16 +541,21 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
         if ((err = ck_graph_add_attr(gr, "outputs", "inferred")) < 0)
             return err;
     }
-    for (uint32_t i = 0; i < loss.n; i++) {
+    struct ck_buf lv = CK_BUF_INIT;
+    for (uint32_t i = 0; i < loss.n && err >= 0; i++) {
         const char *sp;
         uint32_t sl;
         char *name;
         if ((err = ck_fb_vec_string(&loss, i, &sp, &sl)) < 0)
-            return ck_error_wrap(err, "'%s': loss variable %u", c->file, i);
-        if ((err = fb_name(c, sp, sl, "a loss variable", &name)) < 0 ||
-            (err = ck_graph_add_attr(gr, "loss_variable", name)) < 0)
-            return err;
+            err = ck_error_wrap(err, "'%s': loss variable %u", c->file, i);
+        else if ((err = fb_name(c, sp, sl, "a loss variable", &name)) >= 0)
+            err = ck_buf_printf(&lv, "%s%s", i ? "," : "", name);
     }
+    if (err >= 0 && loss.n)
+        err = ck_graph_add_attr(gr, "loss_variables", ck_buf_str(&lv));
+    ck_buf_release(&lv);
+    if (err < 0)
+        return err;
     return 0;
 }
 
