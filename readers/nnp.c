@@ -521,9 +521,10 @@ out:
 }
 
 /* Parses text: its parameters first, then the network (checked against the
- * parameters already in s). */
+ * parameters already in s; have_params: a parameter file was read, so every
+ * parameter the executor names must have its values). */
 static int read_text(struct ck_tensor_set *s, const char *label, const unsigned char *p,
-                     uint64_t len)
+                     uint64_t len, bool have_params)
 {
     struct ck_nntxt *root = NULL;
     int err;
@@ -533,10 +534,7 @@ static int read_text(struct ck_tensor_set *s, const char *label, const unsigned 
         return err;
     if ((err = txt_params(s, label, root)) < 0)
         goto out;
-    bool have_params = false;
-    for (size_t i = 0; i < s->ntensors; i++)
-        have_params |= s->tensors[i].data != NULL;
-    err = txt_network(s, label, root, have_params);
+    err = txt_network(s, label, root, have_params || ck_nntxt_get(root, "parameter"));
 out:
     ck_nntxt_free(root);
     return err;
@@ -607,7 +605,7 @@ static int nnp_zip(struct ck_tensor_set *s, const char *path)
     if (text >= 0) {
         snprintf(label, sizeof(label), "%s: %s", path, ck_zipin_name(&zi, (uint64_t)text));
         if ((err = ck_zipin_read(&zi, s, (uint64_t)text, CK_NNTXT_MAX_TEXT, &td, &tlen)) < 0 ||
-            (err = read_text(s, label, td, tlen)) < 0)
+            (err = read_text(s, label, td, tlen, param >= 0)) < 0)
             goto out;
     }
 out:
@@ -676,7 +674,7 @@ static int nnp_open(const char *path, struct ck_tensor_set **out)
     else if (has_suffix(path, ".protobuf"))
         err = pb_params(s, path, p, len);
     else if (is_text_name(path))
-        err = read_text(s, path, p, len);
+        err = read_text(s, path, p, len, false);
     else
         err = ck_error(CK_EFORMAT, "'%s': not an NNabla file (.nnp, .h5, .protobuf, .nntxt)",
                        path);

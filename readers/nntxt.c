@@ -201,11 +201,15 @@ static bool number_ok(const char *s)
     char tmp[128];
     if (n == 0 || n >= sizeof(tmp))
         return false;
+    (void)strtod(s, &e);
+    if (*e == 0 && e != s)
+        return true;
     memcpy(tmp, s, n + 1);
-    if (tmp[n - 1] == 'f' || tmp[n - 1] == 'F')
-        tmp[n - 1] = 0;
+    if (tmp[n - 1] != 'f' && tmp[n - 1] != 'F')
+        return false;
+    tmp[n - 1] = 0;
     (void)strtod(tmp, &e);
-    return *e == 0 && e != tmp;
+    return *e == 0 && e != tmp && n > 1;
 }
 
 static int scalar_value(struct lx *l, struct ck_nntxt *n)
@@ -241,13 +245,6 @@ static int scalar_value(struct lx *l, struct ck_nntxt *n)
         return ck_error(CK_EFORMAT, "'%s' line %u: '%s' is not a number", l->file, l->line,
                         n->value);
     }
-    if (n->kind == CK_NNTXT_NUMBER || (*s != '-' && *s != '+'))
-        return 0;
-    /* A signed identifier: only -inf, -nan and friends. */
-    n->kind = CK_NNTXT_NUMBER;
-    if (!number_ok(n->value))
-        return ck_error(CK_EFORMAT, "'%s' line %u: '%s' is not a number", l->file, l->line,
-                        n->value);
     return 0;
 }
 
