@@ -7,6 +7,7 @@
  * commands.h, add a row here (alphabetical), document it in the README. */
 const struct ck_command ck_commands[] = {
     {"config", ck_cmd_config, "check a config file, or list every config key"},
+    {"hooks", ck_cmd_hooks, "test a webhook; emit, deliver or replay events; hook status"},
     {"inspect", ck_cmd_inspect, "list a checkpoint's tensors, metadata, graph; check checksums"},
     {"scan", ck_cmd_scan, "bring DIR's PMF tree up to date once, then exit (for cron)"},
     {NULL, NULL, NULL},

@@ -5,5 +5,6 @@
 int ck_cmd_scan(int argc, char **argv);
 int ck_cmd_config(int argc, char **argv);
 int ck_cmd_inspect(int argc, char **argv);
+int ck_cmd_hooks(int argc, char **argv);
 
 #endif

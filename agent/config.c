@@ -1,10 +1,12 @@
 #include "agent/config.h"
+#include "agent/ops.h"
 #include "agent/discover.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/yamlutil.h"
+#include "hooks/hooks.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -32,6 +34,10 @@ struct key {
 
 static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_retry_schedule(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
@@ -61,6 +67,21 @@ static const struct key keys[] = {
      "a file in DIR whose appearance marks the training failed"},
     {"log.format", T_LOGFORMAT, F(log_format), NULL, "text or json"},
     {"log.level", T_LOGLEVEL, F(log_level), NULL, "debug, info, warn or error"},
+    {"hooks.webhooks", T_CUSTOM, 0, parse_webhooks,
+     "webhooks: [{url: https://... | env:NAME | file:/path, secret: env:NAME | file:/path"
+     " (whsec_...), secrets: [...] (rotation), events: [checkpoint.*, ...], template: FILE,"
+     " timeout: 10s}]"},
+    {"hooks.exec", T_CUSTOM, 0, parse_exec_hooks,
+     "commands per event: [{event: checkpoint.registered, command: [argv...] (a string runs with"
+     " /bin/sh -c), timeout: 30s}]"},
+    {"hooks.retry_schedule", T_CUSTOM, 0, parse_retry_schedule,
+     "delays before each webhook retry (default 5s 30s 2m 10m 30m 1h 2h 4h 6h 8h)"},
+    {"hooks.failing_after", T_INT, F(hooks.failing_after), NULL,
+     "consecutive failures that mark a webhook receiver failing (default 5)"},
+    {"metrics_file", T_STR, F(metrics_file), NULL,
+     "scan writes its metrics here at the end (node_exporter textfile collector, *.prom)"},
+    {"listen", T_CUSTOM, 0, parse_listen,
+     "watch serves /healthz /readyz /metrics /status on HOST:PORT (like 127.0.0.1:9464)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -144,6 +165,8 @@ void ck_config_release(struct ck_config *cfg)
     free(cfg->init_name);
     free(cfg->init_checkpoint);
     free(cfg->build_parameters_yaml);
+    ck_hooks_conf_release(&cfg->hooks);
+    free(cfg->listen);
     free(cfg->source);
     memset(cfg, 0, sizeof *cfg);
 }
@@ -331,6 +354,200 @@ static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const cha
     free(c->cfg->build_parameters_yaml);
     c->cfg->build_parameters_yaml = ck_buf_detach(&b);
     return 0;
+}
+
+/* hooks.*, listen: the keys of hooks/ and agent/ops.c. */
+static int hook_item_key(struct parse_ctx *c, yaml_node_pair_t *p, const char *key, size_t i,
+                         char *full, size_t fullsz, const char **k, yaml_node_t **vn)
+{
+    int err;
+    if ((err = scalar_str(c, ck_yaml_node(c->doc, p->key), key, k)) < 0)
+        return err;
+    snprintf(full, fullsz, "%s[%zu].%s", key, i, *k);
+    *vn = ck_yaml_node(c->doc, p->value);
+    return 0;
+}
+
+/* A list of strings, or one string taken as a list of one, into (*v, *n). */
+static int hook_strv(struct parse_ctx *c, yaml_node_t *n, const char *key, char ***v, size_t *nv)
+{
+    const char *s;
+    int err;
+    if (n->type == YAML_SCALAR_NODE) {
+        if (!(*v = calloc(2, sizeof **v)) || !((*v)[0] = strdup((const char *)n->data.scalar.value)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        *nv = 1;
+        return 0;
+    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a string or a list of strings");
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (!(*v = calloc(count + 1, sizeof **v)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        if ((err = scalar_str(c, ck_yaml_node(c->doc, *it), key, &s)) < 0)
+            return err;
+        if (!((*v)[*nv] = strdup(s)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        ++*nv;
+    }
+    return 0;
+}
+
+static int hook_duration(struct parse_ctx *c, yaml_node_t *n, const char *key, double *out)
+{
+    const char *s;
+    int err;
+    if ((err = scalar_str(c, n, key, &s)) < 0)
+        return err;
+    if (ck_parse_duration(s, out) < 0 || *out <= 0)
+        return bad(c, n, key, "must be a positive duration like 500ms, 10s or 2m");
+    return 0;
+}
+
+static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_hooks_conf *h = &c->cfg->hooks;
+    char full[128], dir[4096], path[8192];
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of {url, secret, events, template, timeout}");
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    for (size_t i = 0; i < h->nwebhooks; i++)
+        free(h->webhooks[i].url); /* a repeated key replaces the list (rare: keep it simple) */
+    free(h->webhooks);
+    h->nwebhooks = 0;
+    if (!(h->webhooks = calloc(count ? count : 1, sizeof *h->webhooks)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    ck_dirname(dir, sizeof dir, c->doc->name);
+    for (size_t i = 0; i < count; i++) {
+        yaml_node_t *item = ck_yaml_node(c->doc, n->data.sequence.items.start[i]);
+        struct ck_webhook_conf *w = &h->webhooks[h->nwebhooks++];
+        w->line = ck_yaml_line(item);
+        if (item->type != YAML_MAPPING_NODE)
+            return bad(c, item, key, "items must be mappings with at least 'url'");
+        for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
+             p++) {
+            const char *k, *s;
+            yaml_node_t *vn;
+            int err;
+            if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
+                return err;
+            if (!strcmp(k, "url")) {
+                if ((err = scalar_str(c, vn, full, &s)) < 0 || (err = set_str(&w->url, s)) < 0)
+                    return err;
+            } else if (!strcmp(k, "secret") || !strcmp(k, "secrets")) {
+                if (w->nsecrets)
+                    return bad(c, vn, full, "repeats the secret: use 'secrets' for several");
+                if ((err = hook_strv(c, vn, full, &w->secrets, &w->nsecrets)) < 0)
+                    return err;
+            } else if (!strcmp(k, "events")) {
+                if ((err = hook_strv(c, vn, full, &w->events, &w->nevents)) < 0)
+                    return err;
+            } else if (!strcmp(k, "template")) {
+                if ((err = scalar_str(c, vn, full, &s)) < 0)
+                    return err;
+                /* relative to the config file's folder */
+                snprintf(path, sizeof path, "%s%s%s", s[0] == '/' ? "" : dir, s[0] == '/' ? "" : "/", s);
+                if ((err = set_str(&w->template_path, path)) < 0)
+                    return err;
+            } else if (!strcmp(k, "timeout")) {
+                if ((err = hook_duration(c, vn, full, &w->timeout)) < 0)
+                    return err;
+            } else {
+                return bad(c, ck_yaml_node(c->doc, p->key), full,
+                           "is not a known key (url, secret, secrets, events, template, timeout)");
+            }
+        }
+        if (!w->url) {
+            snprintf(full, sizeof full, "%s[%zu].url", key, i);
+            return bad(c, item, full, "is missing");
+        }
+    }
+    return ck_hooks_conf_check(h, c->doc->name);
+}
+
+static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_hooks_conf *h = &c->cfg->hooks;
+    char full[128];
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of {event, command, timeout}");
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (h->nexecs)
+        return bad(c, n, key, "is given twice");
+    if (!(h->execs = calloc(count ? count : 1, sizeof *h->execs)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        yaml_node_t *item = ck_yaml_node(c->doc, n->data.sequence.items.start[i]);
+        struct ck_exec_conf *e = &h->execs[h->nexecs++];
+        e->line = ck_yaml_line(item);
+        if (item->type != YAML_MAPPING_NODE)
+            return bad(c, item, key, "items must be mappings with 'event' and 'command'");
+        for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
+             p++) {
+            const char *k, *s;
+            yaml_node_t *vn;
+            int err;
+            if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
+                return err;
+            if (!strcmp(k, "event")) {
+                if ((err = scalar_str(c, vn, full, &s)) < 0 || (err = set_str(&e->event, s)) < 0)
+                    return err;
+            } else if (!strcmp(k, "command")) {
+                /* a list runs without a shell; one string runs with /bin/sh -c */
+                e->shell = vn->type == YAML_SCALAR_NODE;
+                if ((err = hook_strv(c, vn, full, &e->argv, &e->argc)) < 0)
+                    return err;
+            } else if (!strcmp(k, "timeout")) {
+                if ((err = hook_duration(c, vn, full, &e->timeout)) < 0)
+                    return err;
+            } else {
+                return bad(c, ck_yaml_node(c->doc, p->key), full,
+                           "is not a known key (event, command, timeout)");
+            }
+        }
+        if (!e->event || !e->argc) {
+            snprintf(full, sizeof full, "%s[%zu]", key, i);
+            return bad(c, item, full, "needs 'event' and 'command'");
+        }
+    }
+    return ck_hooks_conf_check(h, c->doc->name);
+}
+
+static int parse_retry_schedule(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_hooks_conf *h = &c->cfg->hooks;
+    const char *s;
+    int err;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of durations (the delay before each retry)");
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    free(h->retry_schedule);
+    h->nretry = 0;
+    if (!(h->retry_schedule = calloc(count ? count : 1, sizeof *h->retry_schedule)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top; it++) {
+        yaml_node_t *vn = ck_yaml_node(c->doc, *it);
+        if ((err = scalar_str(c, vn, key, &s)) < 0)
+            return err;
+        if (ck_parse_duration(s, &h->retry_schedule[h->nretry]) < 0)
+            return bad(c, vn, key, "must list durations like 5s, 10m, 2h");
+        h->nretry++;
+    }
+    return 0;
+}
+
+static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    char host[64];
+    int port;
+    const char *s;
+    int err;
+    if ((err = scalar_str(c, n, key, &s)) < 0)
+        return err;
+    if (ck_ops_parse_listen(s, key, host, sizeof host, &port) < 0)
+        return bad(c, n, key, "must be PORT or HOST:PORT with an IP address (like 127.0.0.1:9464)");
+    return set_str(&c->cfg->listen, s);
 }
 
 static const struct key *find_key(const char *name)

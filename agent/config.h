@@ -5,6 +5,8 @@
 #ifndef CK_CONFIG_H
 #define CK_CONFIG_H
 
+#include "hooks/hooks.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +45,13 @@ struct ck_config {
     /* log: */
     int log_format;               /* -1: not set */
     int log_level;                /* -1: not set */
+
+    /* hooks: webhooks, exec hooks, retry schedule (hooks/hooks.h) */
+    struct ck_hooks_conf hooks;
+
+    /* operations: */
+    char *metrics_file;           /* scan: Prometheus textfile collector output */
+    char *listen;                 /* watch: HOST:PORT of /healthz /readyz /metrics /status */
 };
 
 /* Defaults only. */

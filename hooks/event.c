@@ -247,6 +247,35 @@ int ck_event_field(const struct ck_event *ev, const char *name, struct ck_buf *o
     return err < 0 ? err : 1;
 }
 
+int ck_event_set(struct ck_event *ev, const char *name, const char *value)
+{
+    const struct field *f = find_field(name);
+    char *end;
+    if (!f)
+        return ck_error(CK_EUSAGE, "'%s' is not an event field that can be set", name);
+    char *p = (char *)ev + f->offset;
+    switch (f->type) {
+    case F_STR:
+        *(const char **)p = value;
+        return 0;
+    case F_INT: {
+        long long v = strtoll(value, &end, 10);
+        if (!*value || *end || v < 0)
+            return ck_error(CK_EUSAGE, "'%s' must be a whole number >= 0, not '%s'", name, value);
+        *(int64_t *)p = v;
+        return 0;
+    }
+    case F_DBL: {
+        double v = strtod(value, &end);
+        if (!*value || *end || !(v >= 0))
+            return ck_error(CK_EUSAGE, "'%s' must be a number >= 0, not '%s'", name, value);
+        *(double *)p = v;
+        return 0;
+    }
+    }
+    return 0;
+}
+
 int ck_event_env(const struct ck_event *ev, char ***env, size_t *n)
 {
     struct ck_buf v = CK_BUF_INIT;

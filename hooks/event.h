@@ -81,6 +81,10 @@ int ck_event_json(const struct ck_event *ev, struct ck_buf *out);
  * when it exists but is not set for this event, and CK_ENOENT when no field
  * has that name. */
 int ck_event_field(const struct ck_event *ev, const char *name, struct ck_buf *out);
+/* Sets a field from text (for `ckptd hooks emit --set`): value is borrowed
+ * for strings; numbers are parsed. "type", "id" and "timestamp" cannot be
+ * set. CK_EUSAGE naming the field when unknown or not a number. */
+int ck_event_set(struct ck_event *ev, const char *name, const char *value);
 /* Whether a field of that name exists (for checking templates early). */
 bool ck_event_field_exists(const char *name);
 

@@ -51,7 +51,7 @@ struct ck_hooks_conf {
     size_t nexecs;
     double *retry_schedule; /* seconds before each retry; NULL: ck_backoff_default */
     size_t nretry;
-    int failing_after;      /* consecutive failures that mark a receiver failing; 0: 5 */
+    int64_t failing_after;  /* consecutive failures that mark a receiver failing; 0: 5 */
 };
 
 #define CK_HOOKS_WEBHOOK_TIMEOUT_S 10.0
