@@ -217,6 +217,38 @@ int ck_read_file(const char *path, size_t max, struct ck_buf *out)
     return err;
 }
 
+/* copy_file_range where the kernel does it (same filesystem, or any since
+ * Linux 5.19), read/write where it refuses (EXDEV on older kernels). */
+static int copy_data(int in, int out, off_t size, const char *src, const char *dst)
+{
+    off_t left = size;
+    bool plain = false;
+    char block[1 << 16];
+    while (left > 0) {
+        ssize_t n;
+        if (!plain) {
+            n = copy_file_range(in, NULL, out, NULL, (size_t)left, 0);
+            if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                          errno == EOPNOTSUPP) && left == size) {
+                plain = true;
+                continue;
+            }
+        } else {
+            n = read(in, block, sizeof block);
+            if (n > 0 && write(out, block, (size_t)n) != n)
+                return ck_error_os(CK_EIO, "cannot write '%s'", dst);
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return ck_error_os(CK_EIO, "cannot copy '%s' to '%s'", src, dst);
+        if (n == 0)
+            return ck_error(CK_ECHANGED, "'%s' shrank while it was copied", src);
+        left -= n;
+    }
+    return 0;
+}
+
 static int copy_to(const char *src, const char *dst)
 {
     struct ck_atomic_file f;
@@ -235,21 +267,10 @@ static int copy_to(const char *src, const char *dst)
         return err;
     }
     /* A reflink shares the blocks (btrfs, xfs): no data is copied. */
-    if (ioctl(f.fd, FICLONE, in) < 0) {
-        off_t left = st.st_size;
-        while (left > 0) {
-            ssize_t n = copy_file_range(in, NULL, f.fd, NULL, (size_t)left, 0);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                err = n < 0 ? ck_error_os(CK_EIO, "cannot copy '%s' to '%s'", src, dst)
-                            : ck_error(CK_ECHANGED, "'%s' shrank while it was copied", src);
-                ck_atomic_abort(&f);
-                close(in);
-                return err;
-            }
-            left -= n;
-        }
+    if (ioctl(f.fd, FICLONE, in) < 0 && (err = copy_data(in, f.fd, st.st_size, src, dst)) < 0) {
+        ck_atomic_abort(&f);
+        close(in);
+        return err;
     }
     close(in);
     return ck_atomic_commit(&f);

@@ -343,7 +343,7 @@ static int parse_checkpoints(struct pctx *c, yaml_node_t *n, struct ck_pmf_meta 
         yaml_node_t *k = ck_yaml_node(c->doc, p->key), *v = ck_yaml_node(c->doc, p->value);
         yaml_node_t *vals[3];
         struct ck_pmf_checkpoint cp;
-        struct ck_pmf_opt_epoch e;
+        struct ck_pmf_opt_epoch e = {false, 0};
         int err;
         memset(&cp, 0, sizeof cp);
         if ((err = get_ref(c, k, "checkpoint reference", &cp.ref)) < 0)

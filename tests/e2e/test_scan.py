@@ -398,6 +398,26 @@ class BadInput(TmpDirCase):
         finally:
             subprocess.run(["umount", "-l", mnt])
 
+    def test_other_filesystem_is_copied(self):
+        # a checkpoint folder on another filesystem: no hard link across devices
+        if os.getuid() != 0:
+            raise unittest.SkipTest("needs root to mount a tmpfs")
+        mnt = os.path.join(self.dir, "ckpts")
+        os.mkdir(mnt)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", mnt]).returncode != 0:
+            raise unittest.SkipTest("cannot mount a tmpfs here")
+        try:
+            data = os.urandom(300000)
+            write_old(os.path.join(mnt, "epoch_1.pt"), data)
+            run("scan", self.dir, check=0)
+            c = validate_tree(self.dir)["model"]["training"]["checkpoints"]["epoch_1.pt"]
+            placed = os.path.join(self.dir, c["path"])
+            self.assertNotEqual(os.stat(placed).st_dev, os.stat(mnt + "/epoch_1.pt").st_dev)
+            with open(placed, "rb") as f:
+                self.assertEqual(f.read(), data)
+        finally:
+            subprocess.run(["umount", "-l", mnt])
+
     def test_kill_9_never_tears_metadata(self):
         rng = random.Random(1234)
         for i in range(25):
