@@ -20,11 +20,12 @@ best() { # best wall time in seconds of 3 runs of "$@"
     local b=999999 t0 t1 t
     for _ in 1 2 3; do
         t0=$(date +%s.%N); "$@" >/dev/null; t1=$(date +%s.%N)
-        t=$(echo "$t1 - $t0" | bc -l); b=$(echo "if ($t < $b) $t else $b" | bc -l)
+        b=$(awk -v a="$t0" -v z="$t1" -v b="$b" 'BEGIN { t = z - a; print (t < b ? t : b) }')
     done
     printf '%.4f' "$b"
 }
-ratio() { echo "scale=3; $1 / $2" | bc -l; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", a / b }'; }
+mbps() { awk -v mb="$1" -v t="$2" 'BEGIN { printf "%.0f", mb * 1.048576 / t }'; }
 
 f=$work/model/epoch_1.pt
 mkdir -p "$work/model"
@@ -38,10 +39,10 @@ sha256sum_t=$(best sha256sum "$f")
 read -r _ md5_t < <("$build/bench/hashbench" "$f" 3 | grep '^md5 ')
 read -r _ both_t < <("$build/bench/hashbench" "$f" 3 | grep '^both ')
 echo "== hashing ${mb} MiB, page-cached ($(nproc) cores)"
-printf 'md5sum                      %7.3f s  %6.0f MB/s\n' "$md5sum_t" "$(echo "$mb*1.048576/$md5sum_t" | bc -l)"
-printf 'sha256sum                   %7.3f s  %6.0f MB/s\n' "$sha256sum_t" "$(echo "$mb*1.048576/$sha256sum_t" | bc -l)"
-printf 'ckptd md5                   %7.3f s  %6.0f MB/s  throughput vs md5sum: %sx\n' "$md5_t" "$(echo "$mb*1.048576/$md5_t" | bc -l)" "$(ratio "$md5sum_t" "$md5_t")"
-printf 'ckptd md5+sha256 (one read) %7.3f s  %6.0f MB/s  vs md5sum alone: %sx, vs ckptd md5 alone: %sx\n' "$both_t" "$(echo "$mb*1.048576/$both_t" | bc -l)" "$(ratio "$md5sum_t" "$both_t")" "$(ratio "$md5_t" "$both_t")"
+printf 'md5sum                      %7.3f s  %6.0f MB/s\n' "$md5sum_t" "$(mbps "$mb" "$md5sum_t")"
+printf 'sha256sum                   %7.3f s  %6.0f MB/s\n' "$sha256sum_t" "$(mbps "$mb" "$sha256sum_t")"
+printf 'ckptd md5                   %7.3f s  %6.0f MB/s  throughput vs md5sum: %sx\n' "$md5_t" "$(mbps "$mb" "$md5_t")" "$(ratio "$md5sum_t" "$md5_t")"
+printf 'ckptd md5+sha256 (one read) %7.3f s  %6.0f MB/s  vs md5sum alone: %sx, vs ckptd md5 alone: %sx\n' "$both_t" "$(mbps "$mb" "$both_t")" "$(ratio "$md5sum_t" "$both_t")" "$(ratio "$md5_t" "$both_t")"
 
 # 2. the user-level path: register a fresh 1 GiB checkpoint
 scan_once() { rm -rf "$work/model/.ckptd" "$work/model/metadata.yaml" "$work/model/data"; "$ckptd" scan -q "$work/model"; }
@@ -53,7 +54,7 @@ many=$work/many
 mkdir -p "$many/ckpts"
 ( cd "$many/ckpts" && for i in $(seq 1 10000); do printf '%d' "$i" > "epoch_$i.pt"; done && touch -d '1 min ago' ./* )
 t0=$(date +%s.%N); "$ckptd" scan -q "$many"; t1=$(date +%s.%N)
-first=$(echo "$t1 - $t0" | bc -l)
+first=$(awk -v a="$t0" -v z="$t1" 'BEGIN { print z - a }')
 noop_t=$(best "$ckptd" scan -q "$many")
 n=$(grep -c 'epoch: ' "$many/metadata.yaml")
 echo "== scan of 10,000 checkpoints"
