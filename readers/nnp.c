@@ -630,6 +630,8 @@ static int nnp_probe(const char *path, const unsigned char *head, size_t headlen
                 }
             }
             ck_zipin_close(&zi);
+        } else if (has_suffix(path, ".nnp")) {
+            score = CK_PROBE_NAME; /* a broken or hostile .nnp: let open() say why */
         }
         ck_error_clear();
         return score;
