@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/yamlutil.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -291,7 +292,6 @@ static int init_pmf(struct scan *s)
 
 /* Links a PMF tree into dst, without its data/checkpoints (PMF's rule for an
  * initialisation tree). */
-#include <dirent.h>
 static int copy_tree(const char *src, const char *dst, int depth, bool skip_checkpoints)
 {
     int err = ck_mkdirs(dst, 0755);
