@@ -1,0 +1,81 @@
+/* Shared by the libFuzzer targets: the input becomes a file (the readers
+ * map files), is opened by one reader, and every tensor is touched (CRC,
+ * values) and verified, so reads past a mapping show up under ASan. */
+#ifndef CK_FUZZ_COMMON_H
+#define CK_FUZZ_COMMON_H
+
+#include "common/error.h"
+#include "readers/reader.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static char ck_fuzz_dirname[512];
+
+static inline void ck_fuzz_cleanup(void)
+{
+    rmdir(ck_fuzz_dirname); /* the targets unlink their files after each run */
+}
+
+/* A per-process scratch folder under $TMPDIR (or /tmp), removed at exit. */
+static inline const char *ck_fuzz_dir(void)
+{
+    if (!ck_fuzz_dirname[0]) {
+        const char *t = getenv("TMPDIR");
+        snprintf(ck_fuzz_dirname, sizeof ck_fuzz_dirname, "%s/ckptd-fuzz.XXXXXX",
+                 t && *t ? t : "/tmp");
+        if (!mkdtemp(ck_fuzz_dirname))
+            abort();
+        atexit(ck_fuzz_cleanup);
+    }
+    return ck_fuzz_dirname;
+}
+
+static inline void ck_fuzz_write(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        abort();
+    if (size && fwrite(data, 1, size, f) != size)
+        abort();
+    fclose(f);
+}
+
+/* Opens path with the named reader, touches and verifies what it read. */
+static inline void ck_fuzz_open(const char *path, const char *format)
+{
+    struct ck_tensor_set *s = NULL;
+    const struct ck_reader_ops *ops;
+    (void)ck_reader_detect(path, &ops);
+    if (ck_reader_open(path, format, &s) == 0) {
+        for (size_t i = 0; i < s->ntensors; i++) {
+            uint32_t crc;
+            uint64_t n;
+            (void)ck_tensor_crc32c(s, &s->tensors[i], &crc);
+            if (ck_tensor_numel(&s->tensors[i], &n) == 0 && n)
+                (void)ck_tensor_get_f64(&s->tensors[i], n - 1);
+        }
+        (void)ck_reader_verify(ck_reader_of(s), s);
+    }
+    ck_tensor_set_free(s);
+    ck_error_clear();
+}
+
+/* A target for a one-file format: the input is the file. */
+#define CK_FUZZ_ONE_FILE(format, suffix)                                                           \
+    int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)                                   \
+    {                                                                                              \
+        char path[600];                                                                            \
+        snprintf(path, sizeof path, "%s/input%s", ck_fuzz_dir(), suffix);                          \
+        ck_fuzz_write(path, data, size);                                                           \
+        ck_fuzz_open(path, format);                                                                \
+        unlink(path);                                                                              \
+        return 0;                                                                                  \
+    }
+
+#endif

@@ -1,0 +1,4 @@
+/* libFuzzer: the safetensors reader. */
+#include "fuzz_common.h"
+
+CK_FUZZ_ONE_FILE("safetensors", ".safetensors")

@@ -1,0 +1,109 @@
+"""Writes seed inputs for the fuzz targets into OUT/<target>/: small valid
+files of every format made by numpy and the test writers, and the real
+files under $CK_SHARED_DATA when it is there. Usage: seeds.py OUT"""
+import io
+import os
+import struct
+import sys
+import zipfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckpt_formats import TfTensor, safetensors_bytes, safetensors_from_numpy  # noqa: E402
+from ckpt_formats import snappy, write_tf_bundle  # noqa: E402
+
+
+def put(out, target, name, data):
+    d = os.path.join(out, target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def npy(a, version=(1, 0)):
+    b = io.BytesIO()
+    np.lib.format.write_array(b, a, version=version)
+    return b.getvalue()
+
+
+def tf_seed(tmp, name, tensors, **kw):
+    prefix = os.path.join(tmp, name)
+    write_tf_bundle(prefix, tensors, **kw)
+    with open(prefix + ".index", "rb") as f:
+        index = f.read()
+    with open(prefix + ".data-00000-of-00001", "rb") as f:
+        data = f.read()
+    return struct.pack("<I", len(index)) + index + data
+
+
+def nnp_seeds(out, shared):
+    """NNabla text, and an .nnp with a hand-encoded parameter.protobuf."""
+    text = (b'network { name: "n" batch_size: 2\n'
+            b'  variable { name: "x" type: "Buffer" shape { dim: -1 dim: 2 } }\n'
+            b'  variable { name: "w" type: "Parameter" shape { dim: 2 dim: 1 } }\n'
+            b'  variable { name: "y" type: "Buffer" shape { dim: -1 dim: 1 } }\n'
+            b'  function { name: "A" type: "Affine" input: "x" input: "w" output: "y"\n'
+            b'    affine_param { base_axis: 1 } } }\n'
+            b'executor { name: "e" network_name: "n" data_variable { variable_name: "x" }\n'
+            b'  output_variable { variable_name: "y" } parameter_variable { variable_name: "w" } }\n')
+    put(out, "nntxt", "small", text)
+    body = (b"\x0a\x01w" + b"\xa2\x01\x04\x0a\x02\x02\x01" + b"\xa2\x06\x08" +
+            struct.pack("<2f", 0.5, -1) + b"\xa8\x06\x01")
+    pb = b"\xc2\x0c" + bytes([len(body)]) + body
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        z.writestr("nnp_version.txt", "0.1\n")
+        z.writestr("network.nntxt", text)
+        z.writestr("parameter.protobuf", pb)
+    put(out, "nnp", "small", b.getvalue())
+    lenet = os.path.join(shared or "", "nnabla", "lenet_010000.nnp")
+    if shared and os.path.exists(lenet):
+        with zipfile.ZipFile(lenet) as z:
+            put(out, "nntxt", "lenet", z.read("network.nntxt"))
+
+
+def main(out):
+    shared = os.environ.get("CK_SHARED_DATA", "")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    put(out, "safetensors", "small", safetensors_from_numpy(
+        {"a": a, "b": np.array([1, 2], dtype=np.int64), "c": np.array(True)}, {"k": "v"}))
+    put(out, "safetensors", "f8", safetensors_bytes([("x", "F8_E4M3", [2], b"\x38\x7e"),
+                                                     ("y", "BF16", [1], b"\x80\x3f")]))
+    put(out, "npy", "v1", npy(a))
+    put(out, "npy", "v2be", npy(a.astype(">f8"), (2, 0)))
+    put(out, "npy", "v3f", npy(np.asfortranarray(a), (3, 0)))
+    for compression, name in ((zipfile.ZIP_STORED, "stored"), (zipfile.ZIP_DEFLATED, "deflated")):
+        b = io.BytesIO()
+        with zipfile.ZipFile(b, "w", compression=compression) as z:
+            z.writestr("a.npy", npy(a))
+            z.writestr("b.npy", npy(np.array([1, 2], dtype=np.int8)))
+        put(out, "npz", name, b.getvalue())
+    tmp = os.path.join(out, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    ts = [TfTensor.from_numpy("w", a), TfTensor.from_numpy("step", np.array(3, dtype=np.int64)),
+          TfTensor("s", "string", [2], strings=[b"ab", b""])]
+    put(out, "tfbundle", "plain", tf_seed(tmp, "p", ts, block_size=64))
+    if snappy is not None:
+        put(out, "tfbundle", "snappy", tf_seed(tmp, "s", ts, compress=True))
+    nnp_seeds(out, shared)
+    if shared and os.path.isdir(shared):
+        for root, _, files in os.walk(shared):
+            for f in files:
+                p = os.path.join(root, f)
+                with open(p, "rb") as fh:
+                    data = fh.read()
+                if f.endswith(".safetensors"):
+                    put(out, "safetensors", f, data)
+                elif f.endswith(".index"):
+                    shard = p[:-len(".index")] + ".data-00000-of-00001"
+                    rest = b""
+                    if os.path.exists(shard):
+                        with open(shard, "rb") as fh:
+                            rest = fh.read()
+                    put(out, "tfbundle", os.path.basename(root) + "_" + f,
+                        struct.pack("<I", len(data)) + data + rest)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
