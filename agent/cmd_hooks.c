@@ -82,6 +82,8 @@ static int open_dir(struct dir_ctx *d, const struct opts *o, const char *dir, co
     if ((err = ck_state_open(&d->st, dir)) < 0)
         return ck_cli_fail(cmd, err);
     d->st_open = true;
+    if ((err = ck_outbox_init(d->st.db)) < 0)
+        return ck_cli_fail(cmd, err);
     return 0;
 }
 
@@ -240,9 +242,7 @@ static int cmd_replay(struct opts *o, int argc, char **argv)
     }
     size_t n = 0, delivered = 0;
     int64_t pending = 0;
-    int err = ck_outbox_init(d.st.db);
-    if (err == 0)
-        err = ck_outbox_replay(d.st.db, argv[0], unix_ms(), &n);
+    int err = ck_outbox_replay(d.st.db, argv[0], unix_ms(), &n);
     if (err == 0 && n == 0)
         err = ck_error(CK_ENOENT, "event '%s' went to no webhook: nothing to replay", argv[0]);
     if (err == 0)

@@ -682,7 +682,8 @@ int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_
             } else {
                 double left = (double)(deadline_ms - ck_exec_now_ms()) / 1000.0;
                 double timeout = w->timeout < left ? w->timeout : left;
-                int64_t lease = now + (int64_t)(timeout * 1000) + 60000;
+                /* covers the attempt; after a crash the delivery is due again soon after */
+                int64_t lease = now + (int64_t)(timeout * 1000) + 2000;
                 if ((err = ck_outbox_claim(db, items[i].event_id, w->key, now, lease, &claimed)) <
                         0 ||
                     !claimed)

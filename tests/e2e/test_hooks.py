@@ -1,0 +1,452 @@
+"""Webhooks and exec hooks, end to end: the real binary against a real
+receiver on loopback (tests/lib/webhook_receiver.py), its signatures checked
+by an independent implementation (Python's hmac, written from the spec)."""
+import base64
+import json
+import os
+import resource
+import signal
+import stat
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
+from webhook_receiver import Receiver, verify  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+SECRET_A = "whsec_" + base64.b64encode(os.urandom(32)).decode()
+SECRET_B = "whsec_" + base64.b64encode(os.urandom(24)).decode()
+ENV = {"CK_WH_A": SECRET_A, "CK_WH_B": SECRET_B}
+
+
+def no_secret_in(test, *texts):
+    for t in texts:
+        for s in (SECRET_A, SECRET_B, SECRET_A[6:], SECRET_B[6:]):
+            test.assertNotIn(s, t)
+
+
+def gone(pid):
+    """The process has exited (absent, or a zombie waiting for its reaper)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return ") Z " in f.read()
+    except FileNotFoundError:
+        return True
+
+
+class HookCase(TmpDirCase):
+    def config(self, text):
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write(text)
+
+    def receiver(self, **kw):
+        r = Receiver(self.dir, **kw)
+        self.addCleanup(r.stop)
+        return r
+
+    def emit(self, type_, *sets, check=0, env=ENV, timeout=60):
+        args = ["hooks", "emit", type_, self.dir]
+        for s in sets:
+            args += ["--set", s]
+        p = run(*args, env=env, check=check, timeout=timeout)
+        no_secret_in(self, p.stdout, p.stderr)
+        return p
+
+
+class Webhooks(HookCase):
+    def test_signature_checked_independently(self):
+        r = self.receiver()
+        self.config(f"""
+model: {{name: resnet-18}}
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        p = self.emit("checkpoint.registered", "checkpoint=e3", "epoch=3",
+                      "path=data/checkpoints/epoch_3.pt", "md5=" + "a" * 32, "size=1234")
+        event_id = p.stdout.strip()
+        reqs = r.wait_requests(1)
+        self.assertEqual(len(reqs), 1)
+        q = reqs[0]
+        h = {k.lower(): v for k, v in q["headers"].items()}
+        self.assertEqual(q["method"], "POST")
+        self.assertEqual(q["path"], "/hook")
+        self.assertEqual(h["content-type"], "application/json")
+        self.assertEqual(h["webhook-id"], event_id)
+        self.assertRegex(event_id, r"^evt_[a-z2-7]{26}$")
+        self.assertLess(abs(int(h["webhook-timestamp"]) - time.time()), 120)
+        self.assertTrue(verify(SECRET_A, q["headers"], q["body"].encode()))
+        self.assertFalse(verify(SECRET_B, q["headers"], q["body"].encode()))
+        # a body changed by one byte does not verify
+        self.assertFalse(verify(SECRET_A, q["headers"], q["body"].encode() + b" "))
+        body = json.loads(q["body"])
+        self.assertEqual(body["type"], "checkpoint.registered")
+        self.assertEqual(body["id"], event_id)
+        self.assertRegex(body["timestamp"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+        d = body["data"]
+        self.assertEqual(d["model"]["name"], "resnet-18")
+        self.assertEqual(d["checkpoint"], {"reference": "e3", "epoch": 3,
+                                           "path": "data/checkpoints/epoch_3.pt",
+                                           "md5": "a" * 32, "size": 1234})
+        self.assertEqual(os.path.realpath(d["dir"]), os.path.realpath(self.dir))
+        no_secret_in(self, q["body"])
+
+    def test_key_rotation_gives_one_signature_per_key(self):
+        r = self.receiver()
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secrets: [env:CK_WH_A, env:CK_WH_B]
+""")
+        self.emit("training.finished", "status=finished")
+        q = r.wait_requests(1)[0]
+        sigs = q["headers"]["webhook-signature"].split(" ")
+        self.assertEqual(len(sigs), 2)
+        body = q["body"].encode()
+        for secret in (SECRET_A, SECRET_B):
+            self.assertTrue(verify(secret, q["headers"], body))
+            # each key's signature alone verifies: the receiver may know only one key
+            one = dict(q["headers"])
+            one["webhook-signature"] = sigs[0] if secret == SECRET_A else sigs[1]
+            self.assertTrue(verify(secret, one, body))
+
+    def test_retries_on_500_and_503_keep_the_id(self):
+        r = self.receiver(statuses=[500, 503, 200])
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+  retry_schedule: [0s, 0s, 0s]
+""")
+        p = self.emit("upload.completed", "store=s3", "remote_url=s3://b/m/e1.pt", "bytes=99")
+        self.assertIn("webhook.attempt_failed", p.stderr)
+        self.assertEqual(len(r.requests()), 1)  # one attempt per receiver per round
+        p = run("hooks", "deliver", self.dir, "--wait", "30s", env=ENV, check=0)
+        self.assertIn("pending 0", p.stdout)
+        reqs = r.wait_requests(3)
+        self.assertEqual([q["status"] for q in reqs], [500, 503, 200])
+        ids = {q["headers"]["webhook-id"] for q in reqs}
+        self.assertEqual(len(ids), 1)
+        for q in reqs:
+            self.assertTrue(verify(SECRET_A, q["headers"], q["body"].encode()))
+        self.assertEqual(len({q["body"] for q in reqs}), 1)
+        # delivered: another pass sends nothing
+        run("hooks", "deliver", self.dir, env=ENV, check=0)
+        self.assertEqual(len(r.requests()), 3)
+
+    def test_dedup_by_id_and_replay(self):
+        r = self.receiver()
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        ids = [self.emit("checkpoint.registered", f"checkpoint=e{i}").stdout.strip()
+               for i in range(2)]
+        p = run("hooks", "replay", ids[0], self.dir, env=ENV, check=0)
+        self.assertIn("1 accepted", p.stdout)
+        reqs = r.wait_requests(3)
+        self.assertEqual([q["headers"]["webhook-id"] for q in reqs], [ids[0], ids[1], ids[0]])
+        # a receiver that keeps the ids it has seen processes each event once
+        seen, processed = set(), []
+        for q in reqs:
+            self.assertTrue(verify(SECRET_A, q["headers"], q["body"].encode()))
+            if q["headers"]["webhook-id"] not in seen:
+                seen.add(q["headers"]["webhook-id"])
+                processed.append(json.loads(q["body"])["data"]["checkpoint"]["reference"])
+        self.assertEqual(processed, ["e0", "e1"])
+        p = run("hooks", "replay", "evt_doesnotexist", self.dir, env=ENV)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("evt_doesnotexist", p.stderr)
+
+    def test_delivery_after_kill_9_and_restart(self):
+        r = self.receiver()
+        marker = os.path.join(self.dir, "hook-running")
+        # the exec hook keeps `emit` busy after the event was stored and
+        # before any delivery: the moment to kill the agent
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+  exec:
+    - event: checkpoint.registered
+      command: ["/bin/sh", "-c", "echo $$ > {marker}; exec sleep 300"]
+      timeout: 5m
+""")
+        env = dict(os.environ, **ENV)
+        p = subprocess.Popen([CKPTD, "hooks", "emit", "checkpoint.registered", self.dir,
+                              "--set", "checkpoint=e7"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        end = time.time() + 30
+        while not os.path.exists(marker) and time.time() < end:
+            time.sleep(0.05)
+        self.assertTrue(os.path.exists(marker))
+        time.sleep(0.2)
+        p.kill()
+        out, _ = p.communicate(timeout=10)
+        with open(marker) as f:
+            os.kill(int(f.read().strip()), signal.SIGKILL)  # the orphaned hook
+        self.assertEqual(r.requests(), [])
+        event_id = out.strip()
+        # restart: the stored event goes out, with its id
+        q = run("hooks", "deliver", self.dir, "--wait", "30s", env=ENV, check=0)
+        self.assertIn("delivered 1", q.stdout)
+        reqs = r.wait_requests(1)
+        self.assertEqual(len(reqs), 1)
+        self.assertEqual(reqs[0]["headers"]["webhook-id"], event_id)
+        self.assertTrue(verify(SECRET_A, reqs[0]["headers"], reqs[0]["body"].encode()))
+        self.assertEqual(json.loads(reqs[0]["body"])["data"]["checkpoint"]["reference"], "e7")
+
+    def test_failing_receiver_is_marked_and_given_up(self):
+        r = self.receiver(statuses=[500] * 100)
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+      events: ["training.*"]
+  retry_schedule: [0s, 0s]
+  failing_after: 2
+""")
+        logs = ""
+        for type_ in ("training.started", "training.finished", "checkpoint.registered"):
+            logs += self.emit(type_).stderr  # checkpoint.* is filtered out: never sent
+        p = run("hooks", "deliver", self.dir, "--wait", "30s", env=ENV)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("pending 0", p.stdout)
+        logs += p.stderr
+        reqs = r.requests()
+        # 3 attempts per event (1 + 2 retries), then given up: bounded, not forever
+        self.assertEqual(len(reqs), 6)
+        self.assertEqual({json.loads(q["body"])["type"] for q in reqs},
+                         {"training.started", "training.finished"})
+        self.assertEqual(logs.count("webhook.gave_up"), 2)
+        self.assertEqual(logs.count("webhook.failing"), 1)  # reported once, not per attempt
+        st = json.loads(run("hooks", "status", self.dir, env=ENV, check=0).stdout)
+        self.assertTrue(st["webhooks"][0]["failing"])
+        self.assertEqual(st["webhooks"][0]["pending"], 0)
+        self.assertIn("HTTP 500", st["webhooks"][0]["last_error"])
+        # the receiver is fixed: a replay gets through and clears the mark
+        r.stop()
+        r2 = self.receiver(port=r.port)
+        event_id = json.loads(reqs[0]["body"])["id"]
+        p = run("hooks", "replay", event_id, self.dir, env=ENV, check=0)
+        self.assertIn("webhook.recovered", p.stderr)
+        self.assertEqual(r2.wait_requests(1)[0]["headers"]["webhook-id"], event_id)
+        st = json.loads(run("hooks", "status", self.dir, env=ENV, check=0).stdout)
+        self.assertFalse(st["webhooks"][0]["failing"])
+
+    def test_slow_receiver_costs_only_the_timeout(self):
+        r = self.receiver(slow=60)
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+      timeout: 1s
+""")
+        # the subprocess timeout (30 s) is below the receiver's delay (60 s):
+        # ckptd must give up on its own
+        p = self.emit("agent.started", timeout=30)
+        self.assertIn("webhook.attempt_failed", p.stderr)
+        self.assertIn("imed out", p.stderr)
+        st = json.loads(run("hooks", "status", self.dir, env=ENV, check=0).stdout)
+        self.assertEqual(st["webhooks"][0]["pending"], 1)
+
+    def test_huge_answer_is_not_held_in_memory(self):
+        r = self.receiver(huge=400 << 20)
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        self.emit("agent.stopping")
+        rss_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        # a 2xx whose body ckptd stops reading after 1 MiB is a delivery
+        st = json.loads(run("hooks", "status", self.dir, env=ENV, check=0).stdout)
+        self.assertEqual(st["webhooks"][0]["pending"], 0)
+        self.assertEqual(len(r.requests()), 1)
+        self.assertLess(rss_kib, 300 << 10, "ckptd held the answer in memory")
+
+    def test_template_for_chat_webhooks(self):
+        r = self.receiver()
+        with open(os.path.join(self.dir, "slack.json"), "w") as f:
+            f.write('{"text": "{{model_name}}: {{type}} {{checkpoint}} (epoch {{epoch}})"}\n')
+        self.config(f"""
+model: {{name: 'net "v2" \\ test'}}
+hooks:
+  webhooks:
+    - url: env:CK_CHAT_URL
+      template: slack.json
+""")
+        env = dict(ENV, CK_CHAT_URL=r.url + "/T000/B000/sekrit-token")
+        p = self.emit("checkpoint.registered", "checkpoint=e4", "epoch=4", env=env)
+        q = r.wait_requests(1)[0]
+        self.assertEqual(json.loads(q["body"]),
+                         {"text": 'net "v2" \\ test: checkpoint.registered e4 (epoch 4)'})
+        self.assertEqual(q["path"], "/hook/T000/B000/sekrit-token")
+        # the URL is a secret: logs show its host only
+        self.assertNotIn("sekrit-token", p.stderr + p.stdout)
+        st = run("hooks", "status", self.dir, env=env, check=0).stdout
+        self.assertNotIn("sekrit-token", st)
+
+    def test_hooks_test_command(self):
+        r = self.receiver(statuses=[200, 500])
+        p = run("hooks", "test", r.url, "--secret", "env:CK_WH_A", env=ENV, check=0)
+        self.assertIn("delivered: HTTP 200", p.stdout)
+        q = r.wait_requests(1)[0]
+        self.assertTrue(verify(SECRET_A, q["headers"], q["body"].encode()))
+        self.assertEqual(json.loads(q["body"])["type"], "hook.test")
+        p = run("hooks", "test", r.url, "--secret", "env:CK_WH_A", env=ENV)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("HTTP 500", p.stdout)
+        # nobody listening
+        p = run("hooks", "test", "http://127.0.0.1:1/x", env=ENV)
+        self.assertEqual(p.returncode, 1)
+        # a literal secret on the command line is refused: it would be in the process list
+        p = run("hooks", "test", r.url, "--secret", SECRET_A, env=ENV)
+        self.assertEqual(p.returncode, 2)
+        no_secret_in(self, p.stdout, p.stderr)
+
+
+class ExecHooks(HookCase):
+    def test_env_stdin_failing_and_hanging(self):
+        out = os.path.join(self.dir, "out")
+        pidf = os.path.join(self.dir, "hang.pid")
+        self.config(f"""
+hooks:
+  exec:
+    - event: checkpoint.registered
+      command: ["/bin/sh", "-c", "env | grep ^CKPTD_ | sort > {out}.env; cat > {out}.json"]
+    - event: "checkpoint.*"
+      command: "echo about to fail; exit 3"
+    - event: checkpoint.registered
+      command: ["/bin/sh", "-c", "echo $$ > {pidf}; trap '' TERM; while :; do sleep 1; done"]
+      timeout: 1s
+    - event: training.finished
+      command: ["/bin/sh", "-c", "touch {out}.never"]
+""")
+        p = run("hooks", "emit", "checkpoint.registered", self.dir, "--set", "checkpoint=e2",
+                "--set", "epoch=2", "--set", "md5=" + "b" * 32, env={"CK_WH_A": SECRET_A},
+                check=0, timeout=60)
+        with open(out + ".env") as f:
+            env = dict(line.rstrip("\n").split("=", 1) for line in f)
+        self.assertEqual(env["CKPTD_EVENT"], "checkpoint.registered")
+        self.assertEqual(env["CKPTD_CHECKPOINT"], "e2")
+        self.assertEqual(env["CKPTD_EPOCH"], "2")
+        self.assertEqual(env["CKPTD_MD5"], "b" * 32)
+        self.assertEqual(env["CKPTD_MODEL_NAME"], os.path.basename(self.dir))
+        self.assertEqual(env["CKPTD_ID"], p.stdout.strip())
+        self.assertNotIn("CKPTD_SHA256", env)
+        with open(out + ".json") as f:
+            body = json.load(f)
+        self.assertEqual(body["id"], p.stdout.strip())
+        self.assertEqual(body["data"]["checkpoint"]["epoch"], 2)
+        self.assertFalse(os.path.exists(out + ".never"))  # another event's hook
+        self.assertRegex(p.stderr, r"hook\.exec\.output: hook='exec\[1\] [^']*' \| about to fail")
+        self.assertRegex(p.stderr, r"hook\.exec\.failed: hook='exec\[1\] [^']*' exit=3")
+        self.assertIn("hook.exec.timeout", p.stderr)
+        with open(pidf) as f:
+            pid = int(f.read())
+        # the hanging hook was killed (it ignored SIGTERM)
+        end = time.time() + 10
+        while not gone(pid) and time.time() < end:
+            time.sleep(0.05)
+        self.assertTrue(gone(pid))
+
+    def test_secrets_are_not_passed_to_commands(self):
+        out = os.path.join(self.dir, "env")
+        r = self.receiver()
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+  exec:
+    - event: agent.started
+      command: ["/bin/sh", "-c", "env > {out}"]
+""")
+        self.emit("agent.started", env={"CK_WH_A": SECRET_A, "CK_OTHER": "kept"})
+        with open(out) as f:
+            text = f.read()
+        self.assertIn("CK_OTHER=kept", text)
+        self.assertNotIn("CK_WH_A", text)
+        no_secret_in(self, text)
+
+
+class BadConfig(HookCase):
+    def check_config(self, text, *want, cmd=("config",), env=ENV):
+        self.config(text)
+        p = run(*cmd, self.dir, env=env)
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        for w in want:
+            self.assertIn(w, p.stderr)
+        no_secret_in(self, p.stdout, p.stderr)
+        return p
+
+    def test_malformed_url_and_secret_reference(self):
+        self.check_config("hooks:\n  webhooks:\n    - url: hooks.example.com/x\n",
+                          "line 3", "hooks.webhooks[0].url")
+        self.check_config("hooks:\n  webhooks:\n    - url: ftp://x/y\n", "http")
+        self.check_config("\nhooks:\n  webhooks:\n    - url: https://x/\n"
+                          f"      secret: {SECRET_A}\n", "line 4", "hooks.webhooks[0].secret",
+                          "env:NAME")
+        self.check_config("hooks:\n  webhooks:\n    - secret: env:CK_WH_A\n", "url", "missing")
+        self.check_config("hooks:\n  webhooks:\n    - url: https://x/\n      events: [upload.*, "
+                          "uploads.done]\n", "uploads.done", "matches no event")
+        self.check_config("hooks:\n  webhooks:\n    - url: https://x/\n      colour: red\n",
+                          "hooks.webhooks[0].colour")
+        self.check_config("hooks:\n  exec:\n    - event: checkpoint.registered\n", "command")
+        self.check_config("listen: example.com:80\n", "'listen'", "line 1")
+        self.check_config("hooks:\n  retry_schedule: [5s, soon]\n", "hooks.retry_schedule")
+
+    def test_bad_secret_value_names_the_key_not_the_value(self):
+        cfg = "hooks:\n  webhooks:\n    - url: http://127.0.0.1:1/\n      secret: env:CK_BAD\n"
+        p = self.check_config(cfg, "line 3", "hooks.webhooks[0].secret", "whsec_",
+                              cmd=("hooks", "deliver"), env={"CK_BAD": "hunter2-not-whsec"})
+        self.assertNotIn("hunter2", p.stderr)
+        p = self.check_config(cfg, "CK_BAD", "not set", cmd=("hooks", "deliver"), env={})
+        # a secret file readable by others is refused
+        path = os.path.join(self.dir, "wh.key")
+        with open(path, "w") as f:
+            f.write(SECRET_A + "\n")
+        os.chmod(path, 0o644)
+        cfg = f"hooks:\n  webhooks:\n    - url: http://127.0.0.1:1/\n      secret: file:{path}\n"
+        self.check_config(cfg, "0600", cmd=("hooks", "deliver"))
+        os.chmod(path, 0o600)
+        self.config(cfg)
+        run("hooks", "deliver", self.dir, check=0)
+
+    def test_usage_errors(self):
+        for args in (["hooks"], ["hooks", "frobnicate"], ["hooks", "emit", "no.such.event"],
+                     ["hooks", "test"], ["hooks", "emit", "agent.started", self.dir, "--set",
+                                         "colour=red"],
+                     ["hooks", "emit", "agent.started", self.dir, "--set", "epoch=soon"]):
+            p = run(*args)
+            self.assertEqual(p.returncode, 2, args)
+            self.assertIn("ckptd hooks", p.stderr)
+
+
+class Contrib(unittest.TestCase):
+    def test_example_config_loads_with_every_key(self):
+        path = os.path.join(ROOT, "contrib", "ckptd.example.yaml")
+        run("config", "-c", path, check=0)
+        keys = [line.split()[0] for line in run("config", "--keys", check=0).stdout.splitlines()]
+        with open(path) as f:
+            text = f.read()
+        # every key appears in the example, under its section (a leaf name at least)
+        for k in keys:
+            self.assertIn(k.split(".")[-1] + ":", text, k)
+
+
+if __name__ == "__main__":
+    unittest.main()
