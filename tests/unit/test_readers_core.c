@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "readers/crc32c.h"
+#include "readers/jsonin.h"
 #include "readers/pbwire.h"
 #include "readers/reader.h"
 #include "readers/tensor.h"
@@ -367,6 +368,55 @@ static void pbwire_hostile(void **state)
     assert_int_equal(ck_pb_next(&r, &f), 0);
 }
 
+static void jsonin_strict(void **state)
+{
+    (void)state;
+    struct ck_jin_doc *doc;
+    const struct ck_jin *root, *v;
+    uint64_t u;
+    const char *ok = " {\"a\": [1, 2, {\"b\": null}], \"s\": \"x\\u00e9\\ud83d\\ude00\\n\","
+                     " \"t\": true, \"n\": -1.5e3, \"big\": 18446744073709551615} ";
+    assert_int_equal(ck_jin_parse(ok, strlen(ok), &doc, &root), 0);
+    assert_int_equal(root->type, CK_JIN_OBJECT);
+    assert_int_equal(root->n, 5);
+    v = ck_jin_get(root, "a");
+    assert_int_equal(v->type, CK_JIN_ARRAY);
+    assert_int_equal(v->n, 3);
+    assert_true(ck_jin_uint(v->first, &u) && u == 1);
+    v = ck_jin_get(root, "s");
+    /* x, e-acute (2 bytes), U+1F600 (4 bytes), newline */
+    assert_int_equal(v->len, 1 + 2 + 4 + 1);
+    assert_memory_equal(v->str, "x\xc3\xa9\xf0\x9f\x98\x80\n", 8);
+    assert_true(ck_jin_get(root, "t")->b);
+    assert_false(ck_jin_uint(ck_jin_get(root, "n"), &u));
+    assert_true(ck_jin_uint(ck_jin_get(root, "big"), &u) && u == UINT64_MAX);
+    assert_null(ck_jin_get(root, "missing"));
+    ck_jin_free(doc);
+
+    const char *bad[] = {
+        "{\"a\":1,}", "[1,]", "{\"a\" 1}", "01", "1.", "-", "1e", "{\"a\":1}x", "\"\\x\"",
+        "\"\x01\"", "\"\xff\"", "\"\\ud800\"", "\"\\udc00\"", "{\"a\":1,\"a\":2}", "tru", "nul",
+        "[1 2]", "{1:2}", "\"abc", "", "   ", "{\"a\":[}", "// c\n{}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(ck_jin_parse(bad[i], strlen(bad[i]), &doc, &root), CK_EFORMAT);
+        assert_null(doc);
+    }
+    /* Nesting: 64 levels parse, 65 do not. */
+    char deep[200];
+    for (int depth = 64; depth <= 65; depth++) {
+        memset(deep, '[', (size_t)depth);
+        memset(deep + depth, ']', (size_t)depth);
+        int rc = ck_jin_parse(deep, 2 * (size_t)depth, &doc, &root);
+        assert_int_equal(rc, depth == 64 ? 0 : CK_EFORMAT);
+        ck_jin_free(doc);
+    }
+    /* 2^64 does not fit. */
+    assert_int_equal(ck_jin_parse("18446744073709551616", 20, &doc, &root), 0);
+    assert_false(ck_jin_uint(root, &u));
+    ck_jin_free(doc);
+}
+
 static void reader_table(void **state)
 {
     (void)state;
@@ -401,5 +451,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(get_f64_fortran),     cmocka_unit_test(set_lifecycle),
     cmocka_unit_test(graph_helpers),       cmocka_unit_test(pbwire_decode),
     cmocka_unit_test(pbwire_hostile),      cmocka_unit_test(reader_table),
+    cmocka_unit_test(jsonin_strict),
 };
 CK_TEST_MAIN(tests)
