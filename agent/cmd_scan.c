@@ -3,6 +3,7 @@
 #include "agent/commands.h"
 #include "agent/config.h"
 #include "agent/lock.h"
+#include "agent/notify.h"
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "common/error.h"
@@ -23,12 +24,14 @@ static const char help[] =
     "  --finished            mark the training finished (after registering)\n"
     "  --failed              mark the training failed\n"
     "  --min-age DURATION    take only files unchanged for this long (default 2s)\n"
+    "  --metrics-file PATH   write the run's metrics there at the end (node_exporter\n"
+    "                        textfile collector; default: metrics_file in the config)\n"
     "  -n, --check           check the config and DIR/metadata.yaml, change nothing\n" CK_CLI_HELP
     "\n"
     "exit: 0 done, 1 something could not be done (see the log), 2 usage or config\n"
     "error, 3 another ckptd holds DIR's lock\n";
 
-enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_MIN_AGE };
+enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_MIN_AGE, OPT_METRICS_FILE };
 
 int ck_cmd_scan(int argc, char **argv)
 {
@@ -37,12 +40,14 @@ int ck_cmd_scan(int argc, char **argv)
         {"finished", no_argument, NULL, OPT_FINISHED},
         {"failed", no_argument, NULL, OPT_FAILED},
         {"min-age", required_argument, NULL, OPT_MIN_AGE},
+        {"metrics-file", required_argument, NULL, OPT_METRICS_FILE},
         {"check", no_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
     };
     struct ck_cli cli;
     struct ck_scan_opts so = {.end_status = -1, .min_age = -1};
     bool check = false;
+    const char *metrics_file = NULL;
     int opt, rc;
     ck_cli_init(&cli);
     optind = 1;
@@ -66,6 +71,9 @@ int ck_cmd_scan(int argc, char **argv)
         case 'n':
             check = true;
             break;
+        case OPT_METRICS_FILE:
+            metrics_file = optarg;
+            break;
         }
     }
     if (cli.help) {
@@ -88,11 +96,18 @@ int ck_cmd_scan(int argc, char **argv)
         return ck_cli_usage_error("scan", "'%s' is not a folder", so.dir);
     }
     so.cfg = &cfg;
+    /* hooks (issue 6): built before the pass, so that a bad secret stops it early */
+    struct ck_hooks *hooks = NULL;
+    if ((err = ck_hooks_new(&cfg.hooks, cfg.source ? cfg.source : "(defaults)", &hooks)) < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("scan", err);
+    }
 
     struct ck_lock lock;
     struct ck_state st = {0};
     struct ck_scan_result res = {0};
     if ((err = ck_lock_acquire(&lock, so.dir)) < 0) {
+        ck_hooks_free(hooks);
         ck_config_release(&cfg);
         return ck_cli_fail("scan", err);
     }
@@ -105,6 +120,11 @@ int ck_cmd_scan(int argc, char **argv)
         goto out;
     }
     err = ck_scan_run(&st, &so, &res);
+    /* hooks (issue 6): this pass's events (only when metadata.yaml took them), the
+     * exec hooks to their end, then whatever webhooks are due, within a budget */
+    if (err == 0 || res.metadata_written)
+        ck_notify_scan(hooks, &st, so.dir, &res);
+    ck_notify_finish(hooks, &st, CK_NOTIFY_FINISH_BUDGET_S);
     if (err == 0) {
         ck_info("scan.done",
                 "dir='%s' registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s",
@@ -116,6 +136,8 @@ int ck_cmd_scan(int argc, char **argv)
     }
 out:
     ck_scan_result_release(&res);
+    ck_notify_write_metrics(metrics_file ? metrics_file : cfg.metrics_file);
+    ck_hooks_free(hooks);
     ck_state_close(&st);
     ck_lock_release(&lock);
     ck_config_release(&cfg);

@@ -4,6 +4,7 @@
 #include "common/fsutil.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/yamlutil.h"
 
 #include <dirent.h>
@@ -63,6 +64,7 @@ static int hash_cached(struct scan *s, const char *path, struct ck_hash_entry *o
     int err = ck_hash_file(path, CK_HASH_BOTH, &d, &st);
     if (err < 0)
         return err;
+    ck_metrics_add(CK_M_BYTES_HASHED, d.size);
     memcpy(out->md5, d.md5, sizeof out->md5);
     memcpy(out->sha256, d.sha256, sizeof out->sha256);
     ck_debug("file.hashed", "path='%s' bytes=%llu md5=%s", path, (unsigned long long)d.size, d.md5);
@@ -453,6 +455,7 @@ static void problem(struct scan *s, const char *rel, const char *msg)
 {
     ck_err("checkpoint.problem", "path='%s': %s", rel, msg);
     s->res->problems++;
+    ck_metrics_add(CK_M_FAILURES_SCAN, 1);
 }
 
 /* A registered checkpoint: has its content changed, or was it deleted? */
@@ -618,6 +621,7 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         if ((err = record(s, c, pmf_rel, &h, total)) < 0 ||
             (err = add_registered(s->res, c->ref)) < 0)
             break;
+        ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 1);
         ck_info("checkpoint.registered", "ref='%s' epoch=%lld path=%s md5=%s bytes=%llu",
                 ck_pmf_ref_str(&ref, txt, sizeof txt), (long long)epoch, pmf_rel, h.md5,
                 (unsigned long long)total);

@@ -436,6 +436,100 @@ class BadConfig(HookCase):
             self.assertIn("ckptd hooks", p.stderr)
 
 
+class ScanHooks(HookCase):
+    """ckptd scan emits the events of its pass and writes its metrics."""
+
+    def metrics(self, path):
+        out = {}
+        with open(path) as f:
+            for line in f:
+                if line.startswith("#") or not line.strip():
+                    continue
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def test_scan_emits_registered_and_status_events(self):
+        import hashlib
+        import yaml
+        r = self.receiver()
+        files = {}
+        for e, size in ((1, 40000), (2, 60000)):
+            data = os.urandom(size)
+            write_old(os.path.join(self.dir, "ckpts", f"epoch_{e}.pt"), data)
+            files[e] = data
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        prom = os.path.join(self.dir, "ckptd.prom")
+        p = run("scan", "--metrics-file", prom, self.dir, env=ENV, check=0)
+        no_secret_in(self, p.stdout, p.stderr)
+        reqs = r.wait_requests(3)
+        self.assertEqual(len(reqs), 3)
+        for q in reqs:
+            self.assertTrue(verify(SECRET_A, q["headers"], q["body"].encode()))
+        bodies = [json.loads(q["body"]) for q in reqs]
+        self.assertEqual([b["type"] for b in bodies],
+                         ["checkpoint.registered", "checkpoint.registered", "training.started"])
+        with open(os.path.join(self.dir, "metadata.yaml")) as f:
+            meta = yaml.safe_load(f)
+        for b in bodies:
+            self.assertEqual(b["data"]["model"]["id"], meta["model"]["id"])
+            self.assertEqual(b["data"]["model"]["name"], meta["model"]["name"])
+        for b, e in zip(bodies[:2], (1, 2)):
+            c = b["data"]["checkpoint"]
+            self.assertEqual(c["epoch"], e)
+            self.assertEqual(c["md5"], hashlib.md5(files[e]).hexdigest())
+            self.assertEqual(c["sha256"], hashlib.sha256(files[e]).hexdigest())
+            self.assertEqual(c["size"], len(files[e]))
+            self.assertEqual(c["source"], f"ckpts/epoch_{e}.pt")
+            self.assertTrue(os.path.isfile(os.path.join(self.dir, c["path"])))
+        m = self.metrics(prom)
+        self.assertEqual(m["ckptd_checkpoints_registered_total"], 2)
+        self.assertEqual(m["ckptd_checkpoints"], 2)
+        self.assertEqual(m["ckptd_events_total"], 3)
+        self.assertEqual(m['ckptd_webhook_deliveries_total{result="delivered"}'], 3)
+        self.assertEqual(m["ckptd_hook_outbox_depth"], 0)
+        self.assertGreaterEqual(m["ckptd_hashed_bytes_total"], 100000)
+        self.assertEqual(os.stat(prom).st_mode & 0o777, 0o644)
+        # nothing new: no event
+        run("scan", self.dir, env=ENV, check=0)
+        self.assertEqual(len(r.requests()), 3)
+        run("scan", "--finished", self.dir, env=ENV, check=0)
+        last = r.wait_requests(4)[-1]
+        self.assertEqual(json.loads(last["body"])["type"], "training.finished")
+        self.assertEqual(json.loads(last["body"])["data"]["training"]["status"], "finished")
+
+    def test_scan_retries_what_a_previous_run_could_not_deliver(self):
+        r = self.receiver(statuses=[503])
+        write_old(os.path.join(self.dir, "epoch_1.pt"), os.urandom(1000))
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+      events: [checkpoint.registered]
+  retry_schedule: [0s]
+""")
+        run("scan", self.dir, env=ENV, check=0)
+        self.assertEqual([q["status"] for q in r.requests()], [503])
+        run("scan", self.dir, env=ENV, check=0)  # the next cron run delivers it
+        reqs = r.wait_requests(2)
+        self.assertEqual([q["status"] for q in reqs], [503, 200])
+        self.assertEqual(reqs[0]["headers"]["webhook-id"], reqs[1]["headers"]["webhook-id"])
+
+    def test_scan_with_a_bad_secret_does_nothing(self):
+        write_old(os.path.join(self.dir, "epoch_1.pt"), os.urandom(1000))
+        self.config("hooks:\n  webhooks:\n    - url: http://127.0.0.1:1/\n      secret: env:CK_UNSET\n")
+        p = run("scan", self.dir)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("hooks.webhooks[0].secret", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "metadata.yaml")))
+
+
 class Contrib(unittest.TestCase):
     def test_example_config_loads_with_every_key(self):
         path = os.path.join(ROOT, "contrib", "ckptd.example.yaml")
