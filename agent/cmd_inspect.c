@@ -220,6 +220,13 @@ static void json_tensor(struct ck_json *j, const struct ck_tensor_set *s, const 
     } else {
         ck_json_null(j);
     }
+    ck_json_key(j, "stored_crc32");
+    if (t->has_crc32) {
+        snprintf(hex, sizeof hex, "%08x", t->crc32);
+        ck_json_str(j, hex);
+    } else {
+        ck_json_null(j);
+    }
     ck_json_key(j, "role");
     if (t->role)
         ck_json_str(j, t->role);

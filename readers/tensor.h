@@ -54,8 +54,11 @@ struct ck_tensor {
     uint32_t crc32c;            /* that CRC32C (unmasked) */
     const unsigned char *raw;   /* the stored bytes the file's checksum covers when they are
                                    not data (TF string tensors: lengths, length checksum,
-                                   bytes); borrowed from the set; NULL otherwise */
+                                   bytes; npz: the whole .npy member); borrowed from the set;
+                                   NULL otherwise */
     uint64_t rawlen;
+    bool has_crc32;             /* the file stores an IEEE CRC-32 of raw (a stored zip member) */
+    uint32_t crc32;
     const char *role;           /* static string or NULL: "parameter", "constant", "buffer", ... */
 };
 

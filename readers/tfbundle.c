@@ -127,9 +127,13 @@ static int resolve_prefix(const char *path, char *out, size_t outsz)
         int found = 0;
         if (!dir)
             return ck_error_os(CK_EIO, "cannot list '%s'", path);
+        size_t dl = n;
+        while (dl > 1 && path[dl - 1] == '/')
+            dl--; /* "dir/" names "dir/variables", not "dir//variables" */
         while ((e = readdir(dir)))
             if (ends_with(e->d_name, ".index") && found++ == 0)
-                snprintf(out, outsz, "%s/%.*s", path, (int)(strlen(e->d_name) - 6), e->d_name);
+                snprintf(out, outsz, "%.*s/%.*s", (int)dl, path, (int)(strlen(e->d_name) - 6),
+                         e->d_name);
         closedir(dir);
         if (found != 1)
             return ck_error(CK_EFORMAT, "'%s': a folder with %d .index files", path, found);

@@ -226,6 +226,12 @@ class Npy(Base):
                 self.assertEqual(set(t), set(arrays))
                 for k, a in arrays.items():
                     self.assertEqual(t[k]["crc32c"], crc_hex(a.tobytes()), k)
+                doc = inspect_json(p, "--verify")
+                self.assertTrue(doc["verified"])
+                if save is np.savez:  # stored: the member's CRC-32, from zipfile
+                    with zipfile.ZipFile(p) as z:
+                        self.assertEqual(by_name(doc)["w"]["stored_crc32"],
+                                         "%08x" % z.getinfo("w.npy").CRC)
                 self.assertEqual(t["nested/name"]["values"], np.eye(3).ravel().tolist())
 
     def test_hostile_npy(self):
@@ -284,13 +290,35 @@ class Npy(Base):
         struct.pack_into("<I", data, lh + 22, 0xFFFFFFF0)
         self.write("bomb.npz", bytes(data))
         self.assert_fails(p, "a.npy", extra=("--format", "npz"))
-        # A corrupt member fails the zip's CRC-32.
+        # A corrupt stored member is used in place; --verify checks its zip CRC-32.
         p = self.path("crc.npz")
-        np.savez(p, a=np.arange(100, dtype=np.int64))
+        a = np.arange(100, dtype=np.int64)
+        np.savez(p, a=a)
         data = bytearray(read_bytes(p))
-        data[200] ^= 0xFF
+        at = data.find(a.tobytes()) + 8 * 50
+        data[at] ^= 0xFF
         self.write("crc.npz", bytes(data))
+        self.assertEqual(by_name(inspect_json(p, "--values", "100"))["a"]["values"][50],
+                         50 ^ 0xFF)
+        self.assert_fails(p, "tensor 'a'", "CRC-32", extra=("--verify",))
+        # A corrupt deflated member fails its CRC-32 when libzip inflates it.
+        p = self.path("crcz.npz")
+        np.savez_compressed(p, a=a)
+        data = bytearray(read_bytes(p))
+        lh = data.find(b"PK\x03\x04")
+        struct.pack_into("<I", data, lh + 14, 0x12345678)  # local header CRC-32
+        cd = data.rfind(b"PK\x01\x02")
+        struct.pack_into("<I", data, cd + 16, 0x12345678)  # central directory CRC-32
+        self.write("crcz.npz", bytes(data))
         self.assert_fails(p, "a.npy", extra=("--format", "npz"))
+        # Central directory offsets that point nowhere.
+        p = self.path("badoff.npz")
+        np.savez(p, a=a)
+        data = bytearray(read_bytes(p))
+        cd = data.rfind(b"PK\x01\x02")
+        struct.pack_into("<I", data, cd + 42, 0x7FFFFFF0)
+        self.write("badoff.npz", bytes(data))
+        self.assert_fails(p, extra=("--format", "npz"))
 
 
 class TfBundle(Base):
