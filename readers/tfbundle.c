@@ -178,6 +178,7 @@ struct ctx {
     bool big_endian;
     struct shard *shards;
     uint64_t missing;           /* tensors whose shard is missing */
+    uint64_t data_end;          /* end of the last data block read */
 };
 
 static uint64_t le(const unsigned char *p, int n)
@@ -549,8 +550,14 @@ static int on_index_entry(struct ctx *c, const unsigned char *v, size_t len)
     struct ck_buf saved = c->key;
     if ((err = handle(c, &p, v + len, &off, &size, "data")) < 0)
         return err;
+    /* Data blocks follow one another: an index naming a block twice (or
+     * going backwards) would make a small file cost unbounded work. */
+    if (off < c->data_end)
+        return ck_error(CK_EFORMAT, "'%s': data block at %llu overlaps the previous one",
+                        c->index, (unsigned long long)off);
     if ((err = read_block(c, off, size, "data", &b, &blen)) < 0)
         return err;
+    c->data_end = off + size + 5; /* read_block checked it is inside the file */
     /* walk_block uses c->key for the data block's keys; keep the index key. */
     ck_buf_init(&c->key, KEY_MAX);
     err = walk_block(c, b, blen, "data", on_data_entry);

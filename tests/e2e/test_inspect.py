@@ -526,6 +526,25 @@ class TfBundle(Base):
             with self.subTest(name):
                 self.assert_fails(bundle(name, entry, shard=b"\x50" + b"\0" * 15), word,
                                   extra=("--format", "tf-bundle"))
+        # An index naming the same data block twice (unbounded work if allowed).
+        from ckpt_formats import TABLE_MAGIC, _Block, _put_block, varint
+        out = bytearray()
+        blk = _Block(16)
+        blk.add(b"", pb_varint(1, 1) + pb_bytes(3, pb_varint(1, 1)))
+        blk.add(b"t", pb_varint(1, 4) + shape(1) + pb_varint(5, 1) + crc)
+        h = _put_block(out, blk.finish(), False)
+        index = _Block(1)
+        index.add(b"t", varint(h[0]) + varint(h[1]))
+        index.add(b"u", varint(h[0]) + varint(h[1]))
+        meta = _put_block(out, _Block(16).finish(), False)
+        idx = _put_block(out, index.finish(), False)
+        footer = varint(meta[0]) + varint(meta[1]) + varint(idx[0]) + varint(idx[1])
+        out += footer + b"\0" * (40 - len(footer)) + struct.pack("<Q", TABLE_MAGIC)
+        d = os.path.join(self.dir, "twice")
+        os.makedirs(d)
+        write_bytes(os.path.join(d, "m.index"), bytes(out))
+        write_bytes(os.path.join(d, "m.data-00000-of-00001"), b"\0")
+        self.assert_fails(os.path.join(d, "m"), "overlaps", extra=("--format", "tf-bundle"))
         bad = bundle("bad_crc", pb_varint(1, 1) + shape(2) + pb_varint(5, 8)
                      + pb_fixed32(6, mask(1234)))
         self.assert_fails(bad, "tensor 't'", "CRC-32C", extra=("--verify",))
