@@ -6,9 +6,12 @@
 /* Adding a command: write ck_cmd_NAME in its own file, declare it in
  * commands.h, add a row here (alphabetical), document it in the README. */
 const struct ck_command ck_commands[] = {
+    {"bundle", ck_cmd_bundle, "pack a PMF tree into one zstd-compressed tar"},
     {"config", ck_cmd_config, "check a config file, or list every config key"},
     {"hooks", ck_cmd_hooks, "test a webhook; emit, deliver or replay events; hook status"},
     {"inspect", ck_cmd_inspect, "list a checkpoint's tensors, metadata, graph; check checksums"},
+    {"queue", ck_cmd_queue, "list the upload queue; retry failed jobs; run it now"},
     {"scan", ck_cmd_scan, "bring DIR's PMF tree up to date once, then exit (for cron)"},
+    {"upload", ck_cmd_upload, "upload a file or a PMF tree to a store (s3, http, sftp, file)"},
     {NULL, NULL, NULL},
 };

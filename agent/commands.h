@@ -7,4 +7,17 @@ int ck_cmd_config(int argc, char **argv);
 int ck_cmd_inspect(int argc, char **argv);
 int ck_cmd_hooks(int argc, char **argv);
 
+int ck_cmd_upload(int argc, char **argv);
+int ck_cmd_queue(int argc, char **argv);
+int ck_cmd_bundle(int argc, char **argv);
+
+/* Shared by upload, queue run and scan (cmd_upload.c): runs an open upload
+ * queue with SIGTERM/SIGINT handled (in-flight work gets upload.grace), logs
+ * a summary and returns the exit code (0 all sent, 1 failed or left). */
+#include <sqlite3.h>
+#include <stdbool.h>
+struct ck_config;
+int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool,
+                        bool progress, const char *cmd);
+
 #endif

@@ -34,6 +34,8 @@ struct key {
 
 static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_retry_schedule(struct parse_ctx *c, yaml_node_t *n, const char *key);
@@ -67,6 +69,23 @@ static const struct key keys[] = {
      "a file in DIR whose appearance marks the training failed"},
     {"log.format", T_LOGFORMAT, F(log_format), NULL, "text or json"},
     {"log.level", T_LOGLEVEL, F(log_level), NULL, "debug, info, warn or error"},
+    {"upload.stores", T_CUSTOM, 0, parse_upload_stores,
+     "list of stores: {url: s3://b/p | http(s)://... | sftp://u@h/p | file:///p, endpoint, region,"
+     " credentials: env | env:NAME | file:/path, auth: basic|bearer, key, host_key, compress: zstd,"
+     " bundle: true, move: false}"},
+    {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 4)"},
+    {"upload.max_rate", T_CUSTOM, 0, parse_upload_opt,
+     "bandwidth cap over all uploads, bytes per second like 50MiB (default: none)"},
+    {"upload.part_size", T_CUSTOM, 0, parse_upload_opt, "multipart part size (default 8MiB, min 5MiB)"},
+    {"upload.multipart_threshold", T_CUSTOM, 0, parse_upload_opt,
+     "files this large go multipart (default 64MiB)"},
+    {"upload.retries", T_CUSTOM, 0, parse_upload_opt,
+     "retries per request after the first attempt (default 6), backoff with jitter"},
+    {"upload.retry_base", T_CUSTOM, 0, parse_upload_opt, "first retry delay (default 500ms)"},
+    {"upload.grace", T_CUSTOM, 0, parse_upload_opt,
+     "after SIGTERM, time to finish uploads in flight (default 20s)"},
+    {"upload.timeout", T_CUSTOM, 0, parse_upload_opt,
+     "a transfer that moves nothing this long fails and is retried (default 60s)"},
     {"hooks.webhooks", T_CUSTOM, 0, parse_webhooks,
      "webhooks: [{url: https://... | env:NAME | file:/path, secret: env:NAME | file:/path"
      " (whsec_...), secrets: [...] (rotation), events: [checkpoint.*, ...], template: FILE,"
@@ -150,6 +169,7 @@ void ck_config_init(struct ck_config *cfg)
     cfg->min_age = 2.0;
     cfg->log_format = -1;
     cfg->log_level = -1;
+    ck_upload_opts_init(&cfg->upload);
 }
 
 void ck_config_release(struct ck_config *cfg)
@@ -168,6 +188,9 @@ void ck_config_release(struct ck_config *cfg)
     ck_hooks_conf_release(&cfg->hooks);
     free(cfg->listen);
     free(cfg->source);
+    for (size_t i = 0; i < cfg->n_upload_stores; i++)
+        ck_store_spec_release(&cfg->upload_stores[i]);
+    free(cfg->upload_stores);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -548,6 +571,97 @@ static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key)
     if (ck_ops_parse_listen(s, key, host, sizeof host, &port) < 0)
         return bad(c, n, key, "must be PORT or HOST:PORT with an IP address (like 127.0.0.1:9464)");
     return set_str(&c->cfg->listen, s);
+}
+
+/* upload.stores: a list of mappings; each is checked (scheme, URL, secret
+ * references) here so a bad store fails at load with its line. */
+static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_config *cfg = c->cfg;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of stores ({url: ...})");
+    for (size_t i = 0; i < cfg->n_upload_stores; i++)
+        ck_store_spec_release(&cfg->upload_stores[i]);
+    free(cfg->upload_stores);
+    cfg->upload_stores = NULL;
+    cfg->n_upload_stores = 0;
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count == 0)
+        return 0;
+    if (!(cfg->upload_stores = calloc(count, sizeof *cfg->upload_stores)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = ck_yaml_node(c->doc, *it);
+        struct ck_store_spec *spec = &cfg->upload_stores[cfg->n_upload_stores++];
+        char full[128];
+        int err;
+        if (item->type == YAML_SCALAR_NODE) {
+            if ((err = ck_store_spec_set(spec, "url", (const char *)item->data.scalar.value)) < 0)
+                return err;
+        } else if (item->type != YAML_MAPPING_NODE) {
+            return bad(c, item, key, "items must be a URL or a mapping with 'url'");
+        } else {
+            for (yaml_node_pair_t *p = item->data.mapping.pairs.start;
+                 p < item->data.mapping.pairs.top; p++) {
+                yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
+                const char *k, *v;
+                if ((err = scalar_str(c, kn, key, &k)) < 0)
+                    return err;
+                snprintf(full, sizeof full, "%s.%s", key, k);
+                if ((err = scalar_str(c, vn, full, &v)) < 0)
+                    return err;
+                if ((err = ck_store_spec_set(spec, k, v)) < 0) {
+                    char msg[512];
+                    snprintf(msg, sizeof msg, "%s", ck_error_msg());
+                    return bad(c, kn, full, msg);
+                }
+            }
+        }
+        if ((err = ck_store_check(spec)) < 0) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", ck_error_msg());
+            return bad(c, item, key, msg);
+        }
+    }
+    return 0;
+}
+
+static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_upload_opts *o = &c->cfg->upload;
+    const char *name = key + strlen("upload."), *s;
+    struct ck_yaml_value v;
+    int err;
+    ck_yaml_resolve(n, &v);
+    if (!strcmp(name, "concurrency") || !strcmp(name, "retries")) {
+        if (v.type != CK_Y_INT || v.i < 0 || v.i > 64)
+            return bad(c, n, key, "must be a whole number from 0 to 64");
+        if (name[0] == 'c' && v.i < 1)
+            return bad(c, n, key, "must be at least 1");
+        *(name[0] == 'c' ? &o->concurrency : &o->retries) = (int)v.i;
+        return 0;
+    }
+    if ((err = scalar_str(c, n, key, &s)) < 0)
+        return err;
+    if (!strcmp(name, "max_rate") || !strcmp(name, "part_size") ||
+        !strcmp(name, "multipart_threshold")) {
+        uint64_t x;
+        if (ck_parse_size(s, &x) < 0)
+            return bad(c, n, key, "must be a size like 8MiB");
+        if (name[0] == 'p' && (x < (5u << 20) || x > (5ull << 30)))
+            return bad(c, n, key, "must be between 5MiB and 5GiB (S3's limits)");
+        *(name[0] == 'm' && name[1] == 'a' ? &o->max_rate
+          : name[0] == 'p'                 ? &o->part_size
+                                           : &o->multipart_threshold) = x;
+        return 0;
+    }
+    double d;
+    if (ck_parse_duration(s, &d) < 0)
+        return bad(c, n, key, "must be a duration like 500ms, 2s or 5m");
+    *(!strcmp(name, "retry_base") ? &o->retry_base : !strcmp(name, "grace") ? &o->grace
+                                                                          : &o->timeout) = d;
+    return 0;
 }
 
 static const struct key *find_key(const char *name)

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stores/store.h"
+
 struct ck_strlist {
     char **items; /* owned */
     size_t n;
@@ -52,6 +54,11 @@ struct ck_config {
     /* operations: */
     char *metrics_file;           /* scan: Prometheus textfile collector output */
     char *listen;                 /* watch: HOST:PORT of /healthz /readyz /metrics /status */
+
+    /* upload: (stores/store.h) */
+    struct ck_store_spec *upload_stores; /* owned: upload.stores, in order */
+    size_t n_upload_stores;
+    struct ck_upload_opts upload;        /* upload.concurrency, .max_rate, .part_size, ... */
 };
 
 /* Defaults only. */

@@ -1,0 +1,176 @@
+/* file:///path: a mounted disk (NFS, a local volume). Copy to a temporary
+ * name beside the final one while hashing what is read, fsync, read the copy
+ * back and compare its SHA-256, rename into place, fsync the folder. */
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/hash.h"
+#include "stores/net.h"
+#include "stores/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define COPY_BLOCK (1u << 20)
+
+struct file_store {
+    struct ck_store base;
+    char root[4096];
+};
+
+static int file_check(const struct ck_store_spec *spec)
+{
+    const char *p = spec->url + 7; /* "file://" */
+    if (*p != '/')
+        return ck_error(CK_ECONFIG, "store '%s': a file URL is file:///absolute/path", spec->url);
+    if (strchr(p, '?') || strchr(p, '%'))
+        return ck_error(CK_ECONFIG, "store '%s': a file URL takes a plain path", spec->url);
+    return 0;
+}
+
+static int file_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
+{
+    struct file_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return ck_error(CK_ENOMEM, "out of memory");
+    snprintf(s->root, sizeof s->root, "%s", spec->url + 7);
+    size_t l = strlen(s->root);
+    while (l > 1 && s->root[l - 1] == '/')
+        s->root[--l] = '\0';
+    *out = &s->base;
+    return 0;
+}
+
+static void file_free(struct ck_store *s)
+{
+    free(s);
+}
+
+static int write_all(int fd, const char *p, size_t n, const char *path)
+{
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return ck_error_os(CK_EIO, "cannot write '%s'", path);
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int copy(struct file_store *s, struct ck_xfer *x, int in, int out, const char *tmp,
+                char *sha)
+{
+    struct ck_hash_ctx *hc = ck_hash_ctx_new(CK_HASH_SHA256);
+    char *buf = malloc(COPY_BLOCK);
+    int err = 0;
+    uint64_t total = 0;
+    if (!hc || !buf) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (;;) {
+        if (ck_upload_ctl_expired(s->base.net->ctl)) {
+            err = ck_error(CK_ENET, "'%s': stopped before it finished", x->key);
+            goto out;
+        }
+        ssize_t n = read(in, buf, COPY_BLOCK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            err = ck_error_os(CK_EIO, "cannot read '%s'", x->path);
+            goto out;
+        }
+        if (n == 0)
+            break;
+        if (!ck_net_throttle(s->base.net, (size_t)n)) {
+            err = ck_error(CK_ENET, "'%s': stopped before it finished", x->key);
+            goto out;
+        }
+        ck_hash_ctx_update(hc, buf, (size_t)n);
+        if ((err = write_all(out, buf, (size_t)n, tmp)) < 0)
+            goto out;
+        total += (uint64_t)n;
+        atomic_fetch_add(&x->sent, (unsigned long long)n);
+    }
+    if (total != x->size) {
+        err = ck_error(CK_ECHANGED, "'%s' has %llu bytes, %llu when it was queued", x->path,
+                       (unsigned long long)total, (unsigned long long)x->size);
+        goto out;
+    }
+    struct ck_digests d;
+    ck_hash_ctx_final(hc, &d);
+    memcpy(sha, d.sha256, 65);
+out:
+    ck_hash_ctx_free(hc);
+    free(buf);
+    return err;
+}
+
+static int file_put(struct ck_store *st, struct ck_xfer *x)
+{
+    struct file_store *s = (struct file_store *)st;
+    char final[8192], dir[8192], tmp[8300], sha[65];
+    struct ck_digests back;
+    int err, in = -1, out = -1;
+    if ((err = ck_store_join_key(final, sizeof final, s->root, x->key)) < 0)
+        return err;
+    if (s->root[0] == '/' && final[0] != '/') {
+        memmove(final + 1, final, strlen(final) + 1);
+        final[0] = '/';
+    }
+    ck_dirname(dir, sizeof dir, final);
+    if ((err = ck_mkdirs(dir, 0755)) < 0)
+        return err;
+    snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, ck_basename(final), (long long)x->id);
+    if ((in = open(x->path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+    posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
+    if ((out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+        err = ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+        goto out;
+    }
+    if ((err = copy(s, x, in, out, tmp, sha)) < 0)
+        goto out;
+    if (fsync(out) < 0) {
+        err = ck_error_os(CK_EIO, "cannot fsync '%s'", tmp);
+        goto out;
+    }
+    close(out);
+    out = -1;
+    /* read the copy back: what is on the destination is what was read */
+    if ((err = ck_hash_file(tmp, CK_HASH_SHA256, &back, NULL)) < 0)
+        goto out;
+    if (back.size != x->size || strcmp(back.sha256, sha) != 0) {
+        err = ck_error(CK_EIO, "'%s': the copy at '%s' differs from what was written", x->key,
+                       tmp);
+        goto out;
+    }
+    if (rename(tmp, final) < 0) {
+        err = ck_error_os(CK_EIO, "cannot rename '%s' to '%s'", tmp, final);
+        goto out;
+    }
+    tmp[0] = '\0';
+    if ((err = ck_fsync_dir(dir)) < 0)
+        goto out;
+    memcpy(x->sha256, sha, sizeof x->sha256);
+    x->parts_sent = 1;
+out:
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    if (err < 0 && tmp[0])
+        unlink(tmp);
+    return err;
+}
+
+const struct ck_store_ops ck_store_file = {
+    .scheme = "file", .check = file_check, .open = file_open, .put = file_put, .free = file_free,
+};

@@ -1,0 +1,292 @@
+/* http(s)://host/path: PUT (WebDAV servers, artifact servers, presigned
+ * URLs). The object goes to a temporary name beside the final one and is
+ * MOVEd into place, so a reader never sees half an object; a server without
+ * MOVE gets a PUT to the final name (and the temporary is deleted). A URL with
+ * a query (a presigned URL) names the object itself: one PUT, no MOVE.
+ * Afterwards a HEAD checks the size. The SHA-256 of what was sent is computed
+ * on a second thread while the body streams (nginx and most servers have no
+ * hash to compare it with; it is recorded in the queue). */
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/secret.h"
+#include "stores/net.h"
+#include "stores/store.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct http {
+    struct ck_store base;
+    char base_url[4096]; /* without a trailing '/' */
+    bool exact;          /* the URL names the object (presigned) */
+    bool bearer;
+    char *user, *password, *token; /* owned; wiped */
+};
+
+static int http_check(const struct ck_store_spec *spec)
+{
+    const char *u = spec->url;
+    const char *host = strstr(u, "://") + 3;
+    if (!*host || *host == '/')
+        return ck_error(CK_ECONFIG, "store '%.40s...': no host in the URL", u);
+    if (strchr(host, '@') && strchr(host, '@') < (strchr(host, '/') ? strchr(host, '/') : host + strlen(host)))
+        return ck_error(CK_ECONFIG, "store: put no user or password in an http URL: use "
+                                    "'credentials: env:NAME' or 'file:/path'");
+    if (spec->auth && strcmp(spec->auth, "basic") && strcmp(spec->auth, "bearer"))
+        return ck_error(CK_ECONFIG, "store: auth must be 'basic' or 'bearer'");
+    if (spec->auth && !spec->credentials)
+        return ck_error(CK_ECONFIG, "store: auth '%s' needs credentials (env:NAME or file:/path)",
+                        spec->auth);
+    if (spec->credentials)
+        return ck_secret_check_ref(spec->credentials);
+    return 0;
+}
+
+static void http_free(struct ck_store *st)
+{
+    struct http *s = (struct http *)st;
+    ck_secret_free(s->user);
+    ck_secret_free(s->password);
+    ck_secret_free(s->token);
+    free(s);
+}
+
+static int http_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
+{
+    struct http *s = calloc(1, sizeof *s);
+    int err = 0;
+    if (!s)
+        return ck_error(CK_ENOMEM, "out of memory");
+    snprintf(s->base_url, sizeof s->base_url, "%s", spec->url);
+    s->exact = strchr(spec->url, '?') != NULL;
+    size_t l = strlen(s->base_url);
+    while (!s->exact && l && s->base_url[l - 1] == '/')
+        s->base_url[--l] = '\0';
+    if (spec->credentials) {
+        char *secret = NULL;
+        if ((err = ck_secret_load(spec->credentials, &secret)) < 0) {
+            http_free(&s->base);
+            return err;
+        }
+        s->bearer = spec->auth && !strcmp(spec->auth, "bearer");
+        if (s->bearer) {
+            s->token = secret;
+        } else {
+            char *colon = strchr(secret, ':');
+            if (!colon) {
+                ck_secret_free(secret);
+                http_free(&s->base);
+                return ck_error(CK_ECONFIG, "credentials '%s': basic auth needs 'user:password'",
+                                spec->credentials);
+            }
+            *colon = '\0';
+            s->user = strdup(secret);
+            s->password = strdup(colon + 1);
+            ck_secret_free(secret);
+        }
+    }
+    *out = &s->base;
+    return 0;
+}
+
+static void http_setup(CURL *h, void *ctx)
+{
+    struct http *s = ctx;
+    if (s->token) {
+        curl_easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BEARER);
+        curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, s->token);
+    } else if (s->user) {
+        curl_easy_setopt(h, CURLOPT_HTTPAUTH, CURLAUTH_BASIC);
+        curl_easy_setopt(h, CURLOPT_USERNAME, s->user);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, s->password);
+    }
+}
+
+static int request(struct http *s, CURL *h, const char *method, const char *url,
+                   struct curl_slist *hd, const char *what, struct ck_resp *resp,
+                   const long *ok)
+{
+    struct ck_req r = {.method = method, .url = url, .headers = hd, .fd = -1,
+                       .setup = http_setup, .setup_ctx = s, .what = what};
+    return ck_net_request(s->base.net, h, &r, resp, ok);
+}
+
+/* MKCOL every folder of url's path below the store's base (for WebDAV
+ * servers that do not create them on PUT). Existing folders answer 405. */
+static int make_parents(struct http *s, CURL *h, const char *url, const char *what)
+{
+    static const long ok[] = {405, 301, 0};
+    char dir[8192];
+    size_t base = strlen(s->base_url);
+    snprintf(dir, sizeof dir, "%s", url);
+    for (char *p = dir + base + 1; (p = strchr(p, '/')) != NULL; p++) {
+        char saved = p[1];
+        p[1] = '\0';
+        struct ck_resp resp;
+        ck_resp_init(&resp);
+        int err = request(s, h, "MKCOL", dir, NULL, what, &resp, ok);
+        ck_resp_release(&resp);
+        p[1] = saved;
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+struct hasher {
+    const char *path;
+    struct ck_digests d;
+    int err;
+    char msg[512];
+};
+
+static void *hash_thread(void *arg)
+{
+    struct hasher *hs = arg;
+    hs->err = ck_hash_file(hs->path, CK_HASH_SHA256, &hs->d, NULL);
+    if (hs->err < 0)
+        snprintf(hs->msg, sizeof hs->msg, "%s", ck_error_msg());
+    return NULL;
+}
+
+static int put_body(struct http *s, CURL *h, struct ck_xfer *x, int fd, const char *url,
+                    struct curl_slist *hd)
+{
+    static const long ok[] = {0};
+    struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = fd, .len = x->size,
+                       .upload = true, .progress = &x->sent, .setup = http_setup,
+                       .setup_ctx = s, .what = x->key};
+    struct ck_resp resp;
+    ck_resp_init(&resp);
+    int err = ck_net_request(s->base.net, h, &r, &resp, ok);
+    if (err < 0 && resp.status == 409 && !s->exact) {
+        /* WebDAV: a missing parent folder is 409 Conflict */
+        ck_resp_release(&resp);
+        if ((err = make_parents(s, h, url, x->key)) < 0)
+            return err;
+        ck_resp_init(&resp);
+        err = ck_net_request(s->base.net, h, &r, &resp, ok);
+    }
+    ck_resp_release(&resp);
+    return err;
+}
+
+static int http_put(struct ck_store *st, struct ck_xfer *x)
+{
+    struct http *s = (struct http *)st;
+    char enc[6144], final[10300], tmp[10400], hdr[10500];
+    struct curl_slist *hd = NULL, *mv = NULL;
+    struct hasher hs = {.path = x->path};
+    struct stat before, after;
+    pthread_t tid;
+    bool hashing = false;
+    int err, fd = -1;
+    CURL *h = ck_net_handle();
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    if (s->exact) {
+        snprintf(final, sizeof final, "%s", s->base_url);
+    } else {
+        if ((err = ck_store_encode(enc, sizeof enc, x->key, true)) < 0)
+            goto out;
+        if (snprintf(final, sizeof final, "%s/%s", s->base_url, enc) >= (int)sizeof final) {
+            err = ck_error(CK_ESIZE, "'%s': the URL is too long", x->key);
+            goto out;
+        }
+    }
+    /* the temporary: ".NAME.ckptd-ID.part" in the same folder */
+    const char *slash = strrchr(final, '/');
+    snprintf(tmp, sizeof tmp, "%.*s/.%s.ckptd-%lld.part", (int)(slash - final), final, slash + 1,
+             (long long)x->id);
+    bool move = !s->exact && !s->base.spec->no_move;
+    if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
+        err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+        goto out;
+    }
+    if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != x->size) {
+        err = ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
+        goto out;
+    }
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    if (pthread_create(&tid, NULL, hash_thread, &hs) == 0)
+        hashing = true;
+    hd = curl_slist_append(hd, "Expect:");
+    hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
+    if (x->orig_sha256) {
+        snprintf(hdr, sizeof hdr, "X-Ckptd-Original-Sha256: %s", x->orig_sha256);
+        hd = curl_slist_append(hd, hdr);
+    }
+    if ((err = put_body(s, h, x, fd, move ? tmp : final, hd)) < 0)
+        goto out;
+    if (move) {
+        static const long ok[] = {0};
+        struct ck_resp resp;
+        snprintf(hdr, sizeof hdr, "Destination: %s", final);
+        mv = curl_slist_append(mv, hdr);
+        mv = curl_slist_append(mv, "Overwrite: T");
+        ck_resp_init(&resp);
+        err = request(s, h, "MOVE", tmp, mv, x->key, &resp, ok);
+        long status = resp.status;
+        ck_resp_release(&resp);
+        if (err < 0 && (status == 405 || status == 501 || status == 400)) {
+            ck_warn("upload.no_move", "key=\"%s\" status=%ld: the server has no MOVE, putting "
+                    "to the final name", x->key, status);
+            static const long gone[] = {404, 0};
+            ck_resp_init(&resp);
+            request(s, h, "DELETE", tmp, NULL, x->key, &resp, gone);
+            ck_resp_release(&resp);
+            atomic_store(&x->sent, 0);
+            err = put_body(s, h, x, fd, final, hd);
+        }
+        if (err < 0)
+            goto out;
+    }
+    /* the size that landed; a presigned PUT URL cannot be HEADed with its signature */
+    if (!s->exact) {
+        struct ck_resp resp;
+        ck_resp_init(&resp);
+        err = request(s, h, "HEAD", final, NULL, x->key, &resp, NULL);
+        if (err == 0 && resp.length >= 0 && (uint64_t)resp.length != x->size)
+            err = ck_error(CK_ENET, "'%s': the server has %lld bytes, %llu were sent", x->key,
+                           (long long)resp.length, (unsigned long long)x->size);
+        else if (err == 0 && resp.length < 0)
+            err = ck_error(CK_ENET, "'%s': the server did not say the stored size", x->key);
+        ck_resp_release(&resp);
+        if (err < 0)
+            goto out;
+    }
+    if (fstat(fd, &after) < 0 || after.st_size != before.st_size ||
+        after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
+        err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
+        goto out;
+    }
+    x->parts_sent = 1;
+out:
+    if (hashing) {
+        pthread_join(tid, NULL);
+        if (err == 0 && hs.err < 0)
+            err = ck_error(hs.err, "%s", hs.msg);
+        else if (err == 0)
+            memcpy(x->sha256, hs.d.sha256, sizeof x->sha256);
+    }
+    if (fd >= 0)
+        close(fd);
+    curl_slist_free_all(hd);
+    curl_slist_free_all(mv);
+    curl_easy_cleanup(h);
+    return err;
+}
+
+const struct ck_store_ops ck_store_http = {
+    .scheme = "http", .check = http_check, .open = http_open, .put = http_put, .free = http_free,
+};
+const struct ck_store_ops ck_store_https = {
+    .scheme = "https", .check = http_check, .open = http_open, .put = http_put, .free = http_free,
+};

@@ -1,0 +1,96 @@
+/* The durable upload queue, in the agent's SQLite database (the caller
+ * opens it, in WAL mode: agent/state.h). The connection is used by one
+ * thread at a time (callers serialise the part callbacks). Every upload is a row in
+ * upload_jobs; a multipart upload's id and each accepted part are recorded
+ * (upload_parts) as they happen, so a run after a crash sends only the
+ * missing parts. Each change is one transaction.
+ *
+ * States: pending -> running -> done | failed; running rows left by a dead
+ * process go back to pending (ck_queue_recover); failed rows go back to
+ * pending with ck_queue_retry. A job of phase 1 (metadata.yaml) is not
+ * started while any phase-0 job of the same store is not done (pending,
+ * running or failed): a remote reader never sees metadata naming a missing
+ * object. */
+#ifndef CK_STORE_QUEUE_H
+#define CK_STORE_QUEUE_H
+
+#include "stores/store.h"
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CK_QUEUE_SCHEMA 1
+
+enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED };
+enum ck_job_kind { CK_JOB_FILE = 0, CK_JOB_ZSTD = 1, CK_JOB_BUNDLE = 2 };
+
+struct ck_job {
+    int64_t id;
+    int64_t store_id;
+    char *store_url;       /* owned */
+    char *src;             /* owned: the local file (or the PMF root for a bundle) */
+    char *key;             /* owned: the remote name under the store's prefix */
+    char *spool;           /* owned: compressed/bundled temporary to send, or NULL */
+    int phase;             /* 0 data, 1 metadata (last) */
+    enum ck_job_kind kind;
+    enum ck_job_state state;
+    uint64_t size;         /* of src when queued (of spool once made) */
+    int64_t mtime_ns;
+    char upload_id[512];
+    uint64_t part_size;
+    int attempts;
+    char sha256[65];       /* of what was sent, once done */
+    char orig_sha256[65];  /* zstd: of the original */
+    char *error;           /* owned: the last error, or NULL */
+    double created, updated; /* seconds since the epoch */
+};
+void ck_job_release(struct ck_job *j);
+const char *ck_job_state_name(enum ck_job_state s);
+
+/* Creates the tables (idempotent); CK_ESTATE when the database has a newer schema. */
+int ck_queue_init(sqlite3 *db);
+/* Records (or updates) a store's spec by URL; *id is its row. */
+int ck_queue_store_put(sqlite3 *db, const struct ck_store_spec *spec, int64_t *id);
+/* Loads a store's spec (owned by the caller: ck_store_spec_release). */
+int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out);
+
+/* Queues src for store as key. An identical job (same store, key, size and
+ * mtime) that is pending, running or done is not queued again (*added false);
+ * a pending or failed job for the same key with another size or mtime is
+ * reset to the new file (its multipart state dropped). */
+int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
+                 enum ck_job_kind kind, int64_t *id, bool *added);
+/* Claims the next runnable job (pending, not blocked by the metadata-last
+ * rule, next_try reached) and marks it running. CK_ENOENT when none. */
+int ck_queue_claim(sqlite3 *db, struct ck_job *job);
+int ck_queue_get(sqlite3 *db, int64_t id, struct ck_job *job);
+/* Multipart bookkeeping. Setting another upload id drops the recorded parts. */
+int ck_queue_set_upload(sqlite3 *db, int64_t id, const char *upload_id, uint64_t part_size);
+int ck_queue_add_part(sqlite3 *db, int64_t id, const struct ck_part *p);
+/* The accepted parts (malloc'ed array, the caller frees). */
+int ck_queue_parts(sqlite3 *db, int64_t id, struct ck_part **parts, size_t *n);
+int ck_queue_set_spool(sqlite3 *db, int64_t id, const char *spool, uint64_t size,
+                       const char *orig_sha256);
+/* The source changed since it was queued: new size and mtime, multipart state dropped. */
+int ck_queue_reset_source(sqlite3 *db, int64_t id, uint64_t size, int64_t mtime_ns);
+/* Ends a running job. */
+int ck_queue_done(sqlite3 *db, int64_t id, const char *sha256);
+/* permanent: failed now; else pending again after delay seconds unless
+ * attempts reached max_attempts (then failed). */
+int ck_queue_fail(sqlite3 *db, int64_t id, const char *msg, bool permanent, double delay,
+                  int max_attempts);
+/* Back to pending without counting an attempt (a stop). */
+int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg);
+/* running -> pending for every job (at the start of a run that holds the lock). */
+int ck_queue_recover(sqlite3 *db);
+/* failed -> pending: one job (id > 0) or all (id == 0); *n the count. */
+int ck_queue_retry(sqlite3 *db, int64_t id, int *n);
+/* Counts per state: out[CK_JOB_PENDING..CK_JOB_FAILED]. */
+int ck_queue_counts(sqlite3 *db, int out[4]);
+/* Calls fn for every job (newest last); fn returning non-zero stops. */
+int ck_queue_each(sqlite3 *db, int (*fn)(const struct ck_job *j, void *ctx), void *ctx);
+/* Removes done jobs older than age seconds (and their parts). */
+int ck_queue_prune(sqlite3 *db, double age);
+
+#endif

@@ -1,0 +1,278 @@
+/* sftp://user@host[:port]/absolute/path with key authentication and a
+ * pinned host key (libcurl accepts any host key without a known_hosts file,
+ * so a store without host_key is refused). The object goes to a temporary
+ * name, then a rename puts it in place; a listing of the folder then checks
+ * the stored size. Key files must have mode 0600. */
+#include "common/error.h"
+#include "common/hash.h"
+#include "common/secret.h"
+#include "stores/net.h"
+#include "stores/store.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct sftp {
+    struct ck_store base;
+    char origin[1024];   /* sftp://user@host:port */
+    char root[4096];     /* absolute path on the server, no trailing '/' */
+    char fp[128];        /* host key SHA-256, base64 without padding */
+    char *passphrase;    /* owned; wiped */
+};
+
+static int split(const char *url, char *origin, size_t osz, char *root, size_t rsz)
+{
+    const char *host = url + 7; /* "sftp://" */
+    const char *slash = strchr(host, '/');
+    if (!slash || slash == host)
+        return ck_error(CK_ECONFIG, "store '%s': an sftp URL is sftp://user@host/absolute/path",
+                        url);
+    if ((size_t)(slash - url) >= osz || strlen(slash) >= rsz)
+        return ck_error(CK_ECONFIG, "store '%s': the URL is too long", url);
+    snprintf(origin, osz, "%.*s", (int)(slash - url), url);
+    snprintf(root, rsz, "%s", slash);
+    size_t l = strlen(root);
+    while (l > 1 && root[l - 1] == '/')
+        root[--l] = '\0';
+    if (l == 1)
+        root[0] = '\0';
+    return 0;
+}
+
+static int sftp_check(const struct ck_store_spec *spec)
+{
+    char o[1024], r[4096];
+    int err;
+    if ((err = split(spec->url, o, sizeof o, r, sizeof r)) < 0)
+        return err;
+    const char *at = strchr(o + 7, '@');
+    if (!at || (strchr(o + 7, ':') && strchr(o + 7, ':') < at))
+        return ck_error(CK_ECONFIG, "store '%s': name the user (sftp://user@host/path), no "
+                                    "password in the URL",
+                        spec->url);
+    if (strpbrk(spec->url, "?#%\"\n"))
+        return ck_error(CK_ECONFIG, "store '%s': an sftp URL takes a plain path", spec->url);
+    if (!spec->key_file)
+        return ck_error(CK_ECONFIG, "store '%s': sftp needs 'key: /path/to/private_key'",
+                        spec->url);
+    if (!spec->host_key || strncmp(spec->host_key, "SHA256:", 7) || strlen(spec->host_key) < 40)
+        return ck_error(CK_ECONFIG,
+                        "store '%s': sftp needs the server's pinned 'host_key: SHA256:...' "
+                        "(ssh-keygen -lf the host's public key)",
+                        spec->url);
+    if (spec->credentials)
+        return ck_secret_check_ref(spec->credentials);
+    return 0;
+}
+
+static void sftp_free(struct ck_store *st)
+{
+    struct sftp *s = (struct sftp *)st;
+    ck_secret_free(s->passphrase);
+    free(s);
+}
+
+static int sftp_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
+{
+    struct sftp *s = calloc(1, sizeof *s);
+    struct stat st;
+    int err;
+    if (!s)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = split(spec->url, s->origin, sizeof s->origin, s->root, sizeof s->root)) < 0)
+        goto fail;
+    if (stat(spec->key_file, &st) < 0) {
+        err = ck_error_os(CK_ECONFIG, "sftp key '%s'", spec->key_file);
+        goto fail;
+    }
+    if (st.st_mode & 077) {
+        err = ck_error(CK_ECONFIG, "sftp key '%s' has mode %04o: it must be 0600 or stricter",
+                       spec->key_file, (unsigned)(st.st_mode & 07777));
+        goto fail;
+    }
+    snprintf(s->fp, sizeof s->fp, "%s", spec->host_key + 7);
+    for (size_t l = strlen(s->fp); l && s->fp[l - 1] == '=';)
+        s->fp[--l] = '\0';
+    if (spec->credentials && (err = ck_secret_load(spec->credentials, &s->passphrase)) < 0)
+        goto fail;
+    *out = &s->base;
+    return 0;
+fail:
+    sftp_free(&s->base);
+    return err;
+}
+
+static void sftp_setup(CURL *h, void *ctx)
+{
+    struct sftp *s = ctx;
+    curl_easy_setopt(h, CURLOPT_SSH_AUTH_TYPES, (long)CURLSSH_AUTH_PUBLICKEY);
+    curl_easy_setopt(h, CURLOPT_SSH_PRIVATE_KEYFILE, s->base.spec->key_file);
+    curl_easy_setopt(h, CURLOPT_SSH_HOST_PUBLIC_KEY_SHA256, s->fp);
+    if (s->passphrase)
+        curl_easy_setopt(h, CURLOPT_KEYPASSWD, s->passphrase);
+    curl_easy_setopt(h, CURLOPT_FTP_CREATE_MISSING_DIRS, (long)CURLFTP_CREATE_DIR_RETRY);
+}
+
+struct post {
+    struct sftp *s;
+    struct curl_slist *quote;
+};
+
+static void sftp_setup_post(CURL *h, void *ctx)
+{
+    struct post *p = ctx;
+    sftp_setup(h, p->s);
+    curl_easy_setopt(h, CURLOPT_POSTQUOTE, p->quote);
+}
+
+/* The size of name in the listing of dir_url (an "ls -l" style line per
+ * entry: the fifth field is the size, the name follows the eighth), -1 when
+ * it is not listed. */
+static int64_t listed_size(const char *listing, const char *name)
+{
+    const char *line = listing;
+    while (line && *line) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        char buf[4096];
+        if (len < sizeof buf) {
+            memcpy(buf, line, len);
+            buf[len] = '\0';
+            if (len && buf[len - 1] == '\r')
+                buf[--len] = '\0';
+            char *f[9] = {0}, *p = buf;
+            int nf = 0;
+            while (nf < 8 && *p) {
+                while (*p == ' ')
+                    p++;
+                f[nf++] = p;
+                while (*p && *p != ' ')
+                    p++;
+                if (*p)
+                    *p++ = '\0';
+            }
+            while (*p == ' ')
+                p++;
+            if (nf == 8 && !strcmp(p, name))
+                return strtoll(f[4], NULL, 10);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return -1;
+}
+
+struct hasher {
+    const char *path;
+    struct ck_digests d;
+    int err;
+    char msg[512];
+};
+
+static void *hash_thread(void *arg)
+{
+    struct hasher *hs = arg;
+    hs->err = ck_hash_file(hs->path, CK_HASH_SHA256, &hs->d, NULL);
+    if (hs->err < 0)
+        snprintf(hs->msg, sizeof hs->msg, "%s", ck_error_msg());
+    return NULL;
+}
+
+static int sftp_put(struct ck_store *st, struct ck_xfer *x)
+{
+    struct sftp *s = (struct sftp *)st;
+    char path[8192], dir[8192], tmp[8300], enc[8192 * 3], url[30000], q[17000];
+    struct post post = {s, NULL};
+    struct hasher hs = {.path = x->path};
+    struct stat before, after;
+    pthread_t tid;
+    bool hashing = false;
+    int err, fd = -1;
+    if (strpbrk(x->key, "\"\n\r"))
+        return ck_error(CK_EFORMAT, "'%s': a name with quotes or newlines cannot go over sftp",
+                        x->key);
+    if ((err = ck_store_join_key(path, sizeof path, s->root, x->key)) < 0)
+        return err;
+    if (path[0] != '/') {
+        memmove(path + 1, path, strlen(path) + 1);
+        path[0] = '/';
+    }
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, slash + 1, (long long)x->id);
+    CURL *h = ck_net_handle();
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
+        err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+        goto out;
+    }
+    if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != x->size) {
+        err = ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
+        goto out;
+    }
+    if (pthread_create(&tid, NULL, hash_thread, &hs) == 0)
+        hashing = true;
+    /* upload to the temporary, then (in the same session) replace the final name */
+    if ((err = ck_store_encode(enc, sizeof enc, tmp, true)) < 0)
+        goto out;
+    snprintf(url, sizeof url, "%s%s", s->origin, enc);
+    snprintf(q, sizeof q, "*rm \"%s\"", path);
+    post.quote = curl_slist_append(post.quote, q);
+    snprintf(q, sizeof q, "rename \"%s\" \"%s\"", tmp, path);
+    post.quote = curl_slist_append(post.quote, q);
+    struct ck_req r = {.url = url, .fd = fd, .len = x->size, .upload = true,
+                       .progress = &x->sent, .setup = sftp_setup_post, .setup_ctx = &post,
+                       .what = x->key};
+    struct ck_resp resp;
+    ck_resp_init(&resp);
+    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    ck_resp_release(&resp);
+    if (err < 0)
+        goto out;
+    /* list the folder: the final name must be there with the size sent */
+    if ((err = ck_store_encode(enc, sizeof enc, dir, true)) < 0)
+        goto out;
+    snprintf(url, sizeof url, "%s%s/", s->origin, enc);
+    struct ck_req lr = {.url = url, .fd = -1, .setup = sftp_setup, .setup_ctx = s,
+                        .what = x->key};
+    ck_resp_init(&resp);
+    err = ck_net_request(s->base.net, h, &lr, &resp, NULL);
+    int64_t got = err == 0 ? listed_size(ck_buf_str(&resp.body), slash + 1) : -1;
+    ck_resp_release(&resp);
+    if (err < 0)
+        goto out;
+    if (got < 0 || (uint64_t)got != x->size) {
+        err = ck_error(CK_ENET, "'%s': the server lists %lld bytes, %llu were sent", x->key,
+                       (long long)got, (unsigned long long)x->size);
+        goto out;
+    }
+    if (fstat(fd, &after) < 0 || after.st_size != before.st_size ||
+        after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
+        err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
+        goto out;
+    }
+    x->parts_sent = 1;
+out:
+    if (hashing) {
+        pthread_join(tid, NULL);
+        if (err == 0 && hs.err < 0)
+            err = ck_error(hs.err, "%s", hs.msg);
+        else if (err == 0)
+            memcpy(x->sha256, hs.d.sha256, sizeof x->sha256);
+    }
+    if (fd >= 0)
+        close(fd);
+    curl_slist_free_all(post.quote);
+    curl_easy_cleanup(h);
+    return err;
+}
+
+const struct ck_store_ops ck_store_sftp = {
+    .scheme = "sftp", .check = sftp_check, .open = sftp_open, .put = sftp_put, .free = sftp_free,
+};

@@ -1,0 +1,329 @@
+#include "stores/store.h"
+#include "common/error.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+extern const struct ck_store_ops ck_store_s3, ck_store_http, ck_store_https, ck_store_sftp,
+    ck_store_file;
+
+/* Adding a store: write its ops in its own file and add a row here. */
+static const struct ck_store_ops *const stores[] = {
+    &ck_store_s3, &ck_store_http, &ck_store_https, &ck_store_sftp, &ck_store_file,
+};
+
+void ck_upload_opts_init(struct ck_upload_opts *o)
+{
+    o->part_size = 8u << 20;
+    o->multipart_threshold = 64u << 20;
+    o->max_rate = 0;
+    o->concurrency = 4;
+    o->retries = 6;
+    o->retry_base = 0.5;
+    o->retry_cap = 60;
+    o->grace = 20;
+    o->timeout = 60;
+}
+
+long long ck_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ck_upload_ctl_init(struct ck_upload_ctl *c, double grace)
+{
+    atomic_init(&c->stop, 0);
+    atomic_init(&c->deadline, 0);
+    c->grace = grace;
+}
+
+void ck_upload_ctl_stop(struct ck_upload_ctl *c)
+{
+    atomic_store(&c->stop, 1);
+    long long none = 0;
+    atomic_compare_exchange_strong(&c->deadline, &none,
+                                   ck_mono_ms() + (long long)(c->grace * 1000));
+}
+
+void ck_upload_ctl_set_deadline(struct ck_upload_ctl *c, long long mono_ms)
+{
+    atomic_store(&c->deadline, mono_ms);
+}
+
+bool ck_upload_ctl_stopping(struct ck_upload_ctl *c)
+{
+    if (atomic_load(&c->stop)) {
+        ck_upload_ctl_stop(c); /* a signal handler only sets stop: fix the deadline here */
+        return true;
+    }
+    long long d = atomic_load(&c->deadline);
+    return d && ck_mono_ms() >= d;
+}
+
+bool ck_upload_ctl_expired(struct ck_upload_ctl *c)
+{
+    if (atomic_load(&c->stop))
+        ck_upload_ctl_stop(c);
+    long long d = atomic_load(&c->deadline);
+    return d && ck_mono_ms() >= d;
+}
+
+const struct ck_store_ops *ck_store_ops_find(const char *url)
+{
+    const char *colon = strstr(url, "://");
+    if (!colon)
+        return NULL;
+    size_t n = (size_t)(colon - url);
+    for (size_t i = 0; i < sizeof stores / sizeof *stores; i++)
+        if (strlen(stores[i]->scheme) == n && !strncasecmp(url, stores[i]->scheme, n))
+            return stores[i];
+    return NULL;
+}
+
+int ck_store_check(const struct ck_store_spec *spec)
+{
+    if (!spec->url || !*spec->url)
+        return ck_error(CK_ECONFIG, "a store needs a 'url'");
+    const struct ck_store_ops *ops = ck_store_ops_find(spec->url);
+    char u[512];
+    ck_store_url_redact(u, sizeof u, spec->url);
+    if (!ops)
+        return ck_error(CK_ECONFIG,
+                        "store '%s': unknown scheme (s3://, http://, https://, sftp://, file://)",
+                        u);
+    if (spec->compress && spec->bundle)
+        return ck_error(CK_ECONFIG, "store '%s': 'compress' and 'bundle' exclude each other", u);
+    return ops->check(spec);
+}
+
+int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
+{
+    int err;
+    *out = NULL;
+    if ((err = ck_store_check(spec)) < 0)
+        return err;
+    const struct ck_store_ops *ops = ck_store_ops_find(spec->url);
+    if ((err = ops->open(out, spec, net)) < 0)
+        return err;
+    (*out)->ops = ops;
+    (*out)->spec = spec;
+    (*out)->net = net;
+    return 0;
+}
+
+int ck_store_put(struct ck_store *s, struct ck_xfer *x)
+{
+    return s->ops->put(s, x);
+}
+
+void ck_store_free(struct ck_store *s)
+{
+    if (s)
+        s->ops->free(s);
+}
+
+static int dup_field(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    *dst = strdup(src);
+    return *dst ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
+int ck_store_spec_copy(struct ck_store_spec *dst, const struct ck_store_spec *src)
+{
+    memset(dst, 0, sizeof *dst);
+    if (dup_field(&dst->url, src->url) < 0 || dup_field(&dst->endpoint, src->endpoint) < 0 ||
+        dup_field(&dst->region, src->region) < 0 ||
+        dup_field(&dst->credentials, src->credentials) < 0 ||
+        dup_field(&dst->auth, src->auth) < 0 || dup_field(&dst->key_file, src->key_file) < 0 ||
+        dup_field(&dst->host_key, src->host_key) < 0) {
+        ck_store_spec_release(dst);
+        return CK_ENOMEM;
+    }
+    dst->compress = src->compress;
+    dst->bundle = src->bundle;
+    dst->no_move = src->no_move;
+    return 0;
+}
+
+void ck_store_spec_release(struct ck_store_spec *s)
+{
+    free(s->url);
+    free(s->endpoint);
+    free(s->region);
+    free(s->credentials);
+    free(s->auth);
+    free(s->key_file);
+    free(s->host_key);
+    memset(s, 0, sizeof *s);
+}
+
+void ck_store_url_redact(char *out, size_t outsz, const char *url)
+{
+    const char *sch = strstr(url, "://");
+    const char *host = sch ? sch + 3 : url;
+    const char *slash = strchr(host, '/');
+    const char *at = strchr(host, '@');
+    size_t o = 0;
+    if (sch && (!at || (slash && at > slash)))
+        at = NULL;
+    /* scheme:// then the host part without user info (sftp keeps the user: not a secret) */
+    if (at && strncmp(url, "sftp", 4) != 0) {
+        o = (size_t)snprintf(out, outsz, "%.*s", (int)(host - url), url);
+        host = at + 1;
+    } else {
+        o = (size_t)snprintf(out, outsz, "%.*s", (int)(host - url), url);
+    }
+    if (o >= outsz)
+        return;
+    size_t rest = strcspn(host, "?#");
+    snprintf(out + o, outsz - o, "%.*s%s", (int)rest, host, host[rest] == '?' ? "?..." : "");
+}
+
+int ck_store_encode(char *out, size_t outsz, const char *s, bool keep_slash)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned char c = *p;
+        bool plain = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                     c == '-' || c == '.' || c == '_' || c == '~' || (keep_slash && c == '/');
+        if (o + (plain ? 1 : 3) >= outsz)
+            return ck_error(CK_ESIZE, "'%.100s': the encoded name is too long", s);
+        if (plain) {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    if (o >= outsz)
+        return ck_error(CK_ESIZE, "'%.100s': the encoded name is too long", s);
+    out[o] = '\0';
+    return 0;
+}
+
+int ck_store_join_key(char *out, size_t outsz, const char *prefix, const char *key)
+{
+    while (*key == '/')
+        key++;
+    size_t pl = prefix ? strlen(prefix) : 0;
+    while (pl && prefix[pl - 1] == '/')
+        pl--;
+    const char *p = prefix ? prefix : "";
+    while (pl && *p == '/')
+        p++, pl--;
+    int n = pl ? snprintf(out, outsz, "%.*s/%s", (int)pl, p, key) : snprintf(out, outsz, "%s", key);
+    if (n < 0 || (size_t)n >= outsz)
+        return ck_error(CK_ESIZE, "'%.100s': the remote name is too long", key);
+    return 0;
+}
+
+void ck_base64(char *out, const unsigned char *in, size_t len)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t o = 0, i = 0;
+    for (; i + 2 < len; i += 3) {
+        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
+        out[o++] = tbl[v >> 18];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = tbl[(v >> 6) & 63];
+        out[o++] = tbl[v & 63];
+    }
+    if (i < len) {
+        unsigned v = (unsigned)in[i] << 16 | (i + 1 < len ? (unsigned)in[i + 1] << 8 : 0);
+        out[o++] = tbl[v >> 18];
+        out[o++] = tbl[(v >> 12) & 63];
+        out[o++] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
+        out[o++] = '=';
+    }
+    out[o] = '\0';
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int ck_unhex(unsigned char *out, size_t outsz, const char *hex)
+{
+    size_t n = strlen(hex);
+    if (n % 2 || n / 2 > outsz)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return (int)(n / 2);
+}
+
+static int set_bool(bool *out, const char *v, const char *key)
+{
+    if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) {
+        *out = true;
+        return 0;
+    }
+    if (!strcmp(v, "false") || !strcmp(v, "no") || !strcmp(v, "off")) {
+        *out = false;
+        return 0;
+    }
+    return ck_error(CK_ECONFIG, "'%s' must be true or false", key);
+}
+
+int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *v)
+{
+    static const struct {
+        const char *key;
+        size_t off;
+    } strs[] = {
+        {"url", offsetof(struct ck_store_spec, url)},
+        {"endpoint", offsetof(struct ck_store_spec, endpoint)},
+        {"region", offsetof(struct ck_store_spec, region)},
+        {"credentials", offsetof(struct ck_store_spec, credentials)},
+        {"auth", offsetof(struct ck_store_spec, auth)},
+        {"key", offsetof(struct ck_store_spec, key_file)},
+        {"host_key", offsetof(struct ck_store_spec, host_key)},
+    };
+    for (size_t i = 0; i < sizeof strs / sizeof *strs; i++)
+        if (!strcmp(key, strs[i].key)) {
+            char **f = (char **)((char *)s + strs[i].off);
+            free(*f);
+            *f = strdup(v);
+            return *f ? 0 : ck_error(CK_ENOMEM, "out of memory");
+        }
+    if (!strcmp(key, "compress")) {
+        if (!strcmp(v, "zstd"))
+            s->compress = true;
+        else if (!strcmp(v, "none") || !strcmp(v, "false") || !strcmp(v, "no"))
+            s->compress = false;
+        else
+            return ck_error(CK_ECONFIG, "'compress' must be zstd or none");
+        return 0;
+    }
+    if (!strcmp(key, "bundle"))
+        return set_bool(&s->bundle, v, key);
+    if (!strcmp(key, "move")) {
+        bool move;
+        int err = set_bool(&move, v, key);
+        s->no_move = !move;
+        return err;
+    }
+    return ck_error(CK_ENOENT, "is not a store key (url, endpoint, region, credentials, auth, key, "
+                               "host_key, compress, bundle, move)");
+}

@@ -1,0 +1,152 @@
+/* Upload backends ("stores"): one const struct ck_store_ops per URL scheme
+ * (s3.c, http.c, sftp.c, file.c) and a lookup table (store.c). Callers go
+ * through the ck_store_* wrappers, never through ops directly.
+ *
+ * A store sends one local file to one remote name and checks, after the
+ * upload, that the remote object has the size (and, where the protocol lets
+ * us see it, the checksum) of what was sent. A multipart upload reports its
+ * upload id and every accepted part through callbacks, so the queue can
+ * record them and a later attempt resumes with the missing parts only. */
+#ifndef CK_STORE_H
+#define CK_STORE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where to send: what one row of `upload.stores` in the config says.
+ * Every string is owned (free with ck_store_spec_release). No field holds a
+ * secret: credentials are "env:NAME"/"file:/path" references or "env". */
+struct ck_store_spec {
+    char *url;         /* s3://bucket/prefix, http(s)://host/path, sftp://user@host/path, file:///path */
+    char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default AWS) */
+    char *region;      /* s3: signing region (default us-east-1) */
+    char *credentials; /* s3: "env" (AWS_* variables, the default) or "file:/path" (AWS credentials
+                        * format, mode 0600); http: reference to "user:password" (basic) or a token
+                        * (bearer); sftp: reference to the key's passphrase, if any */
+    char *auth;        /* http: "basic" or "bearer" (default: none, or basic when credentials set) */
+    char *key_file;    /* sftp: private key (ed25519), mode 0600 */
+    char *host_key;    /* sftp: the server's host key as "SHA256:base64" (ssh-keygen -lf) */
+    bool compress;     /* compress: zstd -- checkpoints are sent as NAME.zst */
+    bool bundle;       /* bundle: true -- a PMF tree is sent as one NAME.tar.zst */
+    bool no_move;      /* http: move: false -- PUT straight to the final name (presigned URLs) */
+};
+
+/* Tunables shared by every store (upload.* in the config). */
+struct ck_upload_opts {
+    uint64_t part_size;           /* multipart part size (default 8 MiB, at least 5 MiB) */
+    uint64_t multipart_threshold; /* files this size or larger go multipart (default 64 MiB) */
+    uint64_t max_rate;            /* bytes per second over all transfers; 0: no cap */
+    int concurrency;              /* parallel parts (default 4) */
+    int retries;                  /* attempts after the first, per request (default 6) */
+    double retry_base;            /* first backoff in seconds (default 0.5) */
+    double retry_cap;             /* longest backoff (default 60) */
+    double grace;                 /* seconds to finish in-flight work after SIGTERM (default 20) */
+    double timeout;               /* a transfer that moves nothing for this long fails (default 60) */
+};
+
+void ck_upload_opts_init(struct ck_upload_opts *o);
+
+/* Stop control shared by a run and its transfers. A signal handler may set
+ * stop (it is lock free); the first transfer to see it fixes the deadline at
+ * now + grace. Past the deadline, in-flight transfers are aborted. */
+struct ck_upload_ctl {
+    atomic_int stop;         /* set to 1 to stop starting new work */
+    atomic_llong deadline;   /* CLOCK_MONOTONIC milliseconds; 0: none yet */
+    double grace;            /* seconds */
+};
+void ck_upload_ctl_init(struct ck_upload_ctl *c, double grace);
+/* Sets stop and fixes the deadline (now + grace) if none is fixed yet. */
+void ck_upload_ctl_stop(struct ck_upload_ctl *c);
+/* Fixes an absolute deadline (monotonic ms) for a run that must end by then. */
+void ck_upload_ctl_set_deadline(struct ck_upload_ctl *c, long long mono_ms);
+bool ck_upload_ctl_stopping(struct ck_upload_ctl *c);
+/* Whether in-flight transfers must be aborted now. */
+bool ck_upload_ctl_expired(struct ck_upload_ctl *c);
+long long ck_mono_ms(void);
+
+/* One accepted part of a multipart upload. */
+struct ck_part {
+    int number;          /* 1-based */
+    uint64_t size;
+    char etag[80];       /* as the server returned it, quotes included */
+    char sha256_b64[48]; /* base64 of the part's SHA-256 (x-amz-checksum-sha256) */
+    char md5[33];        /* hex MD5 of the part */
+};
+
+/* One object to send. The caller (the queue) fills the inputs and the
+ * resume state it recorded; the store calls the callbacks as it goes. */
+struct ck_xfer {
+    /* in */
+    int64_t id;              /* queue job id (temporary names use it) */
+    const char *path;        /* local file (borrowed) */
+    const char *key;         /* remote name under the store's prefix, '/'-separated, not encoded */
+    uint64_t size;           /* the file's size when queued */
+    const char *orig_sha256; /* compress: SHA-256 of the uncompressed original, recorded remotely */
+    /* resume state (multipart): owned by the caller */
+    char upload_id[512];     /* "" when none was created yet */
+    uint64_t part_size;      /* the part size of that upload */
+    struct ck_part *parts;   /* parts accepted so far, any order */
+    size_t nparts;
+    /* callbacks into the queue; a negative return aborts the transfer */
+    int (*save_upload)(void *ctx, const char *upload_id, uint64_t part_size);
+    int (*save_part)(void *ctx, const struct ck_part *p);
+    void *cb_ctx;
+    /* progress: bytes accepted so far (parts and whole objects), read by a progress thread */
+    atomic_ullong sent;
+    /* out */
+    char sha256[65];         /* hex SHA-256 of the whole object sent, when computed */
+    int parts_sent;          /* parts sent by this call (not counting resumed ones) */
+    int parts_resumed;       /* parts skipped because an earlier run had them accepted */
+};
+
+struct ck_store;
+struct ck_net;
+
+struct ck_store_ops {
+    const char *scheme; /* "s3", "http", "https", "sftp", "file" */
+    /* Checks spec (URL, references) without network or secrets: for config load. */
+    int (*check)(const struct ck_store_spec *spec);
+    int (*open)(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
+    int (*put)(struct ck_store *s, struct ck_xfer *x);
+    void (*free)(struct ck_store *s);
+};
+
+/* The fields every store begins with. */
+struct ck_store {
+    const struct ck_store_ops *ops;
+    const struct ck_store_spec *spec; /* borrowed: must outlive the store */
+    struct ck_net *net;               /* borrowed */
+};
+
+/* The ops for url's scheme, or NULL. */
+const struct ck_store_ops *ck_store_ops_find(const char *url);
+/* Checks a spec at config load: scheme known, URL well formed, references
+ * well formed. CK_ECONFIG with a message naming the URL. */
+int ck_store_check(const struct ck_store_spec *spec);
+int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
+int ck_store_put(struct ck_store *s, struct ck_xfer *x);
+void ck_store_free(struct ck_store *s);
+
+/* Sets one field from its config key (url, endpoint, region, credentials,
+ * auth, key, host_key, compress: zstd|none, bundle: bool, move: bool).
+ * CK_ENOENT for an unknown key, CK_ECONFIG for a bad value. */
+int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *value);
+int ck_store_spec_copy(struct ck_store_spec *dst, const struct ck_store_spec *src);
+void ck_store_spec_release(struct ck_store_spec *s);
+/* The URL without user info or query (for logs and errors), into out. */
+void ck_store_url_redact(char *out, size_t outsz, const char *url);
+
+/* Percent-encodes a key per RFC 3986: unreserved bytes stay, '/' stays when
+ * keep_slash, every other byte becomes %XX (upper case). CK_ESIZE when it does
+ * not fit in outsz. */
+int ck_store_encode(char *out, size_t outsz, const char *s, bool keep_slash);
+/* Joins a prefix and a key with exactly one '/' between (either may be empty). */
+int ck_store_join_key(char *out, size_t outsz, const char *prefix, const char *key);
+/* Standard base64 of len bytes into out (4*ceil(len/3)+1 bytes). */
+void ck_base64(char *out, const unsigned char *in, size_t len);
+/* Hex digits to bytes; the number of bytes, or -1 on a bad digit. */
+int ck_unhex(unsigned char *out, size_t outsz, const char *hex);
+
+#endif

@@ -1,0 +1,595 @@
+#include "stores/uploader.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "stores/bundle.h"
+#include "stores/net.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TREE_FILES 100000
+
+int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, const char *path,
+                             const char *key, int phase, bool *added)
+{
+    int64_t sid, id;
+    int err;
+    *added = false;
+    if ((err = ck_store_check(store)) < 0)
+        return err;
+    if ((err = ck_queue_store_put(db, store, &sid)) < 0)
+        return err;
+    bool zst = false;
+    size_t kl = strlen(key);
+    char zkey[4096];
+    if (store->compress && phase == 0 && !(kl > 4 && !strcmp(key + kl - 4, ".zst"))) {
+        snprintf(zkey, sizeof zkey, "%s.zst", key);
+        zst = true;
+    }
+    if ((err = ck_queue_add(db, sid, path, zst ? zkey : key, phase, zst ? CK_JOB_ZSTD : CK_JOB_FILE,
+                            &id, added)) < 0)
+        return err;
+    if (*added)
+        ck_info("upload.queued", "job=%lld key=\"%s\" phase=%d", (long long)id,
+                zst ? zkey : key, phase);
+    return 0;
+}
+
+static bool skip_name(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] == '.' || (n > 4 && !strcmp(name + n - 4, ".tmp")) ||
+           (n > 5 && !strcmp(name + n - 5, ".part"));
+}
+
+struct names {
+    char **v;
+    size_t n, cap;
+};
+
+static int names_add(struct names *l, const char *s)
+{
+    if (l->n >= MAX_TREE_FILES)
+        return ck_error(CK_ESIZE, "more than %d files to upload", MAX_TREE_FILES);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return ck_error(CK_ENOMEM, "out of memory");
+        l->v = v;
+        l->cap = cap;
+    }
+    return (l->v[l->n++] = strdup(s)) ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
+static void names_free(struct names *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+}
+
+static int list_tree(const char *root, const char *rel, struct names *out, int depth)
+{
+    char path[4096];
+    int err = 0;
+    if (depth > 64)
+        return ck_error(CK_ESIZE, "'%s': folders nested too deep", root);
+    snprintf(path, sizeof path, "%s%s%s", root, *rel ? "/" : "", rel);
+    DIR *d = opendir(path);
+    if (!d)
+        return ck_error_os(CK_EIO, "cannot list '%s'", path);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (skip_name(e->d_name))
+            continue;
+        char sub[4096], full[8192];
+        snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+        snprintf(full, sizeof full, "%s/%s", root, sub);
+        struct stat st;
+        if (lstat(full, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            err = list_tree(root, sub, out, depth + 1);
+        else if (S_ISREG(st.st_mode) && strcmp(sub, "metadata.yaml"))
+            err = names_add(out, sub);
+        if (err < 0)
+            break;
+    }
+    closedir(d);
+    return err;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
+                             const char *root, const char *const *changed, size_t nchanged,
+                             int *queued)
+{
+    struct names files = {0};
+    char meta[4096], full[8192];
+    int err = 0;
+    bool added;
+    *queued = 0;
+    if (!changed) {
+        if ((err = list_tree(root, "", &files, 0)) < 0)
+            goto out;
+        qsort(files.v, files.n, sizeof *files.v, cmp_str);
+    } else {
+        for (size_t i = 0; i < nchanged; i++)
+            if (strcmp(changed[i], "metadata.yaml") && (err = names_add(&files, changed[i])) < 0)
+                goto out;
+    }
+    snprintf(meta, sizeof meta, "%s/metadata.yaml", root);
+    bool has_meta = ck_exists(meta);
+    for (size_t s = 0; s < nstores; s++) {
+        const struct ck_store_spec *st = &stores[s];
+        if (st->bundle) {
+            char real[4096], key[4200];
+            int64_t sid, id;
+            if (!realpath(root, real))
+                snprintf(real, sizeof real, "%s", root);
+            snprintf(key, sizeof key, "%s.tar.zst", ck_basename(real));
+            if ((err = ck_store_check(st)) < 0 || (err = ck_queue_store_put(db, st, &sid)) < 0 ||
+                (err = ck_queue_add(db, sid, root, key, 0, CK_JOB_BUNDLE, &id, &added)) < 0)
+                goto out;
+            *queued += added;
+            continue;
+        }
+        for (size_t i = 0; i < files.n; i++) {
+            snprintf(full, sizeof full, "%s/%s", root, files.v[i]);
+            if ((err = ck_uploader_enqueue_file(db, st, full, files.v[i], 0, &added)) < 0)
+                goto out;
+            *queued += added;
+        }
+        if (has_meta) {
+            if ((err = ck_uploader_enqueue_file(db, st, meta, "metadata.yaml", 1, &added)) < 0)
+                goto out;
+            *queued += added;
+        }
+    }
+out:
+    names_free(&files);
+    return err;
+}
+
+/* ---- running ---- */
+
+struct progress {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit;
+    bool bar;
+    struct ck_xfer *x; /* the transfer being shown, or NULL */
+    uint64_t total;
+    char key[256];
+    long long t0;
+};
+
+static void fmt_bytes(char *out, size_t n, double v)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024 && i < 4)
+        v /= 1024, i++;
+    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+static void show(struct progress *p, bool final)
+{
+    uint64_t sent = atomic_load(&p->x->sent);
+    double secs = (double)(ck_mono_ms() - p->t0) / 1000.0;
+    double rate = secs > 0 ? (double)sent / secs : 0;
+    int pct = p->total ? (int)((double)sent * 100.0 / (double)p->total) : 100;
+    if (pct > 100)
+        pct = 100;
+    char a[32], b[32], r[32];
+    fmt_bytes(a, sizeof a, (double)sent);
+    fmt_bytes(b, sizeof b, (double)p->total);
+    fmt_bytes(r, sizeof r, rate);
+    if (p->bar) {
+        char bar[31];
+        int fill = pct * 30 / 100;
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : ' ';
+        bar[30] = '\0';
+        fprintf(stderr, "\r%-32.32s [%s] %3d%% %10s / %-10s %10s/s%s", p->key, bar, pct, a, b, r,
+                final ? "\n" : "");
+        fflush(stderr);
+    } else if (!final) {
+        ck_info("upload.progress", "key=\"%s\" sent=%llu total=%llu percent=%d rate=%s/s", p->key,
+                (unsigned long long)sent, (unsigned long long)p->total, pct, r);
+    }
+}
+
+static void *progress_thread(void *arg)
+{
+    struct progress *p = arg;
+    pthread_mutex_lock(&p->mu);
+    while (!p->quit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long ms = p->bar ? 200 : 5000;
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        if (!p->quit && p->x)
+            show(p, false);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static void progress_set(struct progress *p, struct ck_xfer *x, const char *key, uint64_t total)
+{
+    pthread_mutex_lock(&p->mu);
+    if (!x && p->x && p->bar)
+        show(p, true);
+    p->x = x;
+    p->total = total;
+    p->t0 = ck_mono_ms();
+    snprintf(p->key, sizeof p->key, "%s", key ? key : "");
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Opened stores by queue store id (a run rarely has more than a few). */
+struct opened {
+    int64_t id;
+    struct ck_store_spec spec;
+    struct ck_store *store;
+    int err;
+    char msg[512];
+};
+
+struct run {
+    sqlite3 *db;
+    const struct ck_upload_opts *opts;
+    const char *spool_dir;
+    struct ck_net net;
+    struct opened *stores;
+    size_t nstores;
+};
+
+static int get_store(struct run *r, int64_t id, struct ck_store **out)
+{
+    for (size_t i = 0; i < r->nstores; i++)
+        if (r->stores[i].id == id) {
+            *out = r->stores[i].store;
+            return r->stores[i].err ? ck_error(r->stores[i].err, "%s", r->stores[i].msg) : 0;
+        }
+    struct opened *v = realloc(r->stores, (r->nstores + 1) * sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    r->stores = v;
+    struct opened *o = &v[r->nstores++];
+    memset(o, 0, sizeof *o);
+    o->id = id;
+    int err = ck_queue_store_get(r->db, id, &o->spec);
+    if (err == 0)
+        err = ck_store_open(&o->store, &o->spec, &r->net);
+    if (err < 0) {
+        o->err = err;
+        snprintf(o->msg, sizeof o->msg, "%s", ck_error_msg());
+    }
+    *out = o->store;
+    return err;
+}
+
+struct cb {
+    struct run *r;
+    int64_t id;
+};
+
+static int save_upload(void *ctx, const char *upload_id, uint64_t part_size)
+{
+    struct cb *c = ctx;
+    return ck_queue_set_upload(c->r->db, c->id, upload_id, part_size);
+}
+
+static int save_part(void *ctx, const struct ck_part *p)
+{
+    struct cb *c = ctx;
+    return ck_queue_add_part(c->r->db, c->id, p);
+}
+
+/* Makes the file to send for a compressed or bundled job (once: a spool
+ * file that survived a crash is reused, so resumed parts still match). */
+static int prepare_spool(struct run *r, struct ck_job *j)
+{
+    char path[4096];
+    struct stat st;
+    int err;
+    if (j->spool && stat(j->spool, &st) == 0 && (uint64_t)st.st_size == j->size)
+        return 0;
+    if ((err = ck_mkdirs(r->spool_dir, 0700)) < 0)
+        return err;
+    snprintf(path, sizeof path, "%s/job-%lld%s", r->spool_dir, (long long)j->id,
+             j->kind == CK_JOB_BUNDLE ? ".tar.zst" : ".zst");
+    uint64_t size = 0;
+    char orig[65] = "";
+    if (j->kind == CK_JOB_BUNDLE) {
+        int n;
+        if ((err = ck_bundle_write(j->src, path, 3, 0, &n)) < 0)
+            return err;
+        if (stat(path, &st) < 0)
+            return ck_error_os(CK_EIO, "cannot stat '%s'", path);
+        size = (uint64_t)st.st_size;
+        ck_info("upload.bundled", "job=%lld files=%d size=%llu", (long long)j->id, n,
+                (unsigned long long)size);
+    } else {
+        if ((err = ck_zstd_file(j->src, path, 3, 0, orig, &size)) < 0)
+            return err;
+    }
+    if ((err = ck_queue_set_upload(r->db, j->id, "", 0)) < 0 ||
+        (err = ck_queue_set_spool(r->db, j->id, path, size, orig)) < 0)
+        return err;
+    free(j->spool);
+    j->spool = strdup(path);
+    j->size = size;
+    j->upload_id[0] = '\0';
+    j->part_size = 0;
+    snprintf(j->orig_sha256, sizeof j->orig_sha256, "%s", orig);
+    return j->spool ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
+/* A plain file that changed since it was queued is sent as it is now. */
+static int refresh_source(struct run *r, struct ck_job *j)
+{
+    struct stat st;
+    if (stat(j->src, &st) < 0)
+        return ck_error_os(CK_ENOENT, "'%s' vanished before it was uploaded", j->src);
+    int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    if ((uint64_t)st.st_size == j->size && mt == j->mtime_ns)
+        return 0;
+    ck_warn("upload.changed", "job=%lld path=\"%s\": changed since it was queued, sending it anew",
+            (long long)j->id, j->src);
+    j->size = (uint64_t)st.st_size;
+    j->mtime_ns = mt;
+    j->upload_id[0] = '\0';
+    j->part_size = 0;
+    return ck_queue_reset_source(r->db, j->id, j->size, mt);
+}
+
+static bool is_permanent(int err)
+{
+    return err == CK_EAUTH || err == CK_ECONFIG || err == CK_EFORMAT || err == CK_ENOENT ||
+           err == CK_ESIZE;
+}
+
+static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct ck_upload_ctl *ctl,
+                   int attempts_max, struct ck_upload_report *rep)
+{
+    struct ck_store *store = NULL;
+    struct ck_xfer *x = calloc(1, sizeof *x);
+    struct cb cb = {r, j->id};
+    int err;
+    if (!x)
+        return ck_error(CK_ENOMEM, "out of memory");
+    long long t0 = ck_mono_ms();
+    if ((err = get_store(r, j->store_id, &store)) < 0)
+        goto failed;
+    if (j->kind == CK_JOB_FILE)
+        err = refresh_source(r, j);
+    else
+        err = prepare_spool(r, j);
+    if (err < 0)
+        goto failed;
+    x->id = j->id;
+    x->path = j->kind == CK_JOB_FILE ? j->src : j->spool;
+    x->key = j->key;
+    x->size = j->size;
+    x->orig_sha256 = j->orig_sha256[0] ? j->orig_sha256 : NULL;
+    snprintf(x->upload_id, sizeof x->upload_id, "%s", j->upload_id);
+    x->part_size = j->part_size;
+    if (x->upload_id[0] && (err = ck_queue_parts(r->db, j->id, &x->parts, &x->nparts)) < 0)
+        goto failed;
+    x->save_upload = save_upload;
+    x->save_part = save_part;
+    x->cb_ctx = &cb;
+    atomic_init(&x->sent, 0);
+    char where[512];
+    ck_store_url_redact(where, sizeof where, j->store_url);
+    ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\" size=%llu", (long long)j->id, where,
+            j->key, (unsigned long long)j->size);
+    progress_set(pg, x, j->key, j->size);
+    err = ck_store_put(store, x);
+    progress_set(pg, NULL, NULL, 0);
+    if (err < 0)
+        goto failed;
+    if ((err = ck_queue_done(r->db, j->id, x->sha256)) < 0)
+        goto out;
+    if (j->spool)
+        unlink(j->spool);
+    double secs = (double)(ck_mono_ms() - t0) / 1000.0;
+    ck_info("upload.done",
+            "job=%lld store=\"%s\" key=\"%s\" size=%llu sha256=%s parts_sent=%d parts_resumed=%d "
+            "seconds=%.2f MBps=%.1f",
+            (long long)j->id, where, j->key, (unsigned long long)j->size,
+            x->sha256[0] ? x->sha256 : "-", x->parts_sent, x->parts_resumed, secs,
+            secs > 0 ? (double)j->size / secs / 1e6 : 0.0);
+    rep->done++;
+    goto out;
+failed: {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", ck_error_msg());
+    if (ck_upload_ctl_stopping(ctl) && !is_permanent(err)) {
+        ck_warn("upload.stopped", "job=%lld key=\"%s\": kept in the queue", (long long)j->id,
+                j->key);
+        err = ck_queue_requeue(r->db, j->id, msg);
+        rep->stopped = true;
+        goto out;
+    }
+    bool permanent = is_permanent(err) || j->attempts + 1 >= attempts_max;
+    double rnd = (double)rand() / ((double)RAND_MAX + 1.0);
+    double delay = ck_backoff_delay(j->attempts, r->opts->retry_base * 4, r->opts->retry_cap, 0,
+                                    rnd);
+    ck_err(permanent ? "upload.failed" : "upload.retry_later", "job=%lld key=\"%s\" error=\"%s\"%s",
+           (long long)j->id, j->key, msg, permanent ? "" : " (will retry)");
+    err = ck_queue_fail(r->db, j->id, msg, permanent, delay, attempts_max);
+    if (permanent)
+        rep->failed++;
+}
+out:
+    free(x->parts);
+    free(x);
+    return err;
+}
+
+/* Seconds until the next job waiting for its retry time may run, -1 when
+ * none waits (claim found nothing runnable now: the rest is blocked). */
+static double next_wait(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    double w = -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT min(next_try) FROM upload_jobs WHERE state = 0 AND next_try > ?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_double(st, 1, now);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        w = sqlite3_column_double(st, 0) - now;
+    sqlite3_finalize(st);
+    return w;
+}
+
+static void count_left(sqlite3 *db, struct ck_upload_report *rep)
+{
+    sqlite3_stmt *st;
+    rep->left = rep->blocked = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count(*), coalesce(sum(phase = 1 AND EXISTS (SELECT 1 FROM"
+                           " upload_jobs d WHERE d.store = j.store AND d.phase = 0"
+                           " AND d.state = 3)), 0) FROM upload_jobs j WHERE state = 0",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        rep->left = sqlite3_column_int(st, 0);
+        rep->blocked = sqlite3_column_int(st, 1);
+    }
+    sqlite3_finalize(st);
+}
+
+int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *spool_dir,
+                    struct ck_upload_ctl *ctl, const struct ck_uploader_run_opts *ro,
+                    struct ck_upload_report *rep)
+{
+    struct run r = {.db = db, .opts = opts, .spool_dir = spool_dir};
+    struct progress pg = {.bar = ro && ro->progress_bar};
+    pthread_t pt;
+    bool pt_started = false;
+    int attempts_max = ro && ro->job_attempts > 0 ? ro->job_attempts : 3;
+    int err;
+    memset(rep, 0, sizeof *rep);
+    if ((err = ck_queue_init(db)) < 0 || (err = ck_queue_recover(db)) < 0)
+        return err;
+    if ((err = ck_net_init(&r.net, opts, ctl)) < 0)
+        return err;
+    pthread_mutex_init(&pg.mu, NULL);
+    pthread_cond_init(&pg.cv, NULL);
+    if (pthread_create(&pt, NULL, progress_thread, &pg) == 0)
+        pt_started = true;
+    for (;;) {
+        if (ck_upload_ctl_stopping(ctl)) {
+            rep->stopped = true;
+            break;
+        }
+        struct ck_job j;
+        err = ck_queue_claim(db, &j);
+        if (err == CK_ENOENT) {
+            err = 0;
+            double w = next_wait(db);
+            if (w < 0 || !(ro && ro->wait_retries))
+                break;
+            long long d = atomic_load(&ctl->deadline);
+            if (d && ck_mono_ms() + (long long)(w * 1000) > d)
+                break;
+            long long until = ck_mono_ms() + (long long)(w * 1000) + 10;
+            while (ck_mono_ms() < until && !ck_upload_ctl_stopping(ctl))
+                usleep(50000);
+            continue;
+        }
+        if (err < 0)
+            break;
+        err = run_job(&r, &j, &pg, ctl, attempts_max, rep);
+        ck_job_release(&j);
+        if (err < 0)
+            break; /* the queue itself failed: stop */
+    }
+    if (pt_started) {
+        pthread_mutex_lock(&pg.mu);
+        pg.quit = true;
+        pthread_cond_signal(&pg.cv);
+        pthread_mutex_unlock(&pg.mu);
+        pthread_join(pt, NULL);
+    }
+    pthread_mutex_destroy(&pg.mu);
+    pthread_cond_destroy(&pg.cv);
+    for (size_t i = 0; i < r.nstores; i++) {
+        ck_store_free(r.stores[i].store);
+        ck_store_spec_release(&r.stores[i].spec);
+    }
+    free(r.stores);
+    ck_net_release(&r.net);
+    if (err == 0)
+        count_left(db, rep);
+    return err;
+}
+
+int ck_uploader_default_state(char *out, size_t outsz)
+{
+    const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
+    int n;
+    if (xdg && *xdg == '/')
+        n = snprintf(out, outsz, "%s/ckptd", xdg);
+    else if (home && *home)
+        n = snprintf(out, outsz, "%s/.local/state/ckptd", home);
+    else
+        return ck_error(CK_ECONFIG, "neither XDG_STATE_HOME nor HOME is set: give --state DIR");
+    if (n < 0 || (size_t)n >= outsz)
+        return ck_error(CK_ESIZE, "the state folder's path is too long");
+    return 0;
+}
+
+int ck_uploader_lock(const char *state_dir, int *fd_out)
+{
+    char path[4096];
+    int err;
+    *fd_out = -1;
+    if ((err = ck_mkdirs(state_dir, 0700)) < 0)
+        return err;
+    snprintf(path, sizeof path, "%s/upload.lock", state_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        char pid[32] = "";
+        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        close(fd);
+        return ck_error(CK_ELOCKED, "another ckptd (pid %s) runs the upload queue in '%s'",
+                        pid[0] ? pid : "?", state_dir);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) < 0) {
+        /* the pid is only for the message above */
+    }
+    *fd_out = fd;
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* The uploader: what scan, watch and `ckptd upload` call. Enqueue what
+ * changed (data files first, metadata.yaml last), then run the queue until
+ * it is empty, the deadline passes or a stop is asked.
+ *
+ *   ck_uploader_enqueue_tree(db, stores, n, root, changed, nchanged, &queued);
+ *   ck_uploader_run(db, &opts, spool_dir, &ctl, &run_opts, &report);
+ */
+#ifndef CK_STORE_UPLOADER_H
+#define CK_STORE_UPLOADER_H
+
+#include "stores/queue.h"
+#include "stores/store.h"
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Queues one local file for every store as key (phase 1 = send last). */
+int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, const char *path,
+                             const char *key, int phase, bool *added);
+
+/* Queues a PMF tree (or part of it) for every store: the files named in
+ * changed (paths relative to root; NULL: every file under root), then
+ * root/metadata.yaml last when it exists. A store with bundle: true gets one
+ * job for NAME.tar.zst (NAME: root's folder name) instead; with compress:
+ * true, data files are queued as KEY.zst (metadata.yaml stays plain).
+ * *queued counts the jobs added. */
+int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
+                             const char *root, const char *const *changed, size_t nchanged,
+                             int *queued);
+
+struct ck_uploader_run_opts {
+    bool progress_bar;   /* draw a bar on stderr (a terminal); else log progress every 5 s */
+    bool wait_retries;   /* wait for jobs whose retry time has not come yet (until the deadline) */
+    int job_attempts;    /* a job fails for good after this many failed runs (default 3) */
+};
+
+struct ck_upload_report {
+    int done;       /* jobs finished by this run */
+    int failed;     /* jobs that failed for good in this run */
+    int left;       /* jobs still pending (stopped, or waiting for a retry) */
+    int blocked;    /* metadata jobs held back by a failed data job */
+    bool stopped;   /* a stop or the deadline ended the run */
+};
+
+/* Runs the queue. The caller holds the lock that makes this process the
+ * only runner (running jobs of a dead process are taken back first).
+ * spool_dir holds compressed files and bundles being sent. Returns 0 when
+ * the run itself worked (see the report for failed jobs), an error when the
+ * queue could not be used (the database). */
+int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *spool_dir,
+                    struct ck_upload_ctl *ctl, const struct ck_uploader_run_opts *ro,
+                    struct ck_upload_report *rep);
+
+/* The queue folder for `ckptd upload` without a DIR: $XDG_STATE_HOME/ckptd
+ * or ~/.local/state/ckptd. */
+int ck_uploader_default_state(char *out, size_t outsz);
+/* Takes the lock that makes this process the queue's only runner in
+ * state_dir (created 0700): CK_ELOCKED naming the holder's pid. Close *fd to
+ * release it. */
+int ck_uploader_lock(const char *state_dir, int *fd);
+
+#endif

@@ -1,0 +1,388 @@
+/* stores: key encoding, URL handling, backoff and Retry-After, S3 XML,
+ * store specs, and the upload queue's state transitions (a real SQLite
+ * database in a scratch folder). Expected values come from RFC 3986,
+ * RFC 4648 and the S3 documentation, not from the code under test. */
+#include "tests/unit/test_main.h"
+
+#include "common/error.h"
+#include "stores/net.h"
+#include "stores/queue.h"
+#include "stores/store.h"
+#include "stores/uploader.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void key_encoding(void **state)
+{
+    char out[256];
+    assert_int_equal(ck_store_encode(out, sizeof out, "step=100/model.safetensors", true), 0);
+    assert_string_equal(out, "step%3D100/model.safetensors");
+    assert_int_equal(ck_store_encode(out, sizeof out, "a b+c~d_e-f.g", true), 0);
+    assert_string_equal(out, "a%20b%2Bc~d_e-f.g");
+    assert_int_equal(ck_store_encode(out, sizeof out, "a/b", false), 0);
+    assert_string_equal(out, "a%2Fb");
+    /* UTF-8 bytes each become %XX, upper-case hex */
+    assert_int_equal(ck_store_encode(out, sizeof out, "\xc3\xa9", true), 0);
+    assert_string_equal(out, "%C3%A9");
+    /* an upload id with '=' and '+' (canonical query values) */
+    assert_int_equal(ck_store_encode(out, sizeof out, "ab+/=", false), 0);
+    assert_string_equal(out, "ab%2B%2F%3D");
+    /* does not fit: an error, never a truncated name */
+    assert_int_equal(ck_store_encode(out, 6, "a b c", true), CK_ESIZE);
+    assert_int_equal(ck_store_encode(out, 4, "abcd", true), CK_ESIZE);
+}
+
+static void join_and_redact(void **state)
+{
+    char out[256];
+    assert_int_equal(ck_store_join_key(out, sizeof out, "prefix/", "/a/b"), 0);
+    assert_string_equal(out, "prefix/a/b");
+    assert_int_equal(ck_store_join_key(out, sizeof out, "", "a"), 0);
+    assert_string_equal(out, "a");
+    assert_int_equal(ck_store_join_key(out, sizeof out, NULL, "a"), 0);
+    assert_string_equal(out, "a");
+    ck_store_url_redact(out, sizeof out, "https://user:pw@host/x/y?X-Amz-Signature=abc");
+    assert_string_equal(out, "https://host/x/y?...");
+    assert_null(strstr(out, "pw"));
+    assert_null(strstr(out, "abc"));
+    ck_store_url_redact(out, sizeof out, "sftp://root@127.0.0.1:22/data");
+    assert_string_equal(out, "sftp://root@127.0.0.1:22/data");
+}
+
+static void base64_and_hex(void **state)
+{
+    /* RFC 4648 test vectors */
+    char out[64];
+    ck_base64(out, (const unsigned char *)"f", 1);
+    assert_string_equal(out, "Zg==");
+    ck_base64(out, (const unsigned char *)"fo", 2);
+    assert_string_equal(out, "Zm8=");
+    ck_base64(out, (const unsigned char *)"foobar", 6);
+    assert_string_equal(out, "Zm9vYmFy");
+    unsigned char bin[16];
+    /* MD5("") = d41d8cd98f00b204e9800998ecf8427e; Content-MD5 of an empty body is
+     * 1B2M2Y8AsgTpgAmY7PhCfg== (RFC 1864 form, as the S3 documentation shows) */
+    assert_int_equal(ck_unhex(bin, sizeof bin, "d41d8cd98f00b204e9800998ecf8427e"), 16);
+    ck_base64(out, bin, 16);
+    assert_string_equal(out, "1B2M2Y8AsgTpgAmY7PhCfg==");
+    assert_int_equal(ck_unhex(bin, sizeof bin, "zz"), -1);
+    assert_int_equal(ck_unhex(bin, sizeof bin, "abc"), -1);
+}
+
+static void backoff(void **state)
+{
+    /* base 0.5 s doubling, capped at 60 s, jitter in the upper half */
+    assert_true(ck_backoff_delay(0, 0.5, 60, 0, 0.0) >= 0.25);
+    assert_true(ck_backoff_delay(0, 0.5, 60, 0, 0.999) <= 0.5);
+    assert_true(ck_backoff_delay(3, 0.5, 60, 0, 0.0) >= 2.0);
+    assert_true(ck_backoff_delay(3, 0.5, 60, 0, 0.999) <= 4.0);
+    assert_true(ck_backoff_delay(20, 0.5, 60, 0, 0.999) <= 60.0);
+    assert_true(ck_backoff_delay(20, 0.5, 60, 0, 0.0) >= 30.0);
+    /* a server's Retry-After wins when longer */
+    assert_true(ck_backoff_delay(0, 0.5, 60, 7, 0.5) == 7.0);
+    /* huge exponents do not overflow */
+    double d = ck_backoff_delay(1000, 0.5, 60, 0, 0.5);
+    assert_true(d >= 30.0 && d <= 60.0);
+}
+
+static void retry_after(void **state)
+{
+    assert_true(ck_parse_retry_after("120", 0) == 120.0);
+    assert_true(ck_parse_retry_after(" 3", 0) == 3.0);
+    /* RFC 9110's example date: Sun, 06 Nov 1994 08:49:37 GMT = 784111777 */
+    assert_true(ck_parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", 784111777 - 30) == 30.0);
+    assert_true(ck_parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", 784111777 + 30) == 0.0);
+    assert_true(ck_parse_retry_after("soon", 0) < 0);
+    assert_true(ck_parse_retry_after("", 0) < 0);
+}
+
+static void retryable(void **state)
+{
+    assert_true(ck_net_is_retryable(500, NULL));
+    assert_true(ck_net_is_retryable(503, "SlowDown"));
+    assert_true(ck_net_is_retryable(400, "RequestTimeout"));
+    assert_true(ck_net_is_retryable(429, NULL));
+    assert_true(ck_net_is_retryable(0, NULL)); /* no answer: connection failed */
+    assert_false(ck_net_is_retryable(404, "NoSuchKey"));
+    assert_false(ck_net_is_retryable(400, "InvalidArgument"));
+}
+
+static void xml(void **state)
+{
+    char out[64];
+    const char *body = "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket>"
+                       "<Key>k</Key><UploadId>a&amp;b&lt;c</UploadId></InitiateMultipartUploadResult>";
+    assert_true(ck_xml_tag(body, "UploadId", out, sizeof out));
+    assert_string_equal(out, "a&b<c");
+    assert_false(ck_xml_tag(body, "Code", out, sizeof out));
+    assert_false(ck_xml_tag("<Code>unterminated", "Code", out, sizeof out));
+    /* a value longer than the buffer is not reported as complete */
+    assert_false(ck_xml_tag("<Code>0123456789</Code>", "Code", out, 4));
+}
+
+static void spec_checks(void **state)
+{
+    struct ck_store_spec s = {0};
+    assert_int_equal(ck_store_spec_set(&s, "url", "s3://bucket/prefix"), 0);
+    assert_int_equal(ck_store_spec_set(&s, "endpoint", "http://127.0.0.1:9000"), 0);
+    assert_int_equal(ck_store_check(&s), 0);
+    assert_int_equal(ck_store_spec_set(&s, "credentials", "AKIAEXAMPLE:secret"), 0);
+    assert_int_equal(ck_store_check(&s), CK_ECONFIG);
+    assert_null(strstr(ck_error_msg(), "secret"));
+    assert_int_equal(ck_store_spec_set(&s, "credentials", "file:/etc/ckptd/aws"), 0);
+    assert_int_equal(ck_store_check(&s), 0);
+    assert_int_equal(ck_store_spec_set(&s, "url", "s3://Bad_Bucket/x"), 0);
+    assert_int_equal(ck_store_check(&s), CK_ECONFIG);
+    assert_int_equal(ck_store_spec_set(&s, "url", "gopher://x/y"), 0);
+    assert_int_equal(ck_store_check(&s), CK_ECONFIG);
+    assert_int_equal(ck_store_spec_set(&s, "url", "sftp://root@host/data"), 0);
+    assert_int_equal(ck_store_check(&s), CK_ECONFIG); /* no key, no pinned host key */
+    assert_int_equal(ck_store_spec_set(&s, "key", "/k"), 0);
+    assert_int_equal(ck_store_spec_set(&s, "host_key",
+                                       "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU"), 0);
+    assert_int_equal(ck_store_spec_set(&s, "credentials", "env:PASSPHRASE"), 0);
+    assert_int_equal(ck_store_check(&s), 0);
+    assert_int_equal(ck_store_spec_set(&s, "url", "http://user:pw@host/x"), 0);
+    assert_int_equal(ck_store_check(&s), CK_ECONFIG);
+    assert_int_equal(ck_store_spec_set(&s, "url", "file://relative"), 0);
+    assert_int_equal(ck_store_check(&s), CK_ECONFIG);
+    assert_int_equal(ck_store_spec_set(&s, "compress", "gzip"), CK_ECONFIG);
+    assert_int_equal(ck_store_spec_set(&s, "nonsense", "1"), CK_ENOENT);
+    ck_store_spec_release(&s);
+}
+
+/* ---- the queue ---- */
+
+static sqlite3 *open_db(char *dir)
+{
+    char path[4200];
+    sqlite3 *db;
+    ck_test_tmpdir(dir, "queue");
+    snprintf(path, sizeof path, "%s/state.db", dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA foreign_keys=ON", NULL, NULL, NULL);
+    assert_int_equal(ck_queue_init(db), 0);
+    assert_int_equal(ck_queue_init(db), 0); /* idempotent */
+    return db;
+}
+
+static void write_file(const char *path, const char *data)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    fputs(data, f);
+    fclose(f);
+}
+
+static int64_t store_row(sqlite3 *db, const char *url)
+{
+    struct ck_store_spec s = {0};
+    int64_t id;
+    ck_store_spec_set(&s, "url", url);
+    assert_int_equal(ck_queue_store_put(db, &s, &id), 0);
+    ck_store_spec_release(&s);
+    return id;
+}
+
+static void queue_transitions(void **state)
+{
+    char dir[4096], a[4200], meta[4200];
+    sqlite3 *db = open_db(dir);
+    snprintf(a, sizeof a, "%s/a.bin", dir);
+    snprintf(meta, sizeof meta, "%s/metadata.yaml", dir);
+    write_file(a, "aaaa");
+    write_file(meta, "m: 1\n");
+    int64_t sid = store_row(db, "file:///tmp/x"), ja, jm, again;
+    bool added;
+    assert_int_equal(ck_queue_add(db, sid, meta, "metadata.yaml", 1, CK_JOB_FILE, &jm, &added), 0);
+    assert_true(added);
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &ja, &added), 0);
+    assert_true(added);
+    /* the same file again: not queued twice */
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &again, &added), 0);
+    assert_false(added);
+    assert_true(again == ja);
+
+    /* data first, even though metadata was queued first... */
+    struct ck_job j;
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == ja);
+    assert_int_equal(j.state, CK_JOB_RUNNING);
+    ck_job_release(&j);
+    /* ...and metadata waits while a.bin is running */
+    assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
+    /* a crash: running goes back to pending, with multipart state kept */
+    assert_int_equal(ck_queue_set_upload(db, ja, "UP1", 5u << 20), 0);
+    struct ck_part p = {.number = 2, .size = 5u << 20, .etag = "\"e2\"", .sha256_b64 = "s2",
+                        .md5 = "00112233445566778899aabbccddeeff"};
+    assert_int_equal(ck_queue_add_part(db, ja, &p), 0);
+    p.number = 1;
+    assert_int_equal(ck_queue_add_part(db, ja, &p), 0);
+    assert_int_equal(ck_queue_recover(db), 0);
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == ja);
+    assert_string_equal(j.upload_id, "UP1");
+    ck_job_release(&j);
+    struct ck_part *parts;
+    size_t n;
+    assert_int_equal(ck_queue_parts(db, ja, &parts, &n), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(parts[0].number, 1);
+    assert_int_equal(parts[1].number, 2);
+    assert_string_equal(parts[1].etag, "\"e2\"");
+    free(parts);
+
+    /* a failure that may be retried: pending again but not before next_try */
+    assert_int_equal(ck_queue_fail(db, ja, "HTTP 500", false, 3600, 3), 0);
+    assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
+    int counts[4];
+    ck_queue_counts(db, counts);
+    assert_int_equal(counts[CK_JOB_PENDING], 2);
+    /* permanent failure: failed; metadata stays held back */
+    sqlite3_exec(db, "UPDATE upload_jobs SET next_try = 0", NULL, NULL, NULL);
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    ck_job_release(&j);
+    assert_int_equal(ck_queue_fail(db, ja, "HTTP 403", true, 0, 3), 0);
+    assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
+    ck_queue_counts(db, counts);
+    assert_int_equal(counts[CK_JOB_FAILED], 1);
+    /* retry: back to pending, attempts reset, multipart state kept */
+    int nr;
+    assert_int_equal(ck_queue_retry(db, 0, &nr), 0);
+    assert_int_equal(nr, 1);
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == ja);
+    assert_int_equal(j.attempts, 0);
+    assert_string_equal(j.upload_id, "UP1");
+    ck_job_release(&j);
+    assert_int_equal(ck_queue_done(db, ja, "abc"), 0);
+    /* now metadata runs */
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == jm);
+    assert_int_equal(j.phase, 1);
+    ck_job_release(&j);
+    assert_int_equal(ck_queue_done(db, jm, ""), 0);
+    assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
+
+    /* done and unchanged: not queued again; changed: queued anew */
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &again, &added), 0);
+    assert_false(added);
+    write_file(a, "changed, longer");
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &again, &added), 0);
+    assert_true(added);
+    assert_true(again != ja);
+    sqlite3_close(db);
+}
+
+static void queue_metadata_after_new_data(void **state)
+{
+    /* metadata queued, then a new checkpoint and a new metadata: the replaced
+     * metadata job must wait for the new checkpoint too */
+    char dir[4096], a[4200], b[4200], meta[4200];
+    sqlite3 *db = open_db(dir);
+    snprintf(a, sizeof a, "%s/a", dir);
+    snprintf(b, sizeof b, "%s/b", dir);
+    snprintf(meta, sizeof meta, "%s/metadata.yaml", dir);
+    write_file(a, "a");
+    write_file(meta, "v1");
+    int64_t sid = store_row(db, "file:///tmp/y"), ja, jb, jm, jm2;
+    bool added;
+    ck_queue_add(db, sid, a, "a", 0, CK_JOB_FILE, &ja, &added);
+    ck_queue_add(db, sid, meta, "metadata.yaml", 1, CK_JOB_FILE, &jm, &added);
+    write_file(b, "b");
+    ck_queue_add(db, sid, b, "b", 0, CK_JOB_FILE, &jb, &added);
+    write_file(meta, "v2 is longer");
+    ck_queue_add(db, sid, meta, "metadata.yaml", 1, CK_JOB_FILE, &jm2, &added);
+    assert_true(added);
+    assert_true(jm2 > jb);
+    struct ck_job j;
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == ja);
+    ck_job_release(&j);
+    ck_queue_done(db, ja, "");
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == jb);
+    ck_job_release(&j);
+    /* b running: the metadata waits */
+    assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
+    ck_queue_done(db, jb, "");
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    assert_true(j.id == jm2);
+    ck_job_release(&j);
+    int counts[4];
+    ck_queue_counts(db, counts);
+    assert_int_equal(counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING] + counts[CK_JOB_DONE], 3);
+    sqlite3_close(db);
+}
+
+static void queue_newer_schema_refused(void **state)
+{
+    char dir[4096];
+    sqlite3 *db = open_db(dir);
+    sqlite3_exec(db, "UPDATE upload_schema SET version = 99", NULL, NULL, NULL);
+    assert_int_equal(ck_queue_init(db), CK_ESTATE);
+    sqlite3_close(db);
+}
+
+static void uploader_file_store_end_to_end(void **state)
+{
+    /* a real run against the file:// store: tree order, checksums, dedupe */
+    char dir[4096], src[4200], dst[4200], url[4300], path[4400];
+    sqlite3 *db = open_db(dir);
+    snprintf(src, sizeof src, "%s/tree", dir);
+    snprintf(dst, sizeof dst, "%s/remote", dir);
+    mkdir(src, 0755);
+    snprintf(path, sizeof path, "%s/checkpoints", src);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/checkpoints/epoch=1.bin", src);
+    write_file(path, "weights");
+    snprintf(path, sizeof path, "%s/metadata.yaml", src);
+    write_file(path, "checkpoints: {}\n");
+    snprintf(url, sizeof url, "file://%s", dst);
+    struct ck_store_spec s = {0};
+    ck_store_spec_set(&s, "url", url);
+    int queued;
+    assert_int_equal(ck_uploader_enqueue_tree(db, &s, 1, src, NULL, 0, &queued), 0);
+    assert_int_equal(queued, 2);
+    struct ck_upload_opts o;
+    struct ck_upload_ctl ctl;
+    struct ck_upload_report rep;
+    struct ck_uploader_run_opts ro = {0};
+    ck_upload_opts_init(&o);
+    ck_upload_ctl_init(&ctl, 1);
+    char spool[4300];
+    snprintf(spool, sizeof spool, "%s/spool", dir);
+    assert_int_equal(ck_uploader_run(db, &o, spool, &ctl, &ro, &rep), 0);
+    assert_int_equal(rep.done, 2);
+    assert_int_equal(rep.failed, 0);
+    snprintf(path, sizeof path, "%s/checkpoints/epoch=1.bin", dst);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    char buf[32] = {0};
+    assert_int_equal(fread(buf, 1, sizeof buf, f), 7);
+    fclose(f);
+    assert_string_equal(buf, "weights");
+    assert_int_equal(ck_uploader_enqueue_tree(db, &s, 1, src, NULL, 0, &queued), 0);
+    assert_int_equal(queued, 0);
+    ck_store_spec_release(&s);
+    sqlite3_close(db);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(key_encoding),
+    cmocka_unit_test(join_and_redact),
+    cmocka_unit_test(base64_and_hex),
+    cmocka_unit_test(backoff),
+    cmocka_unit_test(retry_after),
+    cmocka_unit_test(retryable),
+    cmocka_unit_test(xml),
+    cmocka_unit_test(spec_checks),
+    cmocka_unit_test(queue_transitions),
+    cmocka_unit_test(queue_metadata_after_new_data),
+    cmocka_unit_test(queue_newer_schema_refused),
+    cmocka_unit_test(uploader_file_store_end_to_end),
+};
+CK_TEST_MAIN(tests)
