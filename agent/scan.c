@@ -36,6 +36,11 @@ struct scan {
     struct ck_scan_result *res;
     struct ck_pmf_meta meta;
     double now;
+    /* Lookups that would be quadratic over 10,000 checkpoints, kept sorted. */
+    const struct ck_candidate **byref; /* candidates by reference, sources before our links */
+    size_t nbyref;
+    char **dirty_dirs;                 /* folders we linked into, fsynced once at the end */
+    size_t ndirty;
 };
 
 static double now_seconds(void)
@@ -359,6 +364,21 @@ static int tree_rel(const struct ck_candidate *c, const char *file, char *out, s
     return n < 0 || (size_t)n >= outsz ? ck_error(CK_ESIZE, "path too long: '%s'", file) : 0;
 }
 
+static int mark_dirty(struct scan *s, const char *dir)
+{
+    for (size_t i = s->ndirty; i > 0; i--)
+        if (!strcmp(s->dirty_dirs[i - 1], dir))
+            return 0;
+    char **p = realloc(s->dirty_dirs, (s->ndirty + 1) * sizeof *p);
+    if (!p)
+        return ck_error(CK_ENOMEM, "out of memory");
+    s->dirty_dirs = p;
+    if (!(p[s->ndirty] = strdup(dir)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    s->ndirty++;
+    return 0;
+}
+
 /* Hard-links (or reflinks, or copies) the candidate's files into data/checkpoints. */
 static int place(struct scan *s, const struct ck_candidate *c)
 {
@@ -371,10 +391,25 @@ static int place(struct scan *s, const struct ck_candidate *c)
             (err = tree_rel(c, c->files[i], rel, sizeof rel)) < 0 || (err = path_in(s, dst, rel)) < 0)
             return err;
         ck_dirname(dir, sizeof dir, dst);
-        if ((err = ck_mkdirs(dir, 0755)) < 0 || (err = ck_place_file(src, dst)) < 0)
+        if ((err = ck_mkdirs(dir, 0755)) < 0 || (err = ck_place_file_nosync(src, dst)) < 0 ||
+            (err = mark_dirty(s, dir)) < 0)
             return err;
     }
     return 0;
+}
+
+static int sync_dirty(struct scan *s)
+{
+    int err = 0;
+    for (size_t i = 0; i < s->ndirty; i++) {
+        if (err == 0)
+            err = ck_fsync_dir(s->dirty_dirs[i]);
+        free(s->dirty_dirs[i]);
+    }
+    free(s->dirty_dirs);
+    s->dirty_dirs = NULL;
+    s->ndirty = 0;
+    return err;
 }
 
 /* Hashes a candidate as placed in the tree. A single file is its own PMF
@@ -485,13 +520,76 @@ static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
     return 0;
 }
 
-static const struct ck_candidate *find_cand(const struct ck_discovery *d, const char *ref)
+/* Sources sort before our own links to them, so the first of a name is the one to take. */
+static int cmp_byref(const void *a, const void *b)
 {
-    const struct ck_candidate *best = NULL;
+    const struct ck_candidate *x = *(const struct ck_candidate *const *)a;
+    const struct ck_candidate *y = *(const struct ck_candidate *const *)b;
+    int c = strcmp(x->ref, y->ref);
+    return c ? c : (int)x->in_tree - (int)y->in_tree;
+}
+
+static int index_candidates(struct scan *s, const struct ck_discovery *d)
+{
+    s->byref = malloc((d->ncands ? d->ncands : 1) * sizeof *s->byref);
+    if (!s->byref)
+        return ck_error(CK_ENOMEM, "out of memory");
     for (size_t i = 0; i < d->ncands; i++)
-        if (!strcmp(d->cands[i].ref, ref) && (!best || (best->in_tree && !d->cands[i].in_tree)))
-            best = &d->cands[i];
-    return best;
+        s->byref[i] = &d->cands[i];
+    s->nbyref = d->ncands;
+    qsort(s->byref, s->nbyref, sizeof *s->byref, cmp_byref);
+    return 0;
+}
+
+static const struct ck_candidate *find_cand(struct scan *s, const char *ref)
+{
+    size_t lo = 0, hi = s->nbyref;
+    while (lo < hi) { /* the first candidate whose ref is >= ref */
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(s->byref[mid]->ref, ref) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->nbyref && !strcmp(s->byref[lo]->ref, ref) ? s->byref[lo] : NULL;
+}
+
+/* A sorted list of strings, for membership tests. */
+struct strset {
+    char **v;
+    size_t n;
+};
+
+static int strset_build(struct strset *set, const struct ck_pmf_meta *m, bool basenames)
+{
+    set->n = 0;
+    set->v = malloc((m->ncheckpoints ? m->ncheckpoints : 1) * sizeof *set->v);
+    if (!set->v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->ncheckpoints; i++) {
+        char txt[64];
+        const char *v = basenames ? ck_basename(m->checkpoints[i].path)
+                                  : ck_pmf_ref_str(&m->checkpoints[i].ref, txt, sizeof txt);
+        if (!(set->v[set->n] = strdup(v)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        set->n++;
+    }
+    qsort(set->v, set->n, sizeof *set->v, cmp_str);
+    return 0;
+}
+
+static bool strset_has(const struct strset *set, const char *v)
+{
+    return bsearch(&v, set->v, set->n, sizeof *set->v, cmp_str) != NULL;
+}
+
+static void strset_release(struct strset *set)
+{
+    for (size_t i = 0; i < set->n; i++)
+        free(set->v[i]);
+    free(set->v);
+    set->v = NULL;
+    set->n = 0;
 }
 
 static void remove_tree_copy(struct scan *s, const struct ck_ckpt_record *r)
@@ -501,16 +599,16 @@ static void remove_tree_copy(struct scan *s, const struct ck_ckpt_record *r)
         unlink(path);
 }
 
-static int registered_pass(struct scan *s, const struct ck_discovery *d)
+static int registered_pass(struct scan *s)
 {
     char txt[64];
     int err;
     for (size_t i = 0; i < s->meta.ncheckpoints; i++) {
         const struct ck_pmf_ref *ref = &s->meta.checkpoints[i].ref;
         const char *name = ck_pmf_ref_str(ref, txt, sizeof txt);
-        const struct ck_candidate *c = find_cand(d, name);
+        const struct ck_candidate *c = find_cand(s, name);
         struct ck_ckpt_record r;
-        bool have_record = ck_state_ckpt_get(s->st, name, &r) == 0;
+        bool have_record = s->o->cfg->mirror_deletes && ck_state_ckpt_get(s->st, name, &r) == 0;
         bool source_gone = false;
         if (have_record) {
             char src[PATH_MAX];
@@ -537,42 +635,47 @@ static int registered_pass(struct scan *s, const struct ck_discovery *d)
 
 /* Whether the file this candidate would become in the tree is already the
  * path of a registered checkpoint. PMF compares file names only. */
-static bool path_registered(struct scan *s, const struct ck_candidate *c)
+static bool path_registered(const struct strset *paths, const struct ck_candidate *c)
 {
     char rel[PATH_MAX];
     if (c->kind != CK_CAND_FILE || tree_rel(c, c->files[0], rel, sizeof rel) < 0)
         return false;
-    for (size_t i = 0; i < s->meta.ncheckpoints; i++)
-        if (!strcmp(ck_basename(s->meta.checkpoints[i].path), ck_basename(rel)))
-            return true;
-    return false;
+    return strset_has(paths, ck_basename(rel));
 }
 
 static int new_pass(struct scan *s, const struct ck_discovery *d)
 {
     double min_age = s->o->min_age >= 0 ? s->o->min_age : s->o->cfg->min_age;
     const struct ck_candidate **todo = calloc(d->ncands ? d->ncands : 1, sizeof *todo);
+    struct strset refs = {0}, paths = {0};
     size_t n = 0;
     char txt[64];
     int err = 0;
     if (!todo)
         return ck_error(CK_ENOMEM, "out of memory");
-    for (size_t i = 0; i < d->ncands; i++) {
-        const struct ck_candidate *c = &d->cands[i];
-        struct ck_pmf_ref ref = {false, 0, c->ref};
-        if (find_cand(d, c->ref) != c)
-            continue; /* the same checkpoint seen twice (its source and our link) */
-        if (ck_pmf_find(&s->meta, &ref) >= 0)
+    /* references as text: a file named "12" is the registered int 12 as well as "12" */
+    if ((err = strset_build(&refs, &s->meta, false)) < 0 ||
+        (err = strset_build(&paths, &s->meta, true)) < 0)
+        goto out;
+    for (size_t i = 0; i < s->nbyref; i++) {
+        const struct ck_candidate *c = s->byref[i];
+        if (i > 0 && !strcmp(s->byref[i - 1]->ref, c->ref)) {
+            /* the same name twice: our own link (fine), or two sources (ambiguous) */
+            if (!c->in_tree) {
+                char msg[2048];
+                snprintf(msg, sizeof msg, "two checkpoints are named '%s' ('%s' and '%s'): "
+                         "only the first is registered", c->ref, s->byref[i - 1]->rel, c->rel);
+                problem(s, c->rel, msg);
+            }
             continue;
-        /* a reference that looks like an int may be registered as one */
-        char *end;
-        long long v = strtoll(c->ref, &end, 10);
-        if (!*end && c->ref[0] && ck_pmf_find(&s->meta, &(struct ck_pmf_ref){true, v, NULL}) >= 0)
+        }
+        if (strset_has(&refs, c->ref))
             continue;
-        if (path_registered(s, c))
+        if (path_registered(&paths, c))
             continue; /* already registered under another reference (a tree someone else wrote) */
         double age = now_seconds() - c->newest_mtime;
-        if (!c->complete || age < min_age) {
+        bool take = s->o->admit ? s->o->admit(s->o->admit_arg, c) : c->complete && age >= min_age;
+        if (!take) {
             ck_debug("checkpoint.waiting", "ref='%s' complete=%d age=%.3fs", c->ref, c->complete,
                      age);
             s->res->waiting++;
@@ -580,17 +683,6 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         }
         todo[n++] = c;
     }
-    /* Two sources with one name: the reference would be ambiguous. */
-    for (size_t i = 0; i < d->ncands; i++)
-        for (size_t j = i + 1; j < d->ncands; j++) {
-            const struct ck_candidate *a = &d->cands[i], *b = &d->cands[j];
-            if (!a->in_tree && !b->in_tree && !strcmp(a->ref, b->ref) && strcmp(a->rel, b->rel)) {
-                char msg[2048];
-                snprintf(msg, sizeof msg, "two checkpoints are named '%s' ('%s' and '%s'): "
-                         "only the first is registered", a->ref, a->rel, b->rel);
-                problem(s, b->rel, msg);
-            }
-        }
     qsort(todo, n, sizeof *todo, cmp_cands);
     for (size_t i = 0; i < n && err == 0; i++) {
         const struct ck_candidate *c = todo[i];
@@ -626,6 +718,12 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
                 ck_pmf_ref_str(&ref, txt, sizeof txt), (long long)epoch, pmf_rel, h.md5,
                 (unsigned long long)total);
     }
+    /* the links must be durable before metadata.yaml names them */
+    if (err == 0)
+        err = sync_dirty(s);
+out:
+    strset_release(&refs);
+    strset_release(&paths);
     free(todo);
     return err;
 }
@@ -764,10 +862,11 @@ static int ensure_tree(struct scan *s)
 
 int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_scan_result *res)
 {
-    struct scan s = {st, o, res, {0}, now_seconds()};
+    struct scan s = {.st = st, .o = o, .res = res, .now = now_seconds()};
     struct ck_discovery d = {0};
     struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT;
     char meta_path[PATH_MAX];
+    bool in_txn = false;
     int err;
     memset(res, 0, sizeof *res);
     if ((err = path_in(&s, meta_path, "metadata.yaml")) < 0)
@@ -785,6 +884,10 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         s.meta.status = CK_PMF_PENDING;
     }
     res->old_status = s.meta.status;
+    /* One transaction for the pass: 10,000 cache rows cost one fsync, not 10,000. */
+    if ((err = ck_state_begin(st)) < 0)
+        goto out;
+    in_txn = true;
 
     if ((err = ensure_tree(&s)) < 0 || (err = model_identity(&s, fresh)) < 0 ||
         (err = configuration(&s)) < 0)
@@ -793,18 +896,22 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         goto out;
     if (o->cfg->init_kind == CK_INIT_PMF && (err = init_pmf(&s)) < 0)
         goto out;
-    if ((err = ck_discover(o->dir, o->cfg, &d)) < 0)
+    if ((err = ck_discover(o->dir, o->cfg, &d)) < 0 || (err = index_candidates(&s, &d)) < 0)
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)
         problem(&s, d.problems[i].path, d.problems[i].msg);
-    if ((err = registered_pass(&s, &d)) < 0 || (err = new_pass(&s, &d)) < 0)
+    if ((err = registered_pass(&s)) < 0 || (err = new_pass(&s, &d)) < 0)
         goto out;
     int status_err = status_pass(&s);
     res->new_status = s.meta.status;
 
     /* Data first, metadata.yaml last: a reader never sees metadata naming a
-     * file that is not there yet. */
+     * file that is not there yet. The state (hash cache, records) commits
+     * before metadata.yaml is replaced. */
     if ((err = build_parameters(&s)) < 0 || (err = ck_pmf_emit(&s.meta, &out)) < 0)
+        goto out;
+    in_txn = false;
+    if ((err = ck_state_commit(st)) < 0)
         goto out;
     if (fresh || out.len != old.len || memcmp(ck_buf_str(&out), ck_buf_str(&old), out.len)) {
         if ((err = ck_write_file_atomic(meta_path, ck_buf_str(&out), out.len, 0644)) < 0)
@@ -815,6 +922,10 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     }
     err = status_err;
 out:
+    if (in_txn)
+        ck_state_rollback(st);
+    sync_dirty(&s);
+    free(s.byref);
     ck_discovery_release(&d);
     ck_pmf_meta_release(&s.meta);
     ck_buf_release(&old);

@@ -120,6 +120,8 @@ int ck_state_open(struct ck_state *s, const char *model_dir)
 
 void ck_state_close(struct ck_state *s)
 {
+    for (int i = 0; i < CK_STATE_NSTMT; i++)
+        sqlite3_finalize(s->stmt[i]);
     if (s->db)
         sqlite3_close(s->db);
     free(s->dir);
@@ -141,13 +143,41 @@ void ck_state_rollback(struct ck_state *s)
     exec(s->db, "ROLLBACK");
 }
 
+/* The statements of this module, prepared on first use and kept. */
+enum { S_HASH_GET, S_HASH_PUT, S_CKPT_PUT, S_CKPT_GET, S_CKPT_DEL, S_META_GET, S_META_SET };
+static const char *const stmt_sql[] = {
+    [S_HASH_GET] = "SELECT md5, sha256 FROM hash_cache WHERE dev = ? AND ino = ? AND size = ? "
+                   "AND mtime_ns = ?",
+    [S_HASH_PUT] = "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, md5, sha256) "
+                   "VALUES (?, ?, ?, ?, ?, ?)",
+    [S_CKPT_PUT] = "INSERT OR REPLACE INTO checkpoints (ref, source, tree_path, sha256, size, "
+                   "nfiles) VALUES (?, ?, ?, ?, ?, ?)",
+    [S_CKPT_GET] = "SELECT source, tree_path, sha256, size, nfiles FROM checkpoints WHERE ref = ?",
+    [S_CKPT_DEL] = "DELETE FROM checkpoints WHERE ref = ?",
+    [S_META_GET] = "SELECT value FROM meta WHERE key = ?",
+    [S_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+};
+
+/* A reset statement ready for binding, or NULL (the message is set). */
+static sqlite3_stmt *stmt(struct ck_state *s, int which)
+{
+    if (!s->stmt[which] &&
+        sqlite3_prepare_v3(s->db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[which],
+                           NULL) != SQLITE_OK) {
+        db_fail(s->db, "preparing a statement");
+        return NULL;
+    }
+    sqlite3_reset(s->stmt[which]);
+    sqlite3_clear_bindings(s->stmt[which]);
+    return s->stmt[which];
+}
+
 int ck_state_get(struct ck_state *s, const char *key, char **out)
 {
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = stmt(s, S_META_GET);
     *out = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT value FROM meta WHERE key = ?", -1, &st, NULL) !=
-        SQLITE_OK)
-        return db_fail(s->db, "reading meta");
+    if (!st)
+        return CK_EIO;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     int err = 0;
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -155,20 +185,19 @@ int ck_state_get(struct ck_state *s, const char *key, char **out)
         if (!*out)
             err = ck_error(CK_ENOMEM, "out of memory");
     }
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return err;
 }
 
 int ck_state_set(struct ck_state *s, const char *key, const char *value)
 {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", -1,
-                           &st, NULL) != SQLITE_OK)
-        return db_fail(s->db, "writing meta");
+    sqlite3_stmt *st = stmt(s, S_META_SET);
+    if (!st)
+        return CK_EIO;
     sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, value, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "writing meta");
 }
 
@@ -179,12 +208,9 @@ static int64_t mtime_ns(const struct stat *st)
 
 bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_hash_entry *out)
 {
-    sqlite3_stmt *q;
+    sqlite3_stmt *q = stmt(s, S_HASH_GET);
     bool hit = false;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT md5, sha256 FROM hash_cache WHERE dev = ? AND ino = ? "
-                           "AND size = ? AND mtime_ns = ?",
-                           -1, &q, NULL) != SQLITE_OK)
+    if (!q)
         return false;
     sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
@@ -195,19 +221,16 @@ bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_h
         snprintf(out->sha256, sizeof out->sha256, "%s", (const char *)sqlite3_column_text(q, 1));
         hit = strlen(out->md5) == 32;
     }
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     return hit;
 }
 
 int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *md5,
                         const char *sha256)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db,
-                           "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, md5, "
-                           "sha256) VALUES (?, ?, ?, ?, ?, ?)",
-                           -1, &q, NULL) != SQLITE_OK)
-        return db_fail(s->db, "writing the hash cache");
+    sqlite3_stmt *q = stmt(s, S_HASH_PUT);
+    if (!q)
+        return CK_EIO;
     sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
     sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
@@ -215,18 +238,15 @@ int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *m
     sqlite3_bind_text(q, 5, md5, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 6, sha256 ? sha256 : "", -1, SQLITE_STATIC);
     int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "writing the hash cache");
 }
 
 int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db,
-                           "INSERT OR REPLACE INTO checkpoints (ref, source, tree_path, sha256, "
-                           "size, nfiles) VALUES (?, ?, ?, ?, ?, ?)",
-                           -1, &q, NULL) != SQLITE_OK)
-        return db_fail(s->db, "recording a checkpoint");
+    sqlite3_stmt *q = stmt(s, S_CKPT_PUT);
+    if (!q)
+        return CK_EIO;
     sqlite3_bind_text(q, 1, r->ref, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 2, r->source, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 3, r->tree_path, -1, SQLITE_STATIC);
@@ -234,18 +254,15 @@ int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r)
     sqlite3_bind_int64(q, 5, (sqlite3_int64)r->size);
     sqlite3_bind_int(q, 6, r->nfiles);
     int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "recording a checkpoint");
 }
 
 int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record *out)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT source, tree_path, sha256, size, nfiles FROM checkpoints "
-                           "WHERE ref = ?",
-                           -1, &q, NULL) != SQLITE_OK)
-        return db_fail(s->db, "reading a checkpoint");
+    sqlite3_stmt *q = stmt(s, S_CKPT_GET);
+    if (!q)
+        return CK_EIO;
     sqlite3_bind_text(q, 1, ref, -1, SQLITE_STATIC);
     int err = CK_ENOENT;
     if (sqlite3_step(q) == SQLITE_ROW) {
@@ -258,18 +275,17 @@ int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record
         out->nfiles = sqlite3_column_int(q, 4);
         err = 0;
     }
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     return err;
 }
 
 int ck_state_ckpt_delete(struct ck_state *s, const char *ref)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db, "DELETE FROM checkpoints WHERE ref = ?", -1, &q, NULL) !=
-        SQLITE_OK)
-        return db_fail(s->db, "removing a checkpoint");
+    sqlite3_stmt *q = stmt(s, S_CKPT_DEL);
+    if (!q)
+        return CK_EIO;
     sqlite3_bind_text(q, 1, ref, -1, SQLITE_STATIC);
     int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
+    sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "removing a checkpoint");
 }

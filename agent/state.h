@@ -11,9 +11,12 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+enum { CK_STATE_NSTMT = 8 };
+
 struct ck_state {
     sqlite3 *db;
     char *dir;  /* owned: DIR/.ckptd */
+    sqlite3_stmt *stmt[CK_STATE_NSTMT]; /* prepared once, reused: a scan makes 10,000s of lookups */
 };
 
 /* Opens (creating) DIR/.ckptd/state.db. */

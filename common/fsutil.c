@@ -276,7 +276,7 @@ static int copy_to(const char *src, const char *dst)
     return ck_atomic_commit(&f);
 }
 
-int ck_place_file(const char *src, const char *dst)
+static int place_file(const char *src, const char *dst, bool sync)
 {
     struct stat a, b;
     if (stat(src, &a) < 0)
@@ -289,9 +289,19 @@ int ck_place_file(const char *src, const char *dst)
     if (link(src, dst) == 0) {
         char dir[4096];
         ck_dirname(dir, sizeof dir, dst);
-        return ck_fsync_dir(dir);
+        return sync ? ck_fsync_dir(dir) : 0;
     }
     if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != EOPNOTSUPP)
         return ck_error_os(CK_EIO, "cannot link '%s' to '%s'", src, dst);
     return copy_to(src, dst);
+}
+
+int ck_place_file(const char *src, const char *dst)
+{
+    return place_file(src, dst, true);
+}
+
+int ck_place_file_nosync(const char *src, const char *dst)
+{
+    return place_file(src, dst, false);
 }

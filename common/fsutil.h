@@ -37,6 +37,9 @@ int ck_mkdirs(const char *path, mode_t mode);
  * reflink (FICLONE), then a copy (copy_file_range) to a temporary and rename.
  * An existing dst that is the same file is success; a different one is CK_EEXIST. */
 int ck_place_file(const char *src, const char *dst);
+/* The same without the fsync of dst's folder, for callers placing many files
+ * into one folder: they fsync it once (ck_fsync_dir) before relying on it. */
+int ck_place_file_nosync(const char *src, const char *dst);
 /* Writes "a/b" into out; CK_ESIZE when it does not fit. */
 int ck_path_join(char *out, size_t outsz, const char *a, const char *b);
 /* The folder part of path into out ("." when there is none). */

@@ -125,6 +125,11 @@ static double parse_float(const char *s)
 
 enum ck_yaml_type ck_yaml_plain_type(const char *s, size_t len)
 {
+    /* Every non-string form starts with one of these characters (null, bool,
+     * int, float, timestamp, merge/value); anything else is a string without
+     * running the patterns. */
+    if (len > 0 && !strchr("0123456789+-.~<=yYnNtTfFoO", s[0]))
+        return CK_Y_STR;
     pthread_once(&re_once, re_init);
     if (memchr(s, '\0', len) || len > 256)
         return CK_Y_STR;

@@ -334,6 +334,39 @@ static int add_checkpoint(struct ck_pmf_meta *m, struct ck_pmf_checkpoint *cp)
     return 0;
 }
 
+static int cmp_ref(const void *a, const void *b)
+{
+    const struct ck_pmf_ref *x = *(const struct ck_pmf_ref *const *)a;
+    const struct ck_pmf_ref *y = *(const struct ck_pmf_ref *const *)b;
+    if (x->is_int != y->is_int)
+        return x->is_int ? -1 : 1;
+    if (x->is_int)
+        return x->i < y->i ? -1 : x->i > y->i;
+    return strcmp(x->s, y->s);
+}
+
+/* Sorted, so that 10,000 checkpoints cost n log n comparisons, not n^2. */
+static int check_duplicates(struct pctx *c, yaml_node_t *n, struct ck_pmf_meta *m)
+{
+    if (m->ncheckpoints < 2)
+        return 0;
+    const struct ck_pmf_ref **v = malloc(m->ncheckpoints * sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->ncheckpoints; i++)
+        v[i] = &m->checkpoints[i].ref;
+    qsort(v, m->ncheckpoints, sizeof *v, cmp_ref);
+    int err = 0;
+    for (size_t i = 1; i < m->ncheckpoints && err == 0; i++)
+        if (cmp_ref(&v[i - 1], &v[i]) == 0) {
+            char txt[64];
+            err = fail(c, n, "duplicate checkpoint reference '%s'",
+                       ck_pmf_ref_str(v[i], txt, sizeof txt));
+        }
+    free(v);
+    return err;
+}
+
 static int parse_checkpoints(struct pctx *c, yaml_node_t *n, struct ck_pmf_meta *m)
 {
     static const char *const ck[] = {"epoch", "path", "hash"};
@@ -348,10 +381,6 @@ static int parse_checkpoints(struct pctx *c, yaml_node_t *n, struct ck_pmf_meta 
         memset(&cp, 0, sizeof cp);
         if ((err = get_ref(c, k, "checkpoint reference", &cp.ref)) < 0)
             return err;
-        if (ck_pmf_find(m, &cp.ref) >= 0) {
-            ck_pmf_ref_release(&cp.ref);
-            return fail(c, k, "duplicate checkpoint reference");
-        }
         if ((err = exact_keys(c, v, "checkpoint", ck, 3, vals)) < 0 ||
             (err = get_epoch(c, vals[0], "checkpoint epoch", &e)) < 0 ||
             (err = get_path(c, vals[1], "checkpoint path", &cp.path)) < 0 ||
@@ -364,7 +393,7 @@ static int parse_checkpoints(struct pctx *c, yaml_node_t *n, struct ck_pmf_meta 
         }
         m->checkpoints[m->ncheckpoints - 1].epoch = e.v;
     }
-    return 0;
+    return check_duplicates(c, n, m);
 }
 
 static int parse_training(struct pctx *c, yaml_node_t *n, struct ck_pmf_meta *m)
