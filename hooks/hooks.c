@@ -52,6 +52,7 @@ struct ck_hooks {
     struct ck_exec *running[CK_HOOKS_MAX_RUNNING];
     struct queued_exec *queue;
     size_t nqueue;
+    sqlite3 *outbox_db;      /* the database whose outbox tables are known to exist */
 };
 
 void ck_hooks_key(const char *url, char *out, size_t outsz)
@@ -507,6 +508,18 @@ void ck_hooks_wait_exec(struct ck_hooks *h)
 
 /* --- emit ------------------------------------------------------------------ */
 
+/* Creates the outbox tables once per database handle. */
+static int ensure_outbox(struct ck_hooks *h, sqlite3 *db)
+{
+    int err;
+    if (h->outbox_db == db)
+        return 0;
+    if ((err = ck_outbox_init(db)) < 0)
+        return err;
+    h->outbox_db = db;
+    return 0;
+}
+
 static void update_gauges(sqlite3 *db)
 {
     int64_t v;
@@ -553,7 +566,7 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
             }
             n++;
         }
-        if ((err = ck_outbox_init(db)) < 0)
+        if ((err = ensure_outbox(h, db)) < 0)
             goto out;
         if (n && (err = ck_outbox_add(db, ev->id, type, ev->time_ms, ck_buf_str(&json), keys,
                                       (const char *const *)bodies, n, now_unix_ms())) < 0)
@@ -655,7 +668,7 @@ int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_
         *delivered = 0;
     if (h->nhooks == 0 || !db)
         return 0;
-    if ((err = ck_outbox_init(db)) < 0)
+    if ((err = ensure_outbox(h, db)) < 0)
         return err;
     failed_now = calloc(h->nhooks, sizeof *failed_now);
     if (!failed_now)
@@ -719,7 +732,7 @@ int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms)
     *unix_ms = -1;
     if (h->nhooks == 0 || !db)
         return 0;
-    if ((err = ck_outbox_init(db)) < 0)
+    if ((err = ensure_outbox(h, db)) < 0)
         return err;
     return ck_outbox_next_due(db, unix_ms);
 }
@@ -770,8 +783,8 @@ static void receiver_json(sqlite3 *db, const char *key, struct ck_json *j)
 
 int ck_hooks_status_json(struct ck_hooks *h, sqlite3 *db, struct ck_json *j)
 {
-    if (db && h->nhooks)
-        ck_outbox_init(db);
+    if (db && h->nhooks && ensure_outbox(h, db) < 0)
+        return ck_json_error(j) < 0 ? ck_json_error(j) : CK_EIO;
     ck_json_key(j, "webhooks");
     ck_json_begin_array(j);
     for (size_t i = 0; i < h->nhooks; i++) {
