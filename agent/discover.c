@@ -124,6 +124,11 @@ int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch
 
 /* ---- the walk ---- */
 
+static bool in_tree(const char *rel)
+{
+    return !strncmp(rel, "data/checkpoints/", 17);
+}
+
 struct walk {
     const char *root;
     const struct ck_config *cfg;
@@ -190,19 +195,35 @@ static bool match_patterns(const struct ck_config *cfg, const char *name, const 
     return false;
 }
 
-static struct ck_candidate *new_cand(struct walk *w)
+/* A new candidate with its name, path and captures; NULL on out of memory. */
+static struct ck_candidate *new_cand(struct walk *w, enum ck_cand_kind kind, const char *ref,
+                                     const char *rel, const struct captures *cap)
 {
     struct ck_discovery *d = w->d;
     if (d->ncands == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 64;
-        void *p = realloc(d->cands, cap * sizeof *d->cands);
+        size_t ncap = d->cap ? d->cap * 2 : 64;
+        void *p = realloc(d->cands, ncap * sizeof *d->cands);
         if (!p)
             return NULL;
         d->cands = p;
-        d->cap = cap;
+        d->cap = ncap;
     }
-    struct ck_candidate *c = &d->cands[d->ncands++];
+    struct ck_candidate *c = &d->cands[d->ncands];
     memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->has_epoch = cap->has_epoch;
+    c->epoch = cap->epoch;
+    c->has_step = cap->has_step;
+    c->step = cap->step;
+    c->in_tree = in_tree(rel);
+    c->ref = strdup(ref);
+    c->rel = strdup(rel);
+    if (!c->ref || !c->rel) {
+        free(c->ref);
+        free(c->rel);
+        return NULL;
+    }
+    d->ncands++;
     return c;
 }
 
@@ -216,11 +237,6 @@ static int cand_add_file(struct ck_candidate *c, const char *rel)
         return ck_error(CK_ENOMEM, "out of memory");
     c->nfiles++;
     return 0;
-}
-
-static bool in_tree(const char *rel)
-{
-    return !strncmp(rel, "data/checkpoints/", 17);
 }
 
 /* Splits a TF bundle file name: returns the prefix length and fills shard
@@ -273,21 +289,9 @@ static int take_file(struct walk *w, const char *rel, const char *name, const st
         if (!ck_utf8_is_valid(rel, strlen(rel)))
             return add_problem(w, rel, "name is not valid UTF-8: not registered");
         struct ck_candidate *c = find_tfset(w, rel_prefix);
-        if (!c) {
-            if (!(c = new_cand(w)))
-                return ck_error(CK_ENOMEM, "out of memory");
-            c->kind = CK_CAND_TFSET;
-            c->ref = strdup(prefix);
-            c->rel = strdup(rel_prefix);
-            c->has_epoch = cap.has_epoch;
-            c->epoch = cap.epoch;
-            c->has_step = cap.has_step;
-            c->step = cap.step;
-            c->in_tree = in_tree(rel);
-            /* complete is decided once all parts are listed (see finish_tfsets) */
-            if (!c->ref || !c->rel)
-                return ck_error(CK_ENOMEM, "out of memory");
-        }
+        /* complete is decided once all parts are listed (see finish_tfsets) */
+        if (!c && !(c = new_cand(w, CK_CAND_TFSET, prefix, rel_prefix, &cap)))
+            return ck_error(CK_ENOMEM, "out of memory");
         if (mtime_of(st) > c->newest_mtime)
             c->newest_mtime = mtime_of(st);
         return cand_add_file(c, rel);
@@ -296,21 +300,11 @@ static int take_file(struct walk *w, const char *rel, const char *name, const st
         return 0;
     if (!ck_utf8_is_valid(rel, strlen(rel)))
         return add_problem(w, rel, "name is not valid UTF-8: not registered");
-    struct ck_candidate *c = new_cand(w);
+    struct ck_candidate *c = new_cand(w, CK_CAND_FILE, name, rel, &cap);
     if (!c)
         return ck_error(CK_ENOMEM, "out of memory");
-    c->kind = CK_CAND_FILE;
-    c->ref = strdup(name);
-    c->rel = strdup(rel);
-    c->has_epoch = cap.has_epoch;
-    c->epoch = cap.epoch;
-    c->has_step = cap.has_step;
-    c->step = cap.step;
     c->complete = true;
     c->newest_mtime = mtime_of(st);
-    c->in_tree = in_tree(rel);
-    if (!c->ref || !c->rel)
-        return ck_error(CK_ENOMEM, "out of memory");
     return cand_add_file(c, rel);
 }
 
@@ -417,18 +411,8 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
     *taken = true;
     if (!ck_utf8_is_valid(rel, strlen(rel)))
         return add_problem(w, rel, "name is not valid UTF-8: not registered");
-    struct ck_candidate *c = new_cand(w);
+    struct ck_candidate *c = new_cand(w, CK_CAND_DIR, name, rel, &cap);
     if (!c)
-        return ck_error(CK_ENOMEM, "out of memory");
-    c->kind = CK_CAND_DIR;
-    c->ref = strdup(name);
-    c->rel = strdup(rel);
-    c->has_epoch = cap.has_epoch;
-    c->epoch = cap.epoch;
-    c->has_step = cap.has_step;
-    c->step = cap.step;
-    c->in_tree = in_tree(rel);
-    if (!c->ref || !c->rel)
         return ck_error(CK_ENOMEM, "out of memory");
     int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
