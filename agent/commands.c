@@ -12,6 +12,8 @@ const struct ck_command ck_commands[] = {
     {"inspect", ck_cmd_inspect, "list a checkpoint's tensors, metadata, graph; check checksums"},
     {"queue", ck_cmd_queue, "list the upload queue; retry failed jobs; run it now"},
     {"scan", ck_cmd_scan, "bring DIR's PMF tree up to date once, then exit (for cron)"},
+    {"status", ck_cmd_status, "show DIR's training status; end the training (--finished, --failed)"},
     {"upload", ck_cmd_upload, "upload a file or a PMF tree to a store (s3, http, sftp, file)"},
+    {"watch", ck_cmd_watch, "keep DIR's PMF tree current while training runs (the sidecar)"},
     {NULL, NULL, NULL},
 };

@@ -67,6 +67,18 @@ static const struct key keys[] = {
      "a file in DIR whose appearance marks the training finished"},
     {"training.failed_marker", T_STR, F(failed_marker), NULL,
      "a file in DIR whose appearance marks the training failed"},
+    {"watch.poll", T_BOOL, F(watch_poll), NULL,
+     "poll instead of using inotify (default false; network filesystems are polled anyway)"},
+    {"watch.poll_interval", T_DURATION, F(watch_poll_interval), NULL,
+     "time between two polls of a polled folder (default 2s)"},
+    {"watch.settle", T_DURATION, F(watch_settle), NULL,
+     "a written file must be unchanged (size, mtime) this long before it is taken (default 200ms)"},
+    {"watch.check_writers", T_BOOL, F(watch_check_writers), NULL,
+     "wait while a process has the file open for writing, as /proc shows (default true)"},
+    {"watch.reconcile_interval", T_DURATION, F(watch_reconcile_interval), NULL,
+     "a full pass this often catches anything the events missed (default 5m, 0: never)"},
+    {"watch.grace_period", T_DURATION, F(watch_grace_period), NULL,
+     "after SIGTERM/SIGINT, time the wrapped command gets before SIGKILL (default 20s)"},
     {"log.format", T_LOGFORMAT, F(log_format), NULL, "text or json"},
     {"log.level", T_LOGLEVEL, F(log_level), NULL, "debug, info, warn or error"},
     {"upload.stores", T_CUSTOM, 0, parse_upload_stores,
@@ -167,6 +179,11 @@ void ck_config_init(struct ck_config *cfg)
     for (size_t i = 0; i < sizeof default_ignore / sizeof *default_ignore; i++)
         ck_strlist_add(&cfg->ignore, default_ignore[i]);
     cfg->min_age = 2.0;
+    cfg->watch_poll_interval = 2.0;
+    cfg->watch_settle = 0.2;
+    cfg->watch_check_writers = true;
+    cfg->watch_reconcile_interval = 300;
+    cfg->watch_grace_period = 20;
     cfg->log_format = -1;
     cfg->log_level = -1;
     ck_upload_opts_init(&cfg->upload);

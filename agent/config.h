@@ -44,6 +44,14 @@ struct ck_config {
     char *finished_marker;        /* a file whose appearance ends the training: finished */
     char *failed_marker;          /* ... failed */
 
+    /* watch: (agent/watch.h) */
+    bool watch_poll;              /* poll instead of inotify everywhere */
+    double watch_poll_interval;   /* seconds between two polls (default 2) */
+    double watch_settle;          /* a file must be unchanged this long (default 0.2) */
+    bool watch_check_writers;     /* look in /proc for processes writing a file (default true) */
+    double watch_reconcile_interval; /* a full pass this often, to catch anything missed */
+    double watch_grace_period;    /* after SIGTERM: time for the command to exit (default 20) */
+
     /* log: */
     int log_format;               /* -1: not set */
     int log_level;                /* -1: not set */

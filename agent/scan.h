@@ -12,12 +12,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct ck_candidate; /* agent/discover.h */
+
 struct ck_scan_opts {
     const char *dir;              /* the model root (the training output directory) */
     const struct ck_config *cfg;
     int end_status;               /* -1, or CK_PMF_FINISHED / CK_PMF_FAILED to end the training */
     bool mark_running;            /* set status running even before a checkpoint (a wrapped command started) */
     double min_age;               /* < 0: cfg->min_age */
+    /* The watcher's say on new checkpoints (NULL for scan: complete and
+     * min_age old). When set, it alone decides, for every checkpoint not
+     * registered yet, whether this pass takes it (min_age is not applied);
+     * false leaves it waiting. */
+    bool (*admit)(void *arg, const struct ck_candidate *c);
+    void *admit_arg;
 };
 
 struct ck_scan_result {

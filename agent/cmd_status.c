@@ -1,0 +1,238 @@
+/* ckptd status DIR [--finished|--failed] [--json]: the training's status, and
+ * ending it (through the running watcher, or under the lock). */
+#include "agent/cli.h"
+#include "agent/commands.h"
+#include "agent/config.h"
+#include "agent/lock.h"
+#include "agent/scan.h"
+#include "agent/state.h"
+#include "agent/watch.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "writers/pmf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#define METADATA_MAX (256u << 20)
+
+static const char help[] =
+    "usage: ckptd status [options] DIR\n"
+    "\n"
+    "Shows the training status of DIR's PMF tree (metadata.yaml): status, number of\n"
+    "checkpoints, the latest, and whether a watcher runs on DIR.\n"
+    "\n"
+    "  --finished            end the training as finished\n"
+    "  --failed              end the training as failed\n"
+    "                        (through the running 'ckptd watch', which registers\n"
+    "                        what is complete first and then exits; with no watcher,\n"
+    "                        directly under DIR's lock)\n"
+    "  --timeout DURATION    how long to wait for the watcher's answer (default 60s)\n"
+    "  --json                one JSON object on stdout\n" CK_CLI_HELP
+    "\n"
+    "exit: 0 done, 1 the status could not be read or changed, 2 usage or config\n"
+    "error, 3 DIR's lock is held by a process that did not answer\n";
+
+enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_JSON, OPT_TIMEOUT };
+
+/* The pid of the process holding DIR's lock, 0 when none does. */
+static long lock_holder(const char *dir)
+{
+    char path[PATH_MAX], buf[32] = "";
+    snprintf(path, sizeof path, "%s/.ckptd/lock", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    long pid = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        pid = atol(buf);
+        if (pid <= 0)
+            pid = -1; /* held, pid unknown */
+    }
+    close(fd);
+    return pid;
+}
+
+static int end_under_lock(const char *dir, struct ck_config *cfg, int to)
+{
+    struct ck_lock lock;
+    struct ck_state st = {0};
+    struct ck_scan_result res = {0};
+    /* Ending the training means the writer is done: take whatever is complete. */
+    struct ck_scan_opts so = {.dir = dir, .cfg = cfg, .end_status = to, .min_age = 0};
+    int err = ck_lock_acquire(&lock, dir);
+    if (err < 0)
+        return err;
+    if ((err = ck_state_open(&st, dir)) == 0)
+        err = ck_scan_run(&st, &so, &res);
+    ck_scan_result_release(&res);
+    ck_state_close(&st);
+    ck_lock_release(&lock);
+    return err;
+}
+
+static int end_training(const char *dir, struct ck_config *cfg, int to, double timeout)
+{
+    char answer[2048];
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int err = end_under_lock(dir, cfg, to);
+        if (err != CK_ELOCKED)
+            return err;
+        err = ck_watch_request(dir, to, timeout, answer, sizeof answer);
+        if (err != CK_ENOENT)
+            return err;
+        if (lock_holder(dir) != 0)
+            return ck_error(CK_ELOCKED, "the process holding the lock on '%s' did not answer "
+                                        "within %.3gs", dir, timeout);
+    }
+    return ck_error(CK_ELOCKED, "the lock on '%s' keeps changing hands", dir);
+}
+
+static void print_ref(FILE *out, const struct ck_pmf_ref *r)
+{
+    if (r->is_int)
+        fprintf(out, "%lld", (long long)r->i);
+    else
+        fprintf(out, "%s", r->s);
+}
+
+static int show(const char *dir, bool json)
+{
+    char path[PATH_MAX];
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_pmf_meta m;
+    int err = ck_path_join(path, sizeof path, dir, "metadata.yaml");
+    long holder = lock_holder(dir);
+    bool exists = err == 0 && ck_exists(path);
+    if (exists && (err = ck_read_file(path, METADATA_MAX, &b)) == 0)
+        err = ck_pmf_parse(&m, path, ck_buf_str(&b), b.len);
+    ck_buf_release(&b);
+    if (err < 0)
+        return err;
+    const char *status = exists ? ck_pmf_status_name(m.status) : "none";
+    if (json) {
+        struct ck_buf o = CK_BUF_INIT;
+        struct ck_json j;
+        char txt[1024];
+        ck_json_init(&j, &o, false);
+        ck_json_begin_object(&j);
+        ck_json_kstr(&j, "dir", dir);
+        ck_json_kstr(&j, "status", status);
+        ck_json_kint(&j, "checkpoints", exists ? (int64_t)m.ncheckpoints : 0);
+        ck_json_key(&j, "latest");
+        if (exists && m.has_latest)
+            ck_json_str(&j, ck_pmf_ref_str(&m.latest, txt, sizeof txt));
+        else
+            ck_json_null(&j);
+        ck_json_key(&j, "latest_epoch");
+        if (exists && m.latest_epoch.set)
+            ck_json_int(&j, m.latest_epoch.v);
+        else
+            ck_json_null(&j);
+        ck_json_key(&j, "watcher_pid");
+        if (holder > 0)
+            ck_json_int(&j, holder);
+        else
+            ck_json_null(&j);
+        ck_json_kbool(&j, "locked", holder != 0);
+        ck_json_end_object(&j);
+        printf("%s\n", ck_buf_str(&o));
+        ck_buf_release(&o);
+    } else {
+        printf("dir:          %s\nstatus:       %s\n", dir, status);
+        printf("checkpoints:  %zu\n", exists ? m.ncheckpoints : (size_t)0);
+        printf("latest:       ");
+        if (exists && m.has_latest) {
+            print_ref(stdout, &m.latest);
+            if (m.latest_epoch.set)
+                printf(" (epoch %lld)", (long long)m.latest_epoch.v);
+        } else {
+            printf("-");
+        }
+        printf("\nwatcher:      ");
+        if (holder > 0)
+            printf("running (pid %ld)\n", holder);
+        else
+            printf(holder < 0 ? "running\n" : "none\n");
+    }
+    if (exists)
+        ck_pmf_meta_release(&m);
+    return 0;
+}
+
+int ck_cmd_status(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        CK_CLI_LONGOPTS,
+        {"finished", no_argument, NULL, OPT_FINISHED},
+        {"failed", no_argument, NULL, OPT_FAILED},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {NULL, 0, NULL, 0},
+    };
+    struct ck_cli cli;
+    int to = -1, opt, rc;
+    bool json = false;
+    double timeout = 60;
+    const char *shortopts = CK_CLI_SHORTOPTS;
+    ck_cli_init(&cli);
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, shortopts + 1 /* no '+': permute */, longopts, NULL)) != -1) {
+        if ((rc = ck_cli_common(&cli, "status", opt, optarg)) != 0) {
+            if (rc != 1)
+                return rc;
+            continue;
+        }
+        switch (opt) {
+        case OPT_FINISHED:
+        case OPT_FAILED:
+            if (to >= 0)
+                return ck_cli_usage_error("status", "--finished and --failed exclude each other");
+            to = opt == OPT_FINISHED ? CK_PMF_FINISHED : CK_PMF_FAILED;
+            break;
+        case OPT_JSON:
+            json = true;
+            break;
+        case OPT_TIMEOUT:
+            if (ck_parse_duration(optarg, &timeout) < 0)
+                return ck_cli_usage_error("status", "%s", ck_error_msg());
+            break;
+        }
+    }
+    if (cli.help) {
+        fputs(help, stdout);
+        return CK_EXIT_OK;
+    }
+    if (optind + 1 != argc)
+        return ck_cli_usage_error("status", "expected one DIR");
+    const char *dir = argv[optind];
+    struct ck_config cfg;
+    int err = ck_config_for_dir(&cfg, cli.config_path, dir);
+    ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
+    if (err < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("status", err);
+    }
+    if (!ck_is_dir(dir)) {
+        ck_config_release(&cfg);
+        return ck_cli_usage_error("status", "'%s' is not a folder", dir);
+    }
+    if (to >= 0 && (err = end_training(dir, &cfg, to, timeout)) < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("status", err);
+    }
+    ck_config_release(&cfg);
+    err = show(dir, json);
+    return err < 0 ? ck_cli_fail("status", err) : CK_EXIT_OK;
+}

@@ -1,0 +1,53 @@
+/* ckptd watch: the sidecar. Keeps DIR's PMF tree current while training
+ * runs: every change notice (agent/fswatch.h) goes through the settle
+ * tracker (agent/settle.h), and once something settled, one idempotent
+ * pass (agent/scan.h) registers what is complete. One event loop
+ * (agent/loop.h) over inotify, signalfd, timerfds and whatever other modules
+ * register (the ops endpoint).
+ *
+ * Signals: SIGTERM/SIGINT stop (forwarded to the wrapped command's process
+ * group, which gets grace_period before SIGKILL); SIGHUP reloads the config
+ * (parsed fully, then swapped; a bad one is logged and the old one kept) and
+ * is forwarded too; SIGCHLD reaps the wrapped command.
+ *
+ * Requests: `ckptd status DIR --finished|--failed` reaches a running watcher
+ * through DIR/.ckptd/request.PID (the word "finished" or "failed"); the
+ * watcher answers in DIR/.ckptd/reply.PID ("ok STATUS" or "error MESSAGE"). */
+#ifndef CK_WATCH_H
+#define CK_WATCH_H
+
+#include "agent/cli.h"
+#include "agent/config.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ck_watch_opts {
+    const char *dir;
+    const char *config_path;  /* --config, or NULL: DIR/ckptd.yaml when present */
+    const struct ck_cli *cli; /* logging flags, applied again after a reload */
+    /* flags over the config; negative: not given */
+    int poll;
+    double poll_interval, settle, grace_period;
+    char *const *command;     /* NULL-terminated argv of the training command, or NULL */
+};
+
+/* Flags over a freshly loaded config. */
+void ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg);
+/* The watch: keys' own rules (CK_ECONFIG naming the key). */
+int ck_watch_check_config(const struct ck_config *cfg);
+
+/* Runs the watcher until SIGTERM/SIGINT, the end of the training, or the
+ * wrapped command's exit. cfg is taken over (released here). Returns the
+ * process exit code: the command's (128+N for signal N) when there is one. */
+int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg);
+
+/* The client side of a request: asks the watcher holding DIR's lock to end
+ * the training with status (CK_PMF_FINISHED or CK_PMF_FAILED). 0 when it
+ * did (answer gets "ok finished"); CK_ESTATE/CK_ERR with the watcher's
+ * message when it refused; CK_ENOENT when no watcher answered within
+ * timeout seconds or the lock became free (the caller may then do it under
+ * the lock itself). */
+int ck_watch_request(const char *dir, int status, double timeout, char *answer, size_t answersz);
+
+#endif
