@@ -11,6 +11,9 @@
 #include "hooks/webhook.h"
 
 #include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +56,19 @@ struct ck_hooks {
     struct queued_exec *queue;
     size_t nqueue;
     sqlite3 *outbox_db;      /* the database whose outbox tables are known to exist */
+    /* the delivery thread (ck_hooks_start_delivery), with its own connection */
+    struct delivery *delivery;
+};
+
+struct delivery {
+    pthread_t thread;
+    sqlite3 *db;             /* the thread's own connection */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool wake;               /* an event was stored: look again */
+    bool stop;               /* finish: deliver what is due until drain_until, then exit */
+    int64_t drain_until;     /* ck_exec_now_ms clock */
+    atomic_bool abort;       /* checked between attempts: stop now */
 };
 
 void ck_hooks_key(const char *url, char *out, size_t outsz)
@@ -284,6 +300,7 @@ void ck_hooks_free(struct ck_hooks *h)
 {
     if (!h)
         return;
+    ck_hooks_stop_delivery(h, 0);
     for (size_t i = 0; i < h->nhooks; i++) {
         struct webhook *w = &h->hooks[i];
         if (w->url)
@@ -508,6 +525,8 @@ void ck_hooks_wait_exec(struct ck_hooks *h)
 
 /* --- emit ------------------------------------------------------------------ */
 
+static void wake_delivery(struct ck_hooks *h);
+
 /* Creates the outbox tables once per database handle. */
 static int ensure_outbox(struct ck_hooks *h, sqlite3 *db)
 {
@@ -571,8 +590,10 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
         if (n && (err = ck_outbox_add(db, ev->id, type, ev->time_ms, ck_buf_str(&json), keys,
                                       (const char *const *)bodies, n, now_unix_ms())) < 0)
             goto out;
-        if (n)
+        if (n) {
             update_gauges(db);
+            wake_delivery(h);
+        }
     }
     ck_info("event.emitted", "type=%s id=%s webhooks=%zu", type, ev->id, n);
     for (size_t i = 0; i < h->conf->nexecs; i++)
@@ -658,27 +679,25 @@ static int attempt(struct ck_hooks *h, sqlite3 *db, struct webhook *w,
     return 0;
 }
 
-int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered)
+/* run_due on a database whose outbox exists; stops early when *abort is set. */
+static int deliver_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered,
+                       size_t *failed, atomic_bool *abort)
 {
     struct ck_outbox_item *items = NULL;
     size_t n = 0, ok = 0;
     int err = 0;
     bool *failed_now = NULL;
-    if (delivered)
-        *delivered = 0;
-    if (h->nhooks == 0 || !db)
-        return 0;
-    if ((err = ensure_outbox(h, db)) < 0)
-        return err;
     failed_now = calloc(h->nhooks, sizeof *failed_now);
     if (!failed_now)
         return ck_error(CK_ENOMEM, "out of memory");
     bool progress = true;
-    while (progress && ck_exec_now_ms() < deadline_ms) {
+    while (progress && ck_exec_now_ms() < deadline_ms && !(abort && atomic_load(abort))) {
         progress = false;
         if ((err = ck_outbox_due(db, now_unix_ms(), DUE_BATCH, &items, &n)) < 0)
             break;
         for (size_t i = 0; i < n && ck_exec_now_ms() < deadline_ms; i++) {
+            if (abort && atomic_load(abort))
+                break;
             struct webhook *w = find_hook(h, items[i].hook);
             bool gave_up, claimed;
             int64_t now = now_unix_ms();
@@ -706,6 +725,7 @@ int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_
                     err = rc;
                 } else {
                     ok += (size_t)rc;
+                    *failed += rc == 0;
                     failed_now[w - h->hooks] |= rc == 0;
                     progress = true;
                 }
@@ -721,6 +741,16 @@ int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_
     free(failed_now);
     update_gauges(db);
     ck_outbox_prune(db, now_unix_ms() - KEEP_DELIVERED_MS);
+    *delivered = ok;
+    return err;
+}
+
+int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered)
+{
+    size_t ok = 0, failed = 0;
+    int err = 0;
+    if (h->nhooks && db && (err = ensure_outbox(h, db)) == 0)
+        err = deliver_due(h, db, deadline_ms, &ok, &failed, NULL);
     if (delivered)
         *delivered = ok;
     return err;
@@ -735,6 +765,136 @@ int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms)
     if ((err = ensure_outbox(h, db)) < 0)
         return err;
     return ck_outbox_next_due(db, unix_ms);
+}
+
+
+/* --- the delivery thread ------------------------------------------------- */
+
+/* A round with a failed attempt is followed by this pause at least: a dead
+ * receiver with many deliveries due gets about one request a second. */
+#define FAILED_ROUND_PAUSE_MS 1000
+#define IDLE_WAKE_MS 60000
+
+static int64_t mono_ms(void)
+{
+    return ck_exec_now_ms();
+}
+
+static void *delivery_main(void *arg)
+{
+    struct ck_hooks *h = arg;
+    struct delivery *d = h->delivery;
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        bool stopping = d->stop;
+        int64_t deadline = stopping ? d->drain_until : mono_ms() + IDLE_WAKE_MS;
+        d->wake = false;
+        pthread_mutex_unlock(&d->mu);
+        size_t ok = 0, failed = 0;
+        if (deliver_due(h, d->db, deadline, &ok, &failed, &d->abort) < 0)
+            ck_err("webhook.outbox", "%s", ck_error_msg());
+        if (stopping || atomic_load(&d->abort))
+            return NULL;
+        int64_t next = -1, wait_ms = IDLE_WAKE_MS;
+        if (ck_outbox_next_due(d->db, &next) == 0 && next >= 0)
+            wait_ms = next - now_unix_ms();
+        if (failed && wait_ms < FAILED_ROUND_PAUSE_MS)
+            wait_ms = FAILED_ROUND_PAUSE_MS;
+        if (wait_ms > IDLE_WAKE_MS)
+            wait_ms = IDLE_WAKE_MS;
+        if (wait_ms <= 0)
+            continue;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += wait_ms / 1000;
+        until.tv_nsec += (wait_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        pthread_mutex_lock(&d->mu);
+        while (!d->wake && !d->stop)
+            if (pthread_cond_timedwait(&d->cv, &d->mu, &until) != 0)
+                break;
+        pthread_mutex_unlock(&d->mu);
+    }
+}
+
+int ck_hooks_start_delivery(struct ck_hooks *h, const char *db_path)
+{
+    int err;
+    if (h->nhooks == 0 || h->delivery)
+        return 0;
+    struct delivery *d = calloc(1, sizeof *d);
+    if (!d)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if (sqlite3_open_v2(db_path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+        SQLITE_OK) {
+        err = ck_error(CK_EIO, "webhook outbox: cannot open '%s': %s", db_path,
+                       d->db ? sqlite3_errmsg(d->db) : "out of memory");
+        sqlite3_close(d->db);
+        free(d);
+        return err;
+    }
+    sqlite3_busy_timeout(d->db, 10000);
+    if ((err = ck_outbox_init(d->db)) < 0 ||
+        sqlite3_exec(d->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL,
+                     NULL) != SQLITE_OK) {
+        if (err == 0)
+            err = ck_error(CK_EIO, "webhook outbox: %s", sqlite3_errmsg(d->db));
+        sqlite3_close(d->db);
+        free(d);
+        return err;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&d->mu, NULL);
+    h->delivery = d;
+    if ((err = pthread_create(&d->thread, NULL, delivery_main, h)) != 0) {
+        h->delivery = NULL;
+        pthread_cond_destroy(&d->cv);
+        pthread_mutex_destroy(&d->mu);
+        sqlite3_close(d->db);
+        free(d);
+        errno = err;
+        return ck_error_os(CK_ERR, "cannot start the webhook delivery thread");
+    }
+    return 0;
+}
+
+static void wake_delivery(struct ck_hooks *h)
+{
+    struct delivery *d = h->delivery;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->wake = true;
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+}
+
+void ck_hooks_stop_delivery(struct ck_hooks *h, double drain_s)
+{
+    struct delivery *d = h ? h->delivery : NULL;
+    if (!d)
+        return;
+    pthread_mutex_lock(&d->mu);
+    d->stop = true;
+    d->drain_until = mono_ms() + (int64_t)(drain_s * 1000);
+    if (drain_s <= 0)
+        atomic_store(&d->abort, true);
+    pthread_cond_signal(&d->cv);
+    pthread_mutex_unlock(&d->mu);
+    /* an attempt in flight ends by its own timeout, cut to the drain time */
+    pthread_join(d->thread, NULL);
+    pthread_cond_destroy(&d->cv);
+    pthread_mutex_destroy(&d->mu);
+    sqlite3_close(d->db);
+    free(d);
+    h->delivery = NULL;
 }
 
 /* --- status and test ------------------------------------------------------- */

@@ -12,7 +12,11 @@
 #include "hooks/webhook.h"
 
 #include <sqlite3.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* The published example of the Standard Webhooks reference libraries
@@ -419,6 +423,104 @@ static void hooks_new_rejects_bad_secret_value(void **state)
     assert_non_null(strstr(ck_error_msg(), "hooks.webhooks[0].url"));
 }
 
+/* The receiver of tests/lib, started as a process; returns its pid. */
+static pid_t start_receiver(const char *dir, int *port, const char *slow, char *log, size_t logsz)
+{
+    char script[4096], portstr[16];
+    snprintf(script, sizeof script, "%s", __FILE__);
+    char *slash = strrchr(script, '/');
+    snprintf(slash ? slash + 1 : script, sizeof script - (size_t)(slash ? slash + 1 - script : 0),
+             "../lib/webhook_receiver.py");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(fd, (struct sockaddr *)&a, &al);
+    close(fd);
+    *port = ntohs(a.sin_port);
+    snprintf(portstr, sizeof portstr, "%d", *port);
+    snprintf(log, logsz, "%s/receiver.jsonl", dir);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/usr/bin/python3", "python3", script, portstr, log, "--slow", slow, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 400; i++) {
+        int c = socket(AF_INET, SOCK_STREAM, 0);
+        int ok = connect(c, (struct sockaddr *)&a, sizeof a) == 0;
+        close(c);
+        if (ok)
+            return pid;
+        usleep(50000);
+    }
+    fail_msg("the webhook receiver did not start");
+    return -1;
+}
+
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0, c;
+    if (!f)
+        return 0;
+    while ((c = fgetc(f)) != EOF)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+static void delivery_thread_keeps_the_caller_free(void **state)
+{
+    char dir[4096], db_path[4200], log[4200], url[128];
+    int port;
+    ck_test_tmpdir(dir, "delivery");
+    pid_t rpid = start_receiver(dir, &port, "5", log, sizeof log);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", port);
+    snprintf(db_path, sizeof db_path, "%s/state.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(db_path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL), SQLITE_OK);
+    assert_int_equal(ck_outbox_init(db), 0);
+
+    struct ck_webhook_conf w = {0};
+    w.url = url;
+    w.timeout = 60;
+    struct ck_hooks_conf c = {0};
+    c.webhooks = &w;
+    c.nwebhooks = 1;
+    struct ck_hooks *h;
+    assert_int_equal(ck_hooks_new(&c, "test", &h), 0);
+    assert_int_equal(ck_hooks_start_delivery(h, db_path), 0);
+
+    struct ck_event ev1, ev2;
+    ck_event_init(&ev1, CK_EV_CHECKPOINT_REGISTERED);
+    ck_event_init(&ev2, CK_EV_CHECKPOINT_REGISTERED);
+    assert_int_equal(ck_hooks_emit(h, db, &ev1), 0);
+    /* the thread took it to the receiver, which holds the answer 5 s */
+    for (int i = 0; i < 400 && count_lines(log) < 1; i++)
+        usleep(25000);
+    assert_int_equal(count_lines(log), 1);
+    /* meanwhile the caller emits again and is not held by that receiver */
+    assert_int_equal(ck_hooks_emit(h, db, &ev2), 0);
+    assert_int_equal(count_lines(log), 1);
+    int64_t pending;
+    assert_int_equal(ck_outbox_pending(db, &pending), 0);
+    assert_int_equal(pending, 2);
+    /* stopping drains what is due */
+    ck_hooks_stop_delivery(h, 60);
+    assert_int_equal(count_lines(log), 2);
+    assert_int_equal(ck_outbox_pending(db, &pending), 0);
+    assert_int_equal(pending, 0);
+    ck_hooks_free(h);
+    sqlite3_close(db);
+    kill(rpid, SIGTERM);
+    waitpid(rpid, NULL, 0);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(sign_standard_webhooks_vector),
@@ -434,5 +536,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(exec_failure_is_reported),
     cmocka_unit_test(exec_hanging_is_killed_with_its_children),
     cmocka_unit_test(hooks_new_rejects_bad_secret_value),
+    cmocka_unit_test(delivery_thread_keeps_the_caller_free),
 };
 CK_TEST_MAIN(tests)
