@@ -73,7 +73,7 @@ bool ck_fb_looks_valid(const void *p, size_t len)
     fb.p = p;
     fb.len = (uint32_t)len;
     uint32_t off = rd32(fb.p);
-    if (off < 4 || off + 4 > fb.len)
+    if (off < 4 || (uint64_t)off + 4 > fb.len)
         return false;
     int32_t so = (int32_t)rd32(fb.p + off);
     int64_t vt = (int64_t)off - so;

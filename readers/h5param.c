@@ -1,14 +1,42 @@
-/* NNabla parameters from HDF5; see h5param.h. */
+/* NNabla parameters from HDF5; see h5param.h.
+ *
+ * libhdf5 is not written for hostile files: a corrupt header can make it
+ * allocate hundreds of gigabytes or crash. So it only ever runs in a child
+ * process with an address-space and CPU limit; the child streams what it
+ * read through a pipe (records: 'T' tensor, 'E' error, 'D' done) and the
+ * parent checks every length in them against the file's size again before
+ * it allocates. A child that dies is an error naming the file. */
 #include "readers/h5param.h"
 
 #include "common/error.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define H5P_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define H5P_UNDER_ASAN 1
+#endif
+#endif
+
+/* What the child may use beyond what it inherits: HDF5's caches plus one
+ * dataset (at most the file's size) being read and written to the pipe. */
+#define H5P_CHILD_MEM_BASE ((uint64_t)1 << 30)
+#define H5P_CHILD_CPU_SECONDS 120
+#define H5P_MAX_NAME 65536
 
 struct h5item {
     char *name; /* owned */
@@ -163,14 +191,39 @@ static int item_cmp(const void *x, const void *y)
     return a->order < b->order ? -1 : a->order > b->order;
 }
 
-static int read_dataset(struct ck_tensor_set *s, const struct h5walk *w, hid_t file,
-                        const struct h5item *it)
+/* ---- the child: libhdf5 ---- */
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static void child_fail(int fd, int code)
+{
+    const char *msg = ck_error_msg();
+    uint32_t len = (uint32_t)strlen(msg);
+    int32_t c = code;
+    (void)(write_all(fd, "E", 1) || write_all(fd, &c, 4) || write_all(fd, &len, 4) ||
+           write_all(fd, msg, len));
+    _exit(1);
+}
+
+static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item *it, int fd)
 {
     hid_t d = -1, t = -1, sp = -1;
     int err = 0;
-    struct ck_tensor ten;
     hsize_t dims[H5S_MAX_RANK];
-    memset(&ten, 0, sizeof(ten));
+    void *buf = NULL;
     if ((d = H5Dopen2(file, it->name, H5P_DEFAULT)) < 0 || (t = H5Dget_type(d)) < 0 ||
         (sp = H5Dget_space(d)) < 0) {
         err = ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot open the dataset", w->label,
@@ -189,24 +242,19 @@ static int read_dataset(struct ck_tensor_set *s, const struct h5walk *w, hid_t f
                        it->name);
         goto out;
     }
-    ten.name = it->name;
-    ten.dtype = CK_DT_F32;
-    ten.rank = rank;
-    ten.role = "parameter";
+    uint64_t numel = 1;
+    int64_t sdims[CK_TENSOR_MAX_RANK];
     for (int i = 0; i < rank; i++) {
-        if (dims[i] > (hsize_t)INT64_MAX) {
-            err = ck_error(CK_EFORMAT, "'%s': tensor '%s': dimension too large", w->label,
-                           it->name);
-            goto out;
+        if (dims[i] && numel > w->file_size / dims[i]) {
+            numel = UINT64_MAX;
+            break;
         }
-        ten.dims[i] = (int64_t)dims[i];
+        numel *= dims[i];
+        sdims[i] = (int64_t)dims[i];
     }
-    uint64_t numel;
-    if ((err = ck_tensor_numel(&ten, &numel)) < 0 || numel > w->file_size / 4) {
-        err = ck_error(CK_EFORMAT,
-                       "'%s': tensor '%s': %" PRIu64 " elements cannot fit in a file of %" PRIu64
-                       " bytes",
-                       w->label, it->name, err < 0 ? UINT64_MAX : numel, w->file_size);
+    if (numel > w->file_size / 4) {
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': its elements cannot fit in a file of %" PRIu64
+                       " bytes", w->label, it->name, w->file_size);
         goto out;
     }
     hsize_t stored = H5Dget_storage_size(d);
@@ -215,28 +263,24 @@ static int read_dataset(struct ck_tensor_set *s, const struct h5walk *w, hid_t f
                        " elements", w->label, it->name, (unsigned long long)stored, numel);
         goto out;
     }
-    void *buf;
-    if ((err = ck_tensor_set_alloc(s, numel * 4, &buf)) < 0)
+    uint64_t nbytes = numel * 4;
+    if (!(buf = malloc(nbytes ? nbytes : 1))) {
+        err = ck_error(CK_ENOMEM, "'%s': tensor '%s': out of memory", w->label, it->name);
         goto out;
+    }
     if (numel && H5Dread(d, H5T_IEEE_F32LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
         err = ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot read the data", w->label,
                        it->name);
         goto out;
     }
-    ten.data = buf;
-    ten.nbytes = numel * 4;
-    if (ck_tensor_set_find(s, it->name)) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", w->label, it->name);
-        goto out;
-    }
-    if ((err = ck_tensor_set_add(s, &ten, NULL)) < 0)
-        goto out;
-    if (it->need_grad >= 0) {
-        char key[4200];
-        snprintf(key, sizeof(key), "need_grad:%s", it->name);
-        err = ck_tensor_set_add_meta(s, key, it->need_grad ? "true" : "false");
-    }
+    uint32_t nl = (uint32_t)strlen(it->name);
+    int32_t r = rank, ng = it->need_grad;
+    if (write_all(fd, "T", 1) || write_all(fd, &nl, 4) || write_all(fd, it->name, nl) ||
+        write_all(fd, &r, 4) || write_all(fd, sdims, sizeof(int64_t) * (size_t)rank) ||
+        write_all(fd, &ng, 4) || write_all(fd, &nbytes, 8) || write_all(fd, buf, nbytes))
+        _exit(1); /* the parent went away */
 out:
+    free(buf);
     if (sp >= 0)
         H5Sclose(sp);
     if (t >= 0)
@@ -246,50 +290,202 @@ out:
     return err;
 }
 
-int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path,
-                    const void *image, size_t imagelen)
+static void child_main(int fd, const char *label, const char *path, const void *image,
+                       size_t imagelen, uint64_t file_size)
 {
     struct h5walk w;
     hid_t fapl = -1, file = -1;
     int err = 0;
     memset(&w, 0, sizeof(w));
     w.label = label;
+    w.file_size = file_size;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (image) {
-        w.file_size = imagelen;
         if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || H5Pset_fapl_core(fapl, 1 << 16, 0) < 0 ||
-            H5Pset_file_image(fapl, (void *)image, imagelen) < 0) {
-            err = ck_error(CK_ENOMEM, "'%s': cannot set up an HDF5 file image", label);
-            goto out;
-        }
+            H5Pset_file_image(fapl, (void *)image, imagelen) < 0)
+            child_fail(fd, ck_error(CK_ENOMEM, "'%s': cannot set up an HDF5 file image", label));
         file = H5Fopen("parameter.h5", H5F_ACC_RDONLY, fapl);
     } else {
-        struct stat st;
-        if (stat(path, &st) < 0) {
-            err = ck_error_os(CK_EIO, "cannot stat '%s'", path);
-            goto out;
-        }
-        w.file_size = (uint64_t)st.st_size;
         file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     }
-    if (file < 0) {
-        err = ck_error(CK_EFORMAT, "'%s': not a readable HDF5 file", label);
-        goto out;
-    }
-    if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, visit, &w) < 0) {
-        err = w.err ? w.err : ck_error(CK_EFORMAT, "'%s': cannot list the HDF5 file", label);
-        goto out;
-    }
-    qsort(w.items, w.n, sizeof(*w.items), item_cmp);
-    for (size_t i = 0; i < w.n && err >= 0; i++)
-        err = read_dataset(s, &w, file, &w.items[i]);
-out:
+    if (file < 0)
+        child_fail(fd, ck_error(CK_EFORMAT, "'%s': not a readable HDF5 file", label));
+    if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, visit, &w) < 0)
+        child_fail(fd, w.err ? w.err
+                             : ck_error(CK_EFORMAT, "'%s': cannot list the HDF5 file", label));
+    if (w.n)
+        qsort(w.items, w.n, sizeof(*w.items), item_cmp);
     for (size_t i = 0; i < w.n; i++)
-        free(w.items[i].name);
-    free(w.items);
-    if (file >= 0)
-        H5Fclose(file);
-    if (fapl >= 0)
-        H5Pclose(fapl);
+        if ((err = child_dataset(&w, file, &w.items[i], fd)) < 0)
+            child_fail(fd, err);
+    if (write_all(fd, "D", 1))
+        _exit(1);
+    _exit(0);
+}
+
+/* Limits the child: CPU time, and address space on top of what it inherits
+ * (not under ASan, whose shadow memory needs a huge address space). */
+static void child_limits(uint64_t file_size)
+{
+    struct rlimit cpu = {H5P_CHILD_CPU_SECONDS, H5P_CHILD_CPU_SECONDS};
+    setrlimit(RLIMIT_CPU, &cpu);
+#ifndef H5P_UNDER_ASAN
+    unsigned long long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%llu", &pages) != 1)
+            pages = 0;
+        fclose(f);
+    }
+    uint64_t cur = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t lim = cur + H5P_CHILD_MEM_BASE + 2 * file_size;
+    struct rlimit as = {(rlim_t)lim, (rlim_t)lim};
+    setrlimit(RLIMIT_AS, &as);
+#endif
+}
+
+/* ---- the parent: checks and keeps what the child sent ---- */
+
+static int read_all(int fd, void *p, size_t n)
+{
+    unsigned char *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t file_size, int fd)
+{
+    uint32_t nl;
+    int32_t rank, ng;
+    uint64_t nbytes, numel;
+    struct ck_tensor t;
+    char *name = NULL;
+    void *data;
+    int err;
+    memset(&t, 0, sizeof(t));
+    if (read_all(fd, &nl, 4) || nl == 0 || nl > H5P_MAX_NAME || !(name = malloc(nl + 1)) ||
+        read_all(fd, name, nl) || read_all(fd, &rank, 4) || rank < 0 ||
+        rank > CK_TENSOR_MAX_RANK || read_all(fd, t.dims, 8 * (size_t)rank) ||
+        read_all(fd, &ng, 4) || read_all(fd, &nbytes, 8)) {
+        free(name);
+        return ck_error(CK_EFORMAT, "'%s': the HDF5 reader sent a bad record", label);
+    }
+    name[nl] = 0;
+    t.name = name;
+    t.rank = rank;
+    t.dtype = CK_DT_F32;
+    t.role = "parameter";
+    if (ck_tensor_numel(&t, &numel) < 0 || numel > file_size / 4 || nbytes != numel * 4) {
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': bad size from the HDF5 reader", label,
+                       name);
+        goto out;
+    }
+    if ((err = ck_tensor_set_alloc(s, nbytes, &data)) < 0)
+        goto out;
+    if (read_all(fd, data, nbytes)) {
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': the HDF5 reader stopped", label, name);
+        goto out;
+    }
+    t.data = data;
+    t.nbytes = nbytes;
+    if (ck_tensor_set_find(s, name)) {
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", label, name);
+        goto out;
+    }
+    if ((err = ck_tensor_set_add(s, &t, NULL)) < 0)
+        goto out;
+    if (ng >= 0) {
+        size_t kl = nl + 16;
+        char *key = malloc(kl);
+        if (!key) {
+            err = ck_error(CK_ENOMEM, "'%s': out of memory", label);
+            goto out;
+        }
+        snprintf(key, kl, "need_grad:%s", name);
+        err = ck_tensor_set_add_meta(s, key, ng ? "true" : "false");
+        free(key);
+    }
+out:
+    free(name);
     return err;
+}
+
+static int parent_error(const char *label, int fd)
+{
+    int32_t code;
+    uint32_t len;
+    char msg[4096];
+    if (read_all(fd, &code, 4) || read_all(fd, &len, 4) || len >= sizeof(msg) ||
+        read_all(fd, msg, len) || code >= 0)
+        return ck_error(CK_EFORMAT, "'%s': the HDF5 reader sent a bad record", label);
+    msg[len] = 0;
+    return ck_error(code, "%s", msg);
+}
+
+int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path,
+                    const void *image, size_t imagelen)
+{
+    uint64_t file_size = imagelen;
+    int fds[2], err = 0, status = 0;
+    bool done = false;
+    if (!image) {
+        struct stat st;
+        if (stat(path, &st) < 0)
+            return ck_error_os(CK_EIO, "cannot stat '%s'", path);
+        file_size = (uint64_t)st.st_size;
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return ck_error_os(CK_EIO, "'%s': cannot make a pipe", label);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return ck_error_os(CK_EIO, "'%s': cannot start the HDF5 reader", label);
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        signal(SIGPIPE, SIG_DFL);
+        child_limits(file_size);
+        child_main(fds[1], label, path, image, imagelen, file_size);
+    }
+    close(fds[1]);
+    while (err >= 0 && !done) {
+        char kind;
+        if (read_all(fds[0], &kind, 1)) {
+            err = 1; /* the child ended without a word: see its status below */
+            break;
+        }
+        if (kind == 'T')
+            err = parent_tensor(s, label, file_size, fds[0]);
+        else if (kind == 'E')
+            err = parent_error(label, fds[0]);
+        else if (kind == 'D')
+            done = true;
+        else
+            err = ck_error(CK_EFORMAT, "'%s': the HDF5 reader sent a bad record", label);
+    }
+    if (err < 0)
+        kill(pid, SIGKILL); /* it may still be writing */
+    close(fds[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (err < 0)
+        return err;
+    if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (WIFSIGNALED(status))
+            return ck_error(CK_EFORMAT, "'%s': the HDF5 reader died (signal %d); the file is "
+                            "corrupt or needs more memory than its size allows",
+                            label, WTERMSIG(status));
+        return ck_error(CK_EFORMAT, "'%s': the HDF5 reader failed on this file", label);
+    }
+    return 0;
 }

@@ -3,11 +3,14 @@
  * attributes need_grad (int8 enum) and index (int64, the save order).
  * See specs/FORMAT-FACTS.md 4.3.
  *
- * Read with Debian's libhdf5. Before any data is read, each dataset's type,
- * rank and element count are checked, and its byte size against the size of
- * the file it comes from. Soft and external links are refused (an external
- * link would open another file). libhdf5's own error printing is switched off;
- * its messages are not passed on. */
+ * Read with Debian's libhdf5, which is not hardened against hostile files
+ * (a corrupt header can make it allocate hundreds of GiB): it runs only in a
+ * forked child with CPU and address-space limits, which streams the datasets
+ * back through a pipe; a child that dies or overruns is an error naming the
+ * file. Each dataset's type, rank and element count are checked, and its
+ * byte size against the size of the file, in the child and again in the
+ * parent before it allocates. Soft and external links are refused (an
+ * external link would open another file). libhdf5's error printing is off. */
 #ifndef CK_H5PARAM_H
 #define CK_H5PARAM_H
 

@@ -244,6 +244,8 @@ static int var_cmp(const void *x, const void *y)
 static const char *var_lookup(const struct ctx *c, int32_t a, int32_t b)
 {
     struct var key = {a, b, NULL};
+    if (!c->nvars)
+        return NULL;
     const struct var *v = bsearch(&key, c->vars, c->nvars, sizeof(*c->vars), var_cmp);
     return v ? v->name : NULL;
 }
@@ -323,7 +325,8 @@ static int read_variables(struct ctx *c, const struct ck_fb_table *g)
         if ((err = read_variable(c, i, &v)) < 0)
             return err;
     }
-    qsort(c->vars, c->nvars, sizeof(*c->vars), var_cmp);
+    if (c->nvars)
+        qsort(c->vars, c->nvars, sizeof(*c->vars), var_cmp);
     for (size_t i = 1; i < c->nvars; i++)
         if (!var_cmp(&c->vars[i - 1], &c->vars[i]))
             return ck_error(CK_EFORMAT, "'%s': variables '%s' and '%s' share the id %d:%d",
