@@ -1,6 +1,5 @@
 #include "agent/ops.h"
 #include "common/error.h"
-#include "common/log.h"
 #include "common/metrics.h"
 
 #include <arpa/inet.h>
@@ -117,8 +116,6 @@ int ck_ops_new(const char *listen_on, const struct ck_ops_callbacks *cb, struct 
     sl = sizeof ss;
     getsockname(o->fd, (struct sockaddr *)&ss, &sl);
     o->port = ntohs(ss.ss_family == AF_INET ? v4->sin_port : v6->sin6_port);
-    ck_info("ops.listening", "address=%s port=%d endpoints=/healthz,/readyz,/metrics,/status",
-            host, o->port);
     *out = o;
     return 0;
 }
@@ -231,7 +228,7 @@ static void serve(struct ck_ops *o, struct client *c)
         ck_json_begin_object(&j);
         ck_json_kstr(&j, "version", CKPTD_VERSION);
         ck_json_kint(&j, "pid", (int64_t)getpid());
-        ck_json_kdouble(&j, "uptime_seconds", (double)(now_ms() - o->started) / 1000.0);
+        ck_json_kint(&j, "uptime_seconds", (now_ms() - o->started) / 1000);
         if (o->cb.status && o->cb.status(o->cb.ctx, &j) < 0)
             j.err = j.err ? j.err : CK_ERR;
         ck_json_end_object(&j);

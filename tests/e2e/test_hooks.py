@@ -530,6 +530,112 @@ hooks:
         self.assertFalse(os.path.exists(os.path.join(self.dir, "metadata.yaml")))
 
 
+def curl(*args):
+    """Runs the curl binary; returns (status code, body)."""
+    p = subprocess.run(["curl", "-s", "--max-time", "10", "-w", "\n%{http_code}", *args],
+                       capture_output=True, text=True, timeout=30)
+    body, _, code = p.stdout.rpartition("\n")
+    return int(code or 0), body
+
+
+def wait_until(fn, what, timeout=60):
+    end = time.time() + timeout
+    while time.time() < end:
+        v = fn()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Operations(HookCase):
+    """ckptd watch with listen: the endpoints scraped with curl."""
+
+    def start_watch(self, config):
+        import socket
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        self.config(f"listen: 127.0.0.1:{port}\n" + config)
+        os.makedirs(os.path.join(self.dir, ".ckptd"), exist_ok=True)
+        self.log_path = os.path.join(self.dir, ".ckptd", "test-watch.log")
+        with open(self.log_path, "ab") as log:
+            p = subprocess.Popen([CKPTD, "watch", self.dir], env=dict(os.environ, **ENV),
+                                 stdout=subprocess.DEVNULL, stderr=log)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: curl(base + "/healthz")[0] == 200 or p.poll() is not None, "/healthz")
+        self.assertIsNone(p.poll(), "the watcher exited")
+        return p, base
+
+    def scrape(self, base):
+        import re
+        code, text = curl(base + "/metrics")
+        self.assertEqual(code, 200)
+        fams, types, samples = set(), {}, {}
+        for line in text.splitlines():
+            if line.startswith("# HELP "):
+                fams.add(line.split()[2])
+            elif line.startswith("# TYPE "):
+                types[line.split()[2]] = line.split()[3]
+            elif line:
+                m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)", line)
+                self.assertTrue(m, line)
+                samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+        self.assertEqual(fams, set(types))
+        self.assertTrue(all(k.startswith("ckptd_") for k in samples))
+        return samples, types
+
+    def test_watch_endpoints_scraped_with_curl(self):
+        p, base = self.start_watch("")
+        self.assertEqual(curl(base + "/healthz"), (200, "ok\n"))
+        wait_until(lambda: curl(base + "/readyz")[0] == 200, "/readyz")
+        self.assertEqual(curl(base + "/readyz"), (200, "ready\n"))
+        m, types = self.scrape(base)
+        self.assertEqual(m["ckptd_checkpoints_registered_total"], 0)
+        self.assertEqual(types["ckptd_upload_duration_seconds"], "histogram")
+        self.assertEqual(m["ckptd_newest_remote_checkpoint_age_seconds"], -1)
+        with open(os.path.join(self.dir, "epoch_1.pt"), "wb") as f:
+            f.write(os.urandom(30000))
+        m = wait_until(lambda: (lambda s: s if s["ckptd_checkpoints_registered_total"] == 1
+                                else None)(self.scrape(base)[0]), "a registration in /metrics")
+        self.assertGreaterEqual(m["ckptd_hashed_bytes_total"], 30000)
+        self.assertLessEqual(abs(m["ckptd_start_time_seconds"] - time.time()), 600)
+        code, body = curl(base + "/status")
+        self.assertEqual(code, 200)
+        st = json.loads(body)
+        self.assertEqual(st["pid"], p.pid)
+        self.assertIn("version", st)
+        self.assertGreaterEqual(st["uptime_seconds"], 0)
+        self.assertEqual(curl("-X", "POST", "-d", "x", base + "/metrics")[0], 405)
+        self.assertEqual(curl(base + "/nope")[0], 404)
+        code, _ = curl("-I", base + "/metrics")
+        self.assertEqual(code, 200)
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=60), 0)
+
+    def test_watch_sends_events(self):
+        r = self.receiver()
+        p, base = self.start_watch(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        with open(os.path.join(self.dir, "epoch_1.pt"), "wb") as f:
+            f.write(os.urandom(30000))
+        reqs = wait_until(lambda: [q for q in r.requests()
+                                   if json.loads(q["body"])["type"] == "checkpoint.registered"],
+                          "checkpoint.registered at the receiver")
+        self.assertTrue(verify(SECRET_A, reqs[0]["headers"], reqs[0]["body"].encode()))
+        self.assertEqual(json.loads(reqs[0]["body"])["data"]["checkpoint"]["epoch"], 1)
+        wait_until(lambda: self.scrape(base)[0]['ckptd_webhook_deliveries_total{result="delivered"}']
+                   >= 1, "the delivery in /metrics")
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=60), 0)
+        with open(self.log_path) as f:
+            no_secret_in(self, f.read())
+
 class Contrib(unittest.TestCase):
     def test_example_config_loads_with_every_key(self):
         path = os.path.join(ROOT, "contrib", "ckptd.example.yaml")
