@@ -39,7 +39,7 @@
 
 #define TABLE_MAGIC UINT64_C(0xdb4775248b80fb57)
 #define FOOTER_LEN 48
-#define KEY_MAX (1u << 20)
+#define KEY_MAX (1u << 16)
 #define BLOCK_MAX ((size_t)256 << 20)
 #define SHARDS_MAX 1000000
 
@@ -179,6 +179,7 @@ struct ctx {
     struct shard *shards;
     uint64_t missing;           /* tensors whose shard is missing */
     uint64_t data_end;          /* end of the last data block read */
+    uint64_t key_bytes;         /* sum of the full keys' lengths so far */
 };
 
 static uint64_t le(const unsigned char *p, int n)
@@ -282,6 +283,13 @@ static int walk_block(struct ctx *c, const unsigned char *b, size_t len, const c
             return ck_error(CK_EFORMAT, "'%s': %s block: key over %u bytes", c->index, what,
                             KEY_MAX);
         p += nonshared;
+        /* Prefix compression lets a 3-byte entry stand for a 64 KiB key; the
+         * keys are copied and compared whole, so their total is bounded. */
+        c->key_bytes += c->key.len;
+        if (c->key_bytes > 256 * c->ilen + ((uint64_t)16 << 20))
+            return ck_error(CK_EFORMAT, "'%s': keys of %llu bytes in all from a %llu-byte index",
+                            c->index, (unsigned long long)c->key_bytes,
+                            (unsigned long long)c->ilen);
         if ((err = fn(c, p, (size_t)vlen)) < 0)
             return err;
         p += vlen;

@@ -545,6 +545,26 @@ class TfBundle(Base):
         write_bytes(os.path.join(d, "m.index"), bytes(out))
         write_bytes(os.path.join(d, "m.data-00000-of-00001"), b"\0")
         self.assert_fails(os.path.join(d, "m"), "overlaps", extra=("--format", "tf-bundle"))
+        # Prefix compression abused: 3-byte entries standing for 60 KB keys.
+        out = bytearray()
+        hdr = pb_varint(1, 1) + pb_bytes(3, pb_varint(1, 1))
+        blk = bytearray(varint(0) + varint(0) + varint(len(hdr)) + hdr)
+        key0 = b"k" * 60000 + b"\x01\x01"
+        blk += varint(0) + varint(len(key0)) + varint(0) + key0
+        for i in range(1, 40000):  # shared 60000, 2 new bytes, no value: sorted keys
+            blk += varint(60000) + varint(2) + varint(0) + bytes([i // 255 + 1, i % 255 + 1])
+        blk += struct.pack("<II", 0, 1)  # one restart point at 0
+        h = _put_block(out, bytes(blk), False)
+        index = _Block(1)
+        index.add(b"l", varint(h[0]) + varint(h[1]))
+        meta = _put_block(out, _Block(16).finish(), False)
+        idx = _put_block(out, index.finish(), False)
+        footer = varint(meta[0]) + varint(meta[1]) + varint(idx[0]) + varint(idx[1])
+        out += footer + b"\0" * (40 - len(footer)) + struct.pack("<Q", TABLE_MAGIC)
+        d = os.path.join(self.dir, "longkeys")
+        os.makedirs(d)
+        write_bytes(os.path.join(d, "m.index"), bytes(out))
+        self.assert_fails(os.path.join(d, "m"), "keys of", extra=("--format", "tf-bundle"))
         bad = bundle("bad_crc", pb_varint(1, 1) + shape(2) + pb_varint(5, 8)
                      + pb_fixed32(6, mask(1234)))
         self.assert_fails(bad, "tensor 't'", "CRC-32C", extra=("--verify",))
