@@ -36,7 +36,7 @@ int ck_cmd_bundle(int argc, char **argv)
     int level = 3, threads = 0, opt, rc;
     ck_cli_init(&cli);
     optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS "o:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "c:vqho:", longopts, NULL)) != -1) {
         if ((rc = ck_cli_common(&cli, "bundle", opt, optarg)) != 0) {
             if (rc != 1)
                 return rc;

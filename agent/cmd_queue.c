@@ -104,7 +104,7 @@ int ck_cmd_queue(int argc, char **argv)
     ck_config_init(&cfg);
     ck_cli_init(&cli);
     optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS, longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
         if ((rc = ck_cli_common(&cli, "queue", opt, optarg)) != 0) {
             if (rc != 1)
                 goto done;
@@ -146,6 +146,7 @@ int ck_cmd_queue(int argc, char **argv)
         rc = ck_cli_usage_error("queue", "expected at most one of DIR and --state DIR");
         goto done;
     }
+    ck_config_release(&cfg); /* ck_config_for_dir starts from the defaults again */
     if ((rc = ck_config_for_dir(&cfg, cli.config_path, dir)) < 0) {
         rc = ck_cli_fail("queue", rc);
         goto done;

@@ -165,7 +165,7 @@ int ck_cmd_upload(int argc, char **argv)
     ck_config_init(&cfg);
     ck_cli_init(&cli);
     optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS, longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
         if ((rc = ck_cli_common(&cli, "upload", opt, optarg)) != 0) {
             if (rc != 1)
                 goto done;

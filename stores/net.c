@@ -38,28 +38,34 @@ static void sleep_ms(long long ms)
     nanosleep(&ts, NULL);
 }
 
-/* A token bucket shared by every transfer: the bytes let through since t0
- * never exceed rate * elapsed plus one chunk of burst. */
+/* A token bucket shared by every transfer: tokens accrue at max_rate up to
+ * a burst of a tenth of a second (at least one chunk), so an idle spell
+ * never banks more than that. */
 bool ck_net_throttle(struct ck_net *n, size_t len)
 {
-    uint64_t rate = n->opts->max_rate;
-    if (!rate)
+    double rate = (double)n->opts->max_rate;
+    if (rate <= 0)
         return true;
+    double burst = rate / 10 > CHUNK_CAPPED ? rate / 10 : CHUNK_CAPPED;
+    if ((double)len > burst)
+        burst = (double)len;
     for (;;) {
         pthread_mutex_lock(&n->rate_mu);
         long long now = ck_mono_ms();
-        if (!n->rate_t0 || now - n->rate_t0 > 10000) {
-            /* restart the window now and then so an idle spell does not bank a burst */
+        if (!n->rate_t0) {
             n->rate_t0 = now;
-            n->rate_bytes = 0;
+            n->tokens = burst;
         }
-        double allowed = (double)rate * (double)(now - n->rate_t0) / 1000.0 + CHUNK_CAPPED;
-        if ((double)(n->rate_bytes + len) <= allowed) {
-            n->rate_bytes += len;
+        n->tokens += rate * (double)(now - n->rate_t0) / 1000.0;
+        n->rate_t0 = now;
+        if (n->tokens > burst)
+            n->tokens = burst;
+        if (n->tokens >= (double)len) {
+            n->tokens -= (double)len;
             pthread_mutex_unlock(&n->rate_mu);
             return true;
         }
-        double wait = ((double)(n->rate_bytes + len) - allowed) * 1000.0 / (double)rate;
+        double wait = ((double)len - n->tokens) * 1000.0 / rate;
         pthread_mutex_unlock(&n->rate_mu);
         if (ck_upload_ctl_expired(n->ctl))
             return false;
@@ -377,6 +383,9 @@ int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *
             retry = cc != CURLE_LOGIN_DENIED && cc != CURLE_REMOTE_ACCESS_DENIED &&
                     cc != CURLE_PEER_FAILED_VERIFICATION && cc != CURLE_SSH &&
                     cc != CURLE_UNSUPPORTED_PROTOCOL && cc != CURLE_URL_MALFORMAT;
+            if (cc == CURLE_PEER_FAILED_VERIFICATION && !strncmp(r->url, "sftp:", 5))
+                return ck_error(CK_EAUTH, "%s: the server's host key is not the pinned one: %s (%s)",
+                                what, detail, where);
             if (cc == CURLE_LOGIN_DENIED || cc == CURLE_REMOTE_ACCESS_DENIED ||
                 cc == CURLE_PEER_FAILED_VERIFICATION)
                 return ck_error(CK_EAUTH, "%s: %s (%s)", what, detail, where);

@@ -18,8 +18,8 @@ struct ck_net {
     const struct ck_upload_opts *opts; /* borrowed */
     struct ck_upload_ctl *ctl;         /* borrowed */
     pthread_mutex_t rate_mu;
-    long long rate_t0;                 /* monotonic ms when the cap started counting */
-    uint64_t rate_bytes;               /* bytes let through since rate_t0 */
+    long long rate_t0;                 /* monotonic ms of the last refill */
+    double tokens;                     /* bytes that may go now */
     unsigned rand_state;
 };
 

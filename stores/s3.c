@@ -718,7 +718,10 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
 static int s3_put(struct ck_store *st, struct ck_xfer *x)
 {
     struct s3 *s = (struct s3 *)st;
-    if (x->size >= s->base.net->opts->multipart_threshold && x->size > 0)
+    /* a multipart object appears only at Complete: metadata goes that way even
+     * when small, since some S3-compatible servers (s3rver) store the first
+     * bytes of a PUT whose client died */
+    if ((x->atomic || x->size >= s->base.net->opts->multipart_threshold) && x->size > 0)
         return put_multipart(s, x);
     return put_single(s, x);
 }

@@ -84,6 +84,8 @@ struct ck_xfer {
     const char *key;         /* remote name under the store's prefix, '/'-separated, not encoded */
     uint64_t size;           /* the file's size when queued */
     const char *orig_sha256; /* compress: SHA-256 of the uncompressed original, recorded remotely */
+    bool atomic;             /* the object must appear whole or not at all even on servers that
+                              * keep a truncated PUT (s3: multipart whatever the size) */
     /* resume state (multipart): owned by the caller */
     char upload_id[512];     /* "" when none was created yet */
     uint64_t part_size;      /* the part size of that upload */

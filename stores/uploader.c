@@ -392,6 +392,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->key = j->key;
     x->size = j->size;
     x->orig_sha256 = j->orig_sha256[0] ? j->orig_sha256 : NULL;
+    x->atomic = j->phase == 1;
     snprintf(x->upload_id, sizeof x->upload_id, "%s", j->upload_id);
     x->part_size = j->part_size;
     if (x->upload_id[0] && (err = ck_queue_parts(r->db, j->id, &x->parts, &x->nparts)) < 0)

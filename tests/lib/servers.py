@@ -57,22 +57,34 @@ class _Process:
     proc = None
     log = None
 
+    # Servers start in their own session (start_new_session=True), so their
+    # process group id is their PID: signalling the group reaches the workers
+    # (nginx's, sshd's children) too.
+
+    def _signal(self, sig):
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                self._signal(signal.SIGKILL)
                 self.proc.wait(timeout=5)
+        if self.proc:
+            self._signal(signal.SIGKILL)  # stray children of the group
         if self.log:
             self.log.close()
             self.log = None
 
     def kill(self):
-        """Makes the server disappear at once (a crash)."""
+        """Makes the server disappear at once (a crash), workers included."""
         if self.proc and self.proc.poll() is None:
-            self.proc.kill()
+            self._signal(signal.SIGKILL)
             self.proc.wait(timeout=5)
 
     def __enter__(self):
@@ -118,7 +130,7 @@ class S3Server(_Process):
                    S3_DIR=self.dir, S3_BUCKET=bucket)
         self.log = open(os.path.join(tmp, "s3rver.log"), "ab")
         self.proc = subprocess.Popen([node, script], env=env, stdout=self.log, stderr=self.log,
-                                     cwd=HERE)
+                                     cwd=HERE, start_new_session=True)
         try:
             wait_port(self.port, self.proc, what="s3rver")
         except Exception:
@@ -227,7 +239,7 @@ class Nginx(_Process):
         self.log = open(os.path.join(self.dir, "stderr.log"), "ab")
         self.proc = subprocess.Popen([nginx, "-p", self.dir, "-c", os.path.join(self.dir, "nginx.conf"),
                                       "-e", "stderr", "-g", "daemon off;"],
-                                     stdout=self.log, stderr=self.log)
+                                     stdout=self.log, stderr=self.log, start_new_session=True)
         try:
             wait_port(self.port, self.proc, what="nginx")
         except Exception:
@@ -269,7 +281,7 @@ class Sshd(_Process):
                     f"Subsystem sftp {sftp_server}\n")
         self.log = open(os.path.join(self.dir, "sshd.log"), "ab")
         self.proc = subprocess.Popen([sshd, "-D", "-e", "-f", conf], stdout=self.log,
-                                     stderr=self.log)
+                                     stderr=self.log, start_new_session=True)
         try:
             wait_port(self.port, self.proc, what="sshd")
         except Exception:
@@ -336,7 +348,9 @@ class FlakyProxy:
                     if k.lower() not in ("connection", "transfer-encoding", "content-length",
                                          "keep-alive", "date", "server"):
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # a HEAD answer keeps the upstream's Content-Length (the stored size)
+                length = r.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

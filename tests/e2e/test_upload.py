@@ -1,0 +1,492 @@
+"""ckptd upload / queue / bundle against real servers on loopback (issue 5).
+
+What landed is read back with independent clients (Debian's aws CLI, curl,
+the sftp client, plain files) and compared byte for byte with hashlib.
+s3rver logs every request it serves: that log tells which parts were sent.
+"""
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
+from servers import FlakyProxy, Nginx, S3Server, Sshd, free_port, need  # noqa: E402
+
+MiB = 1 << 20
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(MiB), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def make(path, size, seed=0):
+    """A file of size pseudo-random bytes (different per seed)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    h = hashlib.sha256(str(seed).encode()).digest()
+    block = (h * (MiB // len(h) + 1))[:MiB]
+    with open(path, "wb") as f:
+        left, i = size, 0
+        while left:
+            chunk = hashlib.sha256(block[:64] + i.to_bytes(8, "little")).digest() * 2048
+            n = min(left, len(chunk))
+            f.write(chunk[:n])
+            left -= n
+            i += 1
+    return path
+
+
+def queue(state, *extra, env=None):
+    p = run("queue", "--json", "--state", state, *extra, env=env, check=0)
+    return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+
+
+def _s3_log(s3):
+    with open(os.path.join(s3.tmp, "s3rver.log"), "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def s3_parts_put(s3):
+    """Part numbers s3rver stored (UploadPart accepted), in order; one
+    multipart upload per test."""
+    return [int(n) for n in re.findall(r"Stored part (\d+) of \w+ in bucket", _s3_log(s3))]
+
+
+def s3_log_order(s3):
+    """Keys of the objects s3rver stored (PUT or CompleteMultipartUpload), in order."""
+    return re.findall(r'Stored object "([^"]+)" in bucket', _s3_log(s3))
+
+
+class S3(TmpDirCase):
+    def setUp(self):
+        super().setUp()
+        need("aws", "checking S3 uploads needs awscli")
+        self.s3 = S3Server(self.dir)
+        self.addCleanup(self.s3.stop)
+        self.env = self.s3.env()
+        self.state = os.path.join(self.dir, "state")
+
+    def upload(self, *args, check=0, env=None, timeout=120):
+        e = dict(self.env, **(env or {}))
+        return run("upload", "--state", self.state, "--endpoint", self.s3.endpoint, *args,
+                   env=e, check=check, timeout=timeout)
+
+    def test_single_and_multipart_byte_for_byte(self):
+        small = make(os.path.join(self.dir, "src", "step=100 a.bin"), 3 * MiB + 17, 1)
+        big = make(os.path.join(self.dir, "src", "big.safetensors"), 23 * MiB + 5, 2)
+        self.upload(small, "s3://ckpt/run 1/")
+        p = self.upload("--multipart-threshold", "8MiB", "--part-size", "5MiB", big,
+                        "s3://ckpt/run 1/")
+        self.assertIn("parts_sent=5", p.stderr)
+        self.assertEqual(self.s3.keys(), ["run 1/big.safetensors", "run 1/step=100 a.bin"])
+        for src, key in ((small, "run 1/step=100 a.bin"), (big, "run 1/big.safetensors")):
+            got = os.path.join(self.dir, "got")
+            self.s3.get(key, got)
+            self.assertEqual(sha256(got), sha256(src), key)
+        # the key went out percent-encoded (RFC 3986), each part exactly once
+        self.assertEqual(sorted(s3_parts_put(self.s3)),
+                         [1, 2, 3, 4, 5])
+        jobs = queue(self.state)
+        self.assertEqual([j["state"] for j in jobs], ["done", "done"])
+        self.assertEqual(jobs[0]["sha256"], sha256(small))
+        # the same file again: nothing is sent twice
+        n_before = len(s3_log_order(self.s3))
+        p = self.upload(small, "s3://ckpt/run 1/")
+        self.assertIn("already queued or sent", p.stderr)
+        self.assertEqual(len(s3_log_order(self.s3)), n_before)
+
+    def test_tree_metadata_last(self):
+        tree = os.path.join(self.dir, "model")
+        for i in range(3):
+            make(os.path.join(tree, "checkpoints", f"epoch_{i}.bin"), MiB + i, 10 + i)
+        make(os.path.join(tree, "data", "build_parameters.yaml"), 100, 20)
+        with open(os.path.join(tree, "metadata.yaml"), "w") as f:
+            f.write("checkpoints: {}\n")
+        self.upload(tree, "s3://ckpt/models/m1")
+        order = s3_log_order(self.s3)
+        objs = [o for o in order if o.startswith("models/m1/")]
+        self.assertEqual(objs[-1], "models/m1/metadata.yaml", order)
+        self.assertEqual(len(objs), 5)
+        for rel in ("checkpoints/epoch_0.bin", "checkpoints/epoch_2.bin", "metadata.yaml"):
+            got = os.path.join(self.dir, "got")
+            self.s3.get("models/m1/" + rel, got)
+            self.assertEqual(sha256(got), sha256(os.path.join(tree, rel)))
+
+    def test_wrong_credentials(self):
+        src = make(os.path.join(self.dir, "a.bin"), 1000, 3)
+        p = self.upload(src, "s3://ckpt/x", env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"},
+                        check=1)
+        self.assertIn("SignatureDoesNotMatch", p.stderr)
+        self.assertIn("refused the credentials", p.stderr)
+        self.assertNotIn("not-the-secret", p.stderr + p.stdout)
+        self.assertNotIn(self.s3.secret, p.stderr + p.stdout)
+        jobs = queue(self.state)
+        self.assertEqual(jobs[0]["state"], "failed")  # not retried: an auth error
+        self.assertEqual(jobs[0]["attempts"], 1)
+        self.assertEqual(self.s3.keys(), [])
+        # a credentials file must be 0600; with the right mode and secret it works
+        cred = self.s3.credentials_file(os.path.join(self.dir, "aws-creds"))
+        os.chmod(cred, 0o644)
+        env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
+        p = self.upload("--credentials", "file:" + cred, src, "s3://ckpt/x", env=env, check=1)
+        self.assertIn("0600", p.stderr)
+        os.chmod(cred, 0o600)
+        run("queue", "retry", "--all", "--state", self.state, check=0)
+        self.upload("--credentials", "file:" + cred, src, "s3://ckpt/x", env=env)
+        self.assertEqual(self.s3.keys(), ["x/a.bin"])
+
+    def test_500_then_200_and_slowdown(self):
+        src = make(os.path.join(self.dir, "a.bin"), 2 * MiB, 4)
+        with FlakyProxy(self.s3.port, [500, 503], retry_after=1, fail_methods={"PUT"}) as px:
+            e = dict(self.env)
+            p = run("upload", "--state", self.state, "--endpoint", px.url, src, "s3://ckpt/f/",
+                    env=e, check=0, timeout=60)
+            statuses = [s for m, path, s in px.requests if m == "PUT"]
+        self.assertEqual(statuses[:3], [500, 503, 200])
+        self.assertEqual(p.stderr.count("upload.retry"), 2)
+        self.assertIn("SlowDown", p.stderr)
+        got = os.path.join(self.dir, "got")
+        self.s3.get("f/a.bin", got)
+        self.assertEqual(sha256(got), sha256(src))
+
+    def test_kill_9_during_multipart_resumes_missing_parts(self):
+        big = make(os.path.join(self.dir, "big.bin"), 40 * MiB, 5)
+        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
+                "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency", "2",
+                "--max-rate", "8MiB", big, "s3://ckpt/crash/"]
+        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        accepted = []
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            accepted = s3_parts_put(self.s3)
+            if len(accepted) >= 3:
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.assertGreaterEqual(len(accepted), 3)
+        self.assertEqual(self.s3.keys(), [])  # nothing visible: no half object
+        jobs = queue(self.state)
+        self.assertEqual(jobs[0]["state"], "running")  # as the killed process left it
+        self.assertTrue(jobs[0]["upload_id"])
+        first = s3_parts_put(self.s3)
+        p = self.upload(big, "s3://ckpt/crash/", "--multipart-threshold", "5MiB",
+                        "--part-size", "5MiB")
+        m = re.search(r"parts_sent=(\d+) parts_resumed=(\d+)", p.stderr)
+        self.assertIsNotNone(m, p.stderr)
+        total = s3_parts_put(self.s3)
+        second = total[len(first):]
+        # parts recorded as accepted before the kill were not sent again
+        resumed = int(m.group(2))
+        self.assertGreaterEqual(resumed, 1)
+        self.assertEqual(len(second), 8 - resumed)
+        self.assertEqual(sorted(set(first) | set(second)), list(range(1, 9)))
+        got = os.path.join(self.dir, "got")
+        self.s3.get("crash/big.bin", got)
+        self.assertEqual(sha256(got), sha256(big))
+        self.assertEqual(queue(self.state)[0]["state"], "done")
+
+    def test_kill_9_during_metadata_step(self):
+        tree = os.path.join(self.dir, "model")
+        make(os.path.join(tree, "checkpoints", "epoch_1.bin"), 2 * MiB, 30)
+        make(os.path.join(tree, "checkpoints", "epoch_2.bin"), 2 * MiB, 31)
+        make(os.path.join(tree, "metadata.yaml"), 4 * MiB, 32)  # big enough to catch in flight
+        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
+                "--max-rate", "2MiB", tree, "s3://ckpt/m"]
+        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        state = None
+        while time.time() < deadline:
+            jobs = {j["key"]: j["state"] for j in queue(self.state)}
+            state = jobs.get("metadata.yaml")
+            if state == "running":
+                # metadata never starts before the data is done
+                self.assertEqual({v for k, v in jobs.items() if k != "metadata.yaml"}, {"done"})
+                break
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        self.assertEqual(state, "running")
+        keys = self.s3.keys()
+        self.assertIn("m/checkpoints/epoch_1.bin", keys)
+        self.assertIn("m/checkpoints/epoch_2.bin", keys)
+        self.assertNotIn("m/metadata.yaml", keys)
+        self.upload(tree, "s3://ckpt/m")
+        self.assertEqual(self.s3.keys(), ["m/checkpoints/epoch_1.bin", "m/checkpoints/epoch_2.bin",
+                                          "m/metadata.yaml"])
+        for rel in ("metadata.yaml", "checkpoints/epoch_2.bin"):
+            got = os.path.join(self.dir, "got")
+            self.s3.get("m/" + rel, got)
+            self.assertEqual(sha256(got), sha256(os.path.join(tree, rel)))
+        # the data objects were not sent again after the restart
+        order = s3_log_order(self.s3)
+        self.assertEqual(order.count("m/checkpoints/epoch_1.bin"), 1)
+
+    def test_sigterm_keeps_the_rest_queued(self):
+        tree = os.path.join(self.dir, "model")
+        for i in range(4):
+            make(os.path.join(tree, f"c{i}.bin"), 2 * MiB, 40 + i)
+        with open(os.path.join(tree, "metadata.yaml"), "w") as f:
+            f.write("checkpoints: {}\n")
+        cfg = os.path.join(self.dir, "ckptd.yaml")
+        with open(cfg, "w") as f:
+            f.write("upload:\n  grace: 500ms\n  max_rate: 2MiB\n")
+        proc = subprocess.Popen([CKPTD, "upload", "-c", cfg, "--state", self.state, "--endpoint",
+                                 self.s3.endpoint, tree, "s3://ckpt/t"],
+                                env=dict(os.environ, **self.env), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline and not any(j["state"] == "done" for j in queue(self.state)):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        self.assertEqual(proc.returncode, 1, err)
+        self.assertIn("kept in the queue", err)
+        states = [j["state"] for j in queue(self.state)]
+        self.assertNotIn("running", states)
+        self.assertIn("pending", states)
+        self.assertNotIn("t/metadata.yaml", self.s3.keys())
+        self.upload(tree, "s3://ckpt/t")
+        self.assertEqual(len(self.s3.keys()), 5)
+        self.assertEqual({j["state"] for j in queue(self.state)}, {"done"})
+
+    def test_compress_zstd_records_original_hash(self):
+        zstd = need("zstd", "checking compressed uploads needs the zstd tool")
+        src = make(os.path.join(self.dir, "w.bin"), 3 * MiB, 50)
+        self.upload("--compress", "zstd", src, "s3://ckpt/z")
+        self.assertEqual(self.s3.keys(), ["z/w.bin.zst"])
+        got = os.path.join(self.dir, "got.zst")
+        self.s3.get("z/w.bin.zst", got)
+        subprocess.run([zstd, "-q", "-d", "-f", got, "-o", got + ".out"], check=True)
+        self.assertEqual(sha256(got + ".out"), sha256(src))
+        job = queue(self.state)[0]
+        self.assertEqual(job["original_sha256"], sha256(src))
+        head = self.s3.aws("s3api", "head-object", "--bucket", "ckpt", "--key", "z/w.bin.zst")
+        self.assertEqual(json.loads(head.stdout)["Metadata"].get("ckptd-original-sha256"),
+                         sha256(src))
+
+    def test_bundle_upload(self):
+        tree = os.path.join(self.dir, "mymodel")
+        make(os.path.join(tree, "checkpoints", "a.bin"), MiB, 60)
+        with open(os.path.join(tree, "metadata.yaml"), "w") as f:
+            f.write("checkpoints: {}\n")
+        self.upload("--bundle", tree, "s3://ckpt/b")
+        self.assertEqual(self.s3.keys(), ["b/mymodel.tar.zst"])
+        got = os.path.join(self.dir, "got.tar.zst")
+        self.s3.get("b/mymodel.tar.zst", got)
+        out = os.path.join(self.dir, "x")
+        os.makedirs(out)
+        subprocess.run(["tar", "--zstd", "-xf", got, "-C", out], check=True)
+        self.assertEqual(sha256(os.path.join(out, "checkpoints", "a.bin")),
+                         sha256(os.path.join(tree, "checkpoints", "a.bin")))
+
+
+class Http(TmpDirCase):
+    def test_put_and_move_byte_for_byte(self):
+        with Nginx(self.dir) as web:
+            src = make(os.path.join(self.dir, "src", "epoch=3.bin"), 5 * MiB + 3, 70)
+            state = os.path.join(self.dir, "state")
+            run("upload", "--state", state, src, web.url + "/models/run1", check=0)
+            got = os.path.join(self.dir, "got")
+            subprocess.run(["curl", "-sSf", "-o", got, web.url + "/models/run1/epoch%3D3.bin"],
+                           check=True)
+            self.assertEqual(sha256(got), sha256(src))
+            # the temporary was moved away: only the final name is there
+            self.assertEqual(os.listdir(os.path.join(web.root, "models", "run1")), ["epoch=3.bin"])
+            with open(os.path.join(web.dir, "access.log")) as f:
+                log = f.read()
+            self.assertRegex(log, r'"PUT /models/run1/\.epoch%3D3\.bin\.ckptd-1\.part HTTP/1\.1" 201')
+            self.assertRegex(log, r'"MOVE /models/run1/\.epoch%3D3\.bin\.ckptd-1\.part HTTP/1\.1" 20[14]')
+
+    def test_basic_auth_and_wrong_password(self):
+        with Nginx(self.dir, users={"uploader": "s3cr3t-pw"}) as web:
+            src = make(os.path.join(self.dir, "a.bin"), 4096, 71)
+            state = os.path.join(self.dir, "state")
+            cred = os.path.join(self.dir, "cred")
+            fd = os.open(cred, os.O_WRONLY | os.O_CREAT, 0o600)
+            os.write(fd, b"uploader:wrong-pw\n")
+            os.close(fd)
+            p = run("upload", "--state", state, "--credentials", "file:" + cred, src,
+                    web.url + "/x", check=1)
+            self.assertIn("HTTP 401", p.stderr)
+            self.assertNotIn("wrong-pw", p.stderr)
+            with open(cred, "w") as f:
+                f.write("uploader:s3cr3t-pw\n")
+            run("queue", "retry", "--all", "--state", state, check=0)
+            run("upload", "--state", state, "--credentials", "file:" + cred, src,
+                web.url + "/x", check=0)
+            with open(os.path.join(web.root, "x", "a.bin"), "rb") as f:
+                self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha256(src))
+
+    def test_server_disappears_then_returns(self):
+        port = free_port()
+        src = make(os.path.join(self.dir, "a.bin"), MiB, 72)
+        state = os.path.join(self.dir, "state")
+        cfg = os.path.join(self.dir, "ckptd.yaml")
+        with open(cfg, "w") as f:
+            f.write("upload:\n  retries: 2\n  retry_base: 100ms\n")
+        web = Nginx(self.dir, port=port)
+        web.kill()  # gone before the upload starts
+        p = run("upload", "-c", cfg, "--state", state, src, f"http://127.0.0.1:{port}/d",
+                check=1, timeout=90)
+        self.assertRegex(p.stderr, r"(Couldn't connect|Failed to connect|Connection refused)")
+        self.assertEqual(queue(state)[0]["state"], "failed")
+        self.assertTrue(os.path.exists(src))
+        with Nginx(self.dir, port=port) as web:
+            run("queue", "retry", "--all", "--state", state, check=0)
+            run("queue", "run", "--state", state, check=0)
+            with open(os.path.join(web.root, "d", "a.bin"), "rb") as f:
+                self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha256(src))
+        self.assertEqual(queue(state)[0]["state"], "done")
+
+    def test_500_then_200(self):
+        with Nginx(self.dir) as web, FlakyProxy(web.port, [500, 500], fail_methods={"PUT"}) as px:
+            src = make(os.path.join(self.dir, "a.bin"), 300000, 73)
+            state = os.path.join(self.dir, "state")
+            p = run("upload", "--state", state, src, px.url + "/r", check=0, timeout=60)
+            self.assertEqual(p.stderr.count("upload.retry"), 2)
+            with open(os.path.join(web.root, "r", "a.bin"), "rb") as f:
+                self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha256(src))
+
+
+class Sftp(TmpDirCase):
+    def test_upload_and_rename_with_pinned_host_key(self):
+        with Sshd(self.dir) as ssh:
+            src = make(os.path.join(self.dir, "src", "w 1.bin"), 3 * MiB + 1, 80)
+            state = os.path.join(self.dir, "state")
+            dest_dir = os.path.join(self.dir, "remote")
+            run("upload", "--state", state, "--key", ssh.key, "--host-key", ssh.host_key_sha256,
+                src, ssh.url(dest_dir + "/sub"), check=0, timeout=60)
+            # read back with OpenSSH's sftp client
+            got = os.path.join(self.dir, "got")
+            batch = os.path.join(self.dir, "batch")
+            with open(batch, "w") as f:
+                f.write(f'get "{dest_dir}/sub/w 1.bin" "{got}"\n')
+            subprocess.run(["sftp", "-q", "-b", batch, "-i", ssh.key, "-P", str(ssh.port),
+                            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                            "root@127.0.0.1"], check=True, capture_output=True, timeout=30)
+            self.assertEqual(sha256(got), sha256(src))
+            self.assertEqual(os.listdir(os.path.join(dest_dir, "sub")), ["w 1.bin"])
+
+    def test_wrong_host_key_is_refused(self):
+        with Sshd(self.dir) as ssh:
+            src = make(os.path.join(self.dir, "a.bin"), 1000, 81)
+            state = os.path.join(self.dir, "state")
+            bad = "SHA256:" + "A" * 43
+            p = run("upload", "--state", state, "--key", ssh.key, "--host-key", bad, src,
+                    ssh.url(os.path.join(self.dir, "remote")), check=1, timeout=60)
+            self.assertIn("host key", p.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.dir, "remote", "a.bin")))
+
+
+class Local(TmpDirCase):
+    def test_file_store_and_full_queue_disk(self):
+        src = make(os.path.join(self.dir, "a.bin"), 2 * MiB, 90)
+        state = os.path.join(self.dir, "state")
+        dest = os.path.join(self.dir, "nfs")
+        run("upload", "--state", state, src, "file://" + dest, check=0)
+        self.assertEqual(sha256(os.path.join(dest, "a.bin")), sha256(src))
+        self.assertEqual(os.listdir(dest), ["a.bin"])
+        # a state folder on a full disk: a clear error, the source untouched
+        if os.geteuid() != 0:
+            raise unittest.SkipTest("mounting a small tmpfs needs root")
+        mnt = os.path.join(self.dir, "tiny")
+        os.makedirs(mnt)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mnt],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise unittest.SkipTest(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+        self.addCleanup(subprocess.run, ["umount", "-l", mnt])
+        tstate = os.path.join(mnt, "state")
+        run("upload", "--state", tstate, "--queue-only", src, "file://" + dest + "2", check=0)
+        fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        many = [make(os.path.join(self.dir, "many", f"f{i}.bin"), 10, 100 + i) for i in range(1)]
+        p = run("upload", "--state", tstate, os.path.join(self.dir, "many"),
+                "file://" + dest + "3", check=None)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertRegex(p.stderr, r"(full|No space left)")
+        self.assertTrue(os.path.exists(many[0]))
+        os.remove(os.path.join(mnt, "filler"))
+        # the job queued before the disk filled is still there and runs
+        run("queue", "run", "--state", tstate, check=0)
+        self.assertEqual(sha256(os.path.join(dest + "2", "a.bin")), sha256(src))
+
+    def test_queue_cli(self):
+        state = os.path.join(self.dir, "state")
+        p = run("queue", "--state", state, check=0)
+        self.assertIn("0 pending, 0 running, 0 done, 0 failed", p.stdout)
+        run("queue", "retry", "--state", state, check=2)
+        p = run("queue", "retry", "7", "--state", state, check=1)
+        self.assertIn("no failed job 7", p.stderr)
+        run("upload", "--state", state, "/nonexistent", "file:///tmp/x", check=2)
+        run("upload", "--state", state, __file__, "ftp://host/x", check=2)
+        p = run("upload", "--state", state, __file__, "s3://ckpt/x", "--credentials",
+                "AKIA:literal", check=2)
+        self.assertNotIn("literal", p.stderr)
+
+    def test_config_upload_keys(self):
+        cfg = os.path.join(self.dir, "ckptd.yaml")
+        with open(cfg, "w") as f:
+            f.write("upload:\n  concurrency: 2\n  max_rate: 50MiB\n  stores:\n"
+                    "    - url: s3://bucket/prefix\n      endpoint: http://127.0.0.1:9000\n"
+                    "      compress: zstd\n    - url: file:///mnt/nfs\n")
+        run("config", "-c", cfg, check=0)
+        with open(cfg, "w") as f:
+            f.write("upload:\n  stores:\n    - url: s3://bucket/p\n    - url: ftp://x/y\n")
+        p = run("config", "-c", cfg, check=2)
+        self.assertIn("line 4", p.stderr)
+        self.assertIn("upload.stores", p.stderr)
+        with open(cfg, "w") as f:
+            f.write("upload:\n  stores:\n    - url: s3://bucket/p\n      credentials: AKIA-literal\n")
+        p = run("config", "-c", cfg, check=2)
+        self.assertNotIn("AKIA-literal", p.stderr)
+        with open(cfg, "w") as f:
+            f.write("upload:\n  part_size: 1MiB\n")
+        p = run("config", "-c", cfg, check=2)
+        self.assertIn("upload.part_size", p.stderr)
+
+    def test_bundle_command(self):
+        tree = os.path.join(self.dir, "m")
+        make(os.path.join(tree, "checkpoints", "b.bin"), 3 * MiB, 91)
+        make(os.path.join(tree, "checkpoints", "a.bin"), 1000, 92)
+        with open(os.path.join(tree, "metadata.yaml"), "w") as f:
+            f.write("checkpoints: {}\n")
+        os.makedirs(os.path.join(tree, ".ckptd"))
+        with open(os.path.join(tree, ".ckptd", "state.db"), "w") as f:
+            f.write("x")
+        out = os.path.join(self.dir, "m.tar.zst")
+        run("bundle", tree, "-o", out, check=0)
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(4), b"\x28\xb5\x2f\xfd")  # zstd frame magic
+        plain = os.path.join(self.dir, "m.tar")
+        subprocess.run(["zstd", "-q", "-d", "-f", out, "-o", plain], check=True)
+        with tarfile.open(plain) as t:
+            names = [m.name for m in t.getmembers() if m.isfile()]
+            self.assertEqual(names, ["checkpoints/a.bin", "checkpoints/b.bin", "metadata.yaml"])
+            data = t.extractfile("checkpoints/b.bin").read()
+        self.assertEqual(hashlib.sha256(data).hexdigest(),
+                         sha256(os.path.join(tree, "checkpoints", "b.bin")))
+        run("bundle", tree, check=2)
+
+
+if __name__ == "__main__":
+    unittest.main()
