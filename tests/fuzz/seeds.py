@@ -57,6 +57,21 @@ def nnp_seeds(out, shared):
         z.writestr("network.nntxt", text)
         z.writestr("parameter.protobuf", pb)
     put(out, "nnp", "small", b.getvalue())
+    try:
+        import h5py
+    except ImportError:
+        h5py = None
+    if h5py is not None:  # the parameter.h5 variant, as nnabla writes it
+        h5 = io.BytesIO()
+        with h5py.File(h5, "w") as f:
+            d = f.create_dataset("w", data=np.array([[0.5], [-1]], dtype="<f4"))
+            d.attrs["need_grad"] = True
+            d.attrs["index"] = np.int64(0)
+        b = io.BytesIO()
+        with zipfile.ZipFile(b, "w") as z:
+            z.writestr("network.nntxt", text)
+            z.writestr("parameter.h5", h5.getvalue())
+        put(out, "nnp", "small_h5", b.getvalue())
     lenet = os.path.join(shared or "", "nnabla", "lenet_010000.nnp")
     if shared and os.path.exists(lenet):
         with zipfile.ZipFile(lenet) as z:

@@ -10,6 +10,10 @@
 #include <math.h>
 #include <zip.h>
 
+#ifndef CK_TEST_SOURCE_DIR
+#error "CK_TEST_SOURCE_DIR: the folder of this file, set by tests/unit/CMakeLists.txt"
+#endif
+
 static const char net_text[] =
     "# a one-layer network\n"
     "network {\n"
@@ -512,6 +516,21 @@ static void h5_hostile(void **state)
     free(img);
 }
 
+/* An HDF5 parameter file found by fuzzing that makes libhdf5 itself ask for 176 GB:
+ * the child process reading it fails, the caller gets an error naming the
+ * file, and this process never allocates. */
+static void h5_library_failure_is_contained(void **state)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/data/hdf5_huge_alloc.h5", CK_TEST_SOURCE_DIR);
+    struct ck_tensor_set *s = NULL;
+    int err = ck_reader_find("nnp")->open(path, &s);
+    assert_true(err < 0);
+    assert_null(s);
+    if (!strstr(ck_error_msg(), path) || !strstr(ck_error_msg(), "HDF5"))
+        fail_msg("'%s' should name '%s' and HDF5", ck_error_msg(), path);
+}
+
 /* ---- the real LeNet ---- */
 
 static const char *shared(const char *rel, char *out)
@@ -617,6 +636,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(nnp_network_checks),
     cmocka_unit_test(nnp_with_h5),
     cmocka_unit_test(h5_hostile),
+    cmocka_unit_test(h5_library_failure_is_contained),
     cmocka_unit_test(real_lenet),
 };
 
