@@ -22,6 +22,8 @@
 
 /* Delivered and given-up events are kept this long for `ckptd hooks replay`. */
 #define KEEP_DELIVERED_MS (7LL * 24 * 3600 * 1000)
+/* An attempt is not started with less time than this left before the deadline. */
+#define MIN_ATTEMPT_S 2.0
 /* How many deliveries are read from the outbox at a time. */
 #define DUE_BATCH 32
 
@@ -714,6 +716,9 @@ static int deliver_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, siz
             } else {
                 double left = (double)(deadline_ms - ck_exec_now_ms()) / 1000.0;
                 double timeout = w->timeout < left ? w->timeout : left;
+                /* too little time left: an attempt cut this short would count as a failure */
+                if (timeout < (w->timeout < MIN_ATTEMPT_S ? w->timeout : MIN_ATTEMPT_S))
+                    continue;
                 /* covers the attempt; after a crash the delivery is due again soon after */
                 int64_t lease = now + (int64_t)(timeout * 1000) + 2000;
                 if ((err = ck_outbox_claim(db, items[i].event_id, w->key, now, lease, &claimed)) <
