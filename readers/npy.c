@@ -359,7 +359,7 @@ static int find_directory(const char *path, const unsigned char *b, uint64_t len
 static int local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t n,
                          uint64_t **offs)
 {
-    uint64_t count, cdoff, cdsize;
+    uint64_t count = 0, cdoff = 0, cdsize = 0;
     int err;
     const char *path = s->path;
     if ((err = find_directory(path, b, len, &count, &cdoff, &cdsize)) < 0)

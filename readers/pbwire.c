@@ -49,7 +49,7 @@ static uint64_t le(const unsigned char *p, int n)
 
 int ck_pb_next(struct ck_pb *r, struct ck_pb_field *f)
 {
-    uint64_t key, len;
+    uint64_t key = 0, len = 0;
     int err;
     if (!r->p || r->p >= r->end)
         return 0;
@@ -116,7 +116,7 @@ static int scalars(const struct ck_pb_field *f, enum ck_pb_wire want, uint64_t *
         return ck_error(CK_EFORMAT, "protobuf: field %u: packed length %zu not a multiple of %zu",
                         f->num, f->len, width);
     while (p < end) {
-        uint64_t v;
+        uint64_t v = 0;
         if (width) {
             v = le(p, (int)width);
             p += width;
@@ -151,8 +151,8 @@ int ck_pb_fixed32s_count(const struct ck_pb_field *f, size_t *count)
 
 int ck_pb_fixed32s(const struct ck_pb_field *f, uint32_t *out, size_t max, size_t *n)
 {
-    const unsigned char *p;
-    size_t cnt;
+    const unsigned char *p = NULL;
+    size_t cnt = 0;
     int err;
     if (f->wire == CK_PB_FIXED32) {
         if (*n >= max)

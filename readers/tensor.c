@@ -257,9 +257,10 @@ int ck_tensor_set_alloc(struct ck_tensor_set *s, uint64_t size, void **out)
 
 char *ck_tensor_set_strdup(struct ck_tensor_set *s, const char *p, size_t len)
 {
-    char *d;
-    if (len == SIZE_MAX || ck_tensor_set_alloc(s, (uint64_t)len + 1, (void **)&d) < 0)
+    void *block = NULL;
+    if (len == SIZE_MAX || ck_tensor_set_alloc(s, (uint64_t)len + 1, &block) < 0)
         return NULL;
+    char *d = block;
     if (len)
         memcpy(d, p, len);
     d[len] = 0;
