@@ -43,7 +43,8 @@ static const char help[] =
     "      --set F=V         emit: an event field (model_name, checkpoint, epoch, ...)\n"
     "  -w, --wait D          deliver: keep delivering for up to D\n" CK_CLI_HELP
     "\n"
-    "exit: 0 done, 1 a delivery failed or is still pending, 2 usage or config error\n";
+    "exit: 0 done; 1 test: no 2xx answer, deliver/replay: still pending, emit: not stored;\n"
+    "2 usage or config error\n";
 
 enum { OPT_SET = CK_OPT_FIRST_COMMAND_OPTION };
 

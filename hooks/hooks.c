@@ -597,7 +597,12 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
             wake_delivery(h);
         }
     }
-    ck_info("event.emitted", "type=%s id=%s webhooks=%zu", type, ev->id, n);
+    size_t nexec = 0;
+    for (size_t i = 0; i < h->conf->nexecs; i++)
+        nexec += ck_event_filter_matches(h->conf->execs[i].event, type);
+    /* an event nothing listens to is worth a debug line only */
+    ck_log(n + nexec ? CK_LOG_INFO : CK_LOG_DEBUG, "event.emitted",
+           "type=%s id=%s webhooks=%zu exec=%zu", type, ev->id, n, nexec);
     for (size_t i = 0; i < h->conf->nexecs; i++)
         if (ck_event_filter_matches(h->conf->execs[i].event, type) &&
             (err = queue_exec(h, i, ev, ck_buf_str(&json))) < 0)
