@@ -570,6 +570,29 @@ class TfBundle(Base):
         self.assert_fails(bad, "tensor 't'", "CRC-32C", extra=("--verify",))
 
 
+class Graph(Base):
+    def test_graph_from_nnp(self):
+        """The LeNet network as FORMAT-FACTS 4.4 describes it."""
+        p = shared("nnabla", "lenet_010000.nnp")
+        doc = inspect_json(p)
+        g = doc["graph"]
+        self.assertIsNotNone(g)
+        self.assertEqual(g["name"], "runtime")
+        self.assertEqual((g["inputs"], g["outputs"]), (["x"], ["y"]))
+        self.assertEqual([n["op"] for n in g["nodes"]],
+                         ["MulScalar", "Convolution", "MaxPooling", "ReLU", "Convolution",
+                          "MaxPooling", "ReLU", "Affine", "ReLU", "Affine"])
+        conv = g["nodes"][1]
+        self.assertIn("conv1/conv/W", conv["inputs"])
+        t = by_name(doc)
+        self.assertEqual(t["conv1/conv/W"]["shape"], [16, 1, 5, 5])
+        self.assertEqual(t["fc3/affine/W"]["shape"], [256, 50])
+        self.assertTrue(t["conv1/conv/W"]["has_data"])
+        out = run("inspect", p, check=0).stdout
+        self.assertIn("graph runtime: 10 nodes", out)
+        self.assertIn("node Convolution: Convolution(", out)
+
+
 class Cli(Base):
     def test_usage_errors(self):
         for args in ((), ("a", "b"), ("--values", "x", "f"), ("--format", "nope", "f"),
