@@ -96,8 +96,8 @@ static int print_text(const struct ck_tensor_set *s, const struct opts *o, bool 
             printf("  %s  %s %s  %" PRIu64 " bytes  crc32c %08x\n", t->name,
                    ck_dtype_name(t->dtype), ck_buf_str(&b), t->nbytes, crc);
         else
-            printf("  %s  %s %s  %" PRIu64 " bytes  (no data)\n", t->name,
-                   ck_dtype_name(t->dtype), ck_buf_str(&b), t->nbytes);
+            printf("  %s  %s %s  %" PRIu64 " bytes  (no data)\n", t->name, ck_dtype_name(t->dtype),
+                   ck_buf_str(&b), t->nbytes);
         if (show_values(o, t, &n)) {
             ck_buf_reset(&b);
             for (uint64_t k = 0; k < n; k++) {
@@ -299,11 +299,11 @@ static int parse_count(const char *arg, uint64_t *out)
 int ck_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                              {"json", no_argument, NULL, OPT_JSON},
-                                              {"verify", no_argument, NULL, OPT_VERIFY},
-                                              {"values", required_argument, NULL, OPT_VALUES},
-                                              {"format", required_argument, NULL, OPT_FORMAT},
-                                              {NULL, 0, NULL, 0}};
+                                             {"json", no_argument, NULL, OPT_JSON},
+                                             {"verify", no_argument, NULL, OPT_VERIFY},
+                                             {"values", required_argument, NULL, OPT_VALUES},
+                                             {"format", required_argument, NULL, OPT_FORMAT},
+                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct opts o = {0};
     int opt, rc, err;

@@ -40,8 +40,8 @@ uint32_t ck_crc32c_extend_sw(uint32_t crc, const void *data, size_t len)
         memcpy(&w, p, 8); /* little-endian hosts only (Linux x86_64/arm64) */
         w ^= crc;
         crc = table[7][w & 0xff] ^ table[6][(w >> 8) & 0xff] ^ table[5][(w >> 16) & 0xff] ^
-              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^
-              table[2][(w >> 40) & 0xff] ^ table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
+              table[4][(w >> 24) & 0xff] ^ table[3][(w >> 32) & 0xff] ^ table[2][(w >> 40) & 0xff] ^
+              table[1][(w >> 48) & 0xff] ^ table[0][w >> 56];
         p += 8;
         len -= 8;
     }
@@ -51,8 +51,7 @@ uint32_t ck_crc32c_extend_sw(uint32_t crc, const void *data, size_t len)
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const void *data,
-                                                          size_t len)
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const void *data, size_t len)
 {
     const unsigned char *p = data;
     uint64_t c = ~crc;

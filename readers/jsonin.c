@@ -48,8 +48,7 @@ static int fail(struct parser *ps, const char *what)
 
 static void skip_ws(struct parser *ps)
 {
-    while (ps->p < ps->end &&
-           (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\t' || *ps->p == '\n' || *ps->p == '\r'))
         ps->p++;
 }
 
@@ -132,14 +131,30 @@ static int string(struct parser *ps, const char **out, size_t *outlen)
         char e = *ps->p++;
         unsigned cp, lo;
         switch (e) {
-        case '"': o[n++] = '"'; break;
-        case '\\': o[n++] = '\\'; break;
-        case '/': o[n++] = '/'; break;
-        case 'b': o[n++] = '\b'; break;
-        case 'f': o[n++] = '\f'; break;
-        case 'n': o[n++] = '\n'; break;
-        case 'r': o[n++] = '\r'; break;
-        case 't': o[n++] = '\t'; break;
+        case '"':
+            o[n++] = '"';
+            break;
+        case '\\':
+            o[n++] = '\\';
+            break;
+        case '/':
+            o[n++] = '/';
+            break;
+        case 'b':
+            o[n++] = '\b';
+            break;
+        case 'f':
+            o[n++] = '\f';
+            break;
+        case 'n':
+            o[n++] = '\n';
+            break;
+        case 'r':
+            o[n++] = '\r';
+            break;
+        case 't':
+            o[n++] = '\t';
+            break;
         case 'u':
             if ((err = hex4(ps, &cp)) < 0)
                 return err;
@@ -225,7 +240,8 @@ static int value(struct parser *ps, struct ck_jin *v);
 
 static int key_cmp(const void *a, const void *b)
 {
-    const struct ck_jin *x = *(const struct ck_jin *const *)a, *y = *(const struct ck_jin *const *)b;
+    const struct ck_jin *x = *(const struct ck_jin *const *)a,
+                        *y = *(const struct ck_jin *const *)b;
     size_t n = x->keylen < y->keylen ? x->keylen : y->keylen;
     int c = memcmp(x->key, y->key, n);
     if (c)

@@ -12,14 +12,20 @@
 
 #define CK_JIN_MAX_DEPTH 64
 
-enum ck_jin_type { CK_JIN_NULL, CK_JIN_BOOL, CK_JIN_NUMBER, CK_JIN_STRING, CK_JIN_ARRAY,
-                   CK_JIN_OBJECT };
+enum ck_jin_type {
+    CK_JIN_NULL,
+    CK_JIN_BOOL,
+    CK_JIN_NUMBER,
+    CK_JIN_STRING,
+    CK_JIN_ARRAY,
+    CK_JIN_OBJECT
+};
 
 struct ck_jin {
     enum ck_jin_type type;
-    const char *key;      /* member of an object: its key (decoded, NUL-terminated) */
+    const char *key; /* member of an object: its key (decoded, NUL-terminated) */
     size_t keylen;
-    const char *str;      /* STRING: decoded, NUL-terminated; NUMBER: the literal text */
+    const char *str; /* STRING: decoded, NUL-terminated; NUMBER: the literal text */
     size_t len;
     bool b;               /* BOOL */
     struct ck_jin *first; /* ARRAY/OBJECT: first child */

@@ -149,9 +149,9 @@ static int descr(struct hdr *h, const char *d, struct ck_tensor *t)
         unsigned long size;
         enum ck_dtype dt;
     } map[] = {
-        {'b', 1, CK_DT_BOOL}, {'i', 1, CK_DT_I8},   {'i', 2, CK_DT_I16}, {'i', 4, CK_DT_I32},
-        {'i', 8, CK_DT_I64},  {'u', 1, CK_DT_U8},   {'u', 2, CK_DT_U16}, {'u', 4, CK_DT_U32},
-        {'u', 8, CK_DT_U64},  {'f', 2, CK_DT_F16},  {'f', 4, CK_DT_F32}, {'f', 8, CK_DT_F64},
+        {'b', 1, CK_DT_BOOL}, {'i', 1, CK_DT_I8},    {'i', 2, CK_DT_I16}, {'i', 4, CK_DT_I32},
+        {'i', 8, CK_DT_I64},  {'u', 1, CK_DT_U8},    {'u', 2, CK_DT_U16}, {'u', 4, CK_DT_U32},
+        {'u', 8, CK_DT_U64},  {'f', 2, CK_DT_F16},   {'f', 4, CK_DT_F32}, {'f', 8, CK_DT_F64},
         {'c', 8, CK_DT_C64},  {'c', 16, CK_DT_C128},
     };
     t->dtype = CK_DT_INVALID;
@@ -254,19 +254,19 @@ static int parse_npy(const char *file, const char *name, const unsigned char *ba
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': .npy version %u.%u not supported", file,
                         name, major, base[7]);
     if (hl > NPY_HEADER_MAX)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': header of %llu bytes over the limit",
-                        file, name, (unsigned long long)hl);
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': header of %llu bytes over the limit", file,
+                        name, (unsigned long long)hl);
     if (hl > len - at)
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': header length %llu past the end", file,
                         name, (unsigned long long)hl);
     const char *hp = (const char *)base + at;
     if (!hl || hp[hl - 1] != '\n')
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': header does not end with a newline",
-                        file, name);
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': header does not end with a newline", file,
+                        name);
     for (uint64_t i = 0; i < hl; i++)
         if (major < 3 && (unsigned char)hp[i] >= 0x80)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': non-ASCII header in version %u",
-                            file, name, major);
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': non-ASCII header in version %u", file,
+                            name, major);
     struct hdr h = {hp, hp + hl, file, name};
     int err;
     if ((err = parse_dict(&h, t)) < 0)
@@ -277,8 +277,9 @@ static int parse_npy(const char *file, const char *name, const unsigned char *ba
     at += hl;
     t->nbytes = n * es;
     if (t->nbytes != len - at)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape needs %llu bytes, the file holds %llu",
-                        file, name, (unsigned long long)t->nbytes, (unsigned long long)(len - at));
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': shape needs %llu bytes, the file holds %llu", file,
+                        name, (unsigned long long)t->nbytes, (unsigned long long)(len - at));
     t->data = base + at;
     return 0;
 }
@@ -410,18 +411,20 @@ static int stored_member(struct ck_tensor_set *s, const unsigned char *b, uint64
     uint64_t nl = le(b + loff + 26, 2), el = le(b + loff + 28, 2);
     uint64_t at = loff + 30 + nl + el;
     if (nl != ml || at > len || memcmp(b + loff + 30, member, ml))
-        return ck_error(CK_EFORMAT, "'%s': member '%s': local header disagrees with the "
-                        "central directory", s->path, member);
+        return ck_error(CK_EFORMAT,
+                        "'%s': member '%s': local header disagrees with the "
+                        "central directory",
+                        s->path, member);
     if (size > len - at)
-        return ck_error(CK_EFORMAT, "'%s': member '%s': %llu bytes past the end", s->path,
-                        member, (unsigned long long)size);
+        return ck_error(CK_EFORMAT, "'%s': member '%s': %llu bytes past the end", s->path, member,
+                        (unsigned long long)size);
     *data = b + at;
     return 0;
 }
 
 static int npz_member(struct ck_tensor_set *s, struct ck_zipin *zi, uint64_t i,
-                      const unsigned char *base, uint64_t blen, uint64_t **offs,
-                      const char *name, struct ck_tensor *t)
+                      const unsigned char *base, uint64_t blen, uint64_t **offs, const char *name,
+                      struct ck_tensor *t)
 {
     const char *member = ck_zipin_name(zi, i);
     zip_stat_t st;
@@ -441,9 +444,8 @@ static int npz_member(struct ck_tensor_set *s, struct ck_zipin *zi, uint64_t i,
         return parse_npy(s->path, name, data, len, t);
     }
     if (st.size != st.comp_size)
-        return ck_error(CK_EFORMAT, "'%s': stored member '%s' claims %llu bytes in %llu",
-                        s->path, member, (unsigned long long)st.size,
-                        (unsigned long long)st.comp_size);
+        return ck_error(CK_EFORMAT, "'%s': stored member '%s' claims %llu bytes in %llu", s->path,
+                        member, (unsigned long long)st.size, (unsigned long long)st.comp_size);
     if (!*offs && (err = local_offsets(s, base, blen, zi->nentries, offs)) < 0)
         return err;
     if ((err = stored_member(s, base, blen, (*offs)[i], member, st.size, &data)) < 0 ||

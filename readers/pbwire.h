@@ -24,11 +24,11 @@ struct ck_pb {
 };
 
 struct ck_pb_field {
-    uint32_t num;             /* field number, >= 1 */
+    uint32_t num; /* field number, >= 1 */
     enum ck_pb_wire wire;
-    uint64_t v;               /* VARINT, FIXED64, FIXED32: the value (little-endian decoded) */
+    uint64_t v;                /* VARINT, FIXED64, FIXED32: the value (little-endian decoded) */
     const unsigned char *data; /* LEN: the payload, borrowed */
-    size_t len;               /* LEN: payload length */
+    size_t len;                /* LEN: payload length */
 };
 
 void ck_pb_init(struct ck_pb *r, const void *data, size_t len);
@@ -75,7 +75,6 @@ int ck_pb_fixed64s_count(const struct ck_pb_field *f, size_t *count);
 int ck_pb_fixed64s(const struct ck_pb_field *f, uint64_t *out, size_t max, size_t *n);
 /* A packed fixed32 field (floats) as a view of its raw little-endian bytes:
  * *p borrowed, *count values; CK_EFORMAT when the length is not a multiple of 4. */
-int ck_pb_packed_fixed32_view(const struct ck_pb_field *f, const unsigned char **p,
-                              size_t *count);
+int ck_pb_packed_fixed32_view(const struct ck_pb_field *f, const unsigned char **p, size_t *count);
 
 #endif

@@ -21,10 +21,10 @@ static const struct {
     const char *name;
     enum ck_dtype dt;
 } dtypes[] = {
-    {"BOOL", CK_DT_BOOL}, {"U8", CK_DT_U8},          {"I8", CK_DT_I8},
-    {"I16", CK_DT_I16},   {"U16", CK_DT_U16},        {"I32", CK_DT_I32},
-    {"U32", CK_DT_U32},   {"I64", CK_DT_I64},        {"U64", CK_DT_U64},
-    {"F16", CK_DT_F16},   {"BF16", CK_DT_BF16},      {"F32", CK_DT_F32},
+    {"BOOL", CK_DT_BOOL}, {"U8", CK_DT_U8},           {"I8", CK_DT_I8},
+    {"I16", CK_DT_I16},   {"U16", CK_DT_U16},         {"I32", CK_DT_I32},
+    {"U32", CK_DT_U32},   {"I64", CK_DT_I64},         {"U64", CK_DT_U64},
+    {"F16", CK_DT_F16},   {"BF16", CK_DT_BF16},       {"F32", CK_DT_F32},
     {"F64", CK_DT_F64},   {"F8_E4M3", CK_DT_F8_E4M3}, {"F8_E5M2", CK_DT_F8_E5M2},
     {"C64", CK_DT_C64},
 };
@@ -78,8 +78,7 @@ static int read_metadata(struct ck_tensor_set *s, const struct ck_jin *m)
             return ck_error(CK_EFORMAT, "'%s': __metadata__ '%s': value is not a string", s->path,
                             kv->key);
         if (strlen(kv->key) != kv->keylen || strlen(kv->str) != kv->len)
-            return ck_error(CK_EFORMAT, "'%s': __metadata__ '%s': NUL character", s->path,
-                            kv->key);
+            return ck_error(CK_EFORMAT, "'%s': __metadata__ '%s': NUL character", s->path, kv->key);
         int err = ck_tensor_set_add_meta(s, kv->key, kv->str);
         if (err < 0)
             return err;
@@ -107,7 +106,9 @@ static int read_entry(const struct ck_tensor_set *s, const struct ck_jin *e, str
     }
     if (!dt || !shape || !off)
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': missing %s", f, name,
-                        !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+                        !dt      ? "dtype"
+                        : !shape ? "shape"
+                                 : "data_offsets");
     memset(t, 0, sizeof *t);
     t->name = (char *)name;
     if (dt->type != CK_JIN_STRING)
@@ -131,11 +132,10 @@ static int read_entry(const struct ck_tensor_set *s, const struct ck_jin *e, str
     }
     if (off->type != CK_JIN_ARRAY || off->n != 2 || !ck_jin_uint(off->first, &sp->begin) ||
         !ck_jin_uint(off->first->next, &sp->end))
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': data_offsets is not [begin, end]", f,
-                        name);
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': data_offsets is not [begin, end]", f, name);
     if (sp->end < sp->begin)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': data_offsets end %llu before begin %llu",
-                        f, name, (unsigned long long)sp->end, (unsigned long long)sp->begin);
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': data_offsets end %llu before begin %llu", f,
+                        name, (unsigned long long)sp->end, (unsigned long long)sp->begin);
     t->nbytes = sp->end - sp->begin;
     return ck_tensor_check_size(t, f);
 }
@@ -149,15 +149,17 @@ static int check_layout(const struct ck_tensor_set *s, struct span *sp, size_t n
     for (size_t i = 0; i < n; i++) {
         const char *name = s->tensors[sp[i].index].name;
         if (sp[i].begin > at)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': hole before offset %llu", s->path,
-                            name, (unsigned long long)sp[i].begin);
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': hole before offset %llu", s->path, name,
+                            (unsigned long long)sp[i].begin);
         if (sp[i].begin < at)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': overlaps the previous tensor",
-                            s->path, name);
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': overlaps the previous tensor", s->path,
+                            name);
         if (sp[i].end > datalen)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': data_offsets end %llu past the end "
-                            "of the data (%llu bytes)", s->path, name,
-                            (unsigned long long)sp[i].end, (unsigned long long)datalen);
+            return ck_error(CK_EFORMAT,
+                            "'%s': tensor '%s': data_offsets end %llu past the end "
+                            "of the data (%llu bytes)",
+                            s->path, name, (unsigned long long)sp[i].end,
+                            (unsigned long long)datalen);
         at = sp[i].end;
     }
     if (at != datalen)

@@ -25,18 +25,30 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[CK_DT_COUNT] = {
-    [CK_DT_INVALID] = {"invalid", 0},   [CK_DT_BOOL] = {"bool", 1},
-    [CK_DT_I8] = {"int8", 1},           [CK_DT_I16] = {"int16", 2},
-    [CK_DT_I32] = {"int32", 4},         [CK_DT_I64] = {"int64", 8},
-    [CK_DT_U8] = {"uint8", 1},          [CK_DT_U16] = {"uint16", 2},
-    [CK_DT_U32] = {"uint32", 4},        [CK_DT_U64] = {"uint64", 8},
-    [CK_DT_F16] = {"float16", 2},       [CK_DT_BF16] = {"bfloat16", 2},
-    [CK_DT_F32] = {"float32", 4},       [CK_DT_F64] = {"float64", 8},
-    [CK_DT_F8_E4M3] = {"float8_e4m3fn", 1}, [CK_DT_F8_E5M2] = {"float8_e5m2", 1},
-    [CK_DT_C64] = {"complex64", 8},     [CK_DT_C128] = {"complex128", 16},
-    [CK_DT_QI8] = {"qint8", 1},         [CK_DT_QU8] = {"quint8", 1},
-    [CK_DT_QI16] = {"qint16", 2},       [CK_DT_QU16] = {"quint16", 2},
-    [CK_DT_QI32] = {"qint32", 4},       [CK_DT_STRING] = {"string", 0},
+    [CK_DT_INVALID] = {"invalid", 0},
+    [CK_DT_BOOL] = {"bool", 1},
+    [CK_DT_I8] = {"int8", 1},
+    [CK_DT_I16] = {"int16", 2},
+    [CK_DT_I32] = {"int32", 4},
+    [CK_DT_I64] = {"int64", 8},
+    [CK_DT_U8] = {"uint8", 1},
+    [CK_DT_U16] = {"uint16", 2},
+    [CK_DT_U32] = {"uint32", 4},
+    [CK_DT_U64] = {"uint64", 8},
+    [CK_DT_F16] = {"float16", 2},
+    [CK_DT_BF16] = {"bfloat16", 2},
+    [CK_DT_F32] = {"float32", 4},
+    [CK_DT_F64] = {"float64", 8},
+    [CK_DT_F8_E4M3] = {"float8_e4m3fn", 1},
+    [CK_DT_F8_E5M2] = {"float8_e5m2", 1},
+    [CK_DT_C64] = {"complex64", 8},
+    [CK_DT_C128] = {"complex128", 16},
+    [CK_DT_QI8] = {"qint8", 1},
+    [CK_DT_QU8] = {"quint8", 1},
+    [CK_DT_QI16] = {"qint16", 2},
+    [CK_DT_QU16] = {"quint16", 2},
+    [CK_DT_QI32] = {"qint32", 4},
+    [CK_DT_STRING] = {"string", 0},
 };
 
 const char *ck_dtype_name(enum ck_dtype t)
@@ -346,8 +358,8 @@ int ck_tensor_check_size(const struct ck_tensor *t, const char *file)
     int err;
     size_t es = ck_dtype_size(t->dtype);
     if (!es)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': dtype %s has no fixed size", file,
-                        t->name, ck_dtype_name(t->dtype));
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': dtype %s has no fixed size", file, t->name,
+                        ck_dtype_name(t->dtype));
     if ((err = ck_tensor_numel(t, &n)) < 0)
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape overflows", file, t->name);
     if (n > UINT64_MAX / es)

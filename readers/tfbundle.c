@@ -47,30 +47,54 @@
 static enum ck_dtype tf_dtype(uint64_t v)
 {
     switch (v) {
-    case 1: return CK_DT_F32;
-    case 2: return CK_DT_F64;
-    case 3: return CK_DT_I32;
-    case 4: return CK_DT_U8;
-    case 5: return CK_DT_I16;
-    case 6: return CK_DT_I8;
-    case 7: return CK_DT_STRING;
-    case 8: return CK_DT_C64;
-    case 9: return CK_DT_I64;
-    case 10: return CK_DT_BOOL;
-    case 11: return CK_DT_QI8;
-    case 12: return CK_DT_QU8;
-    case 13: return CK_DT_QI32;
-    case 14: return CK_DT_BF16;
-    case 15: return CK_DT_QI16;
-    case 16: return CK_DT_QU16;
-    case 17: return CK_DT_U16;
-    case 18: return CK_DT_C128;
-    case 19: return CK_DT_F16;
-    case 22: return CK_DT_U32;
-    case 23: return CK_DT_U64;
-    case 24: return CK_DT_F8_E5M2;
-    case 25: return CK_DT_F8_E4M3;
-    default: return CK_DT_INVALID; /* resource, variant, int4, ...: listed without data */
+    case 1:
+        return CK_DT_F32;
+    case 2:
+        return CK_DT_F64;
+    case 3:
+        return CK_DT_I32;
+    case 4:
+        return CK_DT_U8;
+    case 5:
+        return CK_DT_I16;
+    case 6:
+        return CK_DT_I8;
+    case 7:
+        return CK_DT_STRING;
+    case 8:
+        return CK_DT_C64;
+    case 9:
+        return CK_DT_I64;
+    case 10:
+        return CK_DT_BOOL;
+    case 11:
+        return CK_DT_QI8;
+    case 12:
+        return CK_DT_QU8;
+    case 13:
+        return CK_DT_QI32;
+    case 14:
+        return CK_DT_BF16;
+    case 15:
+        return CK_DT_QI16;
+    case 16:
+        return CK_DT_QU16;
+    case 17:
+        return CK_DT_U16;
+    case 18:
+        return CK_DT_C128;
+    case 19:
+        return CK_DT_F16;
+    case 22:
+        return CK_DT_U32;
+    case 23:
+        return CK_DT_U64;
+    case 24:
+        return CK_DT_F8_E5M2;
+    case 25:
+        return CK_DT_F8_E4M3;
+    default:
+        return CK_DT_INVALID; /* resource, variant, int4, ...: listed without data */
     }
 }
 
@@ -166,20 +190,20 @@ struct shard {
 
 struct ctx {
     struct ck_tensor_set *s;
-    const char *index;          /* the index file's name, for messages */
+    const char *index; /* the index file's name, for messages */
     char prefix[4096];
-    const unsigned char *ib;    /* the index file */
+    const unsigned char *ib; /* the index file */
     uint64_t ilen;
-    unsigned char *scratch;     /* decompressed block, reused */
+    unsigned char *scratch; /* decompressed block, reused */
     size_t scratch_cap;
-    struct ck_buf key, last;    /* the current and the previous key */
+    struct ck_buf key, last; /* the current and the previous key */
     bool have_last, have_header;
     uint64_t num_shards;
     bool big_endian;
     struct shard *shards;
-    uint64_t missing;           /* tensors whose shard is missing */
-    uint64_t data_end;          /* end of the last data block read */
-    uint64_t key_bytes;         /* sum of the full keys' lengths so far */
+    uint64_t missing;   /* tensors whose shard is missing */
+    uint64_t data_end;  /* end of the last data block read */
+    uint64_t key_bytes; /* sum of the full keys' lengths so far */
 };
 
 static uint64_t le(const unsigned char *p, int n)
@@ -263,8 +287,8 @@ static int walk_block(struct ctx *c, const unsigned char *b, size_t len, const c
     size_t limit = len - 4 - (size_t)nr * 4;
     for (uint64_t i = 0; i < nr; i++)
         if (le(b + limit + 4 * i, 4) > limit)
-            return ck_error(CK_EFORMAT, "'%s': %s block: restart point past the entries",
-                            c->index, what);
+            return ck_error(CK_EFORMAT, "'%s': %s block: restart point past the entries", c->index,
+                            what);
     const unsigned char *p = b, *end = b + limit;
     int err;
     ck_buf_reset(&c->key);
@@ -335,8 +359,8 @@ static int read_header(struct ctx *c, const unsigned char *v, size_t len)
                         (unsigned long long)c->num_shards);
     /* This reader follows kTensorBundleVersion 1. */
     if (min_consumer > 1)
-        return ck_error(CK_EFORMAT, "'%s': bundle version needs a reader of version %llu",
-                        c->index, (unsigned long long)min_consumer);
+        return ck_error(CK_EFORMAT, "'%s': bundle version needs a reader of version %llu", c->index,
+                        (unsigned long long)min_consumer);
     if (!(c->shards = calloc((size_t)c->num_shards, sizeof *c->shards)))
         return ck_error(CK_ENOMEM, "'%s': out of memory", c->index);
     snprintf(buf, sizeof buf, "%llu", (unsigned long long)c->num_shards);
@@ -358,8 +382,8 @@ static struct shard *shard_get(struct ctx *c, uint64_t id)
     if (!sh->tried) {
         char path[4200];
         sh->tried = true;
-        snprintf(path, sizeof path, "%s.data-%05llu-of-%05llu", c->prefix,
-                 (unsigned long long)id, (unsigned long long)c->num_shards);
+        snprintf(path, sizeof path, "%s.data-%05llu-of-%05llu", c->prefix, (unsigned long long)id,
+                 (unsigned long long)c->num_shards);
         if (ck_tensor_set_map_file(c->s, path, &sh->base, &sh->len) < 0)
             sh->base = NULL;
         ck_error_clear();
@@ -376,8 +400,7 @@ static int read_shape(struct ctx *c, const char *name, const struct ck_pb_field 
     ck_pb_init_field(&r, f);
     while ((rc = ck_pb_next(&r, &g)) > 0) {
         if (g.num == 3 && g.wire == CK_PB_VARINT && g.v)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape of unknown rank", c->index,
-                            name);
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape of unknown rank", c->index, name);
         if (g.num != 2 || g.wire != CK_PB_LEN)
             continue;
         if (t->rank >= CK_TENSOR_MAX_RANK)
@@ -415,8 +438,8 @@ static int read_strings(struct ctx *c, struct ck_tensor *t, const unsigned char 
         return err;
     for (uint64_t i = 0; i < n; i++) {
         if (ck_pb_read_varint(&q, end, &v[i].len) < 0)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': string lengths past the end",
-                            c->index, t->name);
+            return ck_error(CK_EFORMAT, "'%s': tensor '%s': string lengths past the end", c->index,
+                            t->name);
         if (v[i].len > size)
             return ck_error(CK_EFORMAT, "'%s': tensor '%s': string %llu of %llu bytes", c->index,
                             t->name, (unsigned long long)i, (unsigned long long)v[i].len);
@@ -426,9 +449,10 @@ static int read_strings(struct ctx *c, struct ck_tensor *t, const unsigned char 
                             c->index, t->name);
     }
     if ((uint64_t)(end - q) < 4 || total != (uint64_t)(end - q) - 4)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': %llu bytes of strings in a %llu-byte "
-                        "region", c->index, t->name, (unsigned long long)total,
-                        (unsigned long long)size);
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': %llu bytes of strings in a %llu-byte "
+                        "region",
+                        c->index, t->name, (unsigned long long)total, (unsigned long long)size);
     q += 4;
     for (uint64_t i = 0; i < n; i++) {
         v[i].p = q;
@@ -501,10 +525,11 @@ static int read_entry(struct ctx *c, const unsigned char *v, size_t len)
         return ck_tensor_set_add(c->s, &t, NULL);
     }
     if (off > sh->len || size > sh->len - off)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': %llu bytes at offset %llu past the end of "
-                        "shard %llu (%llu bytes)", c->index, name, (unsigned long long)size,
-                        (unsigned long long)off, (unsigned long long)shard,
-                        (unsigned long long)sh->len);
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': %llu bytes at offset %llu past the end of "
+                        "shard %llu (%llu bytes)",
+                        c->index, name, (unsigned long long)size, (unsigned long long)off,
+                        (unsigned long long)shard, (unsigned long long)sh->len);
     const unsigned char *data = sh->base + off;
     if (t.dtype == CK_DT_STRING) {
         if ((err = read_strings(c, &t, data, size)) < 0)
@@ -561,8 +586,8 @@ static int on_index_entry(struct ctx *c, const unsigned char *v, size_t len)
     /* Data blocks follow one another: an index naming a block twice (or
      * going backwards) would make a small file cost unbounded work. */
     if (off < c->data_end)
-        return ck_error(CK_EFORMAT, "'%s': data block at %llu overlaps the previous one",
-                        c->index, (unsigned long long)off);
+        return ck_error(CK_EFORMAT, "'%s': data block at %llu overlaps the previous one", c->index,
+                        (unsigned long long)off);
     if ((err = read_block(c, off, size, "data", &b, &blen)) < 0)
         return err;
     c->data_end = off + size + 5; /* read_block checked it is inside the file */
@@ -637,8 +662,8 @@ out:
 }
 
 /* The entry CRC of a string tensor: over each length as a little-endian
- * uint32 (uint64 when it does not fit; not the varints on disk), the 4 stored bytes of the lengths' masked
- * CRC, then the string bytes; the lengths' own CRC is checked on the way. */
+ * uint32 (uint64 when it does not fit; not the varints on disk), the 4 stored bytes of the lengths'
+ * masked CRC, then the string bytes; the lengths' own CRC is checked on the way. */
 static int string_crc(const struct ck_tensor_set *s, const struct ck_tensor *t, uint32_t *out)
 {
     uint64_t n;
@@ -656,8 +681,10 @@ static int string_crc(const struct ck_tensor_set *s, const struct ck_tensor *t, 
     /* The lengths' checksum sits right before the first string's bytes. */
     const unsigned char *ck = n ? t->strings[0].p - 4 : t->raw + t->rawlen - 4;
     if (ck_crc32c_unmask((uint32_t)le(ck, 4)) != lc)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': string lengths do not match their "
-                        "CRC-32C", s->path, t->name);
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': string lengths do not match their "
+                        "CRC-32C",
+                        s->path, t->name);
     uint32_t crc = ck_crc32c_extend(lc, ck, 4);
     for (uint64_t k = 0; k < n; k++)
         crc = ck_crc32c_extend(crc, t->strings[k].p, (size_t)t->strings[k].len);
@@ -685,8 +712,10 @@ static int variant_crc(const struct ck_tensor_set *s, const struct ck_tensor *t,
         crc = ck_crc32c_extend(crc, p, (size_t)len);
         p += len;
         if (ck_crc32c_unmask((uint32_t)le(p, 4)) != crc)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': variant element %llu does not match "
-                            "its CRC-32C", s->path, t->name, (unsigned long long)k);
+            return ck_error(CK_EFORMAT,
+                            "'%s': tensor '%s': variant element %llu does not match "
+                            "its CRC-32C",
+                            s->path, t->name, (unsigned long long)k);
         crc = ck_crc32c_extend(crc, p, 4);
         p += 4;
     }

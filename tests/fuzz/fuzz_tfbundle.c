@@ -8,8 +8,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char prefix[600], index[700], shard[700];
     size_t n = 0;
     if (size >= 4)
-        n = (size_t)data[0] | (size_t)data[1] << 8 | (size_t)data[2] << 16 |
-            (size_t)data[3] << 24;
+        n = (size_t)data[0] | (size_t)data[1] << 8 | (size_t)data[2] << 16 | (size_t)data[3] << 24;
     data += size >= 4 ? 4 : size;
     size -= size >= 4 ? 4 : size;
     if (n > size)

@@ -80,7 +80,7 @@ static void numel_overflow(void **state)
     assert_int_equal(ck_tensor_numel(&t, &n), CK_ESIZE);
     t.dims[0] = (int64_t)1 << 62;
     t.dims[1] = 1;
-    assert_int_equal(ck_tensor_numel(&t, &n), 0); /* 2^62 elements fit ... */
+    assert_int_equal(ck_tensor_numel(&t, &n), 0);                /* 2^62 elements fit ... */
     assert_int_equal(ck_tensor_check_size(&t, "f"), CK_EFORMAT); /* ... 4 * 2^62 bytes do not */
     t.dims[1] = -1;
     assert_int_equal(ck_tensor_numel(&t, &n), CK_ESIZE);
@@ -95,8 +95,8 @@ static void numel_overflow(void **state)
 
 static double get1(enum ck_dtype dt, const void *bytes, size_t len, bool be)
 {
-    struct ck_tensor t = {.name = "v", .dtype = dt, .rank = 1, .data = bytes, .nbytes = len,
-                          .big_endian = be};
+    struct ck_tensor t = {
+        .name = "v", .dtype = dt, .rank = 1, .data = bytes, .nbytes = len, .big_endian = be};
     t.dims[0] = (int64_t)(len / ck_dtype_size(dt));
     return ck_tensor_get_f64(&t, 0);
 }
@@ -104,20 +104,20 @@ static double get1(enum ck_dtype dt, const void *bytes, size_t len, bool be)
 static void get_f64_every_dtype(void **state)
 {
     (void)state;
-    const unsigned char h1[] = {0x00, 0x3c};      /* f16 1.0 LE */
-    const unsigned char hm2[] = {0xc0, 0x00};     /* f16 -2.0 BE */
-    const unsigned char hsub[] = {0x01, 0x00};    /* f16 smallest subnormal 2^-24 */
+    const unsigned char h1[] = {0x00, 0x3c};   /* f16 1.0 LE */
+    const unsigned char hm2[] = {0xc0, 0x00};  /* f16 -2.0 BE */
+    const unsigned char hsub[] = {0x01, 0x00}; /* f16 smallest subnormal 2^-24 */
     const unsigned char hinf[] = {0x00, 0x7c};
-    const unsigned char b1[] = {0x80, 0x3f};      /* bf16 1.0 */
-    const unsigned char bpi[] = {0x49, 0x40};     /* bf16 3.140625 (0x4049 LE) */
-    const unsigned char f32[] = {0x00, 0x00, 0xc0, 0x3f};     /* 1.5 */
-    const unsigned char f32be[] = {0x3f, 0xc0, 0x00, 0x00};   /* 1.5 */
+    const unsigned char b1[] = {0x80, 0x3f};                    /* bf16 1.0 */
+    const unsigned char bpi[] = {0x49, 0x40};                   /* bf16 3.140625 (0x4049 LE) */
+    const unsigned char f32[] = {0x00, 0x00, 0xc0, 0x3f};       /* 1.5 */
+    const unsigned char f32be[] = {0x3f, 0xc0, 0x00, 0x00};     /* 1.5 */
     const unsigned char f64[] = {0, 0, 0, 0, 0, 0, 0x04, 0x40}; /* 2.5 */
-    const unsigned char i16be[] = {0xff, 0xfe};    /* -2 */
+    const unsigned char i16be[] = {0xff, 0xfe};                 /* -2 */
     const unsigned char i32[] = {0xff, 0xff, 0xff, 0xff};
     const unsigned char i64[] = {0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
     const unsigned char u64[] = {0, 0, 0, 0, 0, 0, 0, 0x80};
-    const unsigned char e4[] = {0x38}; /* e4m3fn 1.0 */
+    const unsigned char e4[] = {0x38};    /* e4m3fn 1.0 */
     const unsigned char e4max[] = {0x7e}; /* 448 */
     const unsigned char e4nan[] = {0x7f};
     const unsigned char e5[] = {0x3c}; /* e5m2 1.0 */
@@ -166,8 +166,11 @@ static void get_f64_fortran(void **state)
     (void)state;
     /* 2x3 matrix [[0,1,2],[3,4,5]] stored column-major: 0 3 1 4 2 5. */
     const int32_t col[] = {0, 3, 1, 4, 2, 5};
-    struct ck_tensor t = {.name = "m", .dtype = CK_DT_I32, .rank = 2,
-                          .data = (const unsigned char *)col, .nbytes = sizeof col,
+    struct ck_tensor t = {.name = "m",
+                          .dtype = CK_DT_I32,
+                          .rank = 2,
+                          .data = (const unsigned char *)col,
+                          .nbytes = sizeof col,
                           .fortran_order = true};
     t.dims[0] = 2;
     t.dims[1] = 3;
@@ -278,9 +281,10 @@ static void pbwire_decode(void **state)
     (void)state;
     /* field 1 varint 150 (08 96 01), field 2 string "testing", field 3
      * fixed32 1.0f, field 4 fixed64, field 5 packed varints 3 270 86942. */
-    const unsigned char msg[] = {0x08, 0x96, 0x01, 0x12, 0x07, 't', 'e', 's', 't', 'i', 'n', 'g',
-                                 0x1d, 0x00, 0x00, 0x80, 0x3f, 0x21, 1, 0, 0, 0, 0, 0, 0, 0,
-                                 0x2a, 0x06, 0x03, 0x8e, 0x02, 0x9e, 0xa7, 0x05};
+    const unsigned char msg[] = {0x08, 0x96, 0x01, 0x12, 0x07, 't',  'e',  's',  't',
+                                 'i',  'n',  'g',  0x1d, 0x00, 0x00, 0x80, 0x3f, 0x21,
+                                 1,    0,    0,    0,    0,    0,    0,    0,    0x2a,
+                                 0x06, 0x03, 0x8e, 0x02, 0x9e, 0xa7, 0x05};
     struct ck_pb r;
     struct ck_pb_field f;
     ck_pb_init(&r, msg, sizeof msg);
@@ -338,8 +342,7 @@ static void pbwire_hostile(void **state)
     const unsigned char long_varint[] = {0x08, 0xff, 0xff, 0xff, 0xff, 0xff,
                                          0xff, 0xff, 0xff, 0xff, 0x7f};
     const unsigned char len_past[] = {0x12, 0x08, 'a'};
-    const unsigned char huge_len[] = {0x12, 0xff, 0xff, 0xff, 0xff, 0xff,
-                                      0xff, 0xff, 0xff, 0x7f};
+    const unsigned char huge_len[] = {0x12, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
     const unsigned char field0[] = {0x00, 0x01};
     const unsigned char group[] = {0x0b, 0x0c};
     const unsigned char fixed_past[] = {0x1d, 0x00, 0x00};
@@ -348,9 +351,12 @@ static void pbwire_hostile(void **state)
     const struct {
         const unsigned char *p;
         size_t n;
-    } cases[] = {{trunc_varint, sizeof trunc_varint}, {long_varint, sizeof long_varint},
-                 {len_past, sizeof len_past},         {huge_len, sizeof huge_len},
-                 {field0, sizeof field0},             {group, sizeof group},
+    } cases[] = {{trunc_varint, sizeof trunc_varint},
+                 {long_varint, sizeof long_varint},
+                 {len_past, sizeof len_past},
+                 {huge_len, sizeof huge_len},
+                 {field0, sizeof field0},
+                 {group, sizeof group},
                  {fixed_past, sizeof fixed_past}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ck_pb_init(&r, cases[i].p, cases[i].n);
@@ -394,9 +400,18 @@ static void jsonin_strict(void **state)
     ck_jin_free(doc);
 
     const char *bad[] = {
-        "{\"a\":1,}", "[1,]", "{\"a\" 1}", "01", "1.", "-", "1e", "{\"a\":1}x", "\"\\x\"",
-        "\"\x01\"", "\"\xff\"", "\"\\ud800\"", "\"\\udc00\"", "{\"a\":1,\"a\":2}", "tru", "nul",
-        "[1 2]", "{1:2}", "\"abc", "", "   ", "{\"a\":[}", "// c\n{}",
+        "{\"a\":1,}",  "[1,]",
+        "{\"a\" 1}",   "01",
+        "1.",          "-",
+        "1e",          "{\"a\":1}x",
+        "\"\\x\"",     "\"\x01\"",
+        "\"\xff\"",    "\"\\ud800\"",
+        "\"\\udc00\"", "{\"a\":1,\"a\":2}",
+        "tru",         "nul",
+        "[1 2]",       "{1:2}",
+        "\"abc",       "",
+        "   ",         "{\"a\":[}",
+        "// c\n{}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(ck_jin_parse(bad[i], strlen(bad[i]), &doc, &root), CK_EFORMAT);
