@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The main job on a demo: a simulated training run writes five checkpoints
+# (safetensors) while `ckptd watch` runs beside it as a sidecar would. ckptd
+# registers each one in a PMF tree the moment it is complete, uploads the
+# tree to a local "remote" store (file://, metadata.yaml last), and ends the
+# training as finished when the job exits 0. Then the tree is checked with an
+# independent PMF validator and a checkpoint is read back.
+# Usage: scripts/demo.sh [DEMO_DIR]   (installs what is missing on Debian 12)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${CKPTD_BUILD_DIR:-$here/build}
+"$here/scripts/setup.sh" "$build"
+ckptd=$build/agent/ckptd
+demo=${1:-$(mktemp -d "${TMPDIR:-/tmp}/ckptd-demo.XXXXXX")}
+run=$demo/run
+remote=$demo/remote
+mkdir -p "$run" "$remote"
+
+cat > "$run/ckptd.yaml" <<YAML
+model:
+  name: demo_mnist
+  build_parameters: {dataset: mnist, batch_size: 64}
+upload:
+  stores:
+    - url: file://$remote
+YAML
+
+echo "== ckptd watch $run -- sim_trainer.py (5 epochs)"
+"$ckptd" watch "$run" -- /usr/bin/python3 "$here/tests/sim_trainer.py" "$run" \
+    --epochs 5 --interval 0.3 --size 400000
+
+echo
+echo "== $run/metadata.yaml"
+cat "$run/metadata.yaml"
+echo
+echo "== the PMF tree, checked by an independent validator (tests/lib/pmf_validate.py)"
+/usr/bin/python3 "$here/tests/lib/pmf_validate.py" "$run"
+echo
+echo "== the remote copy ($remote)"
+(cd "$remote" && find . -type f | sort)
+cmp "$run/metadata.yaml" "$remote/metadata.yaml" && echo "remote metadata.yaml is identical"
+echo
+latest=$(/usr/bin/python3 -c 'import sys, yaml; t = yaml.safe_load(open(sys.argv[1]))["model"]["training"]; print(t["checkpoints"][t["latest"]]["path"])' "$run/metadata.yaml")
+echo "== ckptd inspect --verify $latest"
+"$ckptd" inspect --verify "$run/$latest"
+echo
+echo "demo folder: $demo"
