@@ -10,10 +10,17 @@
 
 /* Adding a format: write readers/<name>.c with its ck_reader_<name>, declare
  * it in reader.h, add a row here. On equal probe scores the earlier row wins. */
+/* clang-format off: one row per reader */
 const struct ck_reader_ops *const ck_readers[] = {
-    &ck_reader_safetensors, &ck_reader_npy,      &ck_reader_npz, &ck_reader_tfbundle,
-    &ck_reader_nnp,         &ck_reader_samediff, NULL,
+    &ck_reader_safetensors,
+    &ck_reader_npy,
+    &ck_reader_npz,
+    &ck_reader_tfbundle,
+    &ck_reader_nnp,
+    &ck_reader_samediff,
+    NULL,
 };
+/* clang-format on */
 
 const struct ck_reader_ops *ck_reader_find(const char *name)
 {
