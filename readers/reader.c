@@ -10,7 +10,7 @@
 
 /* Adding a format: write readers/<name>.c with its ck_reader_<name>, declare
  * it in reader.h, add a row here. On equal probe scores the earlier row wins. */
-/* clang-format off: one row per reader */
+/* clang-format off */
 const struct ck_reader_ops *const ck_readers[] = {
     &ck_reader_safetensors,
     &ck_reader_npy,
