@@ -24,7 +24,7 @@ static const struct ck_pmf_checkpoint *find(const struct ck_pmf_meta *m, const c
 
 static int emit_registered(struct ck_hooks *h, struct ck_state *st, const char *dir,
                            const struct ck_scan_result *res, const struct ck_pmf_meta *m,
-                           const char *ref)
+                           const char *ref, char *id_out, size_t id_outsz)
 {
     struct ck_event ev;
     struct ck_ckpt_record rec;
@@ -49,14 +49,15 @@ static int emit_registered(struct ck_hooks *h, struct ck_state *st, const char *
             ev.path = rec.tree_path;
     }
     ev.status = m ? ck_pmf_status_name(m->status) : NULL;
+    snprintf(id_out, id_outsz, "%s", ev.id);
     return ck_hooks_emit(h, st->db, &ev);
 }
 
 static int emit_status(struct ck_hooks *h, struct ck_state *st, const char *dir,
-                       const struct ck_scan_result *res)
+                       const struct ck_scan_result *res, enum ck_pmf_status status)
 {
     enum ck_event_type t;
-    switch (res->new_status) {
+    switch (status) {
     case CK_PMF_RUNNING:
         t = CK_EV_TRAINING_STARTED;
         break;
@@ -76,7 +77,7 @@ static int emit_status(struct ck_hooks *h, struct ck_state *st, const char *dir,
     ev.dir = dir;
     ev.model_name = res->model_name[0] ? res->model_name : NULL;
     ev.model_id = res->model_id[0] ? res->model_id : NULL;
-    ev.status = ck_pmf_status_name(res->new_status);
+    ev.status = ck_pmf_status_name(status);
     return ck_hooks_emit(h, st->db, &ev);
 }
 
@@ -99,10 +100,150 @@ static void restore_error(const struct saved_error *e)
         ck_error_clear();
 }
 
+/* What was announced, so that a crash between metadata.yaml and the outbox
+ * loses no event: each pass announces whatever metadata.yaml lists and was
+ * not announced yet (at least once: the outbox and this table change in one
+ * savepoint). The first pass that creates the table takes what was
+ * registered before as known: turning hooks on does not replay a history. */
+static const char announced_schema[] =
+    "CREATE TABLE IF NOT EXISTS hook_announced (ref TEXT PRIMARY KEY, event_id TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS hook_announced_status (id INTEGER PRIMARY KEY CHECK (id = 1),"
+    "  status TEXT NOT NULL);";
+
+/* Runs sql with up to two text parameters: 1 when it gave a row, 0 when not. */
+static int db_run(sqlite3 *db, const char *sql, const char *a, const char *b)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        return ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(db));
+    if (a)
+        sqlite3_bind_text(q, 1, a, -1, SQLITE_TRANSIENT);
+    if (b)
+        sqlite3_bind_text(q, 2, b, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(db));
+    return rc == SQLITE_ROW ? 1 : 0;
+}
+
+static int mark(sqlite3 *db, const char *ref, const char *id)
+{
+    return db_run(db, "INSERT OR REPLACE INTO hook_announced (ref, event_id) VALUES (?, ?)", ref,
+                  id);
+}
+
+static int set_status(sqlite3 *db, const char *status)
+{
+    return db_run(db, "INSERT OR REPLACE INTO hook_announced_status (id, status) VALUES (1, ?)",
+                  status, NULL);
+}
+
+static bool in_list(char *const *list, size_t n, const char *s)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i], s))
+            return true;
+    return false;
+}
+
+/* First use of the table: what is already there is not news. */
+static int seed(sqlite3 *db, const struct ck_pmf_meta *m, const struct ck_scan_result *res)
+{
+    char txt[1024];
+    int err = 0;
+    for (size_t i = 0; err >= 0 && i < m->ncheckpoints; i++) {
+        const char *ref = ck_pmf_ref_str(&m->checkpoints[i].ref, txt, sizeof txt);
+        if (!in_list(res->registered, res->nregistered, ref))
+            err = mark(db, ref, "");
+    }
+    return err < 0 ? err : set_status(db, ck_pmf_status_name(res->old_status));
+}
+
+/* Forgets checkpoints that left metadata.yaml (mirror_deletes): one may come
+ * back under the same reference and is news again. */
+static int forget_gone(sqlite3 *db, const struct ck_pmf_meta *m)
+{
+    sqlite3_stmt *q;
+    int err = 0;
+    if (sqlite3_prepare_v2(db, "SELECT ref FROM hook_announced", -1, &q, NULL) != SQLITE_OK)
+        return ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(db));
+    struct ck_buf gone = CK_BUF_INIT; /* NUL-separated */
+    while (err == 0 && sqlite3_step(q) == SQLITE_ROW) {
+        const char *ref = (const char *)sqlite3_column_text(q, 0);
+        if (ref && !find(m, ref))
+            err = ck_buf_append(&gone, ref, strlen(ref) + 1);
+    }
+    sqlite3_finalize(q);
+    for (size_t off = 0; err == 0 && off < gone.len; off += strlen(gone.data + off) + 1)
+        err = db_run(db, "DELETE FROM hook_announced WHERE ref = ?", gone.data + off, NULL);
+    ck_buf_release(&gone);
+    return err < 0 ? err : 0;
+}
+
+static int savepoint(sqlite3 *db, const char *sql)
+{
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) != SQLITE_OK)
+        return ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(db));
+    return 0;
+}
+
+static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                    const struct ck_scan_result *res, const struct ck_pmf_meta *m)
+{
+    char txt[1024], id[64];
+    sqlite3 *db = st->db;
+    int err, existed;
+    if ((existed = db_run(db, "SELECT 1 FROM sqlite_master WHERE name = 'hook_announced'", NULL,
+                          NULL)) < 0)
+        return existed;
+    if ((err = savepoint(db, announced_schema)) < 0)
+        return err;
+    if (!existed && (err = seed(db, m, res)) < 0)
+        return err;
+    if (res->removed && (err = forget_gone(db, m)) < 0)
+        return err;
+    /* Every checkpoint is looked at once per process (what a crash left
+     * unannounced); after that only what the pass registered can be new. */
+    static bool all_checked;
+    for (size_t i = 0; i < m->ncheckpoints; i++) {
+        const char *ref = ck_pmf_ref_str(&m->checkpoints[i].ref, txt, sizeof txt);
+        if (all_checked && !in_list(res->registered, res->nregistered, ref))
+            continue;
+        if ((err = db_run(db, "SELECT 1 FROM hook_announced WHERE ref = ?", ref, NULL)) != 0) {
+            if (err < 0)
+                return err;
+            continue;
+        }
+        if ((err = savepoint(db, "SAVEPOINT announce")) < 0)
+            return err;
+        if ((err = emit_registered(h, st, dir, res, m, ref, id, sizeof id)) >= 0)
+            err = mark(db, ref, id);
+        if (err < 0)
+            sqlite3_exec(db, "ROLLBACK TO announce", NULL, NULL, NULL);
+        sqlite3_exec(db, "RELEASE announce", NULL, NULL, NULL);
+        if (err < 0)
+            return err;
+    }
+    all_checked = true;
+    const char *status = ck_pmf_status_name(m->status);
+    if ((err = db_run(db, "SELECT 1 FROM hook_announced_status WHERE status = ?", status,
+                      NULL)) != 0)
+        return err < 0 ? err : 0;
+    if ((err = savepoint(db, "SAVEPOINT announce")) < 0)
+        return err;
+    if ((err = emit_status(h, st, dir, res, m->status)) >= 0)
+        err = set_status(db, status);
+    if (err < 0)
+        sqlite3_exec(db, "ROLLBACK TO announce", NULL, NULL, NULL);
+    sqlite3_exec(db, "RELEASE announce", NULL, NULL, NULL);
+    return err < 0 ? err : 0;
+}
+
 static int notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
                        const struct ck_scan_result *res)
 {
-    char path[PATH_MAX];
+    char path[PATH_MAX], id[64];
     struct ck_buf b = CK_BUF_INIT;
     struct ck_pmf_meta m;
     bool have_meta = false;
@@ -116,12 +257,17 @@ static int notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
             ck_metrics_set_max(CK_M_NEWEST_CHECKPOINT_TIME, (int64_t)m.latest_time.v);
     }
     ck_buf_release(&b);
-    for (size_t i = 0; h && err == 0 && i < res->nregistered; i++)
-        err = emit_registered(h, st, dir, res, have_meta ? &m : NULL, res->registered[i]);
-    if (h && err == 0 && res->new_status != res->old_status)
-        err = emit_status(h, st, dir, res);
+    if (h && have_meta) {
+        err = announce(h, st, dir, res, &m);
+    } else if (h) {
+        /* no readable metadata.yaml: what the pass says, without the bookkeeping */
+        for (size_t i = 0; err >= 0 && i < res->nregistered; i++)
+            err = emit_registered(h, st, dir, res, NULL, res->registered[i], id, sizeof id);
+        if (err >= 0 && res->new_status != res->old_status)
+            err = emit_status(h, st, dir, res, res->new_status);
+    }
     ck_pmf_meta_release(&m);
-    return err;
+    return err < 0 ? err : 0;
 }
 
 int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,

@@ -521,6 +521,58 @@ hooks:
         self.assertEqual([q["status"] for q in reqs], [503, 200])
         self.assertEqual(reqs[0]["headers"]["webhook-id"], reqs[1]["headers"]["webhook-id"])
 
+    def test_a_pass_announces_what_a_crash_left_unannounced(self):
+        import sqlite3
+        r = self.receiver()
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        for e in (1, 2):
+            write_old(os.path.join(self.dir, f"epoch_{e}.pt"), os.urandom(1000 * e))
+        run("scan", self.dir, env=ENV, check=0)
+        types = lambda: [(json.loads(q["body"])["type"],
+                          json.loads(q["body"])["data"].get("checkpoint", {}).get("reference"))
+                         for q in r.requests()]
+        self.assertEqual(sorted(types()), [("checkpoint.registered", "epoch_1.pt"),
+                                           ("checkpoint.registered", "epoch_2.pt"),
+                                           ("training.started", None)])
+        # as if the process died after metadata.yaml took epoch_2.pt and before
+        # its event reached the outbox
+        db = sqlite3.connect(os.path.join(self.dir, ".ckptd", "state.db"))
+        with db:
+            db.execute("DELETE FROM hook_announced WHERE ref = 'epoch_2.pt'")
+        db.close()
+        run("scan", self.dir, env=ENV, check=0)
+        self.assertEqual(types()[3:], [("checkpoint.registered", "epoch_2.pt")])
+        run("scan", self.dir, env=ENV, check=0)
+        self.assertEqual(len(r.requests()), 4)
+
+    def test_turning_hooks_on_does_not_replay_the_history(self):
+        import sqlite3
+        write_old(os.path.join(self.dir, "epoch_1.pt"), os.urandom(1000))
+        run("scan", self.dir, check=0)
+        # a tree registered by a ckptd without this bookkeeping
+        db = sqlite3.connect(os.path.join(self.dir, ".ckptd", "state.db"))
+        with db:
+            db.execute("DROP TABLE IF EXISTS hook_announced")
+            db.execute("DROP TABLE IF EXISTS hook_announced_status")
+        db.close()
+        r = self.receiver()
+        self.config(f"""
+hooks:
+  webhooks:
+    - url: {r.url}
+      secret: env:CK_WH_A
+""")
+        write_old(os.path.join(self.dir, "epoch_2.pt"), os.urandom(1000))
+        run("scan", self.dir, env=ENV, check=0)
+        bodies = [json.loads(q["body"]) for q in r.requests()]
+        self.assertEqual([(b["type"], b["data"]["checkpoint"]["reference"]) for b in bodies],
+                         [("checkpoint.registered", "epoch_2.pt")])
+
     def test_scan_with_a_bad_secret_does_nothing(self):
         write_old(os.path.join(self.dir, "epoch_1.pt"), os.urandom(1000))
         self.config("hooks:\n  webhooks:\n    - url: http://127.0.0.1:1/\n      secret: env:CK_UNSET\n")
