@@ -46,7 +46,9 @@ static bool ends_with(const char *s, const char *suffix)
 static int probe(const char *path, const unsigned char *head, size_t len)
 {
     struct stat st;
-    if (len >= 10 && head[8] == '{' && stat(path, &st) == 0) {
+    /* The header is an object: '{' then a key or '}' (spaces only pad its end). */
+    if (len >= 10 && head[8] == '{' && (head[9] == '"' || head[9] == '}') &&
+        stat(path, &st) == 0) {
         uint64_t n = le64(head);
         if (n >= 2 && n <= HEADER_MAX && n <= (uint64_t)st.st_size - 8)
             return CK_PROBE_CONTENT;

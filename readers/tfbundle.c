@@ -159,6 +159,15 @@ static int resolve_prefix(const char *path, char *out, size_t outsz)
                 snprintf(out, outsz, "%.*s/%.*s", (int)dl, path, (int)(strlen(e->d_name) - 6),
                          e->d_name);
         closedir(dir);
+        /* A SavedModel folder: its variables are DIR/variables/variables.*. */
+        if (found == 0) {
+            char idx[4200];
+            snprintf(idx, sizeof idx, "%.*s/variables/variables.index", (int)dl, path);
+            if (strlen(idx) + 1 < outsz && has_magic(idx)) {
+                snprintf(out, outsz, "%.*s/variables/variables", (int)dl, path);
+                return 0;
+            }
+        }
         if (found != 1)
             return ck_error(CK_EFORMAT, "'%s': a folder with %d .index files", path, found);
         if (strlen(out) + 7 > outsz)

@@ -348,6 +348,29 @@ class TfBundle(Base):
                 self.assertEqual(t["a"]["values"], [0.5])
                 self.assertEqual(t["b"]["values"], [3.0])
 
+    def test_savedmodel_folder(self):
+        d = os.path.join(self.dir, "saved")
+        os.makedirs(os.path.join(d, "variables"))
+        write_tf_bundle(os.path.join(d, "variables", "variables"),
+                        [TfTensor.from_numpy("w", np.array([4.5], dtype=np.float32))])
+        doc = inspect_json(d, "--values", "1")
+        self.assertEqual(doc["path"], os.path.join(d, "variables", "variables"))
+        self.assertEqual(by_name(doc)["w"]["values"], [4.5])
+
+    def test_big_endian_bundle(self):
+        prefix = self.path("be")
+        a = np.array([1.5, -2.25, 1e10], dtype=">f8")
+        i = np.array([-3, 70000], dtype=">i4")
+        write_tf_bundle(prefix, [TfTensor("a", "float64", [3], raw=a.tobytes()),
+                                 TfTensor("i", "int32", [2], raw=i.tobytes())],
+                        big_endian_header=True)
+        doc = inspect_json(prefix, "--verify", "--values", "3")
+        self.assertEqual(doc["metadata"]["endianness"], "big")
+        t = by_name(doc)
+        self.assertEqual(t["a"]["values"], [1.5, -2.25, 1e10])
+        self.assertEqual(t["i"]["values"], [-3, 70000])
+        self.assertTrue(t["a"]["big_endian"])
+
     def test_string_tensors_real(self):
         for d in ("half_plus_two_tf2_cpu", "tf_text_regression"):
             with self.subTest(d):
