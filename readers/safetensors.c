@@ -47,8 +47,7 @@ static int probe(const char *path, const unsigned char *head, size_t len)
 {
     struct stat st;
     /* The header is an object: '{' then a key or '}' (spaces only pad its end). */
-    if (len >= 10 && head[8] == '{' && (head[9] == '"' || head[9] == '}') &&
-        stat(path, &st) == 0) {
+    if (len >= 10 && head[8] == '{' && (head[9] == '"' || head[9] == '}') && stat(path, &st) == 0) {
         uint64_t n = le64(head);
         if (n >= 2 && n <= HEADER_MAX && n <= (uint64_t)st.st_size - 8)
             return CK_PROBE_CONTENT;
