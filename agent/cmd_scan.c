@@ -106,6 +106,7 @@ int ck_cmd_scan(int argc, char **argv)
     struct ck_lock lock;
     struct ck_state st = {0};
     struct ck_scan_result res = {0};
+    int upload_rc = CK_EXIT_OK; /* uploads (issue 5) */
     if ((err = ck_lock_acquire(&lock, so.dir)) < 0) {
         ck_hooks_free(hooks);
         ck_config_release(&cfg);
@@ -134,6 +135,11 @@ int ck_cmd_scan(int argc, char **argv)
             err = ck_error(CK_ERR, "%zu checkpoint(s) could not be registered (see the log)",
                            res.problems);
     }
+    /* uploads (issue 5, cmd_upload.c): after metadata.yaml is written, queue the PMF
+     * tree's new files for every upload.stores entry, metadata.yaml last, and run the
+     * queue until it is empty (SIGTERM: upload.grace); failed uploads make exit 1 */
+    if (err == 0 && cfg.n_upload_stores > 0)
+        upload_rc = ck_upload_after_scan(st.db, &cfg, so.dir, st.dir);
 out:
     ck_scan_result_release(&res);
     ck_notify_write_metrics(metrics_file ? metrics_file : cfg.metrics_file);
@@ -141,5 +147,5 @@ out:
     ck_state_close(&st);
     ck_lock_release(&lock);
     ck_config_release(&cfg);
-    return err < 0 ? ck_cli_fail("scan", err) : CK_EXIT_OK;
+    return err < 0 ? ck_cli_fail("scan", err) : upload_rc;
 }

@@ -130,6 +130,25 @@ int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *sp
     return CK_EXIT_OK;
 }
 
+int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *dir,
+                         const char *state_dir)
+{
+    char root[4096], spool[4200];
+    int queued = 0, err;
+    if (!cfg->n_upload_stores)
+        return CK_EXIT_OK;
+    if (!realpath(dir, root))
+        snprintf(root, sizeof root, "%s", dir);
+    snprintf(spool, sizeof spool, "%s/spool", state_dir);
+    if ((err = ck_queue_init(db)) < 0 ||
+        (err = ck_uploader_enqueue_pmf(db, cfg->upload_stores, cfg->n_upload_stores, root,
+                                       &queued)) < 0)
+        return ck_cli_fail("scan", err);
+    if (queued)
+        ck_info("upload.queued_tree", "dir=\"%s\" jobs=%d", dir, queued);
+    return ck_upload_run_queue(db, cfg, spool, false, "scan");
+}
+
 int ck_cmd_upload(int argc, char **argv)
 {
     static const struct option longopts[] = {

@@ -21,5 +21,10 @@ int ck_cmd_bundle(int argc, char **argv);
 struct ck_config;
 int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool,
                         bool progress, const char *cmd);
+/* For scan and watch: queues DIR's PMF tree for every upload.stores entry
+ * (data/ and the configuration first, metadata.yaml last), then runs the
+ * queue (spool under state_dir). An exit code; 0 when there are no stores. */
+int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *dir,
+                         const char *state_dir);
 
 #endif

@@ -153,16 +153,41 @@ done:
     return err;
 }
 
+static int write_list(const char *root, struct list *l, const char *out, int level, int threads,
+                      int *nfiles);
+
 int ck_bundle_write(const char *root, const char *out, int level, int threads, int *nfiles)
 {
     struct list l = {0};
+    int err = walk(root, "", &l, 0);
+    if (err == 0)
+        err = write_list(root, &l, out, level, threads, nfiles);
+    list_free(&l);
+    return err;
+}
+
+int ck_bundle_write_files(const char *root, const char *const *only, size_t nonly,
+                          const char *out, int level, int threads, int *nfiles)
+{
+    struct list l = {0};
+    int err = 0;
+    for (size_t i = 0; i < nonly && err == 0; i++)
+        err = list_add(&l, only[i]);
+    if (err == 0)
+        err = write_list(root, &l, out, level, threads, nfiles);
+    list_free(&l);
+    return err;
+}
+
+static int write_list(const char *root, struct list *lp, const char *out, int level, int threads,
+                      int *nfiles)
+{
+    struct list l = *lp;
     struct ck_atomic_file f = {.fd = -1};
     struct archive *a = NULL;
     char *buf = NULL, opt[32];
-    int err;
+    int err = 0;
     *nfiles = 0;
-    if ((err = walk(root, "", &l, 0)) < 0)
-        goto out;
     qsort(l.v, l.n, sizeof *l.v, cmp_entry);
     if ((err = ck_atomic_open(&f, out, 0644)) < 0)
         goto out;
@@ -203,7 +228,6 @@ out:
     if (err < 0)
         ck_atomic_abort(&f);
     free(buf);
-    list_free(&l);
     return err;
 }
 

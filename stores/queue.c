@@ -1,5 +1,6 @@
 #include "stores/queue.h"
 #include "common/error.h"
+#include "common/hash.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,16 +248,17 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
     *id = 0;
     if (stat(src, &sb) < 0)
         return ck_error_os(CK_ENOENT, "cannot queue '%s'", src);
-    uint64_t size = kind == CK_JOB_BUNDLE ? 0 : (uint64_t)sb.st_size;
-    int64_t mtime = kind == CK_JOB_BUNDLE ? 0
+    bool bundle = kind == CK_JOB_BUNDLE || kind == CK_JOB_BUNDLE_PMF;
+    uint64_t size = bundle ? 0 : (uint64_t)sb.st_size;
+    int64_t mtime = bundle ? 0
                                           : (int64_t)sb.st_mtim.tv_sec * 1000000000LL +
                                                 sb.st_mtim.tv_nsec;
     if ((err = exec(db, "BEGIN IMMEDIATE", "queueing")) < 0)
         return err;
     /* the newest job for this store and key decides */
     if ((err = prep(db,
-                    "SELECT id, state, size, mtime_ns, kind FROM upload_jobs WHERE store = ?1 AND"
-                    " key = ?2 ORDER BY id DESC LIMIT 1",
+                    "SELECT id, state, size, mtime_ns, kind, sha256, orig_sha256 FROM upload_jobs"
+                    " WHERE store = ?1 AND key = ?2 ORDER BY id DESC LIMIT 1",
                     &st)) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, store_id);
@@ -270,13 +272,28 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
         same = (uint64_t)sqlite3_column_int64(st, 2) == size &&
                sqlite3_column_int64(st, 3) == mtime && sqlite3_column_int(st, 4) == (int)kind;
         /* a bundle is made when it is sent: a pending one already covers this */
-        if (kind == CK_JOB_BUNDLE && ostate == CK_JOB_DONE)
+        if (bundle && ostate == CK_JOB_DONE)
             same = false;
+        /* rewritten with the same bytes (a new mtime only): sent already, not again */
+        const char *sent = (const char *)sqlite3_column_text(st, kind == CK_JOB_ZSTD ? 6 : 5);
+        if (!same && !bundle && ostate == CK_JOB_DONE && sqlite3_column_int(st, 4) == (int)kind &&
+            (uint64_t)sqlite3_column_int64(st, 2) == size && sent && strlen(sent) == 64) {
+            struct ck_digests d;
+            if (ck_hash_file(src, CK_HASH_SHA256, &d, NULL) == 0 && d.size == size &&
+                !strcmp(d.sha256, sent))
+                same = true;
+            ck_error_clear();
+        }
     }
     sqlite3_finalize(st);
     double t = now_s();
     if (old && same && ostate != CK_JOB_FAILED) {
         *id = old;
+        char sql[128];
+        snprintf(sql, sizeof sql, "UPDATE upload_jobs SET mtime_ns = %lld WHERE id = %lld",
+                 (long long)mtime, (long long)old);
+        if (!bundle && (err = exec(db, sql, "queueing")) < 0)
+            goto fail;
     } else {
         if (old && (ostate == CK_JOB_PENDING || ostate == CK_JOB_FAILED)) {
             /* replaced, not updated: the new row's id orders it after the data

@@ -23,7 +23,9 @@
 #define CK_QUEUE_SCHEMA 1
 
 enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED };
-enum ck_job_kind { CK_JOB_FILE = 0, CK_JOB_ZSTD = 1, CK_JOB_BUNDLE = 2 };
+/* BUNDLE packs the folder src; BUNDLE_PMF only its PMF tree (data/, the configuration,
+ * metadata.yaml), for a training folder that holds other files too. */
+enum ck_job_kind { CK_JOB_FILE = 0, CK_JOB_ZSTD = 1, CK_JOB_BUNDLE = 2, CK_JOB_BUNDLE_PMF = 3 };
 
 struct ck_job {
     int64_t id;

@@ -2,6 +2,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/yamlutil.h"
 #include "stores/bundle.h"
 #include "stores/net.h"
 
@@ -113,9 +114,20 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
+                   const char *root, const char *const *changed, size_t nchanged,
+                   enum ck_job_kind bundle_kind, int *queued);
+
 int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued)
+{
+    return enqueue(db, stores, nstores, root, changed, nchanged, CK_JOB_BUNDLE, queued);
+}
+
+static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
+                   const char *root, const char *const *changed, size_t nchanged,
+                   enum ck_job_kind bundle_kind, int *queued)
 {
     struct names files = {0};
     char meta[4096], full[8192];
@@ -142,7 +154,7 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
                 snprintf(real, sizeof real, "%s", root);
             snprintf(key, sizeof key, "%s.tar.zst", ck_basename(real));
             if ((err = ck_store_check(st)) < 0 || (err = ck_queue_store_put(db, st, &sid)) < 0 ||
-                (err = ck_queue_add(db, sid, root, key, 0, CK_JOB_BUNDLE, &id, &added)) < 0)
+                (err = ck_queue_add(db, sid, root, key, 0, bundle_kind, &id, &added)) < 0)
                 goto out;
             *queued += added;
             continue;
@@ -159,6 +171,73 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
             *queued += added;
         }
     }
+out:
+    names_free(&files);
+    return err;
+}
+
+/* model.configuration.path of root/metadata.yaml into out ("" when none,
+ * or when it is not a plain relative path inside the tree). */
+static void pmf_config_path(const char *root, char *out, size_t outsz)
+{
+    char path[4200];
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_yaml_doc doc;
+    out[0] = '\0';
+    snprintf(path, sizeof path, "%s/metadata.yaml", root);
+    if (ck_read_file(path, 16u << 20, &b) < 0 || ck_yaml_load(&doc, path, ck_buf_str(&b), b.len) < 0) {
+        ck_buf_release(&b);
+        ck_error_clear();
+        return;
+    }
+    yaml_node_t *n = ck_yaml_root(&doc);
+    static const char *const walk[] = {"model", "configuration", "path"};
+    for (size_t w = 0; n && w < 3; w++) {
+        yaml_node_t *next = NULL;
+        if (n->type == YAML_MAPPING_NODE)
+            for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+                 p++) {
+                yaml_node_t *k = ck_yaml_node(&doc, p->key);
+                if (k && k->type == YAML_SCALAR_NODE && !strcmp((char *)k->data.scalar.value, walk[w]))
+                    next = ck_yaml_node(&doc, p->value);
+            }
+        n = next;
+    }
+    if (n && n->type == YAML_SCALAR_NODE) {
+        const char *v = (const char *)n->data.scalar.value;
+        if (v[0] && v[0] != '/' && !strstr(v, "..") && strlen(v) < outsz)
+            snprintf(out, outsz, "%s", v);
+    }
+    ck_yaml_release(&doc);
+    ck_buf_release(&b);
+}
+
+/* The files of the PMF tree at root, metadata.yaml not included. */
+static int pmf_files(const char *root, struct names *files)
+{
+    char data[4200], cfgrel[4096], full[8300];
+    int err = 0;
+    snprintf(data, sizeof data, "%s/data", root);
+    if (ck_is_dir(data) && (err = list_tree(root, "data", files, 0)) < 0)
+        return err;
+    qsort(files->v, files->n, sizeof *files->v, cmp_str);
+    pmf_config_path(root, cfgrel, sizeof cfgrel);
+    snprintf(full, sizeof full, "%s/%s", root, cfgrel);
+    if (cfgrel[0] && strncmp(cfgrel, "data/", 5) && ck_exists(full) && !ck_is_dir(full))
+        err = names_add(files, cfgrel);
+    return err;
+}
+
+int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
+                            const char *root, int *queued)
+{
+    struct names files = {0};
+    int err;
+    *queued = 0;
+    if ((err = pmf_files(root, &files)) < 0)
+        goto out;
+    err = enqueue(db, stores, nstores, root, (const char *const *)files.v, files.n,
+                  CK_JOB_BUNDLE_PMF, queued);
 out:
     names_free(&files);
     return err;
@@ -317,12 +396,24 @@ static int prepare_spool(struct run *r, struct ck_job *j)
     if ((err = ck_mkdirs(r->spool_dir, 0700)) < 0)
         return err;
     snprintf(path, sizeof path, "%s/job-%lld%s", r->spool_dir, (long long)j->id,
-             j->kind == CK_JOB_BUNDLE ? ".tar.zst" : ".zst");
+             j->kind == CK_JOB_ZSTD ? ".zst" : ".tar.zst");
     uint64_t size = 0;
     char orig[65] = "";
-    if (j->kind == CK_JOB_BUNDLE) {
+    if (j->kind == CK_JOB_BUNDLE || j->kind == CK_JOB_BUNDLE_PMF) {
         int n;
-        if ((err = ck_bundle_write(j->src, path, 3, 0, &n)) < 0)
+        if (j->kind == CK_JOB_BUNDLE) {
+            err = ck_bundle_write(j->src, path, 3, 0, &n);
+        } else {
+            struct names files = {0};
+            char meta[4200];
+            snprintf(meta, sizeof meta, "%s/metadata.yaml", j->src);
+            if ((err = pmf_files(j->src, &files)) == 0 &&
+                (!ck_exists(meta) || (err = names_add(&files, "metadata.yaml")) == 0))
+                err = ck_bundle_write_files(j->src, (const char *const *)files.v, files.n, path,
+                                            3, 0, &n);
+            names_free(&files);
+        }
+        if (err < 0)
             return err;
         if (stat(path, &st) < 0)
             return ck_error_os(CK_EIO, "cannot stat '%s'", path);

@@ -29,6 +29,13 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued);
 
+/* Queues the PMF tree at root the way scan and watch need it: every file
+ * under data/ (registered checkpoints are complete files there), the
+ * training configuration named by metadata.yaml, then metadata.yaml last.
+ * Files of the training folder that are not part of the tree are left out. */
+int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
+                            const char *root, int *queued);
+
 struct ck_uploader_run_opts {
     bool progress_bar;   /* draw a bar on stderr (a terminal); else log progress every 5 s */
     bool wait_retries;   /* wait for jobs whose retry time has not come yet (until the deadline) */

@@ -16,7 +16,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
+from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
 from servers import FlakyProxy, Nginx, S3Server, Sshd, free_port, need  # noqa: E402
 
 MiB = 1 << 20
@@ -486,6 +486,95 @@ class Local(TmpDirCase):
         self.assertEqual(hashlib.sha256(data).hexdigest(),
                          sha256(os.path.join(tree, "checkpoints", "b.bin")))
         run("bundle", tree, check=2)
+
+
+class Scan(TmpDirCase):
+    """ckptd scan with upload.stores: the PMF tree goes out after metadata.yaml
+    is written, metadata.yaml last; the scan's exit status reflects uploads."""
+
+    def write_config(self, stores, extra=""):
+        with open(os.path.join(self.dir, "train", "ckptd.yaml"), "w") as f:
+            f.write("upload:\n  retries: 1\n  retry_base: 100ms\n" + extra + "  stores:\n")
+            for st in stores:
+                f.write("    - " + "\n      ".join(f"{k}: {v}" for k, v in st.items()) + "\n")
+
+    def test_scan_uploads_the_tree_metadata_last(self):
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        for e in (1, 2):
+            write_old(os.path.join(train, "ckpts", f"epoch_{e}.pt"), os.urandom(300000 + e))
+        write_old(os.path.join(train, "hparams.yaml"), b"lr: 0.01\n")
+        write_old(os.path.join(train, "notes.txt"), b"not part of the tree\n")
+        nfs = os.path.join(self.dir, "nfs")
+        with S3Server(self.dir) as s3:
+            self.write_config([{"url": "s3://ckpt/runs/r1", "endpoint": s3.endpoint},
+                               {"url": "file://" + nfs}])
+            p = run("scan", train, env=s3.env(), check=0)
+            want = ["runs/r1/data/build_parameters.yaml", "runs/r1/data/checkpoints/epoch_1.pt",
+                    "runs/r1/data/checkpoints/epoch_2.pt",
+                    "runs/r1/hparams.yaml", "runs/r1/metadata.yaml"]
+            self.assertEqual(s3.keys(), want, p.stderr)
+            order = s3_log_order(s3)
+            self.assertEqual(order[-1], "runs/r1/metadata.yaml")
+            got = os.path.join(self.dir, "got")
+            s3.get("runs/r1/metadata.yaml", got)
+            self.assertEqual(sha256(got), sha256(os.path.join(train, "metadata.yaml")))
+            s3.get("runs/r1/data/checkpoints/epoch_2.pt", got)
+            self.assertEqual(sha256(got), sha256(os.path.join(train, "ckpts", "epoch_2.pt")))
+            for rel in ("metadata.yaml", "hparams.yaml", "data/checkpoints/epoch_1.pt"):
+                self.assertEqual(sha256(os.path.join(nfs, rel)), sha256(os.path.join(train, rel)))
+            self.assertFalse(os.path.exists(os.path.join(nfs, "notes.txt")))
+            # a second scan with nothing new sends nothing
+            n = len(s3_log_order(s3))
+            run("scan", train, env=s3.env(), check=0)
+            self.assertEqual(len(s3_log_order(s3)), n)
+            # a new checkpoint: it and the new metadata.yaml go, in that order
+            write_old(os.path.join(train, "ckpts", "epoch_3.pt"), os.urandom(1000))
+            run("scan", train, env=s3.env(), check=0)
+            new = s3_log_order(s3)[n:]
+            self.assertIn("runs/r1/data/checkpoints/epoch_3.pt", new)
+            self.assertEqual(new[-1], "runs/r1/metadata.yaml")
+            for unchanged in ("data/checkpoints/epoch_1.pt", "data/checkpoints/epoch_2.pt",
+                              "hparams.yaml"):
+                self.assertNotIn("runs/r1/" + unchanged, new)
+            jobs = queue(os.path.join(train, ".ckptd"))
+            self.assertEqual({j["state"] for j in jobs}, {"done"})
+
+    def test_scan_exit_status_reflects_failed_uploads(self):
+        train = os.path.join(self.dir, "train")
+        write_old(os.path.join(train, "epoch_1.pt"), os.urandom(1000))
+        port = free_port()  # nothing listens there
+        self.write_config([{"url": f"http://127.0.0.1:{port}/up"}])
+        p = run("scan", train, check=1, timeout=90)
+        self.assertIn("upload(s) failed", p.stderr)
+        # the PMF tree itself was written; the uploads wait in the queue
+        self.assertTrue(os.path.exists(os.path.join(train, "metadata.yaml")))
+        p = run("queue", train, check=0)
+        self.assertIn("failed", p.stdout)
+        with Nginx(self.dir, port=port) as web:
+            run("queue", "retry", "--all", train, check=0)
+            run("queue", "run", train, check=0)
+            self.assertEqual(sha256(os.path.join(web.root, "up", "metadata.yaml")),
+                             sha256(os.path.join(train, "metadata.yaml")))
+            self.assertTrue(os.path.exists(os.path.join(web.root, "up", "data", "checkpoints",
+                                                        "epoch_1.pt")))
+
+    def test_scan_bundle_store_packs_only_the_tree(self):
+        train = os.path.join(self.dir, "train")
+        write_old(os.path.join(train, "epoch_1.pt"), os.urandom(5000))
+        write_old(os.path.join(train, "big_unrelated.bin"), os.urandom(5000))
+        nfs = os.path.join(self.dir, "nfs")
+        self.write_config([{"url": "file://" + nfs, "bundle": "true"}])
+        run("scan", train, check=0)
+        plain = os.path.join(self.dir, "b.tar")
+        subprocess.run(["zstd", "-q", "-d", "-f", os.path.join(nfs, "train.tar.zst"), "-o", plain],
+                       check=True)
+        with tarfile.open(plain) as t:
+            names = [m.name for m in t.getmembers() if m.isfile()]
+        self.assertEqual(names[-1], "metadata.yaml")
+        self.assertIn("data/checkpoints/epoch_1.pt", names)
+        self.assertNotIn("big_unrelated.bin", names)
+        self.assertNotIn("epoch_1.pt", names)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
 #include "stores/uploader.h"
 
 #include <sqlite3.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -327,6 +328,33 @@ static void queue_newer_schema_refused(void **state)
     sqlite3_close(db);
 }
 
+static void queue_same_bytes_new_mtime_not_requeued(void **state)
+{
+    char dir[4096], a[4200];
+    sqlite3 *db = open_db(dir);
+    snprintf(a, sizeof a, "%s/a.bin", dir);
+    write_file(a, "abc");
+    int64_t sid = store_row(db, "file:///tmp/z"), id, id2;
+    bool added;
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &id, &added), 0);
+    struct ck_job j;
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    ck_job_release(&j);
+    /* SHA-256("abc"), FIPS 180-2 appendix B.1 */
+    assert_int_equal(
+        ck_queue_done(db, id, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"), 0);
+    struct timespec ts[2] = {{0, UTIME_NOW}, {12345, 0}};
+    assert_int_equal(utimensat(AT_FDCWD, a, ts, 0), 0);
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &id2, &added), 0);
+    assert_false(added);
+    write_file(a, "abd"); /* same size, other bytes, another mtime */
+    ts[1].tv_sec = 23456;
+    assert_int_equal(utimensat(AT_FDCWD, a, ts, 0), 0);
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &id2, &added), 0);
+    assert_true(added);
+    sqlite3_close(db);
+}
+
 static void uploader_file_store_end_to_end(void **state)
 {
     /* a real run against the file:// store: tree order, checksums, dedupe */
@@ -383,6 +411,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(queue_transitions),
     cmocka_unit_test(queue_metadata_after_new_data),
     cmocka_unit_test(queue_newer_schema_refused),
+    cmocka_unit_test(queue_same_bytes_new_mtime_not_requeued),
     cmocka_unit_test(uploader_file_store_end_to_end),
 };
 CK_TEST_MAIN(tests)
