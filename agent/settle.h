@@ -7,11 +7,15 @@
  * be checked, see below) no process has it open for writing. A path that
  * disappears before settling is forgotten.
  *
- * Writers: /proc/PID/fd of every process we may read is compared by device
- * and inode with the paths being settled, and /proc/PID/fdinfo's flags say
- * whether a match is open for writing. Processes we cannot read (another
- * user, another PID namespace, another host over NFS) are not seen: then the
- * settle window is the only guard. check_writers false skips the scan. */
+ * Writers: first a read lease (fcntl F_SETLEASE F_RDLCK, taken and dropped
+ * at once), which the kernel refuses while any process has the file open for
+ * writing: exact and cheap, but only for our own files (or with CAP_LEASE) on
+ * local filesystems. Otherwise /proc/PID/fd of every process we may read is
+ * compared by device and inode, and /proc/PID/fdinfo's flags say whether a
+ * match is open for writing; processes we cannot read (another user, another
+ * PID namespace) and writers on other hosts (NFS) are not seen: then the
+ * settle window is the only guard. check_writers false skips both.
+ * ck_settle_new sets SIGIO (lease breaks) to ignored for the process. */
 #ifndef CK_SETTLE_H
 #define CK_SETTLE_H
 

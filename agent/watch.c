@@ -2,6 +2,7 @@
 #include "agent/discover.h"
 #include "agent/fswatch.h"
 #include "agent/lock.h"
+#include "agent/notify.h"
 #include "agent/loop.h"
 #include "agent/ops.h"
 #include "agent/pathmap.h"
@@ -16,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -49,7 +51,8 @@ struct watcher {
     struct ck_settle *settle;
     struct ck_fswatch *fs;
     struct ck_ops *ops;
-    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h;
+    struct ck_hooks *hooks; /* webhooks (delivered by their own thread) and exec hooks */
+    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *hooks_h;
     int sfd;
     sigset_t old_mask;
     struct ck_pathmap renamed; /* folders renamed into place: complete */
@@ -268,6 +271,8 @@ static int pass(struct watcher *w, int end_status, bool final)
     double t0 = ck_loop_now();
     int err = ck_scan_run(&w->st, &so, &res);
     w->passes++;
+    if (err == 0 || res.metadata_written)
+        ck_notify_scan(w->hooks, &w->st, w->o->dir, &res); /* events: hooks and metrics */
     forget_registered(w, &res);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
@@ -289,6 +294,9 @@ static int pass(struct watcher *w, int end_status, bool final)
         }
     }
     ck_scan_result_release(&res);
+    /* A pass over a big tree allocates and frees a lot: give it back, the
+     * watcher then idles (issue 3: resident memory while idle). */
+    malloc_trim(0);
     return err;
 }
 
@@ -428,6 +436,7 @@ static int spawn_child(struct watcher *w)
     sigaddset(&dfl, SIGHUP);
     sigaddset(&dfl, SIGCHLD);
     sigaddset(&dfl, SIGPIPE);
+    sigaddset(&dfl, SIGIO); /* ignored here (agent/settle.h), not in the command */
     posix_spawnattr_init(&attr);
     /* Its own process group: our signals reach the command and its children
      * once each, whoever sent them. */
@@ -493,25 +502,84 @@ static void reap(struct watcher *w)
     ck_loop_stop(w->loop);
 }
 
+/* ---- hooks ---- */
+
+static int hooks_fds(void *arg, struct pollfd *fds, int max)
+{
+    return ck_hooks_poll_fds(arg, fds, max);
+}
+
+static int64_t hooks_deadline(void *arg)
+{
+    return ck_hooks_deadline_ms(arg);
+}
+
+static void hooks_step(void *arg)
+{
+    ck_hooks_step(arg);
+}
+
+/* Builds the hooks of cfg; a bad secret or URL is a config error. */
+static int hooks_new(const struct ck_config *cfg, struct ck_hooks **out)
+{
+    return ck_hooks_new(&cfg->hooks, cfg->source ? cfg->source : "(defaults)", out);
+}
+
+static int hooks_start(struct watcher *w, struct ck_hooks *h)
+{
+    static const struct ck_loop_poller poller = {hooks_fds, hooks_deadline, hooks_step};
+    char db[PATH_MAX];
+    int err;
+    w->hooks = h;
+    if (!h)
+        return 0;
+    if (ck_hooks_webhook_count(h) > 0 &&
+        ((err = ck_path_join(db, sizeof db, w->st.dir, "state.db")) < 0 ||
+         (err = ck_hooks_start_delivery(h, db)) < 0))
+        return err;
+    return ck_loop_add_poller(w->loop, &poller, h, &w->hooks_h);
+}
+
+/* Delivers what is due for a moment, lets the exec hooks finish, frees. */
+static void hooks_stop(struct watcher *w, double drain)
+{
+    if (!w->hooks)
+        return;
+    ck_loop_remove(w->loop, w->hooks_h);
+    w->hooks_h = NULL;
+    ck_hooks_stop_delivery(w->hooks, drain);
+    ck_hooks_wait_exec(w->hooks);
+    ck_hooks_free(w->hooks);
+    w->hooks = NULL;
+}
+
 /* ---- signals ---- */
 
 static void reload(struct watcher *w)
 {
     struct ck_config fresh;
     int err = ck_config_for_dir(&fresh, w->o->config_path, w->o->dir);
+    struct ck_hooks *h = NULL;
     if (err == 0) {
         ck_watch_apply_flags(w->o, &fresh);
         err = ck_watch_check_config(&fresh);
     }
+    if (err == 0 && (err = hooks_new(&fresh, &h)) == 0)
+        ck_hooks_free(h); /* checked; built again below where the config will live */
     if (err < 0) {
         ck_err("config.reload_failed", "%s; keeping the running config", ck_error_msg());
         ck_config_release(&fresh);
         return;
     }
+    hooks_stop(w, 0);
     if (fresh.watch_poll != w->cfg.watch_poll)
         ck_warn("config.restart_needed", "watch.poll changes at the next start");
     ck_config_release(&w->cfg);
     w->cfg = fresh;
+    /* the hooks keep pointers into their config: built from w->cfg, where it stays */
+    h = NULL;
+    if ((err = hooks_new(&w->cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0)
+        ck_err("hooks.failed", "%s: no hooks until the next reload", ck_error_msg());
     ck_cli_setup_logging(w->o->cli, w->cfg.log_format, w->cfg.log_level);
     ck_settle_configure(w->settle, w->cfg.watch_settle, w->cfg.watch_check_writers);
     ck_fswatch_set_poll_interval(w->fs, w->cfg.watch_poll_interval);
@@ -632,6 +700,8 @@ static void release(struct watcher *w)
         ck_loop_remove(w->loop, w->sig_h);
     }
     ck_ops_free(w->ops);
+    if (w->loop)
+        hooks_stop(w, w->cfg.watch_grace_period < 5 ? w->cfg.watch_grace_period : 5);
     ck_fswatch_free(w->fs);
     ck_loop_free(w->loop);
     ck_settle_free(w->settle);
@@ -655,6 +725,9 @@ static int start(struct watcher *w)
         (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle,
                              cfg->watch_check_writers)) < 0 ||
         (err = setup_signals(w)) < 0)
+        return err;
+    struct ck_hooks *h = NULL;
+    if ((err = hooks_new(cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0)
         return err;
     if ((err = ck_loop_add_timer(w->loop, 0, 0, on_settle_timer, w, &w->settle_t)) < 0 ||
         (err = ck_loop_add_timer(w->loop, cfg->watch_reconcile_interval,

@@ -12,7 +12,7 @@ Modes (one checkpoint per epoch, epochs numbered from --start, default 1):
   folder-rename  checkpoint-N.tmp/ written, then renamed to checkpoint-N/ (no marker)
   crash-partial  like rename, but the last epoch's .tmp is left half written and
                  the process dies (exit 3) as a crash would
-  burst          every epoch at once, as fast as possible (rename), no interval
+  burst          every epoch at once, as fast as possible (rename, no fsync), no interval
 
 Files are valid safetensors (8-byte little-endian header length, JSON
 header, data); TF bundle parts are random bytes with the right names. A
@@ -41,11 +41,12 @@ def safetensors_bytes(epoch, size):
     return struct.pack("<Q", len(h)) + h + os.urandom(4 * n)
 
 
-def fsync_write(path, data):
+def fsync_write(path, data, sync=True):
     with open(path, "wb") as f:
         f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+        if sync:
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def announce(path):
@@ -65,7 +66,7 @@ def write_direct(out, epoch, size, pause):
     announce(path)
 
 
-def write_rename(out, epoch, size, partial=False):
+def write_rename(out, epoch, size, partial=False, sync=True):
     path = os.path.join(out, f"epoch_{epoch}.safetensors")
     tmp = path + ".tmp"
     data = safetensors_bytes(epoch, size)
@@ -73,7 +74,7 @@ def write_rename(out, epoch, size, partial=False):
         with open(tmp, "wb") as f:
             f.write(data[: len(data) // 2])
         os._exit(3)  # a crash: no cleanup, no rename
-    fsync_write(tmp, data)
+    fsync_write(tmp, data, sync)
     os.rename(tmp, path)
     announce(path)
 
@@ -132,7 +133,7 @@ def main():
         if a.mode == "direct":
             write_direct(a.outdir, epoch, a.size, a.pause)
         elif a.mode in ("rename", "burst"):
-            write_rename(a.outdir, epoch, a.size)
+            write_rename(a.outdir, epoch, a.size, sync=a.mode == "rename")
         elif a.mode == "crash-partial":
             write_rename(a.outdir, epoch, a.size, partial=epoch == last)
         elif a.mode == "tfbundle":
