@@ -41,8 +41,7 @@ static const char help[] =
     "  -s, --secret REF      test: a signing secret reference (repeat during a rotation)\n"
     "  -t, --timeout D       test: the attempt's timeout (default 10s)\n"
     "      --set F=V         emit: an event field (model_name, checkpoint, epoch, ...)\n"
-    "  -w, --wait D          deliver: keep delivering for up to D\n" CK_CLI_HELP
-    "\n"
+    "  -w, --wait D          deliver: keep delivering for up to D\n" CK_CLI_HELP "\n"
     "exit: 0 done; 1 test: no 2xx answer, deliver/replay: still pending, emit: not stored;\n"
     "2 usage or config error\n";
 
@@ -344,8 +343,11 @@ int ck_cmd_hooks(int argc, char **argv)
     static const struct {
         const char *name;
         int (*run)(struct opts *o, int argc, char **argv);
-    } subs[] = {{"test", cmd_test},       {"emit", cmd_emit},     {"deliver", cmd_deliver},
-                {"replay", cmd_replay},   {"status", cmd_status}};
+    } subs[] = {{"test", cmd_test},
+                {"emit", cmd_emit},
+                {"deliver", cmd_deliver},
+                {"replay", cmd_replay},
+                {"status", cmd_status}};
     for (size_t i = 0; i < sizeof subs / sizeof *subs; i++)
         if (!strcmp(ops[0], subs[i].name))
             return subs[i].run(&o, nops - 1, ops + 1);

@@ -227,8 +227,8 @@ static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
     }
     all_checked = true;
     const char *status = ck_pmf_status_name(m->status);
-    if ((err = db_run(db, "SELECT 1 FROM hook_announced_status WHERE status = ?", status,
-                      NULL)) != 0)
+    if ((err = db_run(db, "SELECT 1 FROM hook_announced_status WHERE status = ?", status, NULL)) !=
+        0)
         return err < 0 ? err : 0;
     if ((err = savepoint(db, "SAVEPOINT announce")) < 0)
         return err;
@@ -292,8 +292,8 @@ void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)
         return;
     save_error(&e);
     ck_hooks_wait_exec(h);
-    int err = ck_hooks_run_due(h, st->db, ck_exec_now_ms() + (int64_t)(budget_s * 1000),
-                               &delivered);
+    int err =
+        ck_hooks_run_due(h, st->db, ck_exec_now_ms() + (int64_t)(budget_s * 1000), &delivered);
     if (err < 0)
         ck_err("webhook.outbox", "%s", ck_error_msg());
     restore_error(&e);

@@ -13,11 +13,11 @@
 #include <unistd.h>
 
 struct client {
-    int fd;              /* -1: free slot */
+    int fd; /* -1: free slot */
     char req[CK_OPS_REQUEST_MAX + 1];
     size_t len;
-    int64_t deadline;    /* monotonic ms */
-    struct ck_buf out;   /* the answer being written */
+    int64_t deadline;  /* monotonic ms */
+    struct ck_buf out; /* the answer being written */
     size_t sent;
     bool answering;
 };
@@ -27,7 +27,7 @@ struct ck_ops {
     int port;
     struct ck_ops_callbacks cb;
     struct client clients[CK_OPS_MAX_CLIENTS];
-    int64_t started;     /* monotonic ms */
+    int64_t started; /* monotonic ms */
 };
 
 static int64_t now_ms(void)
@@ -292,8 +292,8 @@ static void read_request(struct ck_ops *o, struct client *c)
 static void write_answer(struct client *c)
 {
     while (c->sent < c->out.len) {
-        ssize_t n = send(c->fd, c->out.data + c->sent, c->out.len - c->sent,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n =
+            send(c->fd, c->out.data + c->sent, c->out.len - c->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)

@@ -13,7 +13,7 @@
 enum kind { COUNTER, GAUGE };
 
 struct def {
-    const char *name;  /* without the ckptd_ prefix */
+    const char *name; /* without the ckptd_ prefix */
     enum kind kind;
     const char *label; /* 'name="value"' or NULL */
     const char *help;
@@ -25,8 +25,10 @@ static const struct def defs[CK_M__COUNT] = {
                                      "Checkpoints registered in metadata.yaml."},
     [CK_M_CHECKPOINTS_UNREGISTERED] = {"checkpoints_unregistered_total", COUNTER, NULL,
                                        "Checkpoints removed from metadata.yaml."},
-    [CK_M_BYTES_HASHED] = {"hashed_bytes_total", COUNTER, NULL, "Bytes of checkpoint files hashed."},
-    [CK_M_ARCHIVES_PACKED] = {"archives_packed_total", COUNTER, NULL, "Deployment archives written."},
+    [CK_M_BYTES_HASHED] = {"hashed_bytes_total", COUNTER, NULL,
+                           "Bytes of checkpoint files hashed."},
+    [CK_M_ARCHIVES_PACKED] = {"archives_packed_total", COUNTER, NULL,
+                              "Deployment archives written."},
     [CK_M_VERIFICATIONS_PASSED] = {"verifications_total", COUNTER, "result=\"passed\"",
                                    "Verification runs on packed archives, by result."},
     [CK_M_VERIFICATIONS_FAILED] = {"verifications_total", COUNTER, "result=\"failed\"", NULL},
@@ -62,9 +64,9 @@ static const struct def defs[CK_M__COUNT] = {
     [CK_M_CHECKPOINTS] = {"checkpoints", GAUGE, NULL, "Checkpoints listed in metadata.yaml."},
     [CK_M_NEWEST_CHECKPOINT_TIME] = {"newest_checkpoint_timestamp_seconds", GAUGE, NULL,
                                      "Unix time of the newest registered checkpoint."},
-    [CK_M_NEWEST_REMOTE_CHECKPOINT_TIME] = {
-        "newest_remote_checkpoint_timestamp_seconds", GAUGE, NULL,
-        "Unix time of the newest checkpoint safely stored remotely (0: none yet)."},
+    [CK_M_NEWEST_REMOTE_CHECKPOINT_TIME] =
+        {"newest_remote_checkpoint_timestamp_seconds", GAUGE, NULL,
+         "Unix time of the newest checkpoint safely stored remotely (0: none yet)."},
     [CK_M_START_TIME] = {"start_time_seconds", GAUGE, NULL, "Unix time the agent started."},
 };
 
@@ -84,8 +86,8 @@ struct histogram {
 };
 
 static struct histogram hists[CK_H__COUNT] = {
-    [CK_H_UPLOAD_SECONDS] = {"upload_duration_seconds",
-                             "Time to upload one object to a remote store.", {0}, 0, 0},
+    [CK_H_UPLOAD_SECONDS] =
+        {"upload_duration_seconds", "Time to upload one object to a remote store.", {0}, 0, 0},
 };
 static pthread_mutex_t hist_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -198,13 +200,12 @@ static void render_histogram(struct ck_buf *out, int *err, const struct histogra
         cum += h->buckets[i];
         if (i < NBOUNDS)
             put(out, err, "ckptd_%s_bucket{le=\"%g\"} %llu\n", h->name, bounds[i],
-                          (unsigned long long)cum);
+                (unsigned long long)cum);
         else
-            put(out, err, "ckptd_%s_bucket{le=\"+Inf\"} %llu\n", h->name,
-                          (unsigned long long)cum);
+            put(out, err, "ckptd_%s_bucket{le=\"+Inf\"} %llu\n", h->name, (unsigned long long)cum);
     }
     put(out, err, "ckptd_%s_sum %.6f\nckptd_%s_count %llu\n", h->name, h->sum, h->name,
-                  (unsigned long long)h->count);
+        (unsigned long long)h->count);
 }
 
 int ck_metrics_render(struct ck_buf *out)
@@ -226,7 +227,7 @@ int ck_metrics_render(struct ck_buf *out)
     header(out, &err, "newest_remote_checkpoint_age_seconds", "gauge",
            "Seconds since the newest checkpoint safely stored remotely was written (-1: none).");
     put(out, &err, "ckptd_newest_remote_checkpoint_age_seconds %lld\n",
-                  remote > 0 ? (long long)(now_seconds() - remote) : -1LL);
+        remote > 0 ? (long long)(now_seconds() - remote) : -1LL);
     pthread_mutex_lock(&hist_lock);
     for (size_t h = 0; h < CK_H__COUNT; h++)
         render_histogram(out, &err, &hists[h]);

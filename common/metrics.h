@@ -22,40 +22,40 @@
 
 enum ck_metric {
     /* counters (only grow) */
-    CK_M_CHECKPOINTS_REGISTERED,  /* ckptd_checkpoints_registered_total */
-    CK_M_CHECKPOINTS_UNREGISTERED,/* ckptd_checkpoints_unregistered_total */
-    CK_M_BYTES_HASHED,            /* ckptd_hashed_bytes_total */
-    CK_M_ARCHIVES_PACKED,         /* ckptd_archives_packed_total */
-    CK_M_VERIFICATIONS_PASSED,    /* ckptd_verifications_total{result="passed"} */
-    CK_M_VERIFICATIONS_FAILED,    /* ckptd_verifications_total{result="failed"} */
-    CK_M_UPLOADS_COMPLETED,       /* ckptd_uploads_total{result="completed"} */
-    CK_M_UPLOADS_FAILED,          /* ckptd_uploads_total{result="failed"} */
-    CK_M_BYTES_UPLOADED,          /* ckptd_uploaded_bytes_total */
-    CK_M_EVENTS_EMITTED,          /* ckptd_events_total */
-    CK_M_WEBHOOK_DELIVERED,       /* ckptd_webhook_deliveries_total{result="delivered"} */
-    CK_M_WEBHOOK_ATTEMPT_FAILED,  /* ckptd_webhook_deliveries_total{result="attempt_failed"} */
-    CK_M_WEBHOOK_GAVE_UP,         /* ckptd_webhook_deliveries_total{result="gave_up"} */
-    CK_M_EXEC_HOOKS_OK,           /* ckptd_exec_hooks_total{result="ok"} */
-    CK_M_EXEC_HOOKS_FAILED,       /* ckptd_exec_hooks_total{result="failed"} (exit != 0) */
-    CK_M_EXEC_HOOKS_TIMED_OUT,    /* ckptd_exec_hooks_total{result="timeout"} */
-    CK_M_FAILURES_SCAN,           /* ckptd_failures_total{stage="scan"} */
-    CK_M_FAILURES_HASH,           /* ckptd_failures_total{stage="hash"} */
-    CK_M_FAILURES_METADATA,       /* ckptd_failures_total{stage="metadata"} */
-    CK_M_FAILURES_PACK,           /* ckptd_failures_total{stage="pack"} */
-    CK_M_FAILURES_VERIFY,         /* ckptd_failures_total{stage="verify"} */
-    CK_M_FAILURES_UPLOAD,         /* ckptd_failures_total{stage="upload"} */
-    CK_M_FAILURES_HOOK,           /* ckptd_failures_total{stage="hook"} */
+    CK_M_CHECKPOINTS_REGISTERED,   /* ckptd_checkpoints_registered_total */
+    CK_M_CHECKPOINTS_UNREGISTERED, /* ckptd_checkpoints_unregistered_total */
+    CK_M_BYTES_HASHED,             /* ckptd_hashed_bytes_total */
+    CK_M_ARCHIVES_PACKED,          /* ckptd_archives_packed_total */
+    CK_M_VERIFICATIONS_PASSED,     /* ckptd_verifications_total{result="passed"} */
+    CK_M_VERIFICATIONS_FAILED,     /* ckptd_verifications_total{result="failed"} */
+    CK_M_UPLOADS_COMPLETED,        /* ckptd_uploads_total{result="completed"} */
+    CK_M_UPLOADS_FAILED,           /* ckptd_uploads_total{result="failed"} */
+    CK_M_BYTES_UPLOADED,           /* ckptd_uploaded_bytes_total */
+    CK_M_EVENTS_EMITTED,           /* ckptd_events_total */
+    CK_M_WEBHOOK_DELIVERED,        /* ckptd_webhook_deliveries_total{result="delivered"} */
+    CK_M_WEBHOOK_ATTEMPT_FAILED,   /* ckptd_webhook_deliveries_total{result="attempt_failed"} */
+    CK_M_WEBHOOK_GAVE_UP,          /* ckptd_webhook_deliveries_total{result="gave_up"} */
+    CK_M_EXEC_HOOKS_OK,            /* ckptd_exec_hooks_total{result="ok"} */
+    CK_M_EXEC_HOOKS_FAILED,        /* ckptd_exec_hooks_total{result="failed"} (exit != 0) */
+    CK_M_EXEC_HOOKS_TIMED_OUT,     /* ckptd_exec_hooks_total{result="timeout"} */
+    CK_M_FAILURES_SCAN,            /* ckptd_failures_total{stage="scan"} */
+    CK_M_FAILURES_HASH,            /* ckptd_failures_total{stage="hash"} */
+    CK_M_FAILURES_METADATA,        /* ckptd_failures_total{stage="metadata"} */
+    CK_M_FAILURES_PACK,            /* ckptd_failures_total{stage="pack"} */
+    CK_M_FAILURES_VERIFY,          /* ckptd_failures_total{stage="verify"} */
+    CK_M_FAILURES_UPLOAD,          /* ckptd_failures_total{stage="upload"} */
+    CK_M_FAILURES_HOOK,            /* ckptd_failures_total{stage="hook"} */
     /* gauges (set to a value) */
-    CK_M_UPLOAD_QUEUE_DEPTH,      /* ckptd_upload_queue_depth: jobs waiting or running */
-    CK_M_HOOK_OUTBOX_DEPTH,       /* ckptd_hook_outbox_depth: webhook deliveries pending */
-    CK_M_WEBHOOKS_FAILING,        /* ckptd_webhooks_failing: receivers marked failing */
-    CK_M_CHECKPOINTS,             /* ckptd_checkpoints: registered in metadata.yaml now */
-    CK_M_NEWEST_CHECKPOINT_TIME,  /* ckptd_newest_checkpoint_timestamp_seconds (unix) */
+    CK_M_UPLOAD_QUEUE_DEPTH,     /* ckptd_upload_queue_depth: jobs waiting or running */
+    CK_M_HOOK_OUTBOX_DEPTH,      /* ckptd_hook_outbox_depth: webhook deliveries pending */
+    CK_M_WEBHOOKS_FAILING,       /* ckptd_webhooks_failing: receivers marked failing */
+    CK_M_CHECKPOINTS,            /* ckptd_checkpoints: registered in metadata.yaml now */
+    CK_M_NEWEST_CHECKPOINT_TIME, /* ckptd_newest_checkpoint_timestamp_seconds (unix) */
     /* unix time of the newest checkpoint whose upload (metadata included)
      * completed; /metrics also shows its age in
      * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped */
     CK_M_NEWEST_REMOTE_CHECKPOINT_TIME,
-    CK_M_START_TIME,              /* ckptd_start_time_seconds (unix), set by ck_metrics_reset */
+    CK_M_START_TIME, /* ckptd_start_time_seconds (unix), set by ck_metrics_reset */
     CK_M__COUNT
 };
 

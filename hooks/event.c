@@ -88,9 +88,19 @@ static const struct field fields[] = {
 static const char *const groups[] = {"", "model", "checkpoint", "archive", "upload", "training"};
 
 const char *const ck_event_field_names[] = {
-    "type", "id", "timestamp", "model_name", "model_id", "dir", "checkpoint", "epoch", "path",
-    "source", "md5", "sha256", "size", "archive_format", "archive_path", "archive_sha256",
-    "store", "remote_url", "bytes", "seconds", "status", "exit_code", "error", "message", NULL,
+    "type",         "id",
+    "timestamp",    "model_name",
+    "model_id",     "dir",
+    "checkpoint",   "epoch",
+    "path",         "source",
+    "md5",          "sha256",
+    "size",         "archive_format",
+    "archive_path", "archive_sha256",
+    "store",        "remote_url",
+    "bytes",        "seconds",
+    "status",       "exit_code",
+    "error",        "message",
+    NULL,
 };
 
 static bool field_is_set(const struct ck_event *ev, const struct field *f)

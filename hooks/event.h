@@ -42,30 +42,30 @@ bool ck_event_filter_matches(const char *pattern, const char *type_name);
  * field is left out of the JSON and the environment. */
 struct ck_event {
     enum ck_event_type type;
-    char id[32];        /* "evt_" + 26 random base32 characters; set by ck_event_init */
-    int64_t time_ms;    /* unix milliseconds; set by ck_event_init */
+    char id[32];     /* "evt_" + 26 random base32 characters; set by ck_event_init */
+    int64_t time_ms; /* unix milliseconds; set by ck_event_init */
 
     const char *model_name;
     const char *model_id;
-    const char *dir;          /* the training directory */
-    const char *checkpoint;   /* the PMF checkpoint reference */
+    const char *dir;        /* the training directory */
+    const char *checkpoint; /* the PMF checkpoint reference */
     int64_t epoch;
-    const char *path;         /* the checkpoint's path in the PMF tree */
-    const char *source;       /* where the training job wrote it */
+    const char *path;   /* the checkpoint's path in the PMF tree */
+    const char *source; /* where the training job wrote it */
     const char *md5;
     const char *sha256;
-    int64_t size;             /* bytes */
-    const char *archive_format;  /* mldef, samediff, bundle */
+    int64_t size;               /* bytes */
+    const char *archive_format; /* mldef, samediff, bundle */
     const char *archive_path;
     const char *archive_sha256;
-    const char *store;        /* the store's name in the config */
-    const char *remote_url;   /* where the object landed (never with credentials) */
-    int64_t bytes;            /* bytes uploaded */
-    double seconds;           /* duration of the step; < 0 when none */
-    const char *status;       /* training status: pending, running, finished, failed */
-    int64_t exit_code;        /* training command's exit status */
-    const char *error;        /* what failed, for *.failed events */
-    const char *message;      /* free text (hook.test) */
+    const char *store;      /* the store's name in the config */
+    const char *remote_url; /* where the object landed (never with credentials) */
+    int64_t bytes;          /* bytes uploaded */
+    double seconds;         /* duration of the step; < 0 when none */
+    const char *status;     /* training status: pending, running, finished, failed */
+    int64_t exit_code;      /* training command's exit status */
+    const char *error;      /* what failed, for *.failed events */
+    const char *message;    /* free text (hook.test) */
 };
 
 /* Sets type, a fresh random id and the current time; every field to "none". */

@@ -21,15 +21,15 @@
 struct ck_exec {
     char *name;
     pid_t pid;
-    int pidfd;     /* -1 when the kernel has none */
-    int out_fd;    /* read end of stdout+stderr; -1 once closed */
-    int in_fd;     /* our end of the stdin socket; -1 once all is written */
-    char *in_buf;        /* owned copy of what goes to stdin */
+    int pidfd;    /* -1 when the kernel has none */
+    int out_fd;   /* read end of stdout+stderr; -1 once closed */
+    int in_fd;    /* our end of the stdin socket; -1 once all is written */
+    char *in_buf; /* owned copy of what goes to stdin */
     size_t in_len, in_off;
     int64_t start_ms, timeout_at, kill_at; /* kill_at: 0 until SIGTERM was sent */
     char line[CK_EXEC_LINE_MAX + 1];
     size_t line_len;
-    size_t logged;    /* output bytes seen */
+    size_t logged; /* output bytes seen */
     bool truncated;
     bool done;
     struct ck_exec_result res;
@@ -69,8 +69,7 @@ int ck_exec_start(const char *name, char *const *argv, char *const *envp, const 
     memcpy(x->in_buf, stdin_data, stdin_len);
     x->in_len = stdin_len;
     x->pidfd = x->out_fd = x->in_fd = -1;
-    if (pipe2(outp, O_CLOEXEC) < 0 ||
-        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, inp) < 0) {
+    if (pipe2(outp, O_CLOEXEC) < 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, inp) < 0) {
         err = ck_error_os(CK_EIO, "%s: cannot create pipes", name);
         goto fail;
     }
@@ -160,8 +159,10 @@ static void take_output(struct ck_exec *x, const char *p, size_t n)
     for (size_t i = 0; i < n; i++) {
         if (x->logged >= CK_EXEC_OUTPUT_MAX) {
             if (!x->truncated)
-                ck_warn("hook.exec.output", "hook='%s' more than %d bytes of output: the rest "
-                        "is not logged", x->name, CK_EXEC_OUTPUT_MAX);
+                ck_warn("hook.exec.output",
+                        "hook='%s' more than %d bytes of output: the rest "
+                        "is not logged",
+                        x->name, CK_EXEC_OUTPUT_MAX);
             x->truncated = true;
             return;
         }

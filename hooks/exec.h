@@ -24,10 +24,10 @@
 struct ck_exec;
 
 struct ck_exec_result {
-    bool exited;     /* exited normally with exit_code */
+    bool exited; /* exited normally with exit_code */
     int exit_code;
-    int signal;      /* the signal that ended it, when !exited */
-    bool timed_out;  /* we ended it at the timeout */
+    int signal;     /* the signal that ended it, when !exited */
+    bool timed_out; /* we ended it at the timeout */
     double seconds;
 };
 

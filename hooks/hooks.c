@@ -29,21 +29,21 @@
 
 struct webhook {
     const struct ck_webhook_conf *conf;
-    char *url;               /* owned, resolved (may be a secret: never logged) */
-    char shown[256];         /* scheme://host:port, what logs show */
-    char key[24];            /* outbox key */
+    char *url;       /* owned, resolved (may be a secret: never logged) */
+    char shown[256]; /* scheme://host:port, what logs show */
+    char key[24];    /* outbox key */
     struct ck_webhook_key *keys;
     size_t nkeys;
-    char *template;          /* owned, or NULL */
+    char *template; /* owned, or NULL */
     double timeout;
 };
 
 struct queued_exec {
-    size_t conf;             /* index into conf->execs */
-    char *json;              /* owned */
-    char **env;              /* owned, NULL-terminated */
+    size_t conf; /* index into conf->execs */
+    char *json;  /* owned */
+    char **env;  /* owned, NULL-terminated */
     size_t nenv;
-    char *name;              /* owned */
+    char *name; /* owned */
 };
 
 struct ck_hooks {
@@ -52,25 +52,25 @@ struct ck_hooks {
     size_t nhooks;
     struct ck_backoff backoff;
     int failing_after;
-    char **hidden_env;       /* names of the env vars holding our secrets: not passed to commands */
+    char **hidden_env; /* names of the env vars holding our secrets: not passed to commands */
     size_t nhidden;
     struct ck_exec *running[CK_HOOKS_MAX_RUNNING];
     struct queued_exec *queue;
     size_t nqueue;
-    sqlite3 *outbox_db;      /* the database whose outbox tables are known to exist */
+    sqlite3 *outbox_db; /* the database whose outbox tables are known to exist */
     /* the delivery thread (ck_hooks_start_delivery), with its own connection */
     struct delivery *delivery;
 };
 
 struct delivery {
     pthread_t thread;
-    sqlite3 *db;             /* the thread's own connection */
+    sqlite3 *db; /* the thread's own connection */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool wake;               /* an event was stored: look again */
-    bool stop;               /* finish: deliver what is due until drain_until, then exit */
-    int64_t drain_until;     /* ck_exec_now_ms clock */
-    atomic_bool abort;       /* checked between attempts: stop now */
+    bool wake;           /* an event was stored: look again */
+    bool stop;           /* finish: deliver what is due until drain_until, then exit */
+    int64_t drain_until; /* ck_exec_now_ms clock */
+    atomic_bool abort;   /* checked between attempts: stop now */
 };
 
 void ck_hooks_key(const char *url, char *out, size_t outsz)
@@ -249,13 +249,13 @@ static int setup_webhook(struct ck_hooks *h, size_t i, const char *cfg)
         struct ck_buf b = CK_BUF_INIT;
         if ((err = ck_read_file(c->template_path, CK_TEMPLATE_MAX, &b)) < 0) {
             ck_buf_release(&b);
-            return ck_error_wrap(err, "'%s' line %d: 'hooks.webhooks[%zu].template'", cfg,
-                                 c->line, i);
+            return ck_error_wrap(err, "'%s' line %d: 'hooks.webhooks[%zu].template'", cfg, c->line,
+                                 i);
         }
         w->template = ck_buf_detach(&b);
         if ((err = ck_template_check(c->template_path, w->template)) < 0)
-            return ck_error_wrap(err, "'%s' line %d: 'hooks.webhooks[%zu].template'", cfg,
-                                 c->line, i);
+            return ck_error_wrap(err, "'%s' line %d: 'hooks.webhooks[%zu].template'", cfg, c->line,
+                                 i);
     }
     return 0;
 }
@@ -270,9 +270,8 @@ int ck_hooks_new(const struct ck_hooks_conf *conf, const char *cfg, struct ck_ho
     if (!h)
         return ck_error(CK_ENOMEM, "out of memory");
     h->conf = conf;
-    h->backoff = conf->retry_schedule
-                     ? (struct ck_backoff){conf->retry_schedule, conf->nretry}
-                     : ck_backoff_default;
+    h->backoff = conf->retry_schedule ? (struct ck_backoff){conf->retry_schedule, conf->nretry}
+                                      : ck_backoff_default;
     h->failing_after = conf->failing_after > 0 ? conf->failing_after : CK_HOOKS_FAILING_AFTER;
     if (conf->nwebhooks) {
         curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -648,9 +647,10 @@ static int attempt(struct ck_hooks *h, sqlite3 *db, struct webhook *w,
     int64_t now = now_unix_ms();
     if (rc == 0) {
         ck_metrics_add(CK_M_WEBHOOK_DELIVERED, 1);
-        ck_info("webhook.delivered", "hook=%s url=%s event=%s id=%s status=%ld attempt=%d "
-                "seconds=%.3f", w->key, w->shown, it->type, it->event_id, r.status,
-                it->attempts + 1, r.seconds);
+        ck_info("webhook.delivered",
+                "hook=%s url=%s event=%s id=%s status=%ld attempt=%d "
+                "seconds=%.3f",
+                w->key, w->shown, it->type, it->event_id, r.status, it->attempts + 1, r.seconds);
         if ((err = ck_outbox_mark_delivered(db, it->event_id, w->key, r.status, now)) < 0 ||
             (err = ck_outbox_receiver_update(db, w->key, true, NULL, h->failing_after, now,
                                              &transition)) < 0)
@@ -676,13 +676,16 @@ static int attempt(struct ck_hooks *h, sqlite3 *db, struct webhook *w,
     if (gave_up) {
         ck_metrics_add(CK_M_WEBHOOK_GAVE_UP, 1);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
-        ck_err("webhook.gave_up", "hook=%s url=%s event=%s id=%s after %d attempts "
-               "('ckptd hooks replay %s' resends it)", w->key, w->shown, it->type, it->event_id,
-               it->attempts + 1, it->event_id);
+        ck_err("webhook.gave_up",
+               "hook=%s url=%s event=%s id=%s after %d attempts "
+               "('ckptd hooks replay %s' resends it)",
+               w->key, w->shown, it->type, it->event_id, it->attempts + 1, it->event_id);
     }
     if (transition > 0)
-        ck_err("webhook.failing", "hook=%s url=%s marked failing after %d consecutive failures: "
-               "%s", w->key, w->shown, h->failing_after, why);
+        ck_err("webhook.failing",
+               "hook=%s url=%s marked failing after %d consecutive failures: "
+               "%s",
+               w->key, w->shown, h->failing_after, why);
     return 0;
 }
 
@@ -777,7 +780,6 @@ int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms)
     return ck_outbox_next_due(db, unix_ms);
 }
 
-
 /* --- the delivery thread ------------------------------------------------- */
 
 /* A round with a failed attempt is followed by this pause at least: a dead
@@ -848,8 +850,8 @@ int ck_hooks_start_delivery(struct ck_hooks *h, const char *db_path)
     }
     sqlite3_busy_timeout(d->db, 10000);
     if ((err = ck_outbox_init(d->db)) < 0 ||
-        sqlite3_exec(d->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL,
-                     NULL) != SQLITE_OK) {
+        sqlite3_exec(d->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL, NULL) !=
+            SQLITE_OK) {
         if (err == 0)
             err = ck_error(CK_EIO, "webhook outbox: %s", sqlite3_errmsg(d->db));
         sqlite3_close(d->db);

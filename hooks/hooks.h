@@ -24,23 +24,23 @@
 
 /* The config (agent/config.c fills it; every pointer owned). */
 struct ck_webhook_conf {
-    char *url;         /* an http(s) URL, or a secret reference (env:NAME, file:/path)
-                        * holding it, for receivers whose URL is itself the secret */
-    char **secrets;    /* secret references of whsec_ keys; several during a rotation */
+    char *url;      /* an http(s) URL, or a secret reference (env:NAME, file:/path)
+                     * holding it, for receivers whose URL is itself the secret */
+    char **secrets; /* secret references of whsec_ keys; several during a rotation */
     size_t nsecrets;
-    char **events;     /* type filters (globs: "upload.*"); none means every event */
+    char **events; /* type filters (globs: "upload.*"); none means every event */
     size_t nevents;
     char *template_path; /* a payload template (chat webhooks); NULL: the event JSON */
-    double timeout;    /* seconds per attempt; 0: the default (10 s) */
-    int line;          /* where it is in the config, for messages */
+    double timeout;      /* seconds per attempt; 0: the default (10 s) */
+    int line;            /* where it is in the config, for messages */
 };
 
 struct ck_exec_conf {
-    char *event;       /* a type filter (glob) */
-    char **argv;       /* the command; argv[0] searched on PATH */
+    char *event; /* a type filter (glob) */
+    char **argv; /* the command; argv[0] searched on PATH */
     size_t argc;
-    bool shell;        /* the command was one string: run as /bin/sh -c STRING */
-    double timeout;    /* seconds; 0: the default (30 s) */
+    bool shell;     /* the command was one string: run as /bin/sh -c STRING */
+    double timeout; /* seconds; 0: the default (30 s) */
     int line;
 };
 
@@ -51,14 +51,14 @@ struct ck_hooks_conf {
     size_t nexecs;
     double *retry_schedule; /* seconds before each retry; NULL: ck_backoff_default */
     size_t nretry;
-    int64_t failing_after;  /* consecutive failures that mark a receiver failing; 0: 5 */
+    int64_t failing_after; /* consecutive failures that mark a receiver failing; 0: 5 */
 };
 
 #define CK_HOOKS_WEBHOOK_TIMEOUT_S 10.0
 #define CK_HOOKS_EXEC_TIMEOUT_S 30.0
 #define CK_HOOKS_FAILING_AFTER 5
-#define CK_HOOKS_MAX_RUNNING 4      /* exec hooks at once; more wait their turn */
-#define CK_HOOKS_MAX_QUEUED 256     /* exec hooks waiting; past it new ones are dropped (logged) */
+#define CK_HOOKS_MAX_RUNNING 4  /* exec hooks at once; more wait their turn */
+#define CK_HOOKS_MAX_QUEUED 256 /* exec hooks waiting; past it new ones are dropped (logged) */
 
 void ck_hooks_conf_release(struct ck_hooks_conf *c);
 /* Checks what can be checked without reading secrets: URLs, secret
@@ -73,8 +73,7 @@ struct ck_hooks;
  * reads and checks templates. conf is borrowed for the life of the hooks
  * object; config_name is for messages. An empty conf gives a working object
  * that does nothing. */
-int ck_hooks_new(const struct ck_hooks_conf *conf, const char *config_name,
-                 struct ck_hooks **out);
+int ck_hooks_new(const struct ck_hooks_conf *conf, const char *config_name, struct ck_hooks **out);
 /* Frees; exec hooks still running are killed (wait for them first). */
 void ck_hooks_free(struct ck_hooks *h);
 size_t ck_hooks_webhook_count(const struct ck_hooks *h);

@@ -44,8 +44,7 @@ int ck_outbox_init(sqlite3 *db)
 
 /* Prepares sql and binds the arguments described by types: 't' text (NULL
  * binds null), 'i' int64. */
-static int vprepare(sqlite3 *db, sqlite3_stmt **st, const char *sql, const char *types,
-                    va_list ap)
+static int vprepare(sqlite3 *db, sqlite3_stmt **st, const char *sql, const char *types, va_list ap)
 {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
         return db_fail(db, "prepare");
@@ -131,8 +130,7 @@ static void copy_col(char *out, size_t outsz, sqlite3_stmt *st, int col)
     snprintf(out, outsz, "%s", s ? (const char *)s : "");
 }
 
-int ck_outbox_due(sqlite3 *db, int64_t now_ms, size_t max, struct ck_outbox_item **out,
-                  size_t *n)
+int ck_outbox_due(sqlite3 *db, int64_t now_ms, size_t max, struct ck_outbox_item **out, size_t *n)
 {
     sqlite3_stmt *st;
     int err, rc;
@@ -247,8 +245,9 @@ int ck_outbox_mark_failed(sqlite3 *db, const char *event_id, const char *hook, l
     sqlite3_stmt *st;
     int err;
     *gave_up = false;
-    if ((err = prepare(db, &st, "SELECT attempts FROM hook_deliveries WHERE event_id = ? AND hook = ?",
-                       "tt", event_id, hook)) < 0)
+    if ((err = prepare(db, &st,
+                       "SELECT attempts FROM hook_deliveries WHERE event_id = ? AND hook = ?", "tt",
+                       event_id, hook)) < 0)
         return err;
     int rc = sqlite3_step(st);
     int attempts = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) + 1 : -1;

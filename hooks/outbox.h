@@ -38,14 +38,13 @@ struct ck_outbox_item {
     char event_id[64];
     char hook[64];
     char type[64];
-    char *body;    /* owned: what to send */
-    int attempts;  /* attempts already made */
+    char *body;   /* owned: what to send */
+    int attempts; /* attempts already made */
 };
 void ck_outbox_items_free(struct ck_outbox_item *items, size_t n);
 
 /* Up to max pending deliveries due at now_ms, oldest first. */
-int ck_outbox_due(sqlite3 *db, int64_t now_ms, size_t max, struct ck_outbox_item **out,
-                  size_t *n);
+int ck_outbox_due(sqlite3 *db, int64_t now_ms, size_t max, struct ck_outbox_item **out, size_t *n);
 /* Claims a due delivery for one attempt: pushes its next attempt to
  * lease_until_ms so that another process delivering from the same outbox
  * skips it (and a crash mid-attempt retries it after the lease). *claimed is

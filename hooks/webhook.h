@@ -44,15 +44,15 @@ int ck_webhook_check_url(const char *url, const char *what);
 void ck_webhook_redact_url(const char *url, char *out, size_t outsz);
 
 struct ck_webhook_result {
-    long status;           /* HTTP status; 0 when none came back */
-    int curl_code;         /* CURLcode */
-    double seconds;        /* time the attempt took */
-    char detail[200];      /* why it failed, printable ASCII: curl's error or the body's start */
+    long status;      /* HTTP status; 0 when none came back */
+    int curl_code;    /* CURLcode */
+    double seconds;   /* time the attempt took */
+    char detail[200]; /* why it failed, printable ASCII: curl's error or the body's start */
 };
 
 /* Upper bounds on what a receiver can make us read or wait for. */
-#define CK_WEBHOOK_BODY_MAX (1 << 20)    /* bytes of an answer read; past it we hang up */
-#define CK_WEBHOOK_CONNECT_MAX_S 10.0    /* connect timeout, at most the total timeout */
+#define CK_WEBHOOK_BODY_MAX (1 << 20) /* bytes of an answer read; past it we hang up */
+#define CK_WEBHOOK_CONNECT_MAX_S 10.0 /* connect timeout, at most the total timeout */
 
 /* One attempt: POST body to url with the three headers (no signature header
  * when sig is NULL) and content_type, within timeout seconds in total.

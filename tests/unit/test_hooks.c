@@ -29,9 +29,9 @@ static void sign_standard_webhooks_vector(void **state)
     assert_int_equal(k.len, 24);
     struct ck_buf b = CK_BUF_INIT;
     const char *body = "{\"test\": 2432232314}";
-    assert_int_equal(ck_webhook_sign(&k, 1, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body,
-                                     strlen(body), &b),
-                     0);
+    assert_int_equal(
+        ck_webhook_sign(&k, 1, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, strlen(body), &b),
+        0);
     assert_string_equal(ck_buf_str(&b), "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
     ck_buf_release(&b);
 }
@@ -39,7 +39,8 @@ static void sign_standard_webhooks_vector(void **state)
 static void sign_with_two_keys_gives_two_signatures(void **state)
 {
     struct ck_webhook_key k[2];
-    assert_int_equal(ck_webhook_key_decode("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "t", &k[0]), 0);
+    assert_int_equal(ck_webhook_key_decode("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "t", &k[0]),
+                     0);
     /* 32 bytes 0x00..0x1f */
     assert_int_equal(
         ck_webhook_key_decode("whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=", "t", &k[1]), 0);
@@ -47,9 +48,9 @@ static void sign_with_two_keys_gives_two_signatures(void **state)
     assert_int_equal(k[1].bytes[31], 0x1f);
     struct ck_buf b = CK_BUF_INIT;
     const char *body = "{\"test\": 2432232314}";
-    assert_int_equal(ck_webhook_sign(k, 2, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body,
-                                     strlen(body), &b),
-                     0);
+    assert_int_equal(
+        ck_webhook_sign(k, 2, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body, strlen(body), &b),
+        0);
     const char *s = ck_buf_str(&b);
     assert_true(!strncmp(s, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE= v1,", 51));
     assert_int_equal(strlen(s), 51 + 44);
@@ -61,11 +62,11 @@ static void bad_secrets_are_refused_without_the_value(void **state)
 {
     struct ck_webhook_key k;
     static const char *bad[] = {
-        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",      /* no prefix */
-        "whsec_",                                /* empty */
-        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS", /* not a multiple of 4 */
+        "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",       /* no prefix */
+        "whsec_",                                 /* empty */
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaS",  /* not a multiple of 4 */
         "whsec_MfKQ9r8GKYqrTwjU*D8ILPZIo2LaLaSw", /* not base64 */
-        "whsec_c2hvcnQ=",                        /* 5 bytes: too short */
+        "whsec_c2hvcnQ=",                         /* 5 bytes: too short */
         "whsec_Mf=Q9r8GKYqrTwjUPD8ILPZIo2LaLaSw", /* padding inside */
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
@@ -80,8 +81,9 @@ static void urls_are_checked(void **state)
 {
     assert_int_equal(ck_webhook_check_url("https://hooks.example.com/a/b?c=1", "u"), 0);
     assert_int_equal(ck_webhook_check_url("http://127.0.0.1:8080/", "u"), 0);
-    static const char *bad[] = {"ftp://x/", "hooks.example.com/x", "https://", "http://a b/",
-                                "https://user:pw@host/", "", "file:///etc/passwd"};
+    static const char *bad[] = {"ftp://x/",          "hooks.example.com/x",   "https://",
+                                "http://a b/",       "https://user:pw@host/", "",
+                                "file:///etc/passwd"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         assert_int_equal(ck_webhook_check_url(bad[i], "hooks.webhooks[2].url"), CK_ECONFIG);
     /* the message names the key and never the URL, which may be a secret */
@@ -208,12 +210,12 @@ static void outbox_transitions(void **state)
     const char *hooks[] = {"wh_a", "wh_b"};
     const char *bodies[] = {NULL, "{\"text\":\"hi\"}"};
     int64_t t0 = 1000000;
-    assert_int_equal(ck_outbox_add(db, "evt_1", "checkpoint.registered", t0, "{\"p\":1}", hooks,
-                                   bodies, 2, t0),
-                     0);
-    assert_int_equal(ck_outbox_add(db, "evt_1", "checkpoint.registered", t0, "{}", hooks, NULL, 1,
-                                   t0),
-                     CK_EEXIST);
+    assert_int_equal(
+        ck_outbox_add(db, "evt_1", "checkpoint.registered", t0, "{\"p\":1}", hooks, bodies, 2, t0),
+        0);
+    assert_int_equal(
+        ck_outbox_add(db, "evt_1", "checkpoint.registered", t0, "{}", hooks, NULL, 1, t0),
+        CK_EEXIST);
     int64_t v;
     assert_int_equal(ck_outbox_pending(db, &v), 0);
     assert_int_equal(v, 2);
@@ -226,8 +228,8 @@ static void outbox_transitions(void **state)
     assert_int_equal(ck_outbox_due(db, t0, 10, &it, &n), 0);
     assert_int_equal(n, 2);
     for (size_t i = 0; i < n; i++)
-        assert_string_equal(it[i].body, !strcmp(it[i].hook, "wh_a") ? "{\"p\":1}"
-                                                                     : "{\"text\":\"hi\"}");
+        assert_string_equal(it[i].body,
+                            !strcmp(it[i].hook, "wh_a") ? "{\"p\":1}" : "{\"text\":\"hi\"}");
     ck_outbox_items_free(it, n);
 
     /* a claim is exclusive */
@@ -242,21 +244,19 @@ static void outbox_transitions(void **state)
     static const double delays[] = {1, 10};
     struct ck_backoff b = {delays, 2};
     bool gave_up;
-    assert_int_equal(ck_outbox_mark_failed(db, "evt_1", "wh_b", 500, "HTTP 500", &b, 0.5, t0,
-                                           &gave_up),
-                     0);
+    assert_int_equal(
+        ck_outbox_mark_failed(db, "evt_1", "wh_b", 500, "HTTP 500", &b, 0.5, t0, &gave_up), 0);
     assert_false(gave_up);
     assert_int_equal(ck_outbox_next_due(db, &v), 0);
     assert_int_equal(v, t0 + 1000);
-    assert_int_equal(ck_outbox_mark_failed(db, "evt_1", "wh_b", 503, "HTTP 503", &b, 0.5,
-                                           t0 + 1000, &gave_up),
-                     0);
+    assert_int_equal(
+        ck_outbox_mark_failed(db, "evt_1", "wh_b", 503, "HTTP 503", &b, 0.5, t0 + 1000, &gave_up),
+        0);
     assert_false(gave_up);
     assert_int_equal(ck_outbox_next_due(db, &v), 0);
     assert_int_equal(v, t0 + 11000);
-    assert_int_equal(ck_outbox_mark_failed(db, "evt_1", "wh_b", 0, "refused", &b, 0.5, t0 + 11000,
-                                           &gave_up),
-                     0);
+    assert_int_equal(
+        ck_outbox_mark_failed(db, "evt_1", "wh_b", 0, "refused", &b, 0.5, t0 + 11000, &gave_up), 0);
     assert_true(gave_up);
     assert_int_equal(ck_outbox_pending(db, &v), 0);
     assert_int_equal(v, 0);

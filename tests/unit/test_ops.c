@@ -76,9 +76,10 @@ static int curl_get(struct server *s, const char *path, const char *extra, struc
     char dir[4096], out[4200], cmd[9000];
     ck_test_tmpdir(dir, "ops");
     snprintf(out, sizeof out, "%s/body", dir);
-    snprintf(cmd, sizeof cmd,
-             "curl -s -o '%s' -w '%%{http_code}' --max-time 10 %s 'http://127.0.0.1:%d%s' > '%s.code'",
-             out, extra, ck_ops_port(s->ops), path, out);
+    snprintf(
+        cmd, sizeof cmd,
+        "curl -s -o '%s' -w '%%{http_code}' --max-time 10 %s 'http://127.0.0.1:%d%s' > '%s.code'",
+        out, extra, ck_ops_port(s->ops), path, out);
     assert_int_equal(system(cmd), 0);
     ck_buf_reset(body);
     assert_int_equal(ck_read_file(out, 1 << 20, body), 0);
@@ -116,31 +117,33 @@ static void metrics_are_prometheus_text(void **state)
     char dir[4096], path[4200], cmd[9000];
     ck_test_tmpdir(dir, "ops");
     snprintf(path, sizeof path, "%s/metrics.txt", dir);
-    snprintf(cmd, sizeof cmd, "curl -sf --max-time 10 -D '%s.h' -o '%s' http://127.0.0.1:%d/metrics",
-             path, path, ck_ops_port(s->ops));
+    snprintf(cmd, sizeof cmd,
+             "curl -sf --max-time 10 -D '%s.h' -o '%s' http://127.0.0.1:%d/metrics", path, path,
+             ck_ops_port(s->ops));
     assert_int_equal(system(cmd), 0);
     /* parsed by an independent reader of the text format: every sample line
      * is NAME{LABELS} VALUE with a float value, every family has HELP and TYPE */
-    snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 - '%s' <<'PY'\n"
-             "import re, sys\n"
-             "fam, types, samples = set(), {}, {}\n"
-             "for line in open(sys.argv[1]):\n"
-             "    line = line.rstrip('\\n')\n"
-             "    if line.startswith('# HELP '): fam.add(line.split()[2]); continue\n"
-             "    if line.startswith('# TYPE '): types[line.split()[2]] = line.split()[3]; continue\n"
-             "    m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{[^}]*\\})? (\\S+)', line)\n"
-             "    assert m, line\n"
-             "    samples[m.group(1) + (m.group(2) or '')] = float(m.group(3))\n"
-             "assert fam == set(types), (fam ^ set(types))\n"
-             "assert samples['ckptd_checkpoints_registered_total'] == 4\n"
-             "assert samples['ckptd_upload_queue_depth'] == 2\n"
-             "assert samples['ckptd_upload_duration_seconds_bucket{le=\"2.5\"}'] == 1\n"
-             "assert samples['ckptd_upload_duration_seconds_bucket{le=\"1\"}'] == 0\n"
-             "assert types['ckptd_upload_duration_seconds'] == 'histogram'\n"
-             "assert all(k.startswith('ckptd_') for k in samples)\n"
-             "PY",
-             path);
+    snprintf(
+        cmd, sizeof cmd,
+        "/usr/bin/python3 - '%s' <<'PY'\n"
+        "import re, sys\n"
+        "fam, types, samples = set(), {}, {}\n"
+        "for line in open(sys.argv[1]):\n"
+        "    line = line.rstrip('\\n')\n"
+        "    if line.startswith('# HELP '): fam.add(line.split()[2]); continue\n"
+        "    if line.startswith('# TYPE '): types[line.split()[2]] = line.split()[3]; continue\n"
+        "    m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{[^}]*\\})? (\\S+)', line)\n"
+        "    assert m, line\n"
+        "    samples[m.group(1) + (m.group(2) or '')] = float(m.group(3))\n"
+        "assert fam == set(types), (fam ^ set(types))\n"
+        "assert samples['ckptd_checkpoints_registered_total'] == 4\n"
+        "assert samples['ckptd_upload_queue_depth'] == 2\n"
+        "assert samples['ckptd_upload_duration_seconds_bucket{le=\"2.5\"}'] == 1\n"
+        "assert samples['ckptd_upload_duration_seconds_bucket{le=\"1\"}'] == 0\n"
+        "assert types['ckptd_upload_duration_seconds'] == 'histogram'\n"
+        "assert all(k.startswith('ckptd_') for k in samples)\n"
+        "PY",
+        path);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof cmd, "grep -qi '^content-type: text/plain; version=0.0.4' '%s.h'", path);
     assert_int_equal(system(cmd), 0);
@@ -245,8 +248,8 @@ static void listen_addresses(void **state)
     assert_string_equal(host, "::1");
     assert_int_equal(ck_ops_parse_listen("localhost:1", "listen", host, sizeof host, &port), 0);
     assert_string_equal(host, "127.0.0.1");
-    static const char *bad[] = {"127.0.0.1:", "127.0.0.1:70000", ":80", "example.com:80",
-                                "127.0.0.1:8o", "[::1]80", ""};
+    static const char *bad[] = {"127.0.0.1:",   "127.0.0.1:70000", ":80", "example.com:80",
+                                "127.0.0.1:8o", "[::1]80",         ""};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         assert_int_equal(ck_ops_parse_listen(bad[i], "listen", host, sizeof host, &port),
                          CK_ECONFIG);
@@ -261,10 +264,8 @@ static void listen_addresses(void **state)
 
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(healthz_and_readyz),
-    cmocka_unit_test(metrics_are_prometheus_text),
-    cmocka_unit_test(status_is_json),
-    cmocka_unit_test(bad_requests_are_bounded),
+    cmocka_unit_test(healthz_and_readyz), cmocka_unit_test(metrics_are_prometheus_text),
+    cmocka_unit_test(status_is_json),     cmocka_unit_test(bad_requests_are_bounded),
     cmocka_unit_test(listen_addresses),
 };
 CK_TEST_MAIN(tests)
