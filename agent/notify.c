@@ -188,6 +188,9 @@ static int savepoint(sqlite3 *db, const char *sql)
     return 0;
 }
 
+/* Set once a pass has looked at every checkpoint of metadata.yaml. */
+static bool all_checked;
+
 static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
                     const struct ck_scan_result *res, const struct ck_pmf_meta *m)
 {
@@ -205,7 +208,6 @@ static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
         return err;
     /* Every checkpoint is looked at once per process (what a crash left
      * unannounced); after that only what the pass registered can be new. */
-    static bool all_checked;
     for (size_t i = 0; i < m->ncheckpoints; i++) {
         const char *ref = ck_pmf_ref_str(&m->checkpoints[i].ref, txt, sizeof txt);
         if (all_checked && !in_list(res->registered, res->nregistered, ref))
@@ -248,6 +250,10 @@ static int notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
     struct ck_pmf_meta m;
     bool have_meta = false;
     int err = 0;
+    /* a pass that wrote nothing changed nothing: no need to read the tree (the
+     * watcher runs many of them) */
+    if (all_checked && !res->metadata_written)
+        return 0;
     ck_pmf_meta_init(&m);
     if (ck_path_join(path, sizeof path, dir, "metadata.yaml") == 0 &&
         ck_read_file(path, META_MAX, &b) == 0 && ck_pmf_parse(&m, path, b.data, b.len) == 0) {
