@@ -134,6 +134,7 @@ struct walk {
     const struct ck_config *cfg;
     struct ck_discovery *d;
     int err;
+    bool shallow; /* ck_discover_dirs: the folders named, not the ones below them */
 };
 
 static double mtime_of(const struct stat *st)
@@ -484,7 +485,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
             bool taken;
             if ((err = take_folder(w, dirfd(dir), sub, name, &taken)) < 0 || taken)
                 continue;
-            if (depth >= MAX_DEPTH)
+            if (depth >= MAX_DEPTH || w->shallow)
                 continue;
             int fd = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (fd < 0) {
@@ -502,12 +503,36 @@ static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
 
 int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discovery *out)
 {
-    struct walk w = {dir, cfg, out, 0};
+    struct walk w = {dir, cfg, out, 0, false};
     memset(out, 0, sizeof *out);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return ck_error_os(CK_EIO, "cannot open '%s'", dir);
     int err = walk_dir(&w, fd, "", 0);
+    if (err < 0) {
+        ck_discovery_release(out);
+        return err;
+    }
+    finish_tfsets(out);
+    return 0;
+}
+
+int ck_discover_dirs(const char *dir, const struct ck_config *cfg, char *const *subdirs,
+                     size_t n, struct ck_discovery *out)
+{
+    struct walk w = {dir, cfg, out, 0, true};
+    char path[PATH_MAX];
+    int err = 0;
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < n && err == 0; i++) {
+        const char *rel = subdirs[i];
+        if ((err = ck_path_join(path, sizeof path, dir, rel[0] ? rel : ".")) < 0)
+            break;
+        int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* gone meanwhile: nothing to take there */
+        err = walk_dir(&w, fd, rel, 1);
+    }
     if (err < 0) {
         ck_discovery_release(out);
         return err;

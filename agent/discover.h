@@ -46,6 +46,11 @@ struct ck_discovery {
 /* Walks dir (not following symlinks, skipping .ckptd and data/initialisation). */
 int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discovery *out);
 void ck_discovery_release(struct ck_discovery *d);
+/* The same, in the named folders only (relative to dir, "" for dir itself),
+ * not in the folders below them (a folder checkpoint in them is listed
+ * whole). For the watcher's targeted passes; a missing folder is skipped. */
+int ck_discover_dirs(const char *dir, const struct ck_config *cfg, char *const *subdirs,
+                     size_t n, struct ck_discovery *out);
 
 /* Matches name against pattern. Captures are written when the pattern has
  * them (has_* says so). Exposed for tests and for the watcher. */

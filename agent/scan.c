@@ -896,11 +896,13 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         goto out;
     if (o->cfg->init_kind == CK_INIT_PMF && (err = init_pmf(&s)) < 0)
         goto out;
-    if ((err = ck_discover(o->dir, o->cfg, &d)) < 0 || (err = index_candidates(&s, &d)) < 0)
+    err = o->only_dirs ? ck_discover_dirs(o->dir, o->cfg, o->only_dirs, o->nonly_dirs, &d)
+                       : ck_discover(o->dir, o->cfg, &d);
+    if (err < 0 || (err = index_candidates(&s, &d)) < 0)
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)
         problem(&s, d.problems[i].path, d.problems[i].msg);
-    if ((err = registered_pass(&s)) < 0 || (err = new_pass(&s, &d)) < 0)
+    if ((!o->only_dirs && (err = registered_pass(&s)) < 0) || (err = new_pass(&s, &d)) < 0)
         goto out;
     int status_err = status_pass(&s);
     res->new_status = s.meta.status;

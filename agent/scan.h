@@ -26,6 +26,11 @@ struct ck_scan_opts {
      * false leaves it waiting. */
     bool (*admit)(void *arg, const struct ck_candidate *c);
     void *admit_arg;
+    /* A targeted pass (the watcher, between full passes): looks for new
+     * checkpoints only in these folders (relative to dir, "" for dir; not
+     * below them) and does not re-check registered ones. NULL: everything. */
+    char *const *only_dirs;
+    size_t nonly_dirs;
 };
 
 struct ck_scan_result {

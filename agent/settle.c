@@ -364,6 +364,15 @@ bool ck_settle_is_settled(struct ck_settle *s, const char *rel)
     return false;
 }
 
+void ck_settle_each(const struct ck_settle *s, void (*fn)(void *arg, const char *rel), void *arg)
+{
+    struct ck_pathmap_iter it;
+    struct entry *e;
+    ck_pathmap_iter_init(&it, &s->map);
+    while ((e = ck_pathmap_next(&it)))
+        fn(arg, e->e.key);
+}
+
 size_t ck_settle_npending(const struct ck_settle *s)
 {
     return s->npending;

@@ -44,6 +44,8 @@ int ck_settle_check(struct ck_settle *s, double now, size_t *nsettled, double *n
 bool ck_settle_is_settled(struct ck_settle *s, const char *rel);
 
 size_t ck_settle_npending(const struct ck_settle *s);
+/* Calls fn for every path tracked (pending, or settled and not forgotten). */
+void ck_settle_each(const struct ck_settle *s, void (*fn)(void *arg, const char *rel), void *arg);
 size_t ck_settle_nsettled(const struct ck_settle *s);
 
 /* Exposed for tests: whether a process other than this one has the file at

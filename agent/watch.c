@@ -59,6 +59,7 @@ struct watcher {
     struct admitted *admitted;
     size_t nadmitted;
     bool want_pass;
+    bool want_full;   /* the next pass looks at everything (else: where things changed) */
     bool ready;       /* the first pass is done */
     bool ended;       /* the training ended: stop */
     size_t passes;
@@ -83,6 +84,10 @@ void ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
         cfg->watch_settle = o->settle;
     if (o->grace_period >= 0)
         cfg->watch_grace_period = o->grace_period;
+    if (o->listen) { /* a failed strdup leaves no listener rather than a wrong one */
+        free(cfg->listen);
+        cfg->listen = strdup(o->listen);
+    }
 }
 
 int ck_watch_check_config(const struct ck_config *cfg)
@@ -187,7 +192,56 @@ static void arm_settle(struct watcher *w, double delay)
 static void kick(struct watcher *w)
 {
     w->want_pass = true;
+    w->want_full = true;
     arm_settle(w, 0);
+}
+
+/* The folder a targeted pass lists to find rel's checkpoint: the one holding
+ * the folder checkpoint rel is in, else rel's own folder ("" the top). */
+static void scope_of(const struct ck_config *cfg, const char *rel, char *out, size_t outsz)
+{
+    char prefix[PATH_MAX];
+    for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
+        snprintf(prefix, sizeof prefix, "%.*s", (int)(p - rel), rel);
+        if (pattern_hits(cfg, ck_basename(prefix), prefix, true)) {
+            ck_dirname(out, outsz, prefix);
+            goto done;
+        }
+    }
+    ck_dirname(out, outsz, rel);
+done:
+    if (!strcmp(out, "."))
+        out[0] = '\0';
+}
+
+struct scopes {
+    const struct ck_config *cfg;
+    struct ck_pathmap set;
+    char **list; /* borrowed from set's keys */
+    size_t n;
+    int err;
+};
+
+static void add_scope(void *arg, const char *rel)
+{
+    struct scopes *sc = arg;
+    char dir[PATH_MAX];
+    struct ck_pathmap_entry *e;
+    bool created;
+    scope_of(sc->cfg, rel, dir, sizeof dir);
+    if (sc->err || ck_pathmap_put(&sc->set, dir, sizeof *e, (void **)&e, &created) < 0) {
+        sc->err = CK_ENOMEM;
+        return;
+    }
+    if (!created)
+        return;
+    char **l = realloc(sc->list, (sc->n + 1) * sizeof *l);
+    if (!l) {
+        sc->err = CK_ENOMEM;
+        return;
+    }
+    sc->list = l;
+    l[sc->n++] = e->key;
 }
 
 static bool admit(void *arg, const struct ck_candidate *c)
@@ -256,8 +310,22 @@ static void forget_registered(struct watcher *w, const struct ck_scan_result *re
 
 /* One pass. end_status >= 0 ends the training; final: take every complete
  * checkpoint now (the writer is gone). Returns the pass's error. */
-static int pass(struct watcher *w, int end_status, bool final)
+static int pass(struct watcher *w, int end_status, bool final, bool targeted)
 {
+    /* Targeted: only the folders of what is being settled (a full pass over
+     * a big tree costs a walk and a match of every name). */
+    struct scopes sc = {.cfg = &w->cfg};
+    ck_pathmap_init(&sc.set, NULL);
+    if (targeted) {
+        ck_settle_each(w->settle, add_scope, &sc);
+        struct ck_pathmap_iter it;
+        struct ck_pathmap_entry *e;
+        ck_pathmap_iter_init(&it, &w->renamed);
+        while ((e = ck_pathmap_next(&it)))
+            add_scope(&sc, e->key);
+        if (sc.err)
+            targeted = false;
+    }
     struct ck_scan_opts so = {
         .dir = w->o->dir,
         .cfg = &w->cfg,
@@ -266,6 +334,8 @@ static int pass(struct watcher *w, int end_status, bool final)
         .min_age = 0,
         .admit = final ? NULL : admit,
         .admit_arg = w,
+        .only_dirs = targeted ? (sc.list ? sc.list : (char *[]){""}) : NULL,
+        .nonly_dirs = targeted ? sc.n : 0,
     };
     struct ck_scan_result res = {0};
     double t0 = ck_loop_now();
@@ -294,6 +364,8 @@ static int pass(struct watcher *w, int end_status, bool final)
         }
     }
     ck_scan_result_release(&res);
+    free(sc.list);
+    ck_pathmap_release(&sc.set);
     /* A pass over a big tree allocates and frees a lot: give it back, the
      * watcher then idles (issue 3: resident memory while idle). */
     malloc_trim(0);
@@ -316,8 +388,9 @@ static void on_settle_timer(struct ck_loop *loop, void *arg)
                 arm_settle(w, next);
             return;
         }
-        w->want_pass = false;
-        pass(w, -1, false);
+        bool full = w->want_full;
+        w->want_pass = w->want_full = false;
+        pass(w, -1, false, !full);
     }
     if (!w->ended)
         arm_settle(w, 0); /* more to do: let other events have their turn first */
@@ -396,7 +469,7 @@ static void handle_request(struct watcher *w, int dfd, const char *name)
         return;
     }
     ck_info("request.received", "from pid %s: end the training as %s", pid, buf);
-    int err = pass(w, to, true);
+    int err = pass(w, to, true, false);
     char text[2048];
     if (err < 0)
         snprintf(text, sizeof text, "error %s\n", ck_error_msg());
@@ -494,7 +567,7 @@ static void reap(struct watcher *w)
     }
     w->child = 0;
     int end = w->child_code == 0 ? CK_PMF_FINISHED : CK_PMF_FAILED;
-    int err = pass(w, end, true);
+    int err = pass(w, end, true, false);
     w->exit_code = w->child_code;
     if (err < 0 && w->child_code == 0)
         w->exit_code = CK_EXIT_FAILED;
@@ -744,7 +817,7 @@ static int start(struct watcher *w)
             w->o->dir, ck_fswatch_backend(w->fs), ck_fswatch_nwatches(w->fs),
             ck_fswatch_npolled(w->fs), cfg->watch_settle, cfg->watch_reconcile_interval,
             (long)getpid());
-    if ((err = pass(w, -1, false)) < 0)
+    if ((err = pass(w, -1, false, false)) < 0)
         return err;
     if (w->status == CK_PMF_FINISHED || w->status == CK_PMF_FAILED) {
         if (w->o->command)
@@ -761,7 +834,7 @@ static int start(struct watcher *w)
             w->exit_code = 127;
             return err;
         }
-        if ((err = pass(w, -1, false)) < 0) /* status running */
+        if ((err = pass(w, -1, false, false)) < 0) /* status running */
             return err;
     }
     on_request(w); /* a request left while no watcher ran */
