@@ -2,6 +2,7 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/config.h"
+#include "agent/ops.h"
 #include "agent/scan.h"
 #include "agent/watch.h"
 #include "common/error.h"
@@ -32,6 +33,7 @@ static const char help[] =
     "  --settle DUR          a file must be unchanged this long (watch.settle, 200ms)\n"
     "  --grace-period DUR    after SIGTERM/SIGINT, time the command gets before SIGKILL\n"
     "                        (watch.grace_period, default 20s)\n"
+    "  --listen HOST:PORT    serve /healthz /readyz /metrics /status there (listen:)\n"
     "  -n, --check           check the config and DIR/metadata.yaml, then exit\n" CK_CLI_HELP
     "\n"
     "signals: SIGTERM/SIGINT stop (after the command when there is one), SIGHUP\n"
@@ -39,7 +41,13 @@ static const char help[] =
     "exit: the command's status; else 0 stopped or training ended, 1 failed,\n"
     "2 usage or config error, 3 another ckptd holds DIR's lock\n";
 
-enum { OPT_POLL = CK_OPT_FIRST_COMMAND_OPTION, OPT_POLL_INTERVAL, OPT_SETTLE, OPT_GRACE };
+enum {
+    OPT_POLL = CK_OPT_FIRST_COMMAND_OPTION,
+    OPT_POLL_INTERVAL,
+    OPT_SETTLE,
+    OPT_GRACE,
+    OPT_LISTEN
+};
 
 static int duration_flag(const char *name, const char *arg, double *out)
 {
@@ -56,6 +64,7 @@ int ck_cmd_watch(int argc, char **argv)
         {"poll-interval", required_argument, NULL, OPT_POLL_INTERVAL},
         {"settle", required_argument, NULL, OPT_SETTLE},
         {"grace-period", required_argument, NULL, OPT_GRACE},
+        {"listen", required_argument, NULL, OPT_LISTEN},
         {"check", no_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
     };
@@ -91,6 +100,14 @@ int ck_cmd_watch(int argc, char **argv)
         case OPT_GRACE:
             rc = duration_flag("--grace-period", optarg, &wo.grace_period);
             break;
+        case OPT_LISTEN: {
+            char host[64];
+            int port;
+            if (ck_ops_parse_listen(optarg, "--listen", host, sizeof host, &port) < 0)
+                return ck_cli_usage_error("watch", "%s", ck_error_msg());
+            wo.listen = optarg;
+            break;
+        }
         case 'n':
             check = true;
             break;

@@ -29,6 +29,7 @@ struct ck_watch_opts {
     /* flags over the config; negative: not given */
     int poll;
     double poll_interval, settle, grace_period;
+    const char *listen;       /* --listen HOST:PORT over listen:, or NULL */
     char *const *command;     /* NULL-terminated argv of the training command, or NULL */
 };
 

@@ -603,17 +603,24 @@ def wait_until(fn, what, timeout=60):
 class Operations(HookCase):
     """ckptd watch with listen: the endpoints scraped with curl."""
 
-    def start_watch(self, config):
+    def start_watch(self, config, flag=False):
+        """Starts ckptd watch listening on a free port, given by listen: in the
+        config or, with flag, by --listen."""
         import socket
         with socket.socket() as sk:
             sk.bind(("127.0.0.1", 0))
             port = sk.getsockname()[1]
-        self.config(f"listen: 127.0.0.1:{port}\n" + config)
+        args = [CKPTD, "watch", self.dir]
+        if flag:
+            self.config("listen: 127.0.0.1:1\n" + config)  # the flag wins
+            args += ["--listen", f"127.0.0.1:{port}"]
+        else:
+            self.config(f"listen: 127.0.0.1:{port}\n" + config)
         os.makedirs(os.path.join(self.dir, ".ckptd"), exist_ok=True)
         self.log_path = os.path.join(self.dir, ".ckptd", "test-watch.log")
         with open(self.log_path, "ab") as log:
-            p = subprocess.Popen([CKPTD, "watch", self.dir], env=dict(os.environ, **ENV),
-                                 stdout=subprocess.DEVNULL, stderr=log)
+            p = subprocess.Popen(args, env=dict(os.environ, **ENV), stdout=subprocess.DEVNULL,
+                                 stderr=log)
         self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: curl(base + "/healthz")[0] == 200 or p.poll() is not None, "/healthz")
@@ -661,6 +668,7 @@ class Operations(HookCase):
         self.assertGreaterEqual(st["uptime_seconds"], 0)
         self.assertEqual(curl("-X", "POST", "-d", "x", base + "/metrics")[0], 405)
         self.assertEqual(curl(base + "/nope")[0], 404)
+        self.assertEqual(run("watch", self.dir, "--listen", "example.com:80").returncode, 2)
         code, _ = curl("-I", base + "/metrics")
         self.assertEqual(code, 200)
         p.send_signal(signal.SIGTERM)
@@ -673,7 +681,7 @@ hooks:
   webhooks:
     - url: {r.url}
       secret: env:CK_WH_A
-""")
+""", flag=True)
         with open(os.path.join(self.dir, "epoch_1.pt"), "wb") as f:
             f.write(os.urandom(30000))
         reqs = wait_until(lambda: [q for q in r.requests()
