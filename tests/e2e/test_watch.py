@@ -398,6 +398,21 @@ class WatchCase(TmpDirCase):
         self.assertEqual(self.w.wait(), 0)
         self.assertEqual(validate_tree(self.dir)["model"]["training"]["status"], "failed")
 
+    def test_reconciliation_catches_what_gave_no_event(self):
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write("watch:\n  reconcile_interval: 1s\n")
+        self.watch()
+        outside = os.path.join(os.path.dirname(self.dir), os.path.basename(self.dir) + ".src")
+        with open(outside, "wb") as f:
+            f.write(os.urandom(3000))
+        self.addCleanup(os.unlink, outside)
+        t = time.time() - 60
+        os.utime(outside, (t, t))
+        # a hard link: IN_CREATE only, no close after writing, no rename
+        os.link(outside, os.path.join(self.dir, "epoch_12.pt"))
+        self.wait_refs(["epoch_12.pt"])
+        self.assert_files(["epoch_12.pt"])
+
     def test_restart_on_an_existing_tree(self):
         self.trainer("--epochs", 2, "--mode", "rename", "--interval", 0)
         run("scan", "--min-age", "0", self.dir, check=0)
@@ -530,6 +545,32 @@ class WatchCli(TmpDirCase):
         self.assertIn("already ended", p.stderr)
         p = run("watch", self.dir, "--", sys.executable, "-c", "pass", check=1)
         self.assertIn("already ended as finished", p.stderr)
+
+    def test_ops_endpoint(self):
+        import urllib.request
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write("listen: 127.0.0.1:0\n")
+        w = Watcher(self.dir, [])
+        try:
+            m = wait_for(lambda: re.search(r"ops\.listening: .*port=(\d+)", w.text()),
+                         "the ops endpoint")
+            base = f"http://127.0.0.1:{m.group(1)}"
+            with urllib.request.urlopen(base + "/healthz", timeout=10) as r:
+                self.assertEqual(r.status, 200)
+            wait_for(lambda: urllib.request.urlopen(base + "/readyz", timeout=10).status == 200,
+                     "ready")
+            with open(os.path.join(self.dir, "epoch_1.pt"), "wb") as f:
+                f.write(os.urandom(1000))
+            wait_for(lambda: "epoch_1.pt" in checkpoints(self.dir), "epoch_1.pt registered")
+            with urllib.request.urlopen(base + "/status", timeout=10) as r:
+                st = json.loads(r.read())
+            self.assertEqual(st["training"], "running")
+            self.assertIn(st["backend"], ("inotify", "poll", "inotify+poll"))
+            with urllib.request.urlopen(base + "/metrics", timeout=10) as r:
+                text = r.read().decode()
+            self.assertRegex(text, r"(?m)^ckptd_checkpoints_registered_total 1$")
+        finally:
+            self.assertEqual(w.stop(), 0)
 
     def test_json_logs(self):
         p = run("watch", "--log-format", "json", self.dir, "--", sys.executable, "-c", "pass",
