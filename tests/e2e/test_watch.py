@@ -472,6 +472,29 @@ class WatchInotify(WatchCase):
         self.wait_refs(["epoch_9.pt"])
 
 
+    def test_queue_overflow_triggers_a_full_pass(self):
+        if os.getuid() != 0:
+            raise unittest.SkipTest("needs root to lower fs.inotify.max_queued_events")
+        path = "/proc/sys/fs/inotify/max_queued_events"
+        try:
+            with open(path) as f:
+                old = f.read().strip()
+            with open(path, "w") as f:
+                f.write("8\n")  # read when an inotify instance is made: the watcher's
+        except OSError as e:
+            raise unittest.SkipTest(f"cannot change {path}: {e}")
+        try:
+            self.watch("--settle", "500ms")
+        finally:
+            with open(path, "w") as f:
+                f.write(old + "\n")
+        self.trainer("--epochs", 100, "--mode", "burst", "--size", 1000)
+        names = [f"epoch_{e}.safetensors" for e in range(1, 101)]
+        self.wait_refs(names, timeout=90)
+        self.assert_files(names)
+        self.assertIn("watch.overflow", self.w.text())
+
+
 class WatchPoll(WatchCase):
     FLAGS = ["--poll", "--poll-interval", "100ms"]
 
