@@ -247,8 +247,8 @@ static void add_scope(void *arg, const char *rel)
 static bool admit(void *arg, const struct ck_candidate *c)
 {
     struct watcher *w = arg;
-    bool complete = c->complete ||
-                    (c->kind == CK_CAND_DIR && ck_pathmap_get(&w->renamed, c->rel) != NULL);
+    bool complete = c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
+                                     ck_pathmap_get(&w->renamed, c->rel) != NULL);
     if (!complete)
         return false;
     bool ok = true;
