@@ -9,6 +9,7 @@
 #include "readers/h5param.h"
 
 #include "common/error.h"
+#include "readers/nameidx.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -396,10 +397,6 @@ static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t fi
     }
     t.data = data;
     t.nbytes = nbytes;
-    if (ck_tensor_set_find(s, name)) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", label, name);
-        goto out;
-    }
     if ((err = ck_tensor_set_add(s, &t, NULL)) < 0)
         goto out;
     if (ng >= 0) {
@@ -480,12 +477,19 @@ int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path
         ;
     if (err < 0)
         return err;
-    if (!done || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (WIFSIGNALED(status))
-            return ck_error(CK_EFORMAT, "'%s': the HDF5 reader died (signal %d); the file is "
-                            "corrupt or needs more memory than its size allows",
-                            label, WTERMSIG(status));
-        return ck_error(CK_EFORMAT, "'%s': the HDF5 reader failed on this file", label);
+    if (done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        struct ck_nameidx ix; /* HDF5 names are unique within a file; checked all the same */
+        if ((err = ck_nameidx_tensors(&ix, s)) < 0)
+            return err;
+        const char *dup = ck_nameidx_duplicate(&ix);
+        if (dup)
+            err = ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", label, dup);
+        ck_nameidx_release(&ix);
+        return err;
     }
-    return 0;
+    if (WIFSIGNALED(status))
+        return ck_error(CK_EFORMAT, "'%s': the HDF5 reader died (signal %d); the file is "
+                        "corrupt or needs more memory than its size allows",
+                        label, WTERMSIG(status));
+    return ck_error(CK_EFORMAT, "'%s': the HDF5 reader failed on this file", label);
 }

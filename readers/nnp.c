@@ -25,6 +25,7 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "readers/h5param.h"
+#include "readers/nameidx.h"
 #include "readers/nntxt.h"
 #include "readers/pbwire.h"
 #include "readers/zipin.h"
@@ -87,14 +88,27 @@ static int add_param(struct ck_tensor_set *s, const char *label, struct ck_tenso
                         "'%s': tensor '%s': %" PRIu64 " values for shape %s of %" PRIu64
                         " elements",
                         label, t->name, count, sh, numel);
-    if (ck_tensor_set_find(s, t->name))
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", label, t->name);
     t->dtype = CK_DT_F32;
     t->role = "parameter";
     t->nbytes = count * 4;
     if ((err = ck_tensor_set_add(s, t, NULL)) < 0)
         return err;
     return need_grad >= 0 ? add_need_grad(s, t->name, need_grad) : 0;
+}
+
+/* Every tensor name once (checked once per source: a scan per tensor would
+ * make a file of a million tiny parameters take hours). */
+static int check_unique(const struct ck_tensor_set *s, const char *label)
+{
+    struct ck_nameidx ix;
+    int err = ck_nameidx_tensors(&ix, s);
+    if (err < 0)
+        return err;
+    const char *dup = ck_nameidx_duplicate(&ix);
+    if (dup)
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s' appears twice", label, dup);
+    ck_nameidx_release(&ix);
+    return err;
 }
 
 /* ---- parameter.protobuf ---- */
@@ -125,8 +139,14 @@ static int pb_shape(const char *label, const struct ck_pb_field *f, struct ck_te
     return 0;
 }
 
-static int pb_param(struct ck_tensor_set *s, const char *label, size_t index,
-                    const struct ck_pb_field *pf)
+static int pb_param_data(struct ck_tensor_set *s, struct ck_pool *pool, const char *label,
+                         const struct ck_pb_field *pf, struct ck_tensor *tp,
+                         const struct ck_pb_field *shapef, bool has_shape,
+                         const struct ck_pb_field *dataf, size_t ndata, size_t total,
+                         int need_grad);
+
+static int pb_param(struct ck_tensor_set *s, struct ck_pool *pool, const char *label,
+                    size_t index, const struct ck_pb_field *pf)
 {
     struct ck_pb r;
     struct ck_pb_field f, shape = {0}, data = {0};
@@ -160,8 +180,24 @@ static int pb_param(struct ck_tensor_set *s, const char *label, size_t index,
     if (!name || !namelen || memchr(name, 0, namelen))
         return ck_error(CK_EFORMAT, "'%s': parameter %zu has no name or one with a NUL byte",
                         label, index);
-    if (!(t.name = ck_tensor_set_strdup(s, (const char *)name, namelen)))
+    if (!(t.name = strndup((const char *)name, namelen)))
         return ck_error(CK_ENOMEM, "'%s': out of memory", label);
+    rc = pb_param_data(s, pool, label, pf, &t, &shape, has_shape, &data, ndata, total, need_grad);
+    free(t.name);
+    return rc;
+}
+
+static int pb_param_data(struct ck_tensor_set *s, struct ck_pool *pool, const char *label,
+                         const struct ck_pb_field *pf, struct ck_tensor *tp,
+                         const struct ck_pb_field *shapef, bool has_shape,
+                         const struct ck_pb_field *dataf, size_t ndata, size_t total,
+                         int need_grad)
+{
+    struct ck_tensor t = *tp;
+    struct ck_pb r;
+    struct ck_pb_field f, data = *dataf, shape = *shapef;
+    size_t c;
+    int rc;
     if (has_shape && (rc = pb_shape(label, &shape, &t)) < 0)
         return rc;
     if (ndata == 1 && data.wire == CK_PB_LEN) {
@@ -176,7 +212,7 @@ static int pb_param(struct ck_tensor_set *s, const char *label, size_t index,
             return add_param(s, label, &t, total, need_grad); /* reports the mismatch */
         void *mem;
         size_t n = 0;
-        if ((rc = ck_tensor_set_alloc(s, (uint64_t)total * 4, &mem)) < 0)
+        if ((rc = ck_pool_alloc(pool, (uint64_t)total * 4, &mem)) < 0)
             return rc;
         uint32_t *u = mem;
         ck_pb_init_field(&r, pf);
@@ -205,20 +241,22 @@ static int pb_params(struct ck_tensor_set *s, const char *label, const unsigned 
 {
     struct ck_pb r;
     struct ck_pb_field f;
+    struct ck_pool pool;
     size_t index = 0;
     int rc;
+    ck_pool_init(&pool, s);
     ck_pb_init(&r, p, (size_t)len);
     while ((rc = ck_pb_next(&r, &f)) > 0) {
         if (f.num != PB_PARAMETER)
             continue;
         if (f.wire != CK_PB_LEN)
             return ck_error(CK_EFORMAT, "'%s': parameter %zu is not a message", label, index);
-        if ((rc = pb_param(s, label, index++, &f)) < 0)
+        if ((rc = pb_param(s, &pool, label, index++, &f)) < 0)
             return rc;
     }
     if (rc < 0)
         return ck_error_wrap(rc, "'%s'", label);
-    return 0;
+    return check_unique(s, label);
 }
 
 /* ---- network.nntxt ---- */
@@ -258,7 +296,9 @@ static int req_str(const struct ck_nntxt *msg, const char *field, const char *la
 /* Parameters written in the text format itself. */
 static int txt_params(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *root)
 {
+    struct ck_pool pool;
     int err;
+    ck_pool_init(&pool, s);
     for (const struct ck_nntxt *p = ck_nntxt_get(root, "parameter"); p; p = ck_nntxt_next(p)) {
         struct ck_tensor t;
         const char *name;
@@ -274,7 +314,7 @@ static int txt_params(struct ck_tensor_set *s, const char *label, const struct c
             return err;
         size_t count = ck_nntxt_count(p, "data");
         void *mem;
-        if ((err = ck_tensor_set_alloc(s, (uint64_t)count * 4, &mem)) < 0)
+        if ((err = ck_pool_alloc(&pool, (uint64_t)count * 4, &mem)) < 0)
             return err;
         unsigned char *b = mem;
         size_t i = 0;
@@ -292,7 +332,7 @@ static int txt_params(struct ck_tensor_set *s, const char *label, const struct c
         if ((err = add_param(s, label, &t, count, ng ? need : -1)) < 0)
             return err;
     }
-    return 0;
+    return check_unique(s, label);
 }
 
 static bool is_shape_msg(const struct ck_nntxt *m)
@@ -314,56 +354,120 @@ static int scalar_text(struct ck_buf *b, const struct ck_nntxt *v)
     return ck_buf_append(b, v->value, strlen(v->value));
 }
 
-/* The fields of a *_param message as node attributes. */
-static int flatten(struct ck_graph_node *n, const struct ck_nntxt *msg, const char *prefix,
-                   const char *label)
+struct kid {
+    const struct ck_nntxt *n;
+    size_t idx;
+};
+
+struct group {
+    size_t first, start, count;
+};
+
+static int kid_cmp(const void *x, const void *y)
 {
+    const struct kid *a = x, *b = y;
+    int c = strcmp(a->n->name, b->n->name);
+    return c ? c : a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int group_cmp(const void *x, const void *y)
+{
+    const struct group *a = x, *b = y;
+    return a->first < b->first ? -1 : a->first > b->first;
+}
+
+/* One field (all its repeats, kids[0..count)) as one attribute, or its
+ * nested messages flattened under "key." / "key[i].". */
+static int flatten_field(struct ck_graph_node *n, const struct kid *kids, size_t count,
+                         const char *key, const char *label, size_t *budget);
+
+/* The fields of a *_param message as node attributes, in the order of their
+ * first appearance. budget: how many more fields this function may have. */
+static int flatten(struct ck_graph_node *n, const struct ck_nntxt *msg, const char *prefix,
+                   const char *label, size_t *budget)
+{
+    size_t k = 0, ng = 0;
     int err = 0;
-    for (const struct ck_nntxt *c = msg->child; c && err >= 0; c = c->next) {
-        if (ck_nntxt_get(msg, c->name) != c)
-            continue; /* a repeat, handled with the first one */
-        size_t count = ck_nntxt_count(msg, c->name);
-        struct ck_buf key = CK_BUF_INIT, val = CK_BUF_INIT;
-        err = ck_buf_printf(&key, "%s%s", prefix, c->name);
-        bool simple = c->kind != CK_NNTXT_MSG || is_shape_msg(c);
-        if (err >= 0 && simple) {
-            if (count > 1)
-                err = ck_buf_putc(&val, '[');
-            for (const struct ck_nntxt *v = c; v && err >= 0; v = ck_nntxt_next(v)) {
-                if (v != c)
-                    err = ck_buf_putc(&val, ',');
-                if (err >= 0)
-                    err = scalar_text(&val, v);
-            }
-            if (err >= 0 && count > 1)
-                err = ck_buf_putc(&val, ']');
-            if (err >= 0) {
-                if (n->nattrs >= NNP_MAX_ATTRS)
-                    err = ck_error(CK_EFORMAT, "'%s' line %u: function '%s' has over %d "
-                                   "parameters", label, c->line, n->name, NNP_MAX_ATTRS);
-                else
-                    err = ck_graph_node_add_attr(n, ck_buf_str(&key), ck_buf_str(&val));
-            }
-        } else if (err >= 0) {
-            size_t i = 0;
-            for (const struct ck_nntxt *v = c; v && err >= 0; v = ck_nntxt_next(v), i++) {
-                ck_buf_reset(&val);
-                err = count > 1 ? ck_buf_printf(&val, "%s[%zu].", ck_buf_str(&key), i)
-                                : ck_buf_printf(&val, "%s.", ck_buf_str(&key));
-                if (err >= 0 && v->kind == CK_NNTXT_MSG)
-                    err = flatten(n, v, ck_buf_str(&val), label);
-            }
-        }
-        ck_buf_release(&key);
-        ck_buf_release(&val);
+    for (const struct ck_nntxt *c = msg->child; c; c = c->next)
+        k++;
+    if (k > *budget)
+        return ck_error(CK_EFORMAT, "'%s' line %u: function '%s' has over %d parameter fields",
+                        label, msg->line, n->name, NNP_MAX_ATTRS);
+    *budget -= k;
+    if (!k)
+        return 0;
+    struct kid *kids = calloc(k, sizeof(*kids));
+    struct group *groups = calloc(k, sizeof(*groups));
+    struct ck_buf key = CK_BUF_INIT;
+    if (!kids || !groups) {
+        err = ck_error(CK_ENOMEM, "'%s': out of memory", label);
+        goto out;
     }
+    k = 0;
+    for (const struct ck_nntxt *c = msg->child; c; c = c->next, k++)
+        kids[k] = (struct kid){c, k};
+    qsort(kids, k, sizeof(*kids), kid_cmp);
+    for (size_t i = 0; i < k; i++) {
+        if (i && !strcmp(kids[i].n->name, kids[i - 1].n->name))
+            groups[ng - 1].count++;
+        else
+            groups[ng++] = (struct group){kids[i].idx, i, 1};
+    }
+    qsort(groups, ng, sizeof(*groups), group_cmp);
+    for (size_t g = 0; g < ng && err >= 0; g++) {
+        ck_buf_reset(&key);
+        if ((err = ck_buf_printf(&key, "%s%s", prefix, kids[groups[g].start].n->name)) >= 0)
+            err = flatten_field(n, kids + groups[g].start, groups[g].count, ck_buf_str(&key),
+                                label, budget);
+    }
+out:
+    ck_buf_release(&key);
+    free(kids);
+    free(groups);
     return err;
 }
 
-static int need_variable(const struct ck_tensor_set *s, const char *label,
+static int flatten_field(struct ck_graph_node *n, const struct kid *kids, size_t count,
+                         const char *key, const char *label, size_t *budget)
+{
+    struct ck_buf val = CK_BUF_INIT;
+    int err = 0;
+    size_t simple = 0;
+    for (size_t i = 0; i < count; i++)
+        simple += kids[i].n->kind != CK_NNTXT_MSG || is_shape_msg(kids[i].n);
+    if (simple && simple != count)
+        return ck_error(CK_EFORMAT, "'%s' line %u: field '%s' mixes values and messages", label,
+                        kids[0].n->line, key);
+    if (simple) {
+        if (count > 1)
+            err = ck_buf_putc(&val, '[');
+        for (size_t i = 0; i < count && err >= 0; i++) {
+            if (i)
+                err = ck_buf_putc(&val, ',');
+            if (err >= 0)
+                err = scalar_text(&val, kids[i].n);
+        }
+        if (err >= 0 && count > 1)
+            err = ck_buf_putc(&val, ']');
+        if (err >= 0)
+            err = ck_graph_node_add_attr(n, key, ck_buf_str(&val));
+    } else {
+        for (size_t i = 0; i < count && err >= 0; i++) {
+            ck_buf_reset(&val);
+            err = count > 1 ? ck_buf_printf(&val, "%s[%zu].", key, i)
+                            : ck_buf_printf(&val, "%s.", key);
+            if (err >= 0)
+                err = flatten(n, kids[i].n, ck_buf_str(&val), label, budget);
+        }
+    }
+    ck_buf_release(&val);
+    return err;
+}
+
+static int need_variable(const struct ck_nameidx *vars, const char *label,
                          const struct ck_nntxt *at, const char *what, const char *name)
 {
-    if (ck_tensor_set_find(s, name))
+    if (ck_nameidx_find(vars, name))
         return 0;
     return ck_error(CK_EFORMAT, "'%s' line %u: %s '%s' is not a variable of the network",
                     label, at->line, what, name);
@@ -371,21 +475,31 @@ static int need_variable(const struct ck_tensor_set *s, const char *label,
 
 static int txt_variables(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *net)
 {
+    struct ck_nameidx params;
     int err;
-    for (const struct ck_nntxt *v = ck_nntxt_get(net, "variable"); v; v = ck_nntxt_next(v)) {
+    if ((err = ck_nameidx_tensors(&params, s)) < 0)
+        return err;
+    for (const struct ck_nntxt *v = ck_nntxt_get(net, "variable"); v && err >= 0;
+         v = ck_nntxt_next(v)) {
         struct ck_tensor t;
         const char *name, *type = "Buffer";
         const struct ck_nntxt *sh = ck_nntxt_get(v, "shape"), *ty = ck_nntxt_get(v, "type");
         memset(&t, 0, sizeof(t));
         if ((err = req_str(v, "name", label, &name)) < 0 ||
             (ty && (err = ck_nntxt_str(ty, label, &type)) < 0))
-            return err;
+            break;
         t.name = (char *)name;
         if (sh && (err = txt_shape(label, sh, &t, true)) < 0)
-            return err;
-        struct ck_tensor *have = ck_tensor_set_find(s, name);
+            break;
+        const struct ck_nameidx_entry *e = ck_nameidx_find(&params, name);
         bool param = !strcmp(type, "Parameter");
-        if (have && have->data && param) {
+        if (e && !param) {
+            err = ck_error(CK_EFORMAT, "'%s' line %u: variable '%s' is a Buffer but the "
+                           "parameters hold it", label, v->line, name);
+            break;
+        }
+        if (e) {
+            const struct ck_tensor *have = &s->tensors[e->index];
             bool same = have->rank == t.rank;
             for (int i = 0; same && i < t.rank; i++)
                 same = have->dims[i] == t.dims[i];
@@ -393,23 +507,30 @@ static int txt_variables(struct ck_tensor_set *s, const char *label, const struc
                 char a[256], b[256];
                 shape_text(have, a, sizeof(a));
                 shape_text(&t, b, sizeof(b));
-                return ck_error(CK_EFORMAT, "'%s' line %u: tensor '%s': shape %s differs from "
-                                "%s in the parameters", label, v->line, name, b, a);
+                err = ck_error(CK_EFORMAT, "'%s' line %u: tensor '%s': shape %s differs from "
+                               "%s in the parameters", label, v->line, name, b, a);
             }
             continue;
         }
-        if (have)
-            return ck_error(CK_EFORMAT, "'%s' line %u: variable '%s' is declared twice", label,
-                            v->line, name);
         t.dtype = CK_DT_F32;
         t.role = param ? "parameter" : "buffer";
-        if ((err = ck_tensor_set_add(s, &t, NULL)) < 0)
-            return err;
+        err = ck_tensor_set_add(s, &t, NULL);
     }
-    return 0;
+    ck_nameidx_release(&params);
+    if (err < 0)
+        return err;
+    /* A variable declared twice (or twice with its parameter) */
+    struct ck_nameidx all;
+    if ((err = ck_nameidx_tensors(&all, s)) < 0)
+        return err;
+    const char *dup = ck_nameidx_duplicate(&all);
+    if (dup)
+        err = ck_error(CK_EFORMAT, "'%s': variable '%s' is declared twice", label, dup);
+    ck_nameidx_release(&all);
+    return err;
 }
 
-static int txt_function(struct ck_tensor_set *s, const char *label, struct ck_graph *g,
+static int txt_function(const struct ck_nameidx *vars, const char *label, struct ck_graph *g,
                         const struct ck_nntxt *f)
 {
     const char *name, *type, *io;
@@ -420,23 +541,25 @@ static int txt_function(struct ck_tensor_set *s, const char *label, struct ck_gr
         return err;
     for (const struct ck_nntxt *i = ck_nntxt_get(f, "input"); i; i = ck_nntxt_next(i))
         if ((err = ck_nntxt_str(i, label, &io)) < 0 ||
-            (err = need_variable(s, label, i, "input", io)) < 0 ||
+            (err = need_variable(vars, label, i, "input", io)) < 0 ||
             (err = ck_graph_node_add_input(n, io)) < 0)
             return err;
     for (const struct ck_nntxt *o = ck_nntxt_get(f, "output"); o; o = ck_nntxt_next(o))
         if ((err = ck_nntxt_str(o, label, &io)) < 0 ||
-            (err = need_variable(s, label, o, "output", io)) < 0 ||
+            (err = need_variable(vars, label, o, "output", io)) < 0 ||
             (err = ck_graph_node_add_output(n, io)) < 0)
             return err;
+    size_t budget = NNP_MAX_ATTRS;
     for (const struct ck_nntxt *c = f->child; c; c = c->next)
         if (c->kind == CK_NNTXT_MSG && has_suffix(c->name, "_param") &&
-            (err = flatten(n, c, "", label)) < 0)
+            (err = flatten(n, c, "", label, &budget)) < 0)
             return err;
     return 0;
 }
 
-static int executor_io(struct ck_tensor_set *s, const char *label, struct ck_graph *g,
-                       const struct ck_nntxt *ex, bool have_params)
+static int executor_io(const struct ck_tensor_set *s, const struct ck_nameidx *vars,
+                       const char *label, struct ck_graph *g, const struct ck_nntxt *ex,
+                       bool have_params)
 {
     static const struct {
         const char *field;
@@ -448,14 +571,14 @@ static int executor_io(struct ck_tensor_set *s, const char *label, struct ck_gra
              v = ck_nntxt_next(v)) {
             const char *name;
             if ((err = req_str(v, "variable_name", label, &name)) < 0 ||
-                (err = need_variable(s, label, v, lists[k].field, name)) < 0)
+                (err = need_variable(vars, label, v, lists[k].field, name)) < 0)
                 return err;
             if (lists[k].kind < 2) {
                 if ((err = ck_graph_add_io(g, lists[k].kind == 1, name)) < 0)
                     return err;
                 continue;
             }
-            const struct ck_tensor *t = ck_tensor_set_find(s, name);
+            const struct ck_tensor *t = &s->tensors[ck_nameidx_find(vars, name)->index];
             if (have_params && !t->data)
                 return ck_error(CK_EFORMAT, "'%s' line %u: the parameters hold no tensor '%s'",
                                 label, v->line, name);
@@ -469,6 +592,7 @@ static int txt_network(struct ck_tensor_set *s, const char *label, const struct 
     const struct ck_nntxt *ex = ck_nntxt_get(root, "executor"), *net = NULL;
     const char *want = NULL, *name;
     struct ck_graph *g = NULL;
+    struct ck_nameidx vars = {NULL, 0};
     int err;
     if (ex) {
         const char *exname;
@@ -508,14 +632,17 @@ static int txt_network(struct ck_tensor_set *s, const char *label, const struct 
         if ((err = ck_graph_add_attr(g, "batch_size", num)) < 0)
             goto out;
     }
+    if ((err = ck_nameidx_tensors(&vars, s)) < 0)
+        goto out;
     for (const struct ck_nntxt *f = ck_nntxt_get(net, "function"); f; f = ck_nntxt_next(f))
-        if ((err = txt_function(s, label, g, f)) < 0)
+        if ((err = txt_function(&vars, label, g, f)) < 0)
             goto out;
-    if (ex && (err = executor_io(s, label, g, ex, have_params)) < 0)
+    if (ex && (err = executor_io(s, &vars, label, g, ex, have_params)) < 0)
         goto out;
     s->graph = g;
     g = NULL;
 out:
+    ck_nameidx_release(&vars);
     ck_graph_free(g);
     return err;
 }

@@ -27,6 +27,7 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "readers/flatbuf.h"
+#include "readers/nameidx.h"
 #include "readers/zipin.h"
 
 #include <inttypes.h>
@@ -58,6 +59,7 @@ struct ctx {
     const char *file;  /* for messages: "x.fb" or "x.zip: tag/graph.fb" */
     struct var *vars;  /* owned; sorted by (a, b) after loading */
     size_t nvars;
+    struct ck_pool *pool; /* names and string tables, in the set's memory */
 };
 
 static const char *const sd_roles[] = {"variable", "constant", "array", "placeholder", "sequence"};
@@ -92,7 +94,7 @@ static int fb_name(struct ctx *c, const char *p, uint32_t len, const char *what,
     if (len == 0 || memchr(p, 0, len))
         return ck_error(CK_EFORMAT, "'%s': %s has an empty name or one with a NUL byte", c->file,
                         what);
-    if (!(*out = ck_tensor_set_strdup(c->s, p, len)))
+    if (!(*out = ck_pool_strdup(c->pool, p, len)))
         return ck_error(CK_ENOMEM, "'%s': out of memory", c->file);
     return 0;
 }
@@ -151,7 +153,7 @@ static int read_strings(struct ctx *c, const char *name, const unsigned char *p,
                         " bytes does not hold %" PRIu64 " strings",
                         c->file, name, len, numel);
     void *mem;
-    if ((err = ck_tensor_set_alloc(c->s, numel ? numel * sizeof(struct ck_bytes) : 1, &mem)) < 0)
+    if ((err = ck_pool_alloc(c->pool, numel * sizeof(struct ck_bytes), &mem)) < 0)
         return err;
     struct ck_bytes *strs = mem;
     const unsigned char *offs = p + (count ? 8 : 0);
@@ -447,9 +449,18 @@ static int node_io(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_ta
         }
         return 0;
     }
-    /* No names: the variables this node's id produces, by output index. */
-    for (size_t i = 0; i < c->nvars; i++)
-        if (c->vars[i].a == id && (err = ck_graph_node_add_output(n, c->vars[i].name)) < 0)
+    /* No names: the variables this node's id produces, by output index
+     * (c->vars is sorted by id pair). */
+    size_t lo = 0, hi = c->nvars;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->vars[mid].a < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < c->nvars && c->vars[i].a == id; i++)
+        if ((err = ck_graph_node_add_output(n, c->vars[i].name)) < 0)
             return err;
     return 0;
 }
@@ -491,13 +502,31 @@ static int read_nodes(struct ctx *c, const struct ck_fb_table *g, struct ck_grap
     return 0;
 }
 
-static bool graph_consumes(const struct ck_graph *g, const char *tensor)
+/* The node outputs no node consumes, as graph outputs. */
+static int infer_outputs(struct ck_graph *gr)
 {
-    for (size_t i = 0; i < g->nnodes; i++)
-        for (size_t k = 0; k < g->nodes[i].ninputs; k++)
-            if (!strcmp(g->nodes[i].inputs[k], tensor))
-                return true;
-    return false;
+    struct ck_nameidx ins;
+    size_t n = 0;
+    int err;
+    for (size_t i = 0; i < gr->nnodes; i++)
+        n += gr->nodes[i].ninputs;
+    const char **names = calloc(n ? n : 1, sizeof(*names));
+    if (!names)
+        return ck_error(CK_ENOMEM, "out of memory");
+    n = 0;
+    for (size_t i = 0; i < gr->nnodes; i++)
+        for (size_t k = 0; k < gr->nodes[i].ninputs; k++)
+            names[n++] = gr->nodes[i].inputs[k];
+    err = ck_nameidx_names(&ins, names, n);
+    for (size_t i = 0; i < gr->nnodes && err >= 0; i++)
+        for (size_t k = 0; k < gr->nodes[i].noutputs && err >= 0; k++)
+            if (!ck_nameidx_find(&ins, gr->nodes[i].outputs[k]))
+                err = ck_graph_add_io(gr, true, gr->nodes[i].outputs[k]);
+    ck_nameidx_release(&ins);
+    free(names);
+    if (err >= 0)
+        err = ck_graph_add_attr(gr, "outputs", "inferred");
+    return err;
 }
 
 static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *gr)
@@ -508,20 +537,26 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
         (err = ck_fb_vector(g, FG_OUTPUTS, 4, &outs)) < 0 ||
         (err = ck_fb_vector(g, FG_LOSS, 4, &loss)) < 0)
         return ck_error_wrap(err, "'%s'", c->file);
-    for (uint32_t i = 0; i < ph.n; i++) {
+    struct ck_nameidx tix;
+    if ((err = ck_nameidx_tensors(&tix, c->s)) < 0)
+        return err;
+    for (uint32_t i = 0; i < ph.n && err >= 0; i++) {
         const char *sp;
         uint32_t sl;
         char *name;
         if ((err = ck_fb_vec_string(&ph, i, &sp, &sl)) < 0)
-            return ck_error_wrap(err, "'%s': placeholder %u", c->file, i);
-        if ((err = fb_name(c, sp, sl, "a placeholder", &name)) < 0)
-            return err;
-        if (!ck_tensor_set_find(c->s, name))
-            return ck_error(CK_EFORMAT, "'%s': placeholder '%s' is not a variable", c->file,
-                            name);
-        if ((err = ck_graph_add_io(gr, false, name)) < 0)
-            return err;
+            err = ck_error_wrap(err, "'%s': placeholder %u", c->file, i);
+        else if ((err = fb_name(c, sp, sl, "a placeholder", &name)) < 0)
+            ;
+        else if (!ck_nameidx_find(&tix, name))
+            err = ck_error(CK_EFORMAT, "'%s': placeholder '%s' is not a variable", c->file,
+                           name);
+        else
+            err = ck_graph_add_io(gr, false, name);
     }
+    ck_nameidx_release(&tix);
+    if (err < 0)
+        return err;
     for (uint32_t i = 0; i < outs.n; i++) {
         struct ck_fb_table p;
         int32_t a = 0, b = 0;
@@ -535,15 +570,8 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
         if ((err = ck_graph_add_io(gr, true, vn)) < 0)
             return err;
     }
-    if (outs.n == 0) {
-        for (size_t i = 0; i < gr->nnodes; i++)
-            for (size_t k = 0; k < gr->nodes[i].noutputs; k++)
-                if (!graph_consumes(gr, gr->nodes[i].outputs[k]) &&
-                    (err = ck_graph_add_io(gr, true, gr->nodes[i].outputs[k])) < 0)
-                    return err;
-        if ((err = ck_graph_add_attr(gr, "outputs", "inferred")) < 0)
-            return err;
-    }
+    if (outs.n == 0 && (err = infer_outputs(gr)) < 0)
+        return err;
     struct ck_buf lv = CK_BUF_INIT;
     for (uint32_t i = 0; i < loss.n && err >= 0; i++) {
         const char *sp;
@@ -563,10 +591,10 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
 }
 
 /* Reads a FlatGraph held in p (memory of the set) into c->s. */
-static int read_graph(struct ck_tensor_set *s, const char *file, const unsigned char *p,
-                      uint64_t len)
+static int read_graph(struct ck_tensor_set *s, struct ck_pool *pool, const char *file,
+                      const unsigned char *p, uint64_t len)
 {
-    struct ctx c = {s, file, NULL, 0};
+    struct ctx c = {s, file, NULL, 0, pool};
     struct ck_fb fb;
     struct ck_fb_table g;
     struct ck_graph *gr = NULL;
@@ -593,7 +621,7 @@ static int read_graph(struct ck_tensor_set *s, const char *file, const unsigned 
     if ((err = ck_tensor_set_add_meta(s, "graph_id", num)) < 0)
         goto out;
     if (tcl) {
-        char *js = ck_tensor_set_strdup(s, tc, tcl);
+        char *js = ck_pool_strdup(pool, tc, tcl);
         if (!js || (err = ck_tensor_set_add_meta(s, "training_config", js)) < 0) {
             err = err < 0 ? err : ck_error(CK_ENOMEM, "'%s': out of memory", file);
             goto out;
@@ -636,6 +664,8 @@ struct zipctx {
     char **tags;
     size_t ntags;
     const char *tag;
+    struct ck_nameidx tensors; /* built before params.txt is read */
+    struct ck_pool pool;
 };
 
 static int read_text(struct zipctx *z, const char *member, char **out, uint64_t *len)
@@ -708,7 +738,8 @@ static int add_param(void *arg, char *line, unsigned lineno)
     if (!is_digits(num))
         return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: '%s' is not a file number",
                         z->path, z->tag, lineno, num);
-    struct ck_tensor *t = ck_tensor_set_find(z->s, line);
+    const struct ck_nameidx_entry *e = ck_nameidx_find(&z->tensors, line);
+    struct ck_tensor *t = e ? &z->s->tensors[e->index] : NULL;
     if (!t)
         return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: graph has no variable '%s'",
                         z->path, z->tag, lineno, line);
@@ -721,7 +752,7 @@ static int add_param(void *arg, char *line, unsigned lineno)
         return err;
     struct ck_fb fb;
     struct ck_fb_table arr;
-    struct ctx c = {z->s, label, NULL, 0};
+    struct ctx c = {z->s, label, NULL, 0, &z->pool};
     if ((err = ck_fb_init(&fb, d, len)) < 0 || (err = ck_fb_root(&fb, &arr)) < 0)
         return ck_error_wrap(err, "'%s'", label);
     struct ck_tensor nt;
@@ -750,6 +781,7 @@ static int open_zip(struct ck_tensor_set *s, const char *path)
     memset(&z, 0, sizeof(z));
     z.s = s;
     z.path = path;
+    ck_pool_init(&z.pool, s);
     if ((err = ck_zipin_open(&z.zi, path)) < 0)
         return err;
     if ((err = read_text(&z, "tags.txt", &text, &len)) < 0 ||
@@ -764,11 +796,12 @@ static int open_zip(struct ck_tensor_set *s, const char *path)
     snprintf(label, sizeof(label), "%s: %s", path, member);
     if ((err = ck_zipin_find(&z.zi, member, &idx)) < 0 ||
         (err = ck_zipin_read(&z.zi, s, idx, SD_MAX_MEMBER, &d, &len)) < 0 ||
-        (err = read_graph(s, label, d, len)) < 0)
+        (err = read_graph(s, &z.pool, label, d, len)) < 0)
         goto out;
     snprintf(member, sizeof(member), "%s/params.txt", z.tag);
     if (ck_zipin_find(&z.zi, member, &idx) == 0) {
         if ((err = read_text(&z, member, &text, &len)) < 0 ||
+            (err = ck_nameidx_tensors(&z.tensors, s)) < 0 ||
             (err = each_line(text, len, add_param, &z)) < 0)
             goto out;
     } else {
@@ -781,6 +814,7 @@ static int open_zip(struct ck_tensor_set *s, const char *path)
         goto out;
 out:
     ck_buf_release(&all);
+    ck_nameidx_release(&z.tensors);
     free(z.tags);
     ck_zipin_close(&z.zi);
     return err;
@@ -821,10 +855,13 @@ static int sd_open(const char *path, struct ck_tensor_set **out)
         return ck_error(CK_ENOMEM, "'%s': out of memory", path);
     if ((err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
         goto out;
-    if (ck_zipin_is_zip(p, len))
+    if (ck_zipin_is_zip(p, len)) {
         err = open_zip(s, path);
-    else
-        err = read_graph(s, path, p, len);
+    } else {
+        struct ck_pool pool;
+        ck_pool_init(&pool, s);
+        err = read_graph(s, &pool, path, p, len);
+    }
 out:
     if (err < 0) {
         ck_tensor_set_free(s);
