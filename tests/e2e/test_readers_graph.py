@@ -224,6 +224,8 @@ class ReadersGraph(TmpDirCase):
         x = next(t for t in doc["tensors"] if t["name"] == "x")
         self.assertEqual(x["shape"], [-1, 1, 28, 28])
         self.assertEqual(x["role"], "buffer")
+        self.assertFalse(x["has_data"])
+        self.assertIsNone(x["elements"])
 
     def test_nnp_h5_variant(self):
         try:
@@ -274,6 +276,7 @@ class ReadersGraph(TmpDirCase):
                 self.assertEqual(t["role"], want["role"], (f, name))
                 self.assertEqual(t["dtype"], want["dtype"], (f, name))
                 self.assertEqual(t["shape"], want["shape"], (f, name))
+                self.assertEqual(t["has_data"], want["values"] is not None, (f, name))
                 if want["values"] is None:
                     self.assertFalse(t.get("values"), (f, name))
                 elif want["values"] == "string":
