@@ -8,6 +8,7 @@
 #include "readers/reader.h"
 
 #include <math.h>
+#include <time.h>
 #include <zip.h>
 
 #ifndef CK_TEST_SOURCE_DIR
@@ -403,6 +404,50 @@ static void nnp_network_checks(void **state)
     }
 }
 
+/* 200000 one-value parameters: read in well under the test's timeout (every
+ * name check is a sorted lookup, not a scan: this took minutes when it was). */
+static void nnp_many_parameters(void **state)
+{
+    char dir[4096], path[8200];
+    size_t n = 200000, cap = n * 40;
+    unsigned char *pb = malloc(cap);
+    size_t len = 0;
+    assert_non_null(pb);
+    for (size_t i = 0; i < n; i++) {
+        struct pbw p = {.len = 0}, w = {.len = 0};
+        char name[32];
+        float v = (float)i;
+        unsigned char raw[4];
+        static const unsigned char shape[] = {0x0a, 0x01, 0x01}; /* Shape {dim: [1]} */
+        snprintf(name, sizeof(name), "p%zu", i);
+        pb_bytes(&p, 1, name, strlen(name));
+        pb_bytes(&p, 20, shape, sizeof(shape));
+        pb_floats_le(raw, &v, 1);
+        pb_bytes(&p, 100, raw, 4);
+        pb_bytes(&w, 200, p.b, p.len);
+        assert_true(len + w.len <= cap);
+        memcpy(pb + len, w.b, w.len);
+        len += w.len;
+    }
+    ck_test_tmpdir(dir, "nnp_many");
+    snprintf(path, sizeof(path), "%s/parameter.protobuf", dir);
+    write_file(path, pb, len);
+    free(pb);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    struct ck_tensor_set *s = NULL;
+    if (ck_reader_open(path, NULL, &s) < 0)
+        fail_msg("%s", ck_error_msg());
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    assert_int_equal(s->ntensors, n);
+    assert_string_equal(s->tensors[n - 1].name, "p199999");
+    assert_true(ck_tensor_get_f64(&s->tensors[n - 1], 0) == 199999.0);
+    ck_tensor_set_free(s);
+    double secs = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    if (secs > 30)
+        fail_msg("%zu parameters took %.1f s", n, secs);
+}
+
 /* ---- HDF5, written by h5py as NNabla does ---- */
 
 static const char h5_script[] =
@@ -634,6 +679,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(nnp_wrong_data_count),
     cmocka_unit_test(nnp_truncated_protobuf),
     cmocka_unit_test(nnp_network_checks),
+    cmocka_unit_test(nnp_many_parameters),
     cmocka_unit_test(nnp_with_h5),
     cmocka_unit_test(h5_hostile),
     cmocka_unit_test(h5_library_failure_is_contained),
