@@ -152,8 +152,8 @@ static int vector_at(const struct ck_fb *fb, uint32_t at, uint32_t elem, struct 
         return r;
     uint32_t n = rd32(fb->p + tg);
     if ((uint64_t)n * elem > (uint64_t)fb->len - tg - 4)
-        return ck_error(CK_EFORMAT, "vector at %u: %u elements of %u bytes overrun the buffer",
-                        tg, n, elem);
+        return ck_error(CK_EFORMAT, "vector at %u: %u elements of %u bytes overrun the buffer", tg,
+                        n, elem);
     out->fb = fb;
     out->pos = tg + 4;
     out->n = n;

@@ -135,8 +135,8 @@ static herr_t visit(hid_t group, const char *name, const H5L_info_t *info, void 
     if (oi.type == H5O_TYPE_GROUP)
         return 0;
     if (oi.type != H5O_TYPE_DATASET) {
-        w->err = ck_error(CK_EFORMAT, "'%s': '%s' is neither a group nor a dataset", w->label,
-                          name);
+        w->err =
+            ck_error(CK_EFORMAT, "'%s': '%s' is neither a group nor a dataset", w->label, name);
         return -1;
     }
     if (w->n == w->cap) {
@@ -175,8 +175,10 @@ static herr_t visit(hid_t group, const char *name, const H5L_info_t *info, void 
         it->need_grad = v != 0;
     H5Dclose(d);
     if (rc != 0) {
-        w->err = ck_error(CK_EFORMAT, "'%s': tensor '%s': attribute 'index' or 'need_grad' is "
-                          "not a scalar integer", w->label, name);
+        w->err = ck_error(CK_EFORMAT,
+                          "'%s': tensor '%s': attribute 'index' or 'need_grad' is "
+                          "not a scalar integer",
+                          w->label, name);
         return -1;
     }
     return 0;
@@ -227,8 +229,8 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
     void *buf = NULL;
     if ((d = H5Dopen2(file, it->name, H5P_DEFAULT)) < 0 || (t = H5Dget_type(d)) < 0 ||
         (sp = H5Dget_space(d)) < 0) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot open the dataset", w->label,
-                       it->name);
+        err =
+            ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot open the dataset", w->label, it->name);
         goto out;
     }
     if (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != 4) {
@@ -239,8 +241,7 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
     int rank = sc == H5S_SCALAR ? 0 : H5Sget_simple_extent_ndims(sp);
     if ((sc != H5S_SIMPLE && sc != H5S_SCALAR) || rank < 0 || rank > CK_TENSOR_MAX_RANK ||
         rank > H5S_MAX_RANK || (rank && H5Sget_simple_extent_dims(sp, dims, NULL) != rank)) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': unsupported dataspace", w->label,
-                       it->name);
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': unsupported dataspace", w->label, it->name);
         goto out;
     }
     uint64_t numel = 1;
@@ -254,14 +255,15 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
         sdims[i] = (int64_t)dims[i];
     }
     if (numel > w->file_size / 4) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': its elements cannot fit in a file of %" PRIu64
-                       " bytes", w->label, it->name, w->file_size);
+        err = ck_error(CK_EFORMAT,
+                       "'%s': tensor '%s': its elements cannot fit in a file of %" PRIu64 " bytes",
+                       w->label, it->name, w->file_size);
         goto out;
     }
     hsize_t stored = H5Dget_storage_size(d);
     if (numel && (stored == 0 || stored > w->file_size)) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': %llu bytes stored for %" PRIu64
-                       " elements", w->label, it->name, (unsigned long long)stored, numel);
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': %llu bytes stored for %" PRIu64 " elements",
+                       w->label, it->name, (unsigned long long)stored, numel);
         goto out;
     }
     uint64_t nbytes = numel * 4;
@@ -270,8 +272,7 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
         goto out;
     }
     if (numel && H5Dread(d, H5T_IEEE_F32LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot read the data", w->label,
-                       it->name);
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot read the data", w->label, it->name);
         goto out;
     }
     uint32_t nl = (uint32_t)strlen(it->name);
@@ -312,8 +313,8 @@ static void child_main(int fd, const char *label, const char *path, const void *
     if (file < 0)
         child_fail(fd, ck_error(CK_EFORMAT, "'%s': not a readable HDF5 file", label));
     if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, visit, &w) < 0)
-        child_fail(fd, w.err ? w.err
-                             : ck_error(CK_EFORMAT, "'%s': cannot list the HDF5 file", label));
+        child_fail(fd,
+                   w.err ? w.err : ck_error(CK_EFORMAT, "'%s': cannot list the HDF5 file", label));
     if (w.n)
         qsort(w.items, w.n, sizeof(*w.items), item_cmp);
     for (size_t i = 0; i < w.n; i++)
@@ -373,9 +374,9 @@ static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t fi
     int err;
     memset(&t, 0, sizeof(t));
     if (read_all(fd, &nl, 4) || nl == 0 || nl > H5P_MAX_NAME || !(name = malloc(nl + 1)) ||
-        read_all(fd, name, nl) || read_all(fd, &rank, 4) || rank < 0 ||
-        rank > CK_TENSOR_MAX_RANK || read_all(fd, t.dims, 8 * (size_t)rank) ||
-        read_all(fd, &ng, 4) || read_all(fd, &nbytes, 8)) {
+        read_all(fd, name, nl) || read_all(fd, &rank, 4) || rank < 0 || rank > CK_TENSOR_MAX_RANK ||
+        read_all(fd, t.dims, 8 * (size_t)rank) || read_all(fd, &ng, 4) ||
+        read_all(fd, &nbytes, 8)) {
         free(name);
         return ck_error(CK_EFORMAT, "'%s': the HDF5 reader sent a bad record", label);
     }
@@ -385,8 +386,7 @@ static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t fi
     t.dtype = CK_DT_F32;
     t.role = "parameter";
     if (ck_tensor_numel(&t, &numel) < 0 || numel > file_size / 4 || nbytes != numel * 4) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': bad size from the HDF5 reader", label,
-                       name);
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': bad size from the HDF5 reader", label, name);
         goto out;
     }
     if ((err = ck_tensor_set_alloc(s, nbytes, &data)) < 0)
@@ -427,8 +427,8 @@ static int parent_error(const char *label, int fd)
     return ck_error(code, "%s", msg);
 }
 
-int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path,
-                    const void *image, size_t imagelen)
+int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path, const void *image,
+                    size_t imagelen)
 {
     uint64_t file_size = imagelen;
     int fds[2], err = 0, status = 0;
@@ -488,7 +488,8 @@ int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path
         return err;
     }
     if (WIFSIGNALED(status))
-        return ck_error(CK_EFORMAT, "'%s': the HDF5 reader died (signal %d); the file is "
+        return ck_error(CK_EFORMAT,
+                        "'%s': the HDF5 reader died (signal %d); the file is "
                         "corrupt or needs more memory than its size allows",
                         label, WTERMSIG(status));
     return ck_error(CK_EFORMAT, "'%s': the HDF5 reader failed on this file", label);

@@ -23,8 +23,8 @@
  * "need_grad:<name>" = "true"/"false" for each that has the attribute.
  * Reads the file at path, or the in-memory image (borrowed) when image is
  * not NULL; label names the source in messages. */
-int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path,
-                    const void *image, size_t imagelen);
+int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path, const void *image,
+                    size_t imagelen);
 
 /* Whether head starts with the HDF5 signature. */
 int ck_h5param_is_hdf5(const unsigned char *head, size_t len);

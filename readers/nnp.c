@@ -145,8 +145,8 @@ static int pb_param_data(struct ck_tensor_set *s, struct ck_pool *pool, const ch
                          const struct ck_pb_field *dataf, size_t ndata, size_t total,
                          int need_grad);
 
-static int pb_param(struct ck_tensor_set *s, struct ck_pool *pool, const char *label,
-                    size_t index, const struct ck_pb_field *pf)
+static int pb_param(struct ck_tensor_set *s, struct ck_pool *pool, const char *label, size_t index,
+                    const struct ck_pb_field *pf)
 {
     struct ck_pb r;
     struct ck_pb_field f, shape = {0}, data = {0};
@@ -178,8 +178,8 @@ static int pb_param(struct ck_tensor_set *s, struct ck_pool *pool, const char *l
     if (rc < 0)
         return ck_error_wrap(rc, "'%s': parameter %zu", label, index);
     if (!name || !namelen || memchr(name, 0, namelen))
-        return ck_error(CK_EFORMAT, "'%s': parameter %zu has no name or one with a NUL byte",
-                        label, index);
+        return ck_error(CK_EFORMAT, "'%s': parameter %zu has no name or one with a NUL byte", label,
+                        index);
     if (!(t.name = strndup((const char *)name, namelen)))
         return ck_error(CK_ENOMEM, "'%s': out of memory", label);
     rc = pb_param_data(s, pool, label, pf, &t, &shape, has_shape, &data, ndata, total, need_grad);
@@ -190,8 +190,7 @@ static int pb_param(struct ck_tensor_set *s, struct ck_pool *pool, const char *l
 static int pb_param_data(struct ck_tensor_set *s, struct ck_pool *pool, const char *label,
                          const struct ck_pb_field *pf, struct ck_tensor *tp,
                          const struct ck_pb_field *shapef, bool has_shape,
-                         const struct ck_pb_field *dataf, size_t ndata, size_t total,
-                         int need_grad)
+                         const struct ck_pb_field *dataf, size_t ndata, size_t total, int need_grad)
 {
     struct ck_tensor t = *tp;
     struct ck_pb r;
@@ -285,8 +284,8 @@ static int req_str(const struct ck_nntxt *msg, const char *field, const char *la
 {
     const struct ck_nntxt *n = ck_nntxt_get(msg, field);
     if (!n)
-        return ck_error(CK_EFORMAT, "'%s' line %u: '%s' has no '%s'", label, msg->line,
-                        msg->name, field);
+        return ck_error(CK_EFORMAT, "'%s' line %u: '%s' has no '%s'", label, msg->line, msg->name,
+                        field);
     int err = ck_nntxt_str(n, label, out);
     if (err >= 0 && !**out)
         return ck_error(CK_EFORMAT, "'%s' line %u: '%s' is empty", label, n->line, field);
@@ -417,8 +416,8 @@ static int flatten(struct ck_graph_node *n, const struct ck_nntxt *msg, const ch
     for (size_t g = 0; g < ng && err >= 0; g++) {
         ck_buf_reset(&key);
         if ((err = ck_buf_printf(&key, "%s%s", prefix, kids[groups[g].start].n->name)) >= 0)
-            err = flatten_field(n, kids + groups[g].start, groups[g].count, ck_buf_str(&key),
-                                label, budget);
+            err = flatten_field(n, kids + groups[g].start, groups[g].count, ck_buf_str(&key), label,
+                                budget);
     }
 out:
     ck_buf_release(&key);
@@ -469,8 +468,8 @@ static int need_variable(const struct ck_nameidx *vars, const char *label,
 {
     if (ck_nameidx_find(vars, name))
         return 0;
-    return ck_error(CK_EFORMAT, "'%s' line %u: %s '%s' is not a variable of the network",
-                    label, at->line, what, name);
+    return ck_error(CK_EFORMAT, "'%s' line %u: %s '%s' is not a variable of the network", label,
+                    at->line, what, name);
 }
 
 static int txt_variables(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *net)
@@ -494,8 +493,10 @@ static int txt_variables(struct ck_tensor_set *s, const char *label, const struc
         const struct ck_nameidx_entry *e = ck_nameidx_find(&params, name);
         bool param = !strcmp(type, "Parameter");
         if (e && !param) {
-            err = ck_error(CK_EFORMAT, "'%s' line %u: variable '%s' is a Buffer but the "
-                           "parameters hold it", label, v->line, name);
+            err = ck_error(CK_EFORMAT,
+                           "'%s' line %u: variable '%s' is a Buffer but the "
+                           "parameters hold it",
+                           label, v->line, name);
             break;
         }
         if (e) {
@@ -507,8 +508,10 @@ static int txt_variables(struct ck_tensor_set *s, const char *label, const struc
                 char a[256], b[256];
                 shape_text(have, a, sizeof(a));
                 shape_text(&t, b, sizeof(b));
-                err = ck_error(CK_EFORMAT, "'%s' line %u: tensor '%s': shape %s differs from "
-                               "%s in the parameters", label, v->line, name, b, a);
+                err = ck_error(CK_EFORMAT,
+                               "'%s' line %u: tensor '%s': shape %s differs from "
+                               "%s in the parameters",
+                               label, v->line, name, b, a);
             }
             continue;
         }
@@ -536,7 +539,8 @@ static int txt_function(const struct ck_nameidx *vars, const char *label, struct
     const char *name, *type, *io;
     struct ck_graph_node *n;
     int err;
-    if ((err = req_str(f, "name", label, &name)) < 0 || (err = req_str(f, "type", label, &type)) < 0 ||
+    if ((err = req_str(f, "name", label, &name)) < 0 ||
+        (err = req_str(f, "type", label, &type)) < 0 ||
         (err = ck_graph_add_node(g, name, type, &n)) < 0)
         return err;
     for (const struct ck_nntxt *i = ck_nntxt_get(f, "input"); i; i = ck_nntxt_next(i))
@@ -567,8 +571,7 @@ static int executor_io(const struct ck_tensor_set *s, const struct ck_nameidx *v
     } lists[] = {{"data_variable", 0}, {"output_variable", 1}, {"parameter_variable", 2}};
     int err;
     for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
-        for (const struct ck_nntxt *v = ck_nntxt_get(ex, lists[k].field); v;
-             v = ck_nntxt_next(v)) {
+        for (const struct ck_nntxt *v = ck_nntxt_get(ex, lists[k].field); v; v = ck_nntxt_next(v)) {
             const char *name;
             if ((err = req_str(v, "variable_name", label, &name)) < 0 ||
                 (err = need_variable(vars, label, v, lists[k].field, name)) < 0)
@@ -695,7 +698,9 @@ static int nnp_zip(struct ck_tensor_set *s, const char *path)
         if (*slot >= 0) {
             err = ck_error(CK_EFORMAT, "'%s': both '%s' and '%s' hold the %s", path,
                            ck_zipin_name(&zi, (uint64_t)*slot), n,
-                           slot == &param ? "parameters" : slot == &text ? "network" : "version");
+                           slot == &param  ? "parameters"
+                           : slot == &text ? "network"
+                                           : "version");
             goto out;
         }
         *slot = (int64_t)i;
@@ -776,8 +781,8 @@ static int nnp_probe(const char *path, const unsigned char *head, size_t headlen
     }
     if (is_text_name(path)) {
         size_t i = 0;
-        while (i < headlen && (head[i] == ' ' || head[i] == '\n' || head[i] == '\t' ||
-                               head[i] == '\r'))
+        while (i < headlen &&
+               (head[i] == ' ' || head[i] == '\n' || head[i] == '\t' || head[i] == '\r'))
             i++;
         if (i < headlen && (head[i] == '#' || (head[i] >= 'a' && head[i] <= 'z')))
             return CK_PROBE_CONTENT;
@@ -805,8 +810,7 @@ static int nnp_open(const char *path, struct ck_tensor_set **out)
     else if (is_text_name(path))
         err = read_text(s, path, p, len, false);
     else
-        err = ck_error(CK_EFORMAT, "'%s': not an NNabla file (.nnp, .h5, .protobuf, .nntxt)",
-                       path);
+        err = ck_error(CK_EFORMAT, "'%s': not an NNabla file (.nnp, .h5, .protobuf, .nntxt)", path);
 out:
     if (err < 0) {
         ck_tensor_set_free(s);

@@ -226,9 +226,9 @@ static int scalar_value(struct lx *l, struct ck_nntxt *n)
             l->p++;
         n->kind = CK_NNTXT_IDENT;
     } else {
-        while (l->p < l->end && (is_ident_char(*l->p) || *l->p == '.' ||
-                                 ((*l->p == '-' || *l->p == '+') &&
-                                  (l->p[-1] == 'e' || l->p[-1] == 'E'))))
+        while (l->p < l->end &&
+               (is_ident_char(*l->p) || *l->p == '.' ||
+                ((*l->p == '-' || *l->p == '+') && (l->p[-1] == 'e' || l->p[-1] == 'E'))))
             l->p++;
         n->kind = CK_NNTXT_NUMBER;
     }
@@ -402,8 +402,7 @@ size_t ck_nntxt_count(const struct ck_nntxt *msg, const char *name)
 
 static int want(const struct ck_nntxt *n, const char *file, const char *what)
 {
-    return ck_error(CK_EFORMAT, "'%s' line %u: field '%s' is not %s", file, n->line, n->name,
-                    what);
+    return ck_error(CK_EFORMAT, "'%s' line %u: field '%s' is not %s", file, n->line, n->name, what);
 }
 
 int ck_nntxt_int(const struct ck_nntxt *n, const char *file, int64_t *out)
@@ -441,8 +440,7 @@ int ck_nntxt_double(const struct ck_nntxt *n, const char *file, double *out)
 int ck_nntxt_bool(const struct ck_nntxt *n, const char *file, bool *out)
 {
     const char *v = n->value;
-    if (n->kind == CK_NNTXT_IDENT &&
-        (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "t")))
+    if (n->kind == CK_NNTXT_IDENT && (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "t")))
         *out = true;
     else if (n->kind == CK_NNTXT_IDENT &&
              (!strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "f")))

@@ -20,13 +20,13 @@
 enum ck_nntxt_kind { CK_NNTXT_MSG, CK_NNTXT_STRING, CK_NNTXT_NUMBER, CK_NNTXT_IDENT };
 
 struct ck_nntxt {
-    char *name;              /* owned: the field name ("" for the root) */
+    char *name; /* owned: the field name ("" for the root) */
     enum ck_nntxt_kind kind;
-    char *value;             /* owned: scalars' text (strings decoded, NUL-terminated) */
-    size_t len;              /* value length (a decoded string may hold NUL bytes) */
-    unsigned line;           /* where the field starts */
-    struct ck_nntxt *child;  /* owned: first field of a message */
-    struct ck_nntxt *next;   /* owned: next field of the same message */
+    char *value;            /* owned: scalars' text (strings decoded, NUL-terminated) */
+    size_t len;             /* value length (a decoded string may hold NUL bytes) */
+    unsigned line;          /* where the field starts */
+    struct ck_nntxt *child; /* owned: first field of a message */
+    struct ck_nntxt *next;  /* owned: next field of the same message */
 };
 
 /* Parses text (len bytes, borrowed). file names the source in messages.

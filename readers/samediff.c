@@ -16,7 +16,9 @@
  *   extraInteger/extraParams/extraBools/dimensions become text attributes;
  * - placeholders are the graph inputs, FlatGraph.outputs the graph outputs
  *   (when the file declares none, the node outputs no node consumes, and the
- *   graph attribute "outputs" says "inferred").
+ *   graph attribute "outputs" says "inferred"); lossVariables become the
+ *   graph attribute "loss_variables" ("a,b"), trainingConfig the meta entry
+ *   "training_config", FlatGraph.id the meta entry "graph_id".
  * - ND4J empty arrays (no buffer, the empty flag 8 in the shape info extras)
  *   are tensors of shape [0] when their rank is 0.
  * - UTF8 arrays become string tensors; both header layouts seen in real files
@@ -35,18 +37,41 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FG_ID, FG_VARIABLES, FG_NODES, FG_OUTPUTS, FG_CONFIG, FG_PLACEHOLDERS, FG_LOSS, FG_TRAINING };
+enum {
+    FG_ID,
+    FG_VARIABLES,
+    FG_NODES,
+    FG_OUTPUTS,
+    FG_CONFIG,
+    FG_PLACEHOLDERS,
+    FG_LOSS,
+    FG_TRAINING
+};
 enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE };
 enum { FA_SHAPE, FA_BUFFER, FA_DTYPE, FA_BYTEORDER };
 enum {
-    FN_ID, FN_NAME, FN_OPTYPE, FN_OPNUM, FN_PROPS, FN_INPUT, FN_INPUTPAIRED, FN_OUTPUT,
-    FN_EXTRAPARAMS, FN_EXTRAINT, FN_EXTRABOOLS, FN_DIMENSIONS, FN_DEVICE, FN_SCOPEID,
-    FN_SCOPENAME, FN_OUTPUTNAMES, FN_OPNAME
+    FN_ID,
+    FN_NAME,
+    FN_OPTYPE,
+    FN_OPNUM,
+    FN_PROPS,
+    FN_INPUT,
+    FN_INPUTPAIRED,
+    FN_OUTPUT,
+    FN_EXTRAPARAMS,
+    FN_EXTRAINT,
+    FN_EXTRABOOLS,
+    FN_DIMENSIONS,
+    FN_DEVICE,
+    FN_SCOPEID,
+    FN_SCOPENAME,
+    FN_OUTPUTNAMES,
+    FN_OPNAME
 };
 enum { SD_UTF8 = 50, SD_UTF16 = 51, SD_UTF32 = 52 };
 enum { SD_ORDER_C = 99, SD_ORDER_F = 102, SD_FLAG_EMPTY = 8 };
 
-#define SD_MAX_TEXT (1u << 20)           /* tags.txt, params.txt */
+#define SD_MAX_TEXT (1u << 20)              /* tags.txt, params.txt */
 #define SD_MAX_MEMBER ((uint64_t)INT32_MAX) /* FlatBuffers cannot address more */
 
 struct var {
@@ -56,8 +81,8 @@ struct var {
 
 struct ctx {
     struct ck_tensor_set *s;
-    const char *file;  /* for messages: "x.fb" or "x.zip: tag/graph.fb" */
-    struct var *vars;  /* owned; sorted by (a, b) after loading */
+    const char *file; /* for messages: "x.fb" or "x.zip: tag/graph.fb" */
+    struct var *vars; /* owned; sorted by (a, b) after loading */
     size_t nvars;
     struct ck_pool *pool; /* names and string tables, in the set's memory */
 };
@@ -67,23 +92,40 @@ static const char *const sd_roles[] = {"variable", "constant", "array", "placeho
 static enum ck_dtype sd_dtype(int t)
 {
     switch (t) {
-    case 1: return CK_DT_BOOL;
-    case 3: return CK_DT_F16;
-    case 5: return CK_DT_F32;
-    case 6: return CK_DT_F64;
-    case 7: return CK_DT_I8;
-    case 8: return CK_DT_I16;
-    case 9: return CK_DT_I32;
-    case 10: return CK_DT_I64;
-    case 11: return CK_DT_U8;
-    case 12: return CK_DT_U16;
-    case 13: return CK_DT_U32;
-    case 14: return CK_DT_U64;
-    case 15: return CK_DT_QI8;
-    case 16: return CK_DT_QI16;
-    case 17: return CK_DT_BF16;
-    case SD_UTF8: return CK_DT_STRING;
-    default: return CK_DT_INVALID;
+    case 1:
+        return CK_DT_BOOL;
+    case 3:
+        return CK_DT_F16;
+    case 5:
+        return CK_DT_F32;
+    case 6:
+        return CK_DT_F64;
+    case 7:
+        return CK_DT_I8;
+    case 8:
+        return CK_DT_I16;
+    case 9:
+        return CK_DT_I32;
+    case 10:
+        return CK_DT_I64;
+    case 11:
+        return CK_DT_U8;
+    case 12:
+        return CK_DT_U16;
+    case 13:
+        return CK_DT_U32;
+    case 14:
+        return CK_DT_U64;
+    case 15:
+        return CK_DT_QI8;
+    case 16:
+        return CK_DT_QI16;
+    case 17:
+        return CK_DT_BF16;
+    case SD_UTF8:
+        return CK_DT_STRING;
+    default:
+        return CK_DT_INVALID;
     }
 }
 
@@ -149,8 +191,8 @@ static int read_strings(struct ctx *c, const char *name, const unsigned char *p,
     }
     if (k == 4)
         return ck_error(CK_EFORMAT,
-                        "'%s': tensor '%s': utf8 buffer of %" PRIu64
-                        " bytes does not hold %" PRIu64 " strings",
+                        "'%s': tensor '%s': utf8 buffer of %" PRIu64 " bytes does not hold %" PRIu64
+                        " strings",
                         c->file, name, len, numel);
     void *mem;
     if ((err = ck_pool_alloc(c->pool, numel * sizeof(struct ck_bytes), &mem)) < 0)
@@ -270,22 +312,21 @@ static int read_variable(struct ctx *c, uint32_t i, const struct ck_fb_table *v)
     int err, has_arr, has_shape;
     memset(&t, 0, sizeof(t));
     snprintf(what, sizeof(what), "variable %u", i);
-    if ((err = ck_fb_string(v, FV_NAME, &np, &nl)) < 0 ||
-        (err = ck_fb_table(v, FV_ID, &idt)) < 0)
+    if ((err = ck_fb_string(v, FV_NAME, &np, &nl)) < 0 || (err = ck_fb_table(v, FV_ID, &idt)) < 0)
         return ck_error_wrap(err, "'%s': %s", c->file, what);
-    if (err == 1 && ((err = ck_fb_i32(&idt, 0, 0, &a)) < 0 || (err = ck_fb_i32(&idt, 1, 0, &b)) < 0))
+    if (err == 1 &&
+        ((err = ck_fb_i32(&idt, 0, 0, &a)) < 0 || (err = ck_fb_i32(&idt, 1, 0, &b)) < 0))
         return ck_error_wrap(err, "'%s': %s", c->file, what);
     if ((err = fb_name(c, np, nl, what, &name)) < 0)
         return err;
-    if ((err = ck_fb_u8(v, FV_DTYPE, 0, &dt)) < 0 ||
-        (err = ck_fb_u8(v, FV_VARTYPE, 0, &vt)) < 0 ||
+    if ((err = ck_fb_u8(v, FV_DTYPE, 0, &dt)) < 0 || (err = ck_fb_u8(v, FV_VARTYPE, 0, &vt)) < 0 ||
         (err = has_shape = ck_fb_vector(v, FV_SHAPE, 8, &shape)) < 0 ||
         (err = has_arr = ck_fb_table(v, FV_NDARRAY, &arr)) < 0)
         return ck_error_wrap(err, "'%s': variable '%s'", c->file, name);
     c->vars[c->nvars++] = (struct var){a, b, name};
     if (vt >= sizeof(sd_roles) / sizeof(sd_roles[0]))
-        return ck_error(CK_EFORMAT, "'%s': variable '%s': unknown variable type %u", c->file,
-                        name, vt);
+        return ck_error(CK_EFORMAT, "'%s': variable '%s': unknown variable type %u", c->file, name,
+                        vt);
     t.name = name;
     t.role = sd_roles[vt];
     if (has_arr) {
@@ -304,8 +345,8 @@ static int read_variable(struct ctx *c, uint32_t i, const struct ck_fb_table *v)
         }
         t.dtype = sd_dtype(dt);
         if (t.dtype == CK_DT_INVALID)
-            return ck_error(CK_EFORMAT, "'%s': variable '%s': unsupported dtype %u", c->file,
-                            name, dt);
+            return ck_error(CK_EFORMAT, "'%s': variable '%s': unsupported dtype %u", c->file, name,
+                            dt);
     } else {
         return 0; /* an op output: the graph shows it */
     }
@@ -331,9 +372,8 @@ static int read_variables(struct ctx *c, const struct ck_fb_table *g)
         qsort(c->vars, c->nvars, sizeof(*c->vars), var_cmp);
     for (size_t i = 1; i < c->nvars; i++)
         if (!var_cmp(&c->vars[i - 1], &c->vars[i]))
-            return ck_error(CK_EFORMAT, "'%s': variables '%s' and '%s' share the id %d:%d",
-                            c->file, c->vars[i - 1].name, c->vars[i].name, c->vars[i].a,
-                            c->vars[i].b);
+            return ck_error(CK_EFORMAT, "'%s': variables '%s' and '%s' share the id %d:%d", c->file,
+                            c->vars[i - 1].name, c->vars[i].name, c->vars[i].a, c->vars[i].b);
     const char **names = calloc(c->nvars ? c->nvars : 1, sizeof(*names));
     if (!names)
         return ck_error(CK_ENOMEM, "'%s': out of memory", c->file);
@@ -414,8 +454,7 @@ static int node_attrs(struct ctx *c, struct ck_graph_node *n, const struct ck_fb
     return 0;
 }
 
-static int node_io(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t,
-                   int32_t id)
+static int node_io(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t, int32_t id)
 {
     struct ck_fb_vec ins, outs;
     int err;
@@ -549,8 +588,7 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
         else if ((err = fb_name(c, sp, sl, "a placeholder", &name)) < 0)
             ;
         else if (!ck_nameidx_find(&tix, name))
-            err = ck_error(CK_EFORMAT, "'%s': placeholder '%s' is not a variable", c->file,
-                           name);
+            err = ck_error(CK_EFORMAT, "'%s': placeholder '%s' is not a variable", c->file, name);
         else
             err = ck_graph_add_io(gr, false, name);
     }
@@ -565,8 +603,8 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
             return ck_error_wrap(err, "'%s': output %u", c->file, i);
         const char *vn = var_lookup(c, a, b);
         if (!vn)
-            return ck_error(CK_EFORMAT, "'%s': output %u (%d:%d) names no variable", c->file, i,
-                            a, b);
+            return ck_error(CK_EFORMAT, "'%s': output %u (%d:%d) names no variable", c->file, i, a,
+                            b);
         if ((err = ck_graph_add_io(gr, true, vn)) < 0)
             return err;
     }
@@ -690,8 +728,8 @@ static int add_tag(void *arg, char *line, unsigned lineno)
                         lineno, line);
     for (size_t i = 0; i < z->ntags; i++)
         if (!strcasecmp(z->tags[i], line))
-            return ck_error(CK_EFORMAT, "'%s': tags.txt line %u: tag '%s' appears twice",
-                            z->path, lineno, line);
+            return ck_error(CK_EFORMAT, "'%s': tags.txt line %u: tag '%s' appears twice", z->path,
+                            lineno, line);
     char **nt = realloc(z->tags, (z->ntags + 1) * sizeof(*nt));
     if (!nt)
         return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);

@@ -46,8 +46,7 @@ int ck_zipin_open(struct ck_zipin *zi, const char *path)
         int code = zerr == ZIP_ER_OPEN || zerr == ZIP_ER_READ ? CK_EIO : CK_EFORMAT;
         if (zerr == ZIP_ER_NOENT)
             code = CK_ENOENT;
-        code = ck_error(code, "'%s': not a readable zip archive: %s", path,
-                        zip_error_strerror(&e));
+        code = ck_error(code, "'%s': not a readable zip archive: %s", path, zip_error_strerror(&e));
         zip_error_fini(&e);
         return code;
     }
@@ -102,9 +101,8 @@ int ck_zipin_read(const struct ck_zipin *zi, struct ck_tensor_set *s, uint64_t i
         return ck_error(CK_ESIZE, "'%s': member '%s' of %llu bytes is over the limit of %llu",
                         zi->path, name, (unsigned long long)st.size, (unsigned long long)max);
     if (st.comp_method == ZIP_CM_STORE && st.size != st.comp_size)
-        return ck_error(CK_EFORMAT, "'%s': stored member '%s' claims %llu bytes in %llu",
-                        zi->path, name, (unsigned long long)st.size,
-                        (unsigned long long)st.comp_size);
+        return ck_error(CK_EFORMAT, "'%s': stored member '%s' claims %llu bytes in %llu", zi->path,
+                        name, (unsigned long long)st.size, (unsigned long long)st.comp_size);
     if (st.size / DEFLATE_MAX_RATIO > st.comp_size + 1)
         return ck_error(CK_EFORMAT, "'%s': member '%s' claims %llu bytes from %llu compressed",
                         zi->path, name, (unsigned long long)st.size,
@@ -120,8 +118,8 @@ int ck_zipin_read(const struct ck_zipin *zi, struct ck_tensor_set *s, uint64_t i
     while (got < st.size) {
         zip_int64_t r = zip_fread(f, (unsigned char *)buf + got, st.size - got);
         if (r <= 0) {
-            err = ck_error(CK_EFORMAT, "'%s': member '%s': %s after %llu of %llu bytes",
-                           zi->path, name, r < 0 ? zip_file_strerror(f) : "data ends",
+            err = ck_error(CK_EFORMAT, "'%s': member '%s': %s after %llu of %llu bytes", zi->path,
+                           name, r < 0 ? zip_file_strerror(f) : "data ends",
                            (unsigned long long)got, (unsigned long long)st.size);
             goto out;
         }

@@ -606,10 +606,10 @@ static void real_lenet(void **state)
         int rank;
         int64_t dims[4];
     } params[8] = {
-        {"conv1/conv/W", 4, {16, 1, 5, 5}}, {"conv1/conv/b", 1, {16}},
+        {"conv1/conv/W", 4, {16, 1, 5, 5}},  {"conv1/conv/b", 1, {16}},
         {"conv2/conv/W", 4, {16, 16, 5, 5}}, {"conv2/conv/b", 1, {16}},
-        {"fc3/affine/W", 2, {256, 50}}, {"fc3/affine/b", 1, {50}},
-        {"fc4/affine/W", 2, {50, 10}}, {"fc4/affine/b", 1, {10}},
+        {"fc3/affine/W", 2, {256, 50}},      {"fc3/affine/b", 1, {50}},
+        {"fc4/affine/W", 2, {50, 10}},       {"fc4/affine/b", 1, {10}},
     };
     size_t nparams = 0;
     for (size_t i = 0; i < s->ntensors; i++)
@@ -642,9 +642,9 @@ static void real_lenet(void **state)
     assert_memory_equal(s->tensors[0].data, head + 31, 1600);
 
     const struct ck_graph *g = s->graph;
-    static const char *const ops[10] = {"MulScalar", "Convolution", "MaxPooling", "ReLU",
-                                        "Convolution", "MaxPooling", "ReLU", "Affine",
-                                        "ReLU", "Affine"};
+    static const char *const ops[10] = {"MulScalar",   "Convolution", "MaxPooling", "ReLU",
+                                        "Convolution", "MaxPooling",  "ReLU",       "Affine",
+                                        "ReLU",        "Affine"};
     assert_non_null(g);
     assert_string_equal(g->name, "runtime");
     assert_int_equal(g->nnodes, 10);

@@ -99,7 +99,8 @@ static void build_graph(struct built *g, const struct knobs *k)
 
     uint32_t nodes = fbb_vec(f, NULL, 1, 4);
     fbb_off(f, g->graph, 2, nodes);
-    /* slots: 0 id, 1 name, 2 opType, 3 opNum, 6 inputPaired, 9 extraInteger, 15 outputNames, 16 opName */
+    /* slots: 0 id, 1 name, 2 opType, 3 opNum, 6 inputPaired, 9 extraInteger, 15 outputNames, 16
+     * opName */
     g->node = fbb_table(f, 17, 0x1 | 0x2 | 0x4 | 0x8 | 0x40 | 0x200 | 0x8000 | 0x10000);
     fbb_elem(f, nodes, 0, g->node);
     fbb_i32(f, g->node, 0, 3);
@@ -229,8 +230,7 @@ static void truncated_everywhere(void **state)
         struct ck_tensor_set *s = NULL;
         int err = open_bytes(dir, "cut.fb", g.f.b, cut, &s, path);
         if (err != CK_EFORMAT || s)
-            fail_msg("a file cut to %u of %u bytes gave %d: %s", cut, g.f.len, err,
-                     ck_error_msg());
+            fail_msg("a file cut to %u of %u bytes gave %d: %s", cut, g.f.len, err, ck_error_msg());
         assert_non_null(strstr(ck_error_msg(), path));
     }
 }
@@ -481,14 +481,26 @@ static void real_pad_1d(void **state)
 static void real_all_files_open(void **state)
 {
     static const char *const files[] = {
-        "assert_type_rank2_int64.fb", "assertsomething.fb", "avg_pooling3d.fb",
-        "channels_last_b1_k2_s1_d1_SAME_crelu.fb", "cond_true.fb", "identity_n_2.fb",
-        "non2d_0A.fb", "non2d_1.fb", "pad_1D.fb", "reduce_all_rank2_d0_keep.fb",
-        "scalar_float32.fb", "scatter_nd_update.fb", "simpleif_0_alt.fb", "simplewhile_1.fb",
-        "simplewhile_nested.fb", "tensor_array_close_sz1_float32_nodynamic_noname_noshape.fb",
+        "assert_type_rank2_int64.fb",
+        "assertsomething.fb",
+        "avg_pooling3d.fb",
+        "channels_last_b1_k2_s1_d1_SAME_crelu.fb",
+        "cond_true.fb",
+        "identity_n_2.fb",
+        "non2d_0A.fb",
+        "non2d_1.fb",
+        "pad_1D.fb",
+        "reduce_all_rank2_d0_keep.fb",
+        "scalar_float32.fb",
+        "scatter_nd_update.fb",
+        "simpleif_0_alt.fb",
+        "simplewhile_1.fb",
+        "simplewhile_nested.fb",
+        "tensor_array_close_sz1_float32_nodynamic_noname_noshape.fb",
         "tensor_array_split_sz1_float32_nodynamic_noname_noshape.fb",
         "tensor_array_stack_sz3-1_int32_dynamic_name_shape.fb",
-        "tensor_array_unstack_sz1_int64_nodynamic_noname_shape2-3.fb", "while_iter3.fb",
+        "tensor_array_unstack_sz1_int64_nodynamic_noname_shape2-3.fb",
+        "while_iter3.fb",
     };
     char path[4096], rel[600];
     snprintf(rel, sizeof(rel), "samediff/%s", files[0]);
@@ -505,8 +517,7 @@ static void real_all_files_open(void **state)
         assert_true(s->graph->nnodes > 0);
         for (size_t k = 0; k < s->ntensors; k++) {
             const struct ck_tensor *t = &s->tensors[k];
-            if (t->data && t->dtype != CK_DT_STRING &&
-                ck_tensor_check_size(t, path) < 0)
+            if (t->data && t->dtype != CK_DT_STRING && ck_tensor_check_size(t, path) < 0)
                 fail_msg("%s", ck_error_msg());
         }
         ck_tensor_set_free(s);
@@ -533,18 +544,12 @@ static void real_placeholders(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(graph_fields),
-    cmocka_unit_test(truncated_everywhere),
-    cmocka_unit_test(offset_past_the_end),
-    cmocka_unit_test(vtable_out_of_range),
-    cmocka_unit_test(vector_length_2_31),
-    cmocka_unit_test(wrong_data_count),
-    cmocka_unit_test(flatbuf_reader_limits),
-    cmocka_unit_test(adr_zip_newest_tag),
-    cmocka_unit_test(adr_zip_hostile),
-    cmocka_unit_test(real_pad_1d),
-    cmocka_unit_test(real_all_files_open),
-    cmocka_unit_test(real_placeholders),
+    cmocka_unit_test(graph_fields),          cmocka_unit_test(truncated_everywhere),
+    cmocka_unit_test(offset_past_the_end),   cmocka_unit_test(vtable_out_of_range),
+    cmocka_unit_test(vector_length_2_31),    cmocka_unit_test(wrong_data_count),
+    cmocka_unit_test(flatbuf_reader_limits), cmocka_unit_test(adr_zip_newest_tag),
+    cmocka_unit_test(adr_zip_hostile),       cmocka_unit_test(real_pad_1d),
+    cmocka_unit_test(real_all_files_open),   cmocka_unit_test(real_placeholders),
 };
 
 CK_TEST_MAIN(tests)
