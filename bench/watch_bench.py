@@ -234,17 +234,34 @@ def idle(ckptd, nfiles, seconds):
             if time.monotonic() > end:
                 raise SystemExit("idle: the tree was never registered")
             time.sleep(0.05)
-        time.sleep(1)  # the last pass's writes settle
+        # the pass that registered them may still be busy after metadata.yaml (events,
+        # hooks' bookkeeping): idle is when the CPU time stops moving for 3 s
+        last, still = proc_cpu(p.pid), 0
+        while still < 3:
+            time.sleep(1)
+            cur = proc_cpu(p.pid)
+            still = still + 1 if cur == last else 0
+            last = cur
         c0, rss0 = proc_cpu(p.pid), proc_rss_kib(p.pid)
         time.sleep(seconds)
         c1, rss1 = proc_cpu(p.pid), proc_rss_kib(p.pid)
         with open(f"/proc/{p.pid}/status") as f:
             hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+        anon = file_backed = 0
+        with open(f"/proc/{p.pid}/smaps_rollup") as f:
+            for line in f:
+                k, v = line.split(":", 1)[0], line.split()[1:2]
+                if k == "Anonymous":
+                    anon = int(v[0])
+                elif k in ("Shared_Clean", "Private_Clean"):
+                    file_backed += int(v[0])
         p.send_signal(signal.SIGTERM)
         p.wait(30)
         print(f"idle over {nfiles} files ({want} registered checkpoints, "
               f"{nfiles // per} folders): CPU {c1 - c0:.3f} s in {seconds} s; "
-              f"RSS {rss1 / 1024:.1f} MiB (peak while registering {hwm / 1024:.1f} MiB)")
+              f"RSS {rss1 / 1024:.1f} MiB, of which anonymous {anon / 1024:.1f} MiB and clean "
+              f"file-backed (shared libraries) {file_backed / 1024:.1f} MiB; peak while "
+              f"registering {hwm / 1024:.1f} MiB")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
