@@ -321,6 +321,36 @@ static void nntxt_hostile(void **state)
     free(bomb);
 }
 
+/* A bare .nntxt may carry its parameters in the text itself. */
+static void nntxt_with_text_parameters(void **state)
+{
+    static const char params[] =
+        "parameter { variable_name: \"fc/W\" shape { dim: 3 dim: 2 }\n"
+        "  data: 0.5 data: -1.25 data: 2 data: 3.75 data: -0.125 data: 0.001 need_grad: true }\n"
+        "parameter { variable_name: \"fc/b\" shape { dim: 2 } data: [0.25, -4]\n"
+        "  need_grad: false }\n";
+    char dir[4096], path[8200], text[8192];
+    ck_test_tmpdir(dir, "nntxt_params");
+    snprintf(text, sizeof(text), "%s%s", params, net_text);
+    snprintf(path, sizeof(path), "%s/model.nntxt", dir);
+    write_file(path, text, strlen(text));
+    const struct ck_reader_ops *ops;
+    assert_int_equal(ck_reader_detect(path, &ops), 0);
+    assert_string_equal(ops->name, "nnp");
+    struct ck_tensor_set *s = NULL;
+    if (ck_reader_open(path, NULL, &s) < 0)
+        fail_msg("%s", ck_error_msg());
+    check_small_net(s, true);
+    ck_tensor_set_free(s);
+    /* Five values for six elements. */
+    const char *at = strstr(params, " data: 0.001");
+    assert_non_null(at);
+    snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - params), params,
+             at + strlen(" data: 0.001"), net_text);
+    write_file(path, text, strlen(text));
+    expect_open_error(path, "tensor 'fc/W': 5 values for shape [3,2] of 6 elements");
+}
+
 static void nnp_unsafe_and_duplicate_members(void **state)
 {
     char dir[4096], path[8200];
@@ -675,6 +705,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(nnp_with_protobuf),
     cmocka_unit_test(nntxt_syntax),
     cmocka_unit_test(nntxt_hostile),
+    cmocka_unit_test(nntxt_with_text_parameters),
     cmocka_unit_test(nnp_unsafe_and_duplicate_members),
     cmocka_unit_test(nnp_wrong_data_count),
     cmocka_unit_test(nnp_truncated_protobuf),

@@ -352,12 +352,13 @@ static void adr_zip_newest_tag(void **state)
     snprintf(path, sizeof(path), "%s/model.zip", dir);
     zip_t *z = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, NULL);
     assert_non_null(z);
-    static const char tags[] = "first\nsecond\n", params[] = "w 0\n";
+    /* second's w is shared with first (ADR 0001: "<name> <othertag>/<N>"). */
+    static const char tags[] = "first\nsecond\n", params[] = "w first/0\n";
     zip_put(z, "tags.txt", tags, strlen(tags));
     zip_put(z, "first/graph.fb", g_old.f.b, g_old.f.len);
     zip_put(z, "second/graph.fb", g_new.f.b, g_new.f.len);
     zip_put(z, "second/params.txt", params, strlen(params));
-    zip_put(z, "second/params/0.fb", param.b, param.len);
+    zip_put(z, "first/params/0.fb", param.b, param.len);
     assert_int_equal(zip_close(z), 0);
     const struct ck_reader_ops *ops;
     assert_int_equal(ck_reader_detect(path, &ops), 0);
