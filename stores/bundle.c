@@ -56,11 +56,12 @@ static bool skipped(const char *name)
 /* Relative paths of folders and files under root/rel, recursively. */
 static int walk(const char *root, const char *rel, struct list *out, int depth)
 {
-    char path[4096];
+    char path[8192];
     int err = 0;
     if (depth > 64)
         return ck_error(CK_ESIZE, "'%s': folders nested too deep", root);
-    snprintf(path, sizeof path, "%s%s%s", root, *rel ? "/" : "", rel);
+    if (snprintf(path, sizeof path, "%s%s%s", root, *rel ? "/" : "", rel) >= (int)sizeof path)
+        return ck_error(CK_ESIZE, "'%s/%s': path too long", root, rel);
     DIR *d = opendir(path);
     if (!d)
         return ck_error_os(CK_EIO, "cannot list '%s'", path);

@@ -4,10 +4,13 @@
  * payload hash itself and builds its query in canonical order.
  *
  * Under multipart_threshold: one PUT with Content-MD5 and
- * x-amz-checksum-sha256. Above: CreateMultipartUpload, parts in parallel
- * (each with both checksums, read into memory so the bytes hashed are the
- * bytes sent), CompleteMultipartUpload. Afterwards a HEAD checks the size and
- * the ETag (the MD5, or for multipart the MD5 of the parts' MD5s, "-N"). */
+ * x-amz-checksum-sha256; a HEAD then checks the size and the ETag (the MD5).
+ * Above (and for metadata, whatever its size): CreateMultipartUpload, parts
+ * in parallel, each read into memory so the bytes hashed are the bytes sent,
+ * each with x-amz-checksum-sha256 (SHA-256 alone: one hash per byte), then
+ * CompleteMultipartUpload; a HEAD then checks the size and S3's checksum of
+ * the object (base64 SHA-256 of the parts' SHA-256s, "-N"), or on services
+ * that do not return it, the ETag against the file's MD5s. */
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -254,12 +257,9 @@ static void digest_bin(const EVP_MD *md, const void *data, size_t len, unsigned 
     EVP_Digest(data, len, out, &n, md, NULL);
 }
 
-/* HEAD the object and compare its size and ETag with what was sent. A
- * multipart object's ETag is the MD5 of the parts' MD5s, "-N" (AWS); some
- * services (s3rver, a few gateways) give the whole body's MD5 instead: then
- * path's MD5 is computed to compare with. */
-static int verify(struct s3 *s, CURL *h, const char *key, uint64_t size, const char *want_etag,
-                  const char *path)
+/* HEAD a single-PUT object and compare its size and ETag (the body's MD5)
+ * with what was sent. */
+static int verify(struct s3 *s, CURL *h, const char *key, uint64_t size, const char *want_etag)
 {
     char url[8192];
     int err;
@@ -274,17 +274,7 @@ static int verify(struct s3 *s, CURL *h, const char *key, uint64_t size, const c
     if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != size))
         err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", key,
                        (long long)resp.length, (unsigned long long)size);
-    if (err == 0 && want_etag && path && strcasecmp(resp.etag, want_etag) != 0 &&
-        strlen(resp.etag) == 34 && !strchr(resp.etag, '-')) {
-        struct ck_digests d;
-        char whole[40];
-        if ((err = ck_hash_file(path, CK_HASH_MD5, &d, NULL)) == 0) {
-            snprintf(whole, sizeof whole, "\"%s\"", d.md5);
-            if (strcasecmp(resp.etag, whole) == 0)
-                want_etag = NULL; /* the body's MD5 matches */
-        }
-    }
-    if (err == 0 && want_etag && strcasecmp(resp.etag, want_etag) != 0)
+    if (err == 0 && strcasecmp(resp.etag, want_etag) != 0)
         err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ", key,
                        resp.etag, want_etag);
     ck_resp_release(&resp);
@@ -336,7 +326,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
                                      st2.st_mtim.tv_nsec != st.st_mtim.tv_nsec))
             err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
         else
-            err = verify(s, h, x->key, x->size, etag, NULL);
+            err = verify(s, h, x->key, x->size, etag);
     }
     if (err == 0)
         x->parts_sent = 1;
@@ -422,15 +412,14 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
                                     x->path);
         got += (size_t)n;
     }
+    /* one hash per byte: SHA-256 (SHA-NI makes it the cheapest) signs the payload and goes
+     * as x-amz-checksum-sha256, which S3 checks; no Content-MD5 on parts */
     struct ck_part p = {.number = idx + 1, .size = len};
-    unsigned char sha[32], md5[16];
-    char sha_hex[65], md5b64[32], query[700], url[8192], enc_id[600];
+    unsigned char sha[32];
+    char sha_hex[65], query[700], url[8192], enc_id[600];
     digest_bin(EVP_sha256(), buf, len, sha);
-    digest_bin(EVP_md5(), buf, len, md5);
     ck_hex(sha_hex, sha, 32);
-    ck_hex(p.md5, md5, 16);
     ck_base64(p.sha256_b64, sha, 32);
-    ck_base64(md5b64, md5, 16);
     int err;
     if ((err = ck_store_encode(enc_id, sizeof enc_id, x->upload_id, false)) < 0)
         return err;
@@ -440,7 +429,6 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         return err;
     struct curl_slist *hd = base_headers(s, sha_hex);
     hd = add(hd, "x-amz-checksum-sha256", p.sha256_b64);
-    hd = add(hd, "Content-MD5", md5b64);
     char what[1200];
     snprintf(what, sizeof what, "'%s' part %d", x->key, p.number);
     struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = -1, .mem = buf,
@@ -450,14 +438,11 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     ck_resp_init(&resp);
     if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
         snprintf(p.etag, sizeof p.etag, "%s", resp.etag);
-        char want[40];
-        snprintf(want, sizeof want, "\"%s\"", p.md5);
-        if (resp.etag[0] && resp.etag[0] == '"' && strlen(resp.etag) == 34 &&
-            strcasecmp(resp.etag, want) != 0)
-            err = ck_error(CK_ENET, "%s: the server's ETag %s is not the MD5 sent %s", what,
-                           resp.etag, want);
-        else if (!resp.etag[0])
+        if (!resp.etag[0])
             err = ck_error(CK_ENET, "%s: accepted without an ETag", what);
+        else if (resp.checksum_sha256[0] && strcmp(resp.checksum_sha256, p.sha256_b64) != 0)
+            err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s",
+                           what, resp.checksum_sha256, p.sha256_b64);
     }
     ck_resp_release(&resp);
     curl_slist_free_all(hd);
@@ -511,60 +496,169 @@ static int cmp_part(const void *a, const void *b)
     return ((const struct ck_part *)a)->number - ((const struct ck_part *)b)->number;
 }
 
-/* "MD5 of the parts' binary MD5s"-N, quoted. */
-static int composite_etag(struct ck_xfer *x, int nparts, char *out, size_t outsz)
+/* S3's checksum of a multipart object: base64(SHA-256 of the parts' binary
+ * SHA-256s) "-N". */
+static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t outsz)
 {
-    unsigned char bin[16];
-    unsigned int bl = 0;
-    char hex[33];
+    unsigned char bin[32];
+    char b64[48];
     if ((int)x->nparts != nparts)
         return -1;
     qsort(x->parts, x->nparts, sizeof *x->parts, cmp_part);
     EVP_MD_CTX *md = EVP_MD_CTX_new();
     if (!md)
         return -1;
-    EVP_DigestInit_ex(md, EVP_md5(), NULL);
+    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
     for (int i = 0; i < nparts; i++) {
-        unsigned char pb[16];
-        ck_unhex(pb, 16, x->parts[i].md5);
-        EVP_DigestUpdate(md, pb, 16);
+        unsigned char pb[32];
+        size_t n = 0;
+        /* base64 of 32 bytes back to bytes */
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        unsigned acc = 0;
+        int bits = 0;
+        for (const char *c = x->parts[i].sha256_b64; *c && *c != '=' && n < 32; c++) {
+            const char *q = strchr(tbl, *c);
+            if (!q) {
+                EVP_MD_CTX_free(md);
+                return -1;
+            }
+            acc = acc << 6 | (unsigned)(q - tbl);
+            if ((bits += 6) >= 8) {
+                bits -= 8;
+                pb[n++] = (unsigned char)(acc >> bits);
+            }
+        }
+        if (n != 32) {
+            EVP_MD_CTX_free(md);
+            return -1;
+        }
+        EVP_DigestUpdate(md, pb, 32);
     }
+    unsigned int bl = 0;
     EVP_DigestFinal_ex(md, bin, &bl);
     EVP_MD_CTX_free(md);
-    ck_hex(hex, bin, 16);
-    snprintf(out, outsz, "\"%s-%d\"", hex, nparts);
+    ck_base64(b64, bin, 32);
+    snprintf(out, outsz, "%s-%d", b64, nparts);
     return 0;
 }
 
-static int complete_upload(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts, char *want_etag,
-                           size_t wsz)
+/* The MD5 ETag of path as a service computes it: of the whole body ("md5"),
+ * or when per_part, of each part_size slice combined (AWS: "md5(md5s)-N"). */
+static int md5_etag(const char *path, uint64_t part_size, bool per_part, char *out, size_t outsz)
+{
+    char whole[64], composite[64];
+    int nparts = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", path);
+    EVP_MD_CTX *all = EVP_MD_CTX_new(), *part = EVP_MD_CTX_new(), *comb = EVP_MD_CTX_new();
+    unsigned char *buf = malloc(1u << 20), bin[16];
+    unsigned int bl;
+    char hex[33];
+    int err = 0;
+    uint64_t in_part = 0;
+    if (!all || !part || !comb || !buf) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    EVP_DigestInit_ex(all, EVP_md5(), NULL);
+    EVP_DigestInit_ex(part, EVP_md5(), NULL);
+    EVP_DigestInit_ex(comb, EVP_md5(), NULL);
+    for (;;) {
+        size_t want = 1u << 20;
+        if (per_part && part_size - in_part < want)
+            want = (size_t)(part_size - in_part);
+        ssize_t n = read(fd, buf, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            err = ck_error_os(CK_EIO, "cannot read '%s'", path);
+            goto out;
+        }
+        if (n > 0) {
+            EVP_DigestUpdate(per_part ? part : all, buf, (size_t)n);
+            in_part += (uint64_t)n;
+        }
+        if (per_part && ((n == 0 && in_part) || in_part == part_size)) {
+            EVP_DigestFinal_ex(part, bin, &bl);
+            EVP_DigestUpdate(comb, bin, 16);
+            EVP_DigestInit_ex(part, EVP_md5(), NULL);
+            in_part = 0;
+            nparts++;
+        }
+        if (n == 0)
+            break;
+    }
+    EVP_DigestFinal_ex(all, bin, &bl);
+    ck_hex(hex, bin, 16);
+    snprintf(whole, sizeof whole, "\"%s\"", hex);
+    EVP_DigestFinal_ex(comb, bin, &bl);
+    ck_hex(hex, bin, 16);
+    snprintf(composite, sizeof composite, "\"%s-%d\"", hex, nparts);
+    snprintf(out, outsz, "%s", per_part ? composite : whole);
+out:
+    EVP_MD_CTX_free(all);
+    EVP_MD_CTX_free(part);
+    EVP_MD_CTX_free(comb);
+    free(buf);
+    close(fd);
+    return err;
+}
+
+/* After a multipart upload: the size, then S3's own checksum of the object
+ * when the service returns it (x-amz-checksum-mode), else the ETag against
+ * the MD5s of the local file (one more read, only for such services). */
+static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
+{
+    char url[8192], want[80];
+    int err;
+    if ((err = object_url(s, x->key, NULL, url, sizeof url)) < 0)
+        return err;
+    if (composite_sha256(x, nparts, want, sizeof want) < 0)
+        return ck_error(CK_ENET, "'%s': the recorded parts do not cover the file", x->key);
+    struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
+    hd = curl_slist_append(hd, "x-amz-checksum-mode: ENABLED");
+    struct ck_req r = {.method = "HEAD", .url = url, .headers = hd, .fd = -1,
+                       .setup = s3_setup, .setup_ctx = s, .what = x->key};
+    struct ck_resp resp;
+    ck_resp_init(&resp);
+    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != x->size))
+        err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", x->key,
+                       (long long)resp.length, (unsigned long long)x->size);
+    if (err == 0 && resp.checksum_sha256[0]) {
+        if (strcmp(resp.checksum_sha256, want) != 0)
+            err = ck_error(CK_ENET, "'%s': the stored object's checksum %s is not %s: the data "
+                                    "differ", x->key, resp.checksum_sha256, want);
+    } else if (err == 0) {
+        char md5[64];
+        if ((err = md5_etag(x->path, x->part_size, strchr(resp.etag, '-') != NULL, md5,
+                            sizeof md5)) == 0 &&
+            strcasecmp(resp.etag, md5) != 0)
+            err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ",
+                           x->key, resp.etag, md5);
+    }
+    ck_resp_release(&resp);
+    curl_slist_free_all(hd);
+    return err;
+}
+
+static int complete_upload(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
 {
     struct ck_buf body = CK_BUF_INIT;
     char url[8192], enc_id[600], query[700], sha_hex[65];
     unsigned char sha[32];
     int err;
     qsort(x->parts, x->nparts, sizeof *x->parts, cmp_part);
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    EVP_DigestInit_ex(md, EVP_md5(), NULL);
     ck_buf_puts(&body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
     for (int i = 0; i < nparts; i++) {
         const struct ck_part *p = &x->parts[i];
-        unsigned char bin[16];
-        ck_unhex(bin, 16, p->md5);
-        EVP_DigestUpdate(md, bin, 16);
         ck_buf_printf(&body,
                       "<Part><ChecksumSHA256>%s</ChecksumSHA256><ETag>%s</ETag>"
                       "<PartNumber>%d</PartNumber></Part>",
                       p->sha256_b64, p->etag, p->number);
     }
     ck_buf_puts(&body, "</CompleteMultipartUpload>");
-    unsigned char bin[16];
-    unsigned int bl = 0;
-    char hex[33];
-    EVP_DigestFinal_ex(md, bin, &bl);
-    EVP_MD_CTX_free(md);
-    ck_hex(hex, bin, 16);
-    snprintf(want_etag, wsz, "\"%s-%d\"", hex, nparts);
     digest_bin(EVP_sha256(), body.data, body.len, sha);
     ck_hex(sha_hex, sha, 32);
     if ((err = ck_store_encode(enc_id, sizeof enc_id, x->upload_id, false)) < 0)
@@ -607,7 +701,6 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         ps *= 2;
     CURL *h = ck_net_handle();
     struct mp m = {.s = s, .x = x, .fd = -1};
-    char want_etag[64];
     int err = 0;
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
@@ -655,9 +748,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         if ((int)kept == m.nparts && round == 0) {
             /* every part was accepted before: an earlier run may have completed the
              * upload and died before recording it; if the object is there, done */
-            char comp[64];
-            if (composite_etag(x, m.nparts, comp, sizeof comp) == 0 &&
-                verify(s, h, x->key, x->size, comp, x->path) == 0) {
+            if (verify_multipart(s, h, x, m.nparts) == 0) {
                 ck_info("upload.already_complete", "key=\"%s\"", x->key);
                 close(m.fd);
                 m.fd = -1;
@@ -688,11 +779,11 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             err = ck_error(CK_ERR, "cannot start the part threads");
             break;
         }
-        err = complete_upload(s, h, x, m.nparts, want_etag, sizeof want_etag);
+        err = complete_upload(s, h, x, m.nparts);
         if (err == CK_ENOENT) {
             /* NoSuchUpload: either an earlier run completed it and died before
              * recording that, or the upload was aborted: check, else start over */
-            if (verify(s, h, x->key, x->size, want_etag, x->path) == 0) {
+            if (verify_multipart(s, h, x, m.nparts) == 0) {
                 err = 0;
                 break;
             }
@@ -706,7 +797,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             continue;
         }
         if (err == 0)
-            err = verify(s, h, x->key, x->size, want_etag, x->path);
+            err = verify_multipart(s, h, x, m.nparts);
         break;
     }
     free(m.done);
