@@ -191,8 +191,27 @@ static int savepoint(sqlite3 *db, const char *sql)
 /* Set once a pass has looked at every checkpoint of metadata.yaml. */
 static bool all_checked;
 
+static int announce_in(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                       const struct ck_scan_result *res, const struct ck_pmf_meta *m);
+
+/* One outer savepoint for the whole pass: the per-event savepoints inside it
+ * nest, so 1,000 new checkpoints cost one commit (one fsync), not 1,000. */
 static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
                     const struct ck_scan_result *res, const struct ck_pmf_meta *m)
+{
+    int err = savepoint(st->db, "SAVEPOINT announce_pass");
+    if (err < 0)
+        return err;
+    err = announce_in(h, st, dir, res, m);
+    if (err < 0)
+        sqlite3_exec(st->db, "ROLLBACK TO announce_pass", NULL, NULL, NULL);
+    if (sqlite3_exec(st->db, "RELEASE announce_pass", NULL, NULL, NULL) != SQLITE_OK && err >= 0)
+        err = ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(st->db));
+    return err;
+}
+
+static int announce_in(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                       const struct ck_scan_result *res, const struct ck_pmf_meta *m)
 {
     char txt[1024], id[64];
     sqlite3 *db = st->db;
