@@ -367,6 +367,86 @@ static int create_upload(struct s3 *s, CURL *h, struct ck_xfer *x, uint64_t part
     return err;
 }
 
+/* The MD5 ETags a service may give path: of the whole body ("md5"), and of
+ * each part_size slice combined (AWS: "md5(md5s)-N"), from one read. */
+struct md5job {
+    const char *path;
+    uint64_t part_size;
+    char whole[64], composite[64];
+    int err;
+    char msg[512];
+};
+
+static int md5_etags(struct md5job *j)
+{
+    const char *path = j->path;
+    uint64_t part_size = j->part_size;
+    int nparts = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", path);
+    EVP_MD_CTX *all = EVP_MD_CTX_new(), *part = EVP_MD_CTX_new(), *comb = EVP_MD_CTX_new();
+    unsigned char *buf = malloc(1u << 20), bin[16];
+    unsigned int bl;
+    char hex[33];
+    int err = 0;
+    uint64_t in_part = 0;
+    if (!all || !part || !comb || !buf) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    EVP_DigestInit_ex(all, EVP_md5(), NULL);
+    EVP_DigestInit_ex(part, EVP_md5(), NULL);
+    EVP_DigestInit_ex(comb, EVP_md5(), NULL);
+    for (;;) {
+        size_t want = 1u << 20;
+        if (part_size - in_part < want)
+            want = (size_t)(part_size - in_part);
+        ssize_t n = read(fd, buf, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            err = ck_error_os(CK_EIO, "cannot read '%s'", path);
+            goto out;
+        }
+        if (n > 0) {
+            EVP_DigestUpdate(all, buf, (size_t)n);
+            EVP_DigestUpdate(part, buf, (size_t)n);
+            in_part += (uint64_t)n;
+        }
+        if ((n == 0 && in_part) || in_part == part_size) {
+            EVP_DigestFinal_ex(part, bin, &bl);
+            EVP_DigestUpdate(comb, bin, 16);
+            EVP_DigestInit_ex(part, EVP_md5(), NULL);
+            in_part = 0;
+            nparts++;
+        }
+        if (n == 0)
+            break;
+    }
+    EVP_DigestFinal_ex(all, bin, &bl);
+    ck_hex(hex, bin, 16);
+    snprintf(j->whole, sizeof j->whole, "\"%s\"", hex);
+    EVP_DigestFinal_ex(comb, bin, &bl);
+    ck_hex(hex, bin, 16);
+    snprintf(j->composite, sizeof j->composite, "\"%s-%d\"", hex, nparts);
+out:
+    EVP_MD_CTX_free(all);
+    EVP_MD_CTX_free(part);
+    EVP_MD_CTX_free(comb);
+    free(buf);
+    close(fd);
+    return err;
+}
+
+static void *md5_thread(void *arg)
+{
+    struct md5job *j = arg;
+    if ((j->err = md5_etags(j)) < 0)
+        snprintf(j->msg, sizeof j->msg, "%s", ck_error_msg());
+    return NULL;
+}
+
 /* The parallel part senders. */
 struct mp {
     struct s3 *s;
@@ -378,6 +458,11 @@ struct mp {
     int next;            /* next part index to look at */
     int err;
     char msg[1024];
+    /* a service that returns no checksum for a part will not for the object
+     * either: its ETag will be checked against MD5s, computed meanwhile */
+    bool md5_started;
+    pthread_t md5_tid;
+    struct md5job md5;
 };
 
 static int next_part(struct mp *m)
@@ -444,11 +529,17 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
             err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s",
                            what, resp.checksum_sha256, p.sha256_b64);
     }
+    bool resp_had_checksum = resp.checksum_sha256[0] != '\0';
     ck_resp_release(&resp);
     curl_slist_free_all(hd);
     if (err < 0)
         return err;
     pthread_mutex_lock(&m->mu);
+    if (!resp_had_checksum && !m->md5_started) {
+        m->md5.path = x->path;
+        m->md5.part_size = x->part_size;
+        m->md5_started = pthread_create(&m->md5_tid, NULL, md5_thread, &m->md5) == 0;
+    }
     err = x->save_part(x->cb_ctx, &p);
     if (err == 0) {
         m->done[idx] = 1;
@@ -542,73 +633,11 @@ static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t out
     return 0;
 }
 
-/* The MD5 ETag of path as a service computes it: of the whole body ("md5"),
- * or when per_part, of each part_size slice combined (AWS: "md5(md5s)-N"). */
-static int md5_etag(const char *path, uint64_t part_size, bool per_part, char *out, size_t outsz)
-{
-    char whole[64], composite[64];
-    int nparts = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ck_error_os(CK_EIO, "cannot open '%s'", path);
-    EVP_MD_CTX *all = EVP_MD_CTX_new(), *part = EVP_MD_CTX_new(), *comb = EVP_MD_CTX_new();
-    unsigned char *buf = malloc(1u << 20), bin[16];
-    unsigned int bl;
-    char hex[33];
-    int err = 0;
-    uint64_t in_part = 0;
-    if (!all || !part || !comb || !buf) {
-        err = ck_error(CK_ENOMEM, "out of memory");
-        goto out;
-    }
-    EVP_DigestInit_ex(all, EVP_md5(), NULL);
-    EVP_DigestInit_ex(part, EVP_md5(), NULL);
-    EVP_DigestInit_ex(comb, EVP_md5(), NULL);
-    for (;;) {
-        size_t want = 1u << 20;
-        if (per_part && part_size - in_part < want)
-            want = (size_t)(part_size - in_part);
-        ssize_t n = read(fd, buf, want);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            err = ck_error_os(CK_EIO, "cannot read '%s'", path);
-            goto out;
-        }
-        if (n > 0) {
-            EVP_DigestUpdate(per_part ? part : all, buf, (size_t)n);
-            in_part += (uint64_t)n;
-        }
-        if (per_part && ((n == 0 && in_part) || in_part == part_size)) {
-            EVP_DigestFinal_ex(part, bin, &bl);
-            EVP_DigestUpdate(comb, bin, 16);
-            EVP_DigestInit_ex(part, EVP_md5(), NULL);
-            in_part = 0;
-            nparts++;
-        }
-        if (n == 0)
-            break;
-    }
-    EVP_DigestFinal_ex(all, bin, &bl);
-    ck_hex(hex, bin, 16);
-    snprintf(whole, sizeof whole, "\"%s\"", hex);
-    EVP_DigestFinal_ex(comb, bin, &bl);
-    ck_hex(hex, bin, 16);
-    snprintf(composite, sizeof composite, "\"%s-%d\"", hex, nparts);
-    snprintf(out, outsz, "%s", per_part ? composite : whole);
-out:
-    EVP_MD_CTX_free(all);
-    EVP_MD_CTX_free(part);
-    EVP_MD_CTX_free(comb);
-    free(buf);
-    close(fd);
-    return err;
-}
-
 /* After a multipart upload: the size, then S3's own checksum of the object
  * when the service returns it (x-amz-checksum-mode), else the ETag against
  * the MD5s of the local file (one more read, only for such services). */
-static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
+static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts,
+                            struct md5job *pre)
 {
     char url[8192], want[80];
     int err;
@@ -631,12 +660,19 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
             err = ck_error(CK_ENET, "'%s': the stored object's checksum %s is not %s: the data "
                                     "differ", x->key, resp.checksum_sha256, want);
     } else if (err == 0) {
-        char md5[64];
-        if ((err = md5_etag(x->path, x->part_size, strchr(resp.etag, '-') != NULL, md5,
-                            sizeof md5)) == 0 &&
-            strcasecmp(resp.etag, md5) != 0)
-            err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ",
-                           x->key, resp.etag, md5);
+        /* computed meanwhile on a spare core (pre), or now */
+        struct md5job now = {.path = x->path, .part_size = x->part_size};
+        struct md5job *j = pre ? pre : &now;
+        if (!pre && (err = md5_etags(&now)) < 0) {
+            /* err set */
+        } else if (pre && pre->err < 0) {
+            err = ck_error(pre->err, "%s", pre->msg);
+        } else {
+            const char *md5 = strchr(resp.etag, '-') ? j->composite : j->whole;
+            if (strcasecmp(resp.etag, md5) != 0)
+                err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data "
+                                        "differ", x->key, resp.etag, md5);
+        }
     }
     ck_resp_release(&resp);
     curl_slist_free_all(hd);
@@ -748,7 +784,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         if ((int)kept == m.nparts && round == 0) {
             /* every part was accepted before: an earlier run may have completed the
              * upload and died before recording it; if the object is there, done */
-            if (verify_multipart(s, h, x, m.nparts) == 0) {
+            if (verify_multipart(s, h, x, m.nparts, NULL) == 0) {
                 ck_info("upload.already_complete", "key=\"%s\"", x->key);
                 close(m.fd);
                 m.fd = -1;
@@ -783,7 +819,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         if (err == CK_ENOENT) {
             /* NoSuchUpload: either an earlier run completed it and died before
              * recording that, or the upload was aborted: check, else start over */
-            if (verify_multipart(s, h, x, m.nparts) == 0) {
+            if (verify_multipart(s, h, x, m.nparts, NULL) == 0) {
                 err = 0;
                 break;
             }
@@ -796,10 +832,17 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             err = ck_error(CK_ENET, "'%s': the multipart upload vanished twice", x->key);
             continue;
         }
-        if (err == 0)
-            err = verify_multipart(s, h, x, m.nparts);
+        if (err == 0 && m.md5_started) {
+            pthread_join(m.md5_tid, NULL);
+            m.md5_started = false;
+            err = verify_multipart(s, h, x, m.nparts, &m.md5);
+        } else if (err == 0) {
+            err = verify_multipart(s, h, x, m.nparts, NULL);
+        }
         break;
     }
+    if (m.md5_started)
+        pthread_join(m.md5_tid, NULL);
     free(m.done);
     pthread_mutex_destroy(&m.mu);
     curl_easy_cleanup(h);
