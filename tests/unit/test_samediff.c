@@ -15,9 +15,10 @@ struct knobs {
     uint32_t buf_bytes; /* w's buffer length (24 is right: 2x3 float32) */
     int64_t rank;       /* w's shape info rank (2 is right) */
     int32_t in_a;       /* first input of the node: variable id (2 is right) */
+    int no_outnames;    /* leave out the node's outputNames */
 };
 
-static const struct knobs good = {24, 2, 2};
+static const struct knobs good = {24, 2, 2, 0};
 
 struct built {
     struct fbb f;
@@ -101,7 +102,8 @@ static void build_graph(struct built *g, const struct knobs *k)
     fbb_off(f, g->graph, 2, nodes);
     /* slots: 0 id, 1 name, 2 opType, 3 opNum, 6 inputPaired, 9 extraInteger, 15 outputNames, 16
      * opName */
-    g->node = fbb_table(f, 17, 0x1 | 0x2 | 0x4 | 0x8 | 0x40 | 0x200 | 0x8000 | 0x10000);
+    g->node = fbb_table(
+        f, 17, 0x1 | 0x2 | 0x4 | 0x8 | 0x40 | 0x200 | 0x10000 | (k->no_outnames ? 0 : 0x8000));
     fbb_elem(f, nodes, 0, g->node);
     fbb_i32(f, g->node, 0, 3);
     fbb_u8(f, g->node, 2, 21);
@@ -112,9 +114,11 @@ static void build_graph(struct built *g, const struct knobs *k)
     fbb_off(f, g->node, 6, ins);
     fbb_elem(f, ins, 0, int_pair(f, k->in_a, 0));
     fbb_elem(f, ins, 1, int_pair(f, 1, 0));
-    uint32_t outn = fbb_vec(f, NULL, 1, 4);
-    fbb_off(f, g->node, 15, outn);
-    fbb_elem(f, outn, 0, fbb_str(f, "y"));
+    if (!k->no_outnames) {
+        uint32_t outn = fbb_vec(f, NULL, 1, 4);
+        fbb_off(f, g->node, 15, outn);
+        fbb_elem(f, outn, 0, fbb_str(f, "y"));
+    }
 
     uint32_t outs = fbb_vec(f, NULL, 1, 4);
     fbb_off(f, g->graph, 3, outs);
@@ -217,6 +221,24 @@ static void graph_fields(void **state)
         if (!strcmp(s->meta[i].key, "graph_id"))
             assert_string_equal(s->meta[i].value, "77"), id_seen = true;
     assert_true(id_seen);
+    ck_tensor_set_free(s);
+}
+
+/* A node without outputNames produces the variables whose id pair starts
+ * with the node's id. */
+static void outputs_from_ids(void **state)
+{
+    struct built g;
+    struct ck_tensor_set *s = NULL;
+    char dir[4096], path[4096];
+    struct knobs k = good;
+    k.no_outnames = 1;
+    ck_test_tmpdir(dir, "sd_outids");
+    build_graph(&g, &k);
+    if (open_bytes(dir, "g.fb", g.f.b, g.f.len, &s, path) < 0)
+        fail_msg("%s", ck_error_msg());
+    assert_int_equal(s->graph->nodes[0].noutputs, 1);
+    assert_string_equal(s->graph->nodes[0].outputs[0], "y");
     ck_tensor_set_free(s);
 }
 
@@ -545,12 +567,13 @@ static void real_placeholders(void **state)
 }
 
 static const struct CMUnitTest tests[] = {
-    cmocka_unit_test(graph_fields),          cmocka_unit_test(truncated_everywhere),
-    cmocka_unit_test(offset_past_the_end),   cmocka_unit_test(vtable_out_of_range),
-    cmocka_unit_test(vector_length_2_31),    cmocka_unit_test(wrong_data_count),
-    cmocka_unit_test(flatbuf_reader_limits), cmocka_unit_test(adr_zip_newest_tag),
-    cmocka_unit_test(adr_zip_hostile),       cmocka_unit_test(real_pad_1d),
-    cmocka_unit_test(real_all_files_open),   cmocka_unit_test(real_placeholders),
+    cmocka_unit_test(graph_fields),         cmocka_unit_test(outputs_from_ids),
+    cmocka_unit_test(truncated_everywhere), cmocka_unit_test(offset_past_the_end),
+    cmocka_unit_test(vtable_out_of_range),  cmocka_unit_test(vector_length_2_31),
+    cmocka_unit_test(wrong_data_count),     cmocka_unit_test(flatbuf_reader_limits),
+    cmocka_unit_test(adr_zip_newest_tag),   cmocka_unit_test(adr_zip_hostile),
+    cmocka_unit_test(real_pad_1d),          cmocka_unit_test(real_all_files_open),
+    cmocka_unit_test(real_placeholders),
 };
 
 CK_TEST_MAIN(tests)
