@@ -113,7 +113,7 @@ static int follow(const struct ck_fb *fb, uint32_t a, uint32_t need, uint32_t *t
 #define SCALAR_GETTER(fn, type, width, conv)                                                       \
     int fn(const struct ck_fb_table *t, int slot, type def, type *out)                             \
     {                                                                                              \
-        uint32_t at;                                                                               \
+        uint32_t at = 0;                                                                           \
         int r = field(t, slot, width, &at);                                                        \
         *out = def;                                                                                \
         if (r == 1)                                                                                \
@@ -133,7 +133,7 @@ SCALAR_GETTER(ck_fb_i64, int64_t, 8, rd64)
 
 int ck_fb_table(const struct ck_fb_table *t, int slot, struct ck_fb_table *out)
 {
-    uint32_t at, tg;
+    uint32_t at = 0, tg = 0;
     int r = field(t, slot, 4, &at);
     if (r <= 0)
         return r;
@@ -146,7 +146,7 @@ int ck_fb_table(const struct ck_fb_table *t, int slot, struct ck_fb_table *out)
 
 static int vector_at(const struct ck_fb *fb, uint32_t at, uint32_t elem, struct ck_fb_vec *out)
 {
-    uint32_t tg;
+    uint32_t tg = 0;
     int r = follow(fb, at, 4, &tg);
     if (r < 0)
         return r;
@@ -163,7 +163,7 @@ static int vector_at(const struct ck_fb *fb, uint32_t at, uint32_t elem, struct 
 
 int ck_fb_vector(const struct ck_fb_table *t, int slot, uint32_t elem, struct ck_fb_vec *out)
 {
-    uint32_t at;
+    uint32_t at = 0;
     int r = field(t, slot, 4, &at);
     memset(out, 0, sizeof(*out));
     out->fb = t->fb;
@@ -197,7 +197,7 @@ static int elem_check(const struct ck_fb_vec *v, uint32_t i)
 
 int ck_fb_vec_table(const struct ck_fb_vec *v, uint32_t i, struct ck_fb_table *out)
 {
-    uint32_t tg;
+    uint32_t tg = 0;
     int r;
     if ((r = elem_check(v, i)) < 0 || (r = follow(v->fb, v->pos + 4 * i, 4, &tg)) < 0)
         return r;
@@ -206,7 +206,7 @@ int ck_fb_vec_table(const struct ck_fb_vec *v, uint32_t i, struct ck_fb_table *o
 
 int ck_fb_vec_string(const struct ck_fb_vec *v, uint32_t i, const char **s, uint32_t *len)
 {
-    struct ck_fb_vec sv;
+    struct ck_fb_vec sv = {0};
     int r;
     if ((r = elem_check(v, i)) < 0 || (r = vector_at(v->fb, v->pos + 4 * i, 1, &sv)) < 0)
         return r;

@@ -254,7 +254,7 @@ static int parse_message(struct lx *l, struct ck_nntxt *msg, int depth, char clo
 static int field_value(struct lx *l, struct ck_nntxt *msg, struct ck_nntxt ***tail,
                        const char *name, size_t nlen, unsigned line, int depth, bool colon)
 {
-    struct ck_nntxt *n;
+    struct ck_nntxt *n = NULL;
     int err;
     if (l->p < l->end && (*l->p == '{' || *l->p == '<')) {
         char closer = *l->p == '{' ? '}' : '>';
@@ -349,7 +349,7 @@ static int parse_message(struct lx *l, struct ck_nntxt *msg, int depth, char clo
 int ck_nntxt_parse(const char *text, size_t len, const char *file, struct ck_nntxt **out)
 {
     struct lx l = {text, text + len, file, 1, 0};
-    struct ck_nntxt *root;
+    struct ck_nntxt *root = NULL;
     int err;
     *out = NULL;
     if (len > CK_NNTXT_MAX_TEXT)

@@ -811,7 +811,7 @@ static int add_param(void *arg, char *line, unsigned lineno)
 static int open_zip(struct ck_tensor_set *s, const char *path)
 {
     struct zipctx z;
-    char member[600], label[900], *text;
+    char member[600], label[900], *text = NULL;
     uint64_t len, idx;
     const unsigned char *d;
     struct ck_buf all = CK_BUF_INIT;
