@@ -39,7 +39,7 @@ static const char help[] =
     "  --compress zstd       send files as NAME.zst (the original's SHA-256 is recorded)\n"
     "  --bundle              send a tree as one NAME.tar.zst\n"
     "  --no-move             http: PUT to the final name (no temporary + MOVE)\n"
-    "  --concurrency N       parallel parts (default 4)\n"
+    "  --concurrency N       parallel parts (default 8)\n"
     "  --max-rate SIZE       bandwidth cap, bytes per second (50MiB)\n"
     "  --part-size SIZE      multipart part size (default 8MiB)\n"
     "  --multipart-threshold SIZE   (default 64MiB)\n"

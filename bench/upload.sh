@@ -108,7 +108,7 @@ make(big, rss_size)
 with S3Server(work) as s3:
     t, rss = ckptd_upload(big, "s3://ckpt/big", dict(os.environ, **s3.env()),
                           ("--endpoint", s3.endpoint))
-    print(f"RSS      {rss_size >> 20} MiB to s3rver (multipart, 4 parts in flight): "
+    print(f"RSS      {rss_size >> 20} MiB to s3rver (multipart, 8 parts in flight): "
           f"peak {rss / 1024:.1f} MiB ({rss_size / MB / t:.0f} MB/s)")
 with Nginx(work) as web:
     t, rss = ckptd_upload(big, web.url + "/big", dict(os.environ))

@@ -30,6 +30,7 @@
 
 #define MAX_PARTS 10000
 #define MIN_PART (5u << 20)
+#define PART_IO (1u << 20) /* read size while hashing a part */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 struct s3 {
@@ -486,23 +487,40 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     struct s3 *s = m->s;
     uint64_t off = (uint64_t)idx * x->part_size;
     size_t len = (size_t)(x->size - off < x->part_size ? x->size - off : x->part_size);
+    struct stat before, after;
+    if (fstat(m->fd, &before) < 0)
+        return ck_error_os(CK_EIO, "cannot stat '%s'", x->path);
+    /* the part is hashed, then streamed from the file (page cache) rather than
+     * held in memory: memory stays a few MiB whatever part_size and concurrency.
+     * S3 checks x-amz-checksum-sha256 against what it received; the file's stat
+     * is compared after the send, and the whole object's checksum or MD5 at the end.
+     * One hash per byte: SHA-256 (SHA-NI makes it the cheapest); no Content-MD5. */
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(md);
+        return ck_error(CK_ENOMEM, "cannot set up sha256");
+    }
     size_t got = 0;
     while (got < len) {
-        ssize_t n = pread(m->fd, buf + got, len - got, (off_t)(off + got));
+        size_t want = len - got < PART_IO ? len - got : PART_IO;
+        ssize_t n = pread(m->fd, buf, want, (off_t)(off + got));
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (n <= 0) {
+            EVP_MD_CTX_free(md);
             return n < 0 ? ck_error_os(CK_EIO, "cannot read '%s'", x->path)
                          : ck_error(CK_ECHANGED, "'%s' became shorter while it was uploaded",
                                     x->path);
+        }
+        EVP_DigestUpdate(md, buf, (size_t)n);
         got += (size_t)n;
     }
-    /* one hash per byte: SHA-256 (SHA-NI makes it the cheapest) signs the payload and goes
-     * as x-amz-checksum-sha256, which S3 checks; no Content-MD5 on parts */
     struct ck_part p = {.number = idx + 1, .size = len};
     unsigned char sha[32];
+    unsigned int shalen = 0;
     char sha_hex[65], query[700], url[8192], enc_id[600];
-    digest_bin(EVP_sha256(), buf, len, sha);
+    EVP_DigestFinal_ex(md, sha, &shalen);
+    EVP_MD_CTX_free(md);
     ck_hex(sha_hex, sha, 32);
     ck_base64(p.sha256_b64, sha, 32);
     int err;
@@ -516,8 +534,8 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     hd = add(hd, "x-amz-checksum-sha256", p.sha256_b64);
     char what[1200];
     snprintf(what, sizeof what, "'%s' part %d", x->key, p.number);
-    struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = -1, .mem = buf,
-                       .mem_len = len, .upload = true, .progress = &x->sent, .setup = s3_setup,
+    struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = m->fd, .off = off,
+                       .len = len, .upload = true, .progress = &x->sent, .setup = s3_setup,
                        .setup_ctx = s, .what = what};
     struct ck_resp resp;
     ck_resp_init(&resp);
@@ -530,6 +548,10 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
                            what, resp.checksum_sha256, p.sha256_b64);
     }
     bool resp_had_checksum = resp.checksum_sha256[0] != '\0';
+    if (err == 0 && (fstat(m->fd, &after) < 0 || after.st_size != before.st_size ||
+                     after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
+                     after.st_mtim.tv_nsec != before.st_mtim.tv_nsec))
+        err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
     ck_resp_release(&resp);
     curl_slist_free_all(hd);
     if (err < 0)
@@ -554,7 +576,7 @@ static void *part_worker(void *arg)
 {
     struct mp *m = arg;
     CURL *h = ck_net_handle();
-    unsigned char *buf = malloc(m->x->part_size);
+    unsigned char *buf = malloc(PART_IO);
     int err = 0;
     if (!h || !buf) {
         err = ck_error(CK_ENOMEM, "out of memory for a part buffer");

@@ -20,7 +20,7 @@ void ck_upload_opts_init(struct ck_upload_opts *o)
     o->part_size = 8u << 20;
     o->multipart_threshold = 64u << 20;
     o->max_rate = 0;
-    o->concurrency = 4;
+    o->concurrency = 8;
     o->retries = 6;
     o->retry_base = 0.5;
     o->retry_cap = 60;

@@ -2,6 +2,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "common/yamlutil.h"
 #include "stores/bundle.h"
 #include "stores/net.h"
@@ -454,6 +455,23 @@ static int refresh_source(struct run *r, struct ck_job *j)
     return ck_queue_reset_source(r->db, j->id, j->size, mt);
 }
 
+/* A metadata.yaml landed after its data: the newest data file of that store
+ * is now safely remote (ckptd_newest_remote_checkpoint_timestamp_seconds). */
+static void remote_checkpoint_time(sqlite3 *db, int64_t store)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT max(mtime_ns) FROM upload_jobs WHERE store = ?1 AND phase = 0"
+                           " AND state = 2",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, store);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        ck_metrics_set_max(CK_M_NEWEST_REMOTE_CHECKPOINT_TIME,
+                           sqlite3_column_int64(st, 0) / 1000000000LL);
+    sqlite3_finalize(st);
+}
+
 static bool is_permanent(int err)
 {
     return err == CK_EAUTH || err == CK_ECONFIG || err == CK_EFORMAT || err == CK_ENOENT ||
@@ -513,6 +531,11 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
             x->sha256[0] ? x->sha256 : "-", x->parts_sent, x->parts_resumed, secs,
             secs > 0 ? (double)j->size / secs / 1e6 : 0.0);
     rep->done++;
+    ck_metrics_add(CK_M_UPLOADS_COMPLETED, 1);
+    ck_metrics_add(CK_M_BYTES_UPLOADED, j->size);
+    ck_metrics_observe(CK_H_UPLOAD_SECONDS, secs);
+    if (j->phase == 1)
+        remote_checkpoint_time(r->db, j->store_id);
     goto out;
 failed: {
     char msg[2048];
@@ -531,8 +554,11 @@ failed: {
     ck_err(permanent ? "upload.failed" : "upload.retry_later", "job=%lld key=\"%s\" error=\"%s\"%s",
            (long long)j->id, j->key, msg, permanent ? "" : " (will retry)");
     err = ck_queue_fail(r->db, j->id, msg, permanent, delay, attempts_max);
-    if (permanent)
+    if (permanent) {
         rep->failed++;
+        ck_metrics_add(CK_M_UPLOADS_FAILED, 1);
+    }
+    ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
 }
 out:
     free(x->parts);
@@ -620,6 +646,9 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
             break;
         err = run_job(&r, &j, &pg, ctl, attempts_max, rep);
         ck_job_release(&j);
+        int counts[4];
+        if (ck_queue_counts(db, counts) == 0)
+            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
         if (err < 0)
             break; /* the queue itself failed: stop */
     }
