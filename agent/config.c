@@ -83,9 +83,9 @@ static const struct key keys[] = {
     {"log.level", T_LOGLEVEL, F(log_level), NULL, "debug, info, warn or error"},
     {"upload.stores", T_CUSTOM, 0, parse_upload_stores,
      "list of stores: {url: s3://b/p | http(s)://... | sftp://u@h/p | file:///p, endpoint, region,"
-     " credentials: env | env:NAME | file:/path, auth: basic|bearer, key, host_key, compress: zstd,"
-     " bundle: true, move: false}"},
-    {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 4)"},
+     " credentials: s3 env | file:/path, http/sftp env:NAME | file:/path, auth: basic|bearer, key,"
+     " host_key, compress: zstd, bundle: true, move: false}"},
+    {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 8)"},
     {"upload.max_rate", T_CUSTOM, 0, parse_upload_opt,
      "bandwidth cap over all uploads, bytes per second like 50MiB (default: none)"},
     {"upload.part_size", T_CUSTOM, 0, parse_upload_opt, "multipart part size (default 8MiB, min 5MiB)"},
