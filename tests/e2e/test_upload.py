@@ -351,6 +351,26 @@ class Http(TmpDirCase):
                 self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha256(src))
         self.assertEqual(queue(state)[0]["state"], "done")
 
+    def test_presigned_url_and_no_move(self):
+        with Nginx(self.dir) as web:
+            src = make(os.path.join(self.dir, "a.bin"), 70000, 74)
+            state = os.path.join(self.dir, "state")
+            # a URL with a query names the object itself: one PUT there, no MOVE
+            p = run("upload", "--state", state, src,
+                    web.url + "/signed/object.bin?X-Amz-Signature=abc123", check=0)
+            self.assertNotIn("abc123", p.stderr)  # a signature is a credential: never logged
+            with open(os.path.join(web.dir, "access.log")) as f:
+                log = f.read()
+            self.assertIn('"PUT /signed/object.bin?X-Amz-Signature=abc123 HTTP/1.1" 201', log)
+            self.assertNotIn("MOVE", log)
+            self.assertEqual(sha256(os.path.join(web.root, "signed", "object.bin")), sha256(src))
+            # move: false puts straight to the final name
+            run("upload", "--state", state, "--no-move", src, web.url + "/direct", check=0)
+            with open(os.path.join(web.dir, "access.log")) as f:
+                log = f.read()
+            self.assertIn('"PUT /direct/a.bin HTTP/1.1" 201', log)
+            self.assertEqual(sha256(os.path.join(web.root, "direct", "a.bin")), sha256(src))
+
     def test_500_then_200(self):
         with Nginx(self.dir) as web, FlakyProxy(web.port, [500, 500], fail_methods={"PUT"}) as px:
             src = make(os.path.join(self.dir, "a.bin"), 300000, 73)
