@@ -287,7 +287,17 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
     }
     sqlite3_finalize(st);
     double t = now_s();
-    if (old && same && ostate != CK_JOB_FAILED) {
+    if (old && same && ostate == CK_JOB_FAILED) {
+        /* queued again after it failed: pending, its accepted parts kept */
+        char sql[160];
+        snprintf(sql, sizeof sql,
+                 "UPDATE upload_jobs SET state = 0, attempts = 0, next_try = 0 WHERE id = %lld",
+                 (long long)old);
+        if ((err = exec(db, sql, "queueing")) < 0)
+            goto fail;
+        *id = old;
+        *added = true;
+    } else if (old && same) {
         *id = old;
         char sql[128];
         snprintf(sql, sizeof sql, "UPDATE upload_jobs SET mtime_ns = %lld WHERE id = %lld",

@@ -58,9 +58,10 @@ int ck_queue_store_put(sqlite3 *db, const struct ck_store_spec *spec, int64_t *i
 int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out);
 
 /* Queues src for store as key. An identical job (same store, key, size and
- * mtime) that is pending, running or done is not queued again (*added false);
- * a pending or failed job for the same key with another size or mtime is
- * reset to the new file (its multipart state dropped). */
+ * mtime, or same SHA-256 after a rewrite) that is pending, running or done is
+ * not queued again (*added false); a failed one goes back to pending with its
+ * accepted parts; a pending or failed job for the same key with another file
+ * is replaced (its multipart state dropped). */
 int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
                  enum ck_job_kind kind, int64_t *id, bool *added);
 /* Claims the next runnable job (pending, not blocked by the metadata-last

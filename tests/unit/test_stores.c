@@ -250,6 +250,17 @@ static void queue_transitions(void **state)
     assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
     ck_queue_counts(db, counts);
     assert_int_equal(counts[CK_JOB_FAILED], 1);
+    /* queueing the same file again puts the failed job back, parts kept */
+    int64_t again2;
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &again2, &added), 0);
+    assert_true(added);
+    assert_true(again2 == ja);
+    assert_int_equal(ck_queue_parts(db, ja, &parts, &n), 0);
+    assert_int_equal(n, 2);
+    free(parts);
+    assert_int_equal(ck_queue_claim(db, &j), 0);
+    ck_job_release(&j);
+    assert_int_equal(ck_queue_fail(db, ja, "HTTP 403", true, 0, 3), 0);
     /* retry: back to pending, attempts reset, multipart state kept */
     int nr;
     assert_int_equal(ck_queue_retry(db, 0, &nr), 0);
