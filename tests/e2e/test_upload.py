@@ -371,6 +371,18 @@ class Http(TmpDirCase):
             self.assertIn('"PUT /direct/a.bin HTTP/1.1" 201', log)
             self.assertEqual(sha256(os.path.join(web.root, "direct", "a.bin")), sha256(src))
 
+    def test_bearer_token_from_env(self):
+        with Nginx(self.dir) as web, FlakyProxy(web.port, []) as px:
+            src = make(os.path.join(self.dir, "a.bin"), 1000, 75)
+            state = os.path.join(self.dir, "state")
+            token = "tok-" + os.urandom(8).hex()
+            p = run("upload", "--state", state, "--auth", "bearer", "--credentials",
+                    "env:CK_TEST_TOKEN", src, px.url + "/b", env={"CK_TEST_TOKEN": token}, check=0)
+            self.assertNotIn(token, p.stderr)
+            auth = {h.get("Authorization") for m, path, h in px.headers if m == "PUT"}
+            self.assertEqual(auth, {"Bearer " + token})
+            self.assertEqual(sha256(os.path.join(web.root, "b", "a.bin")), sha256(src))
+
     def test_500_then_200(self):
         with Nginx(self.dir) as web, FlakyProxy(web.port, [500, 500], fail_methods={"PUT"}) as px:
             src = make(os.path.join(self.dir, "a.bin"), 300000, 73)

@@ -304,6 +304,7 @@ class FlakyProxy:
         self.retry_after = retry_after
         self.fail_methods = fail_methods
         self.requests = []
+        self.headers = []  # (method, path, request headers) of forwarded requests
         self.lock = threading.Lock()
         outer = self
 
@@ -343,6 +344,7 @@ class FlakyProxy:
                 data = r.read()
                 with outer.lock:
                     outer.requests.append((self.command, self.path, r.status))
+                    outer.headers.append((self.command, self.path, dict(self.headers.items())))
                 self.send_response(r.status)
                 for k, v in r.getheaders():
                     if k.lower() not in ("connection", "transfer-encoding", "content-length",
