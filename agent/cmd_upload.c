@@ -88,16 +88,28 @@ static int pick_spec(const struct ck_config *cfg, const char *dest, const struct
     return err;
 }
 
-static void install_signals(struct ck_upload_ctl *ctl)
+/* The handlers set only the stop flag; the previous ones come back after the run. */
+static void install_signals(struct ck_upload_ctl *ctl, struct sigaction old[3])
 {
-    struct sigaction sa;
+    struct sigaction sa, ign;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
+    memset(&ign, 0, sizeof ign);
+    ign.sa_handler = SIG_IGN;
+    sigemptyset(&ign.sa_mask);
     g_ctl = ctl;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    sigaction(SIGTERM, &sa, &old[0]);
+    sigaction(SIGINT, &sa, &old[1]);
+    sigaction(SIGPIPE, &ign, &old[2]);
+}
+
+static void restore_signals(const struct sigaction old[3])
+{
+    sigaction(SIGTERM, &old[0], NULL);
+    sigaction(SIGINT, &old[1], NULL);
+    sigaction(SIGPIPE, &old[2], NULL);
+    g_ctl = NULL;
 }
 
 /* Runs the queue of an open database and turns the report into an exit code. */
@@ -107,10 +119,11 @@ int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *sp
     struct ck_upload_ctl ctl;
     struct ck_upload_report rep;
     struct ck_uploader_run_opts ro = {.progress_bar = progress, .wait_retries = true};
+    struct sigaction old[3];
     ck_upload_ctl_init(&ctl, cfg->upload.grace);
-    install_signals(&ctl);
+    install_signals(&ctl, old);
     int err = ck_uploader_run(db, &cfg->upload, spool, &ctl, &ro, &rep);
-    g_ctl = NULL;
+    restore_signals(old);
     if (err < 0)
         return ck_cli_fail(cmd, err);
     ck_info("upload.summary", "done=%d failed=%d left=%d blocked=%d%s", rep.done, rep.failed,
