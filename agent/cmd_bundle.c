@@ -27,10 +27,10 @@ enum { O_LEVEL = CK_OPT_FIRST_COMMAND_OPTION, O_THREADS };
 int ck_cmd_bundle(int argc, char **argv)
 {
     static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                              {"output", required_argument, NULL, 'o'},
-                                              {"level", required_argument, NULL, O_LEVEL},
-                                              {"threads", required_argument, NULL, O_THREADS},
-                                              {NULL, 0, NULL, 0}};
+                                             {"output", required_argument, NULL, 'o'},
+                                             {"level", required_argument, NULL, O_LEVEL},
+                                             {"threads", required_argument, NULL, O_THREADS},
+                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     const char *out = NULL;
     int level = 3, threads = 0, opt, rc;

@@ -88,11 +88,11 @@ static int print_job(const struct ck_job *j, void *ctx)
 int ck_cmd_queue(int argc, char **argv)
 {
     static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                              {"state", required_argument, NULL, O_STATE},
-                                              {"all", no_argument, NULL, O_ALL},
-                                              {"json", no_argument, NULL, O_JSON},
-                                              {"no-progress", no_argument, NULL, O_NOPROG},
-                                              {NULL, 0, NULL, 0}};
+                                             {"state", required_argument, NULL, O_STATE},
+                                             {"all", no_argument, NULL, O_ALL},
+                                             {"json", no_argument, NULL, O_JSON},
+                                             {"no-progress", no_argument, NULL, O_NOPROG},
+                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct ck_config cfg;
     struct ck_state st = {0};

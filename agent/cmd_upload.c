@@ -46,8 +46,7 @@ static const char help[] =
     "  --retries N           retries per request (default 6)\n"
     "  --state DIR           the queue's folder\n"
     "  --queue-only          queue the jobs and exit without sending\n"
-    "  --no-progress         no progress bar even on a terminal\n" CK_CLI_HELP
-    "\n"
+    "  --no-progress         no progress bar even on a terminal\n" CK_CLI_HELP "\n"
     "exit: 0 all sent and checked, 1 something failed or was left queued (SIGTERM),\n"
     "2 usage or config error, 3 another ckptd runs this queue\n";
 
@@ -60,9 +59,23 @@ static void on_signal(int sig)
 }
 
 enum {
-    O_ENDPOINT = CK_OPT_FIRST_COMMAND_OPTION, O_REGION, O_CREDS, O_AUTH, O_KEY, O_HOSTKEY,
-    O_COMPRESS, O_BUNDLE, O_NOMOVE, O_CONC, O_RATE, O_PART, O_THRESH, O_RETRIES, O_STATE,
-    O_QONLY, O_NOPROG,
+    O_ENDPOINT = CK_OPT_FIRST_COMMAND_OPTION,
+    O_REGION,
+    O_CREDS,
+    O_AUTH,
+    O_KEY,
+    O_HOSTKEY,
+    O_COMPRESS,
+    O_BUNDLE,
+    O_NOMOVE,
+    O_CONC,
+    O_RATE,
+    O_PART,
+    O_THRESH,
+    O_RETRIES,
+    O_STATE,
+    O_QONLY,
+    O_NOPROG,
 };
 
 static int set_size(const char *v, uint64_t *out, const char *opt)
@@ -73,8 +86,8 @@ static int set_size(const char *v, uint64_t *out, const char *opt)
 }
 
 /* The spec for DEST: the config's row with that URL, else DEST with the flags. */
-static int pick_spec(const struct ck_config *cfg, const char *dest, const struct ck_store_spec *flags,
-                     struct ck_store_spec *out)
+static int pick_spec(const struct ck_config *cfg, const char *dest,
+                     const struct ck_store_spec *flags, struct ck_store_spec *out)
 {
     for (size_t i = 0; i < cfg->n_upload_stores; i++)
         if (!strcmp(cfg->upload_stores[i].url, dest))
@@ -113,8 +126,8 @@ static void restore_signals(const struct sigaction old[3])
 }
 
 /* Runs the queue of an open database and turns the report into an exit code. */
-int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool,
-                        bool progress, const char *cmd)
+int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool, bool progress,
+                        const char *cmd)
 {
     struct ck_upload_ctl ctl;
     struct ck_upload_report rep;
@@ -205,24 +218,67 @@ int ck_cmd_upload(int argc, char **argv)
         }
         rc = 0;
         switch (opt) {
-        case O_ENDPOINT: rc = ck_store_spec_set(&flags, "endpoint", optarg); break;
-        case O_REGION: rc = ck_store_spec_set(&flags, "region", optarg); break;
-        case O_CREDS: rc = ck_store_spec_set(&flags, "credentials", optarg); break;
-        case O_AUTH: rc = ck_store_spec_set(&flags, "auth", optarg); break;
-        case O_KEY: rc = ck_store_spec_set(&flags, "key", optarg); break;
-        case O_HOSTKEY: rc = ck_store_spec_set(&flags, "host_key", optarg); break;
-        case O_COMPRESS: rc = ck_store_spec_set(&flags, "compress", optarg); break;
-        case O_BUNDLE: flags.bundle = true; break;
-        case O_NOMOVE: flags.no_move = true; break;
-        case O_CONC: conc = atoi(optarg); if (conc < 1 || conc > 64) rc = ck_error(CK_EUSAGE, "--concurrency: 1 to 64"); break;
-        case O_RETRIES: retries = atoi(optarg); if (retries < 0 || retries > 64) rc = ck_error(CK_EUSAGE, "--retries: 0 to 64"); break;
-        case O_RATE: if ((rc = set_size(optarg, &rate, "--max-rate")) != 0) goto done; break;
-        case O_PART: if ((rc = set_size(optarg, &part, "--part-size")) != 0) goto done; break;
-        case O_THRESH: if ((rc = set_size(optarg, &thresh, "--multipart-threshold")) != 0) goto done; break;
-        case O_STATE: state_dir = optarg; break;
-        case O_QONLY: queue_only = true; break;
-        case O_NOPROG: progress = false; break;
-        default: rc = ck_cli_usage_error("upload", "unknown option"); goto done;
+        case O_ENDPOINT:
+            rc = ck_store_spec_set(&flags, "endpoint", optarg);
+            break;
+        case O_REGION:
+            rc = ck_store_spec_set(&flags, "region", optarg);
+            break;
+        case O_CREDS:
+            rc = ck_store_spec_set(&flags, "credentials", optarg);
+            break;
+        case O_AUTH:
+            rc = ck_store_spec_set(&flags, "auth", optarg);
+            break;
+        case O_KEY:
+            rc = ck_store_spec_set(&flags, "key", optarg);
+            break;
+        case O_HOSTKEY:
+            rc = ck_store_spec_set(&flags, "host_key", optarg);
+            break;
+        case O_COMPRESS:
+            rc = ck_store_spec_set(&flags, "compress", optarg);
+            break;
+        case O_BUNDLE:
+            flags.bundle = true;
+            break;
+        case O_NOMOVE:
+            flags.no_move = true;
+            break;
+        case O_CONC:
+            conc = atoi(optarg);
+            if (conc < 1 || conc > 64)
+                rc = ck_error(CK_EUSAGE, "--concurrency: 1 to 64");
+            break;
+        case O_RETRIES:
+            retries = atoi(optarg);
+            if (retries < 0 || retries > 64)
+                rc = ck_error(CK_EUSAGE, "--retries: 0 to 64");
+            break;
+        case O_RATE:
+            if ((rc = set_size(optarg, &rate, "--max-rate")) != 0)
+                goto done;
+            break;
+        case O_PART:
+            if ((rc = set_size(optarg, &part, "--part-size")) != 0)
+                goto done;
+            break;
+        case O_THRESH:
+            if ((rc = set_size(optarg, &thresh, "--multipart-threshold")) != 0)
+                goto done;
+            break;
+        case O_STATE:
+            state_dir = optarg;
+            break;
+        case O_QONLY:
+            queue_only = true;
+            break;
+        case O_NOPROG:
+            progress = false;
+            break;
+        default:
+            rc = ck_cli_usage_error("upload", "unknown option");
+            goto done;
         }
         if (rc < 0) {
             rc = ck_cli_usage_error("upload", "%s", ck_error_msg());

@@ -133,8 +133,9 @@ static int add_entry(struct archive *a, const char *root, const char *rel, const
             if (n < 0 && errno == EINTR)
                 continue;
             if (n <= 0) {
-                err = n < 0 ? ck_error_os(CK_EIO, "cannot read '%s'", full)
-                            : ck_error(CK_ECHANGED, "'%s' became shorter while it was packed", full);
+                err = n < 0
+                          ? ck_error_os(CK_EIO, "cannot read '%s'", full)
+                          : ck_error(CK_ECHANGED, "'%s' became shorter while it was packed", full);
                 goto done;
             }
             if (n > left) {
@@ -167,8 +168,8 @@ int ck_bundle_write(const char *root, const char *out, int level, int threads, i
     return err;
 }
 
-int ck_bundle_write_files(const char *root, const char *const *only, size_t nonly,
-                          const char *out, int level, int threads, int *nfiles)
+int ck_bundle_write_files(const char *root, const char *const *only, size_t nonly, const char *out,
+                          int level, int threads, int *nfiles)
 {
     struct list l = {0};
     int err = 0;

@@ -14,8 +14,8 @@
 int ck_bundle_write(const char *root, const char *out, int level, int threads, int *nfiles);
 /* The same for the files named in only (relative to root; metadata.yaml, when
  * listed, last); folders are implied by the paths. */
-int ck_bundle_write_files(const char *root, const char *const *only, size_t nonly,
-                          const char *out, int level, int threads, int *nfiles);
+int ck_bundle_write_files(const char *root, const char *const *only, size_t nonly, const char *out,
+                          int level, int threads, int *nfiles);
 
 /* Compresses src into out (zstd frame, content size recorded). orig_sha256
  * (65 bytes) receives the SHA-256 of src as read; *out_size the size of out. */

@@ -148,8 +148,7 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
     if ((err = ck_hash_file(tmp, CK_HASH_SHA256, &back, NULL)) < 0)
         goto out;
     if (back.size != x->size || strcmp(back.sha256, sha) != 0) {
-        err = ck_error(CK_EIO, "'%s': the copy at '%s' differs from what was written", x->key,
-                       tmp);
+        err = ck_error(CK_EIO, "'%s': the copy at '%s' differs from what was written", x->key, tmp);
         goto out;
     }
     if (rename(tmp, final) < 0) {
@@ -172,5 +171,9 @@ out:
 }
 
 const struct ck_store_ops ck_store_file = {
-    .scheme = "file", .check = file_check, .open = file_open, .put = file_put, .free = file_free,
+    .scheme = "file",
+    .check = file_check,
+    .open = file_open,
+    .put = file_put,
+    .free = file_free,
 };

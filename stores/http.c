@@ -35,7 +35,8 @@ static int http_check(const struct ck_store_spec *spec)
     const char *host = strstr(u, "://") + 3;
     if (!*host || *host == '/')
         return ck_error(CK_ECONFIG, "store '%.40s...': no host in the URL", u);
-    if (strchr(host, '@') && strchr(host, '@') < (strchr(host, '/') ? strchr(host, '/') : host + strlen(host)))
+    if (strchr(host, '@') &&
+        strchr(host, '@') < (strchr(host, '/') ? strchr(host, '/') : host + strlen(host)))
         return ck_error(CK_ECONFIG, "store: put no user or password in an http URL: use "
                                     "'credentials: env:NAME' or 'file:/path'");
     if (spec->auth && strcmp(spec->auth, "basic") && strcmp(spec->auth, "bearer"))
@@ -109,11 +110,15 @@ static void http_setup(CURL *h, void *ctx)
 }
 
 static int request(struct http *s, CURL *h, const char *method, const char *url,
-                   struct curl_slist *hd, const char *what, struct ck_resp *resp,
-                   const long *ok)
+                   struct curl_slist *hd, const char *what, struct ck_resp *resp, const long *ok)
 {
-    struct ck_req r = {.method = method, .url = url, .headers = hd, .fd = -1,
-                       .setup = http_setup, .setup_ctx = s, .what = what};
+    struct ck_req r = {.method = method,
+                       .url = url,
+                       .headers = hd,
+                       .fd = -1,
+                       .setup = http_setup,
+                       .setup_ctx = s,
+                       .what = what};
     return ck_net_request(s->base.net, h, &r, resp, ok);
 }
 
@@ -159,9 +164,16 @@ static int put_body(struct http *s, CURL *h, struct ck_xfer *x, int fd, const ch
                     struct curl_slist *hd)
 {
     static const long ok[] = {0};
-    struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = fd, .len = x->size,
-                       .upload = true, .progress = &x->sent, .setup = http_setup,
-                       .setup_ctx = s, .what = x->key};
+    struct ck_req r = {.method = "PUT",
+                       .url = url,
+                       .headers = hd,
+                       .fd = fd,
+                       .len = x->size,
+                       .upload = true,
+                       .progress = &x->sent,
+                       .setup = http_setup,
+                       .setup_ctx = s,
+                       .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     int err = ck_net_request(s->base.net, h, &r, &resp, ok);
@@ -235,8 +247,10 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
         long status = resp.status;
         ck_resp_release(&resp);
         if (err < 0 && (status == 405 || status == 501 || status == 400)) {
-            ck_warn("upload.no_move", "key=\"%s\" status=%ld: the server has no MOVE, putting "
-                    "to the final name", x->key, status);
+            ck_warn("upload.no_move",
+                    "key=\"%s\" status=%ld: the server has no MOVE, putting "
+                    "to the final name",
+                    x->key, status);
             static const long gone[] = {404, 0};
             ck_resp_init(&resp);
             request(s, h, "DELETE", tmp, NULL, x->key, &resp, gone);
@@ -285,8 +299,16 @@ out:
 }
 
 const struct ck_store_ops ck_store_http = {
-    .scheme = "http", .check = http_check, .open = http_open, .put = http_put, .free = http_free,
+    .scheme = "http",
+    .check = http_check,
+    .open = http_open,
+    .put = http_put,
+    .free = http_free,
 };
 const struct ck_store_ops ck_store_https = {
-    .scheme = "https", .check = http_check, .open = http_open, .put = http_put, .free = http_free,
+    .scheme = "https",
+    .check = http_check,
+    .open = http_open,
+    .put = http_put,
+    .free = http_free,
 };

@@ -298,7 +298,8 @@ static void setup_handle(CURL *h, struct ck_net *n, struct ck_req *r, struct att
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 30L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)(n->opts->timeout > 1 ? n->opts->timeout : 1));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                     (long)(n->opts->timeout > 1 ? n->opts->timeout : 1));
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, a);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
@@ -384,8 +385,9 @@ int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *
                     cc != CURLE_PEER_FAILED_VERIFICATION && cc != CURLE_SSH &&
                     cc != CURLE_UNSUPPORTED_PROTOCOL && cc != CURLE_URL_MALFORMAT;
             if (cc == CURLE_PEER_FAILED_VERIFICATION && !strncmp(r->url, "sftp:", 5))
-                return ck_error(CK_EAUTH, "%s: the server's host key is not the pinned one: %s (%s)",
-                                what, detail, where);
+                return ck_error(CK_EAUTH,
+                                "%s: the server's host key is not the pinned one: %s (%s)", what,
+                                detail, where);
             if (cc == CURLE_LOGIN_DENIED || cc == CURLE_REMOTE_ACCESS_DENIED ||
                 cc == CURLE_PEER_FAILED_VERIFICATION)
                 return ck_error(CK_EAUTH, "%s: %s (%s)", what, detail, where);

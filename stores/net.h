@@ -18,8 +18,8 @@ struct ck_net {
     const struct ck_upload_opts *opts; /* borrowed */
     struct ck_upload_ctl *ctl;         /* borrowed */
     pthread_mutex_t rate_mu;
-    long long rate_t0;                 /* monotonic ms of the last refill */
-    double tokens;                     /* bytes that may go now */
+    long long rate_t0; /* monotonic ms of the last refill */
+    double tokens;     /* bytes that may go now */
     unsigned rand_state;
 };
 
@@ -31,31 +31,31 @@ bool ck_net_throttle(struct ck_net *n, size_t len);
 
 /* A request. The body comes from memory or from a range of a file. */
 struct ck_req {
-    const char *method;          /* "GET", "HEAD", "PUT", "POST", "MOVE", "DELETE", or NULL for
-                                  * a protocol's default (an sftp upload) */
-    const char *url;             /* may carry credentials (sftp key) never: see setup */
-    struct curl_slist *headers;  /* borrowed */
-    const void *mem;             /* body from memory ... */
+    const char *method;         /* "GET", "HEAD", "PUT", "POST", "MOVE", "DELETE", or NULL for
+                                 * a protocol's default (an sftp upload) */
+    const char *url;            /* may carry credentials (sftp key) never: see setup */
+    struct curl_slist *headers; /* borrowed */
+    const void *mem;            /* body from memory ... */
     size_t mem_len;
-    int fd;                      /* ... or from fd at [off, off+len); -1: none */
+    int fd; /* ... or from fd at [off, off+len); -1: none */
     uint64_t off, len;
-    bool upload;                 /* send a body (PUT, sftp upload) */
-    atomic_ullong *progress;     /* when set, bytes sent are added (and removed on a retry) */
+    bool upload;             /* send a body (PUT, sftp upload) */
+    atomic_ullong *progress; /* when set, bytes sent are added (and removed on a retry) */
     /* backend setup applied on each attempt after the common options (auth, sigv4, ssh) */
     void (*setup)(CURL *h, void *ctx);
     void *setup_ctx;
-    const char *what;            /* for messages: "'key' part 3" */
+    const char *what; /* for messages: "'key' part 3" */
 };
 
 /* What came back. */
 struct ck_resp {
-    long status;          /* HTTP status, or 0 (sftp: 0 on success) */
-    struct ck_buf body;   /* first 1 MiB of the response body */
+    long status;        /* HTTP status, or 0 (sftp: 0 on success) */
+    struct ck_buf body; /* first 1 MiB of the response body */
     char etag[80];
-    char code[64];        /* S3 error <Code>, when the body is an S3 error */
-    double retry_after;   /* seconds; 0 when none */
-    int64_t length;       /* Content-Length of the response, -1 when none */
-    int64_t sha_header;   /* unused by most: set when x-amz-checksum-sha256 came back */
+    char code[64];      /* S3 error <Code>, when the body is an S3 error */
+    double retry_after; /* seconds; 0 when none */
+    int64_t length;     /* Content-Length of the response, -1 when none */
+    int64_t sha_header; /* unused by most: set when x-amz-checksum-sha256 came back */
     char checksum_sha256[64];
 };
 void ck_resp_init(struct ck_resp *r);

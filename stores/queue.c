@@ -52,11 +52,13 @@ static int exec(sqlite3 *db, const char *sql, const char *what)
 {
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        int err = sqlite3_errcode(db) == SQLITE_FULL
-                      ? ck_error(CK_EIO, "upload queue: %s: the disk holding the state database "
-                                         "is full", what)
-                      : ck_error(CK_EIO, "upload queue: %s: %s", what,
-                                 msg ? msg : sqlite3_errmsg(db));
+        int err =
+            sqlite3_errcode(db) == SQLITE_FULL
+                ? ck_error(CK_EIO,
+                           "upload queue: %s: the disk holding the state database "
+                           "is full",
+                           what)
+                : ck_error(CK_EIO, "upload queue: %s: %s", what, msg ? msg : sqlite3_errmsg(db));
         sqlite3_free(msg);
         return err;
     }
@@ -250,9 +252,7 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
         return ck_error_os(CK_ENOENT, "cannot queue '%s'", src);
     bool bundle = kind == CK_JOB_BUNDLE || kind == CK_JOB_BUNDLE_PMF;
     uint64_t size = bundle ? 0 : (uint64_t)sb.st_size;
-    int64_t mtime = bundle ? 0
-                                          : (int64_t)sb.st_mtim.tv_sec * 1000000000LL +
-                                                sb.st_mtim.tv_nsec;
+    int64_t mtime = bundle ? 0 : (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
     if ((err = exec(db, "BEGIN IMMEDIATE", "queueing")) < 0)
         return err;
     /* the newest job for this store and key decides */
@@ -534,8 +534,8 @@ int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg)
 {
     sqlite3_stmt *st;
     int err;
-    if ((err = prep(db, "UPDATE upload_jobs SET state=0, error=?2, updated=?3 WHERE id=?1",
-                    &st)) < 0)
+    if ((err = prep(db, "UPDATE upload_jobs SET state=0, error=?2, updated=?3 WHERE id=?1", &st)) <
+        0)
         return err;
     sqlite3_bind_int64(st, 1, id);
     bind_text(st, 2, msg);

@@ -30,21 +30,21 @@ enum ck_job_kind { CK_JOB_FILE = 0, CK_JOB_ZSTD = 1, CK_JOB_BUNDLE = 2, CK_JOB_B
 struct ck_job {
     int64_t id;
     int64_t store_id;
-    char *store_url;       /* owned */
-    char *src;             /* owned: the local file (or the PMF root for a bundle) */
-    char *key;             /* owned: the remote name under the store's prefix */
-    char *spool;           /* owned: compressed/bundled temporary to send, or NULL */
-    int phase;             /* 0 data, 1 metadata (last) */
+    char *store_url; /* owned */
+    char *src;       /* owned: the local file (or the PMF root for a bundle) */
+    char *key;       /* owned: the remote name under the store's prefix */
+    char *spool;     /* owned: compressed/bundled temporary to send, or NULL */
+    int phase;       /* 0 data, 1 metadata (last) */
     enum ck_job_kind kind;
     enum ck_job_state state;
-    uint64_t size;         /* of src when queued (of spool once made) */
+    uint64_t size; /* of src when queued (of spool once made) */
     int64_t mtime_ns;
     char upload_id[512];
     uint64_t part_size;
     int attempts;
-    char sha256[65];       /* of what was sent, once done */
-    char orig_sha256[65];  /* zstd: of the original */
-    char *error;           /* owned: the last error, or NULL */
+    char sha256[65];         /* of what was sent, once done */
+    char orig_sha256[65];    /* zstd: of the original */
+    char *error;             /* owned: the last error, or NULL */
     double created, updated; /* seconds since the epoch */
 };
 void ck_job_release(struct ck_job *j);

@@ -156,8 +156,9 @@ static int load_creds(struct s3 *s, const char *ref)
     const char *id = getenv("AWS_ACCESS_KEY_ID"), *sec = getenv("AWS_SECRET_ACCESS_KEY"),
                *tok = getenv("AWS_SESSION_TOKEN");
     if (!id || !*id || !sec || !*sec)
-        return ck_error(CK_ECONFIG, "store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are "
-                                    "not set (or name a credentials file: 'file:/path')",
+        return ck_error(CK_ECONFIG,
+                        "store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are "
+                        "not set (or name a credentials file: 'file:/path')",
                         s->base.spec ? s->base.spec->url : "s3");
     s->key_id = strdup(id);
     s->secret = strdup(sec);
@@ -267,8 +268,13 @@ static int verify(struct s3 *s, CURL *h, const char *key, uint64_t size, const c
     if ((err = object_url(s, key, NULL, url, sizeof url)) < 0)
         return err;
     struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
-    struct ck_req r = {.method = "HEAD", .url = url, .headers = hd, .fd = -1,
-                       .setup = s3_setup, .setup_ctx = s, .what = key};
+    struct ck_req r = {.method = "HEAD",
+                       .url = url,
+                       .headers = hd,
+                       .fd = -1,
+                       .setup = s3_setup,
+                       .setup_ctx = s,
+                       .what = key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     err = ck_net_request(s->base.net, h, &r, &resp, NULL);
@@ -312,9 +318,17 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
         err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
         goto out;
     }
-    struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = fd, .off = 0,
-                       .len = x->size, .upload = true, .progress = &x->sent, .setup = s3_setup,
-                       .setup_ctx = s, .what = x->key};
+    struct ck_req r = {.method = "PUT",
+                       .url = url,
+                       .headers = hd,
+                       .fd = fd,
+                       .off = 0,
+                       .len = x->size,
+                       .upload = true,
+                       .progress = &x->sent,
+                       .setup = s3_setup,
+                       .setup_ctx = s,
+                       .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     CURL *h = ck_net_handle();
@@ -323,8 +337,9 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     } else if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
         snprintf(etag, sizeof etag, "\"%s\"", d.md5);
         struct stat st2;
-        if (fstat(fd, &st2) == 0 && (st2.st_size != st.st_size || st2.st_mtim.tv_sec != st.st_mtim.tv_sec ||
-                                     st2.st_mtim.tv_nsec != st.st_mtim.tv_nsec))
+        if (fstat(fd, &st2) == 0 &&
+            (st2.st_size != st.st_size || st2.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+             st2.st_mtim.tv_nsec != st.st_mtim.tv_nsec))
             err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
         else
             err = verify(s, h, x->key, x->size, etag);
@@ -351,8 +366,13 @@ static int create_upload(struct s3 *s, CURL *h, struct ck_xfer *x, uint64_t part
     hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
     if (x->orig_sha256)
         hd = add(hd, "x-amz-meta-ckptd-original-sha256", x->orig_sha256);
-    struct ck_req r = {.method = "POST", .url = url, .headers = hd, .fd = -1, .setup = s3_setup,
-                       .setup_ctx = s, .what = x->key};
+    struct ck_req r = {.method = "POST",
+                       .url = url,
+                       .headers = hd,
+                       .fd = -1,
+                       .setup = s3_setup,
+                       .setup_ctx = s,
+                       .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
@@ -456,7 +476,7 @@ struct mp {
     int nparts;
     unsigned char *done; /* per part (index number-1): 1 when accepted */
     pthread_mutex_t mu;
-    int next;            /* next part index to look at */
+    int next; /* next part index to look at */
     int err;
     char msg[1024];
     /* a service that returns no checksum for a part will not for the object
@@ -534,9 +554,17 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     hd = add(hd, "x-amz-checksum-sha256", p.sha256_b64);
     char what[1200];
     snprintf(what, sizeof what, "'%s' part %d", x->key, p.number);
-    struct ck_req r = {.method = "PUT", .url = url, .headers = hd, .fd = m->fd, .off = off,
-                       .len = len, .upload = true, .progress = &x->sent, .setup = s3_setup,
-                       .setup_ctx = s, .what = what};
+    struct ck_req r = {.method = "PUT",
+                       .url = url,
+                       .headers = hd,
+                       .fd = m->fd,
+                       .off = off,
+                       .len = len,
+                       .upload = true,
+                       .progress = &x->sent,
+                       .setup = s3_setup,
+                       .setup_ctx = s,
+                       .what = what};
     struct ck_resp resp;
     ck_resp_init(&resp);
     if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
@@ -544,8 +572,8 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         if (!resp.etag[0])
             err = ck_error(CK_ENET, "%s: accepted without an ETag", what);
         else if (resp.checksum_sha256[0] && strcmp(resp.checksum_sha256, p.sha256_b64) != 0)
-            err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s",
-                           what, resp.checksum_sha256, p.sha256_b64);
+            err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s", what,
+                           resp.checksum_sha256, p.sha256_b64);
     }
     bool resp_had_checksum = resp.checksum_sha256[0] != '\0';
     if (err == 0 && (fstat(m->fd, &after) < 0 || after.st_size != before.st_size ||
@@ -626,7 +654,8 @@ static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t out
         unsigned char pb[32];
         size_t n = 0;
         /* base64 of 32 bytes back to bytes */
-        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        static const char tbl[] =
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
         unsigned acc = 0;
         int bits = 0;
         for (const char *c = x->parts[i].sha256_b64; *c && *c != '=' && n < 32; c++) {
@@ -669,8 +698,13 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
         return ck_error(CK_ENET, "'%s': the recorded parts do not cover the file", x->key);
     struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
     hd = curl_slist_append(hd, "x-amz-checksum-mode: ENABLED");
-    struct ck_req r = {.method = "HEAD", .url = url, .headers = hd, .fd = -1,
-                       .setup = s3_setup, .setup_ctx = s, .what = x->key};
+    struct ck_req r = {.method = "HEAD",
+                       .url = url,
+                       .headers = hd,
+                       .fd = -1,
+                       .setup = s3_setup,
+                       .setup_ctx = s,
+                       .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     err = ck_net_request(s->base.net, h, &r, &resp, NULL);
@@ -679,8 +713,10 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
                        (long long)resp.length, (unsigned long long)x->size);
     if (err == 0 && resp.checksum_sha256[0]) {
         if (strcmp(resp.checksum_sha256, want) != 0)
-            err = ck_error(CK_ENET, "'%s': the stored object's checksum %s is not %s: the data "
-                                    "differ", x->key, resp.checksum_sha256, want);
+            err = ck_error(CK_ENET,
+                           "'%s': the stored object's checksum %s is not %s: the data "
+                           "differ",
+                           x->key, resp.checksum_sha256, want);
     } else if (err == 0) {
         /* computed meanwhile on a spare core (pre), or now */
         struct md5job now = {.path = x->path, .part_size = x->part_size};
@@ -692,8 +728,10 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
         } else {
             const char *md5 = strchr(resp.etag, '-') ? j->composite : j->whole;
             if (strcasecmp(resp.etag, md5) != 0)
-                err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data "
-                                        "differ", x->key, resp.etag, md5);
+                err = ck_error(CK_ENET,
+                               "'%s': the stored object's ETag %s is not %s: the data "
+                               "differ",
+                               x->key, resp.etag, md5);
         }
     }
     ck_resp_release(&resp);
@@ -708,7 +746,8 @@ static int complete_upload(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
     unsigned char sha[32];
     int err;
     qsort(x->parts, x->nparts, sizeof *x->parts, cmp_part);
-    ck_buf_puts(&body, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
+    ck_buf_puts(&body,
+                "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
     for (int i = 0; i < nparts; i++) {
         const struct ck_part *p = &x->parts[i];
         ck_buf_printf(&body,
@@ -726,8 +765,15 @@ static int complete_upload(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
         goto out;
     struct curl_slist *hd = base_headers(s, sha_hex);
     hd = curl_slist_append(hd, "Content-Type: application/xml");
-    struct ck_req r = {.method = "POST", .url = url, .headers = hd, .fd = -1, .mem = body.data,
-                       .mem_len = body.len, .setup = s3_setup, .setup_ctx = s, .what = x->key};
+    struct ck_req r = {.method = "POST",
+                       .url = url,
+                       .headers = hd,
+                       .fd = -1,
+                       .mem = body.data,
+                       .mem_len = body.len,
+                       .setup = s3_setup,
+                       .setup_ctx = s,
+                       .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     /* S3 may answer 200 with an <Error> body: that is a failure (and retryable) */
@@ -883,5 +929,9 @@ static int s3_put(struct ck_store *st, struct ck_xfer *x)
 }
 
 const struct ck_store_ops ck_store_s3 = {
-    .scheme = "s3", .check = s3_check, .open = s3_open, .put = s3_put, .free = s3_free,
+    .scheme = "s3",
+    .check = s3_check,
+    .open = s3_open,
+    .put = s3_put,
+    .free = s3_free,
 };

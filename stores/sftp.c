@@ -19,10 +19,10 @@
 
 struct sftp {
     struct ck_store base;
-    char origin[1024];   /* sftp://user@host:port */
-    char root[4096];     /* absolute path on the server, no trailing '/' */
-    char fp[128];        /* host key SHA-256, base64 without padding */
-    char *passphrase;    /* owned; wiped */
+    char origin[1024]; /* sftp://user@host:port */
+    char root[4096];   /* absolute path on the server, no trailing '/' */
+    char fp[128];      /* host key SHA-256, base64 without padding */
+    char *passphrase;  /* owned; wiped */
 };
 
 static int split(const char *url, char *origin, size_t osz, char *root, size_t rsz)
@@ -52,8 +52,9 @@ static int sftp_check(const struct ck_store_spec *spec)
         return err;
     const char *at = strchr(o + 7, '@');
     if (!at || (strchr(o + 7, ':') && strchr(o + 7, ':') < at))
-        return ck_error(CK_ECONFIG, "store '%s': name the user (sftp://user@host/path), no "
-                                    "password in the URL",
+        return ck_error(CK_ECONFIG,
+                        "store '%s': name the user (sftp://user@host/path), no "
+                        "password in the URL",
                         spec->url);
     if (strpbrk(spec->url, "?#%\"\n"))
         return ck_error(CK_ECONFIG, "store '%s': an sftp URL takes a plain path", spec->url);
@@ -226,8 +227,13 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
     post.quote = curl_slist_append(post.quote, q);
     snprintf(q, sizeof q, "rename \"%s\" \"%s\"", tmp, path);
     post.quote = curl_slist_append(post.quote, q);
-    struct ck_req r = {.url = url, .fd = fd, .len = x->size, .upload = true,
-                       .progress = &x->sent, .setup = sftp_setup_post, .setup_ctx = &post,
+    struct ck_req r = {.url = url,
+                       .fd = fd,
+                       .len = x->size,
+                       .upload = true,
+                       .progress = &x->sent,
+                       .setup = sftp_setup_post,
+                       .setup_ctx = &post,
                        .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
@@ -239,8 +245,7 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
     if ((err = ck_store_encode(enc, sizeof enc, dir, true)) < 0)
         goto out;
     snprintf(url, sizeof url, "%s%s/", s->origin, enc);
-    struct ck_req lr = {.url = url, .fd = -1, .setup = sftp_setup, .setup_ctx = s,
-                        .what = x->key};
+    struct ck_req lr = {.url = url, .fd = -1, .setup = sftp_setup, .setup_ctx = s, .what = x->key};
     ck_resp_init(&resp);
     err = ck_net_request(s->base.net, h, &lr, &resp, NULL);
     int64_t got = err == 0 ? listed_size(ck_buf_str(&resp.body), slash + 1) : -1;
@@ -275,5 +280,9 @@ out:
 }
 
 const struct ck_store_ops ck_store_sftp = {
-    .scheme = "sftp", .check = sftp_check, .open = sftp_open, .put = sftp_put, .free = sftp_free,
+    .scheme = "sftp",
+    .check = sftp_check,
+    .open = sftp_open,
+    .put = sftp_put,
+    .free = sftp_free,
 };

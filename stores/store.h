@@ -19,18 +19,18 @@
  * Every string is owned (free with ck_store_spec_release). No field holds a
  * secret: credentials are "env:NAME"/"file:/path" references or "env". */
 struct ck_store_spec {
-    char *url;         /* s3://bucket/prefix, http(s)://host/path, sftp://user@host/path, file:///path */
+    char *url; /* s3://bucket/prefix, http(s)://host/path, sftp://user@host/path, file:///path */
     char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default AWS) */
     char *region;      /* s3: signing region (default us-east-1) */
     char *credentials; /* s3: "env" (AWS_* variables, the default) or "file:/path" (AWS credentials
                         * format, mode 0600); http: reference to "user:password" (basic) or a token
                         * (bearer); sftp: reference to the key's passphrase, if any */
-    char *auth;        /* http: "basic" or "bearer" (default: none, or basic when credentials set) */
-    char *key_file;    /* sftp: private key (ed25519), mode 0600 */
-    char *host_key;    /* sftp: the server's host key as "SHA256:base64" (ssh-keygen -lf) */
-    bool compress;     /* compress: zstd -- checkpoints are sent as NAME.zst */
-    bool bundle;       /* bundle: true -- a PMF tree is sent as one NAME.tar.zst */
-    bool no_move;      /* http: move: false -- PUT straight to the final name (presigned URLs) */
+    char *auth;     /* http: "basic" or "bearer" (default: none, or basic when credentials set) */
+    char *key_file; /* sftp: private key (ed25519), mode 0600 */
+    char *host_key; /* sftp: the server's host key as "SHA256:base64" (ssh-keygen -lf) */
+    bool compress;  /* compress: zstd -- checkpoints are sent as NAME.zst */
+    bool bundle;    /* bundle: true -- a PMF tree is sent as one NAME.tar.zst */
+    bool no_move;   /* http: move: false -- PUT straight to the final name (presigned URLs) */
 };
 
 /* Tunables shared by every store (upload.* in the config). */
@@ -43,7 +43,7 @@ struct ck_upload_opts {
     double retry_base;            /* first backoff in seconds (default 0.5) */
     double retry_cap;             /* longest backoff (default 60) */
     double grace;                 /* seconds to finish in-flight work after SIGTERM (default 20) */
-    double timeout;               /* a transfer that moves nothing for this long fails (default 60) */
+    double timeout; /* a transfer that moves nothing for this long fails (default 60) */
 };
 
 void ck_upload_opts_init(struct ck_upload_opts *o);
@@ -52,9 +52,9 @@ void ck_upload_opts_init(struct ck_upload_opts *o);
  * stop (it is lock free); the first transfer to see it fixes the deadline at
  * now + grace. Past the deadline, in-flight transfers are aborted. */
 struct ck_upload_ctl {
-    atomic_int stop;         /* set to 1 to stop starting new work */
-    atomic_llong deadline;   /* CLOCK_MONOTONIC milliseconds; 0: none yet */
-    double grace;            /* seconds */
+    atomic_int stop;       /* set to 1 to stop starting new work */
+    atomic_llong deadline; /* CLOCK_MONOTONIC milliseconds; 0: none yet */
+    double grace;          /* seconds */
 };
 void ck_upload_ctl_init(struct ck_upload_ctl *c, double grace);
 /* Sets stop and fixes the deadline (now + grace) if none is fixed yet. */
@@ -68,7 +68,7 @@ long long ck_mono_ms(void);
 
 /* One accepted part of a multipart upload. */
 struct ck_part {
-    int number;          /* 1-based */
+    int number; /* 1-based */
     uint64_t size;
     char etag[80];       /* as the server returned it, quotes included */
     char sha256_b64[48]; /* base64 of the part's SHA-256 (x-amz-checksum-sha256) */
@@ -87,9 +87,9 @@ struct ck_xfer {
     bool atomic;             /* the object must appear whole or not at all even on servers that
                               * keep a truncated PUT (s3: multipart whatever the size) */
     /* resume state (multipart): owned by the caller */
-    char upload_id[512];     /* "" when none was created yet */
-    uint64_t part_size;      /* the part size of that upload */
-    struct ck_part *parts;   /* parts accepted so far, any order */
+    char upload_id[512];   /* "" when none was created yet */
+    uint64_t part_size;    /* the part size of that upload */
+    struct ck_part *parts; /* parts accepted so far, any order */
     size_t nparts;
     /* callbacks into the queue; a negative return aborts the transfer */
     int (*save_upload)(void *ctx, const char *upload_id, uint64_t part_size);
@@ -98,9 +98,9 @@ struct ck_xfer {
     /* progress: bytes accepted so far (parts and whole objects), read by a progress thread */
     atomic_ullong sent;
     /* out */
-    char sha256[65];         /* hex SHA-256 of the whole object sent, when computed */
-    int parts_sent;          /* parts sent by this call (not counting resumed ones) */
-    int parts_resumed;       /* parts skipped because an earlier run had them accepted */
+    char sha256[65];   /* hex SHA-256 of the whole object sent, when computed */
+    int parts_sent;    /* parts sent by this call (not counting resumed ones) */
+    int parts_resumed; /* parts skipped because an earlier run had them accepted */
 };
 
 struct ck_store;

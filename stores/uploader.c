@@ -41,8 +41,8 @@ int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, con
                             &id, added)) < 0)
         return err;
     if (*added)
-        ck_info("upload.queued", "job=%lld key=\"%s\" phase=%d", (long long)id,
-                zst ? zkey : key, phase);
+        ck_info("upload.queued", "job=%lld key=\"%s\" phase=%d", (long long)id, zst ? zkey : key,
+                phase);
     return 0;
 }
 
@@ -186,7 +186,8 @@ static void pmf_config_path(const char *root, char *out, size_t outsz)
     struct ck_yaml_doc doc;
     out[0] = '\0';
     snprintf(path, sizeof path, "%s/metadata.yaml", root);
-    if (ck_read_file(path, 16u << 20, &b) < 0 || ck_yaml_load(&doc, path, ck_buf_str(&b), b.len) < 0) {
+    if (ck_read_file(path, 16u << 20, &b) < 0 ||
+        ck_yaml_load(&doc, path, ck_buf_str(&b), b.len) < 0) {
         ck_buf_release(&b);
         ck_error_clear();
         return;
@@ -199,7 +200,8 @@ static void pmf_config_path(const char *root, char *out, size_t outsz)
             for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
                  p++) {
                 yaml_node_t *k = ck_yaml_node(&doc, p->key);
-                if (k && k->type == YAML_SCALAR_NODE && !strcmp((char *)k->data.scalar.value, walk[w]))
+                if (k && k->type == YAML_SCALAR_NODE &&
+                    !strcmp((char *)k->data.scalar.value, walk[w]))
                     next = ck_yaml_node(&doc, p->value);
             }
         n = next;
@@ -410,8 +412,8 @@ static int prepare_spool(struct run *r, struct ck_job *j)
             snprintf(meta, sizeof meta, "%s/metadata.yaml", j->src);
             if ((err = pmf_files(j->src, &files)) == 0 &&
                 (!ck_exists(meta) || (err = names_add(&files, "metadata.yaml")) == 0))
-                err = ck_bundle_write_files(j->src, (const char *const *)files.v, files.n, path,
-                                            3, 0, &n);
+                err = ck_bundle_write_files(j->src, (const char *const *)files.v, files.n, path, 3,
+                                            0, &n);
             names_free(&files);
         }
         if (err < 0)
@@ -537,7 +539,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     if (j->phase == 1)
         remote_checkpoint_time(r->db, j->store_id);
     goto out;
-failed: {
+failed : {
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", ck_error_msg());
     if (ck_upload_ctl_stopping(ctl) && !is_permanent(err)) {
@@ -549,8 +551,8 @@ failed: {
     }
     bool permanent = is_permanent(err) || j->attempts + 1 >= attempts_max;
     double rnd = (double)rand() / ((double)RAND_MAX + 1.0);
-    double delay = ck_backoff_delay(j->attempts, r->opts->retry_base * 4, r->opts->retry_cap, 0,
-                                    rnd);
+    double delay =
+        ck_backoff_delay(j->attempts, r->opts->retry_base * 4, r->opts->retry_cap, 0, rnd);
     ck_err(permanent ? "upload.failed" : "upload.retry_later", "job=%lld key=\"%s\" error=\"%s\"%s",
            (long long)j->id, j->key, msg, permanent ? "" : " (will retry)");
     err = ck_queue_fail(r->db, j->id, msg, permanent, delay, attempts_max);
@@ -575,9 +577,9 @@ static double next_wait(sqlite3 *db)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT min(next_try) FROM upload_jobs WHERE state = 0 AND next_try > ?1",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db, "SELECT min(next_try) FROM upload_jobs WHERE state = 0 AND next_try > ?1", -1, &st,
+            NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_double(st, 1, now);
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
@@ -648,7 +650,8 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
         ck_job_release(&j);
         int counts[4];
         if (ck_queue_counts(db, counts) == 0)
-            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
+            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH,
+                           counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
         if (err < 0)
             break; /* the queue itself failed: stop */
     }

@@ -37,17 +37,17 @@ int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, siz
                             const char *root, int *queued);
 
 struct ck_uploader_run_opts {
-    bool progress_bar;   /* draw a bar on stderr (a terminal); else log progress every 5 s */
-    bool wait_retries;   /* wait for jobs whose retry time has not come yet (until the deadline) */
-    int job_attempts;    /* a job fails for good after this many failed runs (default 3) */
+    bool progress_bar; /* draw a bar on stderr (a terminal); else log progress every 5 s */
+    bool wait_retries; /* wait for jobs whose retry time has not come yet (until the deadline) */
+    int job_attempts;  /* a job fails for good after this many failed runs (default 3) */
 };
 
 struct ck_upload_report {
-    int done;       /* jobs finished by this run */
-    int failed;     /* jobs that failed for good in this run */
-    int left;       /* jobs still pending (stopped, or waiting for a retry) */
-    int blocked;    /* metadata jobs held back by a failed data job */
-    bool stopped;   /* a stop or the deadline ended the run */
+    int done;     /* jobs finished by this run */
+    int failed;   /* jobs that failed for good in this run */
+    int left;     /* jobs still pending (stopped, or waiting for a retry) */
+    int blocked;  /* metadata jobs held back by a failed data job */
+    bool stopped; /* a stop or the deadline ended the run */
 };
 
 /* Runs the queue. The caller holds the lock that makes this process the

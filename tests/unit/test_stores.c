@@ -114,8 +114,9 @@ static void retryable(void **state)
 static void xml(void **state)
 {
     char out[64];
-    const char *body = "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket>"
-                       "<Key>k</Key><UploadId>a&amp;b&lt;c</UploadId></InitiateMultipartUploadResult>";
+    const char *body =
+        "<?xml version=\"1.0\"?><InitiateMultipartUploadResult><Bucket>b</Bucket>"
+        "<Key>k</Key><UploadId>a&amp;b&lt;c</UploadId></InitiateMultipartUploadResult>";
     assert_true(ck_xml_tag(body, "UploadId", out, sizeof out));
     assert_string_equal(out, "a&b<c");
     assert_false(ck_xml_tag(body, "Code", out, sizeof out));
@@ -142,8 +143,8 @@ static void spec_checks(void **state)
     assert_int_equal(ck_store_spec_set(&s, "url", "sftp://root@host/data"), 0);
     assert_int_equal(ck_store_check(&s), CK_ECONFIG); /* no key, no pinned host key */
     assert_int_equal(ck_store_spec_set(&s, "key", "/k"), 0);
-    assert_int_equal(ck_store_spec_set(&s, "host_key",
-                                       "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU"), 0);
+    assert_int_equal(
+        ck_store_spec_set(&s, "host_key", "SHA256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU"), 0);
     assert_int_equal(ck_store_spec_set(&s, "credentials", "env:PASSPHRASE"), 0);
     assert_int_equal(ck_store_check(&s), 0);
     assert_int_equal(ck_store_spec_set(&s, "url", "http://user:pw@host/x"), 0);
@@ -217,7 +218,10 @@ static void queue_transitions(void **state)
     assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
     /* a crash: running goes back to pending, with multipart state kept */
     assert_int_equal(ck_queue_set_upload(db, ja, "UP1", 5u << 20), 0);
-    struct ck_part p = {.number = 2, .size = 5u << 20, .etag = "\"e2\"", .sha256_b64 = "s2",
+    struct ck_part p = {.number = 2,
+                        .size = 5u << 20,
+                        .etag = "\"e2\"",
+                        .sha256_b64 = "s2",
                         .md5 = "00112233445566778899aabbccddeeff"};
     assert_int_equal(ck_queue_add_part(db, ja, &p), 0);
     p.number = 1;
@@ -353,7 +357,8 @@ static void queue_same_bytes_new_mtime_not_requeued(void **state)
     ck_job_release(&j);
     /* SHA-256("abc"), FIPS 180-2 appendix B.1 */
     assert_int_equal(
-        ck_queue_done(db, id, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"), 0);
+        ck_queue_done(db, id, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        0);
     struct timespec ts[2] = {{0, UTIME_NOW}, {12345, 0}};
     assert_int_equal(utimensat(AT_FDCWD, a, ts, 0), 0);
     assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &id2, &added), 0);
