@@ -9,6 +9,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define META_MAX (64u << 20)
@@ -307,6 +308,28 @@ int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
     }
     restore_error(&e);
     return err;
+}
+
+void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                     enum ck_event_type type)
+{
+    struct saved_error e;
+    struct ck_event ev;
+    char *id = NULL;
+    if (!h)
+        return;
+    save_error(&e);
+    int err = ck_event_init(&ev, type);
+    if (err == 0) {
+        ck_state_get(st, "model_id", &id);
+        ev.dir = dir;
+        ev.model_id = id;
+        err = ck_hooks_emit(h, st->db, &ev);
+    }
+    if (err < 0)
+        ck_err("hooks.emit", "%s", ck_error_msg());
+    free(id);
+    restore_error(&e);
 }
 
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)

@@ -20,6 +20,10 @@
  * and returned; the caller's error message is kept. */
 int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
                    const struct ck_scan_result *res);
+/* Emits agent.started or agent.stopping (type) for the agent working on dir,
+ * with the model's name and id as the state knows them. Logged, not returned. */
+void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                     enum ck_event_type type);
 /* Waits for the exec hooks, then delivers due webhooks for at most
  * budget_s seconds; logs (does not return) delivery problems. */
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s);

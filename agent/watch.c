@@ -52,6 +52,7 @@ struct watcher {
     struct ck_fswatch *fs;
     struct ck_ops *ops;
     struct ck_hooks *hooks; /* webhooks (delivered by their own thread) and exec hooks */
+    bool announced_start;   /* agent.started was emitted: agent.stopping follows */
     struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *hooks_h;
     int sfd;
     sigset_t old_mask;
@@ -773,6 +774,8 @@ static void release(struct watcher *w)
         ck_loop_remove(w->loop, w->sig_h);
     }
     ck_ops_free(w->ops);
+    if (w->announced_start)
+        ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STOPPING);
     if (w->loop)
         hooks_stop(w, w->cfg.watch_grace_period < 5 ? w->cfg.watch_grace_period : 5);
     ck_fswatch_free(w->fs);
@@ -819,6 +822,9 @@ static int start(struct watcher *w)
             (long)getpid());
     if ((err = pass(w, -1, false, false)) < 0)
         return err;
+    /* after the first pass, so that the event carries the model's id */
+    ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STARTED);
+    w->announced_start = true;
     if (w->status == CK_PMF_FINISHED || w->status == CK_PMF_FAILED) {
         if (w->o->command)
             return ck_error(CK_ESTATE, "the training in '%s' already ended as %s: not starting "

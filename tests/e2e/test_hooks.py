@@ -12,6 +12,8 @@ import sys
 import time
 import unittest
 
+import yaml
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
 from webhook_receiver import Receiver, verify  # noqa: E402
@@ -695,6 +697,17 @@ hooks:
         self.assertEqual(p.wait(timeout=60), 0)
         with open(self.log_path) as f:
             no_secret_in(self, f.read())
+        # the agent's own lifecycle: started before the checkpoint, stopping at SIGTERM,
+        # both carrying the model id the tree has
+        types = [json.loads(q["body"])["type"] for q in r.requests()]
+        self.assertIn("agent.started", types)
+        self.assertIn("agent.stopping", types)
+        self.assertLess(types.index("agent.started"), types.index("checkpoint.registered"))
+        self.assertEqual(types[-1], "agent.stopping")
+        with open(os.path.join(self.dir, "metadata.yaml")) as f:
+            model_id = yaml.safe_load(f)["model"]["id"]
+        stopping = [json.loads(q["body"]) for q in r.requests()][-1]
+        self.assertEqual(stopping["data"]["model"]["id"], model_id)
 
 class Contrib(unittest.TestCase):
     def test_example_config_loads_with_every_key(self):
