@@ -34,12 +34,12 @@ struct key {
 
 static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const char *key);
-static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key);
-static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_retry_schedule(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
@@ -81,6 +81,21 @@ static const struct key keys[] = {
      "after SIGTERM/SIGINT, time the wrapped command gets before SIGKILL (default 20s)"},
     {"log.format", T_LOGFORMAT, F(log_format), NULL, "text or json"},
     {"log.level", T_LOGLEVEL, F(log_level), NULL, "debug, info, warn or error"},
+    {"hooks.webhooks", T_CUSTOM, 0, parse_webhooks,
+     "webhooks: [{url: https://... | env:NAME | file:/path, secret: env:NAME | file:/path"
+     " (whsec_...), secrets: [...] (rotation), events: [checkpoint.*, ...], template: FILE,"
+     " timeout: 10s}]"},
+    {"hooks.exec", T_CUSTOM, 0, parse_exec_hooks,
+     "commands per event: [{event: checkpoint.registered, command: [argv...] (a string runs with"
+     " /bin/sh -c), timeout: 30s}]"},
+    {"hooks.retry_schedule", T_CUSTOM, 0, parse_retry_schedule,
+     "delays before each webhook retry (default 5s 30s 2m 10m 30m 1h 2h 4h 6h 8h)"},
+    {"hooks.failing_after", T_INT, F(hooks.failing_after), NULL,
+     "consecutive failures that mark a webhook receiver failing (default 5)"},
+    {"metrics_file", T_STR, F(metrics_file), NULL,
+     "scan writes its metrics here at the end (node_exporter textfile collector, *.prom)"},
+    {"listen", T_CUSTOM, 0, parse_listen,
+     "watch serves /healthz /readyz /metrics /status on HOST:PORT (like 127.0.0.1:9464)"},
     {"upload.stores", T_CUSTOM, 0, parse_upload_stores,
      "list of stores: {url: s3://b/p | http(s)://... | sftp://u@h/p | file:///p, endpoint, region,"
      " credentials: s3 env | file:/path, http/sftp env:NAME | file:/path, auth: basic|bearer, key,"
@@ -98,21 +113,6 @@ static const struct key keys[] = {
      "after SIGTERM, time to finish uploads in flight (default 20s)"},
     {"upload.timeout", T_CUSTOM, 0, parse_upload_opt,
      "a transfer that moves nothing this long fails and is retried (default 60s)"},
-    {"hooks.webhooks", T_CUSTOM, 0, parse_webhooks,
-     "webhooks: [{url: https://... | env:NAME | file:/path, secret: env:NAME | file:/path"
-     " (whsec_...), secrets: [...] (rotation), events: [checkpoint.*, ...], template: FILE,"
-     " timeout: 10s}]"},
-    {"hooks.exec", T_CUSTOM, 0, parse_exec_hooks,
-     "commands per event: [{event: checkpoint.registered, command: [argv...] (a string runs with"
-     " /bin/sh -c), timeout: 30s}]"},
-    {"hooks.retry_schedule", T_CUSTOM, 0, parse_retry_schedule,
-     "delays before each webhook retry (default 5s 30s 2m 10m 30m 1h 2h 4h 6h 8h)"},
-    {"hooks.failing_after", T_INT, F(hooks.failing_after), NULL,
-     "consecutive failures that mark a webhook receiver failing (default 5)"},
-    {"metrics_file", T_STR, F(metrics_file), NULL,
-     "scan writes its metrics here at the end (node_exporter textfile collector, *.prom)"},
-    {"listen", T_CUSTOM, 0, parse_listen,
-     "watch serves /healthz /readyz /metrics /status on HOST:PORT (like 127.0.0.1:9464)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -274,7 +274,7 @@ static int parse_value(struct parse_ctx *c, const struct key *k, yaml_node_t *n,
 {
     void *field = (char *)c->cfg + k->offset;
     struct ck_yaml_value v;
-    const char *s;
+    const char *s = NULL;
     int err;
     ck_yaml_resolve(n, &v);
     switch (k->type) {
@@ -349,7 +349,7 @@ static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char 
         return bad(c, n, key, "must be null, {file: PATH} or {pmf: PATH, checkpoint: REF}");
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
         yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
-        const char *k, *s;
+        const char *k = NULL, *s = NULL;
         int err;
         if ((err = scalar_str(c, kn, key, &k)) < 0 || (err = scalar_str(c, vn, key, &s)) < 0)
             return err;
@@ -396,6 +396,97 @@ static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const cha
     return 0;
 }
 
+/* upload.stores: a list of mappings; each is checked (scheme, URL, secret
+ * references) here so a bad store fails at load with its line. */
+static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_config *cfg = c->cfg;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of stores ({url: ...})");
+    for (size_t i = 0; i < cfg->n_upload_stores; i++)
+        ck_store_spec_release(&cfg->upload_stores[i]);
+    free(cfg->upload_stores);
+    cfg->upload_stores = NULL;
+    cfg->n_upload_stores = 0;
+    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (count == 0)
+        return 0;
+    if (!(cfg->upload_stores = calloc(count, sizeof *cfg->upload_stores)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = ck_yaml_node(c->doc, *it);
+        struct ck_store_spec *spec = &cfg->upload_stores[cfg->n_upload_stores++];
+        char full[128];
+        int err;
+        if (item->type == YAML_SCALAR_NODE) {
+            if ((err = ck_store_spec_set(spec, "url", (const char *)item->data.scalar.value)) < 0)
+                return err;
+        } else if (item->type != YAML_MAPPING_NODE) {
+            return bad(c, item, key, "items must be a URL or a mapping with 'url'");
+        } else {
+            for (yaml_node_pair_t *p = item->data.mapping.pairs.start;
+                 p < item->data.mapping.pairs.top; p++) {
+                yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
+                const char *k = NULL, *v = NULL;
+                if ((err = scalar_str(c, kn, key, &k)) < 0)
+                    return err;
+                snprintf(full, sizeof full, "%s.%s", key, k);
+                if ((err = scalar_str(c, vn, full, &v)) < 0)
+                    return err;
+                if ((err = ck_store_spec_set(spec, k, v)) < 0) {
+                    char msg[512];
+                    snprintf(msg, sizeof msg, "%s", ck_error_msg());
+                    return bad(c, kn, full, msg);
+                }
+            }
+        }
+        if ((err = ck_store_check(spec)) < 0) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", ck_error_msg());
+            return bad(c, item, key, msg);
+        }
+    }
+    return 0;
+}
+
+static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_upload_opts *o = &c->cfg->upload;
+    const char *name = key + strlen("upload."), *s = NULL;
+    struct ck_yaml_value v;
+    int err;
+    ck_yaml_resolve(n, &v);
+    if (!strcmp(name, "concurrency") || !strcmp(name, "retries")) {
+        if (v.type != CK_Y_INT || v.i < 0 || v.i > 64)
+            return bad(c, n, key, "must be a whole number from 0 to 64");
+        if (name[0] == 'c' && v.i < 1)
+            return bad(c, n, key, "must be at least 1");
+        *(name[0] == 'c' ? &o->concurrency : &o->retries) = (int)v.i;
+        return 0;
+    }
+    if ((err = scalar_str(c, n, key, &s)) < 0)
+        return err;
+    if (!strcmp(name, "max_rate") || !strcmp(name, "part_size") ||
+        !strcmp(name, "multipart_threshold")) {
+        uint64_t x;
+        if (ck_parse_size(s, &x) < 0)
+            return bad(c, n, key, "must be a size like 8MiB");
+        if (name[0] == 'p' && (x < (5u << 20) || x > (5ull << 30)))
+            return bad(c, n, key, "must be between 5MiB and 5GiB (S3's limits)");
+        *(name[0] == 'm' && name[1] == 'a' ? &o->max_rate
+          : name[0] == 'p'                 ? &o->part_size
+                                           : &o->multipart_threshold) = x;
+        return 0;
+    }
+    double d;
+    if (ck_parse_duration(s, &d) < 0)
+        return bad(c, n, key, "must be a duration like 500ms, 2s or 5m");
+    *(!strcmp(name, "retry_base") ? &o->retry_base : !strcmp(name, "grace") ? &o->grace
+                                                                          : &o->timeout) = d;
+    return 0;
+}
+
 /* hooks.*, listen: the keys of hooks/ and agent/ops.c. */
 static int hook_item_key(struct parse_ctx *c, yaml_node_pair_t *p, const char *key, size_t i,
                          char *full, size_t fullsz, const char **k, yaml_node_t **vn)
@@ -411,7 +502,7 @@ static int hook_item_key(struct parse_ctx *c, yaml_node_pair_t *p, const char *k
 /* A list of strings, or one string taken as a list of one, into (*v, *n). */
 static int hook_strv(struct parse_ctx *c, yaml_node_t *n, const char *key, char ***v, size_t *nv)
 {
-    const char *s;
+    const char *s = NULL;
     int err;
     if (n->type == YAML_SCALAR_NODE) {
         if (!(*v = calloc(2, sizeof **v)) || !((*v)[0] = strdup((const char *)n->data.scalar.value)))
@@ -436,7 +527,7 @@ static int hook_strv(struct parse_ctx *c, yaml_node_t *n, const char *key, char 
 
 static int hook_duration(struct parse_ctx *c, yaml_node_t *n, const char *key, double *out)
 {
-    const char *s;
+    const char *s = NULL;
     int err;
     if ((err = scalar_str(c, n, key, &s)) < 0)
         return err;
@@ -467,7 +558,7 @@ static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
             return bad(c, item, key, "items must be mappings with at least 'url'");
         for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
              p++) {
-            const char *k, *s;
+            const char *k = NULL, *s = NULL;
             yaml_node_t *vn;
             int err;
             if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
@@ -525,7 +616,7 @@ static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key
             return bad(c, item, key, "items must be mappings with 'event' and 'command'");
         for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
              p++) {
-            const char *k, *s;
+            const char *k = NULL, *s = NULL;
             yaml_node_t *vn;
             int err;
             if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
@@ -557,7 +648,7 @@ static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key
 static int parse_retry_schedule(struct parse_ctx *c, yaml_node_t *n, const char *key)
 {
     struct ck_hooks_conf *h = &c->cfg->hooks;
-    const char *s;
+    const char *s = NULL;
     int err;
     if (n->type != YAML_SEQUENCE_NODE)
         return bad(c, n, key, "must be a list of durations (the delay before each retry)");
@@ -581,104 +672,13 @@ static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key)
 {
     char host[64];
     int port;
-    const char *s;
+    const char *s = NULL;
     int err;
     if ((err = scalar_str(c, n, key, &s)) < 0)
         return err;
     if (ck_ops_parse_listen(s, key, host, sizeof host, &port) < 0)
         return bad(c, n, key, "must be PORT or HOST:PORT with an IP address (like 127.0.0.1:9464)");
     return set_str(&c->cfg->listen, s);
-}
-
-/* upload.stores: a list of mappings; each is checked (scheme, URL, secret
- * references) here so a bad store fails at load with its line. */
-static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key)
-{
-    struct ck_config *cfg = c->cfg;
-    if (n->type != YAML_SEQUENCE_NODE)
-        return bad(c, n, key, "must be a list of stores ({url: ...})");
-    for (size_t i = 0; i < cfg->n_upload_stores; i++)
-        ck_store_spec_release(&cfg->upload_stores[i]);
-    free(cfg->upload_stores);
-    cfg->upload_stores = NULL;
-    cfg->n_upload_stores = 0;
-    size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
-    if (count == 0)
-        return 0;
-    if (!(cfg->upload_stores = calloc(count, sizeof *cfg->upload_stores)))
-        return ck_error(CK_ENOMEM, "out of memory");
-    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
-         it++) {
-        yaml_node_t *item = ck_yaml_node(c->doc, *it);
-        struct ck_store_spec *spec = &cfg->upload_stores[cfg->n_upload_stores++];
-        char full[128];
-        int err;
-        if (item->type == YAML_SCALAR_NODE) {
-            if ((err = ck_store_spec_set(spec, "url", (const char *)item->data.scalar.value)) < 0)
-                return err;
-        } else if (item->type != YAML_MAPPING_NODE) {
-            return bad(c, item, key, "items must be a URL or a mapping with 'url'");
-        } else {
-            for (yaml_node_pair_t *p = item->data.mapping.pairs.start;
-                 p < item->data.mapping.pairs.top; p++) {
-                yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
-                const char *k, *v;
-                if ((err = scalar_str(c, kn, key, &k)) < 0)
-                    return err;
-                snprintf(full, sizeof full, "%s.%s", key, k);
-                if ((err = scalar_str(c, vn, full, &v)) < 0)
-                    return err;
-                if ((err = ck_store_spec_set(spec, k, v)) < 0) {
-                    char msg[512];
-                    snprintf(msg, sizeof msg, "%s", ck_error_msg());
-                    return bad(c, kn, full, msg);
-                }
-            }
-        }
-        if ((err = ck_store_check(spec)) < 0) {
-            char msg[1024];
-            snprintf(msg, sizeof msg, "%s", ck_error_msg());
-            return bad(c, item, key, msg);
-        }
-    }
-    return 0;
-}
-
-static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key)
-{
-    struct ck_upload_opts *o = &c->cfg->upload;
-    const char *name = key + strlen("upload."), *s;
-    struct ck_yaml_value v;
-    int err;
-    ck_yaml_resolve(n, &v);
-    if (!strcmp(name, "concurrency") || !strcmp(name, "retries")) {
-        if (v.type != CK_Y_INT || v.i < 0 || v.i > 64)
-            return bad(c, n, key, "must be a whole number from 0 to 64");
-        if (name[0] == 'c' && v.i < 1)
-            return bad(c, n, key, "must be at least 1");
-        *(name[0] == 'c' ? &o->concurrency : &o->retries) = (int)v.i;
-        return 0;
-    }
-    if ((err = scalar_str(c, n, key, &s)) < 0)
-        return err;
-    if (!strcmp(name, "max_rate") || !strcmp(name, "part_size") ||
-        !strcmp(name, "multipart_threshold")) {
-        uint64_t x;
-        if (ck_parse_size(s, &x) < 0)
-            return bad(c, n, key, "must be a size like 8MiB");
-        if (name[0] == 'p' && (x < (5u << 20) || x > (5ull << 30)))
-            return bad(c, n, key, "must be between 5MiB and 5GiB (S3's limits)");
-        *(name[0] == 'm' && name[1] == 'a' ? &o->max_rate
-          : name[0] == 'p'                 ? &o->part_size
-                                           : &o->multipart_threshold) = x;
-        return 0;
-    }
-    double d;
-    if (ck_parse_duration(s, &d) < 0)
-        return bad(c, n, key, "must be a duration like 500ms, 2s or 5m");
-    *(!strcmp(name, "retry_base") ? &o->retry_base : !strcmp(name, "grace") ? &o->grace
-                                                                          : &o->timeout) = d;
-    return 0;
 }
 
 static const struct key *find_key(const char *name)
@@ -703,7 +703,7 @@ static int walk(struct parse_ctx *c, yaml_node_t *map, const char *prefix)
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
          p++) {
         yaml_node_t *kn = ck_yaml_node(c->doc, p->key), *vn = ck_yaml_node(c->doc, p->value);
-        const char *k;
+        const char *k = NULL;
         int err;
         if ((err = scalar_str(c, kn, prefix[0] ? prefix : "(top)", &k)) < 0)
             return err;
