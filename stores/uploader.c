@@ -339,6 +339,7 @@ struct opened {
 struct run {
     sqlite3 *db;
     const struct ck_upload_opts *opts;
+    const struct ck_uploader_run_opts *ro; /* may be NULL */
     const char *spool_dir;
     struct ck_net net;
     struct opened *stores;
@@ -480,15 +481,26 @@ static bool is_permanent(int err)
            err == CK_ESIZE;
 }
 
+static void report_outcome(struct run *r, const struct ck_job *j, const char *where, bool ok,
+                           const char *sha256, double secs, const char *error)
+{
+    if (!r->ro || !r->ro->on_job)
+        return;
+    struct ck_upload_outcome o = {ok, where, j->key, j->src, j->size, secs, sha256, error};
+    r->ro->on_job(r->ro->on_job_arg, &o);
+}
+
 static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct ck_upload_ctl *ctl,
                    int attempts_max, struct ck_upload_report *rep)
 {
     struct ck_store *store = NULL;
     struct ck_xfer *x = calloc(1, sizeof *x);
     struct cb cb = {r, j->id};
+    char where[512];
     int err;
     if (!x)
         return ck_error(CK_ENOMEM, "out of memory");
+    ck_store_url_redact(where, sizeof where, j->store_url);
     long long t0 = ck_mono_ms();
     if ((err = get_store(r, j->store_id, &store)) < 0)
         goto failed;
@@ -512,8 +524,6 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->save_part = save_part;
     x->cb_ctx = &cb;
     atomic_init(&x->sent, 0);
-    char where[512];
-    ck_store_url_redact(where, sizeof where, j->store_url);
     ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\" size=%llu", (long long)j->id, where,
             j->key, (unsigned long long)j->size);
     progress_set(pg, x, j->key, j->size);
@@ -538,6 +548,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     ck_metrics_observe(CK_H_UPLOAD_SECONDS, secs);
     if (j->phase == 1)
         remote_checkpoint_time(r->db, j->store_id);
+    report_outcome(r, j, where, true, x->sha256, secs, NULL);
     goto out;
 failed : {
     char msg[2048];
@@ -559,6 +570,7 @@ failed : {
     if (permanent) {
         rep->failed++;
         ck_metrics_add(CK_M_UPLOADS_FAILED, 1);
+        report_outcome(r, j, where, false, "", (double)(ck_mono_ms() - t0) / 1000.0, msg);
     }
     ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
 }
@@ -609,7 +621,7 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
                     struct ck_upload_ctl *ctl, const struct ck_uploader_run_opts *ro,
                     struct ck_upload_report *rep)
 {
-    struct run r = {.db = db, .opts = opts, .spool_dir = spool_dir};
+    struct run r = {.db = db, .opts = opts, .ro = ro, .spool_dir = spool_dir};
     struct progress pg = {.bar = ro && ro->progress_bar};
     pthread_t pt;
     bool pt_started = false;

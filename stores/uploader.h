@@ -36,10 +36,26 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
 int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                             const char *root, int *queued);
 
+/* How one job ended, for ck_uploader_run_opts.on_job. Borrowed for the call. */
+struct ck_upload_outcome {
+    bool ok;                /* sent and checked; false: failed for good */
+    const char *store_url;  /* the store, credentials removed */
+    const char *key;        /* the remote name */
+    const char *src;        /* the local file (the PMF root for a bundle) */
+    uint64_t bytes;
+    double seconds;
+    const char *sha256;     /* of what was sent ("" when unknown) */
+    const char *error;      /* why it failed, or NULL */
+};
+
 struct ck_uploader_run_opts {
     bool progress_bar; /* draw a bar on stderr (a terminal); else log progress every 5 s */
     bool wait_retries; /* wait for jobs whose retry time has not come yet (until the deadline) */
     int job_attempts;  /* a job fails for good after this many failed runs (default 3) */
+    /* Called after each job that ended (done, or failed for good), on the
+     * thread running the queue: the agent turns it into an upload.* event. */
+    void (*on_job)(void *arg, const struct ck_upload_outcome *o);
+    void *on_job_arg;
 };
 
 struct ck_upload_report {
