@@ -151,6 +151,18 @@ static int write_fallback_config(struct scan *s, char *path)
     return ck_write_file_atomic(path, text, sizeof text - 1, 0644);
 }
 
+/* The real configuration appeared after ours stood in for it: ours goes,
+ * unless someone edited it (then it is theirs). */
+static void remove_fallback_config(struct scan *s)
+{
+    char path[PATH_MAX];
+    struct ck_buf b = CK_BUF_INIT;
+    if (path_in(s, path, FALLBACK_CONFIG) == 0 && ck_read_file(path, 4096, &b) == 0 &&
+        strstr(ck_buf_str(&b), "# Written by ckptd: no training configuration") == ck_buf_str(&b))
+        unlink(path);
+    ck_buf_release(&b);
+}
+
 static int configuration(struct scan *s)
 {
     struct ck_pmf_meta *m = &s->meta;
@@ -194,6 +206,8 @@ static int configuration(struct scan *s)
     if (!m->config_path || strcmp(m->config_path, name) || strcmp(m->config_md5, h.md5)) {
         if (m->config_path)
             ck_info("configuration.changed", "path=%s md5=%s", name, h.md5);
+        if (m->config_path && !strcmp(m->config_path, FALLBACK_CONFIG) && strcmp(name, FALLBACK_CONFIG))
+            remove_fallback_config(s);
         if ((err = set_str(&m->config_path, name)) < 0)
             return err;
         memcpy(m->config_md5, h.md5, 33);
