@@ -33,6 +33,19 @@ static const char help[] =
 
 enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_MIN_AGE, OPT_METRICS_FILE };
 
+/* upload.* events of the uploads a scan runs */
+struct upload_ctx {
+    struct ck_hooks *hooks;
+    struct ck_state *st;
+    const char *dir;
+};
+
+static void scan_upload_event(void *arg, const struct ck_upload_outcome *o)
+{
+    struct upload_ctx *c = arg;
+    ck_notify_upload(c->hooks, c->st, c->dir, o);
+}
+
 int ck_cmd_scan(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -121,25 +134,26 @@ int ck_cmd_scan(int argc, char **argv)
         goto out;
     }
     err = ck_scan_run(&st, &so, &res);
-    /* hooks (issue 6): this pass's events (only when metadata.yaml took them), the
-     * exec hooks to their end, then whatever webhooks are due, within a budget */
+    /* hooks (issue 6): this pass's events (only when metadata.yaml took them) */
     if (err == 0 || res.metadata_written)
         ck_notify_scan(hooks, &st, so.dir, &res);
-    ck_notify_finish(hooks, &st, CK_NOTIFY_FINISH_BUDGET_S);
-    if (err == 0) {
+    if (err == 0)
         ck_info("scan.done",
                 "dir='%s' registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s",
                 so.dir, res.nregistered, res.updated, res.removed, res.waiting, res.problems,
                 ck_pmf_status_name(res.new_status));
-        if (res.problems > 0)
-            err = ck_error(CK_ERR, "%zu checkpoint(s) could not be registered (see the log)",
-                           res.problems);
-    }
-    /* uploads (issue 5, cmd_upload.c): after metadata.yaml is written, queue the PMF
+    /* uploads (issue 5, cmd_upload.c): once metadata.yaml is written, queue the PMF
      * tree's new files for every upload.stores entry, metadata.yaml last, and run the
-     * queue until it is empty (SIGTERM: upload.grace); failed uploads make exit 1 */
+     * queue until it is empty (SIGTERM: upload.grace); failed uploads make exit 1.
+     * Also when some checkpoint had a problem: what is registered is complete. */
+    struct upload_ctx uctx = {hooks, &st, so.dir};
     if (err == 0 && cfg.n_upload_stores > 0)
-        upload_rc = ck_upload_after_scan(st.db, &cfg, so.dir, st.dir);
+        upload_rc = ck_upload_after_scan(st.db, &cfg, so.dir, st.dir, scan_upload_event, &uctx);
+    /* the exec hooks to their end, then whatever webhooks are due, within a budget */
+    ck_notify_finish(hooks, &st, CK_NOTIFY_FINISH_BUDGET_S);
+    if (err == 0 && res.problems > 0)
+        err = ck_error(CK_ERR, "%zu checkpoint(s) could not be registered (see the log)",
+                       res.problems);
 out:
     ck_scan_result_release(&res);
     ck_notify_write_metrics(metrics_file ? metrics_file : cfg.metrics_file);

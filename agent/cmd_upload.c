@@ -127,11 +127,13 @@ static void restore_signals(const struct sigaction old[3])
 
 /* Runs the queue of an open database and turns the report into an exit code. */
 int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool, bool progress,
-                        const char *cmd)
+                        const char *cmd, void (*on_job)(void *, const struct ck_upload_outcome *),
+                        void *arg)
 {
     struct ck_upload_ctl ctl;
     struct ck_upload_report rep;
-    struct ck_uploader_run_opts ro = {.progress_bar = progress, .wait_retries = true};
+    struct ck_uploader_run_opts ro = {
+        .progress_bar = progress, .wait_retries = true, .on_job = on_job, .on_job_arg = arg};
     struct sigaction old[3];
     ck_upload_ctl_init(&ctl, cfg->upload.grace);
     install_signals(&ctl, old);
@@ -157,7 +159,8 @@ int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *sp
 }
 
 int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *dir,
-                         const char *state_dir)
+                         const char *state_dir,
+                         void (*on_job)(void *, const struct ck_upload_outcome *), void *arg)
 {
     char root[4096], spool[4200];
     int queued = 0, err;
@@ -172,7 +175,7 @@ int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *d
         return ck_cli_fail("scan", err);
     if (queued)
         ck_info("upload.queued_tree", "dir=\"%s\" jobs=%d", dir, queued);
-    return ck_upload_run_queue(db, cfg, spool, false, "scan");
+    return ck_upload_run_queue(db, cfg, spool, false, "scan", on_job, arg);
 }
 
 int ck_cmd_upload(int argc, char **argv)
@@ -369,7 +372,7 @@ int ck_cmd_upload(int argc, char **argv)
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
-    rc = ck_upload_run_queue(db, &cfg, spool, progress, "upload");
+    rc = ck_upload_run_queue(db, &cfg, spool, progress, "upload", NULL, NULL);
 done:
     if (lockfd >= 0)
         close(lockfd);

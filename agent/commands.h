@@ -19,12 +19,16 @@ int ck_cmd_bundle(int argc, char **argv);
 #include <sqlite3.h>
 #include <stdbool.h>
 struct ck_config;
+struct ck_upload_outcome;
+/* on_job (may be NULL) hears how each job ended, for upload.* events. */
 int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool,
-                        bool progress, const char *cmd);
+                        bool progress, const char *cmd,
+                        void (*on_job)(void *, const struct ck_upload_outcome *), void *arg);
 /* For scan and watch: queues DIR's PMF tree for every upload.stores entry
  * (data/ and the configuration first, metadata.yaml last), then runs the
  * queue (spool under state_dir). An exit code; 0 when there are no stores. */
 int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *dir,
-                         const char *state_dir);
+                         const char *state_dir,
+                         void (*on_job)(void *, const struct ck_upload_outcome *), void *arg);
 
 #endif

@@ -10,6 +10,7 @@
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "hooks/hooks.h"
+#include "stores/uploader.h"
 
 /* How long a one-shot command spends delivering webhooks before it exits;
  * what is left stays in the outbox for the next run. */
@@ -24,6 +25,9 @@ int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
  * with the model's name and id as the state knows them. Logged, not returned. */
 void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
                      enum ck_event_type type);
+/* Emits upload.completed or upload.failed for one job of the upload queue. */
+void ck_notify_upload(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                      const struct ck_upload_outcome *o);
 /* Waits for the exec hooks, then delivers due webhooks for at most
  * budget_s seconds; logs (does not return) delivery problems. */
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s);

@@ -3,6 +3,7 @@
 #include "agent/fswatch.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
+#include "agent/upload_worker.h"
 #include "agent/loop.h"
 #include "agent/ops.h"
 #include "agent/pathmap.h"
@@ -29,6 +30,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -53,6 +55,8 @@ struct watcher {
     struct ck_ops *ops;
     struct ck_hooks *hooks; /* webhooks (delivered by their own thread) and exec hooks */
     bool announced_start;   /* agent.started was emitted: agent.stopping follows */
+    struct ck_upload_worker *up; /* upload.stores: the queue runs on its own thread */
+    struct ck_loop_handler *up_h;
     struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *hooks_h;
     int sfd;
     sigset_t old_mask;
@@ -344,6 +348,8 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
     w->passes++;
     if (err == 0 || res.metadata_written)
         ck_notify_scan(w->hooks, &w->st, w->o->dir, &res); /* events: hooks and metrics */
+    if (res.metadata_written)
+        ck_upload_worker_kick(w->up); /* data first, metadata.yaml last (the queue's order) */
     forget_registered(w, &res);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
@@ -627,6 +633,78 @@ static void hooks_stop(struct watcher *w, double drain)
     w->hooks = NULL;
 }
 
+/* ---- uploads ---- */
+
+/* On the loop's thread: a job ended on the upload thread; tell the hooks. */
+static void emit_upload(void *arg, const struct ck_upload_outcome *o)
+{
+    struct watcher *w = arg;
+    ck_notify_upload(w->hooks, &w->st, w->o->dir, o);
+}
+
+static void on_upload_outcome(struct ck_loop *loop, int fd, uint32_t events, void *arg)
+{
+    struct watcher *w = arg;
+    (void)loop, (void)fd, (void)events;
+    ck_upload_worker_drain(w->up, emit_upload, w);
+}
+
+static int uploads_start(struct watcher *w)
+{
+    int err;
+    if (w->cfg.n_upload_stores == 0)
+        return 0;
+    if ((err = ck_upload_worker_start(&w->up, &w->cfg, w->o->dir, w->st.dir)) < 0)
+        return err;
+    return ck_loop_add_fd(w->loop, ck_upload_worker_fd(w->up), EPOLLIN, on_upload_outcome, w,
+                          &w->up_h);
+}
+
+/* The config the thread reads is about to change: stop it quickly (what is
+ * in flight is requeued and resumes with its accepted parts). */
+static void uploads_stop_now(struct watcher *w)
+{
+    if (!w->up)
+        return;
+    ck_loop_remove(w->loop, w->up_h);
+    w->up_h = NULL;
+    ck_upload_worker_stop(w->up, 1.0);
+    ck_upload_worker_free(w->up);
+    w->up = NULL;
+}
+
+/* At exit. After SIGTERM/SIGINT: what is in flight gets upload.grace, the
+ * rest stays queued. After a normal end (the training ended): wait until the
+ * queue has nothing left to send, unless a SIGTERM/SIGINT comes meanwhile. */
+static void uploads_finish(struct watcher *w)
+{
+    if (!w->up)
+        return;
+    ck_loop_remove(w->loop, w->up_h);
+    w->up_h = NULL;
+    if (!w->terminating) {
+        ck_upload_worker_kick(w->up); /* the last pass's metadata.yaml */
+        struct timespec tick = {0, 100 * 1000 * 1000};
+        nanosleep(&tick, NULL);
+        while (!ck_upload_worker_is_idle(w->up)) {
+            struct signalfd_siginfo si;
+            if (w->sfd >= 0 && read(w->sfd, &si, sizeof si) == (ssize_t)sizeof si &&
+                (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)) {
+                ck_info("signal.received", "signal=%s: stopping the uploads",
+                        si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
+                break;
+            }
+            ck_upload_worker_drain(w->up, emit_upload, w);
+            nanosleep(&tick, NULL);
+        }
+    }
+    ck_upload_worker_stop(w->up, w->cfg.upload.grace);
+    ck_upload_worker_join(w->up);
+    ck_upload_worker_drain(w->up, emit_upload, w);
+    ck_upload_worker_free(w->up);
+    w->up = NULL;
+}
+
 /* ---- signals ---- */
 
 static void reload(struct watcher *w)
@@ -646,6 +724,7 @@ static void reload(struct watcher *w)
         return;
     }
     hooks_stop(w, 0);
+    uploads_stop_now(w);
     if (fresh.watch_poll != w->cfg.watch_poll)
         ck_warn("config.restart_needed", "watch.poll changes at the next start");
     ck_config_release(&w->cfg);
@@ -654,6 +733,9 @@ static void reload(struct watcher *w)
     h = NULL;
     if ((err = hooks_new(&w->cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0)
         ck_err("hooks.failed", "%s: no hooks until the next reload", ck_error_msg());
+    if (uploads_start(w) < 0)
+        ck_err("upload.failed", "%s: no uploads until the next reload", ck_error_msg());
+    ck_upload_worker_kick(w->up);
     ck_cli_setup_logging(w->o->cli, w->cfg.log_format, w->cfg.log_level);
     ck_settle_configure(w->settle, w->cfg.watch_settle, w->cfg.watch_check_writers);
     ck_fswatch_set_poll_interval(w->fs, w->cfg.watch_poll_interval);
@@ -774,6 +856,8 @@ static void release(struct watcher *w)
         ck_loop_remove(w->loop, w->sig_h);
     }
     ck_ops_free(w->ops);
+    if (w->loop)
+        uploads_finish(w);
     if (w->announced_start)
         ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STOPPING);
     if (w->loop)
@@ -803,7 +887,8 @@ static int start(struct watcher *w)
         (err = setup_signals(w)) < 0)
         return err;
     struct ck_hooks *h = NULL;
-    if ((err = hooks_new(cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0)
+    if ((err = hooks_new(cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0 ||
+        (err = uploads_start(w)) < 0)
         return err;
     if ((err = ck_loop_add_timer(w->loop, 0, 0, on_settle_timer, w, &w->settle_t)) < 0 ||
         (err = ck_loop_add_timer(w->loop, cfg->watch_reconcile_interval,
@@ -825,6 +910,7 @@ static int start(struct watcher *w)
     /* after the first pass, so that the event carries the model's id */
     ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STARTED);
     w->announced_start = true;
+    ck_upload_worker_kick(w->up); /* what a previous run left queued, and this pass */
     if (w->status == CK_PMF_FINISHED || w->status == CK_PMF_FAILED) {
         if (w->o->command)
             return ck_error(CK_ESTATE, "the training in '%s' already ended as %s: not starting "

@@ -1,6 +1,7 @@
 """ckptd scan, end to end: the real binary on real folders, its PMF trees
 checked by an independent validator (tests/lib/pmf_validate.py)."""
 import fcntl
+import json
 import os
 import random
 import shutil
@@ -239,6 +240,31 @@ class Scan(TmpDirCase):
         t = validate_tree(self.dir)["model"]["training"]
         self.assertEqual(list(t["checkpoints"]), ["12"])
         self.assertEqual(t["latest"], "12")
+
+    def test_uploads_and_their_events(self):
+        remote = os.path.join(self.dir, ".ckptd", "remote")
+        events = os.path.join(self.dir, ".ckptd", "events")  # one file per event
+        os.makedirs(events)
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{remote}\n"
+                    f"hooks:\n  exec:\n    - event: upload.*\n"
+                    f"      command: \"cat > {events}/$$.json\"\n")
+        self.ckpt("epoch_1.pt")
+        self.ckpt("epoch_2.pt")
+        run("scan", self.dir, check=0)
+        with open(os.path.join(self.dir, "metadata.yaml"), "rb") as a, \
+                open(os.path.join(remote, "metadata.yaml"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        for e in (1, 2):
+            self.assertEqual(md5_file(os.path.join(remote, "data", "checkpoints", f"epoch_{e}.pt")),
+                             md5_file(os.path.join(self.dir, "epoch_" + str(e) + ".pt")))
+        got = []
+        for name in os.listdir(events):
+            with open(os.path.join(events, name)) as f:
+                got.append(json.load(f))
+        keys = sorted(e["data"]["upload"]["url"] for e in got if e["type"] == "upload.completed")
+        self.assertTrue(any(k.endswith("metadata.yaml") for k in keys), keys)
+        self.assertTrue(any(k.endswith("data/checkpoints/epoch_2.pt") for k in keys), keys)
 
     def test_mirror_deletes(self):
         with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:

@@ -269,6 +269,41 @@ class WatchCase(TmpDirCase):
         self.assertEqual(t["status"], "finished")
         self.assertEqual(t["end_epoch"], 2)
 
+    def test_uploads_the_tree_metadata_last(self):
+        remote = os.path.join(self.dir, ".ckptd", "remote")  # outside the tree's own files
+        events = os.path.join(self.dir, ".ckptd", "events")  # one file per event: hooks run in parallel
+        os.makedirs(events)
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{remote}\n"
+                    f"hooks:\n  exec:\n    - event: upload.*\n"
+                    f"      command: \"cat > {events}/$$.json\"\n")
+        w = self.watch(command=sim(self.dir, "--epochs", 3, "--mode", "rename",
+                                   "--interval", 0.05))
+        self.assertEqual(w.wait(), 0, w.text())
+        t = self.assert_files(["epoch_1.safetensors", "epoch_2.safetensors",
+                               "epoch_3.safetensors"])
+        self.assertEqual(t["status"], "finished")
+        # every file of the tree landed, byte for byte; metadata.yaml is the final one
+        for rel in ["metadata.yaml", "config.yaml", "data/build_parameters.yaml"] + \
+                [f"data/checkpoints/epoch_{e}.safetensors" for e in (1, 2, 3)]:
+            with open(os.path.join(self.dir, rel), "rb") as a, \
+                    open(os.path.join(remote, rel), "rb") as b:
+                self.assertEqual(a.read(), b.read(), rel)
+        done = re.findall(r'upload\.done: job=\d+ store="[^"]*" key="([^"]+)"', w.text())
+        self.assertTrue(done and done[-1].endswith("metadata.yaml"), done)
+        last_meta = len(done) - 1
+        for e in (1, 2, 3):
+            key = next(i for i, k in enumerate(done) if k.endswith(f"epoch_{e}.safetensors"))
+            self.assertLess(key, last_meta)
+        # each object's upload.completed event reached the exec hook
+        got = []
+        for name in os.listdir(events):
+            with open(os.path.join(events, name)) as f:
+                got.append(json.load(f))
+        completed = [e for e in got if e["type"] == "upload.completed"]
+        self.assertEqual(len(completed), len(done))
+        self.assertTrue(all(e["data"]["upload"]["bytes"] > 0 for e in completed))
+
     def test_command_failure(self):
         w = self.watch(command=sim(self.dir, "--epochs", 5, "--mode", "rename",
                                    "--interval", 0.05, "--fail-at", 3))
