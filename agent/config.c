@@ -142,27 +142,6 @@ static const char *default_ignore[] = {
     "*.tmp", "*.temp", "*.partial", "*.tempstate*", "*.orbax-checkpoint-tmp-*", ".~*", ".*",
 };
 
-int ck_strlist_add(struct ck_strlist *l, const char *s)
-{
-    char **p = realloc(l->items, (l->n + 1) * sizeof *p);
-    if (!p)
-        return ck_error(CK_ENOMEM, "out of memory");
-    l->items = p;
-    if (!(p[l->n] = strdup(s)))
-        return ck_error(CK_ENOMEM, "out of memory");
-    l->n++;
-    return 0;
-}
-
-void ck_strlist_release(struct ck_strlist *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->items[i]);
-    free(l->items);
-    l->items = NULL;
-    l->n = 0;
-}
-
 void ck_config_init(struct ck_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);

@@ -7,16 +7,13 @@
 
 #include "hooks/hooks.h"
 
+#include "common/strlist.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "stores/store.h"
-
-struct ck_strlist {
-    char **items; /* owned */
-    size_t n;
-};
 
 enum ck_init_kind { CK_INIT_NONE, CK_INIT_FILE, CK_INIT_PMF };
 
@@ -80,8 +77,6 @@ int ck_config_for_dir(struct ck_config *cfg, const char *explicit_path, const ch
 /* Writes every key with its help text (for `ckptd config --keys`). */
 void ck_config_print_keys(void);
 
-int ck_strlist_add(struct ck_strlist *l, const char *s);
-void ck_strlist_release(struct ck_strlist *l);
 
 /* "250ms", "2s", "5m", "1h" or a bare number of seconds. */
 int ck_parse_duration(const char *s, double *out);

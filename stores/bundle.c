@@ -1,5 +1,6 @@
 #include "stores/bundle.h"
 #include "common/error.h"
+#include "common/strlist.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
 
@@ -19,31 +20,11 @@
 #define IO_BLOCK (1u << 20)
 #define MAX_ENTRIES 1000000
 
-struct list {
-    char **v;
-    size_t n, cap;
-};
-
-static int list_add(struct list *l, const char *s)
+static int list_add(struct ck_strlist *l, const char *s)
 {
     if (l->n >= MAX_ENTRIES)
         return ck_error(CK_ESIZE, "more than %d entries to pack", MAX_ENTRIES);
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        char **v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return ck_error(CK_ENOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
-    return (l->v[l->n++] = strdup(s)) ? 0 : ck_error(CK_ENOMEM, "out of memory");
-}
-
-static void list_free(struct list *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
+    return ck_strlist_add(l, s);
 }
 
 static bool skipped(const char *name)
@@ -54,7 +35,7 @@ static bool skipped(const char *name)
 }
 
 /* Relative paths of folders and files under root/rel, recursively. */
-static int walk(const char *root, const char *rel, struct list *out, int depth)
+static int walk(const char *root, const char *rel, struct ck_strlist *out, int depth)
 {
     char path[8192];
     int err = 0;
@@ -155,42 +136,42 @@ done:
     return err;
 }
 
-static int write_list(const char *root, struct list *l, const char *out, int level, int threads,
+static int write_list(const char *root, struct ck_strlist *l, const char *out, int level, int threads,
                       int *nfiles);
 
 int ck_bundle_write(const char *root, const char *out, int level, int threads, int *nfiles)
 {
-    struct list l = {0};
+    struct ck_strlist l = {0};
     int err = walk(root, "", &l, 0);
     if (err == 0)
         err = write_list(root, &l, out, level, threads, nfiles);
-    list_free(&l);
+    ck_strlist_release(&l);
     return err;
 }
 
 int ck_bundle_write_files(const char *root, const char *const *only, size_t nonly, const char *out,
                           int level, int threads, int *nfiles)
 {
-    struct list l = {0};
+    struct ck_strlist l = {0};
     int err = 0;
     for (size_t i = 0; i < nonly && err == 0; i++)
         err = list_add(&l, only[i]);
     if (err == 0)
         err = write_list(root, &l, out, level, threads, nfiles);
-    list_free(&l);
+    ck_strlist_release(&l);
     return err;
 }
 
-static int write_list(const char *root, struct list *lp, const char *out, int level, int threads,
+static int write_list(const char *root, struct ck_strlist *lp, const char *out, int level, int threads,
                       int *nfiles)
 {
-    struct list l = *lp;
+    struct ck_strlist l = *lp;
     struct ck_atomic_file f = {.fd = -1};
     struct archive *a = NULL;
     char *buf = NULL, opt[32];
     int err = 0;
     *nfiles = 0;
-    qsort(l.v, l.n, sizeof *l.v, cmp_entry);
+    qsort(l.items, l.n, sizeof *l.items, cmp_entry);
     if ((err = ck_atomic_open(&f, out, 0644)) < 0)
         goto out;
     if (!(buf = malloc(IO_BLOCK)) || !(a = archive_write_new())) {
@@ -210,10 +191,10 @@ static int write_list(const char *root, struct list *lp, const char *out, int le
         goto out;
     }
     for (size_t i = 0; i < l.n; i++) {
-        if ((err = add_entry(a, root, l.v[i], out, buf)) < 0)
+        if ((err = add_entry(a, root, l.items[i], out, buf)) < 0)
             goto out;
         char full[8192];
-        snprintf(full, sizeof full, "%s/%s", root, l.v[i]);
+        snprintf(full, sizeof full, "%s/%s", root, l.items[i]);
         if (!ck_is_dir(full))
             (*nfiles)++;
     }

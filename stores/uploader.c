@@ -1,5 +1,6 @@
 #include "stores/uploader.h"
 #include "common/error.h"
+#include "common/strlist.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -53,34 +54,14 @@ static bool skip_name(const char *name)
            (n > 5 && !strcmp(name + n - 5, ".part"));
 }
 
-struct names {
-    char **v;
-    size_t n, cap;
-};
-
-static int names_add(struct names *l, const char *s)
+static int names_add(struct ck_strlist *l, const char *s)
 {
     if (l->n >= MAX_TREE_FILES)
         return ck_error(CK_ESIZE, "more than %d files to upload", MAX_TREE_FILES);
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        char **v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return ck_error(CK_ENOMEM, "out of memory");
-        l->v = v;
-        l->cap = cap;
-    }
-    return (l->v[l->n++] = strdup(s)) ? 0 : ck_error(CK_ENOMEM, "out of memory");
+    return ck_strlist_add(l, s);
 }
 
-static void names_free(struct names *l)
-{
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-}
-
-static int list_tree(const char *root, const char *rel, struct names *out, int depth)
+static int list_tree(const char *root, const char *rel, struct ck_strlist *out, int depth)
 {
     char path[4096];
     int err = 0;
@@ -130,7 +111,7 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
                    const char *root, const char *const *changed, size_t nchanged,
                    enum ck_job_kind bundle_kind, int *queued)
 {
-    struct names files = {0};
+    struct ck_strlist files = {0};
     char meta[4096], full[8192];
     int err = 0;
     bool added;
@@ -138,7 +119,7 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
     if (!changed) {
         if ((err = list_tree(root, "", &files, 0)) < 0)
             goto out;
-        qsort(files.v, files.n, sizeof *files.v, cmp_str);
+        qsort(files.items, files.n, sizeof *files.items, cmp_str);
     } else {
         for (size_t i = 0; i < nchanged; i++)
             if (strcmp(changed[i], "metadata.yaml") && (err = names_add(&files, changed[i])) < 0)
@@ -161,8 +142,8 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
             continue;
         }
         for (size_t i = 0; i < files.n; i++) {
-            snprintf(full, sizeof full, "%s/%s", root, files.v[i]);
-            if ((err = ck_uploader_enqueue_file(db, st, full, files.v[i], 0, &added)) < 0)
+            snprintf(full, sizeof full, "%s/%s", root, files.items[i]);
+            if ((err = ck_uploader_enqueue_file(db, st, full, files.items[i], 0, &added)) < 0)
                 goto out;
             *queued += added;
         }
@@ -173,7 +154,7 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
         }
     }
 out:
-    names_free(&files);
+    ck_strlist_release(&files);
     return err;
 }
 
@@ -216,14 +197,14 @@ static void pmf_config_path(const char *root, char *out, size_t outsz)
 }
 
 /* The files of the PMF tree at root, metadata.yaml not included. */
-static int pmf_files(const char *root, struct names *files)
+static int pmf_files(const char *root, struct ck_strlist *files)
 {
     char data[4200], cfgrel[4096], full[8300];
     int err = 0;
     snprintf(data, sizeof data, "%s/data", root);
     if (ck_is_dir(data) && (err = list_tree(root, "data", files, 0)) < 0)
         return err;
-    qsort(files->v, files->n, sizeof *files->v, cmp_str);
+    qsort(files->items, files->n, sizeof *files->items, cmp_str);
     pmf_config_path(root, cfgrel, sizeof cfgrel);
     snprintf(full, sizeof full, "%s/%s", root, cfgrel);
     if (cfgrel[0] && strncmp(cfgrel, "data/", 5) && ck_exists(full) && !ck_is_dir(full))
@@ -234,15 +215,15 @@ static int pmf_files(const char *root, struct names *files)
 int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                             const char *root, int *queued)
 {
-    struct names files = {0};
+    struct ck_strlist files = {0};
     int err;
     *queued = 0;
     if ((err = pmf_files(root, &files)) < 0)
         goto out;
-    err = enqueue(db, stores, nstores, root, (const char *const *)files.v, files.n,
+    err = enqueue(db, stores, nstores, root, (const char *const *)files.items, files.n,
                   CK_JOB_BUNDLE_PMF, queued);
 out:
-    names_free(&files);
+    ck_strlist_release(&files);
     return err;
 }
 
@@ -408,14 +389,14 @@ static int prepare_spool(struct run *r, struct ck_job *j)
         if (j->kind == CK_JOB_BUNDLE) {
             err = ck_bundle_write(j->src, path, 3, 0, &n);
         } else {
-            struct names files = {0};
+            struct ck_strlist files = {0};
             char meta[4200];
             snprintf(meta, sizeof meta, "%s/metadata.yaml", j->src);
             if ((err = pmf_files(j->src, &files)) == 0 &&
                 (!ck_exists(meta) || (err = names_add(&files, "metadata.yaml")) == 0))
-                err = ck_bundle_write_files(j->src, (const char *const *)files.v, files.n, path, 3,
+                err = ck_bundle_write_files(j->src, (const char *const *)files.items, files.n, path, 3,
                                             0, &n);
-            names_free(&files);
+            ck_strlist_release(&files);
         }
         if (err < 0)
             return err;
