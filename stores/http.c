@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "stores/net.h"
+#include "stores/source.h"
 #include "stores/store.h"
 
 #include <fcntl.h>
@@ -144,22 +145,6 @@ static int make_parents(struct http *s, CURL *h, const char *url, const char *wh
     return 0;
 }
 
-struct hasher {
-    const char *path;
-    struct ck_digests d;
-    int err;
-    char msg[512];
-};
-
-static void *hash_thread(void *arg)
-{
-    struct hasher *hs = arg;
-    hs->err = ck_hash_file(hs->path, CK_HASH_SHA256, &hs->d, NULL);
-    if (hs->err < 0)
-        snprintf(hs->msg, sizeof hs->msg, "%s", ck_error_msg());
-    return NULL;
-}
-
 static int put_body(struct http *s, CURL *h, struct ck_xfer *x, int fd, const char *url,
                     struct curl_slist *hd)
 {
@@ -194,11 +179,8 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
     struct http *s = (struct http *)st;
     char enc[6144], final[10300], tmp[10400], hdr[10500];
     struct curl_slist *hd = NULL, *mv = NULL;
-    struct hasher hs = {.path = x->path};
-    struct stat before, after;
-    pthread_t tid;
-    bool hashing = false;
-    int err, fd = -1;
+    struct ck_source src = {.fd = -1};
+    int err;
     CURL *h = ck_net_handle();
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
@@ -217,24 +199,15 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
     snprintf(tmp, sizeof tmp, "%.*s/.%s.ckptd-%lld.part", (int)(slash - final), final, slash + 1,
              (long long)x->id);
     bool move = !s->exact && !s->base.spec->no_move;
-    if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
-        err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+    if ((err = ck_source_open(&src, x)) < 0)
         goto out;
-    }
-    if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != x->size) {
-        err = ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
-        goto out;
-    }
-    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    if (pthread_create(&tid, NULL, hash_thread, &hs) == 0)
-        hashing = true;
     hd = curl_slist_append(hd, "Expect:");
     hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
     if (x->orig_sha256) {
         snprintf(hdr, sizeof hdr, "X-Ckptd-Original-Sha256: %s", x->orig_sha256);
         hd = curl_slist_append(hd, hdr);
     }
-    if ((err = put_body(s, h, x, fd, move ? tmp : final, hd)) < 0)
+    if ((err = put_body(s, h, x, src.fd, move ? tmp : final, hd)) < 0)
         goto out;
     if (move) {
         static const long ok[] = {0};
@@ -256,7 +229,7 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
             request(s, h, "DELETE", tmp, NULL, x->key, &resp, gone);
             ck_resp_release(&resp);
             atomic_store(&x->sent, 0);
-            err = put_body(s, h, x, fd, final, hd);
+            err = put_body(s, h, x, src.fd, final, hd);
         }
         if (err < 0)
             goto out;
@@ -275,23 +248,11 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
         if (err < 0)
             goto out;
     }
-    if (fstat(fd, &after) < 0 || after.st_size != before.st_size ||
-        after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
-        err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
+    if ((err = ck_source_check_unchanged(&src, x)) < 0)
         goto out;
-    }
     x->parts_sent = 1;
 out:
-    if (hashing) {
-        pthread_join(tid, NULL);
-        if (err == 0 && hs.err < 0)
-            err = ck_error(hs.err, "%s", hs.msg);
-        else if (err == 0)
-            memcpy(x->sha256, hs.d.sha256, sizeof x->sha256);
-    }
-    if (fd >= 0)
-        close(fd);
+    err = ck_source_finish(&src, x, err);
     curl_slist_free_all(hd);
     curl_slist_free_all(mv);
     curl_easy_cleanup(h);

@@ -7,6 +7,7 @@
 #include "common/hash.h"
 #include "common/secret.h"
 #include "stores/net.h"
+#include "stores/source.h"
 #include "stores/store.h"
 
 #include <fcntl.h>
@@ -168,32 +169,13 @@ static int64_t listed_size(const char *listing, const char *name)
     return -1;
 }
 
-struct hasher {
-    const char *path;
-    struct ck_digests d;
-    int err;
-    char msg[512];
-};
-
-static void *hash_thread(void *arg)
-{
-    struct hasher *hs = arg;
-    hs->err = ck_hash_file(hs->path, CK_HASH_SHA256, &hs->d, NULL);
-    if (hs->err < 0)
-        snprintf(hs->msg, sizeof hs->msg, "%s", ck_error_msg());
-    return NULL;
-}
-
 static int sftp_put(struct ck_store *st, struct ck_xfer *x)
 {
     struct sftp *s = (struct sftp *)st;
     char path[8192], dir[8192], tmp[8300], enc[8192 * 3], url[30000], q[17000];
     struct post post = {s, NULL};
-    struct hasher hs = {.path = x->path};
-    struct stat before, after;
-    pthread_t tid;
-    bool hashing = false;
-    int err, fd = -1;
+    struct ck_source src = {.fd = -1};
+    int err;
     if (strpbrk(x->key, "\"\n\r"))
         return ck_error(CK_EFORMAT, "'%s': a name with quotes or newlines cannot go over sftp",
                         x->key);
@@ -209,16 +191,8 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
     CURL *h = ck_net_handle();
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
-    if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
-        err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+    if ((err = ck_source_open(&src, x)) < 0)
         goto out;
-    }
-    if (fstat(fd, &before) < 0 || (uint64_t)before.st_size != x->size) {
-        err = ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
-        goto out;
-    }
-    if (pthread_create(&tid, NULL, hash_thread, &hs) == 0)
-        hashing = true;
     /* upload to the temporary, then (in the same session) replace the final name */
     if ((err = ck_store_encode(enc, sizeof enc, tmp, true)) < 0)
         goto out;
@@ -228,7 +202,7 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
     snprintf(q, sizeof q, "rename \"%s\" \"%s\"", tmp, path);
     post.quote = curl_slist_append(post.quote, q);
     struct ck_req r = {.url = url,
-                       .fd = fd,
+                       .fd = src.fd,
                        .len = x->size,
                        .upload = true,
                        .progress = &x->sent,
@@ -257,23 +231,11 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
                        (long long)got, (unsigned long long)x->size);
         goto out;
     }
-    if (fstat(fd, &after) < 0 || after.st_size != before.st_size ||
-        after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-        after.st_mtim.tv_nsec != before.st_mtim.tv_nsec) {
-        err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
+    if ((err = ck_source_check_unchanged(&src, x)) < 0)
         goto out;
-    }
     x->parts_sent = 1;
 out:
-    if (hashing) {
-        pthread_join(tid, NULL);
-        if (err == 0 && hs.err < 0)
-            err = ck_error(hs.err, "%s", hs.msg);
-        else if (err == 0)
-            memcpy(x->sha256, hs.d.sha256, sizeof x->sha256);
-    }
-    if (fd >= 0)
-        close(fd);
+    err = ck_source_finish(&src, x, err);
     curl_slist_free_all(post.quote);
     curl_easy_cleanup(h);
     return err;
