@@ -25,6 +25,9 @@ upload:
     - url: file://$remote
 YAML
 
+# the job's own training configuration, there before it starts (as with most jobs)
+printf 'lr: 0.01\nepochs: 5\nbatch_size: 64\n' > "$run/config.yaml"
+
 echo "== ckptd watch $run -- sim_trainer.py (5 epochs)"
 "$ckptd" watch "$run" -- /usr/bin/python3 "$here/tests/sim_trainer.py" "$run" \
     --epochs 5 --interval 0.3 --size 400000
