@@ -341,7 +341,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel, int depth);
 
 /* Lists every regular file below a folder checkpoint. */
 static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const char *rel,
-                          int depth, bool *marker)
+                          int depth, bool *marker, bool *broken)
 {
     DIR *dir = fdopendir(dfd);
     if (!dir) {
@@ -366,16 +366,14 @@ static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const
         if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH) {
             int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (fd >= 0)
-                err = collect_folder(w, c, fd, sub, depth + 1, marker);
+                err = collect_folder(w, c, fd, sub, depth + 1, marker, broken);
         } else if (S_ISREG(st.st_mode)) {
             if (c->nfiles >= MAX_FILES_PER_FOLDER)
                 return add_problem(w, rel, "more than %d files in one checkpoint folder",
                                    MAX_FILES_PER_FOLDER);
             if (!ck_utf8_is_valid(sub, strlen(sub))) {
                 err = add_problem(w, sub, "name is not valid UTF-8: folder not registered");
-                c->complete = false;
-                c->nfiles = c->nfiles; /* keep listing: other problems are worth reporting */
-                *marker = false;
+                *broken = true; /* listing goes on: other problems are worth reporting */
                 continue;
             }
             if (mtime_of(&st) > c->newest_mtime)
@@ -418,14 +416,12 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
     int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return add_problem(w, rel, "cannot open the folder: %s", strerror(errno));
-    bool marker = false;
-    size_t idx = (size_t)(c - w->d->cands);
-    int err = collect_folder(w, c, fd, rel, 0, &marker);
-    c = &w->d->cands[idx]; /* the array may have moved */
+    bool marker = false, broken = false;
+    int err = collect_folder(w, c, fd, rel, 0, &marker, &broken);
     if (c->in_tree)
         marker = true; /* our own copy is only made once the source was complete */
-    c->complete = marker || deepspeed_latest_names(parent_fd, name) ||
-                  (w->cfg->folder_markers.n == 0 && c->nfiles > 0);
+    c->complete = !broken && (marker || deepspeed_latest_names(parent_fd, name) ||
+                              (w->cfg->folder_markers.n == 0 && c->nfiles > 0));
     return err;
 }
 

@@ -72,7 +72,7 @@ static void on_job(void *arg, const struct ck_upload_outcome *o)
 
 static void run_once(struct ck_upload_worker *w, sqlite3 *db)
 {
-    struct ck_upload_report rep;
+    struct ck_upload_report rep = {0};
     struct ck_uploader_run_opts ro = {.wait_retries = false, .on_job = on_job, .on_job_arg = w};
     int queued = 0;
     int err = ck_uploader_enqueue_pmf(db, w->cfg->upload_stores, w->cfg->n_upload_stores, w->root,

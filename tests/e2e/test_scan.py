@@ -345,6 +345,20 @@ class BadInput(TmpDirCase):
         self.assertIn("UTF-8", p.stderr)
         self.assertEqual(list(validate_tree(self.dir)["model"]["training"]["checkpoints"]), ["epoch_1.pt"])
 
+    def test_folder_with_a_name_not_utf8(self):
+        self.ckpt("out/checkpoint-10/model.safetensors")
+        self.ckpt("out/checkpoint-10/trainer_state.json")
+        bad = os.path.join(os.fsencode(self.dir), b"out/checkpoint-10/rng\xfe.pth")
+        with open(bad, "wb") as f:
+            f.write(b"x")
+        os.utime(bad, (time.time() - 60, time.time() - 60))
+        self.ckpt("out/checkpoint-20/model.safetensors")
+        self.ckpt("out/checkpoint-20/trainer_state.json")
+        p = run("scan", self.dir, check=1)
+        self.assertIn("rng\\xfe.pth", p.stderr)
+        self.assertEqual(list(validate_tree(self.dir)["model"]["training"]["checkpoints"]),
+                         ["checkpoint-20"])
+
     def test_unreadable_checkpoint(self):
         # root reads everything: run ckptd as nobody over a folder nobody owns
         if os.getuid() != 0 or not shutil.which("setpriv"):
