@@ -20,7 +20,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/ckptd-bench-upload.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export CKPTD_BENCH_BIN=$build/agent/ckptd CKPTD_BENCH_WORK=$work \
     CKPTD_BENCH_SIZE=$size_mib CKPTD_BENCH_RSS=$rss_mib CKPTD_BENCH_LIB=$here/tests/lib
-exec /usr/bin/python3 - <<'EOF'
+/usr/bin/python3 - <<'EOF'  # not exec: the EXIT trap must run to remove $work (GBs)
 import os, subprocess, sys, time
 sys.path.insert(0, os.environ["CKPTD_BENCH_LIB"])
 from servers import Nginx, S3Server
