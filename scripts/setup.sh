@@ -12,6 +12,11 @@ missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The S3 test server (tests/lib/package.json) runs on node. Debian 12 packages
+# node and npm separately; images that bring their own node (with npm) keep it.
+if [ -f "$here/tests/lib/package.json" ] && ! command -v npm >/dev/null 2>&1; then
+    missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     $sudo apt-get update -qq
