@@ -310,8 +310,11 @@ int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
     return err;
 }
 
-void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
-                     enum ck_event_type type)
+/* Emits an event of type for the model at dir, with the model id the state
+ * knows and, for upload.*, what o says. A failure is logged; the caller's
+ * error message is kept. */
+static void emit_for_model(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                           enum ck_event_type type, const struct ck_upload_outcome *o)
 {
     struct saved_error e;
     struct ck_event ev;
@@ -324,6 +327,15 @@ void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
         ck_state_get(st, "model_id", &id);
         ev.dir = dir;
         ev.model_id = id;
+        if (o) {
+            ev.source = o->src;
+            ev.store = o->store_url;
+            ev.remote_url = o->key;
+            ev.bytes = (int64_t)o->bytes;
+            ev.seconds = o->seconds;
+            ev.sha256 = o->sha256 && o->sha256[0] ? o->sha256 : NULL;
+            ev.error = o->error;
+        }
         err = ck_hooks_emit(h, st->db, &ev);
     }
     if (err < 0)
@@ -332,33 +344,16 @@ void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
     restore_error(&e);
 }
 
+void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                     enum ck_event_type type)
+{
+    emit_for_model(h, st, dir, type, NULL);
+}
+
 void ck_notify_upload(struct ck_hooks *h, struct ck_state *st, const char *dir,
                       const struct ck_upload_outcome *o)
 {
-    struct saved_error e;
-    struct ck_event ev;
-    char *id = NULL;
-    if (!h)
-        return;
-    save_error(&e);
-    int err = ck_event_init(&ev, o->ok ? CK_EV_UPLOAD_COMPLETED : CK_EV_UPLOAD_FAILED);
-    if (err == 0) {
-        ck_state_get(st, "model_id", &id);
-        ev.dir = dir;
-        ev.model_id = id;
-        ev.source = o->src;
-        ev.store = o->store_url;
-        ev.remote_url = o->key;
-        ev.bytes = (int64_t)o->bytes;
-        ev.seconds = o->seconds;
-        ev.sha256 = o->sha256 && o->sha256[0] ? o->sha256 : NULL;
-        ev.error = o->error;
-        err = ck_hooks_emit(h, st->db, &ev);
-    }
-    if (err < 0)
-        ck_err("hooks.emit", "%s", ck_error_msg());
-    free(id);
-    restore_error(&e);
+    emit_for_model(h, st, dir, o->ok ? CK_EV_UPLOAD_COMPLETED : CK_EV_UPLOAD_FAILED, o);
 }
 
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)

@@ -683,9 +683,10 @@ static void uploads_finish(struct watcher *w)
     ck_loop_remove(w->loop, w->up_h);
     w->up_h = NULL;
     if (!w->terminating) {
-        ck_upload_worker_kick(w->up); /* the last pass's metadata.yaml */
+        /* the last pass's metadata.yaml; the thread takes a kick and starts
+         * running under one lock, so idle cannot be seen in between */
+        ck_upload_worker_kick(w->up);
         struct timespec tick = {0, 100 * 1000 * 1000};
-        nanosleep(&tick, NULL);
         while (!ck_upload_worker_is_idle(w->up)) {
             struct signalfd_siginfo si;
             if (w->sfd >= 0 && read(w->sfd, &si, sizeof si) == (ssize_t)sizeof si &&
