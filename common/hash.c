@@ -3,7 +3,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
+#include <nettle/md5.h>
+#include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,13 @@ void ck_hex(char *out, const unsigned char *bin, size_t len)
     out[2 * len] = '\0';
 }
 
+/* Nettle, not OpenSSL: its contexts are plain structs (no allocation, no
+ * provider lookup), and the library is small. Linking libcrypto only for
+ * two digests cost the watcher about 3.5 MiB of resident memory. */
 struct ck_hash_ctx {
-    EVP_MD_CTX *md5, *sha;
+    bool want_md5, want_sha;
+    struct md5_ctx md5;
+    struct sha256_ctx sha;
     uint64_t size;
 };
 
@@ -32,55 +38,48 @@ struct ck_hash_ctx *ck_hash_ctx_new(enum ck_hash_want want)
     struct ck_hash_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
-    if (want & CK_HASH_MD5) {
-        c->md5 = EVP_MD_CTX_new();
-        if (!c->md5 || !EVP_DigestInit_ex(c->md5, EVP_md5(), NULL))
-            goto fail;
-    }
-    if (want & CK_HASH_SHA256) {
-        c->sha = EVP_MD_CTX_new();
-        if (!c->sha || !EVP_DigestInit_ex(c->sha, EVP_sha256(), NULL))
-            goto fail;
-    }
+    c->want_md5 = want & CK_HASH_MD5;
+    c->want_sha = want & CK_HASH_SHA256;
+    md5_init(&c->md5);
+    sha256_init(&c->sha);
     return c;
-fail:
-    ck_hash_ctx_free(c);
-    return NULL;
 }
 
 void ck_hash_ctx_update(struct ck_hash_ctx *c, const void *data, size_t len)
 {
-    if (c->md5)
-        EVP_DigestUpdate(c->md5, data, len);
-    if (c->sha)
-        EVP_DigestUpdate(c->sha, data, len);
+    if (c->want_md5)
+        md5_update(&c->md5, len, data);
+    if (c->want_sha)
+        sha256_update(&c->sha, len, data);
     c->size += len;
 }
 
-static void final_hex(EVP_MD_CTX *ctx, char *out)
+static void md5_hex(struct md5_ctx *ctx, char *out)
 {
-    unsigned char bin[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx, bin, &n);
-    ck_hex(out, bin, n);
+    uint8_t bin[MD5_DIGEST_SIZE];
+    md5_digest(ctx, sizeof bin, bin);
+    ck_hex(out, bin, sizeof bin);
+}
+
+static void sha256_hex(struct sha256_ctx *ctx, char *out)
+{
+    uint8_t bin[SHA256_DIGEST_SIZE];
+    sha256_digest(ctx, sizeof bin, bin);
+    ck_hex(out, bin, sizeof bin);
 }
 
 void ck_hash_ctx_final(struct ck_hash_ctx *c, struct ck_digests *out)
 {
     memset(out, 0, sizeof *out);
-    if (c->md5)
-        final_hex(c->md5, out->md5);
-    if (c->sha)
-        final_hex(c->sha, out->sha256);
+    if (c->want_md5)
+        md5_hex(&c->md5, out->md5);
+    if (c->want_sha)
+        sha256_hex(&c->sha, out->sha256);
     out->size = c->size;
 }
 
 void ck_hash_ctx_free(struct ck_hash_ctx *c)
 {
-    if (!c)
-        return;
-    EVP_MD_CTX_free(c->md5);
-    EVP_MD_CTX_free(c->sha);
     free(c);
 }
 
@@ -93,7 +92,7 @@ struct ring {
     size_t len[SLOTS];
     uint64_t produced, consumed; /* block counts */
     bool done;                   /* no more blocks will come */
-    EVP_MD_CTX *sha;
+    struct sha256_ctx *sha;      /* NULL: SHA-256 not wanted */
 };
 
 static void *sha_thread(void *arg)
@@ -110,7 +109,7 @@ static void *sha_thread(void *arg)
         unsigned slot = (unsigned)(r->consumed % SLOTS);
         pthread_mutex_unlock(&r->mu);
 
-        EVP_DigestUpdate(r->sha, r->buf[slot], r->len[slot]);
+        sha256_update(r->sha, r->len[slot], r->buf[slot]);
 
         pthread_mutex_lock(&r->mu);
         r->consumed++;
@@ -150,7 +149,8 @@ int ck_hash_file(const char *path, enum ck_hash_want want, struct ck_digests *ou
     pthread_t tid;
     bool threaded = false, ring_ready = false;
     int err = 0;
-    EVP_MD_CTX *md5 = NULL;
+    struct md5_ctx md5_state, *md5 = NULL;
+    struct sha256_ctx sha_state;
 
     memset(out, 0, sizeof *out);
     memset(&r, 0, sizeof r);
@@ -181,18 +181,12 @@ int ck_hash_file(const char *path, enum ck_hash_want want, struct ck_digests *ou
         }
     }
     if (want & CK_HASH_MD5) {
-        md5 = EVP_MD_CTX_new();
-        if (!md5 || !EVP_DigestInit_ex(md5, EVP_md5(), NULL)) {
-            err = ck_error(CK_ENOMEM, "cannot set up md5");
-            goto out;
-        }
+        md5 = &md5_state;
+        md5_init(md5);
     }
     if (want & CK_HASH_SHA256) {
-        r.sha = EVP_MD_CTX_new();
-        if (!r.sha || !EVP_DigestInit_ex(r.sha, EVP_sha256(), NULL)) {
-            err = ck_error(CK_ENOMEM, "cannot set up sha256");
-            goto out;
-        }
+        r.sha = &sha_state;
+        sha256_init(r.sha);
         if (use_thread) {
             if (pthread_create(&tid, NULL, sha_thread, &r) != 0) {
                 err = ck_error(CK_ENOMEM, "cannot start the hashing thread");
@@ -218,9 +212,9 @@ int ck_hash_file(const char *path, enum ck_hash_want want, struct ck_digests *ou
             break;
         out->size += (uint64_t)n;
         if (md5)
-            EVP_DigestUpdate(md5, r.buf[slot], (size_t)n);
+            md5_update(md5, (size_t)n, r.buf[slot]);
         if (r.sha && !threaded)
-            EVP_DigestUpdate(r.sha, r.buf[slot], (size_t)n);
+            sha256_update(r.sha, (size_t)n, r.buf[slot]);
         if (threaded) {
             pthread_mutex_lock(&r.mu);
             r.len[slot] = (size_t)n;
@@ -250,14 +244,12 @@ out:
     }
     if (err == 0) {
         if (md5)
-            final_hex(md5, out->md5);
+            md5_hex(md5, out->md5);
         if (r.sha)
-            final_hex(r.sha, out->sha256);
+            sha256_hex(r.sha, out->sha256);
         if (st_out)
             *st_out = before;
     }
-    EVP_MD_CTX_free(md5);
-    EVP_MD_CTX_free(r.sha);
     for (int i = 0; i < SLOTS; i++)
         free(r.buf[i]);
     if (ring_ready) {

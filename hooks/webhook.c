@@ -2,9 +2,8 @@
 #include "common/error.h"
 
 #include <curl/curl.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/params.h>
+#include <nettle/base64.h>
+#include <nettle/hmac.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,26 +30,29 @@ int ck_webhook_key_decode(const char *secret, const char *what, struct ck_webhoo
             return ck_error(CK_ECONFIG, "%s: a webhook secret is not valid base64 after 'whsec_'",
                             what);
     }
-    int len = EVP_DecodeBlock(tmp, (const unsigned char *)b64, (int)n);
-    if (len < 0)
+    struct base64_decode_ctx dc;
+    size_t got = sizeof tmp;
+    base64_decode_init(&dc);
+    if (!base64_decode_update(&dc, &got, tmp, n, b64) || !base64_decode_final(&dc)) {
+        explicit_bzero(tmp, sizeof tmp);
         return ck_error(CK_ECONFIG, "%s: a webhook secret is not valid base64 after 'whsec_'",
                         what);
-    /* EVP_DecodeBlock counts the padding as zero bytes */
-    len -= (b64[n - 1] == '=') + (b64[n - 2] == '=');
+    }
+    int len = (int)got;
     if (len < CK_WEBHOOK_KEY_MIN || len > CK_WEBHOOK_KEY_MAX) {
-        OPENSSL_cleanse(tmp, sizeof tmp);
+        explicit_bzero(tmp, sizeof tmp);
         return ck_error(CK_ECONFIG, "%s: a webhook secret must hold %d to %d bytes, not %d", what,
                         CK_WEBHOOK_KEY_MIN, CK_WEBHOOK_KEY_MAX, len);
     }
     memcpy(out->bytes, tmp, (size_t)len);
     out->len = (size_t)len;
-    OPENSSL_cleanse(tmp, sizeof tmp);
+    explicit_bzero(tmp, sizeof tmp);
     return 0;
 }
 
 void ck_webhook_key_wipe(struct ck_webhook_key *k)
 {
-    OPENSSL_cleanse(k, sizeof *k);
+    explicit_bzero(k, sizeof *k);
 }
 
 int ck_webhook_sign(const struct ck_webhook_key *keys, size_t nkeys, const char *id,
@@ -61,23 +63,17 @@ int ck_webhook_sign(const struct ck_webhook_key *keys, size_t nkeys, const char 
     if (pn < 0 || (size_t)pn >= sizeof prefix)
         return ck_error(CK_ESIZE, "webhook id '%s' too long", id);
     for (size_t i = 0; i < nkeys; i++) {
-        unsigned char mac[EVP_MAX_MD_SIZE];
-        unsigned char b64[4 * ((EVP_MAX_MD_SIZE + 2) / 3) + 1];
-        EVP_MAC *m = EVP_MAC_fetch(NULL, "HMAC", NULL);
-        EVP_MAC_CTX *ctx = m ? EVP_MAC_CTX_new(m) : NULL;
-        OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0),
-                               OSSL_PARAM_construct_end()};
-        size_t outl = 0;
-        int ok = ctx && EVP_MAC_init(ctx, keys[i].bytes, keys[i].len, params) &&
-                 EVP_MAC_update(ctx, (const unsigned char *)prefix, (size_t)pn) &&
-                 EVP_MAC_update(ctx, (const unsigned char *)body, len) &&
-                 EVP_MAC_final(ctx, mac, &outl, sizeof mac);
-        EVP_MAC_CTX_free(ctx);
-        EVP_MAC_free(m);
-        if (!ok)
-            return ck_error(CK_ERR, "HMAC-SHA256 failed in OpenSSL");
-        EVP_EncodeBlock(b64, mac, (int)outl);
-        OPENSSL_cleanse(mac, sizeof mac);
+        uint8_t mac[SHA256_DIGEST_SIZE];
+        char b64[BASE64_ENCODE_RAW_LENGTH(SHA256_DIGEST_SIZE) + 1];
+        struct hmac_sha256_ctx ctx;
+        hmac_sha256_set_key(&ctx, keys[i].len, keys[i].bytes);
+        hmac_sha256_update(&ctx, (size_t)pn, (const uint8_t *)prefix);
+        hmac_sha256_update(&ctx, len, (const uint8_t *)body);
+        hmac_sha256_digest(&ctx, sizeof mac, mac);
+        explicit_bzero(&ctx, sizeof ctx); /* it holds the key's pads */
+        base64_encode_raw(b64, sizeof mac, mac);
+        b64[sizeof b64 - 1] = '\0';
+        explicit_bzero(mac, sizeof mac);
         int err = ck_buf_printf(out, "%sv1,%s", i ? " " : "", (const char *)b64);
         if (err < 0)
             return err;

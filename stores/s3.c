@@ -20,7 +20,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
+#include <nettle/base64.h>
+#include <nettle/md5.h>
+#include <nettle/sha2.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,10 +255,12 @@ static struct curl_slist *add(struct curl_slist *l, const char *name, const char
     return curl_slist_append(l, h);
 }
 
-static void digest_bin(const EVP_MD *md, const void *data, size_t len, unsigned char *out)
+static void sha256_bin(const void *data, size_t len, uint8_t out[SHA256_DIGEST_SIZE])
 {
-    unsigned int n = 0;
-    EVP_Digest(data, len, out, &n, md, NULL);
+    struct sha256_ctx c;
+    sha256_init(&c);
+    sha256_update(&c, len, data);
+    sha256_digest(&c, SHA256_DIGEST_SIZE, out);
 }
 
 /* HEAD a single-PUT object and compare its size and ETag (the body's MD5)
@@ -406,19 +410,18 @@ static int md5_etags(struct md5job *j)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ck_error_os(CK_EIO, "cannot open '%s'", path);
-    EVP_MD_CTX *all = EVP_MD_CTX_new(), *part = EVP_MD_CTX_new(), *comb = EVP_MD_CTX_new();
-    unsigned char *buf = malloc(1u << 20), bin[16];
-    unsigned int bl;
+    struct md5_ctx all, part, comb;
+    unsigned char *buf = malloc(1u << 20), bin[MD5_DIGEST_SIZE];
     char hex[33];
     int err = 0;
     uint64_t in_part = 0;
-    if (!all || !part || !comb || !buf) {
+    if (!buf) {
         err = ck_error(CK_ENOMEM, "out of memory");
         goto out;
     }
-    EVP_DigestInit_ex(all, EVP_md5(), NULL);
-    EVP_DigestInit_ex(part, EVP_md5(), NULL);
-    EVP_DigestInit_ex(comb, EVP_md5(), NULL);
+    md5_init(&all);
+    md5_init(&part);
+    md5_init(&comb);
     for (;;) {
         size_t want = 1u << 20;
         if (part_size - in_part < want)
@@ -431,30 +434,26 @@ static int md5_etags(struct md5job *j)
             goto out;
         }
         if (n > 0) {
-            EVP_DigestUpdate(all, buf, (size_t)n);
-            EVP_DigestUpdate(part, buf, (size_t)n);
+            md5_update(&all, (size_t)n, buf);
+            md5_update(&part, (size_t)n, buf);
             in_part += (uint64_t)n;
         }
         if ((n == 0 && in_part) || in_part == part_size) {
-            EVP_DigestFinal_ex(part, bin, &bl);
-            EVP_DigestUpdate(comb, bin, 16);
-            EVP_DigestInit_ex(part, EVP_md5(), NULL);
+            md5_digest(&part, sizeof bin, bin); /* also resets it for the next part */
+            md5_update(&comb, sizeof bin, bin);
             in_part = 0;
             nparts++;
         }
         if (n == 0)
             break;
     }
-    EVP_DigestFinal_ex(all, bin, &bl);
+    md5_digest(&all, sizeof bin, bin);
     ck_hex(hex, bin, 16);
     snprintf(j->whole, sizeof j->whole, "\"%s\"", hex);
-    EVP_DigestFinal_ex(comb, bin, &bl);
+    md5_digest(&comb, sizeof bin, bin);
     ck_hex(hex, bin, 16);
     snprintf(j->composite, sizeof j->composite, "\"%s-%d\"", hex, nparts);
 out:
-    EVP_MD_CTX_free(all);
-    EVP_MD_CTX_free(part);
-    EVP_MD_CTX_free(comb);
     free(buf);
     close(fd);
     return err;
@@ -515,11 +514,8 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
      * S3 checks x-amz-checksum-sha256 against what it received; the file's stat
      * is compared after the send, and the whole object's checksum or MD5 at the end.
      * One hash per byte: SHA-256 (SHA-NI makes it the cheapest); no Content-MD5. */
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
-        EVP_MD_CTX_free(md);
-        return ck_error(CK_ENOMEM, "cannot set up sha256");
-    }
+    struct sha256_ctx md;
+    sha256_init(&md);
     size_t got = 0;
     while (got < len) {
         size_t want = len - got < PART_IO ? len - got : PART_IO;
@@ -527,20 +523,17 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            EVP_MD_CTX_free(md);
             return n < 0 ? ck_error_os(CK_EIO, "cannot read '%s'", x->path)
                          : ck_error(CK_ECHANGED, "'%s' became shorter while it was uploaded",
                                     x->path);
         }
-        EVP_DigestUpdate(md, buf, (size_t)n);
+        sha256_update(&md, (size_t)n, buf);
         got += (size_t)n;
     }
     struct ck_part p = {.number = idx + 1, .size = len};
-    unsigned char sha[32];
-    unsigned int shalen = 0;
+    unsigned char sha[SHA256_DIGEST_SIZE];
     char sha_hex[65], query[700], url[8192], enc_id[600];
-    EVP_DigestFinal_ex(md, sha, &shalen);
-    EVP_MD_CTX_free(md);
+    sha256_digest(&md, sizeof sha, sha);
     ck_hex(sha_hex, sha, 32);
     ck_base64(p.sha256_b64, sha, 32);
     int err;
@@ -646,39 +639,20 @@ static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t out
     if ((int)x->nparts != nparts)
         return -1;
     qsort(x->parts, x->nparts, sizeof *x->parts, cmp_part);
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    if (!md)
-        return -1;
-    EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+    struct sha256_ctx md;
+    sha256_init(&md);
     for (int i = 0; i < nparts; i++) {
-        unsigned char pb[32];
+        const char *part_b64 = x->parts[i].sha256_b64;
+        uint8_t pb[BASE64_DECODE_LENGTH(sizeof x->parts[i].sha256_b64)];
         size_t n = 0;
-        /* base64 of 32 bytes back to bytes */
-        static const char tbl[] =
-            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        unsigned acc = 0;
-        int bits = 0;
-        for (const char *c = x->parts[i].sha256_b64; *c && *c != '=' && n < 32; c++) {
-            const char *q = strchr(tbl, *c);
-            if (!q) {
-                EVP_MD_CTX_free(md);
-                return -1;
-            }
-            acc = acc << 6 | (unsigned)(q - tbl);
-            if ((bits += 6) >= 8) {
-                bits -= 8;
-                pb[n++] = (unsigned char)(acc >> bits);
-            }
-        }
-        if (n != 32) {
-            EVP_MD_CTX_free(md);
+        struct base64_decode_ctx dc;
+        base64_decode_init(&dc);
+        if (!base64_decode_update(&dc, &n, pb, strlen(part_b64), part_b64) || !base64_decode_final(&dc) ||
+            n != SHA256_DIGEST_SIZE)
             return -1;
-        }
-        EVP_DigestUpdate(md, pb, 32);
+        sha256_update(&md, n, pb);
     }
-    unsigned int bl = 0;
-    EVP_DigestFinal_ex(md, bin, &bl);
-    EVP_MD_CTX_free(md);
+    sha256_digest(&md, sizeof bin, bin);
     ck_base64(b64, bin, 32);
     snprintf(out, outsz, "%s-%d", b64, nparts);
     return 0;
@@ -756,7 +730,7 @@ static int complete_upload(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
                       p->sha256_b64, p->etag, p->number);
     }
     ck_buf_puts(&body, "</CompleteMultipartUpload>");
-    digest_bin(EVP_sha256(), body.data, body.len, sha);
+    sha256_bin(body.data, body.len, sha);
     ck_hex(sha_hex, sha, 32);
     if ((err = ck_store_encode(enc_id, sizeof enc_id, x->upload_id, false)) < 0)
         goto out;

@@ -1,6 +1,7 @@
 #include "stores/store.h"
 #include "common/error.h"
 
+#include <nettle/base64.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,23 +230,8 @@ int ck_store_join_key(char *out, size_t outsz, const char *prefix, const char *k
 
 void ck_base64(char *out, const unsigned char *in, size_t len)
 {
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t o = 0, i = 0;
-    for (; i + 2 < len; i += 3) {
-        unsigned v = (unsigned)in[i] << 16 | (unsigned)in[i + 1] << 8 | in[i + 2];
-        out[o++] = tbl[v >> 18];
-        out[o++] = tbl[(v >> 12) & 63];
-        out[o++] = tbl[(v >> 6) & 63];
-        out[o++] = tbl[v & 63];
-    }
-    if (i < len) {
-        unsigned v = (unsigned)in[i] << 16 | (i + 1 < len ? (unsigned)in[i + 1] << 8 : 0);
-        out[o++] = tbl[v >> 18];
-        out[o++] = tbl[(v >> 12) & 63];
-        out[o++] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
-        out[o++] = '=';
-    }
-    out[o] = '\0';
+    base64_encode_raw(out, len, in);
+    out[BASE64_ENCODE_RAW_LENGTH(len)] = '\0';
 }
 
 static int hexval(char c)
