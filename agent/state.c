@@ -3,9 +3,14 @@
 #include "common/fsutil.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* How long a command waits for another process's transaction. */
+#define BUSY_TIMEOUT_MS 10000
 
 /* Schema changes append a step; user_version records how many ran. */
 static const char *const migrations[] = {
@@ -76,6 +81,26 @@ static int migrate(sqlite3 *db)
     return 0;
 }
 
+/* WAL + synchronous=FULL: a committed transaction survives a power cut.
+ * Switching a new database to WAL takes an exclusive lock, and SQLite answers
+ * SQLITE_BUSY at once, without the busy handler, when another process is doing
+ * the same (two ckptd commands started together on a fresh state folder): so
+ * that is retried for as long as the busy timeout. */
+static int set_wal(sqlite3 *db)
+{
+    for (int waited_ms = 0;; waited_ms += 5) {
+        char *msg = NULL;
+        int rc = sqlite3_exec(db, "PRAGMA journal_mode=WAL", NULL, NULL, &msg);
+        sqlite3_free(msg);
+        if (rc == SQLITE_OK)
+            return exec(db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON");
+        bool busy = (rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED;
+        if (!busy || waited_ms >= BUSY_TIMEOUT_MS)
+            return db_fail(db, "switching to WAL mode");
+        usleep(5000);
+    }
+}
+
 int ck_state_open_db(const char *path, sqlite3 **out)
 {
     sqlite3 *db = NULL;
@@ -88,10 +113,8 @@ int ck_state_open_db(const char *path, sqlite3 **out)
         sqlite3_close(db);
         return err;
     }
-    sqlite3_busy_timeout(db, 10000);
-    /* WAL + synchronous=FULL: a committed transaction survives a power cut. */
-    if ((err = exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
-                        "PRAGMA foreign_keys=ON")) < 0) {
+    sqlite3_busy_timeout(db, BUSY_TIMEOUT_MS);
+    if ((err = set_wal(db)) < 0) {
         sqlite3_close(db);
         return ck_error_wrap(err, "'%s'", path);
     }
