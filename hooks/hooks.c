@@ -1,5 +1,6 @@
 #include "hooks/hooks.h"
 #include "common/error.h"
+#include "lazy/lazy.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -274,6 +275,10 @@ int ck_hooks_new(const struct ck_hooks_conf *conf, const char *cfg, struct ck_ho
                                       : ck_backoff_default;
     h->failing_after = conf->failing_after > 0 ? conf->failing_after : CK_HOOKS_FAILING_AFTER;
     if (conf->nwebhooks) {
+        if ((err = ck_lazy_load(CK_LIB_CURL)) < 0) {
+            free(h);
+            return err;
+        }
         curl_global_init(CURL_GLOBAL_DEFAULT);
         if (!(h->hooks = calloc(conf->nwebhooks, sizeof *h->hooks))) {
             free(h);
@@ -989,8 +994,10 @@ int ck_hooks_send_once(const char *url_or_ref, char *const *secret_refs, size_t 
     char *url = NULL;
     size_t nkeys = 0;
     int err;
-    curl_global_init(CURL_GLOBAL_DEFAULT);
     memset(r, 0, sizeof *r);
+    if ((err = ck_lazy_load(CK_LIB_CURL)) < 0)
+        return err;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     if ((err = resolve_url(url_or_ref, "the URL", &url)) < 0)
         goto out;
     if ((err = load_keys(secret_refs, nsecrets, "--secret", &keys, &nkeys)) < 0)

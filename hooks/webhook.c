@@ -1,5 +1,6 @@
 #include "hooks/webhook.h"
 #include "common/error.h"
+#include "lazy/lazy.h"
 
 #include <curl/curl.h>
 #include <nettle/base64.h>
@@ -83,6 +84,9 @@ int ck_webhook_sign(const struct ck_webhook_key *keys, size_t nkeys, const char 
 
 int ck_webhook_check_url(const char *url, const char *what)
 {
+    int loaded = ck_lazy_load(CK_LIB_CURL); /* libcurl parses the URL */
+    if (loaded < 0)
+        return loaded;
     for (const char *p = url; *p; p++)
         if ((unsigned char)*p <= ' ' || *p == 0x7f)
             return ck_error(CK_ECONFIG, "%s: the URL contains a space or a control character",
@@ -176,6 +180,9 @@ int ck_webhook_post(const char *url, const char *id, int64_t timestamp, const ch
     struct sink sink = {{0}, 0, 0};
     char errbuf[CURL_ERROR_SIZE] = "";
     memset(r, 0, sizeof *r);
+    int loaded = ck_lazy_load(CK_LIB_CURL);
+    if (loaded < 0)
+        return loaded;
     CURL *c = curl_easy_init();
     if (!c)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");

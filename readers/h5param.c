@@ -9,6 +9,7 @@
 #include "readers/h5param.h"
 
 #include "common/error.h"
+#include "lazy/lazy.h"
 #include "readers/nameidx.h"
 
 #include <errno.h>
@@ -439,6 +440,10 @@ int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path
             return ck_error_os(CK_EIO, "cannot stat '%s'", path);
         file_size = (uint64_t)st.st_size;
     }
+    /* Loaded by the parent, before fork(): dlopen in the child of a threaded
+     * process could meet a loader lock another thread held at the fork. */
+    if ((err = ck_lazy_load(CK_LIB_HDF5)) < 0)
+        return ck_error_wrap(err, "'%s'", label);
     if (pipe2(fds, O_CLOEXEC) < 0)
         return ck_error_os(CK_EIO, "'%s': cannot make a pipe", label);
     fflush(NULL);

@@ -26,6 +26,7 @@
 #include "readers/pbwire.h"
 #include "common/buf.h"
 #include "common/error.h"
+#include "lazy/lazy.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -256,6 +257,9 @@ static int read_block(struct ctx *c, uint64_t off, uint64_t size, const char *wh
         return ck_error(CK_EFORMAT, "'%s': %s block at %llu: unknown compression %u", c->index,
                         what, (unsigned long long)off, type);
     size_t ulen;
+    int loaded = ck_lazy_load(CK_LIB_SNAPPY);
+    if (loaded < 0)
+        return ck_error_wrap(loaded, "'%s'", c->index);
     if (snappy_uncompressed_length((const char *)b, (size_t)size, &ulen) != SNAPPY_OK)
         return ck_error(CK_EFORMAT, "'%s': %s block at %llu: bad Snappy header", c->index, what,
                         (unsigned long long)off);

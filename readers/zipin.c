@@ -2,6 +2,7 @@
 #include "readers/zipin.h"
 
 #include "common/error.h"
+#include "lazy/lazy.h"
 
 #include <string.h>
 #include <zip.h>
@@ -39,6 +40,9 @@ int ck_zipin_open(struct ck_zipin *zi, const char *path)
     int zerr = 0;
     memset(zi, 0, sizeof(*zi));
     zi->path = path;
+    int loaded = ck_lazy_load(CK_LIB_ZIP);
+    if (loaded < 0)
+        return ck_error_wrap(loaded, "'%s'", path);
     zi->z = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &zerr);
     if (!zi->z) {
         zip_error_t e;

@@ -1,5 +1,6 @@
 #include "stores/bundle.h"
 #include "common/error.h"
+#include "lazy/lazy.h"
 #include "common/strlist.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
@@ -172,6 +173,8 @@ static int write_list(const char *root, struct ck_strlist *lp, const char *out, 
     int err = 0;
     *nfiles = 0;
     qsort(l.items, l.n, sizeof *l.items, cmp_entry);
+    if ((err = ck_lazy_load(CK_LIB_ARCHIVE)) < 0)
+        goto out;
     if ((err = ck_atomic_open(&f, out, 0644)) < 0)
         goto out;
     if (!(buf = malloc(IO_BLOCK)) || !(a = archive_write_new())) {

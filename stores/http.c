@@ -7,6 +7,7 @@
  * on a second thread while the body streams (nginx and most servers have no
  * hash to compare it with; it is recorded in the queue). */
 #include "common/error.h"
+#include "lazy/lazy.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/secret.h"
@@ -61,6 +62,9 @@ static void http_free(struct ck_store *st)
 
 static int http_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
 {
+    int loaded = ck_lazy_load(CK_LIB_CURL); /* before anything: so no trampoline can abort */
+    if (loaded < 0)
+        return loaded;
     struct http *s = calloc(1, sizeof *s);
     int err = 0;
     if (!s)

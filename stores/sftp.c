@@ -4,6 +4,7 @@
  * name, then a rename puts it in place; a listing of the folder then checks
  * the stored size. Key files must have mode 0600. */
 #include "common/error.h"
+#include "lazy/lazy.h"
 #include "common/hash.h"
 #include "common/secret.h"
 #include "stores/net.h"
@@ -81,6 +82,9 @@ static void sftp_free(struct ck_store *st)
 
 static int sftp_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
 {
+    int loaded = ck_lazy_load(CK_LIB_CURL); /* before anything: so no trampoline can abort */
+    if (loaded < 0)
+        return loaded;
     struct sftp *s = calloc(1, sizeof *s);
     struct stat st;
     int err;
