@@ -630,6 +630,43 @@ class WatchCli(TmpDirCase):
         finally:
             self.assertEqual(w.stop(), 0)
 
+    def test_heavy_libraries_load_only_when_used(self):
+        # What keeps an idle watcher small (issue 3): the libraries behind
+        # uploads, bundles and tensor reading are not mapped until a feature
+        # that needs them runs. A watcher that registers checkpoints and
+        # copies them to a file:// store needs none of them.
+        heavy = ("libcurl", "libarchive", "libzip", "libhdf5", "libsnappy", "libstdc++",
+                 "libcrypto", "libssl")
+
+        def mapped(pid):
+            with open(f"/proc/{pid}/maps") as f:
+                names = {os.path.basename(l.split()[-1]) for l in f if len(l.split()) >= 6}
+            return sorted(n for n in names if n.startswith(heavy))
+
+        remote = os.path.join(self.dir, ".ckptd", "remote")
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{remote}\n")
+        w = Watcher(self.dir, [])
+        try:
+            with open(os.path.join(self.dir, "epoch_1.pt"), "wb") as f:
+                f.write(os.urandom(1000))
+            wait_for(lambda: os.path.exists(os.path.join(remote, "metadata.yaml")),
+                     "epoch_1.pt registered and uploaded")
+            self.assertEqual(mapped(w.p.pid), [])
+        finally:
+            self.assertEqual(w.stop(), 0)
+        # a webhook needs libcurl: it is loaded then (another folder: the
+        # Watcher helper waits for "watch.started" in a log of its own)
+        other = os.path.join(self.dir, "other")
+        os.makedirs(other)
+        with open(os.path.join(other, "ckptd.yaml"), "w") as f:
+            f.write("hooks:\n  webhooks:\n    - url: http://127.0.0.1:9/hook\n")
+        w = Watcher(other, [])
+        try:
+            self.assertTrue(any(n.startswith("libcurl.so") for n in mapped(w.p.pid)))
+        finally:
+            self.assertEqual(w.stop(), 0)
+
     def test_json_logs(self):
         p = run("watch", "--log-format", "json", self.dir, "--", sys.executable, "-c", "pass",
                 check=0)
