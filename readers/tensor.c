@@ -5,6 +5,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -17,7 +21,79 @@ struct ck_region {
     void *p;
     uint64_t len;
     bool mapped;
+    int guard; /* mapped: its SIGBUS guard slot, or -1 */
 };
+
+/* ---- files truncated while they are mapped ----
+ * Reading a page of a mapped file past its new end raises SIGBUS: the file
+ * shrank under us (a job rewriting it in place, a cleanup). Without a handler
+ * that is a core dump; with this one, the process names the file and exits 1.
+ * The handler reads a fixed table without locks: a slot's length and message
+ * are written before its start address is published, and it is unpublished
+ * before munmap. */
+#define GUARD_SLOTS 64
+
+static struct guard {
+    atomic_bool used;
+    _Atomic uintptr_t start; /* 0: not published */
+    size_t len, msglen;
+    char msg[600];
+} guards[GUARD_SLOTS];
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+    (void)ctx;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        uintptr_t start = atomic_load_explicit(&guards[i].start, memory_order_acquire);
+        if (start && a >= start && a - start < guards[i].len) {
+            ssize_t w = write(STDERR_FILENO, guards[i].msg, guards[i].msglen);
+            (void)w;
+            _exit(CK_EXIT_FAILED);
+        }
+    }
+    /* not one of our mappings: the default action when the access is retried */
+    signal(sig, SIG_DFL);
+}
+
+static void guard_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+/* Returns the slot, or -1 when all are taken (that mapping is then unguarded). */
+static int guard_add(const void *p, size_t len, const char *path)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, guard_install);
+    for (int i = 0; i < GUARD_SLOTS; i++) {
+        bool expect = false;
+        if (!atomic_compare_exchange_strong(&guards[i].used, &expect, true))
+            continue;
+        int n = snprintf(guards[i].msg, sizeof guards[i].msg,
+                         "ckptd: fatal: '%s' was truncated while it was being read "
+                         "(another process changed it)\n", path);
+        guards[i].msglen = n < 0 ? 0 : (size_t)n < sizeof guards[i].msg ? (size_t)n
+                                                                          : sizeof guards[i].msg - 1;
+        guards[i].len = len;
+        atomic_store_explicit(&guards[i].start, (uintptr_t)p, memory_order_release);
+        return i;
+    }
+    return -1;
+}
+
+static void guard_remove(int slot)
+{
+    if (slot < 0)
+        return;
+    atomic_store_explicit(&guards[slot].start, 0, memory_order_release);
+    atomic_store_explicit(&guards[slot].used, false, memory_order_release);
+}
 
 /* ---- dtypes ---- */
 
@@ -111,8 +187,10 @@ void ck_tensor_set_free(struct ck_tensor_set *s)
     struct ck_region *r = s->regions;
     while (r) {
         struct ck_region *next = r->next;
-        if (r->mapped && r->len)
+        if (r->mapped && r->len) {
+            guard_remove(r->guard);
             munmap(r->p, r->len);
+        }
         else if (!r->mapped)
             free(r->p);
         free(r);
@@ -201,6 +279,7 @@ static int region_push(struct ck_tensor_set *s, void *p, uint64_t len, bool mapp
     r->p = p;
     r->len = len;
     r->mapped = mapped;
+    r->guard = -1;
     r->next = s->regions;
     s->regions = r;
     return 0;
@@ -244,6 +323,8 @@ int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsi
             munmap(p, (size_t)st.st_size);
         return err;
     }
+    if (st.st_size > 0)
+        s->regions->guard = guard_add(p, (size_t)st.st_size, path);
     *base = p;
     *len = (uint64_t)st.st_size;
     return 0;

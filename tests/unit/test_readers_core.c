@@ -11,8 +11,10 @@
 #include "readers/reader.h"
 #include "readers/tensor.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdbool.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void crc32c_known_values(void **state)
@@ -460,7 +462,58 @@ static void reader_table(void **state)
     assert_int_equal(ck_reader_verify(NULL, NULL), 0);
 }
 
+/* A mapped file that shrinks under the reader: SIGBUS on the lost pages. The
+ * process must name the file and exit 1, not dump core. In a child, whose
+ * stderr comes back through a pipe. */
+static void truncated_mapping_names_the_file(void **state)
+{
+    (void)state;
+    char dir[4000], path[4100];
+    ck_test_tmpdir(dir, "trunc");
+    snprintf(path, sizeof path, "%s/shrinks.safetensors", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    assert_true(fd >= 0);
+    static unsigned char block[1 << 16];
+    memset(block, 7, sizeof block);
+    for (int i = 0; i < 16; i++)
+        assert_int_equal(write(fd, block, sizeof block), (ssize_t)sizeof block);
+    close(fd);
+    int pfd[2];
+    assert_int_equal(pipe(pfd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(pfd[1], STDERR_FILENO);
+        struct ck_tensor_set *s = ck_tensor_set_new("safetensors", path);
+        const unsigned char *base;
+        uint64_t len;
+        if (!s || ck_tensor_set_map_file(s, path, &base, &len) < 0 || len != 16u << 16)
+            _exit(10);
+        volatile unsigned sum = base[0]; /* a page read before the truncation */
+        if (truncate(path, 0) < 0)
+            _exit(11);
+        for (uint64_t off = 0; off < len; off += 4096)
+            sum += base[off];
+        _exit(12); /* not reached: the reads above raise SIGBUS */
+    }
+    close(pfd[1]);
+    char out[1024] = "";
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(pfd[0], out + got, sizeof out - 1 - got)) > 0)
+        got += (size_t)n;
+    out[got] = 0;
+    close(pfd[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 1);
+    assert_non_null(strstr(out, path));
+    assert_non_null(strstr(out, "was truncated while it was being read"));
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(truncated_mapping_names_the_file),
     cmocka_unit_test(crc32c_known_values), cmocka_unit_test(dtype_table),
     cmocka_unit_test(numel_overflow),      cmocka_unit_test(get_f64_every_dtype),
     cmocka_unit_test(get_f64_fortran),     cmocka_unit_test(set_lifecycle),
