@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <time.h>
 #include <unistd.h>
 
 #define METADATA_MAX (256u << 20)
@@ -36,13 +37,17 @@ static const char help[] =
     "                        (through the running 'ckptd watch', which registers\n"
     "                        what is complete first and then exits; with no watcher,\n"
     "                        directly under DIR's lock)\n"
-    "  --timeout DURATION    how long to wait for the watcher's answer (default 60s)\n"
+    "  --wait                then wait until the watcher has exited (its uploads\n"
+    "                        drained, or left queued after its grace period); alone,\n"
+    "                        waits for a watcher that is ending for another reason\n"
+    "  --timeout DURATION    how long to wait for the watcher's answer, and with\n"
+    "                        --wait for its exit (default 60s each)\n"
     "  --json                one JSON object on stdout\n" CK_CLI_HELP
     "\n"
     "exit: 0 done, 1 the status could not be read or changed, 2 usage or config\n"
     "error, 3 DIR's lock is held by a process that did not answer\n";
 
-enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_JSON, OPT_TIMEOUT };
+enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_JSON, OPT_TIMEOUT, OPT_WAIT };
 
 /* The pid of the process holding DIR's lock, 0 when none does. */
 static long lock_holder(const char *dir)
@@ -97,6 +102,29 @@ static int end_training(const char *dir, struct ck_config *cfg, int to, double t
                                         "within %.3gs", dir, timeout);
     }
     return ck_error(CK_ELOCKED, "the lock on '%s' keeps changing hands", dir);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* --wait: until no process holds DIR's lock. A watcher releases it last, after
+ * its final pass and its uploads, so a job's epilogue or a preStop hook can
+ * know that everything was handed over. */
+static int wait_for_watcher(const char *dir, double timeout)
+{
+    double end = now_s() + timeout;
+    long holder;
+    while ((holder = lock_holder(dir)) != 0) {
+        if (now_s() >= end)
+            return ck_error(CK_ERR, "the watcher on '%s' (pid %ld) is still running after %.3gs",
+                            dir, holder, timeout);
+        usleep(20000);
+    }
+    return 0;
 }
 
 static void print_ref(FILE *out, const struct ck_pmf_ref *r)
@@ -179,11 +207,12 @@ int ck_cmd_status(int argc, char **argv)
         {"failed", no_argument, NULL, OPT_FAILED},
         {"json", no_argument, NULL, OPT_JSON},
         {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"wait", no_argument, NULL, OPT_WAIT},
         {NULL, 0, NULL, 0},
     };
     struct ck_cli cli;
     int to = -1, opt, rc;
-    bool json = false;
+    bool json = false, wait = false;
     double timeout = 60;
     const char *shortopts = CK_CLI_SHORTOPTS;
     ck_cli_init(&cli);
@@ -203,6 +232,9 @@ int ck_cmd_status(int argc, char **argv)
             break;
         case OPT_JSON:
             json = true;
+            break;
+        case OPT_WAIT:
+            wait = true;
             break;
         case OPT_TIMEOUT:
             if (ck_parse_duration(optarg, &timeout) < 0)
@@ -233,6 +265,8 @@ int ck_cmd_status(int argc, char **argv)
         return ck_cli_fail("status", err);
     }
     ck_config_release(&cfg);
+    if (wait && (err = wait_for_watcher(dir, timeout)) < 0)
+        return ck_cli_fail("status", err);
     err = show(dir, json);
     return err < 0 ? ck_cli_fail("status", err) : CK_EXIT_OK;
 }

@@ -416,6 +416,27 @@ class WatchCase(TmpDirCase):
         self.assertEqual(t["status"], "finished")
         self.assertIn("request.received", self.w.text())
 
+    def test_status_wait_returns_after_the_uploads(self):
+        # --wait: back only when the watcher has exited, its uploads done
+        remote = os.path.join(self.dir, ".ckptd", "remote")
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{remote}\n")
+        self.watch()
+        self.trainer("--epochs", 2, "--mode", "rename", "--interval", 0.05,
+                     "--size", 8 << 20)
+        p = run("status", self.dir, "--finished", "--wait", check=0)
+        self.assertIn("finished", p.stdout)
+        self.assertIn("none", p.stdout)  # the watcher line: gone
+        self.assertIsNotNone(self.w.p.poll())
+        self.assertEqual(self.w.wait(), 0)
+        with open(os.path.join(self.dir, "metadata.yaml"), "rb") as a, \
+                open(os.path.join(remote, "metadata.yaml"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        for e in (1, 2):
+            rel = f"data/checkpoints/epoch_{e}.safetensors"
+            self.assertEqual(md5_file(os.path.join(remote, rel)),
+                             md5_file(os.path.join(self.dir, rel)))
+
     def test_status_refused_by_the_watcher(self):
         self.watch()
         p = run("status", self.dir, "--finished", check=1)  # pending -> finished: PMF forbids it
