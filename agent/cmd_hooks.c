@@ -4,6 +4,7 @@
 #include "agent/commands.h"
 #include "agent/config.h"
 #include "agent/state.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -106,13 +107,13 @@ static int64_t unix_ms(void)
  * wait seconds have passed, sleeping until the next delivery is due. */
 static int deliver(struct dir_ctx *d, double wait, size_t *delivered, int64_t *pending)
 {
-    int64_t end = ck_exec_now_ms() + (int64_t)(wait * 1000);
+    int64_t end = ck_mono_ms() + (int64_t)(wait * 1000);
     int err;
     *delivered = 0;
     for (;;) {
         size_t n = 0;
         /* one attempt is bounded by its webhook's timeout; give it at least that */
-        int64_t deadline = ck_exec_now_ms() + 3600 * 1000;
+        int64_t deadline = ck_mono_ms() + 3600 * 1000;
         if ((err = ck_hooks_run_due(d->hooks, d->st.db, deadline, &n)) < 0)
             return err;
         *delivered += n;
@@ -123,7 +124,7 @@ static int deliver(struct dir_ctx *d, double wait, size_t *delivered, int64_t *p
         if (next < 0 || wait <= 0)
             return 0;
         int64_t sleep_ms = next - unix_ms();
-        if (ck_exec_now_ms() + (sleep_ms > 0 ? sleep_ms : 0) > end)
+        if (ck_mono_ms() + (sleep_ms > 0 ? sleep_ms : 0) > end)
             return 0;
         if (sleep_ms > 0)
             usleep((useconds_t)(sleep_ms > 1000 ? 1000 : sleep_ms) * 1000);

@@ -8,6 +8,7 @@
 #include "agent/state.h"
 #include "agent/watch.h"
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/json.h"
@@ -21,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <time.h>
 #include <unistd.h>
 
 #define METADATA_MAX (256u << 20)
@@ -104,22 +104,15 @@ static int end_training(const char *dir, struct ck_config *cfg, int to, double t
     return ck_error(CK_ELOCKED, "the lock on '%s' keeps changing hands", dir);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* --wait: until no process holds DIR's lock. A watcher releases it last, after
  * its final pass and its uploads, so a job's epilogue or a preStop hook can
  * know that everything was handed over. */
 static int wait_for_watcher(const char *dir, double timeout)
 {
-    double end = now_s() + timeout;
+    double end = ck_mono_s() + timeout;
     long holder;
     while ((holder = lock_holder(dir)) != 0) {
-        if (now_s() >= end)
+        if (ck_mono_s() >= end)
             return ck_error(CK_ERR, "the watcher on '%s' (pid %ld) is still running after %.3gs",
                             dir, holder, timeout);
         usleep(20000);

@@ -1,4 +1,5 @@
 #include "agent/loop.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <errno.h>
@@ -35,13 +36,6 @@ struct ck_loop {
     struct ck_loop_handler *live;
     struct ck_loop_handler *dead; /* freed after the current batch */
 };
-
-double ck_loop_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 int ck_loop_new(struct ck_loop **out)
 {
@@ -267,7 +261,7 @@ static void sync_poller(struct ck_loop *loop, struct ck_loop_handler *h)
 static int prepare_pollers(struct ck_loop *loop)
 {
     int timeout = -1;
-    double now_ms = ck_loop_now() * 1000;
+    double now_ms = ck_mono_s() * 1000;
     for (struct ck_loop_handler *h = loop->live; h; h = h->next) {
         if (!h->is_poller)
             continue;
@@ -284,7 +278,7 @@ static int prepare_pollers(struct ck_loop *loop)
 
 static void step_pollers(struct ck_loop *loop)
 {
-    double now_ms = ck_loop_now() * 1000;
+    double now_ms = ck_mono_s() * 1000;
     for (struct ck_loop_handler *h = loop->live; h; h = h->next) {
         if (!h->is_poller || h->dead)
             continue;

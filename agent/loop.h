@@ -64,7 +64,4 @@ int ck_loop_run(struct ck_loop *loop);
 void ck_loop_stop(struct ck_loop *loop);
 bool ck_loop_is_stopping(const struct ck_loop *loop);
 
-/* Seconds of CLOCK_MONOTONIC. */
-double ck_loop_now(void);
-
 #endif

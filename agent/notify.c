@@ -1,5 +1,6 @@
 #include "agent/notify.h"
 #include "common/buf.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -365,7 +366,7 @@ void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)
     save_error(&e);
     ck_hooks_wait_exec(h);
     int err =
-        ck_hooks_run_due(h, st->db, ck_exec_now_ms() + (int64_t)(budget_s * 1000), &delivered);
+        ck_hooks_run_due(h, st->db, ck_mono_ms() + (int64_t)(budget_s * 1000), &delivered);
     if (err < 0)
         ck_err("webhook.outbox", "%s", ck_error_msg());
     restore_error(&e);

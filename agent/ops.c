@@ -1,4 +1,5 @@
 #include "agent/ops.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/metrics.h"
 
@@ -29,13 +30,6 @@ struct ck_ops {
     struct client clients[CK_OPS_MAX_CLIENTS];
     int64_t started; /* monotonic ms */
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 int ck_ops_parse_listen(const char *s, const char *what, char *host, size_t hostsz, int *port)
 {
@@ -104,7 +98,7 @@ int ck_ops_new(const char *listen_on, const struct ck_ops_callbacks *cb, struct 
     }
     if (cb)
         o->cb = *cb;
-    o->started = now_ms();
+    o->started = ck_mono_ms();
     o->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (o->fd < 0 || setsockopt(o->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
@@ -228,7 +222,7 @@ static void serve(struct ck_ops *o, struct client *c)
         ck_json_begin_object(&j);
         ck_json_kstr(&j, "version", CKPTD_VERSION);
         ck_json_kint(&j, "pid", (int64_t)getpid());
-        ck_json_kint(&j, "uptime_seconds", (now_ms() - o->started) / 1000);
+        ck_json_kint(&j, "uptime_seconds", (ck_mono_ms() - o->started) / 1000);
         if (o->cb.status && o->cb.status(o->cb.ctx, &j) < 0)
             j.err = j.err ? j.err : CK_ERR;
         ck_json_end_object(&j);
@@ -260,7 +254,7 @@ static void accept_clients(struct ck_ops *o)
         c->fd = fd;
         c->len = c->sent = 0;
         c->answering = false;
-        c->deadline = now_ms() + CK_OPS_REQUEST_TIMEOUT_S * 1000;
+        c->deadline = ck_mono_ms() + CK_OPS_REQUEST_TIMEOUT_S * 1000;
     }
 }
 
@@ -308,7 +302,7 @@ static void write_answer(struct client *c)
 void ck_ops_step(struct ck_ops *o)
 {
     accept_clients(o);
-    int64_t now = now_ms();
+    int64_t now = ck_mono_ms();
     for (int i = 0; i < CK_OPS_MAX_CLIENTS; i++) {
         struct client *c = &o->clients[i];
         if (c->fd < 0)

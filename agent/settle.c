@@ -1,6 +1,7 @@
 #include "agent/settle.h"
 #include "agent/loop.h"
 #include "agent/pathmap.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -131,10 +132,10 @@ static int touch_stat(struct ck_settle *s, const char *rel, const struct stat *s
     e->writer = false;
     if (st) {
         take_stat(e, st);
-        e->due = due_for(s, st->st_mtim, ck_loop_now());
+        e->due = due_for(s, st->st_mtim, ck_mono_s());
     } else {
         e->has_stat = false;
-        e->due = ck_loop_now() + s->window;
+        e->due = ck_mono_s() + s->window;
     }
     return 0;
 }

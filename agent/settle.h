@@ -34,7 +34,7 @@ int ck_settle_touch(struct ck_settle *s, const char *rel);
 /* rel (a file, or a folder and everything below it) is gone. */
 void ck_settle_forget(struct ck_settle *s, const char *rel);
 
-/* Looks at the pending paths that are due (now: ck_loop_now()). *nsettled
+/* Looks at the pending paths that are due (now: ck_mono_s()). *nsettled
  * counts those that settled; *next is the delay in seconds until the next
  * one is due, or -1 when none is pending. */
 int ck_settle_check(struct ck_settle *s, double now, size_t *nsettled, double *next);

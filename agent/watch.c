@@ -10,6 +10,7 @@
 #include "agent/scan.h"
 #include "agent/settle.h"
 #include "agent/state.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -343,7 +344,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .nonly_dirs = targeted ? sc.n : 0,
     };
     struct ck_scan_result res = {0};
-    double t0 = ck_loop_now();
+    double t0 = ck_mono_s();
     int err = ck_scan_run(&w->st, &so, &res);
     w->passes++;
     if (err == 0 || res.metadata_written)
@@ -360,7 +361,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
                  "pending=%zu seconds=%.4f",
                  res.nregistered, res.updated, res.removed, res.waiting, res.problems,
                  ck_pmf_status_name(res.new_status), ck_settle_npending(w->settle),
-                 ck_loop_now() - t0);
+                 ck_mono_s() - t0);
         if (res.new_status != res.old_status &&
             (res.new_status == CK_PMF_FINISHED || res.new_status == CK_PMF_FAILED) &&
             w->child <= 0) {
@@ -386,7 +387,7 @@ static void on_settle_timer(struct ck_loop *loop, void *arg)
     for (int round = 0; round < MAX_ROUNDS && !w->ended; round++) {
         size_t n = 0;
         double next = -1;
-        if (ck_settle_check(w->settle, ck_loop_now(), &n, &next) < 0)
+        if (ck_settle_check(w->settle, ck_mono_s(), &n, &next) < 0)
             ck_err("watch.settle_failed", "%s", ck_error_msg());
         if (n)
             w->want_pass = true;
@@ -1006,8 +1007,8 @@ int ck_watch_request(const char *dir, int status, double timeout, char *answer, 
     snprintf(text, sizeof text, "%s\n", word);
     if ((err = ck_write_file_atomic(req, text, strlen(text), 0600)) < 0)
         return err;
-    double end = ck_loop_now() + timeout;
-    while (ck_loop_now() < end) {
+    double end = ck_mono_s() + timeout;
+    while (ck_mono_s() < end) {
         if ((err = read_answer(rep, answer, answersz)) != 1)
             return err;
         if (!lock_is_held(dir))

@@ -1,4 +1,5 @@
 #include "hooks/exec.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -34,13 +35,6 @@ struct ck_exec {
     bool done;
     struct ck_exec_result res;
 };
-
-int64_t ck_exec_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void close_fd(int *fd)
 {
@@ -101,7 +95,7 @@ int ck_exec_start(const char *name, char *const *argv, char *const *envp, const 
     fcntl(x->out_fd, F_SETFL, O_NONBLOCK);
     fcntl(x->in_fd, F_SETFL, O_NONBLOCK);
     x->pidfd = (int)syscall(SYS_pidfd_open, x->pid, 0);
-    x->start_ms = ck_exec_now_ms();
+    x->start_ms = ck_mono_ms();
     x->timeout_at = x->start_ms + (int64_t)(timeout * 1000);
     ck_info("hook.exec.started", "hook='%s' pid=%d", name, (int)x->pid);
     *out = x;
@@ -135,7 +129,7 @@ int64_t ck_exec_deadline_ms(const struct ck_exec *x)
 {
     int64_t d = x->kill_at ? x->kill_at : x->timeout_at;
     if (x->pidfd < 0) {
-        int64_t poll_at = ck_exec_now_ms() + REAP_POLL_MS;
+        int64_t poll_at = ck_mono_ms() + REAP_POLL_MS;
         if (poll_at < d)
             d = poll_at;
     }
@@ -219,7 +213,7 @@ static void finish(struct ck_exec *x, int status)
     close_fd(&x->out_fd);
     close_fd(&x->in_fd);
     close_fd(&x->pidfd);
-    x->res.seconds = (double)(ck_exec_now_ms() - x->start_ms) / 1000.0;
+    x->res.seconds = (double)(ck_mono_ms() - x->start_ms) / 1000.0;
     if (WIFEXITED(status)) {
         x->res.exited = true;
         x->res.exit_code = WEXITSTATUS(status);
@@ -249,7 +243,7 @@ bool ck_exec_step(struct ck_exec *x)
         finish(x, 0xff00);
         return true;
     }
-    int64_t now = ck_exec_now_ms();
+    int64_t now = ck_mono_ms();
     if (!x->kill_at && now >= x->timeout_at) {
         ck_warn("hook.exec.timeout", "hook='%s' pid=%d still running at its timeout: SIGTERM",
                 x->name, (int)x->pid);
@@ -285,7 +279,7 @@ void ck_exec_wait(struct ck_exec *x)
     while (!ck_exec_step(x)) {
         struct pollfd fds[3];
         int n = ck_exec_poll_fds(x, fds, 3);
-        int64_t wait = ck_exec_deadline_ms(x) - ck_exec_now_ms();
+        int64_t wait = ck_exec_deadline_ms(x) - ck_mono_ms();
         if (wait < 0)
             wait = 0;
         if (wait > 1000)

@@ -55,7 +55,4 @@ void ck_exec_wait(struct ck_exec *x);
 /* Frees; a command still running has its group killed (SIGKILL) and reaped. */
 void ck_exec_free(struct ck_exec *x);
 
-/* Monotonic clock in ms (the same one as the deadlines). */
-int64_t ck_exec_now_ms(void);
-
 #endif

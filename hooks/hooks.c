@@ -1,11 +1,12 @@
 #include "hooks/hooks.h"
+#include "common/clock.h"
 #include "common/error.h"
-#include "lazy/lazy.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/secret.h"
+#include "lazy/lazy.h"
 #include "hooks/exec.h"
 #include "hooks/outbox.h"
 #include "hooks/template.h"
@@ -70,7 +71,7 @@ struct delivery {
     pthread_cond_t cv;
     bool wake;           /* an event was stored: look again */
     bool stop;           /* finish: deliver what is due until drain_until, then exit */
-    int64_t drain_until; /* ck_exec_now_ms clock */
+    int64_t drain_until; /* ck_mono_ms clock */
     atomic_bool abort;   /* checked between attempts: stop now */
 };
 
@@ -519,7 +520,7 @@ void ck_hooks_wait_exec(struct ck_hooks *h)
     while (ck_hooks_exec_running(h) > 0) {
         struct pollfd fds[3 * CK_HOOKS_MAX_RUNNING];
         int n = ck_hooks_poll_fds(h, fds, 3 * CK_HOOKS_MAX_RUNNING);
-        int64_t wait = ck_hooks_deadline_ms(h) - ck_exec_now_ms();
+        int64_t wait = ck_hooks_deadline_ms(h) - ck_mono_ms();
         if (wait < 0)
             wait = 0;
         if (wait > 1000)
@@ -706,11 +707,11 @@ static int deliver_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, siz
     if (!failed_now)
         return ck_error(CK_ENOMEM, "out of memory");
     bool progress = true;
-    while (progress && ck_exec_now_ms() < deadline_ms && !(abort && atomic_load(abort))) {
+    while (progress && ck_mono_ms() < deadline_ms && !(abort && atomic_load(abort))) {
         progress = false;
         if ((err = ck_outbox_due(db, now_unix_ms(), DUE_BATCH, &items, &n)) < 0)
             break;
-        for (size_t i = 0; i < n && ck_exec_now_ms() < deadline_ms; i++) {
+        for (size_t i = 0; i < n && ck_mono_ms() < deadline_ms; i++) {
             if (abort && atomic_load(abort))
                 break;
             struct webhook *w = find_hook(h, items[i].hook);
@@ -727,7 +728,7 @@ static int deliver_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, siz
             } else if (failed_now[w - h->hooks]) {
                 continue; /* one failure per receiver per round: no tight loop on a dead one */
             } else {
-                double left = (double)(deadline_ms - ck_exec_now_ms()) / 1000.0;
+                double left = (double)(deadline_ms - ck_mono_ms()) / 1000.0;
                 double timeout = w->timeout < left ? w->timeout : left;
                 /* too little time left: an attempt cut this short would count as a failure */
                 if (timeout < (w->timeout < MIN_ATTEMPT_S ? w->timeout : MIN_ATTEMPT_S))
@@ -794,7 +795,7 @@ int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms)
 
 static int64_t mono_ms(void)
 {
-    return ck_exec_now_ms();
+    return ck_mono_ms();
 }
 
 static void *delivery_main(void *arg)

@@ -84,7 +84,7 @@ size_t ck_hooks_webhook_count(const struct ck_hooks *h);
 int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev);
 
 /* Delivers due webhook deliveries until none is due or deadline_ms
- * (ck_exec_now_ms clock) passes; an attempt's timeout is cut to the time
+ * (ck_mono_ms clock) passes; an attempt's timeout is cut to the time
  * left. A receiver that fails once is not tried again in the same call.
  * *delivered (may be NULL) receives how many were accepted. */
 int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered);
@@ -104,7 +104,7 @@ void ck_hooks_stop_delivery(struct ck_hooks *h, double drain_s);
 int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms);
 
 /* Exec hooks from an event loop: poll these fds (up to max), wake up by
- * the deadline (ck_exec_now_ms clock; -1: no exec hook running), then step. */
+ * the deadline (ck_mono_ms clock; -1: no exec hook running), then step. */
 int ck_hooks_poll_fds(const struct ck_hooks *h, struct pollfd *fds, int max);
 int64_t ck_hooks_deadline_ms(const struct ck_hooks *h);
 void ck_hooks_step(struct ck_hooks *h);

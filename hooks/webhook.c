@@ -1,4 +1,5 @@
 #include "hooks/webhook.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "lazy/lazy.h"
 
@@ -164,13 +165,6 @@ static void printable(char *out, size_t outsz, const char *s, size_t len)
     out[o] = '\0';
 }
 
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 int ck_webhook_post(const char *url, const char *id, int64_t timestamp, const char *sig,
                     const char *content_type, const char *body, size_t len, double timeout,
                     struct ck_webhook_result *r)
@@ -227,9 +221,9 @@ int ck_webhook_post(const char *url, const char *id, int64_t timestamp, const ch
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    double t0 = now_mono();
+    double t0 = ck_mono_s();
     CURLcode rc = curl_easy_perform(c);
-    r->seconds = now_mono() - t0;
+    r->seconds = ck_mono_s() - t0;
     r->curl_code = (int)rc;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     curl_slist_free_all(hdrs);

@@ -1,4 +1,5 @@
 #include "stores/net.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
 

@@ -1,4 +1,5 @@
 #include "stores/store.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <nettle/base64.h>
@@ -27,13 +28,6 @@ void ck_upload_opts_init(struct ck_upload_opts *o)
     o->retry_cap = 60;
     o->grace = 20;
     o->timeout = 60;
-}
-
-long long ck_mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 void ck_upload_ctl_init(struct ck_upload_ctl *c, double grace)

@@ -64,7 +64,6 @@ void ck_upload_ctl_set_deadline(struct ck_upload_ctl *c, long long mono_ms);
 bool ck_upload_ctl_stopping(struct ck_upload_ctl *c);
 /* Whether in-flight transfers must be aborted now. */
 bool ck_upload_ctl_expired(struct ck_upload_ctl *c);
-long long ck_mono_ms(void);
 
 /* One accepted part of a multipart upload. */
 struct ck_part {

@@ -1,4 +1,5 @@
 #include "stores/uploader.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/strlist.h"
 #include "common/fsutil.h"

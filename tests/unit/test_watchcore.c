@@ -1,6 +1,7 @@
 /* The watcher's parts: the event loop, the path map, settle tracking, the
  * filesystem table. The whole watcher is tested end to end (test_watch.py). */
 #include "test_main.h"
+#include "common/clock.h"
 
 #include "agent/fswatch.h"
 #include "agent/loop.h"
@@ -149,7 +150,7 @@ static void pm_step(void *arg)
     if (p->steps == 2)
         ck_loop_stop(p->loop);
     else
-        p->deadline = (int64_t)(ck_loop_now() * 1000) + 5;
+        p->deadline = (int64_t)(ck_mono_s() * 1000) + 5;
 }
 
 static void loop_poller_fds_and_deadline(void **state)
@@ -232,7 +233,7 @@ static void settle_waits_for_the_window(void **state)
     assert_int_equal(ck_settle_new(&s, dir, 30.0, true), 0);
     assert_false(ck_settle_is_settled(s, "epoch_1.pt")); /* unknown: touched */
     assert_int_equal(ck_settle_npending(s), 1);
-    double now = ck_loop_now();
+    double now = ck_mono_s();
     assert_int_equal(ck_settle_check(s, now, &n, &next), 0);
     assert_int_equal(n, 0); /* written just now: 30 s to go */
     assert_true(next > 20 && next <= 30);
@@ -260,7 +261,7 @@ static void settle_forgets_what_vanishes(void **state)
     assert_int_equal(ck_settle_touch(s, "epoch_2.pt"), 0);
     snprintf(path, sizeof path, "%s/epoch_2.pt", dir);
     assert_int_equal(unlink(path), 0);
-    assert_int_equal(ck_settle_check(s, ck_loop_now() + 1, &n, &next), 0);
+    assert_int_equal(ck_settle_check(s, ck_mono_s() + 1, &n, &next), 0);
     assert_int_equal(n, 0);
     assert_int_equal(ck_settle_npending(s), 0);
     assert_int_equal(ck_settle_nsettled(s), 0);
@@ -300,12 +301,12 @@ static void settle_waits_while_a_process_writes(void **state)
     assert_true(ck_settle_has_writer(path));
     assert_int_equal(ck_settle_new(&s, dir, 0, true), 0);
     assert_int_equal(ck_settle_touch(s, "epoch_3.pt"), 0);
-    assert_int_equal(ck_settle_check(s, ck_loop_now() + 1, &n, &next), 0);
+    assert_int_equal(ck_settle_check(s, ck_mono_s() + 1, &n, &next), 0);
     assert_int_equal(n, 0); /* unchanged and old enough, but still open for writing */
     assert_true(next > 0);
     /* the same, with the check switched off */
     ck_settle_configure(s, 0, false);
-    assert_int_equal(ck_settle_check(s, ck_loop_now() + 100, &n, &next), 0);
+    assert_int_equal(ck_settle_check(s, ck_mono_s() + 100, &n, &next), 0);
     assert_int_equal(n, 1);
     ck_settle_configure(s, 0, true);
     assert_int_equal(write(done[1], "x", 1), 1);
@@ -314,7 +315,7 @@ static void settle_waits_while_a_process_writes(void **state)
     assert_int_equal(status, 0);
     assert_false(ck_settle_has_writer(path));
     assert_int_equal(ck_settle_touch(s, "epoch_3.pt"), 0);
-    assert_int_equal(ck_settle_check(s, ck_loop_now() + 1, &n, &next), 0);
+    assert_int_equal(ck_settle_check(s, ck_mono_s() + 1, &n, &next), 0);
     assert_int_equal(n, 1);
     ck_settle_free(s);
     close(go[0]), close(go[1]), close(done[0]), close(done[1]);
