@@ -1,9 +1,9 @@
 #include "stores/bundle.h"
 #include "common/error.h"
-#include "lazy/lazy.h"
 #include "common/strlist.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
+#include "lazy/lazy.h"
 
 #include <archive.h>
 #include <archive_entry.h>

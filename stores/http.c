@@ -7,7 +7,6 @@
  * on a second thread while the body streams (nginx and most servers have no
  * hash to compare it with; it is recorded in the queue). */
 #include "common/error.h"
-#include "lazy/lazy.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/secret.h"
@@ -62,9 +61,6 @@ static void http_free(struct ck_store *st)
 
 static int http_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
 {
-    int loaded = ck_lazy_load(CK_LIB_CURL); /* before anything: so no trampoline can abort */
-    if (loaded < 0)
-        return loaded;
     struct http *s = calloc(1, sizeof *s);
     int err = 0;
     if (!s)
@@ -265,6 +261,7 @@ out:
 
 const struct ck_store_ops ck_store_http = {
     .scheme = "http",
+    .uses_curl = true,
     .check = http_check,
     .open = http_open,
     .put = http_put,
@@ -272,6 +269,7 @@ const struct ck_store_ops ck_store_http = {
 };
 const struct ck_store_ops ck_store_https = {
     .scheme = "https",
+    .uses_curl = true,
     .check = http_check,
     .open = http_open,
     .put = http_put,

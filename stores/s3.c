@@ -12,7 +12,6 @@
  * the object (base64 SHA-256 of the parts' SHA-256s, "-N"), or on services
  * that do not return it, the ETag against the file's MD5s. */
 #include "common/error.h"
-#include "lazy/lazy.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/secret.h"
@@ -182,9 +181,6 @@ static void s3_free(struct ck_store *st)
 
 static int s3_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
 {
-    int loaded = ck_lazy_load(CK_LIB_CURL); /* before anything: so no trampoline can abort */
-    if (loaded < 0)
-        return loaded;
     struct s3 *s = calloc(1, sizeof *s);
     int err;
     if (!s)
@@ -908,6 +904,7 @@ static int s3_put(struct ck_store *st, struct ck_xfer *x)
 
 const struct ck_store_ops ck_store_s3 = {
     .scheme = "s3",
+    .uses_curl = true,
     .check = s3_check,
     .open = s3_open,
     .put = s3_put,

@@ -4,7 +4,6 @@
  * name, then a rename puts it in place; a listing of the folder then checks
  * the stored size. Key files must have mode 0600. */
 #include "common/error.h"
-#include "lazy/lazy.h"
 #include "common/hash.h"
 #include "common/secret.h"
 #include "stores/net.h"
@@ -82,9 +81,6 @@ static void sftp_free(struct ck_store *st)
 
 static int sftp_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
 {
-    int loaded = ck_lazy_load(CK_LIB_CURL); /* before anything: so no trampoline can abort */
-    if (loaded < 0)
-        return loaded;
     struct sftp *s = calloc(1, sizeof *s);
     struct stat st;
     int err;
@@ -247,6 +243,7 @@ out:
 
 const struct ck_store_ops ck_store_sftp = {
     .scheme = "sftp",
+    .uses_curl = true,
     .check = sftp_check,
     .open = sftp_open,
     .put = sftp_put,

@@ -1,6 +1,7 @@
 #include "stores/store.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "lazy/lazy.h"
 
 #include <nettle/base64.h>
 #include <stddef.h>
@@ -103,6 +104,8 @@ int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struc
     if ((err = ck_store_check(spec)) < 0)
         return err;
     const struct ck_store_ops *ops = ck_store_ops_find(spec->url);
+    if (ops->uses_curl && (err = ck_lazy_load(CK_LIB_CURL)) < 0)
+        return err;
     if ((err = ops->open(out, spec, net)) < 0)
         return err;
     (*out)->ops = ops;

@@ -107,6 +107,7 @@ struct ck_net;
 
 struct ck_store_ops {
     const char *scheme; /* "s3", "http", "https", "sftp", "file" */
+    bool uses_curl;     /* ck_store_open loads libcurl first (lazy/) */
     /* Checks spec (URL, references) without network or secrets: for config load. */
     int (*check)(const struct ck_store_spec *spec);
     int (*open)(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
