@@ -9,26 +9,26 @@
 #define LAZY_LIB CK_LIB_CURL
 #define LAZY_SYMBOLS ck_lazy_symbols_curl
 
-#define FUNCS(F, V)                                                                               \
-    F(CURLcode, curl_global_init, (long flags), (flags))                                          \
-    F(CURL *, curl_easy_init, (void), ())                                                         \
-    F(CURLcode, curl_easy_perform, (CURL * h), (h))                                               \
-    V(curl_easy_reset, (CURL * h), (h))                                                           \
-    V(curl_easy_cleanup, (CURL * h), (h))                                                         \
-    F(const char *, curl_easy_strerror, (CURLcode code), (code))                                  \
-    F(struct curl_slist *, curl_slist_append, (struct curl_slist * l, const char *s), (l, s))     \
-    V(curl_slist_free_all, (struct curl_slist * l), (l))                                          \
-    F(time_t, curl_getdate, (const char *p, const time_t *unused), (p, unused))                   \
-    V(curl_free, (void *p), (p))                                                                  \
-    F(CURLU *, curl_url, (void), ())                                                              \
-    V(curl_url_cleanup, (CURLU * u), (u))                                                         \
-    F(CURLUcode, curl_url_get, (CURLU * u, CURLUPart what, char **part, unsigned int flags),      \
-      (u, what, part, flags))                                                                     \
-    F(CURLUcode, curl_url_set, (CURLU * u, CURLUPart what, const char *part, unsigned int flags), \
+#define FUNCS(F, V)                                                                                \
+    F(CURLcode, curl_global_init, (long flags), (flags))                                           \
+    F(CURL *, curl_easy_init, (void), ())                                                          \
+    F(CURLcode, curl_easy_perform, (CURL * h), (h))                                                \
+    V(curl_easy_reset, (CURL * h), (h))                                                            \
+    V(curl_easy_cleanup, (CURL * h), (h))                                                          \
+    F(const char *, curl_easy_strerror, (CURLcode code), (code))                                   \
+    F(struct curl_slist *, curl_slist_append, (struct curl_slist * l, const char *s), (l, s))      \
+    V(curl_slist_free_all, (struct curl_slist * l), (l))                                           \
+    F(time_t, curl_getdate, (const char *p, const time_t *unused), (p, unused))                    \
+    V(curl_free, (void *p), (p))                                                                   \
+    F(CURLU *, curl_url, (void), ())                                                               \
+    V(curl_url_cleanup, (CURLU * u), (u))                                                          \
+    F(CURLUcode, curl_url_get, (CURLU * u, CURLUPart what, char **part, unsigned int flags),       \
+      (u, what, part, flags))                                                                      \
+    F(CURLUcode, curl_url_set, (CURLU * u, CURLUPart what, const char *part, unsigned int flags),  \
       (u, what, part, flags))
 
-#define HANDWRITTEN(F, V)                                                                         \
-    F(CURLcode, curl_easy_setopt, (CURL * h, CURLoption o, ...), ())                              \
+#define HANDWRITTEN(F, V)                                                                          \
+    F(CURLcode, curl_easy_setopt, (CURL * h, CURLoption o, ...), ())                               \
     F(CURLcode, curl_easy_getinfo, (CURL * h, CURLINFO i, ...), ())
 
 CK_LAZY_LIBRARY(FUNCS, HANDWRITTEN)

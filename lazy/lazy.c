@@ -44,9 +44,8 @@ static void load_locked(enum ck_lazy_lib lib)
         void *p = dlsym(h, s->names[i]);
         if (!p) {
             const char *why = dlerror();
-            snprintf(load_failure[lib], sizeof load_failure[lib],
-                     "%s (%s) has no function %s: %s", libs[lib].name, libs[lib].soname,
-                     s->names[i], why ? why : "null address");
+            snprintf(load_failure[lib], sizeof load_failure[lib], "%s (%s) has no function %s: %s",
+                     libs[lib].name, libs[lib].soname, s->names[i], why ? why : "null address");
             return; /* the handle stays open: dlclose could run its destructors half set up */
         }
         s->addr[i] = p;

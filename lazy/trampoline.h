@@ -47,28 +47,28 @@ static inline void *ck_lazy_get(enum ck_lazy_lib lib, void *const *table, size_t
 #define CK_LAZY_ENUM_V(name, params, args) CK_LAZY_INDEX(name),
 #define CK_LAZY_NAME_F(ret, name, params, args) #name,
 #define CK_LAZY_NAME_V(name, params, args) #name,
-#define CK_LAZY_TRAMP_F(ret, name, params, args)                                                  \
-    ret name params                                                                               \
-    {                                                                                             \
-        return ((ret(*) params)CK_LAZY_ADDR(name)) args;                                          \
+#define CK_LAZY_TRAMP_F(ret, name, params, args)                                                   \
+    ret name params                                                                                \
+    {                                                                                              \
+        return ((ret(*) params)CK_LAZY_ADDR(name))args;                                            \
     }
-#define CK_LAZY_TRAMP_V(name, params, args)                                                       \
-    void name params                                                                              \
-    {                                                                                             \
-        ((void(*) params)CK_LAZY_ADDR(name)) args;                                                \
+#define CK_LAZY_TRAMP_V(name, params, args)                                                        \
+    void name params                                                                               \
+    {                                                                                              \
+        ((void(*) params)CK_LAZY_ADDR(name)) args;                                                 \
     }
 
 /* FUNCS get generated trampolines; HANDWRITTEN (same F form) are only resolved,
  * their trampolines are written by hand after this. */
-#define CK_LAZY_LIBRARY(FUNCS, HANDWRITTEN)                                                       \
-    enum {                                                                                        \
-        FUNCS(CK_LAZY_ENUM_F, CK_LAZY_ENUM_V) HANDWRITTEN(CK_LAZY_ENUM_F, CK_LAZY_ENUM_V)         \
-            ck_lazy_count                                                                         \
-    };                                                                                            \
-    static const char *const ck_lazy_names[] = {FUNCS(CK_LAZY_NAME_F, CK_LAZY_NAME_V)            \
-                                                    HANDWRITTEN(CK_LAZY_NAME_F, CK_LAZY_NAME_V)}; \
-    static void *ck_lazy_table[ck_lazy_count];                                                    \
-    const struct ck_lazy_symbols LAZY_SYMBOLS = {ck_lazy_names, ck_lazy_table, ck_lazy_count};    \
+#define CK_LAZY_LIBRARY(FUNCS, HANDWRITTEN)                                                        \
+    enum {                                                                                         \
+        FUNCS(CK_LAZY_ENUM_F, CK_LAZY_ENUM_V) HANDWRITTEN(CK_LAZY_ENUM_F, CK_LAZY_ENUM_V)          \
+            ck_lazy_count                                                                          \
+    };                                                                                             \
+    static const char *const ck_lazy_names[] = {FUNCS(CK_LAZY_NAME_F, CK_LAZY_NAME_V)              \
+                                                    HANDWRITTEN(CK_LAZY_NAME_F, CK_LAZY_NAME_V)};  \
+    static void *ck_lazy_table[ck_lazy_count];                                                     \
+    const struct ck_lazy_symbols LAZY_SYMBOLS = {ck_lazy_names, ck_lazy_table, ck_lazy_count};     \
     FUNCS(CK_LAZY_TRAMP_F, CK_LAZY_TRAMP_V)
 
 #endif

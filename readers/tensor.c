@@ -75,11 +75,11 @@ static int guard_add(const void *p, size_t len, const char *path)
         bool expect = false;
         if (!atomic_compare_exchange_strong(&guards[i].used, &expect, true))
             continue;
-        int n = snprintf(guards[i].msg, sizeof guards[i].msg,
-                         "ckptd: fatal: '%s' was truncated while it was being read "
-                         "(another process changed it)\n", path);
-        guards[i].msglen = n < 0 ? 0 : (size_t)n < sizeof guards[i].msg ? (size_t)n
-                                                                          : sizeof guards[i].msg - 1;
+        snprintf(guards[i].msg, sizeof guards[i].msg,
+                 "ckptd: fatal: '%s' was truncated while it was being read "
+                 "(another process changed it)\n",
+                 path);
+        guards[i].msglen = strlen(guards[i].msg);
         guards[i].len = len;
         atomic_store_explicit(&guards[i].start, (uintptr_t)p, memory_order_release);
         return i;
@@ -190,9 +190,9 @@ void ck_tensor_set_free(struct ck_tensor_set *s)
         if (r->mapped && r->len) {
             guard_remove(r->guard);
             munmap(r->p, r->len);
-        }
-        else if (!r->mapped)
+        } else if (!r->mapped) {
             free(r->p);
+        }
         free(r);
         r = next;
     }
