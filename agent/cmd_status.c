@@ -37,7 +37,7 @@ static const char help[] =
     "                        (through the running 'ckptd watch', which registers\n"
     "                        what is complete first and then exits; with no watcher,\n"
     "                        directly under DIR's lock)\n"
-    "  --wait                then wait until the watcher has exited (its uploads\n"
+    "  --wait                then wait until the watcher has let go of DIR (its uploads\n"
     "                        drained, or left queued after its grace period); alone,\n"
     "                        waits for a watcher that is ending for another reason\n"
     "  --timeout DURATION    how long to wait for the watcher's answer, and with\n"
