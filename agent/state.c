@@ -20,7 +20,8 @@ static const char *const migrations[] = {
     "  sha256 TEXT NOT NULL DEFAULT '', PRIMARY KEY (dev, ino));"
     "CREATE TABLE checkpoints (ref TEXT PRIMARY KEY, source TEXT NOT NULL,"
     "  tree_path TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,"
-    "  nfiles INTEGER NOT NULL, registered_at REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0));",
+    "  nfiles INTEGER NOT NULL, registered_at REAL NOT NULL DEFAULT ((julianday('now') - "
+    "2440587.5) * 86400.0));",
 };
 
 /* SQLite's message, with the OS error behind it when there is one
@@ -151,6 +152,29 @@ void ck_state_close(struct ck_state *s)
     memset(s, 0, sizeof *s);
 }
 
+int ck_state_close_db(struct ck_state *s)
+{
+    for (int i = 0; i < CK_STATE_NSTMT; i++) {
+        sqlite3_finalize(s->stmt[i]);
+        s->stmt[i] = NULL;
+    }
+    if (s->db && sqlite3_close(s->db) != SQLITE_OK)
+        return ck_error(CK_EIO, "cannot close the state database: %s", sqlite3_errmsg(s->db));
+    s->db = NULL;
+    return 0;
+}
+
+int ck_state_reopen_db(struct ck_state *s)
+{
+    char path[4096];
+    int err;
+    if (s->db)
+        return 0;
+    if ((err = ck_path_join(path, sizeof path, s->dir, "state.db")) < 0)
+        return err;
+    return ck_state_open_db(path, &s->db);
+}
+
 int ck_state_begin(struct ck_state *s)
 {
     return exec(s->db, "BEGIN IMMEDIATE");
@@ -184,9 +208,8 @@ static const char *const stmt_sql[] = {
 /* A reset statement ready for binding, or NULL (the message is set). */
 static sqlite3_stmt *stmt(struct ck_state *s, int which)
 {
-    if (!s->stmt[which] &&
-        sqlite3_prepare_v3(s->db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT, &s->stmt[which],
-                           NULL) != SQLITE_OK) {
+    if (!s->stmt[which] && sqlite3_prepare_v3(s->db, stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+                                              &s->stmt[which], NULL) != SQLITE_OK) {
         db_fail(s->db, "preparing a statement");
         return NULL;
     }

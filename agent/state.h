@@ -15,7 +15,7 @@ enum { CK_STATE_NSTMT = 8 };
 
 struct ck_state {
     sqlite3 *db;
-    char *dir;  /* owned: DIR/.ckptd */
+    char *dir;                          /* owned: DIR/.ckptd */
     sqlite3_stmt *stmt[CK_STATE_NSTMT]; /* prepared once, reused: a scan makes 10,000s of lookups */
 };
 
@@ -23,6 +23,13 @@ struct ck_state {
 int ck_state_open(struct ck_state *s, const char *model_dir);
 void ck_state_close(struct ck_state *s);
 
+/* SQLite must not be carried across fork(): its unix VFS keeps per-process
+ * lock bookkeeping that a child would inherit and trust, and a connection the
+ * child opens would share it (seen: a child waiting forever for a WAL read
+ * lock). A process that forks a child which uses the database
+ * (agent/sender.c) closes its connection first and opens it again after. */
+int ck_state_close_db(struct ck_state *s);
+int ck_state_reopen_db(struct ck_state *s);
 /* Opens a database file at path with the agent's settings (WAL, busy
  * timeout, foreign keys). For tools that keep a state outside a model dir. */
 int ck_state_open_db(const char *path, sqlite3 **out);
@@ -47,11 +54,11 @@ int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *m
 
 /* What a registered checkpoint is made of. */
 struct ck_ckpt_record {
-    char ref[1024];        /* the reference as text */
-    char source[4096];     /* where the training job wrote it, relative to DIR */
-    char tree_path[4096];  /* its PMF path (the file the md5 is of) */
-    char sha256[65];       /* of the tree_path file */
-    uint64_t size;         /* bytes of all its files */
+    char ref[1024];       /* the reference as text */
+    char source[4096];    /* where the training job wrote it, relative to DIR */
+    char tree_path[4096]; /* its PMF path (the file the md5 is of) */
+    char sha256[65];      /* of the tree_path file */
+    uint64_t size;        /* bytes of all its files */
     int nfiles;
 };
 int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r);

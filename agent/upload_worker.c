@@ -1,138 +1,132 @@
 #include "agent/upload_worker.h"
+#include "agent/sender.h"
 #include "agent/state.h"
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
 #include "stores/queue.h"
 
+#include <inttypes.h>
 #include <limits.h>
-#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <time.h>
-#include <unistd.h>
 
-/* A failed job waits for its retry time; the thread looks again this often. */
+/* A failed job waits for its retry time; a round is run again this often. */
 #define RETRY_LOOK_S 5
-#define MAX_PENDING_OUTCOMES 4096
-
-struct outcome {
-    struct ck_upload_outcome o; /* strings point into text */
-    char *text;                 /* owned: the strings, one block */
-};
+/* Fields of an outcome record, NUL-separated, in this order. */
+#define OUTCOME_FIELDS 9
 
 struct ck_upload_worker {
     const struct ck_config *cfg;
     char root[PATH_MAX], db_path[PATH_MAX], spool[PATH_MAX];
-    pthread_t tid;
-    bool started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool kicked, stopping, running, retry_later, thread_done;
-    struct ck_upload_ctl ctl;
-    int efd;
-    struct outcome *outcomes; /* guarded by mu */
-    size_t noutcomes;
+    struct ck_sender *sender;
+    ck_upload_outcome_fn on_outcome;
+    void *arg;
+    struct ck_upload_ctl ctl; /* the helper's copy is the one that matters */
 };
 
-/* On the worker thread: copy the outcome for the loop's thread. */
-static void on_job(void *arg, const struct ck_upload_outcome *o)
+/* ---- in the helper ---- */
+
+/* ok, bytes, seconds, store_url, key, src, sha256, has_error, error */
+static void send_outcome(void *arg, const struct ck_upload_outcome *o)
 {
-    struct ck_upload_worker *w = arg;
-    struct outcome c = {*o, NULL};
-    size_t a = strlen(o->store_url ? o->store_url : "") + 1, b = strlen(o->key ? o->key : "") + 1,
-           s = strlen(o->src ? o->src : "") + 1, h = strlen(o->sha256 ? o->sha256 : "") + 1,
-           e = o->error ? strlen(o->error) + 1 : 0;
-    if (!(c.text = malloc(a + b + s + h + e + 1)))
-        return;
-    char *p = c.text;
-    c.o.store_url = memcpy(p, o->store_url ? o->store_url : "", a), p += a;
-    c.o.key = memcpy(p, o->key ? o->key : "", b), p += b;
-    c.o.src = memcpy(p, o->src ? o->src : "", s), p += s;
-    c.o.sha256 = memcpy(p, o->sha256 ? o->sha256 : "", h), p += h;
-    c.o.error = o->error ? memcpy(p, o->error, e) : NULL;
-    pthread_mutex_lock(&w->mu);
-    void *grown = w->noutcomes < MAX_PENDING_OUTCOMES
-                      ? realloc(w->outcomes, (w->noutcomes + 1) * sizeof *w->outcomes)
-                      : NULL;
-    if (grown) {
-        w->outcomes = grown;
-        w->outcomes[w->noutcomes++] = c;
-    } else {
-        free(c.text); /* the loop is not draining: the log has it anyway */
+    struct ck_buf b = CK_BUF_INIT;
+    (void)arg;
+    ck_buf_printf(&b, "%d%c%" PRIu64 "%c%.6f%c", o->ok ? 1 : 0, 0, o->bytes, 0, o->seconds, 0);
+    const char *s[] = {o->store_url, o->key, o->src, o->sha256};
+    for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
+        ck_buf_puts(&b, s[i] ? s[i] : "");
+        ck_buf_putc(&b, '\0');
     }
-    pthread_mutex_unlock(&w->mu);
-    uint64_t one = 1;
-    if (write(w->efd, &one, sizeof one) < 0) {
-        /* the counter is only a wake-up: a full counter still wakes */
-    }
+    ck_buf_printf(&b, "%d%c%s", o->error ? 1 : 0, 0, o->error ? o->error : "");
+    if (ck_sender_send(b.data, b.len) < 0)
+        ck_warn("upload.outcome_lost", "key=\"%s\": the watcher is not reading",
+                o->key ? o->key : "");
+    ck_buf_release(&b);
 }
 
-static void run_once(struct ck_upload_worker *w, sqlite3 *db)
+static double round_main(void *arg)
 {
+    struct ck_upload_worker *w = arg;
     struct ck_upload_report rep = {0};
-    struct ck_uploader_run_opts ro = {.wait_retries = false, .on_job = on_job, .on_job_arg = w};
+    struct ck_uploader_run_opts ro = {.wait_retries = false, .on_job = send_outcome};
+    sqlite3 *db = NULL;
     int queued = 0;
-    int err = ck_uploader_enqueue_pmf(db, w->cfg->upload_stores, w->cfg->n_upload_stores, w->root,
+    int err = ck_state_open_db(w->db_path, &db);
+    if (err == 0)
+        err = ck_queue_init(db);
+    if (err == 0)
+        err = ck_uploader_enqueue_pmf(db, w->cfg->upload_stores, w->cfg->n_upload_stores, w->root,
                                       &queued);
     if (err == 0 && queued)
         ck_info("upload.queued_tree", "dir=\"%s\" jobs=%d", w->root, queued);
     if (err == 0)
         err = ck_uploader_run(db, &w->cfg->upload, w->spool, &w->ctl, &ro, &rep);
+    sqlite3_close(db);
     if (err < 0) {
         ck_err("upload.queue_failed", "%s", ck_error_msg());
-        rep.left = 1; /* look again later */
-    } else if (rep.done || rep.failed || rep.left) {
+        return RETRY_LOOK_S; /* look again later */
+    }
+    if (rep.done || rep.failed || rep.left)
         ck_info("upload.summary", "done=%d failed=%d left=%d blocked=%d%s", rep.done, rep.failed,
                 rep.left, rep.blocked, rep.stopped ? " stopped=yes" : "");
-    }
-    pthread_mutex_lock(&w->mu);
-    w->retry_later = rep.left > 0 && !rep.stopped;
-    pthread_mutex_unlock(&w->mu);
+    return rep.left > 0 && !rep.stopped ? RETRY_LOOK_S : -1;
 }
 
-static void *thread_main(void *arg)
+static void round_stop(void *arg)
 {
     struct ck_upload_worker *w = arg;
-    sqlite3 *db = NULL;
-    int err = ck_state_open_db(w->db_path, &db);
-    if (err == 0)
-        err = ck_queue_init(db);
-    if (err < 0)
-        ck_err("upload.queue_failed", "%s: no uploads until the next start", ck_error_msg());
-    pthread_mutex_lock(&w->mu);
-    while (err == 0 && !w->stopping) {
-        if (!w->kicked) {
-            if (w->retry_later) {
-                struct timespec until;
-                clock_gettime(CLOCK_REALTIME, &until);
-                until.tv_sec += RETRY_LOOK_S;
-                if (pthread_cond_timedwait(&w->cv, &w->mu, &until) != 0)
-                    w->kicked = true; /* time to look at the retries */
-            } else {
-                pthread_cond_wait(&w->cv, &w->mu);
-            }
-            continue;
-        }
-        w->kicked = false;
-        w->running = true;
-        pthread_mutex_unlock(&w->mu);
-        run_once(w, db);
-        pthread_mutex_lock(&w->mu);
-        w->running = false;
-        pthread_cond_broadcast(&w->cv);
+    ck_upload_ctl_stop(&w->ctl); /* lock free: in-flight transfers get the grace */
+}
+
+/* ---- in the watcher ---- */
+
+static void on_record(void *arg, const char *data, size_t len)
+{
+    struct ck_upload_worker *w = arg;
+    const char *f[OUTCOME_FIELDS];
+    size_t n = 0, pos = 0;
+    char *copy = malloc(len + 1); /* the last field needs its terminator */
+    if (!copy) {
+        ck_warn("upload.outcome_lost", "out of memory");
+        return;
     }
-    w->thread_done = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    sqlite3_close(db);
-    return NULL;
+    memcpy(copy, data, len);
+    copy[len] = '\0';
+    data = copy;
+    while (n < OUTCOME_FIELDS && pos <= len) {
+        f[n++] = data + pos;
+        const char *z = memchr(data + pos, '\0', len - pos);
+        if (!z)
+            break;
+        pos = (size_t)(z - data) + 1;
+    }
+    if (n != OUTCOME_FIELDS) {
+        ck_warn("upload.outcome_lost", "a record of %zu bytes from the helper cannot be read", len);
+        free(copy);
+        return;
+    }
+    struct ck_upload_outcome o = {
+        .ok = f[0][0] == '1',
+        .bytes = strtoull(f[1], NULL, 10),
+        .seconds = strtod(f[2], NULL),
+        .store_url = f[3],
+        .key = f[4],
+        .src = f[5],
+        .sha256 = f[6],
+        .error = f[7][0] == '1' ? f[8] : NULL,
+    };
+    if (w->on_outcome)
+        w->on_outcome(w->arg, &o);
+    free(copy);
 }
 
 int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config *cfg,
-                           const char *dir, const char *state_dir)
+                           const char *dir, struct ck_state *st, struct ck_loop *loop,
+                           ck_upload_outcome_fn on_outcome, void *arg)
 {
     struct ck_upload_worker *w = calloc(1, sizeof *w);
     int err;
@@ -140,107 +134,59 @@ int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config
     if (!w)
         return ck_error(CK_ENOMEM, "out of memory");
     w->cfg = cfg;
-    w->efd = -1;
+    w->on_outcome = on_outcome;
+    w->arg = arg;
     if (!realpath(dir, w->root))
         snprintf(w->root, sizeof w->root, "%s", dir);
-    if ((err = ck_path_join(w->db_path, sizeof w->db_path, state_dir, "state.db")) < 0 ||
-        (err = ck_path_join(w->spool, sizeof w->spool, state_dir, "spool")) < 0) {
+    if ((err = ck_path_join(w->db_path, sizeof w->db_path, st->dir, "state.db")) < 0 ||
+        (err = ck_path_join(w->spool, sizeof w->spool, st->dir, "spool")) < 0) {
         free(w);
         return err;
     }
-    w->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (w->efd < 0) {
-        free(w);
-        return ck_error_os(CK_EIO, "cannot create an eventfd for the uploads");
-    }
     ck_upload_ctl_init(&w->ctl, cfg->upload.grace);
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    if (pthread_create(&w->tid, NULL, thread_main, w) != 0) {
-        ck_upload_worker_free(w);
-        return ck_error(CK_ENOMEM, "cannot start the upload thread");
+    struct ck_sender_spec spec = {"upload", round_main, round_stop, on_record, w};
+    if ((err = ck_sender_new(loop, &spec, st, &w->sender)) < 0) {
+        free(w);
+        return err;
     }
-    w->started = true;
     *out = w;
     return 0;
 }
 
-int ck_upload_worker_fd(const struct ck_upload_worker *w)
-{
-    return w->efd;
-}
-
 void ck_upload_worker_kick(struct ck_upload_worker *w)
 {
-    if (!w)
-        return;
-    pthread_mutex_lock(&w->mu);
-    w->kicked = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
+    if (w)
+        ck_sender_kick(w->sender);
 }
 
-void ck_upload_worker_drain(struct ck_upload_worker *w,
-                            void (*fn)(void *arg, const struct ck_upload_outcome *o), void *arg)
+bool ck_upload_worker_is_idle(const struct ck_upload_worker *w)
 {
-    uint64_t n;
-    if (!w)
-        return;
-    if (read(w->efd, &n, sizeof n) < 0) {
-        /* nothing counted: fine, the list below says what is there */
-    }
-    pthread_mutex_lock(&w->mu);
-    struct outcome *list = w->outcomes;
-    size_t count = w->noutcomes;
-    w->outcomes = NULL;
-    w->noutcomes = 0;
-    pthread_mutex_unlock(&w->mu);
-    for (size_t i = 0; i < count; i++) {
-        if (fn)
-            fn(arg, &list[i].o);
-        free(list[i].text);
-    }
-    free(list);
+    return !w || !ck_sender_busy(w->sender);
+}
+
+void ck_upload_worker_pump(struct ck_upload_worker *w, int timeout_ms)
+{
+    if (w)
+        ck_sender_pump(w->sender, timeout_ms);
+}
+
+long ck_upload_worker_pid(const struct ck_upload_worker *w)
+{
+    return w ? ck_sender_pid(w->sender) : 0;
 }
 
 void ck_upload_worker_stop(struct ck_upload_worker *w, double grace)
 {
-    if (!w)
-        return;
-    w->ctl.grace = grace;
-    ck_upload_ctl_stop(&w->ctl); /* in-flight transfers: until now + grace */
-    pthread_mutex_lock(&w->mu);
-    w->stopping = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-bool ck_upload_worker_is_idle(struct ck_upload_worker *w)
-{
-    pthread_mutex_lock(&w->mu);
-    bool idle = w->thread_done || (!w->kicked && !w->running);
-    pthread_mutex_unlock(&w->mu);
-    return idle;
-}
-
-void ck_upload_worker_join(struct ck_upload_worker *w)
-{
-    if (!w || !w->started)
-        return;
-    ck_upload_worker_stop(w, w->ctl.grace);
-    pthread_join(w->tid, NULL);
-    w->started = false;
+    /* the helper's own deadline is now + upload.grace; past the watcher's,
+     * it is killed: a transfer cut there resumes at the next start */
+    if (w)
+        ck_sender_stop(w->sender, grace + 1.0);
 }
 
 void ck_upload_worker_free(struct ck_upload_worker *w)
 {
     if (!w)
         return;
-    ck_upload_worker_join(w);
-    ck_upload_worker_drain(w, NULL, NULL);
-    if (w->efd >= 0)
-        close(w->efd);
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
+    ck_sender_free(w->sender);
     free(w);
 }

@@ -1,38 +1,41 @@
-/* Uploads for the watcher. A thread with its own connection to the state
- * database runs the upload queue whenever a pass changed the tree, so the
- * event loop never waits on the network. How each job ended comes back to
- * the loop's thread through an eventfd, where it becomes an upload.* event
- * (the hooks are not shared between threads). */
+/* Uploads for the watcher. Each round of the upload queue runs in a helper
+ * process (agent/sender.h), so the watcher never waits on the network and
+ * never keeps libcurl in memory. How each job ended comes back through the
+ * helper's pipe and reaches on_outcome on the loop's thread, where it becomes
+ * an upload.* event. */
 #ifndef CK_UPLOAD_WORKER_H
 #define CK_UPLOAD_WORKER_H
 
 #include "agent/config.h"
+#include "agent/loop.h"
+#include "agent/state.h"
 #include "stores/uploader.h"
 
 #include <stdbool.h>
 
 struct ck_upload_worker;
 
-/* Starts the thread for cfg's upload.stores (cfg must outlive the worker).
- * dir is the PMF root, state_dir its .ckptd folder. */
+typedef void (*ck_upload_outcome_fn)(void *arg, const struct ck_upload_outcome *o);
+
+/* For cfg's upload.stores (cfg must outlive the worker). dir is the PMF
+ * root, st the watcher's state (its connection is closed around each fork).
+ * Nothing runs until the first kick. */
 int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config *cfg,
-                           const char *dir, const char *state_dir);
-/* Readable when outcomes wait for ck_upload_worker_drain. */
-int ck_upload_worker_fd(const struct ck_upload_worker *w);
+                           const char *dir, struct ck_state *st, struct ck_loop *loop,
+                           ck_upload_outcome_fn on_outcome, void *arg);
 /* The tree changed: queue what is new (metadata.yaml last) and send it. */
 void ck_upload_worker_kick(struct ck_upload_worker *w);
-/* Calls fn on this thread for each job that ended since the last drain. */
-void ck_upload_worker_drain(struct ck_upload_worker *w,
-                            void (*fn)(void *arg, const struct ck_upload_outcome *o), void *arg);
-/* Asks the thread to stop: in-flight transfers get grace seconds, what is
- * not sent stays queued for the next start. */
+/* Nothing left to do now: no round running or wanted (failures waiting for
+ * their retry time do not count). */
+bool ck_upload_worker_is_idle(const struct ck_upload_worker *w);
+/* Outside the loop: drives the rounds, waiting at most timeout_ms. */
+void ck_upload_worker_pump(struct ck_upload_worker *w, int timeout_ms);
+/* The running helper's pid, 0 when none. */
+long ck_upload_worker_pid(const struct ck_upload_worker *w);
+/* No more rounds: in-flight transfers get grace seconds (then the helper is
+ * killed); what is not sent stays queued for the next start. */
 void ck_upload_worker_stop(struct ck_upload_worker *w, double grace);
-/* Whether the thread has nothing left to do now (queue empty or only
- * failures waiting for a later retry), or has stopped. */
-bool ck_upload_worker_is_idle(struct ck_upload_worker *w);
-/* Waits for a stopped thread to end; its last outcomes stay for a drain. */
-void ck_upload_worker_join(struct ck_upload_worker *w);
-/* Stops (if not yet), joins and frees. NULL is fine. */
+/* Stops (if not yet) and frees. NULL is fine. */
 void ck_upload_worker_free(struct ck_upload_worker *w);
 
 #endif

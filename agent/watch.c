@@ -8,6 +8,7 @@
 #include "agent/ops.h"
 #include "agent/pathmap.h"
 #include "agent/scan.h"
+#include "agent/sender.h"
 #include "agent/settle.h"
 #include "agent/state.h"
 #include "common/clock.h"
@@ -23,6 +24,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +40,8 @@ extern char **environ;
 
 /* Passes in a row before other events get their turn. */
 #define MAX_ROUNDS 8
+/* A webhook helper's round ends by then; what is still due starts another. */
+#define WEBHOOK_ROUND_S 60
 
 struct admitted {
     char *ref;    /* owned */
@@ -54,10 +58,14 @@ struct watcher {
     struct ck_settle *settle;
     struct ck_fswatch *fs;
     struct ck_ops *ops;
-    struct ck_hooks *hooks; /* webhooks (delivered by their own thread) and exec hooks */
+    struct ck_hooks *hooks; /* webhooks and exec hooks */
     bool announced_start;   /* agent.started was emitted: agent.stopping follows */
-    struct ck_upload_worker *up; /* upload.stores: the queue runs on its own thread */
-    struct ck_loop_handler *up_h;
+    /* the network work runs in helper processes (agent/sender.h) */
+    struct ck_upload_worker *up; /* upload.stores */
+    struct ck_sender *wh;        /* webhook deliveries */
+    atomic_bool wh_abort;        /* in the webhook helper: stop between attempts */
+    int64_t wh_drain_until;      /* ck_mono_ms: a webhook helper started now ends by then */
+    char db_path[PATH_MAX];      /* the state database, for the helpers' own connections */
     struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *hooks_h;
     int sfd;
     sigset_t old_mask;
@@ -65,13 +73,13 @@ struct watcher {
     struct admitted *admitted;
     size_t nadmitted;
     bool want_pass;
-    bool want_full;   /* the next pass looks at everything (else: where things changed) */
-    bool ready;       /* the first pass is done */
-    bool ended;       /* the training ended: stop */
+    bool want_full; /* the next pass looks at everything (else: where things changed) */
+    bool ready;     /* the first pass is done */
+    bool ended;     /* the training ended: stop */
     size_t passes;
     enum ck_pmf_status status;
     /* the wrapped command */
-    pid_t child;      /* 0: none, or reaped */
+    pid_t child; /* 0: none, or reaped */
     bool child_started;
     int child_code;   /* its exit code (128+N for signal N) */
     bool terminating; /* SIGTERM/SIGINT came */
@@ -254,7 +262,7 @@ static bool admit(void *arg, const struct ck_candidate *c)
 {
     struct watcher *w = arg;
     bool complete = c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
-                                     ck_pathmap_get(&w->renamed, c->rel) != NULL);
+                                    ck_pathmap_get(&w->renamed, c->rel) != NULL);
     if (!complete)
         return false;
     bool ok = true;
@@ -606,29 +614,69 @@ static int hooks_new(const struct ck_config *cfg, struct ck_hooks **out)
     return ck_hooks_new(&cfg->hooks, cfg->source ? cfg->source : "(defaults)", out);
 }
 
+/* In the webhook helper: delivers what is due. */
+static double webhook_round(void *arg)
+{
+    struct watcher *w = arg;
+    double again = -1;
+    int64_t deadline =
+        w->wh_drain_until > 0 ? w->wh_drain_until : ck_mono_ms() + WEBHOOK_ROUND_S * 1000;
+    if (ck_hooks_deliver_round(w->hooks, w->db_path, deadline, &w->wh_abort, &again) < 0) {
+        ck_err("webhook.outbox", "%s", ck_error_msg());
+        return WEBHOOK_ROUND_S;
+    }
+    return again;
+}
+
+/* In the webhook helper, on SIGTERM. */
+static void webhook_stop(void *arg)
+{
+    struct watcher *w = arg;
+    atomic_store(&w->wh_abort, true);
+}
+
+/* A delivery was stored in the outbox. */
+static void wake_webhooks(void *arg)
+{
+    struct watcher *w = arg;
+    ck_sender_kick(w->wh);
+}
+
 static int hooks_start(struct watcher *w, struct ck_hooks *h)
 {
     static const struct ck_loop_poller poller = {hooks_fds, hooks_deadline, hooks_step};
-    char db[PATH_MAX];
     int err;
     w->hooks = h;
     if (!h)
         return 0;
-    if (ck_hooks_webhook_count(h) > 0 &&
-        ((err = ck_path_join(db, sizeof db, w->st.dir, "state.db")) < 0 ||
-         (err = ck_hooks_start_delivery(h, db)) < 0))
-        return err;
+    if (ck_hooks_webhook_count(h) > 0) {
+        struct ck_sender_spec spec = {"webhook", webhook_round, webhook_stop, NULL, w};
+        if ((err = ck_sender_new(w->loop, &spec, &w->st, &w->wh)) < 0)
+            return err;
+        ck_hooks_set_waker(h, wake_webhooks, w);
+        ck_sender_kick(w->wh); /* what a previous run left in the outbox */
+    }
     return ck_loop_add_poller(w->loop, &poller, h, &w->hooks_h);
 }
 
-/* Delivers what is due for a moment, lets the exec hooks finish, frees. */
+/* Delivers what is due for up to drain seconds, lets the exec hooks finish,
+ * frees. A delivery cut short stays in the outbox for the next start. */
 static void hooks_stop(struct watcher *w, double drain)
 {
     if (!w->hooks)
         return;
     ck_loop_remove(w->loop, w->hooks_h);
     w->hooks_h = NULL;
-    ck_hooks_stop_delivery(w->hooks, drain);
+    if (w->wh) {
+        /* a helper started from now on ends its attempts by then */
+        w->wh_drain_until = ck_mono_ms() + (int64_t)(drain * 1000);
+        while (drain > 0 && ck_sender_busy(w->wh) && ck_mono_ms() < w->wh_drain_until)
+            ck_sender_pump(w->wh, 100);
+        ck_sender_stop(w->wh, drain > 0 ? 0.5 : 1.0);
+        ck_sender_free(w->wh);
+        w->wh = NULL;
+        w->wh_drain_until = 0;
+    }
     ck_hooks_wait_exec(w->hooks);
     ck_hooks_free(w->hooks);
     w->hooks = NULL;
@@ -636,39 +684,26 @@ static void hooks_stop(struct watcher *w, double drain)
 
 /* ---- uploads ---- */
 
-/* On the loop's thread: a job ended on the upload thread; tell the hooks. */
+/* On the loop's thread: a job ended in the upload helper; tell the hooks. */
 static void emit_upload(void *arg, const struct ck_upload_outcome *o)
 {
     struct watcher *w = arg;
     ck_notify_upload(w->hooks, &w->st, w->o->dir, o);
 }
 
-static void on_upload_outcome(struct ck_loop *loop, int fd, uint32_t events, void *arg)
-{
-    struct watcher *w = arg;
-    (void)loop, (void)fd, (void)events;
-    ck_upload_worker_drain(w->up, emit_upload, w);
-}
-
 static int uploads_start(struct watcher *w)
 {
-    int err;
     if (w->cfg.n_upload_stores == 0)
         return 0;
-    if ((err = ck_upload_worker_start(&w->up, &w->cfg, w->o->dir, w->st.dir)) < 0)
-        return err;
-    return ck_loop_add_fd(w->loop, ck_upload_worker_fd(w->up), EPOLLIN, on_upload_outcome, w,
-                          &w->up_h);
+    return ck_upload_worker_start(&w->up, &w->cfg, w->o->dir, &w->st, w->loop, emit_upload, w);
 }
 
-/* The config the thread reads is about to change: stop it quickly (what is
- * in flight is requeued and resumes with its accepted parts). */
+/* The config the helper was forked with is about to change: stop it quickly
+ * (what is in flight is requeued and resumes with its accepted parts). */
 static void uploads_stop_now(struct watcher *w)
 {
     if (!w->up)
         return;
-    ck_loop_remove(w->loop, w->up_h);
-    w->up_h = NULL;
     ck_upload_worker_stop(w->up, 1.0);
     ck_upload_worker_free(w->up);
     w->up = NULL;
@@ -681,13 +716,8 @@ static void uploads_finish(struct watcher *w)
 {
     if (!w->up)
         return;
-    ck_loop_remove(w->loop, w->up_h);
-    w->up_h = NULL;
     if (!w->terminating) {
-        /* the last pass's metadata.yaml; the thread takes a kick and starts
-         * running under one lock, so idle cannot be seen in between */
-        ck_upload_worker_kick(w->up);
-        struct timespec tick = {0, 100 * 1000 * 1000};
+        ck_upload_worker_kick(w->up); /* the last pass's metadata.yaml */
         while (!ck_upload_worker_is_idle(w->up)) {
             struct signalfd_siginfo si;
             if (w->sfd >= 0 && read(w->sfd, &si, sizeof si) == (ssize_t)sizeof si &&
@@ -696,13 +726,11 @@ static void uploads_finish(struct watcher *w)
                         si.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM");
                 break;
             }
-            ck_upload_worker_drain(w->up, emit_upload, w);
-            nanosleep(&tick, NULL);
+            ck_upload_worker_pump(w->up, 100);
+            ck_sender_pump(w->wh, 0); /* the upload.* events meanwhile */
         }
     }
     ck_upload_worker_stop(w->up, w->cfg.upload.grace);
-    ck_upload_worker_join(w->up);
-    ck_upload_worker_drain(w->up, emit_upload, w);
     ck_upload_worker_free(w->up);
     w->up = NULL;
 }
@@ -772,8 +800,7 @@ static void on_signal(struct ck_loop *loop, int fd, uint32_t events, void *arg)
             if (w->child > 0) {
                 forward(w, sig);
                 if (!w->grace_t)
-                    ck_loop_add_timer(loop, w->cfg.watch_grace_period, 0, on_grace, w,
-                                      &w->grace_t);
+                    ck_loop_add_timer(loop, w->cfg.watch_grace_period, 0, on_grace, w, &w->grace_t);
             } else {
                 ck_loop_stop(loop);
             }
@@ -884,9 +911,10 @@ static int start(struct watcher *w)
     int err;
     if ((err = ck_lock_acquire(&w->lock, w->o->dir)) < 0 ||
         (err = ck_state_open(&w->st, w->o->dir)) < 0 || (err = ck_loop_new(&w->loop)) < 0 ||
-        (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle,
-                             cfg->watch_check_writers)) < 0 ||
-        (err = setup_signals(w)) < 0)
+        (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle, cfg->watch_check_writers)) <
+            0 ||
+        (err = setup_signals(w)) < 0 ||
+        (err = ck_path_join(w->db_path, sizeof w->db_path, w->st.dir, "state.db")) < 0)
         return err;
     struct ck_hooks *h = NULL;
     if ((err = hooks_new(cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0 ||
@@ -894,12 +922,12 @@ static int start(struct watcher *w)
         return err;
     if ((err = ck_loop_add_timer(w->loop, 0, 0, on_settle_timer, w, &w->settle_t)) < 0 ||
         (err = ck_loop_add_timer(w->loop, cfg->watch_reconcile_interval,
-                                 cfg->watch_reconcile_interval, on_reconcile, w,
-                                 &w->reconcile_t)) < 0)
+                                 cfg->watch_reconcile_interval, on_reconcile, w, &w->reconcile_t)) <
+            0)
         return err;
     /* Watches first, then the first pass: whatever is written meanwhile gives an event. */
-    if ((err = ck_fswatch_new(&w->fs, w->loop, w->o->dir, cfg->watch_poll,
-                              cfg->watch_poll_interval, &cb, w)) < 0 ||
+    if ((err = ck_fswatch_new(&w->fs, w->loop, w->o->dir, cfg->watch_poll, cfg->watch_poll_interval,
+                              &cb, w)) < 0 ||
         (err = setup_ops(w)) < 0)
         return err;
     ck_info("watch.started",
@@ -915,8 +943,9 @@ static int start(struct watcher *w)
     ck_upload_worker_kick(w->up); /* what a previous run left queued, and this pass */
     if (w->status == CK_PMF_FINISHED || w->status == CK_PMF_FAILED) {
         if (w->o->command)
-            return ck_error(CK_ESTATE, "the training in '%s' already ended as %s: not starting "
-                                       "the command (PMF forbids going back to running)",
+            return ck_error(CK_ESTATE,
+                            "the training in '%s' already ended as %s: not starting "
+                            "the command (PMF forbids going back to running)",
                             w->o->dir, ck_pmf_status_name(w->status));
         ck_info("watch.training_ended", "status=%s: the training in '%s' already ended",
                 ck_pmf_status_name(w->status), w->o->dir);

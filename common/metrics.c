@@ -2,11 +2,14 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -76,6 +79,7 @@ static _Atomic int64_t values[CK_M__COUNT];
  * checkpoint over a slow link. */
 static const double bounds[] = {0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600};
 #define NBOUNDS (sizeof bounds / sizeof bounds[0])
+_Static_assert(NBOUNDS + 1 == CK_METRICS_NBUCKETS, "CK_METRICS_NBUCKETS is the bucket count");
 
 struct histogram {
     const char *name;
@@ -170,6 +174,90 @@ void ck_metrics_reset(void)
         hists[h].sum = 0;
     }
     pthread_mutex_unlock(&hist_lock);
+}
+
+void ck_metrics_mark(struct ck_metrics_mark *mark)
+{
+    for (size_t i = 0; i < CK_M__COUNT; i++)
+        mark->values[i] = atomic_load(&values[i]);
+    pthread_mutex_lock(&hist_lock);
+    for (size_t h = 0; h < CK_H__COUNT; h++) {
+        memcpy(mark->buckets[h], hists[h].buckets, sizeof mark->buckets[h]);
+        mark->sum[h] = hists[h].sum;
+    }
+    pthread_mutex_unlock(&hist_lock);
+}
+
+/* One line per change: "c M DELTA", "g M VALUE", "h H BUCKET DELTA",
+ * "s H SUM-DELTA" (M and H the enum values; the two processes are the same
+ * binary, so they agree on them). */
+int ck_metrics_changes(struct ck_metrics_mark *mark, struct ck_buf *out)
+{
+    struct ck_metrics_mark now;
+    int err = 0;
+    ck_metrics_mark(&now);
+    for (size_t i = 0; i < CK_M__COUNT && err == 0; i++) {
+        if (now.values[i] == mark->values[i])
+            continue;
+        if (defs[i].kind == COUNTER)
+            err = ck_buf_printf(out, "c %zu %" PRId64 "\n", i, now.values[i] - mark->values[i]);
+        else
+            err = ck_buf_printf(out, "g %zu %" PRId64 "\n", i, now.values[i]);
+    }
+    for (size_t h = 0; h < CK_H__COUNT && err == 0; h++) {
+        for (size_t b = 0; b < CK_METRICS_NBUCKETS && err == 0; b++)
+            if (now.buckets[h][b] != mark->buckets[h][b])
+                err = ck_buf_printf(out, "h %zu %zu %" PRIu64 "\n", h, b,
+                                    now.buckets[h][b] - mark->buckets[h][b]);
+        if (err == 0 && now.sum[h] != mark->sum[h])
+            err = ck_buf_printf(out, "s %zu %.17g\n", h, now.sum[h] - mark->sum[h]);
+    }
+    if (err < 0)
+        return err;
+    *mark = now;
+    return 0;
+}
+
+int ck_metrics_apply(const char *text, size_t len)
+{
+    char line[128];
+    size_t pos = 0;
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t n = (nl ? (size_t)(nl - text) : len) - pos;
+        if (n >= sizeof line)
+            return ck_error(CK_EFORMAT, "metrics from a helper: a line of %zu bytes", n);
+        memcpy(line, text + pos, n);
+        line[n] = '\0';
+        pos += n + 1;
+        char kind;
+        unsigned long idx, bucket;
+        long long v;
+        unsigned long long u;
+        double d;
+        int used = 0;
+        if (sscanf(line, "%c %lu %lld%n", &kind, &idx, &v, &used) == 3 && used == (int)n &&
+            (kind == 'c' || kind == 'g') && idx < CK_M__COUNT && idx != CK_M_START_TIME) {
+            if (kind == 'c')
+                atomic_fetch_add(&values[idx], (int64_t)v);
+            else
+                atomic_store(&values[idx], (int64_t)v);
+        } else if (sscanf(line, "h %lu %lu %llu%n", &idx, &bucket, &u, &used) == 3 &&
+                   used == (int)n && idx < CK_H__COUNT && bucket < CK_METRICS_NBUCKETS) {
+            pthread_mutex_lock(&hist_lock);
+            hists[idx].buckets[bucket] += u;
+            hists[idx].count += u;
+            pthread_mutex_unlock(&hist_lock);
+        } else if (sscanf(line, "s %lu %lg%n", &idx, &d, &used) == 2 && used == (int)n &&
+                   idx < CK_H__COUNT && isfinite(d)) {
+            pthread_mutex_lock(&hist_lock);
+            hists[idx].sum += d;
+            pthread_mutex_unlock(&hist_lock);
+        } else {
+            return ck_error(CK_EFORMAT, "metrics from a helper: cannot read '%s'", line);
+        }
+    }
+    return 0;
 }
 
 /* Appends to out; after the first failure (the buffer's maximum) every call

@@ -79,6 +79,23 @@ uint64_t ck_metrics_count(enum ck_histogram h);
 /* Zeroes everything and sets ckptd_start_time_seconds to now. */
 void ck_metrics_reset(void);
 
+/* Forwarding what a helper process counted (agent/sender.c runs uploads and
+ * webhook deliveries in children forked from the watcher). The child takes a
+ * mark right after the fork; ck_metrics_changes appends what changed since
+ * the mark as text and moves the mark; the parent passes that text to
+ * ck_metrics_apply. Counters and histogram observations are added, a gauge
+ * the child changed is set to the child's value. */
+#define CK_METRICS_NBUCKETS 14 /* histogram buckets, +Inf included */
+struct ck_metrics_mark {
+    int64_t values[CK_M__COUNT];
+    uint64_t buckets[CK_H__COUNT][CK_METRICS_NBUCKETS];
+    double sum[CK_H__COUNT];
+};
+void ck_metrics_mark(struct ck_metrics_mark *mark);
+int ck_metrics_changes(struct ck_metrics_mark *mark, struct ck_buf *out);
+/* CK_EFORMAT for a line it does not understand; lines before it are applied. */
+int ck_metrics_apply(const char *text, size_t len);
+
 /* The Prometheus text exposition format (version 0.0.4) of every metric,
  * appended to out. The content type to serve it with: */
 #define CK_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"

@@ -14,7 +14,6 @@
 
 #include <curl/curl.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,19 +59,9 @@ struct ck_hooks {
     struct queued_exec *queue;
     size_t nqueue;
     sqlite3 *outbox_db; /* the database whose outbox tables are known to exist */
-    /* the delivery thread (ck_hooks_start_delivery), with its own connection */
-    struct delivery *delivery;
-};
-
-struct delivery {
-    pthread_t thread;
-    sqlite3 *db; /* the thread's own connection */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool wake;           /* an event was stored: look again */
-    bool stop;           /* finish: deliver what is due until drain_until, then exit */
-    int64_t drain_until; /* ck_mono_ms clock */
-    atomic_bool abort;   /* checked between attempts: stop now */
+    /* called when ck_hooks_emit stored a delivery (ck_hooks_set_waker) */
+    void (*waker)(void *arg);
+    void *waker_arg;
 };
 
 void ck_hooks_key(const char *url, char *out, size_t outsz)
@@ -276,11 +265,8 @@ int ck_hooks_new(const struct ck_hooks_conf *conf, const char *cfg, struct ck_ho
                                       : ck_backoff_default;
     h->failing_after = conf->failing_after > 0 ? conf->failing_after : CK_HOOKS_FAILING_AFTER;
     if (conf->nwebhooks) {
-        if ((err = ck_lazy_load(CK_LIB_CURL)) < 0) {
-            free(h);
-            return err;
-        }
-        curl_global_init(CURL_GLOBAL_DEFAULT);
+        /* libcurl is loaded where a delivery is attempted, not here: the
+         * watcher delivers in a helper process and stays small */
         if (!(h->hooks = calloc(conf->nwebhooks, sizeof *h->hooks))) {
             free(h);
             return ck_error(CK_ENOMEM, "out of memory");
@@ -307,7 +293,6 @@ void ck_hooks_free(struct ck_hooks *h)
 {
     if (!h)
         return;
-    ck_hooks_stop_delivery(h, 0);
     for (size_t i = 0; i < h->nhooks; i++) {
         struct webhook *w = &h->hooks[i];
         if (w->url)
@@ -532,8 +517,6 @@ void ck_hooks_wait_exec(struct ck_hooks *h)
 
 /* --- emit ------------------------------------------------------------------ */
 
-static void wake_delivery(struct ck_hooks *h);
-
 /* Creates the outbox tables once per database handle. */
 static int ensure_outbox(struct ck_hooks *h, sqlite3 *db)
 {
@@ -599,7 +582,8 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
             goto out;
         if (n) {
             update_gauges(db);
-            wake_delivery(h);
+            if (h->waker)
+                h->waker(h->waker_arg);
         }
     }
     size_t nexec = 0;
@@ -786,133 +770,49 @@ int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms)
     return ck_outbox_next_due(db, unix_ms);
 }
 
-/* --- the delivery thread ------------------------------------------------- */
+/* --- delivery away from the caller's loop -------------------------------- */
 
 /* A round with a failed attempt is followed by this pause at least: a dead
  * receiver with many deliveries due gets about one request a second. */
-#define FAILED_ROUND_PAUSE_MS 1000
-#define IDLE_WAKE_MS 60000
+#define FAILED_ROUND_PAUSE_S 1.0
 
-static int64_t mono_ms(void)
+void ck_hooks_set_waker(struct ck_hooks *h, void (*fn)(void *arg), void *arg)
 {
-    return ck_mono_ms();
+    h->waker = fn;
+    h->waker_arg = arg;
 }
 
-static void *delivery_main(void *arg)
+int ck_hooks_deliver_round(struct ck_hooks *h, const char *db_path, int64_t deadline_ms,
+                           atomic_bool *abort, double *again_s)
 {
-    struct ck_hooks *h = arg;
-    struct delivery *d = h->delivery;
-    for (;;) {
-        pthread_mutex_lock(&d->mu);
-        bool stopping = d->stop;
-        int64_t deadline = stopping ? d->drain_until : mono_ms() + IDLE_WAKE_MS;
-        d->wake = false;
-        pthread_mutex_unlock(&d->mu);
-        size_t ok = 0, failed = 0;
-        if (deliver_due(h, d->db, deadline, &ok, &failed, &d->abort) < 0)
-            ck_err("webhook.outbox", "%s", ck_error_msg());
-        if (stopping || atomic_load(&d->abort))
-            return NULL;
-        int64_t next = -1, wait_ms = IDLE_WAKE_MS;
-        if (ck_outbox_next_due(d->db, &next) == 0 && next >= 0)
-            wait_ms = next - now_unix_ms();
-        if (failed && wait_ms < FAILED_ROUND_PAUSE_MS)
-            wait_ms = FAILED_ROUND_PAUSE_MS;
-        if (wait_ms > IDLE_WAKE_MS)
-            wait_ms = IDLE_WAKE_MS;
-        if (wait_ms <= 0)
-            continue;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += wait_ms / 1000;
-        until.tv_nsec += (wait_ms % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
-        pthread_mutex_lock(&d->mu);
-        while (!d->wake && !d->stop)
-            if (pthread_cond_timedwait(&d->cv, &d->mu, &until) != 0)
-                break;
-        pthread_mutex_unlock(&d->mu);
-    }
-}
-
-int ck_hooks_start_delivery(struct ck_hooks *h, const char *db_path)
-{
-    int err;
-    if (h->nhooks == 0 || h->delivery)
+    sqlite3 *db = NULL;
+    size_t ok = 0, failed = 0;
+    int64_t next = -1;
+    int err = 0;
+    *again_s = -1;
+    if (h->nhooks == 0)
         return 0;
-    struct delivery *d = calloc(1, sizeof *d);
-    if (!d)
-        return ck_error(CK_ENOMEM, "out of memory");
-    if (sqlite3_open_v2(db_path, &d->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_FULLMUTEX, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
         err = ck_error(CK_EIO, "webhook outbox: cannot open '%s': %s", db_path,
-                       d->db ? sqlite3_errmsg(d->db) : "out of memory");
-        sqlite3_close(d->db);
-        free(d);
+                       db ? sqlite3_errmsg(db) : "out of memory");
+        sqlite3_close(db);
         return err;
     }
-    sqlite3_busy_timeout(d->db, 10000);
-    if ((err = ck_outbox_init(d->db)) < 0 ||
-        sqlite3_exec(d->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL, NULL) !=
-            SQLITE_OK) {
-        if (err == 0)
-            err = ck_error(CK_EIO, "webhook outbox: %s", sqlite3_errmsg(d->db));
-        sqlite3_close(d->db);
-        free(d);
-        return err;
+    sqlite3_busy_timeout(db, 10000);
+    if ((err = ck_outbox_init(db)) == 0 &&
+        sqlite3_exec(db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL, NULL) !=
+            SQLITE_OK)
+        err = ck_error(CK_EIO, "webhook outbox: %s", sqlite3_errmsg(db));
+    if (err == 0)
+        err = deliver_due(h, db, deadline_ms, &ok, &failed, abort);
+    if (err == 0 && (err = ck_outbox_next_due(db, &next)) == 0 && next >= 0) {
+        double wait = (double)(next - now_unix_ms()) / 1000.0;
+        if (failed && wait < FAILED_ROUND_PAUSE_S)
+            wait = FAILED_ROUND_PAUSE_S;
+        *again_s = wait > 0 ? wait : 0;
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&d->cv, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&d->mu, NULL);
-    h->delivery = d;
-    if ((err = pthread_create(&d->thread, NULL, delivery_main, h)) != 0) {
-        h->delivery = NULL;
-        pthread_cond_destroy(&d->cv);
-        pthread_mutex_destroy(&d->mu);
-        sqlite3_close(d->db);
-        free(d);
-        errno = err;
-        return ck_error_os(CK_ERR, "cannot start the webhook delivery thread");
-    }
-    return 0;
-}
-
-static void wake_delivery(struct ck_hooks *h)
-{
-    struct delivery *d = h->delivery;
-    if (!d)
-        return;
-    pthread_mutex_lock(&d->mu);
-    d->wake = true;
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-}
-
-void ck_hooks_stop_delivery(struct ck_hooks *h, double drain_s)
-{
-    struct delivery *d = h ? h->delivery : NULL;
-    if (!d)
-        return;
-    pthread_mutex_lock(&d->mu);
-    d->stop = true;
-    d->drain_until = mono_ms() + (int64_t)(drain_s * 1000);
-    if (drain_s <= 0)
-        atomic_store(&d->abort, true);
-    pthread_cond_signal(&d->cv);
-    pthread_mutex_unlock(&d->mu);
-    /* an attempt in flight ends by its own timeout, cut to the drain time */
-    pthread_join(d->thread, NULL);
-    pthread_cond_destroy(&d->cv);
-    pthread_mutex_destroy(&d->mu);
-    sqlite3_close(d->db);
-    free(d);
-    h->delivery = NULL;
+    sqlite3_close(db);
+    return err;
 }
 
 /* --- status and test ------------------------------------------------------- */

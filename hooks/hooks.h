@@ -17,6 +17,7 @@
 #include "hooks/event.h"
 
 #include <poll.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -88,17 +89,18 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev);
  * left. A receiver that fails once is not tried again in the same call.
  * *delivered (may be NULL) receives how many were accepted. */
 int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered);
-/* Delivery in a thread of its own (the watcher): a receiver that answers
- * slowly or not at all never stalls the caller's event loop. The thread
- * opens its own connection to db_path (the same database as the db the
- * caller passes to ck_hooks_emit, which wakes it), delivers what is due,
- * sleeps until the next delivery is due, and pauses at least a second after
- * a round with a failure. Do not call ck_hooks_run_due while it runs. */
-int ck_hooks_start_delivery(struct ck_hooks *h, const char *db_path);
-/* Stops the thread: it goes on delivering what is due for up to drain_s
- * seconds (an attempt's timeout is cut to that), then exits; 0 stops at
- * once after the attempt in flight. ck_hooks_free calls it with 0. */
-void ck_hooks_stop_delivery(struct ck_hooks *h, double drain_s);
+/* Delivery away from the caller's event loop (the watcher runs it in a
+ * helper process, agent/sender.h, so that a receiver that answers slowly or
+ * not at all never stalls it, and libcurl never stays in its memory).
+ * ck_hooks_set_waker: fn is called whenever ck_hooks_emit stored a delivery.
+ * ck_hooks_deliver_round opens its own connection to db_path (the database
+ * ck_hooks_emit writes), delivers what is due like ck_hooks_run_due, stopping
+ * early when *abort is set, and sets *again_s to the seconds until the next
+ * delivery is due (-1: none pending; at least a second after a round with a
+ * failure). */
+void ck_hooks_set_waker(struct ck_hooks *h, void (*fn)(void *arg), void *arg);
+int ck_hooks_deliver_round(struct ck_hooks *h, const char *db_path, int64_t deadline_ms,
+                           atomic_bool *abort, double *again_s);
 
 /* Unix ms of the next delivery due (-1: none pending), for the daemon's timer. */
 int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms);

@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "lazy/lazy.h"
 
+#include <ctype.h>
 #include <curl/curl.h>
 #include <nettle/base64.h>
 #include <nettle/hmac.h>
@@ -83,56 +84,107 @@ int ck_webhook_sign(const struct ck_webhook_key *keys, size_t nkeys, const char 
     return 0;
 }
 
+/* The parts of an http(s) URL that the config check and the logs need.
+ * Deliberately small and strict (what it accepts, libcurl accepts too): the
+ * check runs in the watcher, which must not load libcurl just for this (it
+ * brings 40 libraries and 5 MiB; the sending is done by a helper process). */
+struct url_parts {
+    char scheme[8]; /* lower case */
+    const char *host, *port;
+    size_t hostlen, portlen;
+    bool userinfo;
+};
+
+static bool host_char(unsigned char c)
+{
+    return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~' || c == '%' || c >= 0x80;
+}
+
+/* False when it is not scheme://authority[/...]. */
+static bool split_url(const char *url, struct url_parts *p)
+{
+    memset(p, 0, sizeof *p);
+    const char *sep = strstr(url, "://");
+    size_t n = sep ? (size_t)(sep - url) : 0;
+    if (n == 0 || n >= sizeof p->scheme)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!isalpha((unsigned char)url[i]))
+            return false;
+        p->scheme[i] = (char)tolower((unsigned char)url[i]);
+    }
+    const char *a = sep + 3, *end = a + strcspn(a, "/?#");
+    for (const char *q = a; q < end; q++)
+        if (*q == '@') {
+            p->userinfo = true;
+            a = q + 1;
+        }
+    const char *h = a;
+    if (h < end && *h == '[') { /* an IPv6 literal */
+        const char *close = memchr(h, ']', (size_t)(end - h));
+        if (!close)
+            return false;
+        for (const char *q = h + 1; q < close; q++)
+            if (!isxdigit((unsigned char)*q) && *q != ':' && *q != '.')
+                return false;
+        p->host = h;
+        p->hostlen = (size_t)(close + 1 - h);
+        h = close + 1;
+    } else {
+        p->host = h;
+        while (h < end && *h != ':') {
+            if (!host_char((unsigned char)*h))
+                return false;
+            h++;
+        }
+        p->hostlen = (size_t)(h - p->host);
+    }
+    if (h < end) {
+        if (*h != ':' || h + 1 == end || end - (h + 1) > 5)
+            return false;
+        p->port = h + 1;
+        p->portlen = (size_t)(end - p->port);
+        long port = 0;
+        for (const char *q = p->port; q < end; q++) {
+            if (!isdigit((unsigned char)*q))
+                return false;
+            port = port * 10 + (*q - '0');
+        }
+        if (port < 1 || port > 65535)
+            return false;
+    }
+    return true;
+}
+
 int ck_webhook_check_url(const char *url, const char *what)
 {
-    int loaded = ck_lazy_load(CK_LIB_CURL); /* libcurl parses the URL */
-    if (loaded < 0)
-        return loaded;
-    for (const char *p = url; *p; p++)
-        if ((unsigned char)*p <= ' ' || *p == 0x7f)
+    struct url_parts p;
+    for (const char *c = url; *c; c++)
+        if ((unsigned char)*c <= ' ' || *c == 0x7f)
             return ck_error(CK_ECONFIG, "%s: the URL contains a space or a control character",
                             what);
-    CURLU *u = curl_url();
-    if (!u)
-        return ck_error(CK_ENOMEM, "out of memory");
-    char *scheme = NULL, *host = NULL, *user = NULL;
-    int err = 0;
-    if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
-        err = ck_error(CK_ECONFIG, "%s: not a valid URL (like https://host/path)", what);
-    } else if (curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-               (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
-        err = ck_error(CK_ECONFIG, "%s: the URL must start with http:// or https://", what);
-    } else if (curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
-        err = ck_error(CK_ECONFIG, "%s: the URL has no host", what);
-    } else if (curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK) {
-        err = ck_error(CK_ECONFIG,
-                       "%s: the URL must not carry credentials (user:password@); "
-                       "give the whole URL as a secret (env:NAME or file:/path) instead",
-                       what);
-    }
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(user);
-    curl_url_cleanup(u);
-    return err;
+    if (!split_url(url, &p))
+        return ck_error(CK_ECONFIG, "%s: not a valid URL (like https://host/path)", what);
+    if (strcmp(p.scheme, "http") != 0 && strcmp(p.scheme, "https") != 0)
+        return ck_error(CK_ECONFIG, "%s: the URL must start with http:// or https://", what);
+    if (p.userinfo)
+        return ck_error(CK_ECONFIG,
+                        "%s: the URL must not carry credentials (user:password@); "
+                        "give the whole URL as a secret (env:NAME or file:/path) instead",
+                        what);
+    if (p.hostlen == 0)
+        return ck_error(CK_ECONFIG, "%s: the URL has no host", what);
+    return 0;
 }
 
 void ck_webhook_redact_url(const char *url, char *out, size_t outsz)
 {
-    CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL, *port = NULL;
-    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
-        curl_url_get(u, CURLUPART_PORT, &port, 0);
-        snprintf(out, outsz, "%s://%s%s%s", scheme, host, port ? ":" : "", port ? port : "");
-    } else {
+    struct url_parts p;
+    if (split_url(url, &p) && p.hostlen)
+        snprintf(out, outsz, "%s://%.*s%s%.*s", p.scheme, (int)p.hostlen, p.host, p.port ? ":" : "",
+                 (int)p.portlen, p.port ? p.port : "");
+    else
         snprintf(out, outsz, "(invalid url)");
-    }
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(port);
-    curl_url_cleanup(u);
 }
 
 /* The answer: its first bytes kept for the log, the rest counted and dropped,

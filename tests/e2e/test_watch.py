@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import yaml  # noqa: E402
 from ckptd_test import CKPTD, TmpDirCase, md5_file, run  # noqa: E402
+from webhook_receiver import Receiver  # noqa: E402
 from pmf_validate import validate_tree  # noqa: E402
 
 SIM = os.path.join(HERE, "..", "sim_trainer.py")
@@ -558,6 +559,18 @@ class WatchPoll(WatchCase):
     FLAGS = ["--poll", "--poll-interval", "100ms"]
 
 
+def children(pid):
+    """The pids of a process's children."""
+    out = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out.update(int(c) for c in f.read().split())
+        except FileNotFoundError:
+            pass
+    return out
+
+
 class WatchCli(TmpDirCase):
     def test_check_config(self):
         p = run("watch", "-n", self.dir, check=0)
@@ -687,17 +700,56 @@ class WatchCli(TmpDirCase):
             self.assertEqual(mapped(w.p.pid), [])
         finally:
             self.assertEqual(w.stop(), 0)
-        # a webhook needs libcurl: it is loaded then (another folder: the
+        # webhooks (and uploads over the network) need libcurl: they run in
+        # helper processes, so the watcher itself never maps it, and no
+        # helper stays behind once the work is done (another folder: the
         # Watcher helper waits for "watch.started" in a log of its own)
         other = os.path.join(self.dir, "other")
         os.makedirs(other)
-        with open(os.path.join(other, "ckptd.yaml"), "w") as f:
-            f.write("hooks:\n  webhooks:\n    - url: http://127.0.0.1:9/hook\n")
-        w = Watcher(other, [])
-        try:
-            self.assertTrue(any(n.startswith("libcurl.so") for n in mapped(w.p.pid)))
-        finally:
-            self.assertEqual(w.stop(), 0)
+        with Receiver(self.dir) as rx:
+            with open(os.path.join(other, "ckptd.yaml"), "w") as f:
+                f.write(f"hooks:\n  webhooks:\n    - url: {rx.url}\n"
+                        f"      events: [checkpoint.registered]\n")
+            w = Watcher(other, [])
+            try:
+                with open(os.path.join(other, "epoch_1.pt"), "wb") as f:
+                    f.write(os.urandom(1000))
+                got = rx.wait_requests(1)
+                self.assertEqual([json.loads(r["body"])["type"] for r in got],
+                                 ["checkpoint.registered"])
+                wait_for(lambda: not children(w.p.pid), "the webhook helper to exit")
+                self.assertIn("webhook.helper_ended", w.text())
+                self.assertEqual(mapped(w.p.pid), [])
+            finally:
+                self.assertEqual(w.stop(), 0)
+
+    def test_a_helper_that_dies_costs_nothing(self):
+        # a delivery helper killed in the middle of its work: the watcher
+        # goes on, says so, and a later helper delivers the same event
+        with Receiver(self.dir, slow=60) as rx:  # the first request hangs
+            with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+                f.write(f"hooks:\n  webhooks:\n    - url: {rx.url}\n      timeout: 3s\n"
+                        f"      events: [checkpoint.registered]\n")
+            w = Watcher(self.dir, [])
+            try:
+                with open(os.path.join(self.dir, "epoch_1.pt"), "wb") as f:
+                    f.write(os.urandom(1000))
+                first = rx.wait_requests(1)
+                self.assertEqual(len(first), 1)
+                pids = [int(m) for m in
+                        re.findall(r"webhook\.helper_started: pid=(\d+)", w.text())]
+                busy = [p for p in pids if p in children(w.p.pid)]
+                self.assertEqual(len(busy), 1, w.text())
+                os.kill(busy[0], signal.SIGKILL)
+                got = rx.wait_requests(2, timeout=60)
+                self.assertEqual(len(got), 2, w.text())
+                # the same event, sent again (receivers dedupe on webhook-id)
+                self.assertEqual(got[0]["headers"]["webhook-id"], got[1]["headers"]["webhook-id"])
+                self.assertRegex(w.text(), rf"webhook\.helper_failed: pid={busy[0]} killed by "
+                                           r"signal 9")
+                self.assertIsNone(w.p.poll())
+            finally:
+                self.assertEqual(w.stop(), 0)
 
     def test_json_logs(self):
         p = run("watch", "--log-format", "json", self.dir, "--", sys.executable, "-c", "pass",

@@ -3,6 +3,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/clock.h"
 #include "common/metrics.h"
 #include "hooks/event.h"
 #include "hooks/exec.h"
@@ -472,12 +473,20 @@ static int count_lines(const char *path)
     return n;
 }
 
-static void delivery_thread_keeps_the_caller_free(void **state)
+static void count_wake(void *arg)
+{
+    ++*(int *)arg;
+}
+
+/* The watcher's webhook helper: emit wakes it, a round delivers what is due
+ * and says when the next delivery is due. */
+static void deliver_round_and_waker(void **state)
 {
     char dir[4096], db_path[4200], log[4200], url[128];
     int port;
+    (void)state;
     ck_test_tmpdir(dir, "delivery");
-    pid_t rpid = start_receiver(dir, &port, "5", log, sizeof log);
+    pid_t rpid = start_receiver(dir, &port, "0", log, sizeof log);
     snprintf(url, sizeof url, "http://127.0.0.1:%d/hook", port);
     snprintf(db_path, sizeof db_path, "%s/state.db", dir);
     sqlite3 *db;
@@ -493,28 +502,38 @@ static void delivery_thread_keeps_the_caller_free(void **state)
     c.webhooks = &w;
     c.nwebhooks = 1;
     struct ck_hooks *h;
+    int wakes = 0;
     assert_int_equal(ck_hooks_new(&c, "test", &h), 0);
-    assert_int_equal(ck_hooks_start_delivery(h, db_path), 0);
+    ck_hooks_set_waker(h, count_wake, &wakes);
 
-    struct ck_event ev1, ev2;
+    struct ck_event ev1, ev2, ev3;
     ck_event_init(&ev1, CK_EV_CHECKPOINT_REGISTERED);
     ck_event_init(&ev2, CK_EV_CHECKPOINT_REGISTERED);
+    ck_event_init(&ev3, CK_EV_CHECKPOINT_REGISTERED);
     assert_int_equal(ck_hooks_emit(h, db, &ev1), 0);
-    /* the thread took it to the receiver, which holds the answer 5 s */
-    for (int i = 0; i < 400 && count_lines(log) < 1; i++)
-        usleep(25000);
-    assert_int_equal(count_lines(log), 1);
-    /* meanwhile the caller emits again and is not held by that receiver */
     assert_int_equal(ck_hooks_emit(h, db, &ev2), 0);
-    assert_int_equal(count_lines(log), 1);
+    assert_int_equal(wakes, 2);
+    assert_int_equal(count_lines(log), 0); /* emit itself sends nothing */
+
+    atomic_bool abort_flag = false;
+    double again = 99;
+    assert_int_equal(ck_hooks_deliver_round(h, db_path, ck_mono_ms() + 60000, &abort_flag, &again),
+                     0);
+    assert_int_equal(count_lines(log), 2);
     int64_t pending;
     assert_int_equal(ck_outbox_pending(db, &pending), 0);
-    assert_int_equal(pending, 2);
-    /* stopping drains what is due */
-    ck_hooks_stop_delivery(h, 60);
+    assert_int_equal(pending, 0);
+    assert_true(again < 0); /* nothing left */
+
+    /* stopped before it starts: nothing sent, and it says the rest is due now */
+    assert_int_equal(ck_hooks_emit(h, db, &ev3), 0);
+    atomic_store(&abort_flag, true);
+    assert_int_equal(ck_hooks_deliver_round(h, db_path, ck_mono_ms() + 60000, &abort_flag, &again),
+                     0);
     assert_int_equal(count_lines(log), 2);
     assert_int_equal(ck_outbox_pending(db, &pending), 0);
-    assert_int_equal(pending, 0);
+    assert_int_equal(pending, 1);
+    assert_true(again >= 0 && again < 1);
     ck_hooks_free(h);
     sqlite3_close(db);
     kill(rpid, SIGTERM);
@@ -536,6 +555,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(exec_failure_is_reported),
     cmocka_unit_test(exec_hanging_is_killed_with_its_children),
     cmocka_unit_test(hooks_new_rejects_bad_secret_value),
-    cmocka_unit_test(delivery_thread_keeps_the_caller_free),
+    cmocka_unit_test(deliver_round_and_waker),
 };
 CK_TEST_MAIN(tests)

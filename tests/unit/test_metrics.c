@@ -2,6 +2,7 @@
 #include "test_main.h"
 
 #include "common/buf.h"
+#include "common/error.h"
 #include "common/fsutil.h"
 #include "common/metrics.h"
 
@@ -129,6 +130,58 @@ static void exposition_over_its_maximum_fails(void **state)
     ck_buf_release(&b);
 }
 
+/* A helper process's counts reach the parent: take a mark, count, send the
+ * changes; the parent applies them on top of its own. Simulated here in one
+ * process by resetting between the two roles. */
+static void changes_since_a_mark_are_applied_elsewhere(void **state)
+{
+    (void)state;
+    ck_metrics_reset();
+    ck_metrics_add(CK_M_UPLOADS_COMPLETED, 5); /* the "parent" had counted these at the fork */
+    ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, 7);
+    struct ck_metrics_mark mark;
+    ck_metrics_mark(&mark);
+    /* the helper's work */
+    ck_metrics_add(CK_M_UPLOADS_COMPLETED, 2);
+    ck_metrics_add(CK_M_BYTES_UPLOADED, 3000);
+    ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, 1);
+    ck_metrics_observe(CK_H_UPLOAD_SECONDS, 0.3);
+    ck_metrics_observe(CK_H_UPLOAD_SECONDS, 40);
+    struct ck_buf b = CK_BUF_INIT;
+    assert_int_equal(ck_metrics_changes(&mark, &b), 0);
+    /* nothing changed since: nothing more to send */
+    struct ck_buf again = CK_BUF_INIT;
+    assert_int_equal(ck_metrics_changes(&mark, &again), 0);
+    assert_int_equal(again.len, 0);
+    ck_buf_release(&again);
+
+    /* the "parent", which meanwhile counted on its own */
+    ck_metrics_reset();
+    ck_metrics_add(CK_M_UPLOADS_COMPLETED, 5);
+    ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 4);
+    ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, 7);
+    assert_int_equal(ck_metrics_apply(b.data, b.len), 0);
+    assert_int_equal(ck_metrics_get(CK_M_UPLOADS_COMPLETED), 7);
+    assert_int_equal(ck_metrics_get(CK_M_BYTES_UPLOADED), 3000);
+    assert_int_equal(ck_metrics_get(CK_M_CHECKPOINTS_REGISTERED), 4);
+    assert_int_equal(ck_metrics_get(CK_M_UPLOAD_QUEUE_DEPTH), 1);
+    assert_int_equal(ck_metrics_count(CK_H_UPLOAD_SECONDS), 2);
+    struct ck_buf text = CK_BUF_INIT;
+    assert_int_equal(ck_metrics_render(&text), 0);
+    assert_true(value_of(ck_buf_str(&text), "ckptd_upload_duration_seconds_bucket{le=\"0.5\"}") ==
+                1);
+    assert_true(value_of(ck_buf_str(&text), "ckptd_upload_duration_seconds_bucket{le=\"60\"}") ==
+                2);
+    assert_true(value_of(ck_buf_str(&text), "ckptd_upload_duration_seconds_sum") == 40.3);
+    ck_buf_release(&text);
+    ck_buf_release(&b);
+
+    /* garbage is refused, by line */
+    static const char *bad[] = {"x 1 2\n", "c 9999 1\n", "h 0 99 1\n", "c 1\n", "s 0 nan\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(ck_metrics_apply(bad[i], strlen(bad[i])), CK_EFORMAT);
+}
+
 int main(int argc, char **argv);
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(counters_and_gauges),
@@ -136,5 +189,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(histogram_buckets_are_cumulative),
     cmocka_unit_test(write_file_is_atomic_and_readable),
     cmocka_unit_test(exposition_over_its_maximum_fails),
+    cmocka_unit_test(changes_since_a_mark_are_applied_elsewhere),
 };
 CK_TEST_MAIN(tests)
