@@ -384,11 +384,6 @@ bool ck_sender_busy(const struct ck_sender *s)
     return s && (s->pid != 0 || (s->kicked && !s->stopped));
 }
 
-long ck_sender_pid(const struct ck_sender *s)
-{
-    return s ? (long)s->pid : 0;
-}
-
 void ck_sender_pump(struct ck_sender *s, int timeout_ms)
 {
     if (!s)

@@ -60,8 +60,6 @@ void ck_sender_pump(struct ck_sender *s, int timeout_ms);
 /* No more rounds. A running helper gets SIGTERM, and SIGKILL if it is still
  * there after grace seconds; its records are read until it ends. */
 void ck_sender_stop(struct ck_sender *s, double grace);
-/* The pid of the running helper, 0 when none (tests, /status). */
-long ck_sender_pid(const struct ck_sender *s);
 /* Stops (grace 0) and frees. NULL is fine. */
 void ck_sender_free(struct ck_sender *s);
 

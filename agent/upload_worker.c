@@ -170,11 +170,6 @@ void ck_upload_worker_pump(struct ck_upload_worker *w, int timeout_ms)
         ck_sender_pump(w->sender, timeout_ms);
 }
 
-long ck_upload_worker_pid(const struct ck_upload_worker *w)
-{
-    return w ? ck_sender_pid(w->sender) : 0;
-}
-
 void ck_upload_worker_stop(struct ck_upload_worker *w, double grace)
 {
     /* the helper's own deadline is now + upload.grace; past the watcher's,

@@ -30,8 +30,6 @@ void ck_upload_worker_kick(struct ck_upload_worker *w);
 bool ck_upload_worker_is_idle(const struct ck_upload_worker *w);
 /* Outside the loop: drives the rounds, waiting at most timeout_ms. */
 void ck_upload_worker_pump(struct ck_upload_worker *w, int timeout_ms);
-/* The running helper's pid, 0 when none. */
-long ck_upload_worker_pid(const struct ck_upload_worker *w);
 /* No more rounds: in-flight transfers get grace seconds (then the helper is
  * killed); what is not sent stays queued for the next start. */
 void ck_upload_worker_stop(struct ck_upload_worker *w, double grace);
