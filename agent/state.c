@@ -134,7 +134,7 @@ int ck_state_open(struct ck_state *s, const char *model_dir)
         return err;
     if (!(s->dir = strdup(path)))
         return ck_error(CK_ENOMEM, "out of memory");
-    if ((err = ck_path_join(path, sizeof path, s->dir, "state.db")) < 0 ||
+    if ((err = ck_state_db_path(s, path, sizeof path)) < 0 ||
         (err = ck_state_open_db(path, &s->db)) < 0 || (err = migrate(s->db)) < 0) {
         ck_state_close(s);
         return err;
@@ -150,6 +150,11 @@ void ck_state_close(struct ck_state *s)
         sqlite3_close(s->db);
     free(s->dir);
     memset(s, 0, sizeof *s);
+}
+
+int ck_state_db_path(const struct ck_state *s, char *out, size_t outsz)
+{
+    return ck_path_join(out, outsz, s->dir, "state.db");
 }
 
 int ck_state_close_db(struct ck_state *s)
@@ -170,7 +175,7 @@ int ck_state_reopen_db(struct ck_state *s)
     int err;
     if (s->db)
         return 0;
-    if ((err = ck_path_join(path, sizeof path, s->dir, "state.db")) < 0)
+    if ((err = ck_state_db_path(s, path, sizeof path)) < 0)
         return err;
     return ck_state_open_db(path, &s->db);
 }

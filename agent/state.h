@@ -8,6 +8,7 @@
 
 #include <sqlite3.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -29,6 +30,8 @@ void ck_state_close(struct ck_state *s);
  * lock). A process that forks a child which uses the database
  * (agent/sender.c) closes its connection first and opens it again after. */
 int ck_state_close_db(struct ck_state *s);
+/* DIR/.ckptd/state.db: for a helper's own connection (ck_state_open_db). */
+int ck_state_db_path(const struct ck_state *s, char *out, size_t outsz);
 int ck_state_reopen_db(struct ck_state *s);
 /* Opens a database file at path with the agent's settings (WAL, busy
  * timeout, foreign keys). For tools that keep a state outside a model dir. */

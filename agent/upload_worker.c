@@ -138,7 +138,7 @@ int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config
     w->arg = arg;
     if (!realpath(dir, w->root))
         snprintf(w->root, sizeof w->root, "%s", dir);
-    if ((err = ck_path_join(w->db_path, sizeof w->db_path, st->dir, "state.db")) < 0 ||
+    if ((err = ck_state_db_path(st, w->db_path, sizeof w->db_path)) < 0 ||
         (err = ck_path_join(w->spool, sizeof w->spool, st->dir, "spool")) < 0) {
         free(w);
         return err;

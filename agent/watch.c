@@ -614,14 +614,19 @@ static int hooks_new(const struct ck_config *cfg, struct ck_hooks **out)
     return ck_hooks_new(&cfg->hooks, cfg->source ? cfg->source : "(defaults)", out);
 }
 
-/* In the webhook helper: delivers what is due. */
+/* In the webhook helper: delivers what is due, on a connection of its own. */
 static double webhook_round(void *arg)
 {
     struct watcher *w = arg;
     double again = -1;
     int64_t deadline =
         w->wh_drain_until > 0 ? w->wh_drain_until : ck_mono_ms() + WEBHOOK_ROUND_S * 1000;
-    if (ck_hooks_deliver_round(w->hooks, w->db_path, deadline, &w->wh_abort, &again) < 0) {
+    sqlite3 *db = NULL;
+    int err = ck_state_open_db(w->db_path, &db);
+    if (err == 0)
+        err = ck_hooks_deliver_round(w->hooks, db, deadline, &w->wh_abort, &again);
+    sqlite3_close(db);
+    if (err < 0) {
         ck_err("webhook.outbox", "%s", ck_error_msg());
         return WEBHOOK_ROUND_S;
     }
@@ -914,7 +919,7 @@ static int start(struct watcher *w)
         (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle, cfg->watch_check_writers)) <
             0 ||
         (err = setup_signals(w)) < 0 ||
-        (err = ck_path_join(w->db_path, sizeof w->db_path, w->st.dir, "state.db")) < 0)
+        (err = ck_state_db_path(&w->st, w->db_path, sizeof w->db_path)) < 0)
         return err;
     struct ck_hooks *h = NULL;
     if ((err = hooks_new(cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0 ||

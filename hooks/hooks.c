@@ -782,37 +782,26 @@ void ck_hooks_set_waker(struct ck_hooks *h, void (*fn)(void *arg), void *arg)
     h->waker_arg = arg;
 }
 
-int ck_hooks_deliver_round(struct ck_hooks *h, const char *db_path, int64_t deadline_ms,
-                           atomic_bool *abort, double *again_s)
+int ck_hooks_deliver_round(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, atomic_bool *abort,
+                           double *again_s)
 {
-    sqlite3 *db = NULL;
     size_t ok = 0, failed = 0;
     int64_t next = -1;
-    int err = 0;
+    int err;
     *again_s = -1;
     if (h->nhooks == 0)
         return 0;
-    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        err = ck_error(CK_EIO, "webhook outbox: cannot open '%s': %s", db_path,
-                       db ? sqlite3_errmsg(db) : "out of memory");
-        sqlite3_close(db);
+    /* not ensure_outbox: in a helper, h->outbox_db names the watcher's
+     * connection, closed before the fork */
+    if ((err = ck_outbox_init(db)) < 0 ||
+        (err = deliver_due(h, db, deadline_ms, &ok, &failed, abort)) < 0 ||
+        (err = ck_outbox_next_due(db, &next)) < 0 || next < 0)
         return err;
-    }
-    sqlite3_busy_timeout(db, 10000);
-    if ((err = ck_outbox_init(db)) == 0 &&
-        sqlite3_exec(db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL, NULL) !=
-            SQLITE_OK)
-        err = ck_error(CK_EIO, "webhook outbox: %s", sqlite3_errmsg(db));
-    if (err == 0)
-        err = deliver_due(h, db, deadline_ms, &ok, &failed, abort);
-    if (err == 0 && (err = ck_outbox_next_due(db, &next)) == 0 && next >= 0) {
-        double wait = (double)(next - now_unix_ms()) / 1000.0;
-        if (failed && wait < FAILED_ROUND_PAUSE_S)
-            wait = FAILED_ROUND_PAUSE_S;
-        *again_s = wait > 0 ? wait : 0;
-    }
-    sqlite3_close(db);
-    return err;
+    double wait = (double)(next - now_unix_ms()) / 1000.0;
+    if (failed && wait < FAILED_ROUND_PAUSE_S)
+        wait = FAILED_ROUND_PAUSE_S;
+    *again_s = wait > 0 ? wait : 0;
+    return 0;
 }
 
 /* --- status and test ------------------------------------------------------- */

@@ -93,14 +93,14 @@ int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_
  * helper process, agent/sender.h, so that a receiver that answers slowly or
  * not at all never stalls it, and libcurl never stays in its memory).
  * ck_hooks_set_waker: fn is called whenever ck_hooks_emit stored a delivery.
- * ck_hooks_deliver_round opens its own connection to db_path (the database
- * ck_hooks_emit writes), delivers what is due like ck_hooks_run_due, stopping
+ * ck_hooks_deliver_round, on the helper's own connection to the database
+ * ck_hooks_emit writes, delivers what is due like ck_hooks_run_due, stopping
  * early when *abort is set, and sets *again_s to the seconds until the next
  * delivery is due (-1: none pending; at least a second after a round with a
  * failure). */
 void ck_hooks_set_waker(struct ck_hooks *h, void (*fn)(void *arg), void *arg);
-int ck_hooks_deliver_round(struct ck_hooks *h, const char *db_path, int64_t deadline_ms,
-                           atomic_bool *abort, double *again_s);
+int ck_hooks_deliver_round(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, atomic_bool *abort,
+                           double *again_s);
 
 /* Unix ms of the next delivery due (-1: none pending), for the daemon's timer. */
 int ck_hooks_next_due(struct ck_hooks *h, sqlite3 *db, int64_t *unix_ms);

@@ -517,8 +517,7 @@ static void deliver_round_and_waker(void **state)
 
     atomic_bool abort_flag = false;
     double again = 99;
-    assert_int_equal(ck_hooks_deliver_round(h, db_path, ck_mono_ms() + 60000, &abort_flag, &again),
-                     0);
+    assert_int_equal(ck_hooks_deliver_round(h, db, ck_mono_ms() + 60000, &abort_flag, &again), 0);
     assert_int_equal(count_lines(log), 2);
     int64_t pending;
     assert_int_equal(ck_outbox_pending(db, &pending), 0);
@@ -528,8 +527,7 @@ static void deliver_round_and_waker(void **state)
     /* stopped before it starts: nothing sent, and it says the rest is due now */
     assert_int_equal(ck_hooks_emit(h, db, &ev3), 0);
     atomic_store(&abort_flag, true);
-    assert_int_equal(ck_hooks_deliver_round(h, db_path, ck_mono_ms() + 60000, &abort_flag, &again),
-                     0);
+    assert_int_equal(ck_hooks_deliver_round(h, db, ck_mono_ms() + 60000, &abort_flag, &again), 0);
     assert_int_equal(count_lines(log), 2);
     assert_int_equal(ck_outbox_pending(db, &pending), 0);
     assert_int_equal(pending, 1);
