@@ -160,23 +160,28 @@ static void event_name(char *out, size_t outsz, const struct ck_sender *s, const
     snprintf(out, outsz, "%s.%s", s->spec.name, what);
 }
 
-static void spawn(struct ck_sender *s)
+/* A helper could not be started: say why, try again later. */
+static void spawn_failed(struct ck_sender *s, const char *why)
 {
     char ev[64];
+    event_name(ev, sizeof ev, s, "helper_failed");
+    ck_err(ev, "%s; trying again in %ds", why, FAILED_RETRY_MS / 1000);
+    s->again_at = ck_mono_ms() + FAILED_RETRY_MS;
+}
+
+static void spawn(struct ck_sender *s)
+{
+    char ev[64], why[256];
     int p[2];
     if (pipe2(p, O_CLOEXEC) < 0) {
-        event_name(ev, sizeof ev, s, "helper_failed");
-        ck_err(ev, "cannot create a pipe: %s; trying again in %ds", strerror(errno),
-               FAILED_RETRY_MS / 1000);
-        s->again_at = ck_mono_ms() + FAILED_RETRY_MS;
+        snprintf(why, sizeof why, "cannot create a pipe: %s", strerror(errno));
+        spawn_failed(s, why);
         return;
     }
     if (s->state && ck_state_close_db(s->state) < 0) {
-        event_name(ev, sizeof ev, s, "helper_failed");
-        ck_err(ev, "%s; trying again in %ds", ck_error_msg(), FAILED_RETRY_MS / 1000);
         close(p[0]);
         close(p[1]);
-        s->again_at = ck_mono_ms() + FAILED_RETRY_MS;
+        spawn_failed(s, ck_error_msg());
         return;
     }
     fflush(NULL); /* nothing buffered is written twice */
@@ -199,10 +204,8 @@ static void spawn(struct ck_sender *s)
     close(p[1]);
     if (pid < 0) {
         close(p[0]);
-        event_name(ev, sizeof ev, s, "helper_failed");
-        ck_err(ev, "cannot start a helper process: %s; trying again in %ds", strerror(errno),
-               FAILED_RETRY_MS / 1000);
-        s->again_at = ck_mono_ms() + FAILED_RETRY_MS;
+        snprintf(why, sizeof why, "cannot start a helper process: %s", strerror(errno));
+        spawn_failed(s, why);
         return;
     }
     fcntl(p[0], F_SETFL, O_NONBLOCK);
