@@ -14,7 +14,7 @@
 #ifndef CK_H5PARAM_H
 #define CK_H5PARAM_H
 
-#include "readers/tensor.h"
+#include "model/tensor.h"
 
 #include <stddef.h>
 

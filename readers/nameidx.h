@@ -4,7 +4,7 @@
 #ifndef CK_NAMEIDX_H
 #define CK_NAMEIDX_H
 
-#include "readers/tensor.h"
+#include "model/tensor.h"
 
 #include <stdbool.h>
 #include <stddef.h>

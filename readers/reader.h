@@ -6,7 +6,7 @@
 #ifndef CK_READER_H
 #define CK_READER_H
 
-#include "readers/tensor.h"
+#include "model/tensor.h"
 
 #include <stdbool.h>
 #include <stddef.h>

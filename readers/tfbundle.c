@@ -22,7 +22,7 @@
  * tensors are, per element, varint64 length, bytes, and the masked CRC so
  * far; the entry's CRC covers lengths as 8 bytes, bytes and those 4 bytes. */
 #include "readers/reader.h"
-#include "readers/crc32c.h"
+#include "common/crc32c.h"
 #include "readers/pbwire.h"
 #include "common/buf.h"
 #include "common/error.h"

@@ -7,7 +7,7 @@
 #ifndef CK_ZIPIN_H
 #define CK_ZIPIN_H
 
-#include "readers/tensor.h"
+#include "model/tensor.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -5,11 +5,11 @@
 #include "test_main.h"
 
 #include "common/error.h"
-#include "readers/crc32c.h"
+#include "common/crc32c.h"
 #include "readers/jsonin.h"
 #include "readers/pbwire.h"
 #include "readers/reader.h"
-#include "readers/tensor.h"
+#include "model/tensor.h"
 
 #include <fcntl.h>
 #include <math.h>

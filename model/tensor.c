@@ -1,5 +1,5 @@
-#include "readers/tensor.h"
-#include "readers/crc32c.h"
+#include "model/tensor.h"
+#include "common/crc32c.h"
 #include "common/error.h"
 
 #include <errno.h>

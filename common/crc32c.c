@@ -1,4 +1,4 @@
-#include "readers/crc32c.h"
+#include "common/crc32c.h"
 
 #include <pthread.h>
 #include <stdbool.h>

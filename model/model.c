@@ -1,0 +1,319 @@
+#include "model/model.h"
+#include "common/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One row per op, in enum order (checked by model.op_names_round_trip). */
+static const char *const op_names[CK_OP_COUNT] = {
+    [CK_OP_INVALID] = "invalid",
+    [CK_OP_IDENTITY] = "identity",
+    [CK_OP_DENSE] = "dense",
+    [CK_OP_CONV2D] = "conv2d",
+    [CK_OP_MAXPOOL] = "maxpool",
+    [CK_OP_AVGPOOL] = "avgpool",
+    [CK_OP_GLOBAL_AVGPOOL] = "global_avgpool",
+    [CK_OP_GLOBAL_MAXPOOL] = "global_maxpool",
+    [CK_OP_RELU] = "relu",
+    [CK_OP_LEAKY_RELU] = "leaky_relu",
+    [CK_OP_SIGMOID] = "sigmoid",
+    [CK_OP_TANH] = "tanh",
+    [CK_OP_GELU] = "gelu",
+    [CK_OP_SOFTMAX] = "softmax",
+    [CK_OP_LOG_SOFTMAX] = "log_softmax",
+    [CK_OP_ADD] = "add",
+    [CK_OP_SUB] = "sub",
+    [CK_OP_MUL] = "mul",
+    [CK_OP_DIV] = "div",
+    [CK_OP_POW] = "pow",
+    [CK_OP_MATMUL] = "matmul",
+    [CK_OP_TRANSPOSE] = "transpose",
+    [CK_OP_RESHAPE] = "reshape",
+    [CK_OP_FLATTEN] = "flatten",
+    [CK_OP_SQUEEZE] = "squeeze",
+    [CK_OP_UNSQUEEZE] = "unsqueeze",
+    [CK_OP_CONCAT] = "concat",
+    [CK_OP_SPLIT] = "split",
+    [CK_OP_SLICE] = "slice",
+    [CK_OP_BATCHNORM] = "batchnorm",
+    [CK_OP_LAYERNORM] = "layernorm",
+    [CK_OP_GATHER] = "gather",
+    [CK_OP_REDUCE_MEAN] = "reduce_mean",
+    [CK_OP_REDUCE_SUM] = "reduce_sum",
+    [CK_OP_SQRT] = "sqrt",
+    [CK_OP_EXP] = "exp",
+    [CK_OP_LOG] = "log",
+    [CK_OP_NEG] = "neg",
+    [CK_OP_ERF] = "erf",
+    [CK_OP_CLIP] = "clip",
+    [CK_OP_PAD] = "pad",
+};
+
+const char *ck_op_name(enum ck_op op)
+{
+    if ((int)op < 0 || op >= CK_OP_COUNT || !op_names[op])
+        return "invalid";
+    return op_names[op];
+}
+
+enum ck_op ck_op_from_name(const char *name)
+{
+    if (!name)
+        return CK_OP_INVALID;
+    for (int i = 1; i < CK_OP_COUNT; i++)
+        if (op_names[i] && strcmp(op_names[i], name) == 0)
+            return (enum ck_op)i;
+    return CK_OP_INVALID;
+}
+
+void ck_op_params_init(struct ck_op_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->stride[0] = p->stride[1] = 1;
+    p->dilation[0] = p->dilation[1] = 1;
+    p->groups = 1;
+    p->axis = CK_AXIS_DEFAULT;
+    p->alpha = 0.01f;
+    p->eps = 1e-5f;
+    p->min = -INFINITY;
+    p->max = INFINITY;
+}
+
+int64_t ck_op_axis(const struct ck_op_params *p, int64_t def)
+{
+    return p->axis == CK_AXIS_DEFAULT ? def : p->axis;
+}
+
+static void strv_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static int strv_push(char ***v, size_t *n, const char *s)
+{
+    if (*n >= 1u << 20)
+        return ck_error(CK_ESIZE, "too many names on one graph node");
+    char **a = realloc(*v, (*n + 1) * sizeof *a);
+    if (!a)
+        return ck_error(CK_ENOMEM, "out of memory");
+    *v = a;
+    if (!(a[*n] = strdup(s ? s : "")))
+        return ck_error(CK_ENOMEM, "out of memory");
+    (*n)++;
+    return 0;
+}
+
+int ck_model_new(struct ck_tensor_set *weights, const char *source, struct ck_model **out)
+{
+    *out = NULL;
+    struct ck_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        ck_tensor_set_free(weights);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    m->weights = weights;
+    m->source = source;
+    *out = m;
+    return 0;
+}
+
+static void node_release(struct ck_model_node *n)
+{
+    free(n->name);
+    strv_free(n->inputs, n->ninputs);
+    strv_free(n->outputs, n->noutputs);
+    free(n->p.ints);
+}
+
+void ck_model_free(struct ck_model *m)
+{
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->nnodes; i++)
+        node_release(&m->nodes[i]);
+    free(m->nodes);
+    for (size_t i = 0; i < m->ninputs; i++)
+        free(m->inputs[i].name);
+    for (size_t i = 0; i < m->noutputs; i++)
+        free(m->outputs[i].name);
+    free(m->inputs);
+    free(m->outputs);
+    free(m->name);
+    ck_tensor_set_free(m->weights);
+    free(m);
+}
+
+int ck_model_add_node(struct ck_model *m, const char *name, enum ck_op op,
+                      struct ck_model_node **out)
+{
+    if (m->nnodes == m->nodes_cap) {
+        if (m->nodes_cap >= (1u << 24))
+            return ck_error(CK_ESIZE, "too many graph nodes");
+        size_t cap = m->nodes_cap ? m->nodes_cap * 2 : 16;
+        struct ck_model_node *a = realloc(m->nodes, cap * sizeof *a);
+        if (!a)
+            return ck_error(CK_ENOMEM, "out of memory");
+        m->nodes = a;
+        m->nodes_cap = cap;
+    }
+    struct ck_model_node *n = &m->nodes[m->nnodes];
+    memset(n, 0, sizeof *n);
+    ck_op_params_init(&n->p);
+    n->op = op;
+    if (!(n->name = strdup(name ? name : "")))
+        return ck_error(CK_ENOMEM, "out of memory");
+    m->nnodes++;
+    if (out)
+        *out = n;
+    return 0;
+}
+
+int ck_model_node_add_input(struct ck_model_node *n, const char *value)
+{
+    return strv_push(&n->inputs, &n->ninputs, value);
+}
+
+int ck_model_node_add_output(struct ck_model_node *n, const char *value)
+{
+    return strv_push(&n->outputs, &n->noutputs, value);
+}
+
+int ck_model_node_set_ints(struct ck_model_node *n, const int64_t *v, size_t count)
+{
+    if (count > CK_MODEL_MAX_INTS)
+        return ck_error(CK_ESIZE, "node '%s': %zu integer parameters (at most %d)", n->name,
+                        count, CK_MODEL_MAX_INTS);
+    int64_t *a = NULL;
+    if (count) {
+        if (!(a = malloc(count * sizeof *a)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        memcpy(a, v, count * sizeof *a);
+    }
+    free(n->p.ints);
+    n->p.ints = a;
+    n->p.nints = count;
+    return 0;
+}
+
+int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_dtype dtype,
+                    int rank, const int64_t *dims)
+{
+    if (rank < 0 || rank > CK_TENSOR_MAX_RANK)
+        return ck_error(CK_ESIZE, "graph %s '%s': rank %d out of range", output ? "output" : "input",
+                        name, rank);
+    struct ck_model_io **v = output ? &m->outputs : &m->inputs;
+    size_t *n = output ? &m->noutputs : &m->ninputs;
+    if (*n >= 4096)
+        return ck_error(CK_ESIZE, "too many graph inputs or outputs");
+    struct ck_model_io *a = realloc(*v, (*n + 1) * sizeof *a);
+    if (!a)
+        return ck_error(CK_ENOMEM, "out of memory");
+    *v = a;
+    struct ck_model_io *io = &a[*n];
+    memset(io, 0, sizeof *io);
+    if (!(io->name = strdup(name)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    io->dtype = dtype;
+    io->rank = rank;
+    if (rank)
+        memcpy(io->dims, dims, (size_t)rank * sizeof *dims);
+    (*n)++;
+    return 0;
+}
+
+const struct ck_tensor *ck_model_weight(const struct ck_model *m, const char *value)
+{
+    return m->weights ? ck_tensor_set_find(m->weights, value) : NULL;
+}
+
+/* Inputs each op takes: [min, max]; max 0 means any number. */
+static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi)
+{
+    *lo = 1;
+    *hi = 1;
+    switch (op) {
+    case CK_OP_DENSE:
+    case CK_OP_CONV2D:
+        *lo = 2, *hi = 3;
+        break;
+    case CK_OP_ADD:
+    case CK_OP_SUB:
+    case CK_OP_MUL:
+    case CK_OP_DIV:
+    case CK_OP_POW:
+        *lo = *hi = p->has_scalar ? 1 : 2;
+        break;
+    case CK_OP_MATMUL:
+    case CK_OP_GATHER:
+        *lo = *hi = 2;
+        break;
+    case CK_OP_CONCAT:
+        *lo = 1, *hi = 0;
+        break;
+    case CK_OP_BATCHNORM:
+        *lo = *hi = 5;
+        break;
+    case CK_OP_LAYERNORM:
+        *lo = 1, *hi = 3;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Names defined so far: weights are looked up in the set, the rest here.
+ * Linear search is fine for the sizes checked (the engine builds its own index). */
+static bool defined(const struct ck_model *m, size_t upto, const char *v)
+{
+    if (ck_model_weight(m, v))
+        return true;
+    for (size_t i = 0; i < m->ninputs; i++)
+        if (strcmp(m->inputs[i].name, v) == 0)
+            return true;
+    for (size_t i = 0; i < upto; i++)
+        for (size_t k = 0; k < m->nodes[i].noutputs; k++)
+            if (strcmp(m->nodes[i].outputs[k], v) == 0)
+                return true;
+    return false;
+}
+
+int ck_model_check(const struct ck_model *m)
+{
+    if (m->ninputs == 0)
+        return ck_error(CK_EFORMAT, "model has no graph input");
+    if (m->noutputs == 0)
+        return ck_error(CK_EFORMAT, "model has no graph output");
+    for (size_t i = 0; i < m->nnodes; i++) {
+        const struct ck_model_node *n = &m->nodes[i];
+        if (n->op <= CK_OP_INVALID || n->op >= CK_OP_COUNT)
+            return ck_error(CK_EFORMAT, "node %zu '%s': no operation", i, n->name);
+        size_t lo, hi;
+        op_arity(n->op, &n->p, &lo, &hi);
+        if (n->ninputs < lo || (hi && n->ninputs > hi))
+        {
+            if (hi == lo)
+                return ck_error(CK_EFORMAT, "node %zu '%s' (%s): %zu inputs, expected %zu", i,
+                                n->name, ck_op_name(n->op), n->ninputs, lo);
+            return ck_error(CK_EFORMAT, "node %zu '%s' (%s): %zu inputs, expected %zu to %s", i,
+                            n->name, ck_op_name(n->op), n->ninputs, lo,
+                            hi ? (hi == 3 ? "3" : "5") : "any number");
+        }
+        if (n->noutputs == 0)
+            return ck_error(CK_EFORMAT, "node %zu '%s' (%s): no output", i, n->name,
+                            ck_op_name(n->op));
+        for (size_t k = 0; k < n->ninputs; k++)
+            if (!defined(m, i, n->inputs[k]))
+                return ck_error(CK_EFORMAT,
+                                "node %zu '%s' (%s): input '%s' is neither a weight, a graph "
+                                "input nor the output of an earlier node",
+                                i, n->name, ck_op_name(n->op), n->inputs[k]);
+    }
+    for (size_t i = 0; i < m->noutputs; i++)
+        if (!defined(m, m->nnodes, m->outputs[i].name))
+            return ck_error(CK_EFORMAT, "graph output '%s' is produced by no node",
+                            m->outputs[i].name);
+    return 0;
+}

@@ -1,0 +1,160 @@
+/* The model every deployment stage consumes: a checkpoint's tensors plus its
+ * network as a graph in one canonical operation vocabulary. The mldef and
+ * SameDiff writers and the inference engine (infer/) read only this; each
+ * source format maps its own op names into it in one table (readers/), and
+ * weight-only checkpoints get their graph from a layer list (model/layers.h).
+ * docs/model.md is the reference for every op, its inputs and parameters.
+ *
+ * Layout conventions (the engine and the writers rely on them):
+ * - activations are float32, C order; images are NCHW;
+ * - a value is named by a string: a weight (a tensor of model->weights), a
+ *   graph input, or the output of an earlier node. Nodes are kept in an
+ *   order where every input is defined before use (ck_model_check).
+ *
+ * Ownership: a ck_model owns its weights set, its nodes, their names and
+ * parameter arrays, and its input/output descriptions. */
+#ifndef CK_MODEL_H
+#define CK_MODEL_H
+
+#include "model/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The canonical vocabulary. Inputs are listed as (x, W, b): optional inputs
+ * may be absent (ninputs smaller). See docs/model.md for the exact semantics. */
+enum ck_op {
+    CK_OP_INVALID = 0,
+    CK_OP_IDENTITY,    /* (x); dropout at inference maps here */
+    CK_OP_DENSE,       /* (x, W[, b]); x flattened to [prod(dims[0:axis]), rest]; W is
+                          [in, out] (NNabla Affine, Keras) or, with p.trans_w, [out, in]
+                          (torch Linear, ONNX Gemm transB=1); y = x W + b; the output
+                          keeps dims[0:axis] and appends W's out dims (p.axis default 1) */
+    CK_OP_CONV2D,      /* (x NCHW, W[out, in/groups, kh, kw][, b[out]]); p.stride,
+                          p.pad (top, left, bottom, right), p.dilation, p.groups */
+    CK_OP_MAXPOOL,     /* (x NCHW); p.kernel, p.stride, p.pad, p.ceil_mode */
+    CK_OP_AVGPOOL,     /* (x NCHW); as maxpool, p.count_include_pad */
+    CK_OP_GLOBAL_AVGPOOL, /* (x NCHW) -> [N, C, 1, 1] */
+    CK_OP_GLOBAL_MAXPOOL, /* (x NCHW) -> [N, C, 1, 1] */
+    CK_OP_RELU,
+    CK_OP_LEAKY_RELU,  /* p.alpha: the slope below zero */
+    CK_OP_SIGMOID,
+    CK_OP_TANH,
+    CK_OP_GELU,        /* erf form; p.approx_tanh for the tanh approximation */
+    CK_OP_SOFTMAX,     /* p.axis (negative counts from the end) */
+    CK_OP_LOG_SOFTMAX, /* p.axis */
+    CK_OP_ADD,         /* (a, b) numpy broadcasting, or (a) with p.has_scalar: a op p.scalar */
+    CK_OP_SUB,         /* with p.scalar_first: p.scalar - a */
+    CK_OP_MUL,
+    CK_OP_DIV,         /* with p.scalar_first: p.scalar / a */
+    CK_OP_POW,         /* (a, b) or (a) with p.scalar as the exponent */
+    CK_OP_MATMUL,      /* (a, b) numpy matmul semantics: batched, batch dims broadcast */
+    CK_OP_TRANSPOSE,   /* (x); p.ints = the permutation */
+    CK_OP_RESHAPE,     /* (x); p.ints = the new shape: 0 copies the input dim, -1 infers one */
+    CK_OP_FLATTEN,     /* (x); [prod(dims[0:axis]), prod(dims[axis:])], p.axis default 1 */
+    CK_OP_SQUEEZE,     /* (x); p.ints = the axes (all size-1 axes when empty) */
+    CK_OP_UNSQUEEZE,   /* (x); p.ints = the axes of the output */
+    CK_OP_CONCAT,      /* (x0, x1, ...); p.axis */
+    CK_OP_SPLIT,       /* (x) -> noutputs; p.axis, p.ints = sizes (equal parts when empty) */
+    CK_OP_SLICE,       /* (x); p.ints = [start0, end0, step0, start1, ...] per axis from 0;
+                          ends clamp like numpy */
+    CK_OP_BATCHNORM,   /* (x, gamma, beta, mean, var); p.eps; channels on p.axis (default 1) */
+    CK_OP_LAYERNORM,   /* (x[, gamma[, beta]]); normalised over dims[p.axis:] (default -1); p.eps */
+    CK_OP_GATHER,      /* (table, indices); p.axis (default 0); indices as float values */
+    CK_OP_REDUCE_MEAN, /* (x); p.ints = axes (all when empty); p.keepdims */
+    CK_OP_REDUCE_SUM,  /* (x); as reduce_mean */
+    CK_OP_SQRT,
+    CK_OP_EXP,
+    CK_OP_LOG,
+    CK_OP_NEG,
+    CK_OP_ERF,
+    CK_OP_CLIP,        /* (x); p.min, p.max (relu6 maps here) */
+    CK_OP_PAD,         /* (x); p.ints = [before0, after0, before1, after1, ...]; constant p.scalar */
+    CK_OP_COUNT
+};
+
+/* "dense", "conv2d", ... as docs/model.md and layer lists spell them. */
+const char *ck_op_name(enum ck_op op);
+/* CK_OP_INVALID for an unknown name. */
+enum ck_op ck_op_from_name(const char *name);
+
+#define CK_MODEL_MAX_INTS 64
+
+/* Every op's parameters in one struct: each op reads the fields its line in
+ * the enum names and ignores the rest. ck_op_params_init sets the defaults. */
+struct ck_op_params {
+    int64_t kernel[2];   /* kh, kw */
+    int64_t stride[2];   /* default 1, 1 */
+    int64_t dilation[2]; /* default 1, 1 */
+    int64_t pad[4];      /* top, left, bottom, right */
+    int64_t groups;      /* default 1 */
+    int64_t axis;        /* default per op (see the enum); CK_AXIS_DEFAULT when unset */
+    bool trans_w;        /* dense: W is [out, in] */
+    bool ceil_mode;
+    bool count_include_pad;
+    bool keepdims;
+    bool approx_tanh;
+    bool has_scalar;     /* add/sub/mul/div/pow/pad: the second operand is p.scalar */
+    bool scalar_first;
+    float scalar;
+    float alpha;         /* leaky relu, default 0.01 */
+    float eps;           /* batchnorm, layernorm: default 1e-5 */
+    float min, max;      /* clip: default -inf, +inf */
+    int64_t *ints;       /* owned: shape, perm, axes, sizes, slice triples, pads */
+    size_t nints;
+};
+
+#define CK_AXIS_DEFAULT INT64_MIN
+
+void ck_op_params_init(struct ck_op_params *p);
+/* The axis to use: p->axis, or def when it was left unset. */
+int64_t ck_op_axis(const struct ck_op_params *p, int64_t def);
+
+struct ck_model_node {
+    char *name;                      /* owned: the source's node name (for errors) */
+    enum ck_op op;
+    char **inputs;  size_t ninputs;  /* owned value names */
+    char **outputs; size_t noutputs; /* owned value names */
+    struct ck_op_params p;
+};
+
+/* A graph input or output. dims[0] == -1 stands for "any batch size". */
+struct ck_model_io {
+    char *name; /* owned */
+    enum ck_dtype dtype;
+    int rank;
+    int64_t dims[CK_TENSOR_MAX_RANK];
+};
+
+struct ck_model {
+    char *name;                        /* owned or NULL */
+    const char *source;                /* static: "nnp", "samediff", "onnx", "layers", ... */
+    struct ck_tensor_set *weights;     /* owned */
+    struct ck_model_node *nodes; size_t nnodes, nodes_cap;
+    struct ck_model_io *inputs;  size_t ninputs;
+    struct ck_model_io *outputs; size_t noutputs;
+};
+
+/* A new empty model that takes ownership of weights (freed with the model,
+ * also when this fails). */
+int ck_model_new(struct ck_tensor_set *weights, const char *source, struct ck_model **out);
+void ck_model_free(struct ck_model *m);
+/* Appends a node (name copied, params defaulted); *out valid until the next add. */
+int ck_model_add_node(struct ck_model *m, const char *name, enum ck_op op,
+                      struct ck_model_node **out);
+int ck_model_node_add_input(struct ck_model_node *n, const char *value);
+int ck_model_node_add_output(struct ck_model_node *n, const char *value);
+int ck_model_node_set_ints(struct ck_model_node *n, const int64_t *v, size_t count);
+/* Declares a graph input or output (dims copied; rank <= CK_TENSOR_MAX_RANK). */
+int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_dtype dtype,
+                    int rank, const int64_t *dims);
+/* The weight named value, or NULL when value is not a weight. */
+const struct ck_tensor *ck_model_weight(const struct ck_model *m, const char *value);
+
+/* Structural checks: every node input is a weight, a graph input or an
+ * earlier node's output; every graph output is produced; the op's input
+ * count fits. CK_EFORMAT naming the node (and its index) otherwise. */
+int ck_model_check(const struct ck_model *m);
+
+#endif
