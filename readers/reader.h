@@ -6,6 +6,7 @@
 #ifndef CK_READER_H
 #define CK_READER_H
 
+#include "model/model.h"
 #include "model/tensor.h"
 
 #include <stdbool.h>
@@ -23,6 +24,12 @@ struct ck_reader_ops {
     /* Checks every checksum the format stores (NULL: the format stores none).
      * Returns CK_EFORMAT naming the first tensor whose data does not match. */
     int (*verify)(const struct ck_tensor_set *s);
+    /* Builds the canonical model (model/model.h) from a set this reader
+     * opened, mapping the format's op names through its one table; takes
+     * ownership of s (freed also on failure). NULL for weight-only formats,
+     * whose graph comes from a layer list. An op with no mapping is
+     * CK_EFORMAT naming the op and the node. */
+    int (*to_model)(struct ck_tensor_set *s, struct ck_model **out);
 };
 
 /* probe() scores: higher wins. */
