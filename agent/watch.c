@@ -771,7 +771,7 @@ static void reload(struct watcher *w)
     if (uploads_start(w) < 0)
         ck_err("upload.failed", "%s: no uploads until the next reload", ck_error_msg());
     ck_upload_worker_kick(w->up);
-    ck_cli_setup_logging(w->o->cli, w->cfg.log_format, w->cfg.log_level);
+    ck_log_setup_over(w->o->log_format, w->o->log_level, w->cfg.log_format, w->cfg.log_level);
     ck_settle_configure(w->settle, w->cfg.watch_settle, w->cfg.watch_check_writers);
     ck_fswatch_set_poll_interval(w->fs, w->cfg.watch_poll_interval);
     double r = w->cfg.watch_reconcile_interval;
@@ -971,8 +971,9 @@ static int start(struct watcher *w)
     return 0;
 }
 
-int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg)
+int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg, int *failed)
 {
+    *failed = 0;
     struct watcher w = {.o = o, .cfg = *cfg, .sfd = -1, .lock = {-1}, .status = CK_PMF_PENDING};
     memset(cfg, 0, sizeof *cfg); /* ours now */
     ck_pathmap_init(&w.renamed, NULL);
@@ -981,12 +982,15 @@ int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg)
         err = ck_loop_run(w.loop);
     if (err < 0) {
         int code = w.exit_code ? w.exit_code : ck_exit_code(err);
-        ck_cli_fail("watch", err);
+        /* the command layer prints it; what release() logs must not replace it */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ck_error_msg());
         if (w.child > 0) { /* it started, then we failed: do not leave it behind */
             kill(-w.child, SIGTERM);
             waitpid(w.child, NULL, 0);
         }
         release(&w);
+        *failed = *msg ? ck_error(err, "%s", msg) : err;
         return code;
     }
     if (w.terminating && w.child <= 0 && !w.child_started)

@@ -16,7 +16,6 @@
 #ifndef CK_WATCH_H
 #define CK_WATCH_H
 
-#include "agent/cli.h"
 #include "agent/config.h"
 
 #include <stdbool.h>
@@ -25,7 +24,9 @@
 struct ck_watch_opts {
     const char *dir;
     const char *config_path;  /* --config, or NULL: DIR/ckptd.yaml when present */
-    const struct ck_cli *cli; /* logging flags, applied again after a reload */
+    /* --log-format and -v/-q (negative: not given), applied over the config
+     * again after a reload */
+    int log_format, log_level;
     /* flags over the config; negative: not given */
     int poll;
     double poll_interval, settle, grace_period;
@@ -40,8 +41,10 @@ int ck_watch_check_config(const struct ck_config *cfg);
 
 /* Runs the watcher until SIGTERM/SIGINT, the end of the training, or the
  * wrapped command's exit. cfg is taken over (released here). Returns the
- * process exit code: the command's (128+N for signal N) when there is one. */
-int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg);
+ * process exit code: the command's (128+N for signal N) when there is one.
+ * *failed gets 0, or the error that stopped the watcher (its message is the
+ * thread's current one, for the command layer to print). */
+int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg, int *failed);
 
 /* The client side of a request: asks the watcher holding DIR's lock to end
  * the training with status (CK_PMF_FINISHED or CK_PMF_FAILED). 0 when it

@@ -1,7 +1,7 @@
 /* ckptd status DIR [--finished|--failed] [--json]: the training's status, and
  * ending it (through the running watcher, or under the lock). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/lock.h"
 #include "agent/scan.h"

@@ -1,11 +1,10 @@
-#include "agent/cli.h"
+#include "agent/cmd/cli.h"
 #include "common/error.h"
 #include "common/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 const struct ck_command *ck_command_find(const char *name)
 {
@@ -51,12 +50,7 @@ int ck_cli_common(struct ck_cli *c, const char *cmd, int opt, const char *arg)
 
 void ck_cli_setup_logging(const struct ck_cli *c, int cfg_format, int cfg_level)
 {
-    int format = c->log_format >= 0 ? c->log_format
-                 : cfg_format >= 0   ? cfg_format
-                 : isatty(2)         ? CK_LOG_TEXT
-                                     : CK_LOG_TEXT;
-    int level = c->log_level >= 0 ? c->log_level : cfg_level >= 0 ? cfg_level : CK_LOG_INFO;
-    ck_log_setup(format, level, stderr);
+    ck_log_setup_over(c->log_format, c->log_level, cfg_format, cfg_level);
 }
 
 int ck_cli_usage_error(const char *cmd, const char *fmt, ...)

@@ -2,8 +2,8 @@
  * the queue (with a progress bar on a terminal). The queue lives in a state
  * folder (--state DIR, else $XDG_STATE_HOME/ckptd or ~/.local/state/ckptd),
  * so a run that was killed continues where it stopped on the next start. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/state.h"
 #include "common/error.h"

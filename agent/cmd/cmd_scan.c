@@ -1,6 +1,6 @@
 /* ckptd scan DIR: one idempotent pass, for cron. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/lock.h"
 #include "agent/notify.h"

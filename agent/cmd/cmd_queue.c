@@ -1,8 +1,8 @@
 /* ckptd queue: list the upload queue, put failed jobs back (retry), or run
  * it now (run). The queue of a model directory (DIR/.ckptd/state.db) or of
  * `ckptd upload` (--state DIR, default $XDG_STATE_HOME/ckptd). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/lock.h"
 #include "agent/state.h"

@@ -1,6 +1,6 @@
 /* ckptd watch DIR [-- COMMAND ARGS...]: the sidecar (agent/watch.h). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/ops.h"
 #include "agent/scan.h"
@@ -131,7 +131,8 @@ int ck_cmd_watch(int argc, char **argv)
         wo.command = argv + nopts + 1;
     }
     wo.config_path = cli.config_path;
-    wo.cli = &cli;
+    wo.log_format = cli.log_format;
+    wo.log_level = cli.log_level;
 
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, wo.dir);
@@ -158,5 +159,9 @@ int ck_cmd_watch(int argc, char **argv)
         printf("%s: ok\n", wo.dir);
         return CK_EXIT_OK;
     }
-    return ck_watch_run(&wo, &cfg);
+    int failed;
+    int code = ck_watch_run(&wo, &cfg, &failed);
+    if (failed < 0)
+        ck_cli_fail("watch", failed);
+    return code;
 }
