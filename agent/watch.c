@@ -7,6 +7,7 @@
 #include "agent/loop.h"
 #include "agent/ops.h"
 #include "agent/pathmap.h"
+#include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/sender.h"
 #include "agent/settle.h"
@@ -353,12 +354,11 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
     };
     struct ck_scan_result res = {0};
     double t0 = ck_mono_s();
-    int err = ck_scan_run(&w->st, &so, &res);
+    /* the pass and what it hands on: events, pack, verify, a kick to the upload helper */
+    struct ck_pipeline pl = {
+        .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up};
+    int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
-    if (err == 0 || res.metadata_written)
-        ck_notify_scan(w->hooks, &w->st, w->o->dir, &res); /* events: hooks and metrics */
-    if (res.metadata_written)
-        ck_upload_worker_kick(w->up); /* data first, metadata.yaml last (the queue's order) */
     forget_registered(w, &res);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
@@ -693,7 +693,8 @@ static void hooks_stop(struct watcher *w, double drain)
 static void emit_upload(void *arg, const struct ck_upload_outcome *o)
 {
     struct watcher *w = arg;
-    ck_notify_upload(w->hooks, &w->st, w->o->dir, o);
+    struct ck_pipeline pl = {.cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks};
+    ck_pipeline_upload_event(&pl, o);
 }
 
 static int uploads_start(struct watcher *w)

@@ -218,7 +218,7 @@ int ck_cmd_queue(int argc, char **argv)
             goto done;
         }
         snprintf(spool, sizeof spool, "%s/spool", sdir);
-        rc = ck_upload_run_queue(db, &cfg, spool, progress, "queue", NULL, NULL);
+        rc = ck_upload_run_queue(db, &cfg, spool, progress, "queue");
     }
 done:
     if (lockfd >= 0)

@@ -4,6 +4,7 @@
 #include "agent/config.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
+#include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "common/error.h"
@@ -32,19 +33,6 @@ static const char help[] =
     "error, 3 another ckptd holds DIR's lock\n";
 
 enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_MIN_AGE, OPT_METRICS_FILE };
-
-/* upload.* events of the uploads a scan runs */
-struct upload_ctx {
-    struct ck_hooks *hooks;
-    struct ck_state *st;
-    const char *dir;
-};
-
-static void scan_upload_event(void *arg, const struct ck_upload_outcome *o)
-{
-    struct upload_ctx *c = arg;
-    ck_notify_upload(c->hooks, c->st, c->dir, o);
-}
 
 int ck_cmd_scan(int argc, char **argv)
 {
@@ -133,24 +121,18 @@ int ck_cmd_scan(int argc, char **argv)
             printf("%s: ok\n", so.dir);
         goto out;
     }
-    err = ck_scan_run(&st, &so, &res);
-    /* hooks (issue 6): this pass's events (only when metadata.yaml took them) */
-    if (err == 0 || res.metadata_written)
-        ck_notify_scan(hooks, &st, so.dir, &res);
+    /* the pass and what it hands on (agent/pipeline.h): events, pack, verify,
+     * and the uploads, run here until the queue is empty (SIGTERM: upload.grace) */
+    struct ck_pipeline pl = {.cfg = &cfg, .dir = so.dir, .st = &st, .hooks = hooks};
+    err = ck_pipeline_pass(&pl, &so, &res);
     if (err == 0)
         ck_info("scan.done",
                 "dir='%s' registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s",
                 so.dir, res.nregistered, res.updated, res.removed, res.waiting, res.problems,
                 ck_pmf_status_name(res.new_status));
-    /* uploads (issue 5, cmd_upload.c): once metadata.yaml is written, queue the PMF
-     * tree's new files for every upload.stores entry, metadata.yaml last, and run the
-     * queue until it is empty (SIGTERM: upload.grace); failed uploads make exit 1.
-     * Also when some checkpoint had a problem: what is registered is complete. */
-    struct upload_ctx uctx = {hooks, &st, so.dir};
-    if (err == 0 && cfg.n_upload_stores > 0)
-        upload_rc = ck_upload_after_scan(st.db, &cfg, so.dir, st.dir, scan_upload_event, &uctx);
-    /* the exec hooks to their end, then whatever webhooks are due, within a budget */
-    ck_notify_finish(hooks, &st, CK_NOTIFY_FINISH_BUDGET_S);
+    if (pl.uploaded)
+        upload_rc = ck_upload_report_exit("scan", pl.upload_err, &pl.upload);
+    ck_pipeline_finish(&pl);
     if (err == 0 && res.problems > 0)
         err = ck_error(CK_ERR, "%zu checkpoint(s) could not be registered (see the log)",
                        res.problems);

@@ -4,6 +4,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/lock.h"
+#include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "agent/watch.h"
@@ -36,7 +37,8 @@ static const char help[] =
     "  --failed              end the training as failed\n"
     "                        (through the running 'ckptd watch', which registers\n"
     "                        what is complete first and then exits; with no watcher,\n"
-    "                        directly under DIR's lock)\n"
+    "                        directly under DIR's lock: the final pass, its events\n"
+    "                        and its uploads, as the watcher would have done)\n"
     "  --wait                then wait until the watcher has let go of DIR (its uploads\n"
     "                        drained, or left queued after its grace period); alone,\n"
     "                        waits for a watcher that is ending for another reason\n"
@@ -69,29 +71,42 @@ static long lock_holder(const char *dir)
     return pid;
 }
 
-static int end_under_lock(const char *dir, struct ck_config *cfg, int to)
+/* No watcher: the final pass here, and everything it hands on (events,
+ * uploads: agent/pipeline.h), as a watcher would have done. *upload_rc gets
+ * the uploads' exit code. */
+static int end_under_lock(const char *dir, struct ck_config *cfg, int to, int *upload_rc)
 {
     struct ck_lock lock;
     struct ck_state st = {0};
     struct ck_scan_result res = {0};
+    struct ck_hooks *hooks = NULL;
     /* Ending the training means the writer is done: take whatever is complete. */
     struct ck_scan_opts so = {.dir = dir, .cfg = cfg, .end_status = to, .min_age = 0};
     int err = ck_lock_acquire(&lock, dir);
     if (err < 0)
         return err;
-    if ((err = ck_state_open(&st, dir)) == 0)
-        err = ck_scan_run(&st, &so, &res);
+    /* built before the pass, so that a bad secret stops it early (as scan) */
+    if ((err = ck_hooks_new(&cfg->hooks, cfg->source ? cfg->source : "(defaults)", &hooks)) == 0 &&
+        (err = ck_state_open(&st, dir)) == 0) {
+        struct ck_pipeline pl = {.cfg = cfg, .dir = dir, .st = &st, .hooks = hooks};
+        err = ck_pipeline_pass(&pl, &so, &res);
+        if (pl.uploaded)
+            *upload_rc = ck_upload_report_exit("status", pl.upload_err, &pl.upload);
+        ck_pipeline_finish(&pl);
+    }
     ck_scan_result_release(&res);
+    ck_hooks_free(hooks);
     ck_state_close(&st);
     ck_lock_release(&lock);
     return err;
 }
 
-static int end_training(const char *dir, struct ck_config *cfg, int to, double timeout)
+static int end_training(const char *dir, struct ck_config *cfg, int to, double timeout,
+                        int *upload_rc)
 {
     char answer[2048];
     for (int attempt = 0; attempt < 3; attempt++) {
-        int err = end_under_lock(dir, cfg, to);
+        int err = end_under_lock(dir, cfg, to, upload_rc);
         if (err != CK_ELOCKED)
             return err;
         err = ck_watch_request(dir, to, timeout, answer, sizeof answer);
@@ -253,7 +268,8 @@ int ck_cmd_status(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_usage_error("status", "'%s' is not a folder", dir);
     }
-    if (to >= 0 && (err = end_training(dir, &cfg, to, timeout)) < 0) {
+    int upload_rc = CK_EXIT_OK;
+    if (to >= 0 && (err = end_training(dir, &cfg, to, timeout, &upload_rc)) < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("status", err);
     }
@@ -261,5 +277,5 @@ int ck_cmd_status(int argc, char **argv)
     if (wait && (err = wait_for_watcher(dir, timeout)) < 0)
         return ck_cli_fail("status", err);
     err = show(dir, json);
-    return err < 0 ? ck_cli_fail("status", err) : CK_EXIT_OK;
+    return err < 0 ? ck_cli_fail("status", err) : upload_rc;
 }

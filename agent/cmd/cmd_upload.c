@@ -4,6 +4,7 @@
  * so a run that was killed continues where it stopped on the next start. */
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
+#include "agent/upload_round.h"
 #include "agent/config.h"
 #include "agent/state.h"
 #include "common/error.h"
@@ -50,14 +51,6 @@ static const char help[] =
     "exit: 0 all sent and checked, 1 something failed or was left queued (SIGTERM),\n"
     "2 usage or config error, 3 another ckptd runs this queue\n";
 
-static struct ck_upload_ctl *volatile g_ctl;
-
-static void on_signal(int sig)
-{
-    if (g_ctl)
-        atomic_store(&g_ctl->stop, 1);
-}
-
 enum {
     O_ENDPOINT = CK_OPT_FIRST_COMMAND_OPTION,
     O_REGION,
@@ -101,81 +94,34 @@ static int pick_spec(const struct ck_config *cfg, const char *dest,
     return err;
 }
 
-/* The handlers set only the stop flag; the previous ones come back after the run. */
-static void install_signals(struct ck_upload_ctl *ctl, struct sigaction old[3])
+int ck_upload_report_exit(const char *cmd, int err, const struct ck_upload_report *rep)
 {
-    struct sigaction sa, ign;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    memset(&ign, 0, sizeof ign);
-    ign.sa_handler = SIG_IGN;
-    sigemptyset(&ign.sa_mask);
-    g_ctl = ctl;
-    sigaction(SIGTERM, &sa, &old[0]);
-    sigaction(SIGINT, &sa, &old[1]);
-    sigaction(SIGPIPE, &ign, &old[2]);
-}
-
-static void restore_signals(const struct sigaction old[3])
-{
-    sigaction(SIGTERM, &old[0], NULL);
-    sigaction(SIGINT, &old[1], NULL);
-    sigaction(SIGPIPE, &old[2], NULL);
-    g_ctl = NULL;
-}
-
-/* Runs the queue of an open database and turns the report into an exit code. */
-int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool, bool progress,
-                        const char *cmd, void (*on_job)(void *, const struct ck_upload_outcome *),
-                        void *arg)
-{
-    struct ck_upload_ctl ctl;
-    struct ck_upload_report rep;
-    struct ck_uploader_run_opts ro = {
-        .progress_bar = progress, .wait_retries = true, .on_job = on_job, .on_job_arg = arg};
-    struct sigaction old[3];
-    ck_upload_ctl_init(&ctl, cfg->upload.grace);
-    install_signals(&ctl, old);
-    int err = ck_uploader_run(db, &cfg->upload, spool, &ctl, &ro, &rep);
-    restore_signals(old);
     if (err < 0)
         return ck_cli_fail(cmd, err);
-    ck_info("upload.summary", "done=%d failed=%d left=%d blocked=%d%s", rep.done, rep.failed,
-            rep.left, rep.blocked, rep.stopped ? " stopped=yes" : "");
-    if (rep.stopped && rep.left) {
+    if (rep->stopped && rep->left) {
         fprintf(stderr, "ckptd %s: stopped: %d job(s) kept in the queue; run again to continue\n",
-                cmd, rep.left);
+                cmd, rep->left);
         return CK_EXIT_FAILED;
     }
-    if (rep.failed || rep.left) {
+    if (rep->failed || rep->left) {
         fprintf(stderr,
                 "ckptd %s: %d upload(s) failed, %d left in the queue (%d held back: metadata "
                 "waits for the data); see 'ckptd queue'\n",
-                cmd, rep.failed, rep.left, rep.blocked);
+                cmd, rep->failed, rep->left, rep->blocked);
         return CK_EXIT_FAILED;
     }
     return CK_EXIT_OK;
 }
 
-int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *dir,
-                         const char *state_dir,
-                         void (*on_job)(void *, const struct ck_upload_outcome *), void *arg)
+/* Runs the queue of an open database and turns the report into an exit code. */
+int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool, bool progress,
+                        const char *cmd)
 {
-    char root[4096], spool[4200];
-    int queued = 0, err;
-    if (!cfg->n_upload_stores)
-        return CK_EXIT_OK;
-    if (!realpath(dir, root))
-        snprintf(root, sizeof root, "%s", dir);
-    snprintf(spool, sizeof spool, "%s/spool", state_dir);
-    if ((err = ck_queue_init(db)) < 0 ||
-        (err = ck_uploader_enqueue_pmf(db, cfg->upload_stores, cfg->n_upload_stores, root,
-                                       &queued)) < 0)
-        return ck_cli_fail("scan", err);
-    if (queued)
-        ck_info("upload.queued_tree", "dir=\"%s\" jobs=%d", dir, queued);
-    return ck_upload_run_queue(db, cfg, spool, false, "scan", on_job, arg);
+    struct ck_upload_report rep;
+    struct ck_upload_round r = {
+        .cfg = cfg, .spool = spool, .run = {.progress_bar = progress, .wait_retries = true}};
+    int err = ck_upload_round_foreground(db, &r, &rep);
+    return ck_upload_report_exit(cmd, err, &rep);
 }
 
 int ck_cmd_upload(int argc, char **argv)
@@ -372,7 +318,7 @@ int ck_cmd_upload(int argc, char **argv)
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
-    rc = ck_upload_run_queue(db, &cfg, spool, progress, "upload", NULL, NULL);
+    rc = ck_upload_run_queue(db, &cfg, spool, progress, "upload");
 done:
     if (lockfd >= 0)
         close(lockfd);

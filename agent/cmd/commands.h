@@ -13,22 +13,18 @@ int ck_cmd_upload(int argc, char **argv);
 int ck_cmd_queue(int argc, char **argv);
 int ck_cmd_bundle(int argc, char **argv);
 
-/* Shared by upload, queue run and scan (cmd_upload.c): runs an open upload
- * queue with SIGTERM/SIGINT handled (in-flight work gets upload.grace), logs
- * a summary and returns the exit code (0 all sent, 1 failed or left). */
+/* Shared by upload and queue run (cmd_upload.c): runs an open upload queue
+ * in the foreground (agent/upload_round.h: SIGTERM/SIGINT give in-flight work
+ * upload.grace), logs a summary and returns the exit code (0 all sent, 1
+ * failed or left). */
 #include <sqlite3.h>
 #include <stdbool.h>
 struct ck_config;
-struct ck_upload_outcome;
-/* on_job (may be NULL) hears how each job ended, for upload.* events. */
+struct ck_upload_report;
 int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool,
-                        bool progress, const char *cmd,
-                        void (*on_job)(void *, const struct ck_upload_outcome *), void *arg);
-/* For scan and watch: queues DIR's PMF tree for every upload.stores entry
- * (data/ and the configuration first, metadata.yaml last), then runs the
- * queue (spool under state_dir). An exit code; 0 when there are no stores. */
-int ck_upload_after_scan(sqlite3 *db, const struct ck_config *cfg, const char *dir,
-                         const char *state_dir,
-                         void (*on_job)(void *, const struct ck_upload_outcome *), void *arg);
+                        bool progress, const char *cmd);
+/* The exit code of an upload round (err its error, else its report), with
+ * what went wrong on stderr as "ckptd CMD: ...". */
+int ck_upload_report_exit(const char *cmd, int err, const struct ck_upload_report *rep);
 
 #endif
