@@ -1,6 +1,6 @@
 #include "agent/config.h"
 #include "agent/ops.h"
-#include "agent/discover.h"
+#include "agent/rules.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -52,10 +52,10 @@ static const struct key keys[] = {
      "null, {file: PATH, name: NAME} or {pmf: PATH, checkpoint: REF}"},
     {"model.build_parameters", T_CUSTOM, 0, parse_build_parameters,
      "a mapping written into data/build_parameters.yaml"},
-    {"checkpoints.patterns", T_STRLIST, F(patterns), NULL,
+    {"checkpoints.patterns", T_STRLIST, F(ckpt.patterns), NULL,
      "checkpoint name patterns: {epoch} and {step} capture numbers, '*' any text, a final '/' a folder"},
-    {"checkpoints.ignore", T_STRLIST, F(ignore), NULL, "temporary names never registered (globs)"},
-    {"checkpoints.folder_markers", T_STRLIST, F(folder_markers), NULL,
+    {"checkpoints.ignore", T_STRLIST, F(ckpt.ignore), NULL, "temporary names never registered (globs)"},
+    {"checkpoints.folder_markers", T_STRLIST, F(ckpt.folder_markers), NULL,
      "files a framework writes last into a folder checkpoint ([] : complete once min_age old)"},
     {"checkpoints.steps_per_epoch", T_INT, F(steps_per_epoch), NULL,
      "with a {step}-only pattern: epoch = step / steps_per_epoch (default: epoch = step)"},
@@ -149,14 +149,14 @@ void ck_config_init(struct ck_config *cfg)
     for (size_t b = 0; b < sizeof default_bases / sizeof *default_bases; b++)
         for (size_t e = 0; e < sizeof default_exts / sizeof *default_exts; e++) {
             snprintf(pat, sizeof pat, "%s.%s", default_bases[b], default_exts[e]);
-            ck_strlist_add(&cfg->patterns, pat);
+            ck_strlist_add(&cfg->ckpt.patterns, pat);
         }
     for (size_t i = 0; i < sizeof default_other / sizeof *default_other; i++)
-        ck_strlist_add(&cfg->patterns, default_other[i]);
+        ck_strlist_add(&cfg->ckpt.patterns, default_other[i]);
     for (size_t i = 0; i < sizeof default_markers / sizeof *default_markers; i++)
-        ck_strlist_add(&cfg->folder_markers, default_markers[i]);
+        ck_strlist_add(&cfg->ckpt.folder_markers, default_markers[i]);
     for (size_t i = 0; i < sizeof default_ignore / sizeof *default_ignore; i++)
-        ck_strlist_add(&cfg->ignore, default_ignore[i]);
+        ck_strlist_add(&cfg->ckpt.ignore, default_ignore[i]);
     cfg->min_age = 2.0;
     cfg->watch_poll_interval = 2.0;
     cfg->watch_settle = 0.2;
@@ -724,7 +724,7 @@ int ck_config_load(struct ck_config *cfg, const char *path)
                        ck_yaml_line(root));
     else if (root)
         err = walk(&c, root, "");
-    if (err == 0 && ck_patterns_check(&cfg->patterns) < 0)
+    if (err == 0 && ck_patterns_check(&cfg->ckpt.patterns) < 0)
         err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
     if (err == 0)
         err = set_str(&cfg->source, path);

@@ -5,6 +5,7 @@
 #ifndef CK_CONFIG_H
 #define CK_CONFIG_H
 
+#include "agent/rules.h"
 #include "hooks/hooks.h"
 
 #include "common/strlist.h"
@@ -30,9 +31,7 @@ struct ck_config {
     char *build_parameters_yaml;  /* model.build_parameters as YAML text, or NULL */
 
     /* checkpoints: */
-    struct ck_strlist patterns;   /* name patterns with {epoch} / {step} */
-    struct ck_strlist ignore;     /* temporary names, never registered */
-    struct ck_strlist folder_markers; /* a folder checkpoint is complete once one exists */
+    struct ck_ckpt_rules ckpt;    /* patterns, ignore, folder_markers (agent/rules.h) */
     int64_t steps_per_epoch;      /* epoch = step / steps_per_epoch when only a step is named */
     double min_age;               /* seconds a file must be unchanged before scan takes it */
     bool mirror_deletes;          /* unregister checkpoints whose source was deleted */

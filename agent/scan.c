@@ -910,8 +910,8 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         goto out;
     if (o->cfg->init_kind == CK_INIT_PMF && (err = init_pmf(&s)) < 0)
         goto out;
-    err = o->only_dirs ? ck_discover_dirs(o->dir, o->cfg, o->only_dirs, o->nonly_dirs, &d)
-                       : ck_discover(o->dir, o->cfg, &d);
+    err = o->only_dirs ? ck_discover_dirs(o->dir, &o->cfg->ckpt, o->only_dirs, o->nonly_dirs, &d)
+                       : ck_discover(o->dir, &o->cfg->ckpt, &d);
     if (err < 0 || (err = index_candidates(&s, &d)) < 0)
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)

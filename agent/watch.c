@@ -6,6 +6,7 @@
 #include "agent/upload_worker.h"
 #include "agent/loop.h"
 #include "agent/ops.h"
+#include "agent/pathfilter.h"
 #include "agent/pathmap.h"
 #include "agent/pipeline.h"
 #include "agent/scan.h"
@@ -116,85 +117,11 @@ int ck_watch_check_config(const struct ck_config *cfg)
     return 0;
 }
 
-/* ---- which paths matter ---- */
+/* ---- which paths matter (agent/pathfilter.h) ---- */
 
-static bool any_component_ignored(const struct ck_config *cfg, const char *rel)
+static struct ck_pathfilter filter_of(const struct watcher *w)
 {
-    char part[NAME_MAX + 1];
-    for (const char *p = rel; *p;) {
-        size_t n = strcspn(p, "/");
-        snprintf(part, sizeof part, "%.*s", (int)(n < NAME_MAX ? n : NAME_MAX), p);
-        for (size_t i = 0; i < cfg->ignore.n; i++)
-            if (ck_glob_match(cfg->ignore.items[i], part))
-                return true;
-        p += n;
-        if (*p == '/')
-            p++;
-    }
-    return false;
-}
-
-static bool pattern_hits(const struct ck_config *cfg, const char *name, const char *rel,
-                         bool folder)
-{
-    char pat[1024];
-    for (size_t i = 0; i < cfg->patterns.n; i++) {
-        const char *p = cfg->patterns.items[i];
-        size_t n = strlen(p);
-        bool is_folder = n > 0 && p[n - 1] == '/';
-        if (is_folder != folder)
-            continue;
-        snprintf(pat, sizeof pat, "%.*s", (int)(is_folder ? n - 1 : n), p);
-        if (ck_glob_match(pat, strchr(pat, '/') ? rel : name))
-            return true;
-    }
-    return false;
-}
-
-/* Whether a change to rel may change what a pass does: a checkpoint file, a
- * part of a TF bundle, anything inside a folder checkpoint, DeepSpeed's
- * 'latest', a marker. Our own outputs are not. A wrong yes costs a pass; a
- * wrong no waits for the reconciliation pass. */
-static bool relevant(const struct ck_config *cfg, const char *rel)
-{
-    const char *name = ck_basename(rel);
-    if (!strcmp(rel, "metadata.yaml") || !strcmp(rel, "data/build_parameters.yaml") ||
-        !strncmp(rel, ".ckptd/", 7) || !strncmp(rel, "data/initialisation/", 20))
-        return false;
-    if (!strncmp(rel, "data/checkpoints/", 17) && strlen(name) > 8 &&
-        !strcmp(name + strlen(name) - 8, ".md5sums"))
-        return false;
-    if ((cfg->finished_marker && !strcmp(rel, cfg->finished_marker)) ||
-        (cfg->failed_marker && !strcmp(rel, cfg->failed_marker)))
-        return true;
-    if (any_component_ignored(cfg, rel))
-        return false;
-    if (!strcmp(name, "latest") || pattern_hits(cfg, name, rel, false))
-        return true;
-    /* a TF bundle part: PREFIX.index, PREFIX.data-NNNNN-of-MMMMM */
-    char prefix[PATH_MAX];
-    const char *cut = strstr(name, ".data-");
-    size_t n = strlen(name);
-    if (!cut && n > 6 && !strcmp(name + n - 6, ".index"))
-        cut = name + n - 6;
-    if (cut) {
-        size_t dir_len = (size_t)(name - rel);
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(dir_len + (size_t)(cut - name)), rel);
-        if (pattern_hits(cfg, ck_basename(prefix), prefix, false))
-            return true;
-    }
-    /* inside a folder checkpoint: some folder above it matches */
-    for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(p - rel), rel);
-        if (pattern_hits(cfg, ck_basename(prefix), prefix, true))
-            return true;
-    }
-    return false;
-}
-
-static bool folder_checkpoint(const struct ck_config *cfg, const char *rel)
-{
-    return !any_component_ignored(cfg, rel) && pattern_hits(cfg, ck_basename(rel), rel, true);
+    return (struct ck_pathfilter){&w->cfg.ckpt, w->cfg.finished_marker, w->cfg.failed_marker};
 }
 
 /* ---- passes ---- */
@@ -211,26 +138,8 @@ static void kick(struct watcher *w)
     arm_settle(w, 0);
 }
 
-/* The folder a targeted pass lists to find rel's checkpoint: the one holding
- * the folder checkpoint rel is in, else rel's own folder ("" the top). */
-static void scope_of(const struct ck_config *cfg, const char *rel, char *out, size_t outsz)
-{
-    char prefix[PATH_MAX];
-    for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(p - rel), rel);
-        if (pattern_hits(cfg, ck_basename(prefix), prefix, true)) {
-            ck_dirname(out, outsz, prefix);
-            goto done;
-        }
-    }
-    ck_dirname(out, outsz, rel);
-done:
-    if (!strcmp(out, "."))
-        out[0] = '\0';
-}
-
 struct scopes {
-    const struct ck_config *cfg;
+    struct ck_pathfilter filter;
     struct ck_pathmap set;
     char **list; /* borrowed from set's keys */
     size_t n;
@@ -243,7 +152,7 @@ static void add_scope(void *arg, const char *rel)
     char dir[PATH_MAX];
     struct ck_pathmap_entry *e;
     bool created;
-    scope_of(sc->cfg, rel, dir, sizeof dir);
+    ck_pathfilter_scope(&sc->filter, rel, dir, sizeof dir);
     if (sc->err || ck_pathmap_put(&sc->set, dir, sizeof *e, (void **)&e, &created) < 0) {
         sc->err = CK_ENOMEM;
         return;
@@ -329,7 +238,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
 {
     /* Targeted: only the folders of what is being settled (a full pass over
      * a big tree costs a walk and a match of every name). */
-    struct scopes sc = {.cfg = &w->cfg};
+    struct scopes sc = {.filter = filter_of(w)};
     ck_pathmap_init(&sc.set, NULL);
     if (targeted) {
         ck_settle_each(w->settle, add_scope, &sc);
@@ -425,7 +334,8 @@ static void on_reconcile(struct ck_loop *loop, void *arg)
 static void on_changed(void *arg, const char *rel)
 {
     struct watcher *w = arg;
-    if (!relevant(&w->cfg, rel))
+    struct ck_pathfilter f = filter_of(w);
+    if (!ck_pathfilter_relevant(&f, rel))
         return;
     ck_settle_touch(w->settle, rel);
     arm_settle(w, 0);
@@ -437,7 +347,8 @@ static void on_gone(void *arg, const char *rel, bool is_dir)
     ck_settle_forget(w->settle, rel);
     if (is_dir)
         ck_pathmap_del_tree(&w->renamed, rel);
-    if (w->cfg.mirror_deletes && (is_dir || relevant(&w->cfg, rel)))
+    struct ck_pathfilter f = filter_of(w);
+    if (w->cfg.mirror_deletes && (is_dir || ck_pathfilter_relevant(&f, rel)))
         kick(w);
 }
 
@@ -445,7 +356,8 @@ static void on_dir_in(void *arg, const char *rel)
 {
     struct watcher *w = arg;
     void *e;
-    if (!folder_checkpoint(&w->cfg, rel))
+    struct ck_pathfilter f = filter_of(w);
+    if (!ck_pathfilter_is_folder_checkpoint(&f, rel))
         return;
     if (ck_pathmap_put(&w->renamed, rel, sizeof(struct ck_pathmap_entry), &e, NULL) == 0)
         ck_info("folder.renamed_in", "path='%s': complete once its files settle", rel);
