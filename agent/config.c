@@ -515,10 +515,109 @@ static int hook_duration(struct parse_ctx *c, yaml_node_t *n, const char *key, d
     return 0;
 }
 
+/* The keys of one item of a list key (hooks.webhooks[i], hooks.exec[i]): a
+ * table like the top-level one, over the item's struct. */
+enum item_type { I_STR, I_STRV, I_PATH, I_TIMEOUT };
+
+#define NO_FIELD ((size_t)-1)
+
+struct item_key {
+    const char *name;
+    enum item_type type;
+    size_t offset;
+    size_t count_offset; /* I_STRV: its size_t count */
+    size_t shell_offset; /* I_STRV: a bool set when the value was one string, or NO_FIELD */
+    const char *twice;   /* I_STRV: the complaint when the list is given twice */
+};
+
+#define WH(f) offsetof(struct ck_webhook_conf, f)
+#define EX(f) offsetof(struct ck_exec_conf, f)
+
+static const struct item_key webhook_keys[] = {
+    {"url", I_STR, WH(url), 0, NO_FIELD, NULL},
+    {"secret", I_STRV, WH(secrets), WH(nsecrets), NO_FIELD,
+     "repeats the secret: use 'secrets' for several"},
+    {"secrets", I_STRV, WH(secrets), WH(nsecrets), NO_FIELD,
+     "repeats the secret: use 'secrets' for several"},
+    {"events", I_STRV, WH(events), WH(nevents), NO_FIELD, "is given twice"},
+    {"template", I_PATH, WH(template_path), 0, NO_FIELD, NULL}, /* relative to the config */
+    {"timeout", I_TIMEOUT, WH(timeout), 0, NO_FIELD, NULL},
+    {NULL, I_STR, 0, 0, NO_FIELD, NULL},
+};
+
+/* a list runs without a shell; one string runs with /bin/sh -c */
+static const struct item_key exec_keys[] = {
+    {"event", I_STR, EX(event), 0, NO_FIELD, NULL},
+    {"command", I_STRV, EX(argv), EX(argc), EX(shell), "is given twice"},
+    {"timeout", I_TIMEOUT, EX(timeout), 0, NO_FIELD, NULL},
+    {NULL, I_STR, 0, 0, NO_FIELD, NULL},
+};
+
+static int parse_item_value(struct parse_ctx *c, const struct item_key *ik, yaml_node_t *vn,
+                            const char *full, void *base)
+{
+    char *field = (char *)base + ik->offset;
+    char dir[4096], path[8192];
+    const char *s = NULL;
+    int err;
+    switch (ik->type) {
+    case I_STR:
+        if ((err = scalar_str(c, vn, full, &s)) < 0)
+            return err;
+        return set_str((char **)field, s);
+    case I_STRV: {
+        size_t *count = (size_t *)((char *)base + ik->count_offset);
+        if (*count)
+            return bad(c, vn, full, ik->twice);
+        if (ik->shell_offset != NO_FIELD)
+            *(bool *)((char *)base + ik->shell_offset) = vn->type == YAML_SCALAR_NODE;
+        return hook_strv(c, vn, full, (char ***)field, count);
+    }
+    case I_PATH:
+        if ((err = scalar_str(c, vn, full, &s)) < 0)
+            return err;
+        ck_dirname(dir, sizeof dir, c->doc->name);
+        snprintf(path, sizeof path, "%s%s%s", s[0] == '/' ? "" : dir, s[0] == '/' ? "" : "/", s);
+        return set_str((char **)field, path);
+    case I_TIMEOUT:
+        return hook_duration(c, vn, full, (double *)field);
+    }
+    return 0;
+}
+
+/* One mapping of a list key through its item table. */
+static int parse_item(struct parse_ctx *c, yaml_node_t *item, const char *key, size_t i,
+                      const struct item_key *table, void *base)
+{
+    char full[128];
+    for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
+         p++) {
+        const char *k = NULL;
+        yaml_node_t *vn;
+        int err;
+        if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
+            return err;
+        const struct item_key *ik = table;
+        while (ik->name && strcmp(ik->name, k))
+            ik++;
+        if (!ik->name) {
+            char known[256] = "is not a known key (";
+            for (const struct item_key *t = table; t->name; t++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                         t == table ? "" : ", ", t->name);
+            snprintf(known + strlen(known), sizeof known - strlen(known), ")");
+            return bad(c, ck_yaml_node(c->doc, p->key), full, known);
+        }
+        if ((err = parse_item_value(c, ik, vn, full, base)) < 0)
+            return err;
+    }
+    return 0;
+}
+
 static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
 {
     struct ck_hooks_conf *h = &c->cfg->hooks;
-    char full[128], dir[4096], path[8192];
+    char full[128];
     if (n->type != YAML_SEQUENCE_NODE)
         return bad(c, n, key, "must be a list of {url, secret, events, template, timeout}");
     size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
@@ -528,46 +627,15 @@ static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
     h->nwebhooks = 0;
     if (!(h->webhooks = calloc(count ? count : 1, sizeof *h->webhooks)))
         return ck_error(CK_ENOMEM, "out of memory");
-    ck_dirname(dir, sizeof dir, c->doc->name);
     for (size_t i = 0; i < count; i++) {
         yaml_node_t *item = ck_yaml_node(c->doc, n->data.sequence.items.start[i]);
         struct ck_webhook_conf *w = &h->webhooks[h->nwebhooks++];
+        int err;
         w->line = ck_yaml_line(item);
         if (item->type != YAML_MAPPING_NODE)
             return bad(c, item, key, "items must be mappings with at least 'url'");
-        for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
-             p++) {
-            const char *k = NULL, *s = NULL;
-            yaml_node_t *vn;
-            int err;
-            if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
-                return err;
-            if (!strcmp(k, "url")) {
-                if ((err = scalar_str(c, vn, full, &s)) < 0 || (err = set_str(&w->url, s)) < 0)
-                    return err;
-            } else if (!strcmp(k, "secret") || !strcmp(k, "secrets")) {
-                if (w->nsecrets)
-                    return bad(c, vn, full, "repeats the secret: use 'secrets' for several");
-                if ((err = hook_strv(c, vn, full, &w->secrets, &w->nsecrets)) < 0)
-                    return err;
-            } else if (!strcmp(k, "events")) {
-                if ((err = hook_strv(c, vn, full, &w->events, &w->nevents)) < 0)
-                    return err;
-            } else if (!strcmp(k, "template")) {
-                if ((err = scalar_str(c, vn, full, &s)) < 0)
-                    return err;
-                /* relative to the config file's folder */
-                snprintf(path, sizeof path, "%s%s%s", s[0] == '/' ? "" : dir, s[0] == '/' ? "" : "/", s);
-                if ((err = set_str(&w->template_path, path)) < 0)
-                    return err;
-            } else if (!strcmp(k, "timeout")) {
-                if ((err = hook_duration(c, vn, full, &w->timeout)) < 0)
-                    return err;
-            } else {
-                return bad(c, ck_yaml_node(c->doc, p->key), full,
-                           "is not a known key (url, secret, secrets, events, template, timeout)");
-            }
-        }
+        if ((err = parse_item(c, item, key, i, webhook_keys, w)) < 0)
+            return err;
         if (!w->url) {
             snprintf(full, sizeof full, "%s[%zu].url", key, i);
             return bad(c, item, full, "is missing");
@@ -590,32 +658,12 @@ static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key
     for (size_t i = 0; i < count; i++) {
         yaml_node_t *item = ck_yaml_node(c->doc, n->data.sequence.items.start[i]);
         struct ck_exec_conf *e = &h->execs[h->nexecs++];
+        int err;
         e->line = ck_yaml_line(item);
         if (item->type != YAML_MAPPING_NODE)
             return bad(c, item, key, "items must be mappings with 'event' and 'command'");
-        for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
-             p++) {
-            const char *k = NULL, *s = NULL;
-            yaml_node_t *vn;
-            int err;
-            if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
-                return err;
-            if (!strcmp(k, "event")) {
-                if ((err = scalar_str(c, vn, full, &s)) < 0 || (err = set_str(&e->event, s)) < 0)
-                    return err;
-            } else if (!strcmp(k, "command")) {
-                /* a list runs without a shell; one string runs with /bin/sh -c */
-                e->shell = vn->type == YAML_SCALAR_NODE;
-                if ((err = hook_strv(c, vn, full, &e->argv, &e->argc)) < 0)
-                    return err;
-            } else if (!strcmp(k, "timeout")) {
-                if ((err = hook_duration(c, vn, full, &e->timeout)) < 0)
-                    return err;
-            } else {
-                return bad(c, ck_yaml_node(c->doc, p->key), full,
-                           "is not a known key (event, command, timeout)");
-            }
-        }
+        if ((err = parse_item(c, item, key, i, exec_keys, e)) < 0)
+            return err;
         if (!e->event || !e->argc) {
             snprintf(full, sizeof full, "%s[%zu]", key, i);
             return bad(c, item, full, "needs 'event' and 'command'");

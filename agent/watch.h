@@ -11,8 +11,7 @@
  * is forwarded too; SIGCHLD reaps the wrapped command.
  *
  * Requests: `ckptd status DIR --finished|--failed` reaches a running watcher
- * through DIR/.ckptd/request.PID (the word "finished" or "failed"); the
- * watcher answers in DIR/.ckptd/reply.PID ("ok STATUS" or "error MESSAGE"). */
+ * through the control channel (agent/control.h). */
 #ifndef CK_WATCH_H
 #define CK_WATCH_H
 
@@ -45,13 +44,5 @@ int ck_watch_check_config(const struct ck_config *cfg);
  * *failed gets 0, or the error that stopped the watcher (its message is the
  * thread's current one, for the command layer to print). */
 int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg, int *failed);
-
-/* The client side of a request: asks the watcher holding DIR's lock to end
- * the training with status (CK_PMF_FINISHED or CK_PMF_FAILED). 0 when it
- * did (answer gets "ok finished"); CK_ESTATE/CK_ERR with the watcher's
- * message when it refused; CK_ENOENT when no watcher answered within
- * timeout seconds or the lock became free (the caller may then do it under
- * the lock itself). */
-int ck_watch_request(const char *dir, int status, double timeout, char *answer, size_t answersz);
 
 #endif

@@ -3,11 +3,11 @@
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
+#include "agent/control.h"
 #include "agent/lock.h"
 #include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/state.h"
-#include "agent/watch.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -51,26 +51,6 @@ static const char help[] =
 
 enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_JSON, OPT_TIMEOUT, OPT_WAIT };
 
-/* The pid of the process holding DIR's lock, 0 when none does. */
-static long lock_holder(const char *dir)
-{
-    char path[PATH_MAX], buf[32] = "";
-    snprintf(path, sizeof path, "%s/.ckptd/lock", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    long pid = 0;
-    if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
-        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-        buf[n > 0 ? n : 0] = '\0';
-        pid = atol(buf);
-        if (pid <= 0)
-            pid = -1; /* held, pid unknown */
-    }
-    close(fd);
-    return pid;
-}
-
 /* No watcher: the final pass here, and everything it hands on (events,
  * uploads: agent/pipeline.h), as a watcher would have done. *upload_rc gets
  * the uploads' exit code. */
@@ -109,10 +89,10 @@ static int end_training(const char *dir, struct ck_config *cfg, int to, double t
         int err = end_under_lock(dir, cfg, to, upload_rc);
         if (err != CK_ELOCKED)
             return err;
-        err = ck_watch_request(dir, to, timeout, answer, sizeof answer);
+        err = ck_control_request(dir, to, timeout, answer, sizeof answer);
         if (err != CK_ENOENT)
             return err;
-        if (lock_holder(dir) != 0)
+        if (ck_lock_holder(dir) != 0)
             return ck_error(CK_ELOCKED, "the process holding the lock on '%s' did not answer "
                                         "within %.3gs", dir, timeout);
     }
@@ -126,7 +106,7 @@ static int wait_for_watcher(const char *dir, double timeout)
 {
     double end = ck_mono_s() + timeout;
     long holder;
-    while ((holder = lock_holder(dir)) != 0) {
+    while ((holder = ck_lock_holder(dir)) != 0) {
         if (ck_mono_s() >= end)
             return ck_error(CK_ERR, "the watcher on '%s' (pid %ld) is still running after %.3gs",
                             dir, holder, timeout);
@@ -149,7 +129,7 @@ static int show(const char *dir, bool json)
     struct ck_buf b = CK_BUF_INIT;
     struct ck_pmf_meta m;
     int err = ck_path_join(path, sizeof path, dir, "metadata.yaml");
-    long holder = lock_holder(dir);
+    long holder = ck_lock_holder(dir);
     bool exists = err == 0 && ck_exists(path);
     if (exists && (err = ck_read_file(path, METADATA_MAX, &b)) == 0)
         err = ck_pmf_parse(&m, path, ck_buf_str(&b), b.len);
