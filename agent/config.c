@@ -20,6 +20,7 @@ enum key_type { T_STR, T_INT, T_BOOL, T_DURATION, T_STRLIST, T_LOGFORMAT, T_LOGL
 struct parse_ctx {
     struct ck_config *cfg;
     struct ck_yaml_doc *doc;
+    bool flag; /* the value came from a flag (doc->name): no line number in messages */
 };
 
 typedef int (*custom_fn)(struct parse_ctx *c, yaml_node_t *n, const char *key);
@@ -231,6 +232,8 @@ int ck_parse_size(const char *s, uint64_t *out)
 
 static int bad(struct parse_ctx *c, yaml_node_t *n, const char *key, const char *what)
 {
+    if (c->flag)
+        return ck_error(CK_ECONFIG, "%s: '%s' %s", c->doc->name, key, what);
     return ck_error(CK_ECONFIG, "'%s' line %d: '%s' %s", c->doc->name, ck_yaml_line(n), key, what);
 }
 
@@ -766,7 +769,7 @@ int ck_config_load(struct ck_config *cfg, const char *path)
         return CK_ECONFIG;
     }
     yaml_node_t *root = ck_yaml_root(&doc);
-    struct parse_ctx c = {cfg, &doc};
+    struct parse_ctx c = {cfg, &doc, false};
     if (root && root->type != YAML_MAPPING_NODE)
         err = ck_error(CK_ECONFIG, "'%s' line %d: the config must be a mapping of keys", path,
                        ck_yaml_line(root));
@@ -779,6 +782,42 @@ int ck_config_load(struct ck_config *cfg, const char *path)
     ck_yaml_release(&doc);
     ck_buf_release(&b);
     return err;
+}
+
+int ck_config_set(struct ck_config *cfg, const char *key, const char *value, const char *origin)
+{
+    const struct key *k = NULL;
+    for (size_t i = 0; i < NKEYS && !k; i++)
+        if (!strcmp(keys[i].name, key))
+            k = &keys[i];
+    if (!k)
+        return ck_error(CK_ECONFIG, "%s: '%s' is not a config key", origin, key);
+    struct ck_yaml_doc doc;
+    memset(&doc, 0, sizeof doc);
+    snprintf(doc.name, sizeof doc.name, "%s", origin);
+    if (!yaml_document_initialize(&doc.doc, NULL, NULL, NULL, 1, 1))
+        return ck_error(CK_ENOMEM, "out of memory");
+    doc.loaded = true;
+    int id = yaml_document_add_scalar(&doc.doc, NULL, (yaml_char_t *)value, (int)strlen(value),
+                                      YAML_PLAIN_SCALAR_STYLE);
+    int err;
+    if (id == 0) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+    } else {
+        struct parse_ctx c = {cfg, &doc, true};
+        err = parse_value(&c, k, ck_yaml_node(&doc, id), k->name);
+    }
+    ck_yaml_release(&doc);
+    return err;
+}
+
+int ck_config_apply(struct ck_config *cfg, const struct ck_config_override *ov, size_t n)
+{
+    int err;
+    for (size_t i = 0; i < n; i++)
+        if ((err = ck_config_set(cfg, ov[i].key, ov[i].value, ov[i].origin)) < 0)
+            return err;
+    return 0;
 }
 
 int ck_config_for_dir(struct ck_config *cfg, const char *explicit_path, const char *dir)

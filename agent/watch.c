@@ -84,20 +84,9 @@ struct watcher {
 
 /* ---- config ---- */
 
-void ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
+int ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
 {
-    if (o->poll >= 0)
-        cfg->watch_poll = o->poll;
-    if (o->poll_interval >= 0)
-        cfg->watch_poll_interval = o->poll_interval;
-    if (o->settle >= 0)
-        cfg->watch_settle = o->settle;
-    if (o->grace_period >= 0)
-        cfg->watch_grace_period = o->grace_period;
-    if (o->listen) { /* a failed strdup leaves no listener rather than a wrong one */
-        free(cfg->listen);
-        cfg->listen = strdup(o->listen);
-    }
+    return ck_config_apply(cfg, o->overrides, o->noverrides);
 }
 
 int ck_watch_check_config(const struct ck_config *cfg)
@@ -487,8 +476,8 @@ static void reload(struct watcher *w)
     int err = ck_config_for_dir(&fresh, w->o->config_path, w->o->dir);
     struct ck_hooks *h = NULL;
     if (err == 0) {
-        ck_watch_apply_flags(w->o, &fresh);
-        err = ck_watch_check_config(&fresh);
+        if ((err = ck_watch_apply_flags(w->o, &fresh)) == 0)
+            err = ck_watch_check_config(&fresh);
     }
     if (err == 0 && (err = hooks_new(&fresh, &h)) == 0)
         ck_hooks_free(h); /* checked; built again below where the config will live */

@@ -26,15 +26,14 @@ struct ck_watch_opts {
     /* --log-format and -v/-q (negative: not given), applied over the config
      * again after a reload */
     int log_format, log_level;
-    /* flags over the config; negative: not given */
-    int poll;
-    double poll_interval, settle, grace_period;
-    const char *listen;       /* --listen HOST:PORT over listen:, or NULL */
+    /* flags over the config (--settle, --listen, ...), applied again after a reload */
+    const struct ck_config_override *overrides;
+    size_t noverrides;
     char *const *command;     /* NULL-terminated argv of the training command, or NULL */
 };
 
 /* Flags over a freshly loaded config. */
-void ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg);
+int ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg);
 /* The watch: keys' own rules (CK_ECONFIG naming the key). */
 int ck_watch_check_config(const struct ck_config *cfg);
 

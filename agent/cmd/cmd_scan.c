@@ -14,79 +14,62 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd scan [options] DIR\n"
     "\n"
     "Brings DIR's PMF tree up to date once and exits: registers every complete\n"
     "checkpoint not registered yet in DIR/metadata.yaml (linking it under\n"
     "data/checkpoints/), updates the training status, and changes nothing when\n"
     "there is nothing new. Safe to run from cron.\n"
-    "\n"
-    "  --finished            mark the training finished (after registering)\n"
-    "  --failed              mark the training failed\n"
-    "  --min-age DURATION    take only files unchanged for this long (default 2s)\n"
-    "  --metrics-file PATH   write the run's metrics there at the end (node_exporter\n"
-    "                        textfile collector; default: metrics_file in the config)\n"
-    "  -n, --check           check the config and DIR/metadata.yaml, change nothing\n" CK_CLI_HELP
+    "\n";
+static const char tail[] =
     "\n"
     "exit: 0 done, 1 something could not be done (see the log), 2 usage or config\n"
     "error, 3 another ckptd holds DIR's lock\n";
 
-enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_MIN_AGE, OPT_METRICS_FILE };
+struct scan_flags {
+    int end_status; /* -1, CK_PMF_FINISHED or CK_PMF_FAILED */
+    bool check;
+};
+
+#define O(f) offsetof(struct scan_flags, f)
+static const struct ck_opt options[] = {
+    {"finished", 0, CK_OPT_VALUE, NULL, NULL, O(end_status), CK_PMF_FINISHED, NULL,
+     "mark the training finished (after registering)"},
+    {"failed", 0, CK_OPT_VALUE, NULL, NULL, O(end_status), CK_PMF_FAILED, NULL,
+     "mark the training failed"},
+    {"min-age", 0, CK_OPT_CONFIG, "checkpoints.min_age", NULL, 0, 0, "DURATION",
+     "take only files unchanged for this long (default 2s)"},
+    {"metrics-file", 0, CK_OPT_CONFIG, "metrics_file", NULL, 0, 0, "PATH",
+     "write the run's metrics there at the end\n(node_exporter textfile collector)"},
+    {"check", 'n', CK_OPT_SET, NULL, NULL, O(check), 0, NULL,
+     "check the config and DIR/metadata.yaml, change nothing"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 int ck_cmd_scan(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        CK_CLI_LONGOPTS,
-        {"finished", no_argument, NULL, OPT_FINISHED},
-        {"failed", no_argument, NULL, OPT_FAILED},
-        {"min-age", required_argument, NULL, OPT_MIN_AGE},
-        {"metrics-file", required_argument, NULL, OPT_METRICS_FILE},
-        {"check", no_argument, NULL, 'n'},
-        {NULL, 0, NULL, 0},
-    };
     struct ck_cli cli;
+    struct scan_flags fl = {.end_status = -1};
     struct ck_scan_opts so = {.end_status = -1, .min_age = -1};
-    bool check = false;
-    const char *metrics_file = NULL;
-    int opt, rc;
+    int rc;
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS "n", longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "scan", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        switch (opt) {
-        case OPT_FINISHED:
-        case OPT_FAILED:
-            if (so.end_status >= 0)
-                return ck_cli_usage_error("scan", "--finished and --failed exclude each other");
-            so.end_status = opt == OPT_FINISHED ? CK_PMF_FINISHED : CK_PMF_FAILED;
-            break;
-        case OPT_MIN_AGE:
-            if (ck_parse_duration(optarg, &so.min_age) < 0)
-                return ck_cli_usage_error("scan", "%s", ck_error_msg());
-            break;
-        case 'n':
-            check = true;
-            break;
-        case OPT_METRICS_FILE:
-            metrics_file = optarg;
-            break;
-        }
-    }
+    if ((rc = ck_cli_parse("scan", argc, argv, options, &fl, &cli, false)) != 0)
+        return rc;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, tail);
         return CK_EXIT_OK;
     }
     if (optind + 1 != argc)
         return ck_cli_usage_error("scan", "expected one DIR");
+    so.end_status = fl.end_status;
+    bool check = fl.check;
     so.dir = argv[optind];
 
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, so.dir);
+    if (err == 0) /* the flags over the file (--min-age, --metrics-file) */
+        err = ck_config_apply(&cfg, cli.overrides, cli.noverrides);
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
     if (err < 0) {
         ck_config_release(&cfg);
@@ -138,7 +121,7 @@ int ck_cmd_scan(int argc, char **argv)
                        res.problems);
 out:
     ck_scan_result_release(&res);
-    ck_notify_write_metrics(metrics_file ? metrics_file : cfg.metrics_file);
+    ck_notify_write_metrics(cfg.metrics_file);
     ck_hooks_free(hooks);
     ck_state_close(&st);
     ck_lock_release(&lock);

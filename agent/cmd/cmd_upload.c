@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd upload [options] PATH DEST\n"
     "\n"
     "Uploads PATH (a file, or a PMF tree: its files first, metadata.yaml last) to DEST,\n"
@@ -29,54 +29,55 @@ static const char help[] =
     "`ckptd upload` (or `ckptd queue run`) again resumes it, multipart uploads with\n"
     "the missing parts only. A store named in the config (upload.stores) takes its\n"
     "options from there.\n"
+    "\n";
+static const char tail[] =
     "\n"
-    "  --endpoint URL        s3: an S3-compatible service (http://127.0.0.1:9000)\n"
-    "  --region NAME         s3: signing region (default us-east-1)\n"
-    "  --credentials REF     s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
-    "                        http: env:NAME or file:/path holding user:password or a token\n"
-    "  --auth basic|bearer   http authentication\n"
-    "  --key FILE            sftp: private key (ed25519, mode 0600)\n"
-    "  --host-key SHA256:..  sftp: the server's host key fingerprint (pinned)\n"
-    "  --compress zstd       send files as NAME.zst (the original's SHA-256 is recorded)\n"
-    "  --bundle              send a tree as one NAME.tar.zst\n"
-    "  --no-move             http: PUT to the final name (no temporary + MOVE)\n"
-    "  --concurrency N       parallel parts (default 8)\n"
-    "  --max-rate SIZE       bandwidth cap, bytes per second (50MiB)\n"
-    "  --part-size SIZE      multipart part size (default 8MiB)\n"
-    "  --multipart-threshold SIZE   (default 64MiB)\n"
-    "  --retries N           retries per request (default 6)\n"
-    "  --state DIR           the queue's folder\n"
-    "  --queue-only          queue the jobs and exit without sending\n"
-    "  --no-progress         no progress bar even on a terminal\n" CK_CLI_HELP "\n"
     "exit: 0 all sent and checked, 1 something failed or was left queued (SIGTERM),\n"
     "2 usage or config error, 3 another ckptd runs this queue\n";
 
-enum {
-    O_ENDPOINT = CK_OPT_FIRST_COMMAND_OPTION,
-    O_REGION,
-    O_CREDS,
-    O_AUTH,
-    O_KEY,
-    O_HOSTKEY,
-    O_COMPRESS,
-    O_BUNDLE,
-    O_NOMOVE,
-    O_CONC,
-    O_RATE,
-    O_PART,
-    O_THRESH,
-    O_RETRIES,
-    O_STATE,
-    O_QONLY,
-    O_NOPROG,
+struct upload_flags {
+    struct ck_store_spec store; /* the store options of DEST when the config has no row for it */
+    const char *state_dir;
+    bool queue_only, progress;
 };
 
-static int set_size(const char *v, uint64_t *out, const char *opt)
-{
-    if (ck_parse_size(v, out) < 0)
-        return ck_cli_usage_error("upload", "%s: '%s' is not a size", opt, v);
-    return 0;
-}
+#define O(f) offsetof(struct upload_flags, f)
+static const struct ck_opt options[] = {
+    {"endpoint", 0, CK_OPT_STORE, "endpoint", NULL, O(store), 0, "URL",
+     "s3: an S3-compatible service (http://127.0.0.1:9000)"},
+    {"region", 0, CK_OPT_STORE, "region", NULL, O(store), 0, "NAME",
+     "s3: signing region (default us-east-1)"},
+    {"credentials", 0, CK_OPT_STORE, "credentials", NULL, O(store), 0, "REF",
+     "s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
+     "http: env:NAME or file:/path holding user:password or a token"},
+    {"auth", 0, CK_OPT_STORE, "auth", NULL, O(store), 0, "basic|bearer", "http authentication"},
+    {"key", 0, CK_OPT_STORE, "key", NULL, O(store), 0, "FILE",
+     "sftp: private key (ed25519, mode 0600)"},
+    {"host-key", 0, CK_OPT_STORE, "host_key", NULL, O(store), 0, "SHA256:..",
+     "sftp: the server's host key fingerprint (pinned)"},
+    {"compress", 0, CK_OPT_STORE, "compress", NULL, O(store), 0, "zstd",
+     "send files as NAME.zst (the original's SHA-256 is recorded)"},
+    {"bundle", 0, CK_OPT_STORE, "bundle", "true", O(store), 0, NULL,
+     "send a tree as one NAME.tar.zst"},
+    {"no-move", 0, CK_OPT_STORE, "move", "false", O(store), 0, NULL,
+     "http: PUT to the final name (no temporary + MOVE)"},
+    {"concurrency", 0, CK_OPT_CONFIG, "upload.concurrency", NULL, 0, 0, "N",
+     "parallel parts (default 8)"},
+    {"max-rate", 0, CK_OPT_CONFIG, "upload.max_rate", NULL, 0, 0, "SIZE",
+     "bandwidth cap, bytes per second (50MiB)"},
+    {"part-size", 0, CK_OPT_CONFIG, "upload.part_size", NULL, 0, 0, "SIZE",
+     "multipart part size (default 8MiB)"},
+    {"multipart-threshold", 0, CK_OPT_CONFIG, "upload.multipart_threshold", NULL, 0, 0, "SIZE",
+     "files this large go multipart (default 64MiB)"},
+    {"retries", 0, CK_OPT_CONFIG, "upload.retries", NULL, 0, 0, "N",
+     "retries per request (default 6)"},
+    {"state", 0, CK_OPT_STR, NULL, NULL, O(state_dir), 0, "DIR", "the queue's folder"},
+    {"queue-only", 0, CK_OPT_SET, NULL, NULL, O(queue_only), 0, NULL,
+     "queue the jobs and exit without sending"},
+    {"no-progress", 0, CK_OPT_CLEAR, NULL, NULL, O(progress), 0, NULL,
+     "no progress bar even on a terminal"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 /* The spec for DEST: the config's row with that URL, else DEST with the flags. */
 static int pick_spec(const struct ck_config *cfg, const char *dest,
@@ -119,123 +120,28 @@ int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *sp
 {
     struct ck_upload_report rep;
     struct ck_upload_round r = {
-        .cfg = cfg, .spool = spool, .run = {.progress_bar = progress, .wait_retries = true}};
+        .cfg = cfg,
+        .spool = spool,
+        .run = {.progress_bar = progress, .wait_retries = true}};
     int err = ck_upload_round_foreground(db, &r, &rep);
     return ck_upload_report_exit(cmd, err, &rep);
 }
 
 int ck_cmd_upload(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        CK_CLI_LONGOPTS,
-        {"endpoint", required_argument, NULL, O_ENDPOINT},
-        {"region", required_argument, NULL, O_REGION},
-        {"credentials", required_argument, NULL, O_CREDS},
-        {"auth", required_argument, NULL, O_AUTH},
-        {"key", required_argument, NULL, O_KEY},
-        {"host-key", required_argument, NULL, O_HOSTKEY},
-        {"compress", required_argument, NULL, O_COMPRESS},
-        {"bundle", no_argument, NULL, O_BUNDLE},
-        {"no-move", no_argument, NULL, O_NOMOVE},
-        {"concurrency", required_argument, NULL, O_CONC},
-        {"max-rate", required_argument, NULL, O_RATE},
-        {"part-size", required_argument, NULL, O_PART},
-        {"multipart-threshold", required_argument, NULL, O_THRESH},
-        {"retries", required_argument, NULL, O_RETRIES},
-        {"state", required_argument, NULL, O_STATE},
-        {"queue-only", no_argument, NULL, O_QONLY},
-        {"no-progress", no_argument, NULL, O_NOPROG},
-        {NULL, 0, NULL, 0}};
     struct ck_cli cli;
-    struct ck_store_spec flags, spec;
+    struct upload_flags fl = {.progress = isatty(2)};
+    struct ck_store_spec spec;
     struct ck_config cfg;
-    const char *state_dir = NULL;
-    bool queue_only = false, progress = isatty(2);
-    uint64_t rate = 0, part = 0, thresh = 0;
-    int conc = 0, retries = -1, opt, rc, lockfd = -1;
+    int rc, lockfd = -1;
     sqlite3 *db = NULL;
-    memset(&flags, 0, sizeof flags);
     memset(&spec, 0, sizeof spec);
     ck_config_init(&cfg);
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "upload", opt, optarg)) != 0) {
-            if (rc != 1)
-                goto done;
-            continue;
-        }
-        rc = 0;
-        switch (opt) {
-        case O_ENDPOINT:
-            rc = ck_store_spec_set(&flags, "endpoint", optarg);
-            break;
-        case O_REGION:
-            rc = ck_store_spec_set(&flags, "region", optarg);
-            break;
-        case O_CREDS:
-            rc = ck_store_spec_set(&flags, "credentials", optarg);
-            break;
-        case O_AUTH:
-            rc = ck_store_spec_set(&flags, "auth", optarg);
-            break;
-        case O_KEY:
-            rc = ck_store_spec_set(&flags, "key", optarg);
-            break;
-        case O_HOSTKEY:
-            rc = ck_store_spec_set(&flags, "host_key", optarg);
-            break;
-        case O_COMPRESS:
-            rc = ck_store_spec_set(&flags, "compress", optarg);
-            break;
-        case O_BUNDLE:
-            flags.bundle = true;
-            break;
-        case O_NOMOVE:
-            flags.no_move = true;
-            break;
-        case O_CONC:
-            conc = atoi(optarg);
-            if (conc < 1 || conc > 64)
-                rc = ck_error(CK_EUSAGE, "--concurrency: 1 to 64");
-            break;
-        case O_RETRIES:
-            retries = atoi(optarg);
-            if (retries < 0 || retries > 64)
-                rc = ck_error(CK_EUSAGE, "--retries: 0 to 64");
-            break;
-        case O_RATE:
-            if ((rc = set_size(optarg, &rate, "--max-rate")) != 0)
-                goto done;
-            break;
-        case O_PART:
-            if ((rc = set_size(optarg, &part, "--part-size")) != 0)
-                goto done;
-            break;
-        case O_THRESH:
-            if ((rc = set_size(optarg, &thresh, "--multipart-threshold")) != 0)
-                goto done;
-            break;
-        case O_STATE:
-            state_dir = optarg;
-            break;
-        case O_QONLY:
-            queue_only = true;
-            break;
-        case O_NOPROG:
-            progress = false;
-            break;
-        default:
-            rc = ck_cli_usage_error("upload", "unknown option");
-            goto done;
-        }
-        if (rc < 0) {
-            rc = ck_cli_usage_error("upload", "%s", ck_error_msg());
-            goto done;
-        }
-    }
+    if ((rc = ck_cli_parse("upload", argc, argv, options, &fl, &cli, true)) != 0)
+        goto done;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, tail);
         rc = CK_EXIT_OK;
         goto done;
     }
@@ -244,27 +150,14 @@ int ck_cmd_upload(int argc, char **argv)
         goto done;
     }
     const char *path = argv[optind], *dest = argv[optind + 1];
-    if (cli.config_path && (rc = ck_config_load(&cfg, cli.config_path)) < 0) {
+    if ((cli.config_path && (rc = ck_config_load(&cfg, cli.config_path)) < 0) ||
+        (rc = ck_config_apply(&cfg, cli.overrides, cli.noverrides)) < 0) {
+        ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
-    if (conc)
-        cfg.upload.concurrency = conc;
-    if (retries >= 0)
-        cfg.upload.retries = retries;
-    if (rate)
-        cfg.upload.max_rate = rate;
-    if (part) {
-        if (part < (5u << 20)) {
-            rc = ck_cli_usage_error("upload", "--part-size: at least 5MiB (S3's minimum)");
-            goto done;
-        }
-        cfg.upload.part_size = part;
-    }
-    if (thresh)
-        cfg.upload.multipart_threshold = thresh;
-    if ((rc = pick_spec(&cfg, dest, &flags, &spec)) < 0 || (rc = ck_store_check(&spec)) < 0) {
+    if ((rc = pick_spec(&cfg, dest, &fl.store, &spec)) < 0 || (rc = ck_store_check(&spec)) < 0) {
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
@@ -273,8 +166,8 @@ int ck_cmd_upload(int argc, char **argv)
         goto done;
     }
     char sdir[4096], dbpath[4200], spool[4200];
-    if (state_dir)
-        snprintf(sdir, sizeof sdir, "%s", state_dir);
+    if (fl.state_dir)
+        snprintf(sdir, sizeof sdir, "%s", fl.state_dir);
     else if ((rc = ck_uploader_default_state(sdir, sizeof sdir)) < 0) {
         rc = ck_cli_fail("upload", rc);
         goto done;
@@ -310,7 +203,7 @@ int ck_cmd_upload(int argc, char **argv)
     }
     if (!queued)
         ck_info("upload.unchanged", "path=\"%s\": already queued or sent with this content", path);
-    if (queue_only) {
+    if (fl.queue_only) {
         rc = CK_EXIT_OK;
         goto done;
     }
@@ -318,13 +211,13 @@ int ck_cmd_upload(int argc, char **argv)
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
-    rc = ck_upload_run_queue(db, &cfg, spool, progress, "upload");
+    rc = ck_upload_run_queue(db, &cfg, spool, fl.progress, "upload");
 done:
     if (lockfd >= 0)
         close(lockfd);
     if (db)
         sqlite3_close(db);
-    ck_store_spec_release(&flags);
+    ck_store_spec_release(&fl.store);
     ck_store_spec_release(&spec);
     ck_config_release(&cfg);
     return rc;
