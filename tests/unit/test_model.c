@@ -674,8 +674,19 @@ static void layers_conv_and_batchnorm_errors(void **state)
          "3}]\n",
          "groups 3 does not divide the 4 output channels"},
     };
+    struct ck_model *m;
+    struct ck_tensor_set *w = weights("d.safetensors", 0);
+    struct ck_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)"nodata";
+    t.dtype = CK_DT_F32;
+    t.rank = 2;
+    t.dims[0] = t.dims[1] = 2;
+    assert_int_equal(ck_tensor_set_add(w, &t, NULL), 0);
+    assert_int_equal(build(w, "- {op: dense, weight: nodata}\n", &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "weight 'nodata' has no data in 'd.safetensors'"));
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        struct ck_model *m = NULL;
+        m = NULL;
         int err =
             build(weights("c.safetensors", 3, "c.weight", 4, 4, 2, 3, 3, "g", 1, 4, "v5", 1, 5),
                   cases[i].yaml, &m);
@@ -685,7 +696,6 @@ static void layers_conv_and_batchnorm_errors(void **state)
         assert_null(m);
     }
     /* pooling arithmetic: ceil_mode (torch's rule), explicit stride and padding */
-    struct ck_model *m;
     assert_int_equal(build(weights("p", 0),
                            "input: {name: x, shape: [1, 1, 5, 5]}\n"
                            "layers: [{op: maxpool, kernel: 2, ceil_mode: true, name: a},\n"
@@ -884,6 +894,16 @@ static void open_model_weights_only_needs_a_graph(void **state)
     assert_true(m->inputs[0].dims[1] == 2 && m->outputs[0].dims[1] == 3);
     ck_model_free(m);
     ck_yaml_release(&d);
+    /* the config's form kept as text */
+    const char *txt = "layers: [{op: dense, weight: W}]\n";
+    assert_int_equal(ck_reader_open_model_text(st, NULL, txt, strlen(txt), NULL, &m), 0);
+    assert_true(m->inputs[0].dims[1] == 3 && m->outputs[0].dims[1] == 2);
+    ck_model_free(m);
+    txt = "layers: [{op: dense, weight: V}]\n";
+    assert_int_equal(ck_reader_open_model_text(st, NULL, txt, strlen(txt), NULL, &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'pack.graph' line 1: layer 0 (dense): weight 'V' is "
+                                           "not a tensor of"));
+    assert_int_equal(ck_reader_open_model_text(st, NULL, NULL, 0, NULL, &m), CK_EUSAGE);
     /* a graph file that is missing is named */
     assert_true(ck_reader_open_model(st, NULL, "/nonexistent/g.yaml", &m) < 0);
     assert_non_null(strstr(ck_error_msg(), "/nonexistent/g.yaml"));
