@@ -479,7 +479,7 @@ static int concat(const struct ctx *c, const struct ck_model_node *n, struct ck_
 {
     const struct ck_shape *x = &c->in[0]->shape;
     int a;
-    int err = norm_axis(c, ck_op_axis(&n->p, 1), x->rank, 0, &a);
+    int err = norm_axis(c, ck_op_axis(&n->p, 0), x->rank, 0, &a);
     if (err < 0)
         return err;
     *o = *x;
