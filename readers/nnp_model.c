@@ -126,9 +126,11 @@ static int node(struct nctx *c, enum ck_op op, struct ck_model_node **out)
 
 static int need_inputs(const struct nctx *c, size_t lo, size_t hi)
 {
-    if (c->gn->ninputs < lo || c->gn->ninputs > hi)
-        return nfail(c, "%zu inputs (expected %zu%s%zu)", c->gn->ninputs, lo, hi > lo ? " to " : "",
-                     hi > lo ? hi : (size_t)0);
+    if (c->gn->ninputs < lo || c->gn->ninputs > hi) {
+        if (hi == lo)
+            return nfail(c, "%zu inputs (expected %zu)", c->gn->ninputs, lo);
+        return nfail(c, "%zu inputs (expected %zu to %zu)", c->gn->ninputs, lo, hi);
+    }
     if (c->gn->noutputs != 1)
         return nfail(c, "%zu outputs (expected 1)", c->gn->noutputs);
     return 0;
