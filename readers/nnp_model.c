@@ -326,8 +326,9 @@ static int map_batchnorm(struct nctx *c, enum ck_op op)
     return wire(c, n, order);
 }
 
-/* Reshape(x; shape): a first dimension equal to the network's batch size is
- * the batch, whatever it is at run time (0: copy the input's). */
+/* Reshape(x; shape): a first dimension equal to the network's batch size,
+ * on an input whose first dimension is the batch (-1 or that size), is the
+ * batch whatever it is at run time (0: copy the input's). */
 static int map_reshape(struct nctx *c, enum ck_op op)
 {
     struct ck_model_node *n;
@@ -338,7 +339,8 @@ static int map_reshape(struct nctx *c, enum ck_op op)
         (err = attr_ints(c, "shape", shape, CK_MODEL_MAX_INTS, &ns)) < 0)
         return err;
     const struct ck_tensor *x = declared(c, c->gn->inputs[0]);
-    if (ns && x && x->rank && x->dims[0] < 0 && (shape[0] == c->batch || shape[0] == -1))
+    bool batched = x && x->rank && (x->dims[0] < 0 || (c->batch > 0 && x->dims[0] == c->batch));
+    if (ns && batched && c->batch > 0 && shape[0] == c->batch)
         shape[0] = 0;
     if ((err = node(c, op, &n)) < 0 || (err = ck_model_node_set_ints(n, shape, ns)) < 0)
         return err;

@@ -859,6 +859,104 @@ static void nnp_mapping_rules_and_errors(void **state)
     assert_int_equal(ck_nnp_to_model(s, &m), CK_EUSAGE);
 }
 
+/* A declared variable of a hand-made NNabla set (data NULL unless given). */
+static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
+{
+    struct ck_tensor t;
+    va_list ap;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)name;
+    t.dtype = CK_DT_F32;
+    t.rank = rank;
+    t.role = data ? "parameter" : "buffer";
+    uint64_t n = 1;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
+    va_end(ap);
+    t.data = (const unsigned char *)data;
+    t.nbytes = data ? n * 4 : 0;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+}
+
+static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
+               const char *outs, const char *const *attrs)
+{
+    struct ck_graph_node *n;
+    char buf[256], *save, *tok;
+    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
+    snprintf(buf, sizeof buf, "%s", outs);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
+    for (size_t i = 0; attrs && attrs[i]; i += 2)
+        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
+}
+
+static void nnp_batchnorm_matmul_reshape_concat(void **state)
+{
+    (void)state;
+    static const float p4[4] = {1, 2, 3, 4}, w[4 * 6] = {0};
+    struct ck_tensor_set *s = ck_tensor_set_new("nnp", "net.nnp");
+    /* batch_size 32 written out in the declared shapes, as NNabla exports do */
+    var(s, "x", NULL, 4, 32, 4, 3, 2);
+    var(s, "bn/beta", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/gamma", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/mean", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/var", p4, 4, 1, 4, 1, 1);
+    var(s, "w", w, 2, 4, 6);
+    var(s, "h", NULL, 4, 32, 4, 3, 2);
+    var(s, "r", NULL, 3, 32, 6, 4);
+    var(s, "m", NULL, 3, 32, 6, 6);
+    var(s, "c", NULL, 3, 32, 6, 10);
+    var(s, "y", NULL, 3, 32, 6, 10);
+    s->graph = ck_graph_new();
+    assert_int_equal(ck_graph_add_attr(s->graph, "batch_size", "32"), 0);
+    static const char *const bn[] = {"axes", "1", "eps", "1e-05", "batch_stat", "false", NULL};
+    static const char *const rs[] = {"shape", "[32,6,4]", NULL};
+    static const char *const mm[] = {"transpose_a", "false", "transpose_b", "true", NULL};
+    fn(s->graph, "BN", "BatchNormalization", "x bn/beta bn/gamma bn/mean bn/var", "h", bn);
+    fn(s->graph, "Reshape", "Reshape", "h", "r", rs);
+    fn(s->graph, "BatchMatmul", "BatchMatmul", "r r", "m", mm);
+    fn(s->graph, "Concat", "Concatenate", "m r", "c", NULL);
+    fn(s->graph, "Softmax", "Softmax", "c", "y", NULL);
+    assert_int_equal(ck_graph_add_io(s->graph, false, "x"), 0);
+    assert_int_equal(ck_graph_add_io(s->graph, true, "y"), 0);
+    struct ck_model *m;
+    int err = ck_nnp_to_model(s, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    /* NNabla's (x, beta, gamma, mean, variance) becomes (x, gamma, beta, mean, var) */
+    const struct ck_model_node *n = &m->nodes[0];
+    assert_int_equal(n->op, CK_OP_BATCHNORM);
+    assert_string_equal(n->inputs[1], "bn/gamma");
+    assert_string_equal(n->inputs[2], "bn/beta");
+    assert_string_equal(n->inputs[4], "bn/var");
+    assert_true(n->p.axis == 1 && fabsf(n->p.eps - 1e-5f) < 1e-12f);
+    /* the batch size in Reshape's shape becomes "copy the batch" */
+    n = &m->nodes[1];
+    assert_int_equal(n->op, CK_OP_RESHAPE);
+    assert_true(n->p.nints == 3 && n->p.ints[0] == 0 && n->p.ints[1] == 6 && n->p.ints[2] == 4);
+    /* transpose_b: a transpose of the last two axes, then the matmul */
+    assert_int_equal(m->nodes[2].op, CK_OP_TRANSPOSE);
+    assert_true(m->nodes[2].p.nints == 3 && m->nodes[2].p.ints[0] == 0 &&
+                m->nodes[2].p.ints[1] == 2 && m->nodes[2].p.ints[2] == 1);
+    assert_int_equal(m->nodes[3].op, CK_OP_MATMUL);
+    assert_string_equal(m->nodes[3].inputs[0], "r");
+    assert_string_equal(m->nodes[3].inputs[1], m->nodes[2].outputs[0]);
+    /* NNabla's default axes: the last */
+    assert_int_equal(m->nodes[4].op, CK_OP_CONCAT);
+    assert_int_equal(m->nodes[4].p.axis, -1);
+    assert_int_equal(m->nodes[5].op, CK_OP_SOFTMAX);
+    assert_int_equal(ck_op_axis(&m->nodes[5].p, -1), -1);
+    /* the declared batch 32 is "any batch" */
+    assert_true(m->inputs[0].dims[0] == -1 && m->outputs[0].dims[0] == -1);
+    assert_int_equal(m->weights->ntensors, 5);
+    ck_model_free(m);
+}
+
 static void open_model_weights_only_needs_a_graph(void **state)
 {
     (void)state;
@@ -931,6 +1029,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(layers_conv_and_batchnorm_errors),
     cmocka_unit_test(nnp_real_lenet_maps_completely),
     cmocka_unit_test(nnp_mapping_rules_and_errors),
+    cmocka_unit_test(nnp_batchnorm_matmul_reshape_concat),
     cmocka_unit_test(open_model_weights_only_needs_a_graph),
 };
 
