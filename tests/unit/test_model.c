@@ -356,6 +356,14 @@ static void convert_f32_to_16_bits(void **state)
         float f;
         assert_int_equal(ck_tensor_read_f32(&t, 0, 1, &f, NULL), 0);
         assert_int_equal(ck_f32_to_f16(f), hb);
+        /* and equals IEEE 754's definition: (-1)^s 2^(e-15) 1.m, or 2^-14 0.m */
+        int e = (b >> 10) & 0x1f, mant = b & 0x3ff;
+        double want = e ? ldexp(1024 + mant, e - 25) : ldexp(mant, -24);
+        if (e == 31)
+            want = INFINITY;
+        if (b & 0x8000)
+            want = -want;
+        assert_true((double)f == want);
     }
 }
 
