@@ -197,6 +197,20 @@ static void convert_integers_and_rounding(void **state)
     t = mk(CK_DT_U16, u16, 2, 1, d1);
     assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
     assert_true(out[0] == 65535.0f);
+    /* big-endian 16-bit: int16 fffe = -2, uint16 0100 = 256; little-endian int16 fffe = -257 */
+    unsigned char be16[] = {0xff, 0xfe};
+    t = mk(CK_DT_I16, be16, 2, 1, d1);
+    t.big_endian = true;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == -2.0f);
+    t.big_endian = false;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == -257.0f);
+    unsigned char b256[] = {0x01, 0x00};
+    t = mk(CK_DT_U16, b256, 2, 1, d1);
+    t.big_endian = true;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == 256.0f);
     /* quantized: the raw integer, said so by the kind */
     t = mk(CK_DT_QI8, u8, 2, 1, d2);
     assert_int_equal(ck_tensor_read_f32(&t, 0, 2, out, NULL), 0);
