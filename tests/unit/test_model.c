@@ -695,6 +695,16 @@ static void layers_conv_and_batchnorm_errors(void **state)
         {"input: {name: x, shape: [-1, 2, 8, 8]}\nlayers: [{op: conv2d, weight: c.weight, groups: "
          "3}]\n",
          "groups 3 does not divide the 4 output channels"},
+        /* hostile numbers: overflowing arithmetic is refused, never wrapped */
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: conv2d, weight: c.weight, padding: 9223372036854775807}]\n",
+         "height: kernel, stride, dilation or padding out of range"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: pad, pads: [0, 0, 9223372036854775807, 9223372036854775807]}]\n",
+         "padding overflows axis 1"},
+        {"input: {name: x, shape: [-1, 9223372036854775807]}\n"
+         "layers: [{op: concat, from: [x, x], axis: 1}]\n",
+         "axis 1 overflows"},
     };
     struct ck_model *m;
     struct ck_tensor_set *w = weights("d.safetensors", 0);
@@ -717,6 +727,23 @@ static void layers_conv_and_batchnorm_errors(void **state)
                      cases[i].msg);
         assert_null(m);
     }
+    /* slices as ONNX writes them: INT64_MAX ends, negative steps, huge steps */
+    assert_int_equal(build(weights("s", 0),
+                           "input: {name: x, shape: [4, 10]}\n"
+                           "layers: [{op: slice, slices: [[1, 9223372036854775807], "
+                           "[-1, -9223372036854775807, -3]]},\n"
+                           "         {op: slice, slices: [[0, 3, 9223372036854775807]], from: x,"
+                           " name: b}]\n",
+                           &m),
+                     0);
+    struct ck_model_shapes sl;
+    char sb[64];
+    assert_int_equal(ck_model_infer_shapes(m, &sl), 0);
+    /* rows 1..3 = 3; columns 9, 6, 3, 0 = 4; one row (0) of step 2^63-1 */
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sl, "layer0"), sb, sizeof sb), "[3, 4]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sl, "b"), sb, sizeof sb), "[1, 10]");
+    ck_model_shapes_release(&sl);
+    ck_model_free(m);
     /* pooling arithmetic: ceil_mode (torch's rule), explicit stride and padding */
     assert_int_equal(build(weights("p", 0),
                            "input: {name: x, shape: [1, 1, 5, 5]}\n"
