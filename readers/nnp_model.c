@@ -528,18 +528,20 @@ static int keep_parameters(struct nctx *c)
 {
     struct ck_tensor_set *s = c->s;
     size_t k = 0;
+    /* every check before the first change, so an error leaves s whole */
     for (size_t i = 0; i < s->ntensors; i++) {
-        struct ck_tensor *t = &s->tensors[i];
+        const struct ck_tensor *t = &s->tensors[i];
         if (!t->data && t->role && !strcmp(t->role, "parameter"))
             return ck_error(CK_EFORMAT,
-                            "'%s': parameter '%s' has no values (the file holds the "
-                            "network only)",
+                            "'%s': parameter '%s' has no values (the file holds the network only)",
                             c->path, t->name);
-        if (!t->data) {
+    }
+    for (size_t i = 0; i < s->ntensors; i++) {
+        struct ck_tensor *t = &s->tensors[i];
+        if (!t->data)
             free(t->name);
-            continue;
-        }
-        s->tensors[k++] = *t;
+        else
+            s->tensors[k++] = *t;
     }
     s->ntensors = k;
     return 0;

@@ -834,6 +834,42 @@ static void nnp_real_lenet_maps_completely(void **state)
     ck_model_free(m);
 }
 
+/* A declared variable of a hand-made NNabla set (data NULL unless given). */
+static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
+{
+    struct ck_tensor t;
+    va_list ap;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)name;
+    t.dtype = CK_DT_F32;
+    t.rank = rank;
+    t.role = data ? "parameter" : "buffer";
+    uint64_t n = 1;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
+    va_end(ap);
+    t.data = (const unsigned char *)data;
+    t.nbytes = data ? n * 4 : 0;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+}
+
+static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
+               const char *outs, const char *const *attrs)
+{
+    struct ck_graph_node *n;
+    char buf[256], *save, *tok;
+    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
+    snprintf(buf, sizeof buf, "%s", outs);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
+    for (size_t i = 0; attrs && attrs[i]; i += 2)
+        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
+}
+
 /* A hand-made NNabla set: variables as data-less tensors, a graph. */
 static struct ck_tensor_set *nnp_set(const char *op, const char *const *attrs, int64_t h,
                                      int64_t oh)
@@ -901,47 +937,17 @@ static void nnp_mapping_rules_and_errors(void **state)
         assert_true(err == 0 || !strstr(ck_error_msg(), "has no mapping"));
         ck_model_free(m);
     }
+    /* a network whose parameter has no values (a bare network.nntxt) */
+    struct ck_tensor_set *np = nnp_set("ReLU", NULL, 4, 4);
+    var(np, "w", NULL, 2, 2, 2);
+    np->tensors[np->ntensors - 1].role = "parameter";
+    assert_int_equal(ck_nnp_to_model(np, &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'t.nnp': parameter 'w' has no values"));
     /* parameters only: no network */
     struct ck_tensor_set *s = nnp_set("ReLU", NULL, 4, 4);
     ck_graph_free(s->graph);
     s->graph = NULL;
     assert_int_equal(ck_nnp_to_model(s, &m), CK_EUSAGE);
-}
-
-/* A declared variable of a hand-made NNabla set (data NULL unless given). */
-static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
-{
-    struct ck_tensor t;
-    va_list ap;
-    memset(&t, 0, sizeof t);
-    t.name = (char *)name;
-    t.dtype = CK_DT_F32;
-    t.rank = rank;
-    t.role = data ? "parameter" : "buffer";
-    uint64_t n = 1;
-    va_start(ap, rank);
-    for (int i = 0; i < rank; i++)
-        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
-    va_end(ap);
-    t.data = (const unsigned char *)data;
-    t.nbytes = data ? n * 4 : 0;
-    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
-}
-
-static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
-               const char *outs, const char *const *attrs)
-{
-    struct ck_graph_node *n;
-    char buf[256], *save, *tok;
-    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
-    snprintf(buf, sizeof buf, "%s", ins);
-    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
-        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
-    snprintf(buf, sizeof buf, "%s", outs);
-    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
-        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
-    for (size_t i = 0; attrs && attrs[i]; i += 2)
-        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
 }
 
 static void nnp_batchnorm_matmul_reshape_concat(void **state)
