@@ -762,6 +762,8 @@ static void layers_conv_and_batchnorm_errors(void **state)
                         "[1, 1, 5, 5]");
     assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "output"), buf, sizeof buf),
                         "[1, 2, 3, 3]");
+    assert_true(m->nodes[1].p.count_include_pad); /* torch's default */
+    assert_false(m->nodes[0].p.count_include_pad);
     ck_model_shapes_release(&sh);
     ck_model_free(m);
 }
