@@ -768,6 +768,40 @@ static void layers_conv_and_batchnorm_errors(void **state)
     ck_model_free(m);
 }
 
+/* The complete example of docs/model.md builds, with the shapes its comments give. */
+static void docs_example_builds(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/model.md", CK_SOURCE_DIR);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char doc[200000];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[len] = 0;
+    char *start = strstr(doc, "```yaml\n");
+    assert_non_null(start);
+    start += 8;
+    char *end = strstr(start, "```");
+    assert_non_null(end);
+    *end = 0;
+    struct ck_tensor_set *w = weights(
+        "model.safetensors", 10, "conv1.weight", 4, 8, 1, 3, 3, "conv1.bias", 1, 8, "bn1.weight", 1,
+        8, "bn1.bias", 1, 8, "bn1.running_mean", 1, 8, "bn1.running_var", 1, 8, "conv2.weight", 4,
+        8, 8, 3, 3, "fc.weight", 2, 10, 1568, "fc.bias", 1, 10, "unused", 1, 1);
+    struct ck_model *m;
+    int err = build(w, start, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    assert_int_equal(m->nnodes, 10);
+    assert_string_equal(m->inputs[0].name, "x");
+    assert_string_equal(m->outputs[0].name, "logits");
+    assert_true(m->outputs[0].rank == 2 && m->outputs[0].dims[1] == 10);
+    assert_string_equal(m->nodes[5].inputs[1], "block_in");
+    ck_model_free(m);
+}
+
 /* ---- the NNabla mapping ---- */
 
 static const char *shared(char *buf, size_t len, const char *rel)
@@ -1084,6 +1118,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(layers_residual_block),
     cmocka_unit_test(layers_errors_name_layer_and_tensor),
     cmocka_unit_test(layers_conv_and_batchnorm_errors),
+    cmocka_unit_test(docs_example_builds),
     cmocka_unit_test(nnp_real_lenet_maps_completely),
     cmocka_unit_test(nnp_mapping_rules_and_errors),
     cmocka_unit_test(nnp_batchnorm_matmul_reshape_concat),
