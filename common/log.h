@@ -15,8 +15,11 @@ enum ck_log_format ck_log_format_get(void);
 int ck_log_format_parse(const char *s);
 int ck_log_level_parse(const char *s);
 
-/* event is a stable dotted name ("checkpoint.registered"); the message is free text,
- * preferably key=value pairs so both humans and grep can read it. */
+/* event is a stable dotted name ("checkpoint.registered"); the message is
+ * key=value pairs ('quoted' when the value may hold blanks) and a few words of
+ * prose. Text mode prints it as written; JSON mode makes each pair a typed
+ * member (integers and decimals as numbers, true/false as booleans) and the
+ * prose "msg" (docs/logging.md). */
 void ck_log(enum ck_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
