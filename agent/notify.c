@@ -201,13 +201,19 @@ static int announce_in(struct ck_hooks *h, struct ck_state *st, const char *dir,
 static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
                     const struct ck_scan_result *res, const struct ck_pmf_meta *m)
 {
-    int err = savepoint(st->db, "SAVEPOINT announce_pass");
+    /* Alone, the pass takes the write lock first (BEGIN IMMEDIATE waits for
+     * it): a deferred transaction that reads, then writes after another
+     * connection committed, fails at once with "database is locked", and the
+     * event would be lost. Inside a caller's transaction, a savepoint nests. */
+    bool own = sqlite3_get_autocommit(st->db) != 0;
+    int err = savepoint(st->db, own ? "BEGIN IMMEDIATE" : "SAVEPOINT announce_pass");
     if (err < 0)
         return err;
     err = announce_in(h, st, dir, res, m);
     if (err < 0)
-        sqlite3_exec(st->db, "ROLLBACK TO announce_pass", NULL, NULL, NULL);
-    if (sqlite3_exec(st->db, "RELEASE announce_pass", NULL, NULL, NULL) != SQLITE_OK && err >= 0)
+        sqlite3_exec(st->db, own ? "ROLLBACK" : "ROLLBACK TO announce_pass", NULL, NULL, NULL);
+    const char *done = own ? (err < 0 ? NULL : "COMMIT") : "RELEASE announce_pass";
+    if (done && sqlite3_exec(st->db, done, NULL, NULL, NULL) != SQLITE_OK && err >= 0)
         err = ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(st->db));
     return err;
 }

@@ -207,7 +207,10 @@ void ck_log(enum ck_log_level level, const char *event, const char *fmt, ...)
         /* trailing blanks of the prose come from a field at the end */
         while (rest.len && rest.data[rest.len - 1] == ' ')
             rest.data[--rest.len] = 0;
-        ck_json_kstr(&j, "msg", rest.len ? ck_buf_str(&rest) : "");
+        if (!rest.len) /* all pairs: the event's name is the sentence */
+            for (const char *e = event; *e; e++)
+                ck_buf_putc(&rest, *e == '.' || *e == '_' ? ' ' : *e);
+        ck_json_kstr(&j, "msg", ck_buf_str(&rest));
         ck_buf_release(&rest);
         ck_json_end_object(&j);
         flockfile(out);

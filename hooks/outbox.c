@@ -2,6 +2,7 @@
 #include "common/error.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,13 +93,36 @@ static int run(sqlite3 *db, const char *sql, const char *types, ...)
     return rc == SQLITE_DONE ? 0 : db_fail(db, "write");
 }
 
-/* A savepoint works both inside a caller's transaction and alone. */
+/* Inside a caller's transaction a savepoint nests. Alone, a savepoint would
+ * open a deferred transaction: its first statement takes a read snapshot, and
+ * when another connection (the delivery helper, a scan) commits before the
+ * insert, upgrading that snapshot to a write fails at once with "database is
+ * locked", without the busy handler. BEGIN IMMEDIATE takes the write lock
+ * first, waiting up to the busy timeout, so an event is never lost to that. */
+static int begin(sqlite3 *db, bool *own)
+{
+    *own = sqlite3_get_autocommit(db) != 0;
+    return exec(db, *own ? "BEGIN IMMEDIATE" : "SAVEPOINT outbox_add");
+}
+
+static int end(sqlite3 *db, bool own, int err)
+{
+    if (err < 0) {
+        exec(db, own ? "ROLLBACK" : "ROLLBACK TO outbox_add");
+        if (!own)
+            exec(db, "RELEASE outbox_add");
+        return err;
+    }
+    return exec(db, own ? "COMMIT" : "RELEASE outbox_add");
+}
+
 int ck_outbox_add(sqlite3 *db, const char *event_id, const char *type, int64_t created_ms,
                   const char *payload, const char *const *hooks, const char *const *bodies,
                   size_t nhooks, int64_t now_ms)
 {
+    bool own;
     int err;
-    if ((err = exec(db, "SAVEPOINT outbox_add")) < 0)
+    if ((err = begin(db, &own)) < 0)
         return err;
     err = run(db, "INSERT INTO hook_events (id, type, created_ms, payload) VALUES (?, ?, ?, ?)",
               "ttit", event_id, type, created_ms, payload);
@@ -109,12 +133,7 @@ int ck_outbox_add(sqlite3 *db, const char *event_id, const char *type, int64_t c
                   "INSERT INTO hook_deliveries (event_id, hook, body, state, next_ms)"
                   " VALUES (?, ?, ?, 'pending', ?)",
                   "ttti", event_id, hooks[i], bodies ? bodies[i] : NULL, now_ms);
-    if (err < 0) {
-        exec(db, "ROLLBACK TO outbox_add");
-        exec(db, "RELEASE outbox_add");
-        return err;
-    }
-    return exec(db, "RELEASE outbox_add");
+    return end(db, own, err);
 }
 
 void ck_outbox_items_free(struct ck_outbox_item *items, size_t n)

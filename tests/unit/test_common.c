@@ -297,7 +297,7 @@ static void log_json_fields_are_typed_members(void **state)
     char got[4096];
     log_json_line("ref='epoch_1.pt' epoch=1 bytes=100000 ok=true ratio=0.5", got, sizeof got);
     assert_string_equal(got, "\"ref\":\"epoch_1.pt\",\"epoch\":1,\"bytes\":100000,\"ok\":true,"
-                             "\"ratio\":0.5,\"msg\":\"\"}");
+                             "\"ratio\":0.5,\"msg\":\"test event\"}");
     /* prose stays the message; punctuation that separated a pair goes */
     log_json_line("status=finished: stopping the watcher", got, sizeof got);
     assert_string_equal(got, "\"status\":\"finished\",\"msg\":\"stopping the watcher\"}");
