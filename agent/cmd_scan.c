@@ -6,12 +6,16 @@
 #include "agent/notify.h"
 #include "agent/scan.h"
 #include "agent/state.h"
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/metrics.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char help[] =
     "usage: ckptd scan [options] DIR\n"
@@ -44,6 +48,27 @@ static void scan_upload_event(void *arg, const struct ck_upload_outcome *o)
 {
     struct upload_ctx *c = arg;
     ck_notify_upload(c->hooks, c->st, c->dir, o);
+}
+
+/* A cron job's textfile must show counters that keep growing across runs:
+ * the totals live in the state database between runs (loaded before the
+ * pass, saved after it, with the time of this run when it succeeded). A
+ * failure here costs only the carried numbers, never the scan. */
+static void carry_metrics(struct ck_state *st, bool save, bool succeeded)
+{
+    char *text = NULL;
+    struct ck_buf b = CK_BUF_INIT;
+    if (!save) {
+        if (ck_state_get(st, "metrics_totals", &text) == 0 && text)
+            ck_metrics_load_totals(text, strlen(text));
+        free(text);
+        return;
+    }
+    if (succeeded)
+        ck_metrics_set(CK_M_LAST_SUCCESS_TIME, (int64_t)time(NULL));
+    if (ck_metrics_save_totals(&b) < 0 || ck_state_set(st, "metrics_totals", ck_buf_str(&b)) < 0)
+        ck_warn("metrics.totals", "cannot keep the metrics for the next run: %s", ck_error_msg());
+    ck_buf_release(&b);
 }
 
 int ck_cmd_scan(int argc, char **argv)
@@ -127,6 +152,7 @@ int ck_cmd_scan(int argc, char **argv)
     }
     if ((err = ck_state_open(&st, so.dir)) < 0)
         goto out;
+    carry_metrics(&st, false, false);
     if (check) {
         err = ck_scan_check(&so);
         if (err == 0)
@@ -156,6 +182,8 @@ int ck_cmd_scan(int argc, char **argv)
                        res.problems);
 out:
     ck_scan_result_release(&res);
+    if (st.db && !check)
+        carry_metrics(&st, true, err == 0 && upload_rc == CK_EXIT_OK);
     ck_notify_write_metrics(metrics_file ? metrics_file : cfg.metrics_file);
     ck_hooks_free(hooks);
     ck_state_close(&st);

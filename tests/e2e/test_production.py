@@ -3,8 +3,10 @@ no event lost under load, structured logs a log shipper can use."""
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
@@ -85,6 +87,89 @@ class StructuredLogs(TmpDirCase):
                             input=p.stderr, capture_output=True, text=True)
         if jq.returncode == 0:
             self.assertEqual(jq.stdout.strip(), "7")
+
+
+def promtool_check(test, text, what):
+    promtool = shutil.which("promtool")
+    if not promtool:  # .ci/packages.txt installs prometheus, which ships it
+        test.fail("promtool is not installed (Debian package prometheus)")
+    p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+    test.assertEqual(p.returncode, 0, f"promtool on {what}: {p.stdout}{p.stderr}")
+
+
+def samples(text):
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+class CronMetrics(TmpDirCase):
+    def test_textfile_counters_are_cumulative_across_runs(self):
+        prom = os.path.join(self.dir, "ckptd.prom")
+        tree = os.path.join(self.dir, "run")
+        os.makedirs(tree)
+        write_old(os.path.join(tree, "epoch_1.pt"), os.urandom(5000))
+        before = time.time()
+        run("scan", "--metrics-file", prom, tree, check=0)
+        with open(prom) as f:
+            first = f.read()
+        promtool_check(self, first, "the textfile")
+        m = samples(first)
+        self.assertEqual(m["ckptd_checkpoints_registered_total"], 1)
+        self.assertGreaterEqual(m["ckptd_last_success_timestamp_seconds"], int(before))
+        self.assertEqual(m['ckptd_build_info{version="%s"}' % version()], 1)
+        write_old(os.path.join(tree, "epoch_2.pt"), os.urandom(7000))
+        run("scan", "--metrics-file", prom, tree, check=0)
+        run("scan", "--metrics-file", prom, tree, check=0)  # nothing new: nothing lost either
+        with open(prom) as f:
+            m = samples(f.read())
+        self.assertEqual(m["ckptd_checkpoints_registered_total"], 2)
+        # the second run hashed the new 7000 bytes on top of the first run's
+        self.assertGreaterEqual(m["ckptd_hashed_bytes_total"],
+                                samples(first)["ckptd_hashed_bytes_total"] + 7000)
+        # a failing run counts its failure and keeps the last success
+        last_ok = m["ckptd_last_success_timestamp_seconds"]
+        with open(os.path.join(tree, "ckptd.yaml"), "w") as f:
+            f.write("upload:\n  stores:\n    - url: file:///proc/no/such/place\n")
+        write_old(os.path.join(tree, "epoch_3.pt"), os.urandom(100))
+        p = run("scan", "--metrics-file", prom, tree)
+        self.assertNotEqual(p.returncode, 0)
+        with open(prom) as f:
+            text = f.read()
+        promtool_check(self, text, "the textfile after a failure")
+        m = samples(text)
+        self.assertEqual(m["ckptd_checkpoints_registered_total"], 3)
+        self.assertEqual(m["ckptd_last_success_timestamp_seconds"], last_ok)
+        self.assertGreaterEqual(m['ckptd_uploads_total{result="failed"}'], 1)
+
+    def test_endpoint_passes_promtool(self):
+        import socket
+        import urllib.request
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        p = subprocess.Popen([CKPTD, "watch", "--listen", f"127.0.0.1:{port}", self.dir],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+        text = None
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.05)
+        self.assertIsNotNone(text, "no /metrics")
+        promtool_check(self, text, "/metrics")
+        self.assertIn('ckptd_build_info{version="%s"} 1' % version(), text)
+
+
+def version():
+    out = run("--version", check=0).stdout.strip()
+    return out.split()[-1]
 
 
 if __name__ == "__main__":
