@@ -6,6 +6,7 @@
 #include "agent/notify.h"
 #include "agent/scan.h"
 #include "agent/state.h"
+#include "agent/sweep.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -150,6 +151,7 @@ int ck_cmd_scan(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_fail("scan", err);
     }
+    ck_tree_sweep(so.dir); /* the lock is ours: no other ckptd is writing here */
     if ((err = ck_state_open(&st, so.dir)) < 0)
         goto out;
     carry_metrics(&st, false, false);

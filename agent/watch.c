@@ -11,6 +11,7 @@
 #include "agent/sender.h"
 #include "agent/settle.h"
 #include "agent/state.h"
+#include "agent/sweep.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -914,8 +915,10 @@ static int start(struct watcher *w)
     static const struct ck_fswatch_cb cb = {on_changed, on_gone, on_dir_in, on_rescan, on_request};
     const struct ck_config *cfg = &w->cfg;
     int err;
-    if ((err = ck_lock_acquire(&w->lock, w->o->dir)) < 0 ||
-        (err = ck_state_open(&w->st, w->o->dir)) < 0 || (err = ck_loop_new(&w->loop)) < 0 ||
+    if ((err = ck_lock_acquire(&w->lock, w->o->dir)) < 0)
+        return err;
+    ck_tree_sweep(w->o->dir); /* the lock is ours: no other ckptd is writing here */
+    if ((err = ck_state_open(&w->st, w->o->dir)) < 0 || (err = ck_loop_new(&w->loop)) < 0 ||
         (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle, cfg->watch_check_writers)) <
             0 ||
         (err = setup_signals(w)) < 0 ||

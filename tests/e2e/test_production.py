@@ -167,6 +167,60 @@ class CronMetrics(TmpDirCase):
         self.assertIn('ckptd_build_info{version="%s"} 1' % version(), text)
 
 
+class Sweep(TmpDirCase):
+    def test_a_start_removes_what_killed_runs_left(self):
+        """Scans killed with kill -9 at random instants leave temporaries; the
+        next start removes them (and only them: the trainer's files stay)."""
+        import random
+        import signal
+        tree = os.path.join(self.dir, "run")
+        os.makedirs(tree)
+        for e in range(1, 40):
+            write_old(os.path.join(tree, f"epoch_{e}.pt"), os.urandom(20000))
+        # the trainer's own files that look like temporaries stay untouched
+        theirs = [".epoch_1.pt.abc123.tmp", "x.ckptd-abcdef.tmp", ".notes.tmp",
+                  ".metadata.yaml.1234567.tmp"]
+        for n in theirs:
+            write_old(os.path.join(tree, n), b"trainer")
+        # how long a scan that registers one new checkpoint takes here: the
+        # kills spread over that span
+        run("scan", tree, check=0)
+        write_old(os.path.join(tree, "epoch_99.pt"), os.urandom(5000))
+        t0 = time.monotonic()
+        run("scan", tree, check=0)
+        span = max(0.05, (time.monotonic() - t0) * 1.2)
+        killed_with_leftovers = 0
+        for i in range(60):
+            p = subprocess.Popen([CKPTD, "scan", tree], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            time.sleep(random.uniform(0.0, span))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            if leftovers(tree):
+                killed_with_leftovers += 1
+            # a new checkpoint each time, so that each scan has writing to do
+            write_old(os.path.join(tree, f"epoch_{100 + i}.pt"), os.urandom(5000))
+        left = leftovers(tree)
+        p = run("scan", tree, check=0)
+        self.assertEqual(leftovers(tree), [], p.stderr)
+        if left:
+            self.assertIn(f"temporaries={len(left)}", p.stderr)
+        for n in theirs:
+            self.assertTrue(os.path.exists(os.path.join(tree, n)), n)
+        # the runs were really killed mid-write often enough to mean something
+        self.assertGreater(killed_with_leftovers + len(left), 0,
+                           "no kill left a temporary: the test proves nothing")
+
+
+def leftovers(tree):
+    out = []
+    for root, dirs, files in os.walk(tree):
+        for n in files:
+            if ".ckptd-" in n and n.endswith(".tmp") and n.startswith("."):
+                out.append(os.path.join(root, n))
+    return out
+
+
 def version():
     out = run("--version", check=0).stdout.strip()
     return out.split()[-1]

@@ -315,7 +315,44 @@ static void log_json_fields_are_typed_members(void **state)
                         "\"key\":\"value\",\"msg\":\"cannot parse 'x': expected x-y=1\"}");
 }
 
+static void own_temporaries_are_told_apart(void **state)
+{
+    (void)state;
+    assert_true(ck_is_own_temporary(".metadata.yaml.ckptd-a1B2c3.tmp"));
+    assert_true(ck_is_own_temporary(".epoch_3.pt.ckptd-zzzzzz.tmp"));
+    assert_true(ck_is_own_temporary(".metadata.yaml.Ab12Cd.tmp")); /* before the marker */
+    assert_false(ck_is_own_temporary(".ckptd-a1B2c3.tmp"));         /* no name before it */
+    assert_false(ck_is_own_temporary("metadata.yaml.ckptd-a1B2c3.tmp"));
+    assert_false(ck_is_own_temporary(".x.ckptd-a1B2c.tmp"));
+    assert_false(ck_is_own_temporary(".x.ckptd-a1B2c3.tmpx"));
+    assert_false(ck_is_own_temporary(".x.ckptd-a1_2c3.tmp"));
+    assert_false(ck_is_own_temporary(".epoch_3.pt.Ab12Cd.tmp")); /* a trainer's, perhaps */
+    assert_false(ck_is_own_temporary(".metadata.yaml.Ab12Cde.tmp"));
+    /* what ck_atomic_open makes is recognised, and the sweep removes only that */
+    char dir[4000], path[4100];
+    ck_test_tmpdir(dir, "sweep");
+    snprintf(path, sizeof path, "%s/metadata.yaml", dir);
+    struct ck_atomic_file f;
+    assert_int_equal(ck_atomic_open(&f, path, 0644), 0);
+    assert_true(ck_is_own_temporary(ck_basename(f.tmp)));
+    close(f.fd);
+    f.fd = -1;
+    snprintf(path, sizeof path, "%s/.theirs.abcdef.tmp", dir);
+    FILE *t = fopen(path, "w");
+    assert_non_null(t);
+    fclose(t);
+    size_t removed = 0;
+    assert_int_equal(ck_sweep_temporaries(dir, &removed), 0);
+    assert_int_equal(removed, 1);
+    assert_true(ck_exists(path));
+    assert_false(ck_exists(f.tmp));
+    free(f.tmp);
+    free(f.path);
+    assert_int_equal(ck_sweep_temporaries("/no/such/folder", &removed), 0);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(own_temporaries_are_told_apart),
     cmocka_unit_test(log_json_fields_are_typed_members),
     cmocka_unit_test(yaml_plain_types),
     cmocka_unit_test(yaml_values),
