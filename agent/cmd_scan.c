@@ -2,6 +2,7 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/config.h"
+#include "agent/config_check.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
 #include "agent/scan.h"
@@ -126,6 +127,8 @@ int ck_cmd_scan(int argc, char **argv)
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, so.dir);
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
+    if (err == 0) /* what the run resolves, resolved first: --check fails alike */
+        err = ck_config_resolve(&cfg);
     if (err < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("scan", err);

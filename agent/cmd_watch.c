@@ -2,6 +2,7 @@
 #include "agent/cli.h"
 #include "agent/commands.h"
 #include "agent/config.h"
+#include "agent/config_check.h"
 #include "agent/ops.h"
 #include "agent/scan.h"
 #include "agent/watch.h"
@@ -140,6 +141,10 @@ int ck_cmd_watch(int argc, char **argv)
         ck_watch_apply_flags(&wo, &cfg);
         err = ck_watch_check_config(&cfg);
     }
+    /* secrets, key files, the listen address: resolved before anything
+     * starts, so that -n and a start fail alike (exit 2) */
+    if (err == 0)
+        err = ck_config_resolve(&cfg);
     if (err < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("watch", err);

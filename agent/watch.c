@@ -1,4 +1,5 @@
 #include "agent/watch.h"
+#include "agent/config_check.h"
 #include "agent/discover.h"
 #include "agent/fswatch.h"
 #include "agent/lock.h"
@@ -752,8 +753,8 @@ static void reload(struct watcher *w)
         ck_watch_apply_flags(w->o, &fresh);
         err = ck_watch_check_config(&fresh);
     }
-    if (err == 0 && (err = hooks_new(&fresh, &h)) == 0)
-        ck_hooks_free(h); /* checked; built again below where the config will live */
+    if (err == 0)
+        err = ck_config_resolve(&fresh); /* hooks, secrets, listen: as a start checks */
     if (err < 0) {
         ck_err("config.reload_failed", "%s; keeping the running config", ck_error_msg());
         ck_config_release(&fresh);

@@ -167,6 +167,56 @@ class CronMetrics(TmpDirCase):
         self.assertIn('ckptd_build_info{version="%s"} 1' % version(), text)
 
 
+class ConfigChecks(TmpDirCase):
+    """`ckptd config` and `ckptd watch -n` exit 2 exactly when a start would."""
+
+    def cases(self):
+        loose = os.path.join(self.dir, "loose-secret")
+        with open(loose, "w") as f:
+            f.write(SECRET)
+        os.chmod(loose, 0o644)
+        tight = os.path.join(self.dir, "tight-secret")
+        with open(tight, "w") as f:
+            f.write("user:" + "p" * 20)
+        os.chmod(tight, 0o600)
+        return {
+            "unset env secret": "hooks:\n  webhooks:\n    - url: http://127.0.0.1:9/h\n"
+                                "      secret: env:CK_SURELY_UNSET_VAR\n",
+            "secret file readable by others": "hooks:\n  webhooks:\n    - url: http://127.0.0.1:9/h\n"
+                                              f"      secret: file:{loose}\n",
+            "missing store credentials file": "upload:\n  stores:\n    - url: http://127.0.0.1:9/up\n"
+                                              f"      credentials: file:{self.dir}/none\n",
+            "unset store credentials": "upload:\n  stores:\n    - url: http://127.0.0.1:9/up\n"
+                                       "      credentials: env:CK_SURELY_UNSET_VAR\n",
+            "missing sftp key": "upload:\n  stores:\n    - url: sftp://u@127.0.0.1:1/x\n"
+                                f"      key_file: {self.dir}/no-key\n"
+                                "      host_key: SHA256:" + "A" * 43 + "\n",
+        }, ("upload:\n  stores:\n    - url: http://127.0.0.1:9/up\n"
+            f"      credentials: file:{tight}\n")
+
+    def test_config_and_watch_n_agree_with_the_start(self):
+        bad, good = self.cases()
+        for name, text in bad.items():
+            with self.subTest(name):
+                d = os.path.join(self.dir, name.replace(" ", "_"))
+                os.makedirs(d)
+                with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+                    f.write(text)
+                start = run("watch", d, timeout=30)
+                self.assertEqual(start.returncode, 2, f"{name}: the start: {start.stderr}")
+                for args in (("config", d), ("watch", "-n", d), ("scan", "--check", d)):
+                    p = run(*args, env=ENV)
+                    self.assertEqual(p.returncode, 2, f"{name}: ckptd {args[0]}: {p.stderr}")
+                    self.assertNotIn(SECRET, p.stdout + p.stderr)
+                    self.assertNotIn("p" * 20, p.stdout + p.stderr)
+        d = os.path.join(self.dir, "good")
+        os.makedirs(d)
+        with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+            f.write(good)
+        run("config", d, check=0)
+        run("watch", "-n", d, check=0)
+
+
 class Sweep(TmpDirCase):
     def test_a_start_removes_what_killed_runs_left(self):
         """Scans killed with kill -9 at random instants leave temporaries; the
