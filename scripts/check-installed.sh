@@ -24,6 +24,14 @@ doc=$(sed -n 's#^Documentation=file://##p' "$unit")
 [ -f "$doc" ] || fail "the unit's Documentation= '$doc' is not installed"
 getent passwd ckptd >/dev/null || fail "the package did not create the user ckptd"
 [ -f /usr/share/doc/ckptd/examples/ckptd.example.yaml ] || fail "the example config is missing"
-/usr/bin/ckptd config -c /usr/share/doc/ckptd/examples/ckptd.example.yaml >/dev/null ||
-    fail "the installed example config does not load"
+# the example names secrets (env: and one file:) that a real host provides
+tmp=$(mktemp -d)
+trap '$sudo dpkg --purge ckptd >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+head -c 32 /dev/urandom | base64 | sed 's/^/whsec_/' > "$tmp/next" && chmod 600 "$tmp/next"
+cp /usr/share/doc/ckptd/examples/slack.json "$tmp/"
+sed "s#/etc/ckptd/webhook-secret.next#$tmp/next#" /usr/share/doc/ckptd/examples/ckptd.example.yaml \
+    > "$tmp/ckptd.yaml"
+CKPTD_WEBHOOK_SECRET="whsec_$(head -c 32 /dev/urandom | base64)" \
+CKPTD_SLACK_WEBHOOK_URL=https://hooks.example.com/x \
+    /usr/bin/ckptd config -c "$tmp/ckptd.yaml" >/dev/null || fail "the installed example config does not load"
 echo "check-installed: $deb: ckptd $want at /usr/bin/ckptd, unit verified, user ckptd, docs: ok"
