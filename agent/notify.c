@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define META_MAX (64u << 20)
 
@@ -386,5 +387,29 @@ void ck_notify_write_metrics(const char *path)
     save_error(&e);
     if (ck_metrics_write_file(path) < 0)
         ck_err("metrics.file", "%s", ck_error_msg());
+    restore_error(&e);
+}
+
+void ck_notify_load_totals(struct ck_state *st)
+{
+    struct saved_error e;
+    char *text = NULL;
+    save_error(&e);
+    if (ck_state_get(st, "metrics_totals", &text) == 0 && text)
+        ck_metrics_load_totals(text, strlen(text));
+    free(text);
+    restore_error(&e);
+}
+
+void ck_notify_save_totals(struct ck_state *st, bool succeeded)
+{
+    struct saved_error e;
+    struct ck_buf b = CK_BUF_INIT;
+    save_error(&e);
+    if (succeeded)
+        ck_metrics_set(CK_M_LAST_SUCCESS_TIME, (int64_t)time(NULL));
+    if (ck_metrics_save_totals(&b) < 0 || ck_state_set(st, "metrics_totals", ck_buf_str(&b)) < 0)
+        ck_warn("metrics.totals", "cannot keep the metrics for the next run: %s", ck_error_msg());
+    ck_buf_release(&b);
     restore_error(&e);
 }
