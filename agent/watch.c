@@ -22,6 +22,8 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "hooks/outbox.h"
+#include "stores/queue.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -82,6 +84,11 @@ struct watcher {
     struct ck_child child;
     bool terminating; /* SIGTERM/SIGINT came */
     int exit_code;
+    /* SIGTERM/SIGINT with no wrapped command: everything complete is handed
+     * over until this deadline (ck_mono_s), see handover() */
+    double handover_until;
+    double final_window; /* the settle window, shortened to what the grace allows */
+    size_t young;        /* checkpoints the last final pass found too fresh */
 };
 
 /* ---- config ---- */
@@ -153,6 +160,8 @@ static void add_scope(void *arg, const char *rel)
     l[sc->n++] = e->key;
 }
 
+static bool remember(struct watcher *w, const struct ck_candidate *c);
+
 static bool admit(void *arg, const struct ck_candidate *c)
 {
     struct watcher *w = arg;
@@ -166,6 +175,12 @@ static bool admit(void *arg, const struct ck_candidate *c)
             ok = false; /* looked at all the same: each is touched when unknown */
     if (!ok)
         return false;
+    return remember(w, c);
+}
+
+/* Notes an admitted candidate, to forget its settle state once registered. */
+static bool remember(struct watcher *w, const struct ck_candidate *c)
+{
     struct admitted *p = realloc(w->admitted, (w->nadmitted + 1) * sizeof *p);
     if (!p)
         return false;
@@ -219,6 +234,33 @@ static void forget_registered(struct watcher *w, const struct ck_scan_result *re
 
 /* One pass. end_status >= 0 ends the training; final: take every complete
  * checkpoint now (the writer is gone). Returns the pass's error. */
+/* The hand-over's admission: complete, no file open for writing (when
+ * watch.check_writers), and every file at least final_window old by mtime:
+ * what is still being written stays out, what was closed a moment ago is in. */
+static bool admit_final(void *arg, const struct ck_candidate *c)
+{
+    struct watcher *w = arg;
+    bool complete = c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
+                                    ck_pathmap_get(&w->renamed, c->rel) != NULL);
+    if (!complete)
+        return false;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (size_t i = 0; i < c->nfiles; i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        if (ck_path_join(path, sizeof path, w->o->dir, c->files[i]) < 0 || stat(path, &st) < 0)
+            return false;
+        double age = (double)(now.tv_sec - st.st_mtim.tv_sec) +
+                     (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+        if (age < w->final_window || (w->cfg.watch_check_writers && ck_settle_has_writer(path))) {
+            w->young++;
+            return false;
+        }
+    }
+    return remember(w, c);
+}
+
 static int pass(struct watcher *w, int end_status, bool final, bool targeted)
 {
     /* Targeted: only the folders of what is being settled (a full pass over
@@ -241,7 +283,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .end_status = end_status,
         .mark_running = w->child.started && w->child.pid > 0,
         .min_age = 0,
-        .admit = final ? NULL : admit,
+        .admit = final ? NULL : w->handover_until > 0 ? admit_final : admit,
         .admit_arg = w,
         .only_dirs = targeted ? (sc.list ? sc.list : (char *[]){""}) : NULL,
         .nonly_dirs = targeted ? sc.n : 0,
@@ -374,6 +416,39 @@ static void on_request(void *arg)
 
 /* ---- the wrapped command (agent/child.h) ---- */
 
+/* SIGTERM or SIGINT with no wrapped command. In a pod with a native sidecar
+ * the trainer has already exited when ckptd gets SIGTERM: what is complete
+ * on disk can and must be registered and handed over within
+ * watch.grace_period. A final pass takes every complete checkpoint that no
+ * process is writing and that is at least the (shortened) settle window old;
+ * one that is too fresh gets passes again until half the grace is spent.
+ * release() then drains the uploads and webhooks until the deadline. */
+static void handover(struct watcher *w)
+{
+    double t0 = ck_mono_s(), grace = w->cfg.watch_grace_period;
+    w->handover_until = t0 + grace;
+    w->final_window = grace / 4 < w->cfg.watch_settle ? grace / 4 : w->cfg.watch_settle;
+    size_t passes = 0;
+    do {
+        if (passes++)
+            usleep((useconds_t)((w->final_window < 0.05 ? w->final_window : 0.05) * 1e6) + 1000);
+        w->young = 0;
+        w->want_full = true;
+        pass(w, -1, false, false);
+    } while (w->young > 0 && ck_mono_s() - t0 < grace / 2);
+    ck_info("watch.final_pass", "passes=%zu too_fresh=%zu seconds=%.3f", passes, w->young,
+            ck_mono_s() - t0);
+}
+
+/* What is still to hand over by the deadline (or -1: no deadline). */
+static double handover_left(const struct watcher *w)
+{
+    if (w->handover_until <= 0)
+        return -1;
+    double left = w->handover_until - ck_mono_s();
+    return left > 0 ? left : 0;
+}
+
 static void on_grace(struct ck_loop *loop, void *arg)
 {
     struct watcher *w = arg;
@@ -451,9 +526,9 @@ static void uploads_finish(struct watcher *w)
 {
     if (!w->up)
         return;
-    if (!w->terminating) {
+    if (!w->terminating || w->handover_until > 0) {
         ck_upload_worker_kick(w->up); /* the last pass's metadata.yaml */
-        while (!ck_upload_worker_is_idle(w->up)) {
+        while (!ck_upload_worker_is_idle(w->up) && handover_left(w) != 0) {
             struct signalfd_siginfo si;
             if (w->sfd >= 0 && read(w->sfd, &si, sizeof si) == (ssize_t)sizeof si &&
                 (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)) {
@@ -465,9 +540,30 @@ static void uploads_finish(struct watcher *w)
             ck_hook_worker_pump(w->hw, 0); /* the upload.* events meanwhile */
         }
     }
-    ck_upload_worker_stop(w->up, w->cfg.upload.grace);
+    double left = handover_left(w);
+    ck_upload_worker_stop(w->up, left >= 0 && left < w->cfg.upload.grace ? left : w->cfg.upload.grace);
     ck_upload_worker_free(w->up);
     w->up = NULL;
+}
+
+/* After a hand-over: what could not be finished stays queued for the next
+ * start; say how much, so nobody wonders where it went. */
+static void log_left_behind(struct watcher *w)
+{
+    int jobs[4] = {0};
+    int64_t deliveries = 0;
+    if (w->handover_until <= 0 || !w->st.db)
+        return;
+    ck_queue_counts(w->st.db, jobs);
+    ck_outbox_pending(w->st.db, &deliveries);
+    int uploads = jobs[CK_JOB_PENDING] + jobs[CK_JOB_RUNNING];
+    if (uploads || deliveries)
+        ck_warn("watch.handover_incomplete",
+                "uploads_left=%d deliveries_left=%lld: still queued, the next start sends them",
+                uploads, (long long)deliveries);
+    else
+        ck_info("watch.handed_over", "seconds=%.3f: everything registered, uploaded and delivered",
+                w->cfg.watch_grace_period - handover_left(w));
 }
 
 /* ---- signals ---- */
@@ -536,8 +632,11 @@ static void on_signal(struct ck_loop *loop, int fd, uint32_t events, void *arg)
                 ck_child_signal(&w->child, sig);
                 if (!w->grace_t)
                     ck_loop_add_timer(loop, w->cfg.watch_grace_period, 0, on_grace, w, &w->grace_t);
-            } else {
+            } else if (w->handover_until <= 0 && w->ready) {
+                handover(w);
                 ck_loop_stop(loop);
+            } else {
+                ck_loop_stop(loop); /* a second signal: stop now */
             }
             break;
         }
@@ -624,8 +723,11 @@ static void release(struct watcher *w)
         uploads_finish(w);
     if (w->announced_start)
         ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STOPPING);
-    if (w->loop)
-        hooks_stop(w, w->cfg.watch_grace_period < 5 ? w->cfg.watch_grace_period : 5);
+    if (w->loop) {
+        double left = handover_left(w);
+        hooks_stop(w, left >= 0 ? left : w->cfg.watch_grace_period < 5 ? w->cfg.watch_grace_period : 5);
+        log_left_behind(w);
+    }
     ck_fswatch_free(w->fs);
     ck_loop_free(w->loop);
     ck_settle_free(w->settle);

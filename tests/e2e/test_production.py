@@ -65,6 +65,78 @@ class NoLostEvents(TmpDirCase):
             self.assertEqual(twice, [], "runs whose training.finished arrived twice")
 
 
+class Shutdown(TmpDirCase):
+    """Kubernetes stops a native sidecar with SIGTERM after the trainer has
+    exited: what is complete on disk is registered and handed over."""
+
+    def start(self, extra=""):
+        import signal  # noqa: F401
+        self.tree = os.path.join(self.dir, "run")
+        self.remote = os.path.join(self.dir, "remote")
+        os.makedirs(self.tree)
+        self.rx = Receiver(self.dir)
+        self.addCleanup(self.rx.stop)
+        with open(os.path.join(self.tree, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{self.remote}\n"
+                    f"hooks:\n  webhooks:\n    - url: {self.rx.url}\n      secret: env:CK_WH\n"
+                    + extra)
+        self.log = open(os.path.join(self.dir, "watch.log"), "w+")
+        self.addCleanup(self.log.close)
+        env = dict(os.environ, **ENV)
+        self.p = subprocess.Popen([CKPTD, "watch", self.tree], stdout=self.log,
+                                  stderr=subprocess.STDOUT, env=env)
+        self.addCleanup(lambda: self.p.poll() is None and (self.p.kill(), self.p.wait()))
+        deadline = time.time() + 60
+        while "watch.started" not in self.text() or "agent.started" not in self.text():
+            self.assertLess(time.time(), deadline, self.text())
+            self.assertIsNone(self.p.poll(), self.text())
+            time.sleep(0.02)
+        time.sleep(0.1)  # the first pass is done
+
+    def text(self):
+        self.log.seek(0)
+        return self.log.read()
+
+    def test_checkpoint_written_just_before_sigterm_is_handed_over(self):
+        import signal
+        import yaml
+        self.start()
+        data = os.urandom(300000)
+        with open(os.path.join(self.tree, "epoch_1.pt"), "wb") as f:
+            f.write(data)
+        time.sleep(0.05)
+        self.p.send_signal(signal.SIGTERM)
+        self.assertEqual(self.p.wait(timeout=60), 0, self.text())
+        with open(os.path.join(self.tree, "metadata.yaml")) as f:
+            meta = yaml.safe_load(f)
+        self.assertIn("epoch_1.pt", meta["model"]["training"]["checkpoints"], self.text())
+        # uploaded: the checkpoint, then the metadata that names it
+        with open(os.path.join(self.remote, "data", "checkpoints", "epoch_1.pt"), "rb") as f:
+            self.assertEqual(f.read(), data)
+        with open(os.path.join(self.remote, "metadata.yaml")) as f:
+            self.assertIn("epoch_1.pt", yaml.safe_load(f)["model"]["training"]["checkpoints"])
+        # and announced before the watcher went
+        types = [json.loads(q["body"])["type"] for q in self.rx.requests()]
+        self.assertIn("checkpoint.registered", types)
+        self.assertEqual(types[-1], "agent.stopping")
+        self.assertIn("watch.handed_over", self.text())
+
+    def test_a_file_still_being_written_is_left_for_the_next_start(self):
+        import signal
+        self.start("watch:\n  grace_period: 2s\n")
+        f = open(os.path.join(self.tree, "epoch_2.pt"), "wb")  # open for writing, by us
+        f.write(os.urandom(1000))
+        f.flush()
+        try:
+            self.p.send_signal(signal.SIGTERM)
+            self.assertEqual(self.p.wait(timeout=60), 0, self.text())
+        finally:
+            f.close()
+        with open(os.path.join(self.tree, "metadata.yaml")) as m:
+            self.assertNotIn("epoch_2.pt", m.read(), self.text())
+        self.assertIn("too_fresh=1", self.text())
+
+
 class StructuredLogs(TmpDirCase):
     def test_json_log_fields_have_their_types(self):
         """`ckptd scan --log-format json` lines parse as JSON, each field a typed
