@@ -137,6 +137,41 @@ class Shutdown(TmpDirCase):
         self.assertIn("too_fresh=1", self.text())
 
 
+    def test_kubernetes_marker_then_prestop_wait(self):
+        """contrib/kubernetes/sidecar.yaml's way to end a Job: the trainer
+        writes its last checkpoint and FAILED (its exit status was not 0); the
+        preStop hook's `ckptd status --wait` returns once everything is
+        handed over."""
+        import yaml
+        sidecar = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                               "contrib", "kubernetes", "sidecar.yaml")
+        with open(sidecar) as f:
+            docs = list(yaml.safe_load_all(f))
+        conf = yaml.safe_load(docs[1]["data"]["ckptd.yaml"])
+        markers = conf["training"]
+        self.start(f"training:\n  finished_marker: {markers['finished_marker']}\n"
+                   f"  failed_marker: {markers['failed_marker']}\n")
+        data = os.urandom(200000)
+        with open(os.path.join(self.tree, "epoch_4.pt"), "wb") as f:
+            f.write(data)
+        with open(os.path.join(self.tree, markers["failed_marker"]), "w"):
+            pass
+        job = docs[2]["spec"]["template"]["spec"]
+        prestop = job["initContainers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+        self.assertEqual(prestop[:3], ["ckptd", "status", "--wait"])
+        p = run(*prestop[1:-1], self.tree, timeout=90)
+        self.assertEqual(p.returncode, 0, p.stderr + self.text())
+        self.assertEqual(self.p.wait(timeout=30), 0, self.text())
+        with open(os.path.join(self.remote, "metadata.yaml")) as f:
+            meta = yaml.safe_load(f)
+        self.assertEqual(meta["model"]["training"]["status"], "failed")
+        self.assertIn("epoch_4.pt", meta["model"]["training"]["checkpoints"])
+        with open(os.path.join(self.remote, "data", "checkpoints", "epoch_4.pt"), "rb") as f:
+            self.assertEqual(f.read(), data)
+        types = [json.loads(q["body"])["type"] for q in self.rx.requests()]
+        self.assertIn("training.failed", types)
+
+
 class StructuredLogs(TmpDirCase):
     def test_json_log_fields_have_their_types(self):
         """`ckptd scan --log-format json` lines parse as JSON, each field a typed
