@@ -68,7 +68,7 @@ struct watcher {
     /* the network work runs in helper processes (agent/sender.h) */
     struct ck_upload_worker *up; /* upload.stores */
     struct ck_hook_worker *hw;   /* exec hooks, webhook deliveries */
-    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h;
+    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *output_h;
     int sfd;
     sigset_t old_mask;
     struct ck_pathmap renamed; /* folders renamed into place: complete */
@@ -456,6 +456,30 @@ static void on_grace(struct ck_loop *loop, void *arg)
     ck_child_kill(&w->child, w->cfg.watch_grace_period);
 }
 
+/* The wrapped command's output, when captured (ck_child_spawn). */
+static int output_fds(void *arg, struct pollfd *fds, int max)
+{
+    struct watcher *w = arg;
+    int n = 0;
+    for (int i = 0; i < 2 && n < max; i++)
+        if (w->child.started && w->child.out[i] >= 0)
+            fds[n++] = (struct pollfd){.fd = w->child.out[i], .events = POLLIN};
+    return n;
+}
+
+static int64_t output_deadline(void *arg)
+{
+    (void)arg;
+    return -1;
+}
+
+static void output_step(void *arg)
+{
+    struct watcher *w = arg;
+    for (int i = 0; i < 2; i++)
+        ck_child_read(&w->child, i);
+}
+
 static void reap(struct watcher *w)
 {
     if (!ck_child_reap(&w->child))
@@ -717,7 +741,10 @@ static void release(struct watcher *w)
     if (w->loop) {
         ck_loop_remove(w->loop, w->ops_h);
         ck_loop_remove(w->loop, w->sig_h);
+        ck_loop_remove(w->loop, w->output_h);
     }
+    if (w->child.started)
+        ck_child_drain(&w->child, 0.2);
     ck_ops_free(w->ops);
     if (w->loop)
         uploads_finish(w);
@@ -791,7 +818,12 @@ static int start(struct watcher *w)
         return 0;
     }
     if (w->o->command) {
-        if ((err = ck_child_spawn(&w->child, w->o->command)) < 0) {
+        /* JSON logs: the command's output becomes command.output records, so
+         * that one stream stays parseable; text: it shares ours */
+        bool capture = ck_log_format_get() == CK_LOG_JSON;
+        static const struct ck_loop_poller output = {output_fds, output_deadline, output_step};
+        if ((err = ck_child_spawn(&w->child, w->o->command, capture)) < 0 ||
+            (capture && (err = ck_loop_add_poller(w->loop, &output, w, &w->output_h)) < 0)) {
             w->exit_code = 127;
             return err;
         }

@@ -51,6 +51,17 @@ int ck_log_level_parse(const char *s)
     return -1;
 }
 
+/* RFC 3339, UTC, milliseconds. */
+static void timestamp(char *ts, size_t tssz)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    struct tm tm;
+    gmtime_r(&now.tv_sec, &tm);
+    size_t n = strftime(ts, tssz, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + n, tssz - n, ".%03ldZ", now.tv_nsec / 1000000);
+}
+
 /* --- JSON fields ------------------------------------------------------------
  * Call sites write "key=value" pairs and a few words of prose, which reads
  * well on a terminal. In JSON mode each pair becomes a member with its type
@@ -194,12 +205,7 @@ void ck_log(enum ck_log_level level, const char *event, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
 
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    struct tm tm;
-    gmtime_r(&now.tv_sec, &tm);
-    size_t n = strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + n, sizeof ts - n, ".%03ldZ", now.tv_nsec / 1000000);
+    timestamp(ts, sizeof ts);
 
     if (fmt_ == CK_LOG_JSON) {
         struct ck_buf b = CK_BUF_INIT;
@@ -230,4 +236,38 @@ void ck_log(enum ck_log_level level, const char *event, const char *fmt, ...)
         funlockfile(out);
     }
     fflush(out);
+}
+
+void ck_log_kv(enum ck_log_level level, const char *event, const char *msg, ...)
+{
+    if (level < level_)
+        return;
+    FILE *out = out_ ? out_ : stderr;
+    char ts[40];
+    timestamp(ts, sizeof ts);
+    struct ck_buf b = CK_BUF_INIT;
+    va_list ap;
+    va_start(ap, msg);
+    if (fmt_ == CK_LOG_JSON) {
+        struct ck_json j;
+        ck_json_init(&j, &b, false);
+        ck_json_begin_object(&j);
+        ck_json_kstr(&j, "time", ts);
+        ck_json_kstr(&j, "level", level_names[level]);
+        ck_json_kstr(&j, "event", event);
+        for (const char *k; (k = va_arg(ap, const char *));)
+            ck_json_kstr(&j, k, va_arg(ap, const char *));
+        ck_json_kstr(&j, "msg", msg);
+        ck_json_end_object(&j);
+    } else {
+        ck_buf_printf(&b, "%s %-5s %s: %s", ts, level_names[level], event, msg);
+        for (const char *k; (k = va_arg(ap, const char *));)
+            ck_buf_printf(&b, " %s='%s'", k, va_arg(ap, const char *));
+    }
+    va_end(ap);
+    flockfile(out);
+    fprintf(out, "%s\n", ck_buf_str(&b));
+    funlockfile(out);
+    fflush(out);
+    ck_buf_release(&b);
 }

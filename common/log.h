@@ -26,6 +26,12 @@ int ck_log_level_parse(const char *s);
 void ck_log(enum ck_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* A line whose fields come apart from the message, for values that may hold
+ * any byte (a wrapped command's output): key, value, ..., NULL. Text mode
+ * prints "msg key='value' ..."; JSON mode makes each a string member. */
+void ck_log_kv(enum ck_log_level level, const char *event, const char *msg, ...)
+    __attribute__((sentinel));
+
 #define ck_debug(ev, ...) ck_log(CK_LOG_DEBUG, ev, __VA_ARGS__)
 #define ck_info(ev, ...) ck_log(CK_LOG_INFO, ev, __VA_ARGS__)
 #define ck_warn(ev, ...) ck_log(CK_LOG_WARN, ev, __VA_ARGS__)

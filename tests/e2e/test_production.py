@@ -213,6 +213,35 @@ def samples(text):
     return out
 
 
+class WrappedOutput(TmpDirCase):
+    TRAINER = ("printf 'epoch 1 loss=0.5\\n'; printf 'it said \"quote\" and \\047x\\047\\n' >&2; "
+               "head -c 40000 /dev/zero | tr '\\0' a; echo; printf 'no newline at the end'")
+
+    def test_json_mode_makes_the_commands_output_records(self):
+        p = run("watch", "--log-format", "json", self.dir, "--", "sh", "-c", self.TRAINER, check=0)
+        self.assertEqual(p.stdout, "")  # nothing of the command outside the records
+        recs = [json.loads(l) for l in p.stderr.splitlines()]  # every line is JSON
+        out = [(r["stream"], r["line"]) for r in recs if r["event"] == "command.output"]
+        self.assertEqual(out[0], ("stdout", "epoch 1 loss=0.5"))
+        self.assertIn(("stderr", "it said \"quote\" and 'x'"), out)
+        long = [l for s, l in out if l and set(l) == {"a"}]
+        self.assertEqual(sum(len(l) for l in long), 40000)  # in pieces, nothing lost
+        self.assertTrue(all(len(l) <= 16384 for l in long))
+        # each stream in its order (the two streams interleave as they are read)
+        self.assertEqual([l for s, l in out if s == "stdout"][-1], "no newline at the end")
+        # the records come before the command's exit is logged
+        events = [r["event"] for r in recs]
+        self.assertLess(max(i for i, e in enumerate(events) if e == "command.output"),
+                        events.index("command.exited"))
+
+    def test_text_mode_leaves_the_output_alone(self):
+        p = run("watch", self.dir, "--", "sh", "-c", "echo hello from the trainer; echo err >&2",
+                check=0)
+        self.assertEqual(p.stdout, "hello from the trainer\n")
+        self.assertIn("err\n", p.stderr)
+        self.assertNotIn("command.output", p.stderr)
+
+
 class CronMetrics(TmpDirCase):
     def test_textfile_counters_are_cumulative_across_runs(self):
         prom = os.path.join(self.dir, "ckptd.prom")
