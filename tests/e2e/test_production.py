@@ -242,6 +242,78 @@ class WrappedOutput(TmpDirCase):
         self.assertNotIn("command.output", p.stderr)
 
 
+class StartBeforeTheTrainer(TmpDirCase):
+    def watch(self, *args):
+        log = open(os.path.join(self.dir, "watch.log"), "w+")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([CKPTD, "watch", *args], stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+
+        def text():
+            log.seek(0)
+            return log.read()
+        return p, text
+
+    def wait_log(self, text, what, p):
+        deadline = time.time() + 30
+        while what not in text():
+            self.assertLess(time.time(), deadline, text())
+            self.assertIsNone(p.poll(), text())
+            time.sleep(0.02)
+
+    def test_a_missing_folder_is_waited_for(self):
+        import signal
+        import yaml
+        tree = os.path.join(self.dir, "jobs", "run7")  # neither exists yet
+        p, text = self.watch("--settle", "0", tree)
+        self.wait_log(text, "watch.waiting", p)
+        time.sleep(0.2)
+        self.assertIsNone(p.poll(), text())
+        os.makedirs(os.path.join(self.dir, "jobs"))  # the parent first, as a trainer would
+        time.sleep(0.1)
+        os.makedirs(tree)
+        self.wait_log(text, "watch.started", p)
+        with open(os.path.join(tree, "epoch_1.pt"), "wb") as f:
+            f.write(os.urandom(1000))
+        deadline = time.time() + 30
+        while True:
+            try:
+                with open(os.path.join(tree, "metadata.yaml")) as f:
+                    if "epoch_1.pt" in yaml.safe_load(f)["model"]["training"]["checkpoints"]:
+                        break
+            except FileNotFoundError:
+                pass
+            self.assertLess(time.time(), deadline, text())
+            time.sleep(0.05)
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=60), 0, text())
+
+    def test_sigterm_while_waiting_exits_cleanly(self):
+        import signal
+        p, text = self.watch(os.path.join(self.dir, "never"))
+        self.wait_log(text, "watch.waiting", p)
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=30), 0, text())
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "never")))
+
+    def test_create_makes_the_folder(self):
+        import signal
+        tree = os.path.join(self.dir, "made", "here")
+        p, text = self.watch("--create", tree)
+        self.wait_log(text, "watch.started", p)
+        self.assertTrue(os.path.isdir(tree))
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=60), 0, text())
+
+    def test_a_file_in_its_place_is_an_error(self):
+        path = os.path.join(self.dir, "afile")
+        with open(path, "w"):
+            pass
+        p = run("watch", path)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("not a folder", p.stderr)
+
+
 class CronMetrics(TmpDirCase):
     def test_textfile_counters_are_cumulative_across_runs(self):
         prom = os.path.join(self.dir, "ckptd.prom")
