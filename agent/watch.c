@@ -295,6 +295,15 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up};
     int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
+    if (pl.events_err < 0 && !w->ended) {
+        /* an event that cannot be stored is lost unless a restart announces
+         * it: stop with a failure, never 0 (systemd and Kubernetes restart) */
+        ck_err("watch.event_lost", "an event could not be stored (hooks.emit says why): "
+               "stopping with a failure, so that a restart announces it");
+        w->exit_code = CK_EXIT_FAILED;
+        w->ended = true;
+        ck_loop_stop(w->loop);
+    }
     forget_registered(w, &res);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());

@@ -87,8 +87,12 @@ static int run(sqlite3 *db, const char *sql, const char *types, ...)
     if (err < 0)
         return err;
     int rc = sqlite3_step(st);
+    /* only a key that exists is "already there"; a trigger or a CHECK that
+     * refuses the row is a failure to store, with SQLite's reason */
+    int ext = sqlite3_extended_errcode(db);
     sqlite3_finalize(st);
-    if (rc == SQLITE_CONSTRAINT)
+    if (rc == SQLITE_CONSTRAINT &&
+        (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE))
         return CK_EEXIST;
     return rc == SQLITE_DONE ? 0 : db_fail(db, "write");
 }

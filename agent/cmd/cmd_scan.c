@@ -114,6 +114,8 @@ int ck_cmd_scan(int argc, char **argv)
      * and the uploads, run here until the queue is empty (SIGTERM: upload.grace) */
     struct ck_pipeline pl = {.cfg = &cfg, .dir = so.dir, .st = &st, .hooks = hooks};
     err = ck_pipeline_pass(&pl, &so, &res);
+    if (err == 0 && pl.events_err < 0) /* logged; the next run announces it */
+        err = ck_error(CK_ERR, "an event of this pass could not be stored (see the log)");
     if (err == 0)
         ck_info("scan.done",
                 "dir='%s' registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s",

@@ -172,6 +172,60 @@ class Shutdown(TmpDirCase):
         self.assertIn("training.failed", types)
 
 
+class EventStoreFails(TmpDirCase):
+    def test_an_event_that_cannot_be_stored_stops_the_watcher_with_1(self):
+        """The outbox refuses writes (a trigger stands in for a full disk): the
+        watcher stops with exit 1 naming the problem; once the store works
+        again, a restart announces the checkpoint exactly once."""
+        import signal
+        import sqlite3
+        rx = Receiver(self.dir)
+        self.addCleanup(rx.stop)
+        tree = os.path.join(self.dir, "run")
+        os.makedirs(tree)
+        with open(os.path.join(tree, "ckptd.yaml"), "w") as f:
+            f.write(f"hooks:\n  webhooks:\n    - url: {rx.url}\n      secret: env:CK_WH\n"
+                    "      events: [checkpoint.registered]\n")
+        env = dict(os.environ, **ENV)
+        log = open(os.path.join(self.dir, "watch.log"), "w+")
+        self.addCleanup(log.close)
+        p = subprocess.Popen([CKPTD, "watch", "--settle", "0", tree], stdout=log,
+                             stderr=subprocess.STDOUT, env=env)
+        self.addCleanup(lambda: p.poll() is None and (p.kill(), p.wait()))
+
+        def text():
+            log.seek(0)
+            return log.read()
+        deadline = time.time() + 30
+        while "metadata.written" not in text():  # the first pass is done
+            self.assertLess(time.time(), deadline, text())
+            time.sleep(0.02)
+        time.sleep(0.2)
+        db = sqlite3.connect(os.path.join(tree, ".ckptd", "state.db"), timeout=30)
+        db.execute("CREATE TRIGGER full BEFORE INSERT ON hook_events "
+                   "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END")
+        db.commit()
+        with open(os.path.join(tree, "epoch_1.pt"), "wb") as f:
+            f.write(os.urandom(2000))
+        self.assertEqual(p.wait(timeout=60), 1, text())
+        self.assertIn("watch.event_lost", text())
+        self.assertIn("disk is full", text())
+        db.execute("DROP TRIGGER full")
+        db.commit()
+        db.close()
+        p2 = subprocess.Popen([CKPTD, "watch", tree], stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.addCleanup(lambda: p2.poll() is None and (p2.kill(), p2.wait()))
+        got = rx.wait_requests(1)
+        time.sleep(0.5)
+        p2.send_signal(signal.SIGTERM)
+        self.assertEqual(p2.wait(timeout=60), 0, text())
+        bodies = [json.loads(q["body"]) for q in rx.requests()]
+        regs = [b for b in bodies if b["type"] == "checkpoint.registered"]
+        self.assertEqual(len(regs), 1, bodies)
+        self.assertEqual(regs[0]["data"]["checkpoint"]["epoch"], 1)
+        self.assertTrue(got)
+
+
 class StructuredLogs(TmpDirCase):
     def test_json_log_fields_have_their_types(self):
         """`ckptd scan --log-format json` lines parse as JSON, each field a typed
