@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "hooks/outbox.h"
 #include "stores/queue.h"
 
@@ -308,6 +309,8 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
     } else {
+        if (res.problems == 0 && pl.events_err == 0) /* what an alert compares with now */
+            ck_metrics_set(CK_M_LAST_SUCCESS_TIME, (int64_t)time(NULL));
         w->status = res.new_status;
         ck_debug("watch.pass",
                  "registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s "

@@ -426,6 +426,8 @@ class CronMetrics(TmpDirCase):
                 time.sleep(0.05)
         self.assertIsNotNone(text, "no /metrics")
         promtool_check(self, text, "/metrics")
+        # the first pass succeeded: the watcher's last success is now
+        self.assertGreater(samples(text)["ckptd_last_success_timestamp_seconds"], time.time() - 600)
         self.assertIn('ckptd_build_info{version="%s"} 1' % version(), text)
 
 
