@@ -309,7 +309,10 @@ int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
 {
     struct saved_error e;
     save_error(&e);
-    int err = notify_scan(h, st, dir, res);
+    /* exec runs an earlier process stored and never finished: once per process */
+    int err = h ? ck_hooks_exec_recover(h, st->db) : 0;
+    if (err == 0)
+        err = notify_scan(h, st, dir, res);
     if (err < 0) {
         ck_err("hooks.emit", "%s", ck_error_msg());
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
@@ -372,6 +375,8 @@ void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)
         return;
     save_error(&e);
     ck_hooks_wait_exec(h);
+    if (ck_hooks_exec_flush(h, st->db) < 0)
+        ck_warn("hook.exec.flush", "%s: a later run may run them again", ck_error_msg());
     int err =
         ck_hooks_run_due(h, st->db, ck_mono_ms() + (int64_t)(budget_s * 1000), &delivered);
     if (err < 0)

@@ -226,6 +226,46 @@ class EventStoreFails(TmpDirCase):
         self.assertTrue(got)
 
 
+class DurableExecHooks(TmpDirCase):
+    def test_an_exec_hook_killed_with_its_agent_runs_again_once(self):
+        """kill -9 of ckptd (and of the hook it was running): the next run
+        starts the hook again, with the same event; the run after that does
+        not (the first re-run ended)."""
+        import signal
+        tree = os.path.join(self.dir, "run")
+        os.makedirs(tree)
+        started = os.path.join(self.dir, "started")
+        out = os.path.join(self.dir, "out")
+        marker = f"ckptd-durable-{os.getpid()}"
+        with open(os.path.join(tree, "ckptd.yaml"), "w") as f:
+            f.write("hooks:\n  exec:\n    - event: checkpoint.registered\n"
+                    f"      command: 'echo \"$CKPTD_ID\" >> {started}; sleep 2; : {marker};"
+                    f" echo \"$CKPTD_ID $CKPTD_EVENT\" >> {out}'\n")
+        write_old(os.path.join(tree, "epoch_1.pt"), os.urandom(1000))
+        p = subprocess.Popen([CKPTD, "scan", tree], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not os.path.exists(started):
+            self.assertLess(time.time(), deadline, "the hook never started")
+            self.assertIsNone(p.poll())
+            time.sleep(0.02)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        subprocess.run(["pkill", "-KILL", "-f", marker])
+        time.sleep(0.2)
+        self.assertFalse(os.path.exists(out), "the hook ran to its end: nothing was interrupted")
+        with open(started) as f:
+            event_id = f.read().split()[0]
+        r = run("scan", tree, check=0, timeout=60)
+        self.assertIn("hook.exec.recovered", r.stderr)
+        with open(out) as f:
+            self.assertEqual(f.read().split(), [event_id, "checkpoint.registered"])
+        r = run("scan", tree, check=0, timeout=60)
+        self.assertNotIn("hook.exec.recovered", r.stderr)
+        with open(out) as f:
+            self.assertEqual(len(f.read().splitlines()), 1)
+
+
 class StructuredLogs(TmpDirCase):
     def test_json_log_fields_have_their_types(self):
         """`ckptd scan --log-format json` lines parse as JSON, each field a typed
