@@ -123,6 +123,11 @@ void ck_hook_worker_stop(struct ck_hook_worker *hw, double drain)
         ck_sender_free(hw->wh);
     }
     ck_hooks_wait_exec(hw->hooks);
+    /* the exec runs that ended leave exec_runs (else a restart runs them again) */
+    sqlite3 *db = NULL;
+    if (ck_state_open_db(hw->db_path, &db) < 0 || ck_hooks_exec_flush(hw->hooks, db) < 0)
+        ck_warn("hook.exec.flush", "%s: a restart may run them again", ck_error_msg());
+    sqlite3_close(db);
     ck_hooks_free(hw->hooks);
     free(hw);
 }

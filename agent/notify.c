@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define META_MAX (64u << 20)
 
@@ -201,13 +202,19 @@ static int announce_in(struct ck_hooks *h, struct ck_state *st, const char *dir,
 static int announce(struct ck_hooks *h, struct ck_state *st, const char *dir,
                     const struct ck_scan_result *res, const struct ck_pmf_meta *m)
 {
-    int err = savepoint(st->db, "SAVEPOINT announce_pass");
+    /* Alone, the pass takes the write lock first (BEGIN IMMEDIATE waits for
+     * it): a deferred transaction that reads, then writes after another
+     * connection committed, fails at once with "database is locked", and the
+     * event would be lost. Inside a caller's transaction, a savepoint nests. */
+    bool own = sqlite3_get_autocommit(st->db) != 0;
+    int err = savepoint(st->db, own ? "BEGIN IMMEDIATE" : "SAVEPOINT announce_pass");
     if (err < 0)
         return err;
     err = announce_in(h, st, dir, res, m);
     if (err < 0)
-        sqlite3_exec(st->db, "ROLLBACK TO announce_pass", NULL, NULL, NULL);
-    if (sqlite3_exec(st->db, "RELEASE announce_pass", NULL, NULL, NULL) != SQLITE_OK && err >= 0)
+        sqlite3_exec(st->db, own ? "ROLLBACK" : "ROLLBACK TO announce_pass", NULL, NULL, NULL);
+    const char *done = own ? (err < 0 ? NULL : "COMMIT") : "RELEASE announce_pass";
+    if (done && sqlite3_exec(st->db, done, NULL, NULL, NULL) != SQLITE_OK && err >= 0)
         err = ck_error(CK_EIO, "state database: %s", sqlite3_errmsg(st->db));
     return err;
 }
@@ -302,7 +309,10 @@ int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
 {
     struct saved_error e;
     save_error(&e);
-    int err = notify_scan(h, st, dir, res);
+    /* exec runs an earlier process stored and never finished: once per process */
+    int err = h ? ck_hooks_exec_recover(h, st->db) : 0;
+    if (err == 0)
+        err = notify_scan(h, st, dir, res);
     if (err < 0) {
         ck_err("hooks.emit", "%s", ck_error_msg());
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
@@ -365,6 +375,8 @@ void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)
         return;
     save_error(&e);
     ck_hooks_wait_exec(h);
+    if (ck_hooks_exec_flush(h, st->db) < 0)
+        ck_warn("hook.exec.flush", "%s: a later run may run them again", ck_error_msg());
     int err =
         ck_hooks_run_due(h, st->db, ck_mono_ms() + (int64_t)(budget_s * 1000), &delivered);
     if (err < 0)
@@ -380,5 +392,29 @@ void ck_notify_write_metrics(const char *path)
     save_error(&e);
     if (ck_metrics_write_file(path) < 0)
         ck_err("metrics.file", "%s", ck_error_msg());
+    restore_error(&e);
+}
+
+void ck_notify_load_totals(struct ck_state *st)
+{
+    struct saved_error e;
+    char *text = NULL;
+    save_error(&e);
+    if (ck_state_get(st, "metrics_totals", &text) == 0 && text)
+        ck_metrics_load_totals(text, strlen(text));
+    free(text);
+    restore_error(&e);
+}
+
+void ck_notify_save_totals(struct ck_state *st, bool succeeded)
+{
+    struct saved_error e;
+    struct ck_buf b = CK_BUF_INIT;
+    save_error(&e);
+    if (succeeded)
+        ck_metrics_set(CK_M_LAST_SUCCESS_TIME, (int64_t)time(NULL));
+    if (ck_metrics_save_totals(&b) < 0 || ck_state_set(st, "metrics_totals", ck_buf_str(&b)) < 0)
+        ck_warn("metrics.totals", "cannot keep the metrics for the next run: %s", ck_error_msg());
+    ck_buf_release(&b);
     restore_error(&e);
 }

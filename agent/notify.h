@@ -34,5 +34,11 @@ void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s);
 /* Writes the metrics to path (NULL: nothing) for node_exporter's textfile
  * collector; a failure is logged. Both keep the caller's error message. */
 void ck_notify_write_metrics(const char *path);
+/* A one-shot run (cron) writes a textfile whose counters must keep growing
+ * across runs: the totals live in the state database between runs. Load
+ * before the pass; save after it, with this run's time as the last success
+ * when it succeeded. A failure costs only the carried numbers (logged). */
+void ck_notify_load_totals(struct ck_state *st);
+void ck_notify_save_totals(struct ck_state *st, bool succeeded);
 
 #endif

@@ -122,7 +122,7 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
     int err = ck_scan_run(p->st, so, res);
     /* events: only what metadata.yaml took */
     if (err == 0 || res->metadata_written)
-        ck_notify_scan(p->hooks, p->st, p->dir, res);
+        p->events_err = ck_notify_scan(p->hooks, p->st, p->dir, res);
     pack(p, res, &archives);
     verify(p, &archives);
     size_t queued = p->cfg->n_upload_stores ? queue_archives(p, &archives) : 0;

@@ -33,6 +33,10 @@ struct ck_pipeline {
     /* The upload stage: NULL runs it here until the queue is empty; else the
      * watcher's helper gets a kick when metadata.yaml changed. */
     struct ck_upload_worker *uploads;
+    /* The events stage could not store an event (already logged): the
+     * caller must not exit 0, so that a restart announces it (notify.c
+     * announces at start what an earlier run left unannounced). */
+    int events_err;
     /* Set by a foreground upload stage: it ran, its error, its report. */
     bool uploaded;
     int upload_err;

@@ -1,5 +1,6 @@
 #include "agent/watch.h"
 #include "agent/child.h"
+#include "agent/config_check.h"
 #include "agent/control.h"
 #include "agent/discover.h"
 #include "agent/fswatch.h"
@@ -16,10 +17,14 @@
 #include "agent/sender.h"
 #include "agent/settle.h"
 #include "agent/state.h"
+#include "agent/sweep.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
+#include "common/metrics.h"
+#include "hooks/outbox.h"
+#include "stores/queue.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -64,7 +69,7 @@ struct watcher {
     /* the network work runs in helper processes (agent/sender.h) */
     struct ck_upload_worker *up; /* upload.stores */
     struct ck_hook_worker *hw;   /* exec hooks, webhook deliveries */
-    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h;
+    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *output_h;
     int sfd;
     sigset_t old_mask;
     struct ck_pathmap renamed; /* folders renamed into place: complete */
@@ -80,6 +85,11 @@ struct watcher {
     struct ck_child child;
     bool terminating; /* SIGTERM/SIGINT came */
     int exit_code;
+    /* SIGTERM/SIGINT with no wrapped command: everything complete is handed
+     * over until this deadline (ck_mono_s), see handover() */
+    double handover_until;
+    double final_window; /* the settle window, shortened to what the grace allows */
+    size_t young;        /* checkpoints the last final pass found too fresh */
 };
 
 /* ---- config ---- */
@@ -151,6 +161,8 @@ static void add_scope(void *arg, const char *rel)
     l[sc->n++] = e->key;
 }
 
+static bool remember(struct watcher *w, const struct ck_candidate *c);
+
 static bool admit(void *arg, const struct ck_candidate *c)
 {
     struct watcher *w = arg;
@@ -164,6 +176,12 @@ static bool admit(void *arg, const struct ck_candidate *c)
             ok = false; /* looked at all the same: each is touched when unknown */
     if (!ok)
         return false;
+    return remember(w, c);
+}
+
+/* Notes an admitted candidate, to forget its settle state once registered. */
+static bool remember(struct watcher *w, const struct ck_candidate *c)
+{
     struct admitted *p = realloc(w->admitted, (w->nadmitted + 1) * sizeof *p);
     if (!p)
         return false;
@@ -217,6 +235,33 @@ static void forget_registered(struct watcher *w, const struct ck_scan_result *re
 
 /* One pass. end_status >= 0 ends the training; final: take every complete
  * checkpoint now (the writer is gone). Returns the pass's error. */
+/* The hand-over's admission: complete, no file open for writing (when
+ * watch.check_writers), and every file at least final_window old by mtime:
+ * what is still being written stays out, what was closed a moment ago is in. */
+static bool admit_final(void *arg, const struct ck_candidate *c)
+{
+    struct watcher *w = arg;
+    bool complete = c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
+                                    ck_pathmap_get(&w->renamed, c->rel) != NULL);
+    if (!complete)
+        return false;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    for (size_t i = 0; i < c->nfiles; i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        if (ck_path_join(path, sizeof path, w->o->dir, c->files[i]) < 0 || stat(path, &st) < 0)
+            return false;
+        double age = (double)(now.tv_sec - st.st_mtim.tv_sec) +
+                     (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+        if (age < w->final_window || (w->cfg.watch_check_writers && ck_settle_has_writer(path))) {
+            w->young++;
+            return false;
+        }
+    }
+    return remember(w, c);
+}
+
 static int pass(struct watcher *w, int end_status, bool final, bool targeted)
 {
     /* Targeted: only the folders of what is being settled (a full pass over
@@ -239,7 +284,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .end_status = end_status,
         .mark_running = w->child.started && w->child.pid > 0,
         .min_age = 0,
-        .admit = final ? NULL : admit,
+        .admit = final ? NULL : w->handover_until > 0 ? admit_final : admit,
         .admit_arg = w,
         .only_dirs = targeted ? (sc.list ? sc.list : (char *[]){""}) : NULL,
         .nonly_dirs = targeted ? sc.n : 0,
@@ -251,10 +296,21 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up};
     int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
+    if (pl.events_err < 0 && !w->ended) {
+        /* an event that cannot be stored is lost unless a restart announces
+         * it: stop with a failure, never 0 (systemd and Kubernetes restart) */
+        ck_err("watch.event_lost", "an event could not be stored (hooks.emit says why): "
+               "stopping with a failure, so that a restart announces it");
+        w->exit_code = CK_EXIT_FAILED;
+        w->ended = true;
+        ck_loop_stop(w->loop);
+    }
     forget_registered(w, &res);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
     } else {
+        if (res.problems == 0 && pl.events_err == 0) /* what an alert compares with now */
+            ck_metrics_set(CK_M_LAST_SUCCESS_TIME, (int64_t)time(NULL));
         w->status = res.new_status;
         ck_debug("watch.pass",
                  "registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s "
@@ -372,11 +428,68 @@ static void on_request(void *arg)
 
 /* ---- the wrapped command (agent/child.h) ---- */
 
+/* SIGTERM or SIGINT with no wrapped command. In a pod with a native sidecar
+ * the trainer has already exited when ckptd gets SIGTERM: what is complete
+ * on disk can and must be registered and handed over within
+ * watch.grace_period. A final pass takes every complete checkpoint that no
+ * process is writing and that is at least the (shortened) settle window old;
+ * one that is too fresh gets passes again until half the grace is spent.
+ * release() then drains the uploads and webhooks until the deadline. */
+static void handover(struct watcher *w)
+{
+    double t0 = ck_mono_s(), grace = w->cfg.watch_grace_period;
+    w->handover_until = t0 + grace;
+    w->final_window = grace / 4 < w->cfg.watch_settle ? grace / 4 : w->cfg.watch_settle;
+    size_t passes = 0;
+    do {
+        if (passes++)
+            usleep((useconds_t)((w->final_window < 0.05 ? w->final_window : 0.05) * 1e6) + 1000);
+        w->young = 0;
+        w->want_full = true;
+        pass(w, -1, false, false);
+    } while (w->young > 0 && ck_mono_s() - t0 < grace / 2);
+    ck_info("watch.final_pass", "passes=%zu too_fresh=%zu seconds=%.3f", passes, w->young,
+            ck_mono_s() - t0);
+}
+
+/* What is still to hand over by the deadline (or -1: no deadline). */
+static double handover_left(const struct watcher *w)
+{
+    if (w->handover_until <= 0)
+        return -1;
+    double left = w->handover_until - ck_mono_s();
+    return left > 0 ? left : 0;
+}
+
 static void on_grace(struct ck_loop *loop, void *arg)
 {
     struct watcher *w = arg;
     (void)loop;
     ck_child_kill(&w->child, w->cfg.watch_grace_period);
+}
+
+/* The wrapped command's output, when captured (ck_child_spawn). */
+static int output_fds(void *arg, struct pollfd *fds, int max)
+{
+    struct watcher *w = arg;
+    int n = 0;
+    for (int i = 0; i < 2 && n < max; i++)
+        if (w->child.started && w->child.out[i] >= 0)
+            fds[n++] = (struct pollfd){.fd = w->child.out[i], .events = POLLIN};
+    return n;
+}
+
+static int64_t output_deadline(void *arg)
+{
+    (void)arg;
+    return -1;
+}
+
+static void output_step(void *arg)
+{
+    struct watcher *w = arg;
+    for (int i = 0; i < 2; i++)
+        ck_child_read(&w->child, i);
 }
 
 static void reap(struct watcher *w)
@@ -449,9 +562,9 @@ static void uploads_finish(struct watcher *w)
 {
     if (!w->up)
         return;
-    if (!w->terminating) {
+    if (!w->terminating || w->handover_until > 0) {
         ck_upload_worker_kick(w->up); /* the last pass's metadata.yaml */
-        while (!ck_upload_worker_is_idle(w->up)) {
+        while (!ck_upload_worker_is_idle(w->up) && handover_left(w) != 0) {
             struct signalfd_siginfo si;
             if (w->sfd >= 0 && read(w->sfd, &si, sizeof si) == (ssize_t)sizeof si &&
                 (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT)) {
@@ -463,9 +576,30 @@ static void uploads_finish(struct watcher *w)
             ck_hook_worker_pump(w->hw, 0); /* the upload.* events meanwhile */
         }
     }
-    ck_upload_worker_stop(w->up, w->cfg.upload.grace);
+    double left = handover_left(w);
+    ck_upload_worker_stop(w->up, left >= 0 && left < w->cfg.upload.grace ? left : w->cfg.upload.grace);
     ck_upload_worker_free(w->up);
     w->up = NULL;
+}
+
+/* After a hand-over: what could not be finished stays queued for the next
+ * start; say how much, so nobody wonders where it went. */
+static void log_left_behind(struct watcher *w)
+{
+    int jobs[4] = {0};
+    int64_t deliveries = 0;
+    if (w->handover_until <= 0 || !w->st.db)
+        return;
+    ck_queue_counts(w->st.db, jobs);
+    ck_outbox_pending(w->st.db, &deliveries);
+    int uploads = jobs[CK_JOB_PENDING] + jobs[CK_JOB_RUNNING];
+    if (uploads || deliveries)
+        ck_warn("watch.handover_incomplete",
+                "uploads_left=%d deliveries_left=%lld: still queued, the next start sends them",
+                uploads, (long long)deliveries);
+    else
+        ck_info("watch.handed_over", "seconds=%.3f: everything registered, uploaded and delivered",
+                w->cfg.watch_grace_period - handover_left(w));
 }
 
 /* ---- signals ---- */
@@ -479,8 +613,8 @@ static void reload(struct watcher *w)
         if ((err = ck_watch_apply_flags(w->o, &fresh)) == 0)
             err = ck_watch_check_config(&fresh);
     }
-    if (err == 0 && (err = hooks_new(&fresh, &h)) == 0)
-        ck_hooks_free(h); /* checked; built again below where the config will live */
+    if (err == 0)
+        err = ck_config_resolve(&fresh); /* hooks, secrets, listen: as a start checks */
     if (err < 0) {
         ck_err("config.reload_failed", "%s; keeping the running config", ck_error_msg());
         ck_config_release(&fresh);
@@ -534,8 +668,11 @@ static void on_signal(struct ck_loop *loop, int fd, uint32_t events, void *arg)
                 ck_child_signal(&w->child, sig);
                 if (!w->grace_t)
                     ck_loop_add_timer(loop, w->cfg.watch_grace_period, 0, on_grace, w, &w->grace_t);
-            } else {
+            } else if (w->handover_until <= 0 && w->ready) {
+                handover(w);
                 ck_loop_stop(loop);
+            } else {
+                ck_loop_stop(loop); /* a second signal: stop now */
             }
             break;
         }
@@ -616,14 +753,20 @@ static void release(struct watcher *w)
     if (w->loop) {
         ck_loop_remove(w->loop, w->ops_h);
         ck_loop_remove(w->loop, w->sig_h);
+        ck_loop_remove(w->loop, w->output_h);
     }
+    if (w->child.started)
+        ck_child_drain(&w->child, 0.2);
     ck_ops_free(w->ops);
     if (w->loop)
         uploads_finish(w);
     if (w->announced_start)
         ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STOPPING);
-    if (w->loop)
-        hooks_stop(w, w->cfg.watch_grace_period < 5 ? w->cfg.watch_grace_period : 5);
+    if (w->loop) {
+        double left = handover_left(w);
+        hooks_stop(w, left >= 0 ? left : w->cfg.watch_grace_period < 5 ? w->cfg.watch_grace_period : 5);
+        log_left_behind(w);
+    }
     ck_fswatch_free(w->fs);
     ck_loop_free(w->loop);
     ck_settle_free(w->settle);
@@ -642,8 +785,10 @@ static int start(struct watcher *w)
     static const struct ck_fswatch_cb cb = {on_changed, on_gone, on_dir_in, on_rescan, on_request};
     const struct ck_config *cfg = &w->cfg;
     int err;
-    if ((err = ck_lock_acquire(&w->lock, w->o->dir)) < 0 ||
-        (err = ck_state_open(&w->st, w->o->dir)) < 0 || (err = ck_loop_new(&w->loop)) < 0 ||
+    if ((err = ck_lock_acquire(&w->lock, w->o->dir)) < 0)
+        return err;
+    ck_tree_sweep(w->o->dir); /* the lock is ours: no other ckptd is writing here */
+    if ((err = ck_state_open(&w->st, w->o->dir)) < 0 || (err = ck_loop_new(&w->loop)) < 0 ||
         (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle, cfg->watch_check_writers)) <
             0 ||
         (err = setup_signals(w)) < 0)
@@ -685,7 +830,12 @@ static int start(struct watcher *w)
         return 0;
     }
     if (w->o->command) {
-        if ((err = ck_child_spawn(&w->child, w->o->command)) < 0) {
+        /* JSON logs: the command's output becomes command.output records, so
+         * that one stream stays parseable; text: it shares ours */
+        bool capture = ck_log_format_get() == CK_LOG_JSON;
+        static const struct ck_loop_poller output = {output_fds, output_deadline, output_step};
+        if ((err = ck_child_spawn(&w->child, w->o->command, capture)) < 0 ||
+            (capture && (err = ck_loop_add_poller(w->loop, &output, w, &w->output_h)) < 0)) {
             w->exit_code = 127;
             return err;
         }

@@ -1,6 +1,8 @@
 #include "common/fsutil.h"
 #include "common/error.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -102,9 +104,11 @@ int ck_atomic_open(struct ck_atomic_file *f, const char *path, mode_t mode)
         ck_atomic_abort(f);
         return ck_error(CK_ENOMEM, "out of memory");
     }
-    /* A dot name so that directory scans skip it, and a .tmp suffix so that
-     * anything watching the folder knows it is not finished. */
-    snprintf(f->tmp, n, "%s/.%s.XXXXXX.tmp", dir, ck_basename(path));
+    /* A dot name so that directory scans skip it, a .tmp suffix so that
+     * anything watching the folder knows it is not finished, and "ckptd-" so
+     * that a later start can tell its own leftovers from the trainer's files
+     * (ck_is_own_temporary). */
+    snprintf(f->tmp, n, "%s/.%s.ckptd-XXXXXX.tmp", dir, ck_basename(path));
     f->fd = mkostemps(f->tmp, 4, O_CLOEXEC);
     if (f->fd < 0) {
         int err = ck_error_os(CK_EIO, "cannot create a temporary file for '%s'", path);
@@ -313,4 +317,51 @@ int ck_place_file(const char *src, const char *dst)
 int ck_place_file_nosync(const char *src, const char *dst)
 {
     return place_file(src, dst, false);
+}
+
+static bool six_random(const char *p)
+{
+    for (int i = 0; i < 6; i++)
+        if (!isalnum((unsigned char)p[i]))
+            return false;
+    return true;
+}
+
+bool ck_is_own_temporary(const char *name)
+{
+    size_t n = strlen(name);
+    /* ".NAME.ckptd-XXXXXX.tmp": at least one character of NAME */
+    const size_t tail = strlen(".ckptd-XXXXXX.tmp");
+    if (n > tail + 1 && name[0] == '.' && strcmp(name + n - 4, ".tmp") == 0 &&
+        strncmp(name + n - tail, ".ckptd-", 7) == 0 && six_random(name + n - 10))
+        return true;
+    /* before 0.2, without the marker: only the names ckptd alone writes */
+    static const char *const owned[] = {".metadata.yaml.", ".build_parameters.yaml."};
+    for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++) {
+        size_t k = strlen(owned[i]);
+        if (n == k + 10 && strncmp(name, owned[i], k) == 0 && six_random(name + k) &&
+            strcmp(name + k + 6, ".tmp") == 0)
+            return true;
+    }
+    return false;
+}
+
+int ck_sweep_temporaries(const char *dir, size_t *removed)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT || errno == ENOTDIR ? 0
+                                                   : ck_error_os(CK_EIO, "cannot list '%s'", dir);
+    struct dirent *e;
+    int err = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (!ck_is_own_temporary(e->d_name))
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            (*removed)++;
+        else if (errno != ENOENT && err == 0)
+            err = ck_error_os(CK_EIO, "cannot remove '%s/%s'", dir, e->d_name);
+    }
+    closedir(d);
+    return err;
 }

@@ -49,6 +49,16 @@ int ck_path_join(char *out, size_t outsz, const char *a, const char *b);
 void ck_dirname(char *out, size_t outsz, const char *path);
 const char *ck_basename(const char *path);
 bool ck_is_dir(const char *path);
+/* Whether name (a file name, no folder) is a temporary ck_atomic_open makes:
+ * ".NAME.ckptd-XXXXXX.tmp", or the unmarked ".metadata.yaml.XXXXXX.tmp" and
+ * ".build_parameters.yaml.XXXXXX.tmp" of earlier versions. Never a name a
+ * trainer would write by chance. */
+bool ck_is_own_temporary(const char *name);
+/* Removes ckptd's own temporaries directly inside dir (not below it), left by
+ * a run that was killed; adds how many to *removed. A missing dir is fine.
+ * Call only while holding the folder's lock: a live writer's temporary
+ * matches too. */
+int ck_sweep_temporaries(const char *dir, size_t *removed);
 bool ck_exists(const char *path);
 
 #endif

@@ -18,10 +18,19 @@ enum ck_log_format ck_log_format_get(void);
 int ck_log_format_parse(const char *s);
 int ck_log_level_parse(const char *s);
 
-/* event is a stable dotted name ("checkpoint.registered"); the message is free text,
- * preferably key=value pairs so both humans and grep can read it. */
+/* event is a stable dotted name ("checkpoint.registered"); the message is
+ * key=value pairs ('quoted' when the value may hold blanks) and a few words of
+ * prose. Text mode prints it as written; JSON mode makes each pair a typed
+ * member (integers and decimals as numbers, true/false as booleans) and the
+ * prose "msg" (docs/logging.md). */
 void ck_log(enum ck_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* A line whose fields come apart from the message, for values that may hold
+ * any byte (a wrapped command's output): key, value, ..., NULL. Text mode
+ * prints "msg key='value' ..."; JSON mode makes each a string member. */
+void ck_log_kv(enum ck_log_level level, const char *event, const char *msg, ...)
+    __attribute__((sentinel));
 
 #define ck_debug(ev, ...) ck_log(CK_LOG_DEBUG, ev, __VA_ARGS__)
 #define ck_info(ev, ...) ck_log(CK_LOG_INFO, ev, __VA_ARGS__)

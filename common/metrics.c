@@ -71,6 +71,9 @@ static const struct def defs[CK_M__COUNT] = {
         {"newest_remote_checkpoint_timestamp_seconds", GAUGE, NULL,
          "Unix time of the newest checkpoint safely stored remotely (0: none yet)."},
     [CK_M_START_TIME] = {"start_time_seconds", GAUGE, NULL, "Unix time the agent started."},
+    [CK_M_LAST_SUCCESS_TIME] = {"last_success_timestamp_seconds", GAUGE, NULL,
+                                "Unix time of the last run or pass that ended without a failure "
+                                "(0: none yet)."},
 };
 
 static _Atomic int64_t values[CK_M__COUNT];
@@ -316,12 +319,125 @@ int ck_metrics_render(struct ck_buf *out)
            "Seconds since the newest checkpoint safely stored remotely was written (-1: none).");
     put(out, &err, "ckptd_newest_remote_checkpoint_age_seconds %lld\n",
         remote > 0 ? (long long)(now_seconds() - remote) : -1LL);
+    /* the usual join target for "which version runs where" */
+    header(out, &err, "build_info", "gauge", "The ckptd version running, as a label; always 1.");
+    put(out, &err, "ckptd_build_info{version=\"%s\"} 1\n", CKPTD_VERSION);
     pthread_mutex_lock(&hist_lock);
     for (size_t h = 0; h < CK_H__COUNT; h++)
         render_histogram(out, &err, &hists[h]);
     pthread_mutex_unlock(&hist_lock);
     if (err < 0)
         return ck_error(CK_ENOMEM, "the metrics exposition does not fit its buffer");
+    return 0;
+}
+
+/* Gauges that are carried with the totals: the times an alert compares with now. */
+static bool carried(size_t i)
+{
+    return defs[i].kind == COUNTER || i == CK_M_NEWEST_REMOTE_CHECKPOINT_TIME ||
+           i == CK_M_LAST_SUCCESS_TIME;
+}
+
+static void metric_key(size_t i, char *out, size_t outsz)
+{
+    if (defs[i].label)
+        snprintf(out, outsz, "ckptd_%s{%s}", defs[i].name, defs[i].label);
+    else
+        snprintf(out, outsz, "ckptd_%s", defs[i].name);
+}
+
+int ck_metrics_save_totals(struct ck_buf *out)
+{
+    char key[160];
+    int err = 0;
+    for (size_t i = 0; i < CK_M__COUNT; i++) {
+        if (!carried(i))
+            continue;
+        metric_key(i, key, sizeof key);
+        put(out, &err, "%s %lld\n", key, (long long)atomic_load(&values[i]));
+    }
+    pthread_mutex_lock(&hist_lock);
+    for (size_t h = 0; h < CK_H__COUNT; h++) {
+        for (size_t b = 0; b <= NBOUNDS; b++) {
+            if (b < NBOUNDS)
+                put(out, &err, "ckptd_%s_bucket{le=\"%g\"} %llu\n", hists[h].name, bounds[b],
+                    (unsigned long long)hists[h].buckets[b]);
+            else
+                put(out, &err, "ckptd_%s_bucket{le=\"+Inf\"} %llu\n", hists[h].name,
+                    (unsigned long long)hists[h].buckets[b]);
+        }
+        put(out, &err, "ckptd_%s_sum %.17g\n", hists[h].name, hists[h].sum);
+    }
+    pthread_mutex_unlock(&hist_lock);
+    return err < 0 ? ck_error(CK_ENOMEM, "the metrics totals do not fit their buffer") : 0;
+}
+
+/* Applies one "key value" line; false when the key is not known. */
+static bool load_line(const char *key, const char *val)
+{
+    char k[160], *end;
+    for (size_t i = 0; i < CK_M__COUNT; i++) {
+        if (!carried(i))
+            continue;
+        metric_key(i, k, sizeof k);
+        if (strcmp(k, key) != 0)
+            continue;
+        long long v = strtoll(val, &end, 10);
+        if (*end || v < 0)
+            return false;
+        if (defs[i].kind == COUNTER)
+            atomic_fetch_add(&values[i], (int64_t)v);
+        else
+            ck_metrics_set_max((enum ck_metric)i, (int64_t)v);
+        return true;
+    }
+    for (size_t h = 0; h < CK_H__COUNT; h++) {
+        snprintf(k, sizeof k, "ckptd_%s_sum", hists[h].name);
+        if (strcmp(k, key) == 0) {
+            double d = strtod(val, &end);
+            if (*end || !isfinite(d) || d < 0)
+                return false;
+            hists[h].sum += d;
+            return true;
+        }
+        for (size_t b = 0; b <= NBOUNDS; b++) {
+            if (b < NBOUNDS)
+                snprintf(k, sizeof k, "ckptd_%s_bucket{le=\"%g\"}", hists[h].name, bounds[b]);
+            else
+                snprintf(k, sizeof k, "ckptd_%s_bucket{le=\"+Inf\"}", hists[h].name);
+            if (strcmp(k, key) != 0)
+                continue;
+            unsigned long long u = strtoull(val, &end, 10);
+            if (*end || val[0] == '-')
+                return false;
+            hists[h].buckets[b] += u;
+            hists[h].count += u;
+            return true;
+        }
+    }
+    return false;
+}
+
+int ck_metrics_load_totals(const char *text, size_t len)
+{
+    char line[256];
+    size_t pos = 0;
+    pthread_mutex_lock(&hist_lock);
+    while (pos < len) {
+        const char *nl = memchr(text + pos, '\n', len - pos);
+        size_t n = (nl ? (size_t)(nl - text) : len) - pos;
+        if (n < sizeof line) {
+            memcpy(line, text + pos, n);
+            line[n] = '\0';
+            char *sp = strrchr(line, ' ');
+            if (sp) {
+                *sp = '\0';
+                load_line(line, sp + 1); /* unknown: a metric this binary does not have */
+            }
+        }
+        pos += n + 1;
+    }
+    pthread_mutex_unlock(&hist_lock);
     return 0;
 }
 

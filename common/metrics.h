@@ -56,6 +56,9 @@ enum ck_metric {
      * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped */
     CK_M_NEWEST_REMOTE_CHECKPOINT_TIME,
     CK_M_START_TIME, /* ckptd_start_time_seconds (unix), set by ck_metrics_reset */
+    /* unix time a run (scan) or the watcher's last pass ended without a failure;
+     * carried across one-shot runs with the totals below */
+    CK_M_LAST_SUCCESS_TIME,
     CK_M__COUNT
 };
 
@@ -95,6 +98,15 @@ void ck_metrics_mark(struct ck_metrics_mark *mark);
 int ck_metrics_changes(struct ck_metrics_mark *mark, struct ck_buf *out);
 /* CK_EFORMAT for a line it does not understand; lines before it are applied. */
 int ck_metrics_apply(const char *text, size_t len);
+
+/* One-shot runs (cron) write a textfile whose counters must keep growing
+ * across runs, as Prometheus expects of a counter. The cumulative part of the
+ * metrics (counters, histograms, the newest-remote and last-success times) as
+ * text keyed by metric name, so a binary with more or fewer metrics reads it:
+ * "<name>[{label}] <value>" per line. load adds what it reads to the current
+ * values (gauges: sets them) and skips names it does not know. */
+int ck_metrics_save_totals(struct ck_buf *out);
+int ck_metrics_load_totals(const char *text, size_t len);
 
 /* The Prometheus text exposition format (version 0.0.4) of every metric,
  * appended to out. The content type to serve it with: */

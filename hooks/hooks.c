@@ -44,7 +44,8 @@ struct queued_exec {
     char *json;  /* owned */
     char **env;  /* owned, NULL-terminated */
     size_t nenv;
-    char *name; /* owned */
+    char *name;  /* owned */
+    char *run;   /* owned: "EVENT_ID HOOK_KEY", its row in exec_runs */
 };
 
 struct ck_hooks {
@@ -56,6 +57,10 @@ struct ck_hooks {
     char **hidden_env; /* names of the env vars holding our secrets: not passed to commands */
     size_t nhidden;
     struct ck_exec *running[CK_HOOKS_MAX_RUNNING];
+    char *running_run[CK_HOOKS_MAX_RUNNING]; /* owned: their exec_runs rows */
+    char **ended;  /* owned: rows of runs that ended, removed at the next flush */
+    size_t nended;
+    bool recovered; /* what an earlier process left in exec_runs was looked at */
     struct queued_exec *queue;
     size_t nqueue;
     sqlite3 *outbox_db; /* the database whose outbox tables are known to exist */
@@ -284,6 +289,7 @@ int ck_hooks_new(const struct ck_hooks_conf *conf, const char *cfg, struct ck_ho
 
 static void queued_free(struct queued_exec *q)
 {
+    free(q->run);
     free(q->json);
     ck_event_env_free(q->env, q->nenv);
     free(q->name);
@@ -303,8 +309,11 @@ void ck_hooks_free(struct ck_hooks *h)
         free(w->template);
     }
     free(h->hooks);
-    for (size_t i = 0; i < CK_HOOKS_MAX_RUNNING; i++)
+    for (size_t i = 0; i < CK_HOOKS_MAX_RUNNING; i++) {
         ck_exec_free(h->running[i]);
+        free(h->running_run[i]);
+    }
+    free_strv(h->ended, h->nended);
     for (size_t i = 0; i < h->nqueue; i++)
         queued_free(&h->queue[i]);
     free(h->queue);
@@ -358,7 +367,7 @@ static bool hidden(const struct ck_hooks *h, const char *kv)
 
 /* The command's environment: ours without our secrets' variables and
  * without stale CKPTD_* values, then the event's fields. */
-static int build_env(const struct ck_hooks *h, const struct ck_event *ev, char ***env, size_t *n)
+static int build_env(const struct ck_hooks *h, const char *lines, char ***env, size_t *n)
 {
     int err;
     *env = NULL;
@@ -374,14 +383,36 @@ static int build_env(const struct ck_hooks *h, const struct ck_event *ev, char *
             goto nomem;
         p[++*n] = NULL;
     }
-    if ((err = ck_event_env(ev, env, n)) < 0) {
-        ck_event_env_free(*env, *n);
-        return err;
+    (void)err;
+    for (const char *p = lines; p && *p;) {
+        size_t len = strcspn(p, "\n");
+        char **e = realloc(*env, (*n + 2) * sizeof *e);
+        if (!e)
+            goto nomem;
+        *env = e;
+        if (!(e[*n] = strndup(p, len)))
+            goto nomem;
+        e[++*n] = NULL;
+        p += len + (p[len] == '\n');
     }
     return 0;
 nomem:
     ck_event_env_free(*env, *n);
     return ck_error(CK_ENOMEM, "out of memory");
+}
+
+/* A run ended (run owned, may be NULL): its row goes at the next flush. */
+static void ended(struct ck_hooks *h, char *run)
+{
+    if (!run)
+        return;
+    char **p = realloc(h->ended, (h->nended + 1) * sizeof *p);
+    if (!p) {
+        free(run); /* the row stays: a restart runs it again (at least once) */
+        return;
+    }
+    h->ended = p;
+    h->ended[h->nended++] = run;
 }
 
 static void start_queued(struct ck_hooks *h)
@@ -401,28 +432,56 @@ static void start_queued(struct ck_hooks *h)
             ck_err("hook.exec.failed", "%s", ck_error_msg());
             ck_metrics_add(CK_M_EXEC_HOOKS_FAILED, 1);
             ck_metrics_add(CK_M_FAILURES_HOOK, 1);
+            ended(h, q.run); /* it ran as far as it could: not again after a restart */
+            q.run = NULL;
+        } else {
+            h->running_run[slot] = q.run;
+            q.run = NULL;
         }
         queued_free(&q);
     }
 }
 
-static int queue_exec(struct ck_hooks *h, size_t i, const struct ck_event *ev, const char *json)
+/* The stable id of exec hook i: what a restart finds it by, whatever its
+ * place in the config. */
+static void exec_key(const struct ck_exec_conf *c, char *out, size_t outsz)
 {
-    char name[256];
-    int err;
-    snprintf(name, sizeof name, "exec[%zu] %s", i, ck_event_type_name(ev->type));
+    struct ck_buf b = CK_BUF_INIT;
+    ck_buf_puts(&b, c->event ? c->event : "*");
+    for (size_t k = 0; k < c->argc; k++) {
+        ck_buf_putc(&b, '\x1f');
+        ck_buf_puts(&b, c->argv[k]);
+    }
+    char wh[64];
+    ck_hooks_key(ck_buf_str(&b), wh, sizeof wh); /* "wh_" + 16 hex */
+    snprintf(out, outsz, "ex_%s", wh + 3);
+    ck_buf_release(&b);
+}
+
+/* Queues exec hook i for an event: env holds the event's CKPTD_* variables
+ * (NAME=value a line), added to ours without our secrets' variables. */
+static int queue_exec(struct ck_hooks *h, size_t i, const char *event_id, const char *type,
+                      const char *json, const char *env_lines)
+{
+    char name[256], key[64];
+    int err = 0;
+    snprintf(name, sizeof name, "exec[%zu] %s", i, type);
+    exec_key(&h->conf->execs[i], key, sizeof key);
     if (h->nqueue >= CK_HOOKS_MAX_QUEUED) {
-        ck_err("hook.exec.dropped", "hook='%s' event=%s: %d hooks already waiting", name, ev->id,
+        ck_err("hook.exec.dropped", "hook='%s' event=%s: %d hooks already waiting", name, event_id,
                CK_HOOKS_MAX_QUEUED);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
         return 0;
     }
-    struct queued_exec q = {i, strdup(json), NULL, 0, strdup(name)};
-    if (!q.json || !q.name) {
+    struct queued_exec q = {i, strdup(json), NULL, 0, strdup(name), NULL};
+    size_t rl = strlen(event_id) + strlen(key) + 2;
+    if ((q.run = malloc(rl)))
+        snprintf(q.run, rl, "%s %s", event_id, key);
+    if (!q.json || !q.name || !q.run) {
         queued_free(&q);
         return ck_error(CK_ENOMEM, "out of memory");
     }
-    if ((err = build_env(h, ev, &q.env, &q.nenv)) < 0) {
+    if ((err = build_env(h, env_lines, &q.env, &q.nenv)) < 0) {
         queued_free(&q);
         return err;
     }
@@ -460,6 +519,8 @@ static void reap(struct ck_hooks *h, size_t slot)
     }
     ck_exec_free(x);
     h->running[slot] = NULL;
+    ended(h, h->running_run[slot]);
+    h->running_run[slot] = NULL;
 }
 
 void ck_hooks_step(struct ck_hooks *h)
@@ -482,6 +543,9 @@ int ck_hooks_poll_fds(const struct ck_hooks *h, struct pollfd *fds, int max)
 int64_t ck_hooks_deadline_ms(const struct ck_hooks *h)
 {
     int64_t d = -1;
+    for (size_t i = 0; h->nqueue > 0 && i < CK_HOOKS_MAX_RUNNING; i++)
+        if (!h->running[i])
+            return ck_mono_ms(); /* queued with a free slot: start it now */
     for (size_t i = 0; i < CK_HOOKS_MAX_RUNNING; i++)
         if (h->running[i]) {
             int64_t x = ck_exec_deadline_ms(h->running[i]);
@@ -538,9 +602,105 @@ static void update_gauges(sqlite3 *db)
         ck_metrics_set(CK_M_WEBHOOKS_FAILING, v);
 }
 
+/* The event's CKPTD_* variables as NAME=value lines (a value holding a
+ * newline cannot be one line: it is left out, and said so). */
+static int event_env_lines(const struct ck_event *ev, struct ck_buf *out)
+{
+    char **env = NULL;
+    size_t n = 0;
+    int err = ck_event_env(ev, &env, &n);
+    for (size_t i = 0; err == 0 && i < n; i++) {
+        if (strchr(env[i], '\n')) {
+            ck_warn("hook.exec.env", "event=%s: %.*s holds a newline: not passed", ev->id,
+                    (int)strcspn(env[i], "="), env[i]);
+            continue;
+        }
+        err = ck_buf_printf(out, "%s\n", env[i]);
+    }
+    ck_event_env_free(env, n);
+    return err;
+}
+
+int ck_hooks_exec_flush(struct ck_hooks *h, sqlite3 *db)
+{
+    int err = 0;
+    if (!h || !db || !h->nended)
+        return 0;
+    if ((err = ensure_outbox(h, db)) < 0)
+        return err;
+    size_t done = 0;
+    for (; done < h->nended && err == 0; done++) {
+        char *sp = strchr(h->ended[done], ' ');
+        if (!sp)
+            continue;
+        *sp = '\0';
+        err = ck_outbox_exec_done(db, h->ended[done], sp + 1);
+        *sp = ' ';
+    }
+    if (err < 0)
+        done--; /* that one stays for the next flush */
+    for (size_t i = 0; i < done; i++)
+        free(h->ended[i]);
+    memmove(h->ended, h->ended + done, (h->nended - done) * sizeof *h->ended);
+    h->nended -= done;
+    return err;
+}
+
+struct recover_ctx {
+    struct ck_hooks *h;
+    sqlite3 *db;
+    struct ck_buf gone; /* NUL-separated "event\0hook\0" of runs no hook matches */
+    size_t rerun;
+    int err;
+};
+
+static int recover_one(const struct ck_outbox_exec *r, void *arg)
+{
+    struct recover_ctx *c = arg;
+    char key[64];
+    for (size_t i = 0; i < c->h->conf->nexecs; i++) {
+        exec_key(&c->h->conf->execs[i], key, sizeof key);
+        if (strcmp(key, r->hook) != 0)
+            continue;
+        ck_warn("hook.exec.recovered",
+                "hook='exec[%zu] %s' event=%s: an earlier run was interrupted; running it again",
+                i, r->type, r->event_id);
+        c->rerun++;
+        return (c->err = queue_exec(c->h, i, r->event_id, r->type, r->payload, r->env)) < 0 ? -1
+                                                                                          : 0;
+    }
+    ck_warn("hook.exec.dropped", "hook=%s event=%s: interrupted, and the config has no such exec "
+            "hook any more", r->hook, r->event_id);
+    ck_buf_append(&c->gone, r->event_id, strlen(r->event_id) + 1);
+    ck_buf_append(&c->gone, r->hook, strlen(r->hook) + 1);
+    return 0;
+}
+
+int ck_hooks_exec_recover(struct ck_hooks *h, sqlite3 *db)
+{
+    int err;
+    if (!h || !db || h->recovered)
+        return 0;
+    h->recovered = true;
+    if ((err = ensure_outbox(h, db)) < 0)
+        return err;
+    struct recover_ctx c = {h, db, CK_BUF_INIT, 0, 0};
+    err = ck_outbox_exec_each(db, recover_one, &c);
+    if (err == 0 && c.err < 0)
+        err = c.err;
+    for (size_t off = 0; err == 0 && off < c.gone.len;) {
+        const char *ev = c.gone.data + off, *hook = ev + strlen(ev) + 1;
+        err = ck_outbox_exec_done(db, ev, hook);
+        off += strlen(ev) + strlen(hook) + 2;
+    }
+    ck_buf_release(&c.gone);
+    start_queued(h);
+    return err;
+}
+
 int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
 {
-    struct ck_buf json = CK_BUF_INIT;
+    struct ck_buf json = CK_BUF_INIT, env = CK_BUF_INIT;
     const char *type = ck_event_type_name(ev->type);
     const char **keys = NULL;
     char **bodies = NULL;
@@ -575,10 +735,30 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
             }
             n++;
         }
-        if ((err = ensure_outbox(h, db)) < 0)
+    }
+    size_t nexec = 0;
+    for (size_t i = 0; i < h->conf->nexecs; i++)
+        nexec += ck_event_filter_matches(h->conf->execs[i].event, type);
+    if (nexec && (err = event_env_lines(ev, &env)) < 0)
+        goto out;
+    /* the event, its webhook deliveries and its exec runs: stored together */
+    if (db && (n || nexec)) {
+        bool own;
+        if ((err = ensure_outbox(h, db)) < 0 || (err = ck_hooks_exec_flush(h, db)) < 0 ||
+            (err = ck_outbox_begin(db, &own)) < 0)
             goto out;
-        if (n && (err = ck_outbox_add(db, ev->id, type, ev->time_ms, ck_buf_str(&json), keys,
-                                      (const char *const *)bodies, n, now_unix_ms())) < 0)
+        if (n)
+            err = ck_outbox_add(db, ev->id, type, ev->time_ms, ck_buf_str(&json), keys,
+                                (const char *const *)bodies, n, now_unix_ms());
+        for (size_t i = 0; err == 0 && i < h->conf->nexecs; i++) {
+            char key[64];
+            if (!ck_event_filter_matches(h->conf->execs[i].event, type))
+                continue;
+            exec_key(&h->conf->execs[i], key, sizeof key);
+            err = ck_outbox_exec_add(db, ev->id, key, type, ck_buf_str(&json), ck_buf_str(&env),
+                                     ev->time_ms);
+        }
+        if ((err = ck_outbox_end(db, own, err)) < 0)
             goto out;
         if (n) {
             update_gauges(db);
@@ -586,18 +766,21 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev)
                 h->waker(h->waker_arg);
         }
     }
-    size_t nexec = 0;
-    for (size_t i = 0; i < h->conf->nexecs; i++)
-        nexec += ck_event_filter_matches(h->conf->execs[i].event, type);
     /* an event nothing listens to is worth a debug line only */
     ck_log(n + nexec ? CK_LOG_INFO : CK_LOG_DEBUG, "event.emitted",
            "type=%s id=%s webhooks=%zu exec=%zu", type, ev->id, n, nexec);
     for (size_t i = 0; i < h->conf->nexecs; i++)
         if (ck_event_filter_matches(h->conf->execs[i].event, type) &&
-            (err = queue_exec(h, i, ev, ck_buf_str(&json))) < 0)
+            (err = queue_exec(h, i, ev->id, type, ck_buf_str(&json), ck_buf_str(&env))) < 0)
             goto out;
-    start_queued(h);
+    /* Inside the caller's transaction the runs are not stored until it
+     * commits: a command started now could be killed with us before that and
+     * never be run again. They start at the next ck_hooks_step (due at once,
+     * ck_hooks_deadline_ms) or ck_hooks_wait_exec, after the commit. */
+    if (!db || sqlite3_get_autocommit(db))
+        start_queued(h);
 out:
+    ck_buf_release(&env);
     if (bodies)
         for (size_t i = 0; i < n; i++)
             free(bodies[i]);

@@ -113,6 +113,14 @@ void ck_hooks_step(struct ck_hooks *h);
 size_t ck_hooks_exec_running(const struct ck_hooks *h);
 /* Blocks until every started or queued exec hook has finished. */
 void ck_hooks_wait_exec(struct ck_hooks *h);
+/* Exec hooks are durable: each run is stored with its event (ck_hooks_emit)
+ * and its row removed once the command ended. flush removes the rows of the
+ * runs that ended since the last flush (call it after ck_hooks_wait_exec, and
+ * it runs at every emit); recover, once per hooks object, runs again what an
+ * earlier process stored and never finished (a crash, kill -9): at least
+ * once, like webhooks. A run whose hook left the config is logged and dropped. */
+int ck_hooks_exec_flush(struct ck_hooks *h, sqlite3 *db);
+int ck_hooks_exec_recover(struct ck_hooks *h, sqlite3 *db);
 
 /* The "hooks" part of /status: an array with, per webhook, its key, its
  * redacted URL, its filters, whether it is failing, its last error and its

@@ -2,6 +2,7 @@
 #include "common/error.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +20,11 @@ static const char schema[] =
     "CREATE INDEX IF NOT EXISTS hook_deliveries_due ON hook_deliveries (state, next_ms);"
     "CREATE TABLE IF NOT EXISTS hook_receivers (hook TEXT PRIMARY KEY,"
     "  consecutive_failures INTEGER NOT NULL DEFAULT 0, failing INTEGER NOT NULL DEFAULT 0,"
-    "  last_error TEXT, last_attempt_ms INTEGER, last_success_ms INTEGER);";
+    "  last_error TEXT, last_attempt_ms INTEGER, last_success_ms INTEGER);"
+    /* exec hooks: a row from the event's transaction until the command ended */
+    "CREATE TABLE IF NOT EXISTS exec_runs (event_id TEXT NOT NULL, hook TEXT NOT NULL,"
+    "  type TEXT NOT NULL, payload TEXT NOT NULL, env TEXT NOT NULL,"
+    "  created_ms INTEGER NOT NULL, PRIMARY KEY (event_id, hook));";
 
 static int db_fail(sqlite3 *db, const char *what)
 {
@@ -86,19 +91,46 @@ static int run(sqlite3 *db, const char *sql, const char *types, ...)
     if (err < 0)
         return err;
     int rc = sqlite3_step(st);
+    /* only a key that exists is "already there"; a trigger or a CHECK that
+     * refuses the row is a failure to store, with SQLite's reason */
+    int ext = sqlite3_extended_errcode(db);
     sqlite3_finalize(st);
-    if (rc == SQLITE_CONSTRAINT)
+    if (rc == SQLITE_CONSTRAINT &&
+        (ext == SQLITE_CONSTRAINT_PRIMARYKEY || ext == SQLITE_CONSTRAINT_UNIQUE))
         return CK_EEXIST;
     return rc == SQLITE_DONE ? 0 : db_fail(db, "write");
 }
 
-/* A savepoint works both inside a caller's transaction and alone. */
+/* Inside a caller's transaction a savepoint nests. Alone, a savepoint would
+ * open a deferred transaction: its first statement takes a read snapshot, and
+ * when another connection (the delivery helper, a scan) commits before the
+ * insert, upgrading that snapshot to a write fails at once with "database is
+ * locked", without the busy handler. BEGIN IMMEDIATE takes the write lock
+ * first, waiting up to the busy timeout, so an event is never lost to that. */
+int ck_outbox_begin(sqlite3 *db, bool *own)
+{
+    *own = sqlite3_get_autocommit(db) != 0;
+    return exec(db, *own ? "BEGIN IMMEDIATE" : "SAVEPOINT outbox_add");
+}
+
+int ck_outbox_end(sqlite3 *db, bool own, int err)
+{
+    if (err < 0) {
+        exec(db, own ? "ROLLBACK" : "ROLLBACK TO outbox_add");
+        if (!own)
+            exec(db, "RELEASE outbox_add");
+        return err;
+    }
+    return exec(db, own ? "COMMIT" : "RELEASE outbox_add");
+}
+
 int ck_outbox_add(sqlite3 *db, const char *event_id, const char *type, int64_t created_ms,
                   const char *payload, const char *const *hooks, const char *const *bodies,
                   size_t nhooks, int64_t now_ms)
 {
+    bool own;
     int err;
-    if ((err = exec(db, "SAVEPOINT outbox_add")) < 0)
+    if ((err = ck_outbox_begin(db, &own)) < 0)
         return err;
     err = run(db, "INSERT INTO hook_events (id, type, created_ms, payload) VALUES (?, ?, ?, ?)",
               "ttit", event_id, type, created_ms, payload);
@@ -109,12 +141,7 @@ int ck_outbox_add(sqlite3 *db, const char *event_id, const char *type, int64_t c
                   "INSERT INTO hook_deliveries (event_id, hook, body, state, next_ms)"
                   " VALUES (?, ?, ?, 'pending', ?)",
                   "ttti", event_id, hooks[i], bodies ? bodies[i] : NULL, now_ms);
-    if (err < 0) {
-        exec(db, "ROLLBACK TO outbox_add");
-        exec(db, "RELEASE outbox_add");
-        return err;
-    }
-    return exec(db, "RELEASE outbox_add");
+    return ck_outbox_end(db, own, err);
 }
 
 void ck_outbox_items_free(struct ck_outbox_item *items, size_t n)
@@ -366,4 +393,43 @@ int ck_outbox_prune(sqlite3 *db, int64_t before_ms)
                "DELETE FROM hook_events WHERE created_ms < ? AND NOT EXISTS"
                " (SELECT 1 FROM hook_deliveries d WHERE d.event_id = hook_events.id)",
                "i", before_ms);
+}
+
+int ck_outbox_exec_add(sqlite3 *db, const char *event_id, const char *hook, const char *type,
+                       const char *payload, const char *env, int64_t created_ms)
+{
+    return run(db,
+               "INSERT OR REPLACE INTO exec_runs (event_id, hook, type, payload, env, created_ms)"
+               " VALUES (?, ?, ?, ?, ?, ?)",
+               "ttttti", event_id, hook, type, payload, env, created_ms);
+}
+
+int ck_outbox_exec_done(sqlite3 *db, const char *event_id, const char *hook)
+{
+    return run(db, "DELETE FROM exec_runs WHERE event_id = ? AND hook = ?", "tt", event_id, hook);
+}
+
+int ck_outbox_exec_each(sqlite3 *db, int (*fn)(const struct ck_outbox_exec *r, void *ctx),
+                        void *ctx)
+{
+    sqlite3_stmt *st;
+    int err = prepare(db, &st,
+                      "SELECT event_id, hook, type, payload, env FROM exec_runs"
+                      " ORDER BY created_ms, event_id",
+                      "");
+    if (err < 0)
+        return err;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct ck_outbox_exec r = {
+            (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
+            (const char *)sqlite3_column_text(st, 2), (const char *)sqlite3_column_text(st, 3),
+            (const char *)sqlite3_column_text(st, 4)};
+        if ((err = fn(&r, ctx)) != 0)
+            break;
+    }
+    sqlite3_finalize(st);
+    if (err < 0)
+        return err;
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_fail(db, "read");
 }

@@ -26,6 +26,26 @@
 #include <stdint.h>
 
 int ck_outbox_init(sqlite3 *db);
+/* A transaction of its own when none is open (BEGIN IMMEDIATE: the write
+ * lock first, so a busy database waits instead of failing), else a
+ * savepoint in the caller's; end commits (or rolls back when err < 0) and
+ * returns err or the commit's error. */
+int ck_outbox_begin(sqlite3 *db, bool *own);
+int ck_outbox_end(sqlite3 *db, bool own, int err);
+
+/* Exec hooks are durable too: a run is stored with its event (payload: the
+ * command's stdin; env: its CKPTD_* variables, one NAME=value a line) and
+ * removed once the command ended; what a crash left is run again. */
+struct ck_outbox_exec {
+    const char *event_id, *hook, *type, *payload, *env; /* valid during the callback */
+};
+int ck_outbox_exec_add(sqlite3 *db, const char *event_id, const char *hook, const char *type,
+                       const char *payload, const char *env, int64_t created_ms);
+int ck_outbox_exec_done(sqlite3 *db, const char *event_id, const char *hook);
+/* Calls fn for every stored run, oldest first; fn returning non-zero stops
+ * (a negative value is returned). */
+int ck_outbox_exec_each(sqlite3 *db, int (*fn)(const struct ck_outbox_exec *r, void *ctx),
+                        void *ctx);
 
 /* Stores an event and one pending delivery per hook, due at now_ms.
  * bodies[i] is what to send to hooks[i] (a rendered template), or NULL for

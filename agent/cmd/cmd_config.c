@@ -2,6 +2,7 @@
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
+#include "agent/config_check.h"
 #include "common/error.h"
 
 #include <stdio.h>
@@ -12,6 +13,8 @@ static const char help[] =
     "\n"
     "Checks a config file (the one --config names, else DIR/ckptd.yaml) and exits\n"
     "0 when it is valid, 2 with the key and line of the first problem when not.\n"
+    "Every env: and file: secret, key file and the listen address are resolved as\n"
+    "a start resolves them (values are never printed): a config that passes starts.\n"
     "\n"
     "  -k, --keys            list every config key with its meaning\n" CK_CLI_HELP;
 
@@ -46,6 +49,8 @@ int ck_cmd_config(int argc, char **argv)
     const char *dir = optind < argc ? argv[optind] : ".";
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, dir);
+    if (err == 0)
+        err = ck_config_resolve(&cfg); /* what the start resolves, resolved now */
     if (err < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("config", err);

@@ -199,6 +199,8 @@ static int cmd_emit(struct opts *o, int argc, char **argv)
     printf("%s\n", ev.id);
     fflush(stdout);
     ck_hooks_wait_exec(d.hooks);
+    if ((err = ck_hooks_exec_flush(d.hooks, d.st.db)) < 0)
+        goto out;
     size_t delivered;
     int64_t pending;
     err = deliver(&d, 0, &delivered, &pending);

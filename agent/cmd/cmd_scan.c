@@ -2,11 +2,13 @@
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
+#include "agent/config_check.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
 #include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/state.h"
+#include "agent/sweep.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -70,6 +72,8 @@ int ck_cmd_scan(int argc, char **argv)
     int err = ck_config_for_dir(&cfg, cli.config_path, so.dir);
     if (err == 0) /* the flags over the file (--min-age, --metrics-file) */
         err = ck_config_apply(&cfg, cli.overrides, cli.noverrides);
+    if (err == 0) /* what the run resolves, resolved first: --check fails alike */
+        err = ck_config_resolve(&cfg);
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
     if (err < 0) {
         ck_config_release(&cfg);
@@ -96,8 +100,10 @@ int ck_cmd_scan(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_fail("scan", err);
     }
+    ck_tree_sweep(so.dir); /* the lock is ours: no other ckptd is writing here */
     if ((err = ck_state_open(&st, so.dir)) < 0)
         goto out;
+    ck_notify_load_totals(&st);
     if (check) {
         err = ck_scan_check(&so);
         if (err == 0)
@@ -108,6 +114,8 @@ int ck_cmd_scan(int argc, char **argv)
      * and the uploads, run here until the queue is empty (SIGTERM: upload.grace) */
     struct ck_pipeline pl = {.cfg = &cfg, .dir = so.dir, .st = &st, .hooks = hooks};
     err = ck_pipeline_pass(&pl, &so, &res);
+    if (err == 0 && pl.events_err < 0) /* logged; the next run announces it */
+        err = ck_error(CK_ERR, "an event of this pass could not be stored (see the log)");
     if (err == 0)
         ck_info("scan.done",
                 "dir='%s' registered=%zu updated=%zu removed=%zu waiting=%zu problems=%zu status=%s",
@@ -121,6 +129,8 @@ int ck_cmd_scan(int argc, char **argv)
                        res.problems);
 out:
     ck_scan_result_release(&res);
+    if (st.db && !check)
+        ck_notify_save_totals(&st, err == 0 && upload_rc == CK_EXIT_OK);
     ck_notify_write_metrics(cfg.metrics_file);
     ck_hooks_free(hooks);
     ck_state_close(&st);

@@ -2,6 +2,8 @@
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
+#include "agent/config_check.h"
+#include "agent/dirwait.h"
 #include "agent/scan.h"
 #include "agent/watch.h"
 #include "common/error.h"
@@ -25,6 +27,8 @@ static const char head[] =
     "is left, sets finished (exit 0) or failed, and exits with its status (128+N\n"
     "for signal N). Without one, 'ckptd status DIR --finished|--failed' or a\n"
     "training.finished_marker/failed_marker file ends the training and the watcher.\n"
+    "A DIR that does not exist yet is waited for (the trainer makes it), or made\n"
+    "with --create.\n"
     "\n";
 static const char tail[] =
     "\n"
@@ -35,6 +39,7 @@ static const char tail[] =
 
 struct watch_flags {
     bool check;
+    bool create;
 };
 
 #define O(f) offsetof(struct watch_flags, f)
@@ -51,6 +56,9 @@ static const struct ck_opt options[] = {
      "serve /healthz /readyz /metrics /status there"},
     {"check", 'n', CK_OPT_SET, NULL, NULL, O(check), 0, NULL,
      "check the config and DIR/metadata.yaml, then exit"},
+    {"create", 0, CK_OPT_SET, NULL, NULL, O(create), 0, NULL,
+     "make DIR (and the folders above it) when it does not exist;\nwithout it, "
+     "a missing DIR is waited for"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -89,11 +97,32 @@ int ck_cmd_watch(int argc, char **argv)
     wo.overrides = cli.overrides;
     wo.noverrides = cli.noverrides;
 
+    /* A sidecar starts before the trainer makes its folder: wait for it (or
+     * make it), then read the config it may hold. */
+    if (ck_exists(wo.dir) && !ck_is_dir(wo.dir))
+        return ck_cli_usage_error("watch", "'%s' is not a folder", wo.dir);
+    if (!check && !ck_is_dir(wo.dir)) {
+        bool stopped = false;
+        int e;
+        ck_cli_setup_logging(&cli, CK_LOG_TEXT, CK_LOG_INFO);
+        if (fl.create)
+            e = ck_mkdirs(wo.dir, 0755);
+        else
+            e = ck_dir_wait(wo.dir, &stopped);
+        if (e < 0)
+            return ck_cli_fail("watch", e);
+        if (stopped)
+            return CK_EXIT_OK;
+    }
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, wo.dir);
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
     if (err == 0 && (err = ck_watch_apply_flags(&wo, &cfg)) == 0)
         err = ck_watch_check_config(&cfg);
+    /* secrets, key files, the listen address: resolved before anything
+     * starts, so that -n and a start fail alike (exit 2) */
+    if (err == 0)
+        err = ck_config_resolve(&cfg);
     if (err < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("watch", err);

@@ -712,7 +712,27 @@ hooks:
 class Contrib(unittest.TestCase):
     def test_example_config_loads_with_every_key(self):
         path = os.path.join(ROOT, "contrib", "ckptd.example.yaml")
-        run("config", "-c", path, check=0)
+        # `ckptd config` resolves the secrets the example names, as a start
+        # would: without them it refuses (exit 2); with them it is ok
+        p = run("config", "-c", path, env={"CKPTD_WEBHOOK_SECRET": ""})
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("CKPTD_WEBHOOK_SECRET", p.stderr)
+        import shutil
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            nxt = os.path.join(tmp, "webhook-secret.next")
+            with open(nxt, "w") as f:
+                f.write(SECRET_B)
+            os.chmod(nxt, 0o600)
+            with open(path) as f:
+                text = f.read().replace("/etc/ckptd/webhook-secret.next", nxt)
+            copy = os.path.join(tmp, "ckptd.yaml")
+            with open(copy, "w") as f:
+                f.write(text)
+            shutil.copy(os.path.join(ROOT, "contrib", "slack.json"), tmp)
+            run("config", "-c", copy, check=0,
+                env={"CKPTD_WEBHOOK_SECRET": SECRET_A,
+                     "CKPTD_SLACK_WEBHOOK_URL": "https://hooks.example.com/services/T0/B0/x"})
         keys = [line.split()[0] for line in run("config", "--keys", check=0).stdout.splitlines()]
         with open(path) as f:
             text = f.read()

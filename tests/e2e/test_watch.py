@@ -591,7 +591,12 @@ class WatchCli(TmpDirCase):
         self.assertEqual(run("watch", self.dir, "extra").returncode, 2)
         self.assertEqual(run("watch", self.dir, "--").returncode, 2)
         self.assertEqual(run("watch", "--settle", "soon", self.dir).returncode, 2)
-        self.assertEqual(run("watch", os.path.join(self.dir, "nope")).returncode, 2)
+        # a missing DIR is waited for (StartBeforeTheTrainer in test_production.py);
+        # checking it is a usage error, and so is a file in its place
+        self.assertEqual(run("watch", "-n", os.path.join(self.dir, "nope")).returncode, 2)
+        with open(os.path.join(self.dir, "afile"), "w"):
+            pass
+        self.assertEqual(run("watch", os.path.join(self.dir, "afile")).returncode, 2)
         self.assertEqual(run("watch", "--help").returncode, 0)
         self.assertEqual(run("status", "--finished", "--failed", self.dir).returncode, 2)
 

@@ -4,6 +4,7 @@
 #include "tests/unit/test_main.h"
 
 #include "common/buf.h"
+#include "common/log.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
@@ -271,7 +272,88 @@ static void buf_limit(void **state)
     ck_buf_release(&b);
 }
 
+/* One JSON log line for msg, as ck_log writes it (time stripped). */
+static void log_json_line(const char *msg, char *out, size_t outsz)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    ck_log_setup(CK_LOG_JSON, CK_LOG_DEBUG, f);
+    ck_info("test.event", "%s", msg);
+    ck_log_setup(CK_LOG_TEXT, CK_LOG_INFO, NULL);
+    rewind(f);
+    char line[4096];
+    assert_non_null(fgets(line, sizeof line, f));
+    fclose(f);
+    /* {"time":"...","level":"info","event":"test.event",...} */
+    const char *rest = strstr(line, "\"event\":\"test.event\",");
+    assert_non_null(rest);
+    snprintf(out, outsz, "%s", rest + strlen("\"event\":\"test.event\","));
+    out[strcspn(out, "\n")] = 0;
+}
+
+static void log_json_fields_are_typed_members(void **state)
+{
+    (void)state;
+    char got[4096];
+    log_json_line("ref='epoch_1.pt' epoch=1 bytes=100000 ok=true ratio=0.5", got, sizeof got);
+    assert_string_equal(got, "\"ref\":\"epoch_1.pt\",\"epoch\":1,\"bytes\":100000,\"ok\":true,"
+                             "\"ratio\":0.5,\"msg\":\"test event\"}");
+    /* prose stays the message; punctuation that separated a pair goes */
+    log_json_line("status=finished: stopping the watcher", got, sizeof got);
+    assert_string_equal(got, "\"status\":\"finished\",\"msg\":\"stopping the watcher\"}");
+    log_json_line("pid=42 did not exit within 2s of the signal", got, sizeof got);
+    assert_string_equal(got, "\"pid\":42,\"msg\":\"did not exit within 2s of the signal\"}");
+    /* an id with a leading zero, a negative, a path with blanks */
+    log_json_line("id=007 delta=-3 path='a b/c d': gone", got, sizeof got);
+    assert_string_equal(got, "\"id\":\"007\",\"delta\":-3,\"path\":\"a b/c d\",\"msg\":\"gone\"}");
+    /* reserved names, repeats and an unclosed quote stay prose */
+    log_json_line("msg=x level=y a=1 a=2 b='open", got, sizeof got);
+    assert_string_equal(got, "\"a\":1,\"msg\":\"msg=x level=y a=2 b='open\"}");
+    /* a pair after prose is a field; one inside a word is not */
+    log_json_line("cannot parse 'x': expected key=value x-y=1", got, sizeof got);
+    assert_string_equal(got,
+                        "\"key\":\"value\",\"msg\":\"cannot parse 'x': expected x-y=1\"}");
+}
+
+static void own_temporaries_are_told_apart(void **state)
+{
+    (void)state;
+    assert_true(ck_is_own_temporary(".metadata.yaml.ckptd-a1B2c3.tmp"));
+    assert_true(ck_is_own_temporary(".epoch_3.pt.ckptd-zzzzzz.tmp"));
+    assert_true(ck_is_own_temporary(".metadata.yaml.Ab12Cd.tmp")); /* before the marker */
+    assert_false(ck_is_own_temporary(".ckptd-a1B2c3.tmp"));         /* no name before it */
+    assert_false(ck_is_own_temporary("metadata.yaml.ckptd-a1B2c3.tmp"));
+    assert_false(ck_is_own_temporary(".x.ckptd-a1B2c.tmp"));
+    assert_false(ck_is_own_temporary(".x.ckptd-a1B2c3.tmpx"));
+    assert_false(ck_is_own_temporary(".x.ckptd-a1_2c3.tmp"));
+    assert_false(ck_is_own_temporary(".epoch_3.pt.Ab12Cd.tmp")); /* a trainer's, perhaps */
+    assert_false(ck_is_own_temporary(".metadata.yaml.Ab12Cde.tmp"));
+    /* what ck_atomic_open makes is recognised, and the sweep removes only that */
+    char dir[4000], path[4100];
+    ck_test_tmpdir(dir, "sweep");
+    snprintf(path, sizeof path, "%s/metadata.yaml", dir);
+    struct ck_atomic_file f;
+    assert_int_equal(ck_atomic_open(&f, path, 0644), 0);
+    assert_true(ck_is_own_temporary(ck_basename(f.tmp)));
+    close(f.fd);
+    f.fd = -1;
+    snprintf(path, sizeof path, "%s/.theirs.abcdef.tmp", dir);
+    FILE *t = fopen(path, "w");
+    assert_non_null(t);
+    fclose(t);
+    size_t removed = 0;
+    assert_int_equal(ck_sweep_temporaries(dir, &removed), 0);
+    assert_int_equal(removed, 1);
+    assert_true(ck_exists(path));
+    assert_false(ck_exists(f.tmp));
+    free(f.tmp);
+    free(f.path);
+    assert_int_equal(ck_sweep_temporaries("/no/such/folder", &removed), 0);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(own_temporaries_are_told_apart),
+    cmocka_unit_test(log_json_fields_are_typed_members),
     cmocka_unit_test(yaml_plain_types),
     cmocka_unit_test(yaml_values),
     cmocka_unit_test(yaml_error_names_line),

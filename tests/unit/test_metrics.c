@@ -183,7 +183,41 @@ static void changes_since_a_mark_are_applied_elsewhere(void **state)
 }
 
 int main(int argc, char **argv);
+static void totals_carry_counters_across_runs(void **state)
+{
+    (void)state;
+    ck_metrics_reset();
+    ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 3);
+    ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
+    ck_metrics_set(CK_M_CHECKPOINTS, 7);             /* a gauge of the tree: not carried */
+    ck_metrics_set(CK_M_LAST_SUCCESS_TIME, 1700000000);
+    ck_metrics_observe(CK_H_UPLOAD_SECONDS, 0.3);
+    struct ck_buf b = CK_BUF_INIT;
+    assert_int_equal(ck_metrics_save_totals(&b), 0);
+    assert_non_null(strstr(ck_buf_str(&b), "ckptd_checkpoints_registered_total 3\n"));
+    assert_non_null(strstr(ck_buf_str(&b), "ckptd_failures_total{stage=\"upload\"} 1\n"));
+    assert_null(strstr(ck_buf_str(&b), "ckptd_checkpoints "));
+    /* the next run starts from zero, loads, and counts on */
+    ck_metrics_reset();
+    ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 2);
+    const char *extra = "ckptd_a_metric_of_a_newer_version 5\n";
+    assert_int_equal(ck_buf_puts(&b, extra), 0);
+    assert_int_equal(ck_metrics_load_totals(b.data, b.len), 0);
+    assert_int_equal(ck_metrics_get(CK_M_CHECKPOINTS_REGISTERED), 5);
+    assert_int_equal(ck_metrics_get(CK_M_FAILURES_UPLOAD), 1);
+    assert_int_equal(ck_metrics_get(CK_M_CHECKPOINTS), 0);
+    assert_int_equal(ck_metrics_get(CK_M_LAST_SUCCESS_TIME), 1700000000);
+    assert_int_equal(ck_metrics_count(CK_H_UPLOAD_SECONDS), 1);
+    struct ck_buf r = CK_BUF_INIT;
+    assert_int_equal(ck_metrics_render(&r), 0);
+    assert_non_null(strstr(ck_buf_str(&r), "ckptd_upload_duration_seconds_bucket{le=\"0.5\"} 1\n"));
+    assert_non_null(strstr(ck_buf_str(&r), "ckptd_build_info{version=\"" CKPTD_VERSION "\"} 1\n"));
+    ck_buf_release(&r);
+    ck_buf_release(&b);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(totals_carry_counters_across_runs),
     cmocka_unit_test(counters_and_gauges),
     cmocka_unit_test(remote_age_grows_from_timestamp),
     cmocka_unit_test(histogram_buckets_are_cumulative),

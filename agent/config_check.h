@@ -1,0 +1,15 @@
+/* Checking a config the way a start uses it. Loading a config checks its
+ * shape (keys, types, URL forms); a start then resolves what the config only
+ * names: env: and file: secrets, key files, the listen address. `ckptd config`
+ * and `ckptd watch -n` call this too, so whatever makes a start exit 2 makes
+ * them exit 2 (and a config they call ok starts). No value is ever printed. */
+#ifndef CK_CONFIG_CHECK_H
+#define CK_CONFIG_CHECK_H
+
+#include "agent/config.h"
+
+/* CK_ECONFIG naming the key (and the reference, never its value) of the first
+ * thing that does not resolve; 0 when everything does. No network. */
+int ck_config_resolve(const struct ck_config *cfg);
+
+#endif
