@@ -390,7 +390,7 @@ static int run(const struct opts *o)
     if ((err = o->ninputs ? load_all(o->inputs, nin, in) : default_inputs(m, in)) < 0 ||
         (err = load_all(o->expected, o->nexpected, want)) < 0)
         goto out;
-    struct ck_infer_options io = {.naive_gemm = o->naive};
+    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
     struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
     if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, &out, &nout, &st)) < 0) {
         err = ck_error_wrap(err, "'%s': verification failed (%s)", o->model,
