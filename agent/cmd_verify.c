@@ -415,16 +415,16 @@ static int run(const struct opts *o)
     }
     if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
         goto out;
-    printf("engine: %u run%s, median %.3f ms (min %.3f ms), activations %.1f KiB, converted "
-           "weights %.1f KiB, peak RSS %.1f MiB\n",
-           stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
-           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
-           (double)stats.child_max_rss / (1 << 20));
     rc = CK_EXIT_OK;
     for (size_t i = 0; i < nout; i++)
         if (compare(o, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
                     o->nexpected ? o->expected[i] : NULL))
             rc = CK_EXIT_FAILED;
+    printf("engine: %u run%s, median %.3f ms (min %.3f ms), activations %.1f KiB, converted "
+           "weights %.1f KiB, peak RSS %.1f MiB\n",
+           stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
+           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
+           (double)stats.child_max_rss / (1 << 20));
     if (rc != CK_EXIT_OK)
         printf("verify: '%s': FAILED\n", o->model);
     else if (o->nexpected)

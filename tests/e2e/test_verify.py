@@ -90,7 +90,8 @@ class Torch(TmpDirCase):
         self.assertIn("output 'y' [1, 10]:", p.stdout)
         got = np.load(os.path.join(self.dir, "y.npy"))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-        printed = [float(v) for v in p.stdout.split(":", 1)[1].split()[:10]]
+        line = [x for x in p.stdout.splitlines() if x.startswith("output 'y'")][0]
+        printed = [float(v) for v in line.split(":", 1)[1].split()[:10]]
         np.testing.assert_allclose(printed, want[0], rtol=1e-5, atol=1e-4)
 
 
