@@ -135,6 +135,22 @@ class Damaged(TmpDirCase):
 
 
 class BadInput(TmpDirCase):
+    def test_non_finite_weight_is_named(self):
+        """A NaN in fc3.bias: a warning naming the tensor, and the output fails."""
+        import make_torch_models as mk
+        tensors = [t for n, _, t, *_ in mk.models() if n == "mlp"][0]
+        tensors = dict(tensors)
+        tensors["fc3.bias"] = tensors["fc3.bias"].copy()
+        tensors["fc3.bias"][2] = np.nan
+        st = os.path.join(self.dir, "nan.safetensors")
+        mk.write_safetensors(st, tensors)
+        p = run("verify", st, "--graph", m("mlp.yaml"), "--inputs", m("mlp.in1.npy"),
+                "--expected", m("mlp.out1.npy"), check=1)
+        self.assertIn("infer.weight_not_finite", p.stderr)
+        self.assertIn("fc3.bias", p.stderr)
+        self.assertIn("output 'y' [1, 10]: FAILED", p.stdout)
+        self.assertIn("not finite", p.stdout)
+
     def test_input_of_the_wrong_shape(self):
         x = os.path.join(self.dir, "x.npy")
         np.save(x, np.zeros((2, 21), "f4"))

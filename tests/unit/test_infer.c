@@ -164,6 +164,22 @@ static void conv2d_stride_pad_dilation_groups(void **state)
     /* dilation 2: the four corners 1+3+7+9 */
     conv_case((int64_t[]){1, 1}, (int64_t[]){0, 0, 0, 0}, (int64_t[]){2, 2},
               (int64_t[]){1, 1, 1, 1}, (float[]){20});
+    /* a batch of two images (one product for both): the second is the first
+     * plus 9, so each window sums 36 more; bias 1 */
+    float x2[18];
+    for (int i = 0; i < 18; i++)
+        x2[i] = (float)(i + 1);
+    for (int naive = 0; naive < 2; naive++) {
+        struct ck_model *mb = model_new();
+        const int64_t xd[] = {2, 1, 3, 3}, od[] = {2, 1, 2, 2};
+        weight(mb, "W", 4, (int64_t[]){1, 1, 2, 2}, (float[]){1, 1, 1, 1});
+        weight(mb, "b", 1, (int64_t[]){1}, (float[]){1});
+        io(mb, false, "x", 4, (int64_t[]){-1, 1, 3, 3});
+        node(mb, CK_OP_CONV2D, "x,W,b", "y");
+        io(mb, true, "y", 4, od);
+        run_check(mb, naive, 4, xd, x2, 4, od, (float[]){13, 17, 25, 29, 49, 53, 61, 65});
+        ck_model_free(mb);
+    }
     /* groups 2, 1x1: x [1,2,1,1] = [1,2]; W [2,1,1,1] = [3,4]; bias [10,20] -> [13, 28] */
     struct ck_model *m = model_new();
     weight(m, "W", 4, (int64_t[]){2, 1, 1, 1}, (float[]){3, 4});
