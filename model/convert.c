@@ -180,8 +180,8 @@ static int check(const struct ck_tensor *t, uint64_t first, uint64_t count, size
     if (ck_tensor_numel(t, &n) < 0)
         return ck_error(CK_EFORMAT, "tensor '%s': bad shape", name);
     if (n > t->nbytes / *es)
-        return ck_error(CK_EFORMAT, "tensor '%s': %llu bytes of data for %llu elements of %s",
-                        name, (unsigned long long)t->nbytes, (unsigned long long)n,
+        return ck_error(CK_EFORMAT, "tensor '%s': %llu bytes of data for %llu elements of %s", name,
+                        (unsigned long long)t->nbytes, (unsigned long long)n,
                         ck_dtype_name(t->dtype));
     if (first > n || count > n - first)
         return ck_error(CK_ESIZE, "tensor '%s': elements %llu..%llu past the end (%llu)", name,

@@ -27,10 +27,10 @@
  * zeroes it once and passes it to every chunk, so it sums over a tensor).
  * The "converted, say so in the log" rule uses ck_convert_lossy. */
 struct ck_convert_report {
-    uint64_t converted; /* elements read */
-    uint64_t inexact;   /* elements whose output differs from the stored value (rounded
-                           float64, int32/int64 beyond 2^24, a float outside float32's range) */
-    uint64_t nonfinite; /* elements that are NaN or +-Inf in the output */
+    uint64_t converted;    /* elements read */
+    uint64_t inexact;      /* elements whose output differs from the stored value (rounded
+                              float64, int32/int64 beyond 2^24, a float outside float32's range) */
+    uint64_t nonfinite;    /* elements that are NaN or +-Inf in the output */
     uint64_t imag_dropped; /* complex elements with a non-zero imaginary part */
 };
 

@@ -7,8 +7,15 @@
 
 #include "common/error.h"
 #include "model/convert.h"
+#include "model/layers.h"
 #include "model/model.h"
+#include "model/shape.h"
 #include "model/tensor.h"
+#include "readers/nnp_model.h"
+#include "readers/reader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <math.h>
 #include <stdbool.h>
@@ -59,8 +66,8 @@ static void convert_f16_bit_patterns(void **state)
         be[2 * i] = (unsigned char)(h[i] >> 8), be[2 * i + 1] = (unsigned char)h[i];
     }
     int64_t dims[] = {10};
-    float want[] = {1.0f, -2.0f, 0x1p-24f, 65504.0f, INFINITY, -INFINITY, NAN, -0.0f, 0x1p-14f,
-                    1023 * 0x1p-24f};
+    float want[] = {1.0f,      -2.0f, 0x1p-24f, 65504.0f, INFINITY,
+                    -INFINITY, NAN,   -0.0f,    0x1p-14f, 1023 * 0x1p-24f};
     for (int pass = 0; pass < 2; pass++) {
         struct ck_tensor t = mk(CK_DT_F16, pass ? be : le, 20, 1, dims);
         t.big_endian = pass;
@@ -352,6 +359,659 @@ static void convert_f32_to_16_bits(void **state)
     }
 }
 
+/* ---- op names and ck_model_check ---- */
+
+static void op_names_round_trip(void **state)
+{
+    (void)state;
+    for (int op = 1; op < CK_OP_COUNT; op++) {
+        const char *n = ck_op_name((enum ck_op)op);
+        assert_string_not_equal(n, "invalid");
+        assert_int_equal(ck_op_from_name(n), op);
+        for (int k = 1; k < op; k++)
+            assert_string_not_equal(n, ck_op_name((enum ck_op)k));
+    }
+    assert_int_equal(ck_op_from_name("Affine"), CK_OP_INVALID);
+    assert_int_equal(ck_op_from_name(NULL), CK_OP_INVALID);
+    assert_string_equal(ck_op_name(CK_OP_COUNT), "invalid");
+}
+
+/* A set of float32 tensors named and shaped as given ("name", rank, dims...),
+ * each filled with 0.5. */
+static struct ck_tensor_set *weights(const char *path, int count, ...)
+{
+    struct ck_tensor_set *s = ck_tensor_set_new("safetensors", path);
+    va_list ap;
+    assert_non_null(s);
+    va_start(ap, count);
+    for (int i = 0; i < count; i++) {
+        struct ck_tensor t;
+        memset(&t, 0, sizeof t);
+        t.name = (char *)va_arg(ap, const char *);
+        t.dtype = CK_DT_F32;
+        t.rank = va_arg(ap, int);
+        uint64_t n = 1;
+        for (int k = 0; k < t.rank; k++)
+            n *= (uint64_t)(t.dims[k] = va_arg(ap, int));
+        void *p;
+        assert_int_equal(ck_tensor_set_alloc(s, n * 4, &p), 0);
+        for (uint64_t k = 0; k < n; k++)
+            ((float *)p)[k] = 0.5f;
+        t.data = p;
+        t.nbytes = n * 4;
+        assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+    }
+    va_end(ap);
+    return s;
+}
+
+static void model_check_errors(void **state)
+{
+    (void)state;
+    struct ck_model *m;
+    struct ck_model_node *n;
+    int64_t dims[] = {-1, 4};
+    assert_int_equal(ck_model_new(weights("w", 1, "W", 2, 3, 4), "test", &m), 0);
+    assert_int_equal(ck_model_check(m), CK_EFORMAT); /* no input */
+    assert_non_null(strstr(ck_error_msg(), "no graph input"));
+    assert_int_equal(ck_model_add_io(m, false, "x", CK_DT_F32, 2, dims), 0);
+    assert_int_equal(ck_model_add_io(m, true, "y", CK_DT_F32, 0, NULL), 0);
+    assert_int_equal(ck_model_check(m), CK_EFORMAT); /* y produced by nothing */
+    assert_non_null(strstr(ck_error_msg(), "graph output 'y'"));
+    assert_int_equal(ck_model_add_node(m, "fc", CK_OP_DENSE, &n), 0);
+    assert_int_equal(ck_model_node_add_input(n, "x"), 0);
+    assert_int_equal(ck_model_node_add_output(n, "y"), 0);
+    assert_int_equal(ck_model_check(m), CK_EFORMAT); /* dense needs W */
+    assert_non_null(strstr(ck_error_msg(), "node 0 'fc' (dense): 1 inputs, expected 2 to 3"));
+    assert_int_equal(ck_model_node_add_input(m->nodes, "nope"), 0);
+    assert_int_equal(ck_model_check(m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "input 'nope' is neither"));
+    free(m->nodes[0].inputs[1]);
+    m->nodes[0].inputs[1] = strdup("W");
+    assert_int_equal(ck_model_check(m), 0);
+    /* x [-1, 4] times W [3, 4] stored [in, out]: 3 != 4 */
+    struct ck_model_shapes sh;
+    assert_int_equal(ck_model_infer_shapes(m, &sh), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 0 'fc' (dense): weight 'W' [3, 4] expects 3 "
+                                           "input features, input 'x' gives 4"));
+    m->nodes[0].p.trans_w = true; /* [out, in]: 4 in, 3 out */
+    assert_int_equal(ck_model_infer_shapes(m, &sh), 0);
+    const struct ck_shape *y = ck_model_shape_of(&sh, "y");
+    assert_non_null(y);
+    assert_int_equal(y->rank, 2);
+    assert_true(y->dims[0] == -1 && y->dims[1] == 3);
+    assert_null(ck_model_shape_of(&sh, "z"));
+    ck_model_shapes_release(&sh);
+    ck_model_free(m);
+}
+
+/* ---- layer lists ---- */
+
+static int build(struct ck_tensor_set *w, const char *yaml, struct ck_model **m)
+{
+    return ck_layers_parse(w, "g.yaml", yaml, strlen(yaml), m);
+}
+
+static struct ck_tensor_set *mlp_weights(int hidden_in)
+{
+    return weights("mlp.safetensors", 4, "fc1.weight", 2, 128, 784, "fc1.bias", 1, 128,
+                   "fc2.weight", 2, 10, hidden_in, "fc2.bias", 1, 10);
+}
+
+static void layers_mlp_bare_list(void **state)
+{
+    (void)state;
+    struct ck_model *m;
+    int err = build(mlp_weights(128),
+                    "- {op: dense, weight: fc1.weight, bias: fc1.bias}\n"
+                    "- {op: relu}\n"
+                    "- {op: linear, weight: fc2.weight, bias: fc2.bias}\n"
+                    "- {op: softmax, axis: -1}\n",
+                    &m);
+    assert_int_equal(err, 0);
+    assert_string_equal(m->source, "layers");
+    assert_int_equal(m->nnodes, 4);
+    assert_int_equal(m->nodes[0].op, CK_OP_DENSE);
+    assert_true(m->nodes[0].p.trans_w); /* torch's [out, in] by default */
+    assert_int_equal(m->nodes[0].ninputs, 3);
+    assert_string_equal(m->nodes[0].inputs[0], "input");
+    assert_string_equal(m->nodes[0].inputs[1], "fc1.weight");
+    assert_string_equal(m->nodes[0].inputs[2], "fc1.bias");
+    assert_string_equal(m->nodes[1].inputs[0], m->nodes[0].outputs[0]);
+    assert_int_equal(m->nodes[2].op, CK_OP_DENSE);
+    assert_int_equal(m->nodes[3].p.axis, -1);
+    /* inferred from fc1.weight [128, 784]: [-1, 784] in, [-1, 10] out */
+    assert_int_equal(m->ninputs, 1);
+    assert_int_equal(m->inputs[0].rank, 2);
+    assert_true(m->inputs[0].dims[0] == -1 && m->inputs[0].dims[1] == 784);
+    assert_int_equal(m->noutputs, 1);
+    assert_string_equal(m->outputs[0].name, "output");
+    assert_string_equal(m->nodes[3].outputs[0], "output");
+    assert_int_equal(m->outputs[0].rank, 2);
+    assert_true(m->outputs[0].dims[0] == -1 && m->outputs[0].dims[1] == 10);
+    assert_int_equal(ck_model_check(m), 0);
+    ck_model_free(m);
+
+    /* layout in_out: W [in, out] */
+    err = build(weights("w", 2, "W", 2, 6, 3, "b", 1, 3),
+                "input: {name: x, shape: [-1, 6]}\n"
+                "output: y\n"
+                "layers: [{op: dense, weight: W, bias: b, layout: in_out}]\n",
+                &m);
+    assert_int_equal(err, 0);
+    assert_false(m->nodes[0].p.trans_w);
+    assert_string_equal(m->outputs[0].name, "y");
+    assert_true(m->outputs[0].dims[1] == 3);
+    ck_model_free(m);
+}
+
+static void layers_cnn_with_shapes(void **state)
+{
+    (void)state;
+    struct ck_model *m;
+    struct ck_tensor_set *w =
+        weights("cnn.safetensors", 9, "c1.weight", 4, 16, 1, 5, 5, "c1.bias", 1, 16, "bn.weight", 1,
+                16, "bn.bias", 1, 16, "bn.running_mean", 1, 16, "bn.running_var", 1, 16,
+                "c2.weight", 4, 32, 16, 3, 3, "fc.weight", 2, 10, 1568, "fc.bias", 1, 10);
+    int err = build(w,
+                    "input: {name: x, shape: [-1, 1, 28, 28]}\n"
+                    "layers:\n"
+                    "  - {op: conv2d, weight: c1.weight, bias: c1.bias, padding: 2}\n"
+                    "  - {op: maxpool, kernel: 2}\n"
+                    "  - {op: batchnorm, weight: bn.weight, bias: bn.bias,\n"
+                    "     mean: bn.running_mean, var: bn.running_var, eps: 1e-3}\n"
+                    "  - {op: relu}\n"
+                    "  - {op: conv2d, weight: c2.weight, stride: 2, padding: [1, 1]}\n"
+                    "  - {op: flatten}\n"
+                    "  - {op: dense, weight: fc.weight, bias: fc.bias}\n",
+                    &m);
+    assert_int_equal(err, 0);
+    assert_int_equal(m->nnodes, 7);
+    const struct ck_op_params *p = &m->nodes[0].p;
+    assert_true(p->pad[0] == 2 && p->pad[1] == 2 && p->pad[2] == 2 && p->pad[3] == 2);
+    assert_true(p->stride[0] == 1 && p->groups == 1);
+    p = &m->nodes[1].p; /* the stride defaults to the kernel */
+    assert_true(p->kernel[0] == 2 && p->kernel[1] == 2 && p->stride[0] == 2 && p->stride[1] == 2);
+    assert_true(fabsf(m->nodes[2].p.eps - 1e-3f) < 1e-9f); /* "1e-3" is a YAML 1.1 string */
+    assert_string_equal(m->nodes[2].inputs[1], "bn.weight");
+    assert_string_equal(m->nodes[2].inputs[4], "bn.running_var");
+    assert_true(m->nodes[4].p.stride[0] == 2 && m->nodes[4].p.pad[3] == 1);
+    /* on paper: 28 -conv5 pad2-> 28 -pool2-> 14 -conv3 s2 p1-> 7; 32*7*7 = 1568 -> 10 */
+    struct ck_model_shapes sh;
+    assert_int_equal(ck_model_infer_shapes(m, &sh), 0);
+    const struct ck_shape *s0 = ck_model_shape_of(&sh, "layer0");
+    const struct ck_shape *s1 = ck_model_shape_of(&sh, "layer1");
+    const struct ck_shape *s4 = ck_model_shape_of(&sh, "layer4");
+    const struct ck_shape *s5 = ck_model_shape_of(&sh, "layer5");
+    char buf[100];
+    assert_string_equal(ck_shape_text(s0, buf, sizeof buf), "[-1, 16, 28, 28]");
+    assert_string_equal(ck_shape_text(s1, buf, sizeof buf), "[-1, 16, 14, 14]");
+    assert_string_equal(ck_shape_text(s4, buf, sizeof buf), "[-1, 32, 7, 7]");
+    assert_string_equal(ck_shape_text(s5, buf, sizeof buf), "[-1, 1568]");
+    assert_true(m->outputs[0].dims[1] == 10);
+    ck_model_shapes_release(&sh);
+    ck_model_free(m);
+}
+
+static void layers_residual_block(void **state)
+{
+    (void)state;
+    struct ck_model *m;
+    struct ck_tensor_set *w = weights("res.safetensors", 3, "a.weight", 4, 8, 8, 3, 3, "b.weight",
+                                      4, 8, 8, 3, 3, "fc.weight", 2, 5, 8);
+    int err = build(w,
+                    "input: {name: x, shape: [-1, 8, 6, 6]}\n"
+                    "layers:\n"
+                    "  - {op: conv2d, weight: a.weight, padding: 1}\n"
+                    "  - {op: relu, name: mid}\n"
+                    "  - {op: conv2d, weight: b.weight, padding: 1}\n"
+                    "  - {op: add, from: [-1, x]}\n"
+                    "  - {op: add, inputs: [-1, mid]}\n"
+                    "  - {op: relu}\n"
+                    "  - {op: global_avgpool}\n"
+                    "  - {op: flatten}\n"
+                    "  - {op: dense, weight: fc.weight}\n"
+                    "  - {op: mul, scalar: 2}\n",
+                    &m);
+    assert_int_equal(err, 0);
+    assert_int_equal(m->nnodes, 10);
+    assert_string_equal(m->nodes[1].name, "mid");
+    assert_string_equal(m->nodes[1].outputs[0], "mid");
+    assert_int_equal(m->nodes[3].ninputs, 2);
+    assert_string_equal(m->nodes[3].inputs[0], "layer2");
+    assert_string_equal(m->nodes[3].inputs[1], "x");
+    assert_string_equal(m->nodes[4].inputs[0], "layer3");
+    assert_string_equal(m->nodes[4].inputs[1], "mid");
+    assert_true(m->nodes[9].p.has_scalar && m->nodes[9].p.scalar == 2.0f);
+    assert_true(m->outputs[0].rank == 2 && m->outputs[0].dims[1] == 5);
+    ck_model_free(m);
+}
+
+struct bad {
+    const char *yaml;
+    const char *msg;
+};
+
+static void layers_errors_name_layer_and_tensor(void **state)
+{
+    (void)state;
+    static const struct bad cases[] = {
+        {"- {op: dense, weight: fc1.weight, bias: fc1.bias}\n- {op: relu}\n"
+         "- {op: dense, weight: fc2.weight}\n",
+         "'g.yaml': layer 2 (dense): weight 'fc2.weight' [10, 64] expects 64 input features, "
+         "layer 1 gives 128"},
+        {"- {op: dense, weight: nope}\n", "line 1: layer 0 (dense): weight 'nope' is not a tensor"},
+        {"- {op: dense, weight: fc1.weight}\n- {op: frobnicate}\n",
+         "layer 1 (frobnicate): unknown op 'frobnicate'"},
+        {"- {op: dense, wieght: fc1.weight}\n", "layer 0 (dense): unknown key 'wieght'"},
+        {"- {op: dense, weight: fc1.weight}\n- {op: relu, stride: 2}\n",
+         "layer 1 (relu): 'stride' does not apply to relu"},
+        {"- {op: dense, weight: fc1.weight}\n", NULL},
+        {"- {op: dense}\n", "layer 0 (dense): needs 'weight'"},
+        {"- {op: dense, weight: fc1.weight, bias: fc2.bias}\n",
+         "layer 0 (dense): bias 'fc2.bias' [10] has 10 values, the layer has 128 outputs"},
+        {"- {op: dense, weight: fc1.weight, layout: rows}\n", "'layout' is out_in"},
+        {"- {op: dense, weight: fc1.weight}\n- {op: add, from: [-1, 5]}\n",
+         "layer 1 (add): 'from' 5 is not an earlier layer"},
+        {"- {op: dense, weight: fc1.weight}\n- {op: add, from: [-1, ghost]}\n",
+         "layer 1 (add): 'ghost' is neither"},
+        {"- {op: dense, weight: fc1.weight}\n- {op: add}\n", "needs a second operand"},
+        {"- {op: relu}\n", "'g.yaml': the input's shape is unknown"},
+        {"[]\n", "the layer list is empty"},
+        {"- {op: dense, weight: fc1.weight\n", "'g.yaml'"},
+        {"input: {name: x, shape: [-1, 784]}\nlayerz: []\n", "unknown key 'layerz'"},
+        {"- {op: dense, weight: fc1.weight}\n- {op: reshape, shape: [-1, 7]}\n", NULL},
+        {"input: {name: x, shape: [2, 784]}\n"
+         "layers: [{op: dense, weight: fc1.weight}, {op: reshape, shape: [3, -1]}]\n",
+         "layer 1 (reshape): cannot reshape 'layer0' [2, 128] (256 elements) to [3, -1]"},
+        {"input: {name: x, shape: [-1, 784]}\n"
+         "layers: [{op: dense, weight: fc1.weight}, {op: add, weight: fc2.bias}]\n",
+         "layer 1 (add): shapes [-1, 128] ('layer0') and [10] ('fc2.bias') do not broadcast"},
+        {"- {op: dense, weight: fc1.weight, name: a}\n- {op: relu, name: a}\n",
+         "layer 1 (relu): name 'a' is already used"},
+        {"input: {name: x, shape: [-1, 784]}\n"
+         "layers: [{op: dense, weight: fc1.weight}, {op: softmax, axis: 2}]\n",
+         "layer 1 (softmax): axis 2 is out of range for rank 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct ck_model *m = NULL;
+        int err = build(weights("w.safetensors", 4, "fc1.weight", 2, 128, 784, "fc1.bias", 1, 128,
+                                "fc2.weight", 2, 10, 64, "fc2.bias", 1, 10),
+                        cases[i].yaml, &m);
+        if (!cases[i].msg) {
+            if (err < 0)
+                fail_msg("case %zu: %s", i, ck_error_msg());
+            ck_model_free(m);
+            continue;
+        }
+        if (err != CK_EFORMAT || !strstr(ck_error_msg(), cases[i].msg))
+            fail_msg("case %zu: err %d, message \"%s\", expected \"%s\"", i, err, ck_error_msg(),
+                     cases[i].msg);
+        assert_null(m);
+    }
+}
+
+static void layers_conv_and_batchnorm_errors(void **state)
+{
+    (void)state;
+    static const struct bad cases[] = {
+        {"input: {name: x, shape: [-1, 3, 8, 8]}\nlayers: [{op: conv2d, weight: c.weight}]\n",
+         "layer 0 (conv2d): weight 'c.weight' [4, 2, 3, 3] expects 2 input channels, input 'x' "
+         "gives 3"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: conv2d, weight: c.weight}, {op: batchnorm, weight: g, bias: g, mean: g, "
+         "var: v5}]\n",
+         "layer 1 (batchnorm): var 'v5' [5] has 5 values, layer 0 gives 4 channels"},
+        {"input: {name: x, shape: [-1, 2, 2, 2]}\nlayers: [{op: conv2d, weight: c.weight}]\n",
+         "layer 0 (conv2d): height: kernel 3 (dilated 3) is larger than the padded input 2"},
+        {"input: {name: x, shape: [-1, 2, 8]}\nlayers: [{op: conv2d, weight: c.weight}]\n",
+         "input 'x' [-1, 2, 8] is not NCHW"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\nlayers: [{op: maxpool}]\n",
+         "layer 0 (maxpool): needs 'kernel'"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\nlayers: [{op: batchnorm, weight: g}]\n",
+         "layer 0 (batchnorm): needs 'bias'"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\nlayers: [{op: conv2d, weight: c.weight, groups: "
+         "3}]\n",
+         "groups 3 does not divide the 4 output channels"},
+    };
+    struct ck_model *m;
+    struct ck_tensor_set *w = weights("d.safetensors", 0);
+    struct ck_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)"nodata";
+    t.dtype = CK_DT_F32;
+    t.rank = 2;
+    t.dims[0] = t.dims[1] = 2;
+    assert_int_equal(ck_tensor_set_add(w, &t, NULL), 0);
+    assert_int_equal(build(w, "- {op: dense, weight: nodata}\n", &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "weight 'nodata' has no data in 'd.safetensors'"));
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        m = NULL;
+        int err =
+            build(weights("c.safetensors", 3, "c.weight", 4, 4, 2, 3, 3, "g", 1, 4, "v5", 1, 5),
+                  cases[i].yaml, &m);
+        if (err != CK_EFORMAT || !strstr(ck_error_msg(), cases[i].msg))
+            fail_msg("case %zu: err %d, message \"%s\", expected \"%s\"", i, err, ck_error_msg(),
+                     cases[i].msg);
+        assert_null(m);
+    }
+    /* pooling arithmetic: ceil_mode (torch's rule), explicit stride and padding */
+    assert_int_equal(build(weights("p", 0),
+                           "input: {name: x, shape: [1, 1, 5, 5]}\n"
+                           "layers: [{op: maxpool, kernel: 2, ceil_mode: true, name: a},\n"
+                           "         {op: avgpool, kernel: 3, stride: 1, padding: 1, from: x},\n"
+                           "         {op: concat, from: [a, a], axis: 1}]\n",
+                           &m),
+                     0);
+    struct ck_model_shapes sh;
+    char buf[64];
+    assert_int_equal(ck_model_infer_shapes(m, &sh), 0);
+    /* ceil((5-2)/2)+1 = 3; (5+2-3)/1+1 = 5; concat of [1,1,3,3] twice on axis 1 */
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "a"), buf, sizeof buf),
+                        "[1, 1, 3, 3]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "layer1"), buf, sizeof buf),
+                        "[1, 1, 5, 5]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "output"), buf, sizeof buf),
+                        "[1, 2, 3, 3]");
+    ck_model_shapes_release(&sh);
+    ck_model_free(m);
+}
+
+/* ---- the NNabla mapping ---- */
+
+static const char *shared(char *buf, size_t len, const char *rel)
+{
+    const char *d = getenv("CK_SHARED_DATA");
+    if (!d || !*d)
+        return NULL;
+    snprintf(buf, len, "%s/%s", d, rel);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+static void nnp_real_lenet_maps_completely(void **state)
+{
+    (void)state;
+    char path[4096];
+    if (!shared(path, sizeof path, "nnabla/lenet_010000.nnp"))
+        skip();
+    struct ck_model *m;
+    int err = ck_reader_open_model(path, NULL, NULL, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    /* FORMAT-FACTS 4.4: MulScalar, conv, pool, relu, conv, pool, relu, affine, relu, affine */
+    static const enum ck_op want[] = {CK_OP_MUL,    CK_OP_CONV2D,  CK_OP_MAXPOOL, CK_OP_RELU,
+                                      CK_OP_CONV2D, CK_OP_MAXPOOL, CK_OP_RELU,    CK_OP_DENSE,
+                                      CK_OP_RELU,   CK_OP_DENSE};
+    assert_int_equal(m->nnodes, 10);
+    for (size_t i = 0; i < 10; i++)
+        assert_int_equal(m->nodes[i].op, want[i]);
+    assert_string_equal(m->source, "nnp");
+    assert_true(m->nodes[0].p.has_scalar);
+    assert_true(fabsf(m->nodes[0].p.scalar - 1.0f / 255) < 1e-9f);
+    const struct ck_op_params *cp = &m->nodes[1].p;
+    assert_true(cp->stride[0] == 1 && cp->pad[0] == 0 && cp->dilation[1] == 1 && cp->groups == 1);
+    assert_string_equal(m->nodes[1].inputs[1], "conv1/conv/W");
+    assert_string_equal(m->nodes[1].inputs[2], "conv1/conv/b");
+    const struct ck_op_params *pp = &m->nodes[2].p;
+    assert_true(pp->kernel[0] == 2 && pp->kernel[1] == 2 && pp->stride[0] == 2 && !pp->ceil_mode);
+    assert_false(m->nodes[7].p.trans_w); /* NNabla's W is [in, out] */
+    assert_int_equal(ck_op_axis(&m->nodes[7].p, 1), 1);
+    assert_string_equal(m->nodes[9].inputs[1], "fc4/affine/W");
+    assert_string_equal(m->nodes[9].outputs[0], "y");
+    /* the weights: the 8 parameters, all with data, no graph buffers */
+    assert_int_equal(m->weights->ntensors, 8);
+    for (size_t i = 0; i < m->weights->ntensors; i++)
+        assert_non_null(m->weights->tensors[i].data);
+    for (size_t i = 0; i < m->nnodes; i++)
+        for (size_t k = 1; k < m->nodes[i].ninputs; k++)
+            assert_non_null(ck_model_weight(m, m->nodes[i].inputs[k]));
+    assert_int_equal(m->ninputs, 1);
+    assert_string_equal(m->inputs[0].name, "x");
+    assert_int_equal(m->inputs[0].rank, 4);
+    assert_true(m->inputs[0].dims[0] == -1 && m->inputs[0].dims[1] == 1 &&
+                m->inputs[0].dims[2] == 28 && m->inputs[0].dims[3] == 28);
+    assert_int_equal(m->noutputs, 1);
+    assert_string_equal(m->outputs[0].name, "y");
+    assert_true(m->outputs[0].rank == 2 && m->outputs[0].dims[1] == 10);
+    struct ck_model_shapes sh;
+    char buf[64];
+    assert_int_equal(ck_model_infer_shapes(m, &sh), 0);
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "Convolution_Output"), buf, 64),
+                        "[-1, 16, 24, 24]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "MaxPooling_2_Output"), buf, 64),
+                        "[-1, 16, 4, 4]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "y"), buf, 64), "[-1, 10]");
+    ck_model_shapes_release(&sh);
+    ck_model_free(m);
+}
+
+/* A hand-made NNabla set: variables as data-less tensors, a graph. */
+static struct ck_tensor_set *nnp_set(const char *op, const char *const *attrs, int64_t h,
+                                     int64_t oh)
+{
+    struct ck_tensor_set *s = ck_tensor_set_new("nnp", "t.nnp");
+    struct ck_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = CK_DT_F32;
+    t.rank = 4;
+    t.name = (char *)"x";
+    t.role = "buffer";
+    t.dims[0] = -1, t.dims[1] = 1, t.dims[2] = h, t.dims[3] = h;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+    t.name = (char *)"y";
+    t.dims[2] = t.dims[3] = oh;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+    s->graph = ck_graph_new();
+    struct ck_graph_node *n;
+    assert_int_equal(ck_graph_add_node(s->graph, "Pool", op, &n), 0);
+    assert_int_equal(ck_graph_node_add_input(n, "x"), 0);
+    assert_int_equal(ck_graph_node_add_output(n, "y"), 0);
+    for (size_t i = 0; attrs && attrs[i]; i += 2)
+        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
+    assert_int_equal(ck_graph_add_io(s->graph, false, "x"), 0);
+    assert_int_equal(ck_graph_add_io(s->graph, true, "y"), 0);
+    return s;
+}
+
+static void nnp_mapping_rules_and_errors(void **state)
+{
+    (void)state;
+    struct ck_model *m;
+    /* NNabla without ignore_border: ceil((5 + 0) / 2) = 3 windows, the last
+     * one over the border: one extra row and column of padding */
+    static const char *const pool[] = {"kernel", "[2,2]", "stride", "[2,2]", "ignore_border",
+                                       "false",  "pad",   "[0,0]",  NULL};
+    assert_int_equal(ck_nnp_to_model(nnp_set("MaxPooling", pool, 5, 3), &m), 0);
+    const struct ck_op_params *p = &m->nodes[0].p;
+    assert_true(p->pad[0] == 0 && p->pad[1] == 0 && p->pad[2] == 1 && p->pad[3] == 1);
+    assert_int_equal(m->weights->ntensors, 0);
+    ck_model_free(m);
+    /* a declared output shape that the arithmetic contradicts */
+    assert_int_equal(ck_nnp_to_model(nnp_set("MaxPooling", pool, 5, 2), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "graph output 'y' is declared [-1, 1, 2, 2], the graph "
+                                           "computes [-1, 1, 3, 3]"));
+    /* no mapping: the op and the node are named */
+    assert_int_equal(ck_nnp_to_model(nnp_set("Frobnicate", NULL, 5, 5), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'t.nnp': node 'Pool': NNabla function 'Frobnicate' "
+                                           "has no mapping"));
+    assert_null(m);
+    static const char *const cl[] = {"kernel", "[2,2]", "channel_last", "true", NULL};
+    assert_int_equal(ck_nnp_to_model(nnp_set("MaxPooling", cl, 4, 2), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 'Pool' (MaxPooling): channel_last"));
+    static const char *const bad[] = {"kernel", "[2,x]", NULL};
+    assert_int_equal(ck_nnp_to_model(nnp_set("MaxPooling", bad, 4, 2), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "parameter kernel = '[2,x]'"));
+    /* a function with the wrong number of inputs */
+    assert_int_equal(ck_nnp_to_model(nnp_set("Add2", NULL, 4, 4), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 'Pool' (Add2): 1 inputs (expected 2)"));
+    assert_int_equal(ck_nnp_to_model(nnp_set("Affine", NULL, 4, 4), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 'Pool' (Affine): 1 inputs (expected 2 to 3)"));
+    /* every listed type is in the table (an unknown one would fail as above) */
+    for (size_t i = 0; ck_nnp_mapped_types[i]; i++) {
+        int err = ck_nnp_to_model(nnp_set(ck_nnp_mapped_types[i], NULL, 4, 4), &m);
+        assert_true(err == 0 || !strstr(ck_error_msg(), "has no mapping"));
+        ck_model_free(m);
+    }
+    /* parameters only: no network */
+    struct ck_tensor_set *s = nnp_set("ReLU", NULL, 4, 4);
+    ck_graph_free(s->graph);
+    s->graph = NULL;
+    assert_int_equal(ck_nnp_to_model(s, &m), CK_EUSAGE);
+}
+
+/* A declared variable of a hand-made NNabla set (data NULL unless given). */
+static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
+{
+    struct ck_tensor t;
+    va_list ap;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)name;
+    t.dtype = CK_DT_F32;
+    t.rank = rank;
+    t.role = data ? "parameter" : "buffer";
+    uint64_t n = 1;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
+    va_end(ap);
+    t.data = (const unsigned char *)data;
+    t.nbytes = data ? n * 4 : 0;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+}
+
+static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
+               const char *outs, const char *const *attrs)
+{
+    struct ck_graph_node *n;
+    char buf[256], *save, *tok;
+    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
+    snprintf(buf, sizeof buf, "%s", outs);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
+    for (size_t i = 0; attrs && attrs[i]; i += 2)
+        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
+}
+
+static void nnp_batchnorm_matmul_reshape_concat(void **state)
+{
+    (void)state;
+    static const float p4[4] = {1, 2, 3, 4}, w[4 * 6] = {0};
+    struct ck_tensor_set *s = ck_tensor_set_new("nnp", "net.nnp");
+    /* batch_size 32 written out in the declared shapes, as NNabla exports do */
+    var(s, "x", NULL, 4, 32, 4, 3, 2);
+    var(s, "bn/beta", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/gamma", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/mean", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/var", p4, 4, 1, 4, 1, 1);
+    var(s, "w", w, 2, 4, 6);
+    var(s, "h", NULL, 4, 32, 4, 3, 2);
+    var(s, "r", NULL, 3, 32, 6, 4);
+    var(s, "m", NULL, 3, 32, 6, 6);
+    var(s, "c", NULL, 3, 32, 6, 10);
+    var(s, "y", NULL, 3, 32, 6, 10);
+    s->graph = ck_graph_new();
+    assert_int_equal(ck_graph_add_attr(s->graph, "batch_size", "32"), 0);
+    static const char *const bn[] = {"axes", "1", "eps", "1e-05", "batch_stat", "false", NULL};
+    static const char *const rs[] = {"shape", "[32,6,4]", NULL};
+    static const char *const mm[] = {"transpose_a", "false", "transpose_b", "true", NULL};
+    fn(s->graph, "BN", "BatchNormalization", "x bn/beta bn/gamma bn/mean bn/var", "h", bn);
+    fn(s->graph, "Reshape", "Reshape", "h", "r", rs);
+    fn(s->graph, "BatchMatmul", "BatchMatmul", "r r", "m", mm);
+    fn(s->graph, "Concat", "Concatenate", "m r", "c", NULL);
+    fn(s->graph, "Softmax", "Softmax", "c", "y", NULL);
+    assert_int_equal(ck_graph_add_io(s->graph, false, "x"), 0);
+    assert_int_equal(ck_graph_add_io(s->graph, true, "y"), 0);
+    struct ck_model *m;
+    int err = ck_nnp_to_model(s, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    /* NNabla's (x, beta, gamma, mean, variance) becomes (x, gamma, beta, mean, var) */
+    const struct ck_model_node *n = &m->nodes[0];
+    assert_int_equal(n->op, CK_OP_BATCHNORM);
+    assert_string_equal(n->inputs[1], "bn/gamma");
+    assert_string_equal(n->inputs[2], "bn/beta");
+    assert_string_equal(n->inputs[4], "bn/var");
+    assert_true(n->p.axis == 1 && fabsf(n->p.eps - 1e-5f) < 1e-12f);
+    /* the batch size in Reshape's shape becomes "copy the batch" */
+    n = &m->nodes[1];
+    assert_int_equal(n->op, CK_OP_RESHAPE);
+    assert_true(n->p.nints == 3 && n->p.ints[0] == 0 && n->p.ints[1] == 6 && n->p.ints[2] == 4);
+    /* transpose_b: a transpose of the last two axes, then the matmul */
+    assert_int_equal(m->nodes[2].op, CK_OP_TRANSPOSE);
+    assert_true(m->nodes[2].p.nints == 3 && m->nodes[2].p.ints[0] == 0 &&
+                m->nodes[2].p.ints[1] == 2 && m->nodes[2].p.ints[2] == 1);
+    assert_int_equal(m->nodes[3].op, CK_OP_MATMUL);
+    assert_string_equal(m->nodes[3].inputs[0], "r");
+    assert_string_equal(m->nodes[3].inputs[1], m->nodes[2].outputs[0]);
+    /* NNabla's default axes: the last */
+    assert_int_equal(m->nodes[4].op, CK_OP_CONCAT);
+    assert_int_equal(m->nodes[4].p.axis, -1);
+    assert_int_equal(m->nodes[5].op, CK_OP_SOFTMAX);
+    assert_int_equal(ck_op_axis(&m->nodes[5].p, -1), -1);
+    /* the declared batch 32 is "any batch" */
+    assert_true(m->inputs[0].dims[0] == -1 && m->outputs[0].dims[0] == -1);
+    assert_int_equal(m->weights->ntensors, 5);
+    ck_model_free(m);
+}
+
+static void open_model_weights_only_needs_a_graph(void **state)
+{
+    (void)state;
+    char dir[4000], st[4100], g[4100];
+    ck_test_tmpdir(dir, "model");
+    snprintf(st, sizeof st, "%s/w.safetensors", dir);
+    snprintf(g, sizeof g, "%s/g.yaml", dir);
+    /* safetensors: u64 header length, JSON header, data (6 float32) */
+    const char *hdr = "{\"W\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}";
+    uint64_t hl = strlen(hdr);
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    int fd = open(st, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, &hl, 8), 8);
+    assert_int_equal(write(fd, hdr, hl), (ssize_t)hl);
+    assert_int_equal(write(fd, data, 24), 24);
+    close(fd);
+    struct ck_model *m;
+    assert_int_equal(ck_reader_open_model(st, NULL, NULL, &m), CK_EUSAGE);
+    assert_non_null(strstr(ck_error_msg(), "w.safetensors' holds weights only: give its graph "
+                                           "with --graph FILE (a layer list, docs/model.md)"));
+    fd = open(g, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const char *yaml = "- {op: dense, weight: W}\n- {op: sigmoid}\n";
+    assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+    close(fd);
+    assert_int_equal(ck_reader_open_model(st, NULL, g, &m), 0);
+    assert_int_equal(m->nnodes, 2);
+    assert_true(m->inputs[0].dims[1] == 3 && m->outputs[0].dims[1] == 2);
+    ck_model_free(m);
+    /* the config's form: a YAML node */
+    struct ck_yaml_doc d;
+    const char *cfg = "pack:\n  graph:\n    - {op: dense, weight: W, layout: in_out}\n";
+    assert_int_equal(ck_yaml_load(&d, "ckptd.yaml", cfg, strlen(cfg)), 0);
+    yaml_node_t *root = ck_yaml_root(&d);
+    yaml_node_t *pack = ck_yaml_node(&d, root->data.mapping.pairs.start->value);
+    yaml_node_t *graph = ck_yaml_node(&d, pack->data.mapping.pairs.start->value);
+    assert_int_equal(ck_reader_open_model_yaml(st, NULL, &d, graph, NULL, &m), 0);
+    assert_true(m->inputs[0].dims[1] == 2 && m->outputs[0].dims[1] == 3);
+    ck_model_free(m);
+    ck_yaml_release(&d);
+    /* the config's form kept as text */
+    const char *txt = "layers: [{op: dense, weight: W}]\n";
+    assert_int_equal(ck_reader_open_model_text(st, NULL, txt, strlen(txt), NULL, &m), 0);
+    assert_true(m->inputs[0].dims[1] == 3 && m->outputs[0].dims[1] == 2);
+    ck_model_free(m);
+    txt = "layers: [{op: dense, weight: V}]\n";
+    assert_int_equal(ck_reader_open_model_text(st, NULL, txt, strlen(txt), NULL, &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'pack.graph' line 1: layer 0 (dense): weight 'V' is "
+                                           "not a tensor of"));
+    assert_int_equal(ck_reader_open_model_text(st, NULL, NULL, 0, NULL, &m), CK_EUSAGE);
+    /* a graph file that is missing is named */
+    assert_true(ck_reader_open_model(st, NULL, "/nonexistent/g.yaml", &m) < 0);
+    assert_non_null(strstr(ck_error_msg(), "/nonexistent/g.yaml"));
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(convert_f16_bit_patterns),
     cmocka_unit_test(convert_bf16_f32_f64),
@@ -360,6 +1020,17 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(convert_fortran_order_and_ranges),
     cmocka_unit_test(convert_stream_in_chunks),
     cmocka_unit_test(convert_f32_to_16_bits),
+    cmocka_unit_test(op_names_round_trip),
+    cmocka_unit_test(model_check_errors),
+    cmocka_unit_test(layers_mlp_bare_list),
+    cmocka_unit_test(layers_cnn_with_shapes),
+    cmocka_unit_test(layers_residual_block),
+    cmocka_unit_test(layers_errors_name_layer_and_tensor),
+    cmocka_unit_test(layers_conv_and_batchnorm_errors),
+    cmocka_unit_test(nnp_real_lenet_maps_completely),
+    cmocka_unit_test(nnp_mapping_rules_and_errors),
+    cmocka_unit_test(nnp_batchnorm_matmul_reshape_concat),
+    cmocka_unit_test(open_model_weights_only_needs_a_graph),
 };
 
 CK_TEST_MAIN(tests)
