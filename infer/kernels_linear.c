@@ -100,25 +100,48 @@ static int matmul(const struct ck_kcall *k)
     return 0;
 }
 
-/* Columns of one image and group: [c*kh*kw, oh*ow], rows ld floats apart. */
+/* The output columns [lo, hi) whose input column xx*s + off is inside [0, w). */
+static void valid_cols(int64_t w, int64_t ow, int64_t s, int64_t off, int64_t *lo, int64_t *hi)
+{
+    *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    *hi = w - off <= 0 ? 0 : (w - off + s - 1) / s;
+    if (*hi > ow)
+        *hi = ow;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+/* Columns of one image and group: [c*kh*kw, oh*ow], rows ld floats apart.
+ * The padding columns of each kernel offset are computed once, so the inner
+ * loop is a copy (a memcpy at stride 1). */
 static void im2col(const float *x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
                    const struct ck_op_params *p, int64_t oh, int64_t ow, float *col, int64_t ld)
 {
+    int64_t sx = p->stride[1];
     for (int64_t ci = 0; ci < c; ci++)
         for (int64_t ki = 0; ki < kh; ki++)
             for (int64_t kj = 0; kj < kw; kj++) {
                 float *dst = col + ((ci * kh + ki) * kw + kj) * ld;
                 const float *src = x + ci * h * w;
+                int64_t off = kj * p->dilation[1] - p->pad[1], lo, hi;
+                valid_cols(w, ow, sx, off, &lo, &hi);
                 for (int64_t y = 0; y < oh; y++) {
                     int64_t iy = y * p->stride[0] - p->pad[0] + ki * p->dilation[0];
+                    float *d = dst + y * ow;
                     if (iy < 0 || iy >= h) {
-                        memset(dst + y * ow, 0, sizeof(float) * (size_t)ow);
+                        memset(d, 0, sizeof(float) * (size_t)ow);
                         continue;
                     }
-                    for (int64_t xx = 0; xx < ow; xx++) {
-                        int64_t ix = xx * p->stride[1] - p->pad[1] + kj * p->dilation[1];
-                        dst[y * ow + xx] = ix < 0 || ix >= w ? 0.0f : src[iy * w + ix];
-                    }
+                    const float *row = src + iy * w + off;
+                    for (int64_t xx = 0; xx < lo; xx++)
+                        d[xx] = 0.0f;
+                    if (sx == 1)
+                        memcpy(d + lo, row + lo, sizeof(float) * (size_t)(hi - lo));
+                    else
+                        for (int64_t xx = lo; xx < hi; xx++)
+                            d[xx] = row[xx * sx];
+                    for (int64_t xx = hi; xx < ow; xx++)
+                        d[xx] = 0.0f;
                 }
             }
 }
