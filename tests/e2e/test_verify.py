@@ -181,6 +181,12 @@ class BadInput(TmpDirCase):
                 m("cnn.in64.npy"), "--max-memory", "64K", check=1)
         self.assertIn("(memory)", p.stderr)
 
+    def test_timeout_is_reported_by_name(self):
+        """A run far longer than its CPU limit is stopped and named; ckptd carries on."""
+        p = run("verify", m("cnn.safetensors"), "--graph", m("cnn.yaml"), "--inputs",
+                m("cnn.in64.npy"), "--repeat", "100000", "--timeout", "1", check=1)
+        self.assertIn("(timeout)", p.stderr)
+
     def test_usage(self):
         run("verify", check=2)
         run("verify", m("mlp.safetensors"), "--atol", "x", check=2)
