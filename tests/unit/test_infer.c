@@ -569,7 +569,7 @@ static void sandboxed_run_matches(void **state)
     assert_int_equal(out[0].dims[1], 3);
     assert_true(out[0].data[0] == 9 && out[0].data[1] == 12 && out[0].data[2] == 15);
     assert_int_equal(stats.runs, 3);
-    assert_true(stats.min_s >= 0 && stats.median_s >= stats.min_s);
+    assert_true(stats.min_s >= 0 && stats.median_s >= stats.min_s && stats.median_cpu_s >= 0);
     assert_int_equal(stats.peak_activation_bytes, 3 * sizeof(float));
     assert_true(stats.child_max_rss > 0);
     ck_infer_arrays_free(out, nout);
