@@ -25,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 engine() { # median_cpu_ms median_wall_ms peak_rss_mib of ckptd verify ... --repeat
     "$ckptd" verify "$work/$1.safetensors" --graph "$work/$1.yaml" --inputs "$work/$1.in$2.npy" \
         --expected "$work/$1.out$2.npy" --repeat "$repeat" "${@:3}" |
-        awk '/^engine:/ { for (i = 1; i <= NF; i++) { if ($i == "median") m = $(i+1);
+        awk '/^engine:/ { for (i = 1; i <= NF; i++) { if ($i == "median" && !m) m = $(i+1);
              if ($i == "CPU") c = $(i+1); if ($i == "RSS") r = $(i+1) } print c, m, r }'
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

@@ -59,7 +59,10 @@ static void io(struct ck_model *m, bool output, const char *name, int rank, cons
     assert_int_equal(ck_model_add_io(m, output, name, CK_DT_F32, rank, dims), 0);
 }
 
-/* Runs m on one input and checks its one output against want (1e-5 relative). */
+/* The tolerance of run_check: |got - want| <= rtol |want| + atol. */
+static float check_rtol = 1e-5f, check_atol = 1e-5f;
+
+/* Runs m on one input and checks its one output against want. */
 static void run_check(const struct ck_model *m, bool naive, int rank, const int64_t *dims,
                       const float *x, int orank, const int64_t *odims, const float *want)
 {
@@ -78,7 +81,7 @@ static void run_check(const struct ck_model *m, bool naive, int rank, const int6
     for (int i = 0; i < orank; i++)
         assert_int_equal(out[0].dims[i], odims[i]);
     for (uint64_t i = 0; i < ck_infer_array_numel(&out[0]); i++)
-        if (!(fabsf(out[0].data[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i]))))
+        if (!(fabsf(out[0].data[i] - want[i]) <= check_rtol * fabsf(want[i]) + check_atol))
             fail_msg("value %llu: got %.9g, want %.9g", (unsigned long long)i,
                      (double)out[0].data[i], (double)want[i]);
     ck_infer_arrays_free(out, nout);
@@ -283,6 +286,31 @@ static void activations(void **state)
     m = unary(CK_OP_LOG, 2, d12, &n);
     io(m, true, "y", 2, d12);
     run_check(m, false, 2, d12, (float[]){1, 2.71828183f}, 2, d12, (float[]){0, 1});
+    ck_model_free(m);
+}
+
+static void tanh_matches_libm_everywhere(void **state)
+{
+    /* the engine's tanh against double-precision tanh over [-20, 20], both
+     * signs, tiny values and the non-finite ones */
+    enum { N = 40001 };
+    const int64_t d[] = {1, N + 4};
+    static float x[N + 4], want[N + 4];
+    for (int i = 0; i < N; i++) {
+        x[i] = -20.0f + (float)i * 0.001f;
+        want[i] = (float)tanh((double)x[i]);
+    }
+    x[N] = 1e-30f, want[N] = 1e-30f;
+    x[N + 1] = -INFINITY, want[N + 1] = -1;
+    x[N + 2] = INFINITY, want[N + 2] = 1;
+    x[N + 3] = -3e-8f, want[N + 3] = -3e-8f;
+    struct ck_model_node *n;
+    struct ck_model *m = unary(CK_OP_TANH, 2, d, &n);
+    io(m, true, "y", 2, d);
+    check_rtol = 1e-6f; /* a few float32 ulp, also for the tiny values */
+    check_atol = 0;
+    run_check(m, false, 2, d, x, 2, d, want);
+    check_rtol = check_atol = 1e-5f;
     ck_model_free(m);
 }
 
@@ -587,6 +615,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(conv2d_stride_pad_dilation_groups),
     cmocka_unit_test(pooling),
     cmocka_unit_test(activations),
+    cmocka_unit_test(tanh_matches_libm_everywhere),
     cmocka_unit_test(softmax_on_an_axis),
     cmocka_unit_test(binary_broadcast_and_scalar),
     cmocka_unit_test(matmul_batch_broadcast),
