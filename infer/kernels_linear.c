@@ -153,9 +153,11 @@ static bool conv_is_pointwise(const struct ck_op_params *p, const struct ck_isha
 }
 
 /* Images per product when groups == 1: small images are gathered so one
- * large product replaces many small ones (a 64-image batch of 28x28 inputs
- * is one call, not 64), within about 16 MiB of columns and results. */
-#define CONV_CHUNK_FLOATS (INT64_C(4) << 20)
+ * larger product replaces many small ones, within 256 KiB of columns and
+ * results, so the columns im2col writes are still in L2 when OpenBLAS packs
+ * them (measured on the reference models: 16 MiB chunks were up to 1.5x
+ * slower on the residual block, 128 KiB chunks slower on both). */
+#define CONV_CHUNK_FLOATS (INT64_C(64) << 10)
 
 static int64_t conv_images_per_call(const struct ck_ishape *x, const struct ck_ishape *w,
                                     const struct ck_ishape *o)
