@@ -556,6 +556,8 @@ static int layer(struct lctx *c, yaml_node_t *l, bool last, const char *outname)
         n->p.min = 0, n->p.max = 6;
     if (op == CK_OP_DENSE)
         n->p.trans_w = true; /* torch's [out, in] unless layout: in_out */
+    if (op == CK_OP_AVGPOOL)
+        n->p.count_include_pad = true; /* torch's AvgPool2d default */
     for (yaml_node_pair_t *p = l->data.mapping.pairs.start; p < l->data.mapping.pairs.top; p++) {
         yaml_node_t *k = ck_yaml_node(c->d, p->key), *v = ck_yaml_node(c->d, p->value);
         const char *key =

@@ -310,6 +310,30 @@ static void nameset_add(struct nameset *ns, const char *v)
     ns->slots[i] = v;
 }
 
+static int check_nodes(const struct ck_model *m, struct nameset *ns);
+
+int ck_model_check(const struct ck_model *m)
+{
+    struct nameset ns;
+    size_t count = m->ninputs + (m->weights ? m->weights->ntensors : 0);
+    int err;
+    if (m->ninputs == 0)
+        return ck_error(CK_EFORMAT, "model has no graph input");
+    if (m->noutputs == 0)
+        return ck_error(CK_EFORMAT, "model has no graph output");
+    for (size_t i = 0; i < m->nnodes; i++)
+        count += m->nodes[i].noutputs;
+    if ((err = nameset_init(&ns, count)) < 0)
+        return err;
+    for (size_t i = 0; m->weights && i < m->weights->ntensors; i++)
+        nameset_add(&ns, m->weights->tensors[i].name);
+    for (size_t i = 0; i < m->ninputs; i++)
+        nameset_add(&ns, m->inputs[i].name);
+    err = check_nodes(m, &ns);
+    free(ns.slots);
+    return err;
+}
+
 static int check_nodes(const struct ck_model *m, struct nameset *ns)
 {
     for (size_t i = 0; i < m->nnodes; i++) {
@@ -345,26 +369,4 @@ static int check_nodes(const struct ck_model *m, struct nameset *ns)
             return ck_error(CK_EFORMAT, "graph output '%s' is produced by no node",
                             m->outputs[i].name);
     return 0;
-}
-
-int ck_model_check(const struct ck_model *m)
-{
-    struct nameset ns;
-    size_t count = m->ninputs + (m->weights ? m->weights->ntensors : 0);
-    int err;
-    if (m->ninputs == 0)
-        return ck_error(CK_EFORMAT, "model has no graph input");
-    if (m->noutputs == 0)
-        return ck_error(CK_EFORMAT, "model has no graph output");
-    for (size_t i = 0; i < m->nnodes; i++)
-        count += m->nodes[i].noutputs;
-    if ((err = nameset_init(&ns, count)) < 0)
-        return err;
-    for (size_t i = 0; m->weights && i < m->weights->ntensors; i++)
-        nameset_add(&ns, m->weights->tensors[i].name);
-    for (size_t i = 0; i < m->ninputs; i++)
-        nameset_add(&ns, m->inputs[i].name);
-    err = check_nodes(m, &ns);
-    free(ns.slots);
-    return err;
 }

@@ -197,6 +197,20 @@ static void convert_integers_and_rounding(void **state)
     t = mk(CK_DT_U16, u16, 2, 1, d1);
     assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
     assert_true(out[0] == 65535.0f);
+    /* big-endian 16-bit: int16 fffe = -2, uint16 0100 = 256; little-endian int16 fffe = -257 */
+    unsigned char be16[] = {0xff, 0xfe};
+    t = mk(CK_DT_I16, be16, 2, 1, d1);
+    t.big_endian = true;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == -2.0f);
+    t.big_endian = false;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == -257.0f);
+    unsigned char b256[] = {0x01, 0x00};
+    t = mk(CK_DT_U16, b256, 2, 1, d1);
+    t.big_endian = true;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == 256.0f);
     /* quantized: the raw integer, said so by the kind */
     t = mk(CK_DT_QI8, u8, 2, 1, d2);
     assert_int_equal(ck_tensor_read_f32(&t, 0, 2, out, NULL), 0);
@@ -356,6 +370,14 @@ static void convert_f32_to_16_bits(void **state)
         float f;
         assert_int_equal(ck_tensor_read_f32(&t, 0, 1, &f, NULL), 0);
         assert_int_equal(ck_f32_to_f16(f), hb);
+        /* and equals IEEE 754's definition: (-1)^s 2^(e-15) 1.m, or 2^-14 0.m */
+        int e = (b >> 10) & 0x1f, mant = b & 0x3ff;
+        double want = e ? ldexp(1024 + mant, e - 25) : ldexp(mant, -24);
+        if (e == 31)
+            want = INFINITY;
+        if (b & 0x8000)
+            want = -want;
+        assert_true((double)f == want);
     }
 }
 
@@ -673,6 +695,16 @@ static void layers_conv_and_batchnorm_errors(void **state)
         {"input: {name: x, shape: [-1, 2, 8, 8]}\nlayers: [{op: conv2d, weight: c.weight, groups: "
          "3}]\n",
          "groups 3 does not divide the 4 output channels"},
+        /* hostile numbers: overflowing arithmetic is refused, never wrapped */
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: conv2d, weight: c.weight, padding: 9223372036854775807}]\n",
+         "height: kernel, stride, dilation or padding out of range"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: pad, pads: [0, 0, 9223372036854775807, 9223372036854775807]}]\n",
+         "padding overflows axis 1"},
+        {"input: {name: x, shape: [-1, 9223372036854775807]}\n"
+         "layers: [{op: concat, from: [x, x], axis: 1}]\n",
+         "axis 1 overflows"},
     };
     struct ck_model *m;
     struct ck_tensor_set *w = weights("d.safetensors", 0);
@@ -695,6 +727,23 @@ static void layers_conv_and_batchnorm_errors(void **state)
                      cases[i].msg);
         assert_null(m);
     }
+    /* slices as ONNX writes them: INT64_MAX ends, negative steps, huge steps */
+    assert_int_equal(build(weights("s", 0),
+                           "input: {name: x, shape: [4, 10]}\n"
+                           "layers: [{op: slice, slices: [[1, 9223372036854775807], "
+                           "[-1, -9223372036854775807, -3]]},\n"
+                           "         {op: slice, slices: [[0, 3, 9223372036854775807]], from: x,"
+                           " name: b}]\n",
+                           &m),
+                     0);
+    struct ck_model_shapes sl;
+    char sb[64];
+    assert_int_equal(ck_model_infer_shapes(m, &sl), 0);
+    /* rows 1..3 = 3; columns 9, 6, 3, 0 = 4; one row (0) of step 2^63-1 */
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sl, "layer0"), sb, sizeof sb), "[3, 4]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sl, "b"), sb, sizeof sb), "[1, 10]");
+    ck_model_shapes_release(&sl);
+    ck_model_free(m);
     /* pooling arithmetic: ceil_mode (torch's rule), explicit stride and padding */
     assert_int_equal(build(weights("p", 0),
                            "input: {name: x, shape: [1, 1, 5, 5]}\n"
@@ -713,7 +762,43 @@ static void layers_conv_and_batchnorm_errors(void **state)
                         "[1, 1, 5, 5]");
     assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "output"), buf, sizeof buf),
                         "[1, 2, 3, 3]");
+    assert_true(m->nodes[1].p.count_include_pad); /* torch's default */
+    assert_false(m->nodes[0].p.count_include_pad);
     ck_model_shapes_release(&sh);
+    ck_model_free(m);
+}
+
+/* The complete example of docs/model.md builds, with the shapes its comments give. */
+static void docs_example_builds(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/model.md", CK_SOURCE_DIR);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char doc[200000];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[len] = 0;
+    char *start = strstr(doc, "```yaml\n");
+    assert_non_null(start);
+    start += 8;
+    char *end = strstr(start, "```");
+    assert_non_null(end);
+    *end = 0;
+    struct ck_tensor_set *w = weights(
+        "model.safetensors", 10, "conv1.weight", 4, 8, 1, 3, 3, "conv1.bias", 1, 8, "bn1.weight", 1,
+        8, "bn1.bias", 1, 8, "bn1.running_mean", 1, 8, "bn1.running_var", 1, 8, "conv2.weight", 4,
+        8, 8, 3, 3, "fc.weight", 2, 10, 1568, "fc.bias", 1, 10, "unused", 1, 1);
+    struct ck_model *m;
+    int err = build(w, start, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    assert_int_equal(m->nnodes, 10);
+    assert_string_equal(m->inputs[0].name, "x");
+    assert_string_equal(m->outputs[0].name, "logits");
+    assert_true(m->outputs[0].rank == 2 && m->outputs[0].dims[1] == 10);
+    assert_string_equal(m->nodes[5].inputs[1], "block_in");
     ck_model_free(m);
 }
 
@@ -785,6 +870,42 @@ static void nnp_real_lenet_maps_completely(void **state)
     ck_model_free(m);
 }
 
+/* A declared variable of a hand-made NNabla set (data NULL unless given). */
+static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
+{
+    struct ck_tensor t;
+    va_list ap;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)name;
+    t.dtype = CK_DT_F32;
+    t.rank = rank;
+    t.role = data ? "parameter" : "buffer";
+    uint64_t n = 1;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
+    va_end(ap);
+    t.data = (const unsigned char *)data;
+    t.nbytes = data ? n * 4 : 0;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+}
+
+static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
+               const char *outs, const char *const *attrs)
+{
+    struct ck_graph_node *n;
+    char buf[256], *save, *tok;
+    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
+    snprintf(buf, sizeof buf, "%s", outs);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
+    for (size_t i = 0; attrs && attrs[i]; i += 2)
+        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
+}
+
 /* A hand-made NNabla set: variables as data-less tensors, a graph. */
 static struct ck_tensor_set *nnp_set(const char *op, const char *const *attrs, int64_t h,
                                      int64_t oh)
@@ -852,47 +973,17 @@ static void nnp_mapping_rules_and_errors(void **state)
         assert_true(err == 0 || !strstr(ck_error_msg(), "has no mapping"));
         ck_model_free(m);
     }
+    /* a network whose parameter has no values (a bare network.nntxt) */
+    struct ck_tensor_set *np = nnp_set("ReLU", NULL, 4, 4);
+    var(np, "w", NULL, 2, 2, 2);
+    np->tensors[np->ntensors - 1].role = "parameter";
+    assert_int_equal(ck_nnp_to_model(np, &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'t.nnp': parameter 'w' has no values"));
     /* parameters only: no network */
     struct ck_tensor_set *s = nnp_set("ReLU", NULL, 4, 4);
     ck_graph_free(s->graph);
     s->graph = NULL;
     assert_int_equal(ck_nnp_to_model(s, &m), CK_EUSAGE);
-}
-
-/* A declared variable of a hand-made NNabla set (data NULL unless given). */
-static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
-{
-    struct ck_tensor t;
-    va_list ap;
-    memset(&t, 0, sizeof t);
-    t.name = (char *)name;
-    t.dtype = CK_DT_F32;
-    t.rank = rank;
-    t.role = data ? "parameter" : "buffer";
-    uint64_t n = 1;
-    va_start(ap, rank);
-    for (int i = 0; i < rank; i++)
-        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
-    va_end(ap);
-    t.data = (const unsigned char *)data;
-    t.nbytes = data ? n * 4 : 0;
-    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
-}
-
-static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
-               const char *outs, const char *const *attrs)
-{
-    struct ck_graph_node *n;
-    char buf[256], *save, *tok;
-    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
-    snprintf(buf, sizeof buf, "%s", ins);
-    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
-        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
-    snprintf(buf, sizeof buf, "%s", outs);
-    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
-        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
-    for (size_t i = 0; attrs && attrs[i]; i += 2)
-        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
 }
 
 static void nnp_batchnorm_matmul_reshape_concat(void **state)
@@ -1027,6 +1118,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(layers_residual_block),
     cmocka_unit_test(layers_errors_name_layer_and_tensor),
     cmocka_unit_test(layers_conv_and_batchnorm_errors),
+    cmocka_unit_test(docs_example_builds),
     cmocka_unit_test(nnp_real_lenet_maps_completely),
     cmocka_unit_test(nnp_mapping_rules_and_errors),
     cmocka_unit_test(nnp_batchnorm_matmul_reshape_concat),

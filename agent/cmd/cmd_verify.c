@@ -2,8 +2,8 @@
  * sandbox) and compares what it computes with expected outputs, so an
  * archive that unzips fine but computes garbage (a transposed matrix, a
  * lost bias, a truncated data file) is caught before it is shipped. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/npyio.h"
 #include "common/error.h"
 #include "infer/infer.h"

@@ -1,8 +1,8 @@
 /* ckptd inspect: what a checkpoint holds, read by the same readers the
  * daemon uses. Text for people, --json for programs (schema: README.md,
  * "ckptd inspect --json"). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/json.h"
