@@ -296,6 +296,26 @@ static int parse_count(const char *arg, uint64_t *out)
     return 0;
 }
 
+struct run {
+    const char *path;
+    const struct opts *o;
+};
+
+/* Reads PATH and prints it (under ck_tensor_guarded). */
+static int inspect(void *arg)
+{
+    const struct run *r = arg;
+    const struct opts *o = r->o;
+    struct ck_tensor_set *s = NULL;
+    int err = ck_reader_open(r->path, o->format, &s);
+    if (err == 0 && o->verify)
+        err = ck_reader_verify(ck_reader_of(s), s);
+    if (err == 0)
+        err = o->json ? print_json(s, o, o->verify) : print_text(s, o, o->verify);
+    ck_tensor_set_free(s);
+    return err;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {CK_CLI_LONGOPTS,
@@ -342,15 +362,9 @@ int ck_cmd_inspect(int argc, char **argv)
     if (optind + 1 != argc)
         return ck_cli_usage_error("inspect", "expected one PATH");
     ck_cli_setup_logging(&cli, -1, -1);
-    struct ck_tensor_set *s = NULL;
-    const char *path = argv[optind];
-    if ((err = ck_reader_open(path, o.format, &s)) < 0)
-        return ck_cli_fail("inspect", err);
-    if (o.verify && (err = ck_reader_verify(ck_reader_of(s), s)) < 0)
-        goto out;
-    err = o.json ? print_json(s, &o, o.verify) : print_text(s, &o, o.verify);
-out:
-    ck_tensor_set_free(s);
+    struct run r = {.path = argv[optind], .o = &o};
+    /* the file truncated under us while mapped is an error, not a crash */
+    err = ck_tensor_guarded(inspect, &r);
     if (fflush(stdout) != 0 && err == 0)
         err = ck_error_os(CK_EIO, "cannot write the output");
     return err < 0 ? ck_cli_fail("inspect", err) : CK_EXIT_OK;

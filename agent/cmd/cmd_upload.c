@@ -122,7 +122,7 @@ int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *sp
     struct ck_upload_round r = {
         .cfg = cfg,
         .spool = spool,
-        .run = {.progress_bar = progress, .wait_retries = true}};
+        .run = {.on_progress = progress ? ck_cmd_progress_bar : NULL, .wait_retries = true}};
     int err = ck_upload_round_foreground(db, &r, &rep);
     return ck_upload_report_exit(cmd, err, &rep);
 }
