@@ -260,14 +260,8 @@ static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const
 static bool deepspeed_latest_names(int parent_fd, const char *name)
 {
     char buf[256];
-    int fd = openat(parent_fd, "latest", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    if (ck_read_small_at(parent_fd, "latest", true, buf, sizeof buf) < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     buf[strcspn(buf, "\r\n")] = '\0';
     return !strcmp(buf, name);
 }

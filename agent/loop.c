@@ -236,22 +236,22 @@ static void sync_poller(struct ck_loop *loop, struct ck_loop_handler *h)
     }
     int old_n = h->npfds;
     int old_fds[POLLER_MAX_FDS];
-    uint32_t old_ev[POLLER_MAX_FDS];
     memcpy(old_fds, h->pfds, sizeof old_fds);
-    memcpy(old_ev, h->pevents, sizeof old_ev);
     h->npfds = 0;
     for (int j = 0; j < n; j++) {
         uint32_t ev = to_epoll(want[j].events);
         struct epoll_event e = {.events = ev, .data.ptr = h};
-        int op = EPOLL_CTL_ADD;
+        bool known = false;
         for (int i = 0; i < old_n; i++)
-            if (old_fds[i] == want[j].fd)
-                op = old_ev[i] == ev ? -1 : EPOLL_CTL_MOD;
-        if (op == EPOLL_CTL_ADD && epoll_ctl(loop->epfd, op, want[j].fd, &e) < 0 &&
-            errno == EEXIST)
-            op = EPOLL_CTL_MOD;
-        if (op == EPOLL_CTL_MOD)
-            epoll_ctl(loop->epfd, op, want[j].fd, &e);
+            known = known || old_fds[i] == want[j].fd;
+        /* A number it had may be a new fd: the old one closed (leaving epoll)
+         * and a new one opened under the same number since the last sync (a
+         * helper ended and the next started in one step). MOD finds no entry
+         * then, and the fd is added again. */
+        int op = known ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(loop->epfd, op, want[j].fd, &e) < 0)
+            epoll_ctl(loop->epfd, errno == ENOENT ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, want[j].fd,
+                      &e);
         h->pfds[h->npfds] = want[j].fd;
         h->pevents[h->npfds++] = ev;
     }

@@ -176,14 +176,8 @@ struct probe {
 static bool fd_writable(int fdinfo_dir, const char *fdname)
 {
     char buf[512];
-    int fd = openat(fdinfo_dir, fdname, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (ck_read_small_at(fdinfo_dir, fdname, false, buf, sizeof buf) < 0)
         return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return false;
-    buf[n] = '\0';
     const char *f = strstr(buf, "flags:");
     if (!f)
         return false;

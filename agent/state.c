@@ -4,6 +4,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "stores/uploader.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -363,4 +364,19 @@ int ck_state_hash_file(struct ck_state *s, const char *path, struct ck_hash_entr
     memcpy(out->sha256, d.sha256, sizeof out->sha256);
     ck_debug("file.hashed", "path='%s' bytes=%llu md5=%s", path, (unsigned long long)d.size, d.md5);
     return ck_state_hash_store(s, &st, d.md5, d.sha256);
+}
+
+int ck_state_open_upload_dir(const char *state_dir, char *dir, size_t dirsz, sqlite3 **out)
+{
+    char path[4200];
+    int err;
+    *out = NULL;
+    if (state_dir)
+        snprintf(dir, dirsz, "%s", state_dir);
+    else if ((err = ck_uploader_default_state(dir, dirsz)) < 0)
+        return err;
+    if ((err = ck_mkdirs(dir, 0700)) < 0 ||
+        (err = ck_path_join(path, sizeof path, dir, "state.db")) < 0)
+        return err;
+    return ck_state_open_db(path, out);
 }

@@ -36,6 +36,9 @@ int ck_state_reopen_db(struct ck_state *s);
 /* Opens a database file at path with the agent's settings (WAL, busy
  * timeout, foreign keys). For tools that keep a state outside a model dir. */
 int ck_state_open_db(const char *path, sqlite3 **out);
+/* The state folder of `ckptd upload` (state_dir, or NULL: the default of
+ * ck_uploader_default_state), created 0700, into dir; its state.db opened. */
+int ck_state_open_upload_dir(const char *state_dir, char *dir, size_t dirsz, sqlite3 **out);
 
 int ck_state_begin(struct ck_state *s);
 int ck_state_commit(struct ck_state *s);

@@ -143,6 +143,19 @@ int ck_write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
+ssize_t ck_read_small_at(int dirfd, const char *name, bool nofollow, char *buf, size_t bufsz)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, bufsz - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return n;
+}
+
 int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len)
 {
     if (ck_write_all(f->fd, data, len) < 0)

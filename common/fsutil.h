@@ -30,6 +30,11 @@ int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t 
 /* Writes all of data to fd (again after EINTR and short writes): 0, or -1
  * with errno set. Sets no error message: usable in a forked helper. */
 int ck_write_all(int fd, const void *data, size_t len);
+/* Reads up to bufsz-1 bytes of name (relative to dirfd; O_NOFOLLOW when
+ * nofollow) into buf and terminates it: the byte count, or -1 when it cannot
+ * be opened or read or is empty. For small files read in passing (a
+ * DeepSpeed 'latest', /proc/PID/fdinfo): no error message is set. */
+ssize_t ck_read_small_at(int dirfd, const char *name, bool nofollow, char *buf, size_t bufsz);
 /* Reads at most max bytes; a larger file is CK_ESIZE naming the path. */
 int ck_read_file(const char *path, size_t max, struct ck_buf *out);
 

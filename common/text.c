@@ -1,5 +1,6 @@
 #include "common/text.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -15,3 +16,11 @@ bool ck_text_ends_with_icase(const char *s, const char *suffix)
     return a >= b && !strcasecmp(s + a - b, suffix);
 }
 
+void ck_text_bytes(char *out, size_t outsz, double v)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (v >= 1024 && i < 4)
+        v /= 1024, i++;
+    snprintf(out, outsz, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}

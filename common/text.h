@@ -3,10 +3,14 @@
 #define CK_TEXT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Whether s ends with suffix (byte for byte). */
 bool ck_text_ends_with(const char *s, const char *suffix);
 /* The same, ASCII letters in either case (file extensions). */
 bool ck_text_ends_with_icase(const char *s, const char *suffix);
+
+/* A byte count for people: "512 B", "1.5 KiB", "3.2 GiB". */
+void ck_text_bytes(char *out, size_t outsz, double bytes);
 
 #endif

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -26,9 +27,11 @@ struct ck_region {
 
 /* ---- files truncated while they are mapped ----
  * Reading a page of a mapped file past its new end raises SIGBUS: the file
- * shrank under us (a job rewriting it in place, a cleanup). Without a handler
- * that is a core dump; with this one, the process names the file and exits 1.
- * The handler reads a fixed table without locks: a slot's length and message
+ * shrank under us (a job rewriting it in place, a cleanup). Inside
+ * ck_tensor_guarded the handler jumps back to it, which returns CK_ECHANGED
+ * naming the file; elsewhere the signal keeps its default action. The
+ * library neither prints nor exits: the caller reports the error.
+ * The handler reads a fixed table without locks: a slot's length and path
  * are written before its start address is published, and it is unpublished
  * before munmap. */
 #define GUARD_SLOTS 64
@@ -36,23 +39,27 @@ struct ck_region {
 static struct guard {
     atomic_bool used;
     _Atomic uintptr_t start; /* 0: not published */
-    size_t len, msglen;
-    char msg[600];
+    size_t len;
+    char path[512];
 } guards[GUARD_SLOTS];
+
+/* The recovery point of this thread's ck_tensor_guarded, and the slot that faulted. */
+static _Thread_local sigjmp_buf *recover;
+static _Thread_local volatile int faulted = -1;
 
 static void on_sigbus(int sig, siginfo_t *si, void *ctx)
 {
     (void)ctx;
     uintptr_t a = (uintptr_t)si->si_addr;
-    for (int i = 0; i < GUARD_SLOTS; i++) {
+    for (int i = 0; i < GUARD_SLOTS && recover; i++) {
         uintptr_t start = atomic_load_explicit(&guards[i].start, memory_order_acquire);
         if (start && a >= start && a - start < guards[i].len) {
-            ssize_t w = write(STDERR_FILENO, guards[i].msg, guards[i].msglen);
-            (void)w;
-            _exit(CK_EXIT_FAILED);
+            faulted = i;
+            siglongjmp(*recover, 1);
         }
     }
-    /* not one of our mappings: the default action when the access is retried */
+    /* not one of our mappings, or no recovery point: the default action when
+     * the access is retried */
     signal(sig, SIG_DFL);
 }
 
@@ -66,20 +73,34 @@ static void guard_install(void)
     sigaction(SIGBUS, &sa, NULL);
 }
 
+int ck_tensor_guarded(int (*fn)(void *arg), void *arg)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    sigjmp_buf here;
+    sigjmp_buf *outer = recover;
+    pthread_once(&once, guard_install);
+    if (sigsetjmp(here, 1)) {
+        recover = outer;
+        int slot = faulted;
+        faulted = -1;
+        return ck_error(CK_ECHANGED,
+                        "'%s' was truncated while it was being read (another process changed it)",
+                        slot >= 0 ? guards[slot].path : "a mapped file");
+    }
+    recover = &here;
+    int err = fn(arg);
+    recover = outer;
+    return err;
+}
+
 /* Returns the slot, or -1 when all are taken (that mapping is then unguarded). */
 static int guard_add(const void *p, size_t len, const char *path)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, guard_install);
     for (int i = 0; i < GUARD_SLOTS; i++) {
         bool expect = false;
         if (!atomic_compare_exchange_strong(&guards[i].used, &expect, true))
             continue;
-        snprintf(guards[i].msg, sizeof guards[i].msg,
-                 "ckptd: fatal: '%s' was truncated while it was being read "
-                 "(another process changed it)\n",
-                 path);
-        guards[i].msglen = strlen(guards[i].msg);
+        snprintf(guards[i].path, sizeof guards[i].path, "%s", path);
         guards[i].len = len;
         atomic_store_explicit(&guards[i].start, (uintptr_t)p, memory_order_release);
         return i;

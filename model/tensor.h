@@ -104,7 +104,8 @@ void ck_tensor_set_free(struct ck_tensor_set *s);
 int ck_tensor_set_add(struct ck_tensor_set *s, const struct ck_tensor *t, struct ck_tensor **out);
 int ck_tensor_set_add_meta(struct ck_tensor_set *s, const char *key, const char *value);
 /* Maps path read-only for the life of the set. An empty file maps to a
- * non-NULL zero-length region. */
+ * non-NULL zero-length region. A file truncated while it is mapped faults
+ * (SIGBUS) when a page past its new end is read: see ck_tensor_guarded. */
 int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsigned char **base,
                            uint64_t *len);
 /* An owned, zeroed block of size bytes for the life of the set. Sizes over
@@ -112,6 +113,13 @@ int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsi
  * what the file can really hold (its size, a compression ratio) before asking. */
 #define CK_TENSOR_ALLOC_MAX (UINT64_C(16) << 30)
 int ck_tensor_set_alloc(struct ck_tensor_set *s, uint64_t size, void **out);
+/* Runs fn(arg) so that a read of a mapped file that was truncated meanwhile
+ * returns CK_ECHANGED ("'PATH' was truncated while it was being read")
+ * instead of killing the process. What fn was building when the fault came
+ * is abandoned where it stood (not freed): end the operation and report the
+ * error. Outside it such a fault keeps SIGBUS's default action. Nests; per
+ * thread. */
+int ck_tensor_guarded(int (*fn)(void *arg), void *arg);
 /* Tells the kernel the caller is done with [p, p+len) of a file mapping of
  * the set, so a pass over a 20 GiB file does not keep 20 GiB resident (the
  * page cache keeps the pages; touching them again faults them back). A no-op

@@ -9,6 +9,7 @@
 #include "stores/bundle.h"
 #include "stores/net.h"
 #include "common/pidlock.h"
+#include "common/text.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -235,21 +236,13 @@ struct progress {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit;
-    bool bar;
+    void (*fn)(void *arg, const struct ck_upload_progress *p); /* NULL: log lines */
+    void *arg;
     struct ck_xfer *x; /* the transfer being shown, or NULL */
     uint64_t total;
     char key[256];
     long long t0;
 };
-
-static void fmt_bytes(char *out, size_t n, double v)
-{
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int i = 0;
-    while (v >= 1024 && i < 4)
-        v /= 1024, i++;
-    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-}
 
 static void show(struct progress *p, bool final)
 {
@@ -259,20 +252,12 @@ static void show(struct progress *p, bool final)
     int pct = p->total ? (int)((double)sent * 100.0 / (double)p->total) : 100;
     if (pct > 100)
         pct = 100;
-    char a[32], b[32], r[32];
-    fmt_bytes(a, sizeof a, (double)sent);
-    fmt_bytes(b, sizeof b, (double)p->total);
-    fmt_bytes(r, sizeof r, rate);
-    if (p->bar) {
-        char bar[31];
-        int fill = pct * 30 / 100;
-        for (int i = 0; i < 30; i++)
-            bar[i] = i < fill ? '#' : ' ';
-        bar[30] = '\0';
-        fprintf(stderr, "\r%-32.32s [%s] %3d%% %10s / %-10s %10s/s%s", p->key, bar, pct, a, b, r,
-                final ? "\n" : "");
-        fflush(stderr);
+    if (p->fn) {
+        struct ck_upload_progress pr = {p->key, sent, p->total, rate, pct, final};
+        p->fn(p->arg, &pr);
     } else if (!final) {
+        char r[32];
+        ck_text_bytes(r, sizeof r, rate);
         ck_info("upload.progress", "key=\"%s\" sent=%llu total=%llu percent=%d rate=%s/s", p->key,
                 (unsigned long long)sent, (unsigned long long)p->total, pct, r);
     }
@@ -285,7 +270,7 @@ static void *progress_thread(void *arg)
     while (!p->quit) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        long ms = p->bar ? 200 : 5000;
+        long ms = p->fn ? 200 : 5000;
         ts.tv_sec += ms / 1000;
         ts.tv_nsec += (ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L)
@@ -301,7 +286,7 @@ static void *progress_thread(void *arg)
 static void progress_set(struct progress *p, struct ck_xfer *x, const char *key, uint64_t total)
 {
     pthread_mutex_lock(&p->mu);
-    if (!x && p->x && p->bar)
+    if (!x && p->x && p->fn)
         show(p, true);
     p->x = x;
     p->total = total;
@@ -605,7 +590,7 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
                     struct ck_upload_report *rep)
 {
     struct run r = {.db = db, .opts = opts, .ro = ro, .spool_dir = spool_dir};
-    struct progress pg = {.bar = ro && ro->progress_bar};
+    struct progress pg = {.fn = ro ? ro->on_progress : NULL, .arg = ro ? ro->on_progress_arg : NULL};
     pthread_t pt;
     bool pt_started = false;
     int attempts_max = ro && ro->job_attempts > 0 ? ro->job_attempts : 3;

@@ -48,8 +48,21 @@ struct ck_upload_outcome {
     const char *error;      /* why it failed, or NULL */
 };
 
+/* Where a transfer stands, for ck_uploader_run_opts.on_progress. */
+struct ck_upload_progress {
+    const char *key;    /* the remote name */
+    uint64_t sent, total;
+    double rate;        /* bytes per second since the transfer started */
+    int percent;        /* 0 to 100 */
+    bool final;         /* the transfer ended: the last call for it */
+};
+
 struct ck_uploader_run_opts {
-    bool progress_bar; /* draw a bar on stderr (a terminal); else log progress every 5 s */
+    /* Called from a progress thread every 200 ms while a job sends, and once
+     * with final set when it ends (the command line draws a bar with it).
+     * NULL: an upload.progress log line every 5 s instead. */
+    void (*on_progress)(void *arg, const struct ck_upload_progress *p);
+    void *on_progress_arg;
     bool wait_retries; /* wait for jobs whose retry time has not come yet (until the deadline) */
     int job_attempts;  /* a job fails for good after this many failed runs (default 3) */
     /* Called after each job that ended (done, or failed for good), on the

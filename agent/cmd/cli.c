@@ -4,6 +4,7 @@
 #include "common/log.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -129,6 +130,18 @@ static int apply(const char *cmd, const struct ck_opt *table, const struct ck_op
     case CK_OPT_STORE:
         if (ck_store_spec_set((struct ck_store_spec *)field, t->key, value) < 0)
             return ck_cli_usage_error(cmd, "%s", ck_error_msg());
+        return 0;
+    case CK_OPT_INT: {
+        char *end;
+        long v = strtol(arg, &end, 10);
+        if (end == arg || *end || v < 1 || v > t->value)
+            return ck_cli_usage_error(cmd, "--%s: 1 to %d", t->name, t->value);
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case CK_OPT_DURATION:
+        if (ck_parse_duration(arg, (double *)field) < 0)
+            return ck_cli_usage_error(cmd, "--%s: %s", t->name, ck_error_msg());
         return 0;
     }
     return 0;

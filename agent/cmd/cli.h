@@ -72,6 +72,8 @@ enum ck_opt_kind {
                     * once it is loaded (ck_config_apply with cli->overrides) */
     CK_OPT_STORE,  /* a store option `key` (as in upload.stores) into the
                     * struct ck_store_spec at offset */
+    CK_OPT_INT,    /* a whole number from 1 to value into the int at offset */
+    CK_OPT_DURATION, /* a duration (like 500ms, 2s, 5m) into the double at offset */
 };
 
 struct ck_opt {
@@ -81,7 +83,7 @@ struct ck_opt {
     const char *key;   /* CK_OPT_CONFIG: the config key; CK_OPT_STORE: the store option */
     const char *fixed; /* CONFIG/STORE without an argument: the value the flag stands for */
     size_t offset;     /* into the command's options struct */
-    int value;         /* CK_OPT_VALUE */
+    int value;         /* CK_OPT_VALUE: the value; CK_OPT_INT: the maximum */
     const char *arg;   /* the argument's name in --help; NULL: the option takes none */
     const char *help;  /* the help text ('\n' starts a continuation line) */
 };

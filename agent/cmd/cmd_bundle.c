@@ -11,50 +11,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd bundle DIR -o OUT.tar.zst [--level N] [--threads N]\n"
     "\n"
     "Packs the PMF tree DIR (every file and folder but the agent's .ckptd state and\n"
     "temporary names; metadata.yaml last) into one POSIX tar compressed with zstd.\n"
     "OUT is written to a temporary name and renamed when complete.\n"
-    "\n"
-    "  -o, --output FILE     the bundle to write\n"
-    "      --level N         zstd level 1..19 (default 3)\n"
-    "      --threads N       zstd worker threads (default: one per core)\n" CK_CLI_HELP;
+    "\n";
 
-enum { O_LEVEL = CK_OPT_FIRST_COMMAND_OPTION, O_THREADS };
+struct bundle_flags {
+    const char *out;
+    int level, threads;
+};
+
+#define O(f) offsetof(struct bundle_flags, f)
+static const struct ck_opt options[] = {
+    {"output", 'o', CK_OPT_STR, NULL, NULL, O(out), 0, "FILE", "the bundle to write"},
+    {"level", 0, CK_OPT_INT, NULL, NULL, O(level), 19, "N", "zstd level 1..19 (default 3)"},
+    {"threads", 0, CK_OPT_INT, NULL, NULL, O(threads), 256, "N",
+     "zstd worker threads (default: one per core)"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 int ck_cmd_bundle(int argc, char **argv)
 {
-    static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                             {"output", required_argument, NULL, 'o'},
-                                             {"level", required_argument, NULL, O_LEVEL},
-                                             {"threads", required_argument, NULL, O_THREADS},
-                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
-    const char *out = NULL;
-    int level = 3, threads = 0, opt, rc;
+    struct bundle_flags fl = {NULL, 3, 0};
+    int rc;
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "c:vqho:", longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "bundle", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        if (opt == 'o')
-            out = optarg;
-        else if (opt == O_LEVEL && ((level = atoi(optarg)) < 1 || level > 19))
-            return ck_cli_usage_error("bundle", "--level: 1 to 19");
-        else if (opt == O_THREADS && ((threads = atoi(optarg)) < 1 || threads > 256))
-            return ck_cli_usage_error("bundle", "--threads: 1 to 256");
-        else if (opt != 'o' && opt != O_LEVEL && opt != O_THREADS)
-            return ck_cli_usage_error("bundle", "unknown option");
-    }
+    if ((rc = ck_cli_parse("bundle", argc, argv, options, &fl, &cli, true)) != 0)
+        return rc;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, "");
         return CK_EXIT_OK;
     }
+    const char *out = fl.out;
+    int level = fl.level, threads = fl.threads;
     ck_cli_setup_logging(&cli, -1, -1);
     if (argc - optind != 1 || !out)
         return ck_cli_usage_error("bundle", "expected DIR and -o OUT.tar.zst");

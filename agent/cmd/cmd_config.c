@@ -8,36 +8,30 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd config [--keys] [-c FILE | DIR]\n"
     "\n"
     "Checks a config file (the one --config names, else DIR/ckptd.yaml) and exits\n"
     "0 when it is valid, 2 with the key and line of the first problem when not.\n"
     "Every env: and file: secret, key file and the listen address are resolved as\n"
     "a start resolves them (values are never printed): a config that passes starts.\n"
-    "\n"
-    "  -k, --keys            list every config key with its meaning\n" CK_CLI_HELP;
+    "\n";
+
+static const struct ck_opt options[] = {
+    {"keys", 'k', CK_OPT_SET, NULL, NULL, 0, 0, NULL, "list every config key with its meaning"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 int ck_cmd_config(int argc, char **argv)
 {
-    static const struct option longopts[] = {CK_CLI_LONGOPTS, {"keys", no_argument, NULL, 'k'},
-                                              {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     bool keys = false;
-    int opt, rc;
+    int rc;
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS "k", longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "config", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        if (opt == 'k')
-            keys = true;
-    }
+    if ((rc = ck_cli_parse("config", argc, argv, options, &keys, &cli, false)) != 0)
+        return rc;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, "");
         return CK_EXIT_OK;
     }
     if (keys) {

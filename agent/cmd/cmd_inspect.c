@@ -14,28 +14,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME]\n"
     "\n"
     "Detects the checkpoint format of PATH by content (a file, or a TensorFlow\n"
     "prefix such as DIR/variables), and prints every tensor: name, dtype, shape,\n"
     "bytes and the CRC-32C of its data (for strings: of each string's 8-byte\n"
     "little-endian length and bytes), then the metadata and the graph.\n"
-    "\n"
-    "      --json            one JSON document instead of text\n"
-    "      --verify          check every checksum the file stores; exit 1 naming\n"
-    "                        the file and tensor of the first mismatch\n"
-    "      --values N        also print the values of tensors of at most N elements\n"
-    "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
-    "                        samediff\n" CK_CLI_HELP;
-
-enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT };
+    "\n";
 
 struct opts {
     bool json, verify;
+    const char *values_arg; /* --values N, checked after parsing */
     uint64_t values;
     bool want_values;
     const char *format;
+};
+
+#define O(f) offsetof(struct opts, f)
+static const struct ck_opt options[] = {
+    {"json", 0, CK_OPT_SET, NULL, NULL, O(json), 0, NULL, "one JSON document instead of text"},
+    {"verify", 0, CK_OPT_SET, NULL, NULL, O(verify), 0, NULL,
+     "check every checksum the file stores; exit 1 naming\nthe file and tensor of the first "
+     "mismatch"},
+    {"values", 0, CK_OPT_STR, NULL, NULL, O(values_arg), 0, "N",
+     "also print the values of tensors of at most N elements"},
+    {"format", 0, CK_OPT_STR, NULL, NULL, O(format), 0, "NAME",
+     "skip detection: safetensors, tf-bundle, npy, npz, nnp,\nsamediff"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
 /* The CRC-32C shown for t. After a successful --verify, a tensor whose
@@ -302,61 +308,51 @@ static int parse_count(const char *arg, uint64_t *out)
     return 0;
 }
 
+struct run {
+    const char *path;
+    const struct opts *o;
+};
+
+/* Reads PATH and prints it (under ck_tensor_guarded). */
+static int inspect(void *arg)
+{
+    const struct run *r = arg;
+    const struct opts *o = r->o;
+    struct ck_tensor_set *s = NULL;
+    int err = ck_reader_open(r->path, o->format, &s);
+    if (err == 0 && o->verify)
+        err = ck_reader_verify(ck_reader_of(s), s);
+    if (err == 0)
+        err = o->json ? print_json(s, o, o->verify) : print_text(s, o, o->verify);
+    ck_tensor_set_free(s);
+    return err;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
-    static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                             {"json", no_argument, NULL, OPT_JSON},
-                                             {"verify", no_argument, NULL, OPT_VERIFY},
-                                             {"values", required_argument, NULL, OPT_VALUES},
-                                             {"format", required_argument, NULL, OPT_FORMAT},
-                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct opts o = {0};
-    int opt, rc, err;
+    int rc, err;
     ck_cli_init(&cli);
-    optind = 1;
-    /* Without the leading '+': options may follow PATH. */
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "inspect", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        switch (opt) {
-        case OPT_JSON:
-            o.json = true;
-            break;
-        case OPT_VERIFY:
-            o.verify = true;
-            break;
-        case OPT_VALUES:
-            if (parse_count(optarg, &o.values) < 0)
-                return ck_cli_usage_error("inspect", "--values takes a count, not '%s'", optarg);
-            o.want_values = true;
-            break;
-        case OPT_FORMAT:
-            if (!ck_reader_find(optarg))
-                return ck_cli_usage_error("inspect", "unknown format '%s'", optarg);
-            o.format = optarg;
-            break;
-        }
+    if ((rc = ck_cli_parse("inspect", argc, argv, options, &o, &cli, true)) != 0)
+        return rc;
+    if (o.values_arg) {
+        if (parse_count(o.values_arg, &o.values) < 0)
+            return ck_cli_usage_error("inspect", "--values takes a count, not '%s'", o.values_arg);
+        o.want_values = true;
     }
+    if (o.format && !ck_reader_find(o.format))
+        return ck_cli_usage_error("inspect", "unknown format '%s'", o.format);
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, "");
         return CK_EXIT_OK;
     }
     if (optind + 1 != argc)
         return ck_cli_usage_error("inspect", "expected one PATH");
     ck_cli_setup_logging(&cli, -1, -1);
-    struct ck_tensor_set *s = NULL;
-    const char *path = argv[optind];
-    if ((err = ck_reader_open(path, o.format, &s)) < 0)
-        return ck_cli_fail("inspect", err);
-    if (o.verify && (err = ck_reader_verify(ck_reader_of(s), s)) < 0)
-        goto out;
-    err = o.json ? print_json(s, &o, o.verify) : print_text(s, &o, o.verify);
-out:
-    ck_tensor_set_free(s);
+    struct run r = {.path = argv[optind], .o = &o};
+    /* the file truncated under us while mapped is an error, not a crash */
+    err = ck_tensor_guarded(inspect, &r);
     if (fflush(stdout) != 0 && err == 0)
         err = ck_error_os(CK_EIO, "cannot write the output");
     return err < 0 ? ck_cli_fail("inspect", err) : CK_EXIT_OK;

@@ -93,127 +93,127 @@ static int print_job(const struct ck_job *j, void *ctx)
     return 0;
 }
 
+/* list: one line (or JSON object) per job, then the counts */
+static int queue_list(sqlite3 *db, bool json)
+{
+    struct list_ctx c = {json, 0};
+    int err = ck_queue_each(db, print_job, &c);
+    if (err < 0)
+        return ck_cli_fail("queue", err);
+    int counts[4];
+    ck_queue_counts(db, counts);
+    if (!json)
+        printf("%d pending, %d running, %d done, %d failed\n", counts[0], counts[1], counts[2],
+               counts[3]);
+    return CK_EXIT_OK;
+}
+
+/* retry: failed jobs (id, or every one when 0) back to pending */
+static int queue_retry(sqlite3 *db, int64_t id)
+{
+    int n, err = ck_queue_retry(db, id, &n);
+    if (err < 0)
+        return ck_cli_fail("queue", err);
+    if (id && n == 0)
+        return ck_cli_fail("queue", ck_error(CK_ENOENT, "no failed job %lld", (long long)id));
+    printf("%d job(s) back to pending\n", n);
+    return CK_EXIT_OK;
+}
+
+/* The queue of DIR, or of the upload state folder. */
+struct queue_db {
+    struct ck_state st;   /* DIR's state, when DIR */
+    sqlite3 *own;         /* the state folder's database, else */
+    sqlite3 *db;          /* the one in use */
+    char sdir[4096];      /* its folder */
+};
+
+static int queue_open(struct queue_db *q, const char *dir, const char *state_dir)
+{
+    int err;
+    if (dir) {
+        if (!ck_is_dir(dir))
+            return ck_cli_usage_error("queue", "'%s' is not a directory", dir);
+        if ((err = ck_state_open(&q->st, dir)) < 0)
+            return ck_cli_fail("queue", err);
+        q->db = q->st.db;
+        snprintf(q->sdir, sizeof q->sdir, "%s", q->st.dir);
+    } else {
+        if ((err = ck_state_open_upload_dir(state_dir, q->sdir, sizeof q->sdir, &q->own)) < 0)
+            return ck_cli_fail("queue", err);
+        q->db = q->own;
+    }
+    if ((err = ck_queue_init(q->db)) < 0)
+        return ck_cli_fail("queue", err);
+    return 0;
+}
+
+static void queue_close(struct queue_db *q)
+{
+    if (q->own)
+        sqlite3_close(q->own);
+    if (q->st.db)
+        ck_state_close(&q->st);
+}
+
+/* run: under the same lock a scan of DIR or an upload into the state folder takes */
+static int queue_run(struct queue_db *q, const char *dir, const struct ck_config *cfg,
+                     bool progress)
+{
+    struct ck_lock lock = {.fd = -1};
+    char spool[4200];
+    int lockfd = -1;
+    int rc = dir ? ck_lock_acquire(&lock, dir) : ck_uploader_lock(q->sdir, &lockfd);
+    if (rc < 0)
+        return ck_cli_fail("queue", rc);
+    snprintf(spool, sizeof spool, "%s/spool", q->sdir);
+    rc = ck_upload_run_queue(q->db, cfg, spool, progress, "queue");
+    if (lockfd >= 0)
+        close(lockfd);
+    if (lock.fd >= 0)
+        ck_lock_release(&lock);
+    return rc;
+}
+
 int ck_cmd_queue(int argc, char **argv)
 {
     struct ck_cli cli;
-    struct ck_config cfg;
-    struct ck_state st = {0};
-    struct ck_lock lock = {.fd = -1};
     struct queue_flags fl = {.progress = isatty(2)};
-    int rc, lockfd = -1;
-    sqlite3 *db = NULL, *own_db = NULL;
-    ck_config_init(&cfg);
+    int rc;
     ck_cli_init(&cli);
     if ((rc = ck_cli_parse("queue", argc, argv, options, &fl, &cli, true)) != 0)
-        goto done;
-    const char *state_dir = fl.state_dir;
-    bool all = fl.all, json = fl.json, progress = fl.progress;
+        return rc;
     if (cli.help) {
         ck_cli_help(head, options, "");
-        rc = CK_EXIT_OK;
-        goto done;
+        return CK_EXIT_OK;
     }
     const char *sub = "list";
     if (optind < argc && (!strcmp(argv[optind], "list") || !strcmp(argv[optind], "retry") ||
                           !strcmp(argv[optind], "run")))
         sub = argv[optind++];
     int64_t id = 0;
-    if (!strcmp(sub, "retry") && !all) {
+    if (!strcmp(sub, "retry") && !fl.all) {
         char *end;
-        if (optind >= argc || (id = strtoll(argv[optind], &end, 10)) <= 0 || *end) {
-            rc = ck_cli_usage_error("queue", "retry needs a job ID or --all");
-            goto done;
-        }
+        if (optind >= argc || (id = strtoll(argv[optind], &end, 10)) <= 0 || *end)
+            return ck_cli_usage_error("queue", "retry needs a job ID or --all");
         optind++;
     }
     const char *dir = optind < argc ? argv[optind++] : NULL;
-    if (optind < argc || (dir && state_dir)) {
-        rc = ck_cli_usage_error("queue", "expected at most one of DIR and --state DIR");
-        goto done;
-    }
-    ck_config_release(&cfg); /* ck_config_for_dir starts from the defaults again */
+    if (optind < argc || (dir && fl.state_dir))
+        return ck_cli_usage_error("queue", "expected at most one of DIR and --state DIR");
+    struct ck_config cfg;
     if ((rc = ck_config_for_dir(&cfg, cli.config_path, dir)) < 0) {
-        rc = ck_cli_fail("queue", rc);
-        goto done;
+        ck_config_release(&cfg);
+        return ck_cli_fail("queue", rc);
     }
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
-    char sdir[4096], path[4200], spool[4200];
-    if (dir) {
-        if (!ck_is_dir(dir)) {
-            rc = ck_cli_usage_error("queue", "'%s' is not a directory", dir);
-            goto done;
-        }
-        if ((rc = ck_state_open(&st, dir)) < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        db = st.db;
-        snprintf(sdir, sizeof sdir, "%s", st.dir);
-    } else {
-        if (state_dir)
-            snprintf(sdir, sizeof sdir, "%s", state_dir);
-        else if ((rc = ck_uploader_default_state(sdir, sizeof sdir)) < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        if ((rc = ck_mkdirs(sdir, 0700)) < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        snprintf(path, sizeof path, "%s/state.db", sdir);
-        if ((rc = ck_state_open_db(path, &own_db)) < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        db = own_db;
-    }
-    if ((rc = ck_queue_init(db)) < 0) {
-        rc = ck_cli_fail("queue", rc);
-        goto done;
-    }
-    if (!strcmp(sub, "list")) {
-        struct list_ctx c = {json, 0};
-        if ((rc = ck_queue_each(db, print_job, &c)) < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        int counts[4];
-        ck_queue_counts(db, counts);
-        if (!json)
-            printf("%d pending, %d running, %d done, %d failed\n", counts[0], counts[1], counts[2],
-                   counts[3]);
-        rc = CK_EXIT_OK;
-    } else if (!strcmp(sub, "retry")) {
-        int n;
-        if ((rc = ck_queue_retry(db, id, &n)) < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        if (id && n == 0) {
-            rc = ck_cli_fail("queue", ck_error(CK_ENOENT, "no failed job %lld", (long long)id));
-            goto done;
-        }
-        printf("%d job(s) back to pending\n", n);
-        rc = CK_EXIT_OK;
-    } else {
-        /* run: the same lock a scan of DIR or an upload into the state folder takes */
-        rc = dir ? ck_lock_acquire(&lock, dir) : ck_uploader_lock(sdir, &lockfd);
-        if (rc < 0) {
-            rc = ck_cli_fail("queue", rc);
-            goto done;
-        }
-        snprintf(spool, sizeof spool, "%s/spool", sdir);
-        rc = ck_upload_run_queue(db, &cfg, spool, progress, "queue");
-    }
-done:
-    if (lockfd >= 0)
-        close(lockfd);
-    if (lock.fd >= 0)
-        ck_lock_release(&lock);
-    if (own_db)
-        sqlite3_close(own_db);
-    if (st.db)
-        ck_state_close(&st);
+    struct queue_db q;
+    memset(&q, 0, sizeof q);
+    if ((rc = queue_open(&q, dir, fl.state_dir)) == 0)
+        rc = !strcmp(sub, "list")    ? queue_list(q.db, fl.json)
+             : !strcmp(sub, "retry") ? queue_retry(q.db, id)
+                                     : queue_run(&q, dir, &cfg, fl.progress);
+    queue_close(&q);
     ck_config_release(&cfg);
     return rc;
 }

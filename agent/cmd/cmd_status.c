@@ -27,29 +27,43 @@
 
 #define METADATA_MAX (256u << 20)
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd status [options] DIR\n"
     "\n"
     "Shows the training status of DIR's PMF tree (metadata.yaml): status, number of\n"
     "checkpoints, the latest, and whether a watcher runs on DIR.\n"
-    "\n"
-    "  --finished            end the training as finished\n"
-    "  --failed              end the training as failed\n"
-    "                        (through the running 'ckptd watch', which registers\n"
-    "                        what is complete first and then exits; with no watcher,\n"
-    "                        directly under DIR's lock: the final pass, its events\n"
-    "                        and its uploads, as the watcher would have done)\n"
-    "  --wait                then wait until the watcher has let go of DIR (its uploads\n"
-    "                        drained, or left queued after its grace period); alone,\n"
-    "                        waits for a watcher that is ending for another reason\n"
-    "  --timeout DURATION    how long to wait for the watcher's answer, and with\n"
-    "                        --wait for its exit (default 60s each)\n"
-    "  --json                one JSON object on stdout\n" CK_CLI_HELP
+    "\n";
+static const char tail[] =
     "\n"
     "exit: 0 done, 1 the status could not be read or changed, 2 usage or config\n"
     "error, 3 DIR's lock is held by a process that did not answer\n";
 
-enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_JSON, OPT_TIMEOUT, OPT_WAIT };
+struct status_flags {
+    int to; /* -1, CK_PMF_FINISHED or CK_PMF_FAILED */
+    bool json, wait;
+    double timeout;
+};
+
+#define O(f) offsetof(struct status_flags, f)
+static const struct ck_opt options[] = {
+    {"finished", 0, CK_OPT_VALUE, NULL, NULL, O(to), CK_PMF_FINISHED, NULL,
+     "end the training as finished"},
+    {"failed", 0, CK_OPT_VALUE, NULL, NULL, O(to), CK_PMF_FAILED, NULL,
+     "end the training as failed\n"
+     "(through the running 'ckptd watch', which registers\n"
+     "what is complete first and then exits; with no watcher,\n"
+     "directly under DIR's lock: the final pass, its events\n"
+     "and its uploads, as the watcher would have done)"},
+    {"wait", 0, CK_OPT_SET, NULL, NULL, O(wait), 0, NULL,
+     "then wait until the watcher has let go of DIR (its uploads\n"
+     "drained, or left queued after its grace period); alone,\n"
+     "waits for a watcher that is ending for another reason"},
+    {"timeout", 0, CK_OPT_DURATION, NULL, NULL, O(timeout), 0, "DURATION",
+     "how long to wait for the watcher's answer, and with\n"
+     "--wait for its exit (default 60s each)"},
+    {"json", 0, CK_OPT_SET, NULL, NULL, O(json), 0, NULL, "one JSON object on stdout"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 /* No watcher: the final pass here, and everything it hands on (events,
  * uploads: agent/pipeline.h), as a watcher would have done. *upload_rc gets
@@ -189,51 +203,19 @@ static int show(const char *dir, bool json)
 
 int ck_cmd_status(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        CK_CLI_LONGOPTS,
-        {"finished", no_argument, NULL, OPT_FINISHED},
-        {"failed", no_argument, NULL, OPT_FAILED},
-        {"json", no_argument, NULL, OPT_JSON},
-        {"timeout", required_argument, NULL, OPT_TIMEOUT},
-        {"wait", no_argument, NULL, OPT_WAIT},
-        {NULL, 0, NULL, 0},
-    };
     struct ck_cli cli;
-    int to = -1, opt, rc;
-    bool json = false, wait = false;
-    double timeout = 60;
-    const char *shortopts = CK_CLI_SHORTOPTS;
+    struct status_flags fl = {.to = -1, .timeout = 60};
+    int rc;
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, shortopts + 1 /* no '+': permute */, longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "status", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        switch (opt) {
-        case OPT_FINISHED:
-        case OPT_FAILED:
-            if (to >= 0)
-                return ck_cli_usage_error("status", "--finished and --failed exclude each other");
-            to = opt == OPT_FINISHED ? CK_PMF_FINISHED : CK_PMF_FAILED;
-            break;
-        case OPT_JSON:
-            json = true;
-            break;
-        case OPT_WAIT:
-            wait = true;
-            break;
-        case OPT_TIMEOUT:
-            if (ck_parse_duration(optarg, &timeout) < 0)
-                return ck_cli_usage_error("status", "%s", ck_error_msg());
-            break;
-        }
-    }
+    if ((rc = ck_cli_parse("status", argc, argv, options, &fl, &cli, true)) != 0)
+        return rc;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, tail);
         return CK_EXIT_OK;
     }
+    int to = fl.to;
+    bool json = fl.json, wait = fl.wait;
+    double timeout = fl.timeout;
     if (optind + 1 != argc)
         return ck_cli_usage_error("status", "expected one DIR");
     const char *dir = argv[optind];

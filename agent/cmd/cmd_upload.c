@@ -122,7 +122,7 @@ int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *sp
     struct ck_upload_round r = {
         .cfg = cfg,
         .spool = spool,
-        .run = {.progress_bar = progress, .wait_retries = true}};
+        .run = {.on_progress = progress ? ck_cmd_progress_bar : NULL, .wait_retries = true}};
     int err = ck_upload_round_foreground(db, &r, &rep);
     return ck_upload_report_exit(cmd, err, &rep);
 }
@@ -165,23 +165,13 @@ int ck_cmd_upload(int argc, char **argv)
         rc = ck_cli_usage_error("upload", "'%s' does not exist", path);
         goto done;
     }
-    char sdir[4096], dbpath[4200], spool[4200];
-    if (fl.state_dir)
-        snprintf(sdir, sizeof sdir, "%s", fl.state_dir);
-    else if ((rc = ck_uploader_default_state(sdir, sizeof sdir)) < 0) {
+    char sdir[4096], spool[4200];
+    if ((rc = ck_state_open_upload_dir(fl.state_dir, sdir, sizeof sdir, &db)) < 0 ||
+        (rc = ck_queue_init(db)) < 0) {
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
-    if ((rc = ck_mkdirs(sdir, 0700)) < 0) {
-        rc = ck_cli_fail("upload", rc);
-        goto done;
-    }
-    snprintf(dbpath, sizeof dbpath, "%s/state.db", sdir);
     snprintf(spool, sizeof spool, "%s/spool", sdir);
-    if ((rc = ck_state_open_db(dbpath, &db)) < 0 || (rc = ck_queue_init(db)) < 0) {
-        rc = ck_cli_fail("upload", rc);
-        goto done;
-    }
     /* queue first (safe beside a running queue: one transaction each) */
     int queued = 0;
     bool added = false;

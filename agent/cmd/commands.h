@@ -24,6 +24,9 @@ struct ck_config;
 struct ck_upload_report;
 int ck_upload_run_queue(sqlite3 *db, const struct ck_config *cfg, const char *spool,
                         bool progress, const char *cmd);
+/* The uploader's on_progress for a terminal: one bar on stderr (progress.c). */
+struct ck_upload_progress;
+void ck_cmd_progress_bar(void *arg, const struct ck_upload_progress *p);
 /* The exit code of an upload round (err its error, else its report), with
  * what went wrong on stderr as "ckptd CMD: ...". */
 int ck_upload_report_exit(const char *cmd, int err, const struct ck_upload_report *rep);

@@ -153,6 +153,67 @@ static void pm_step(void *arg)
         p->deadline = (int64_t)(ck_mono_s() * 1000) + 5;
 }
 
+/* A poller that, on its first step, closes its pipe and opens a new one under
+ * the same fd number with a byte waiting (as a helper ending and the next one
+ * starting in one step): the loop must report the new fd too. */
+struct reuse {
+    int fd, wfd, steps;
+    struct ck_loop *loop;
+};
+
+static int ru_fds(void *arg, struct pollfd *fds, int max)
+{
+    struct reuse *r = arg;
+    if (max < 1)
+        return 0;
+    fds[0] = (struct pollfd){r->fd, POLLIN, 0};
+    return 1;
+}
+
+static void ru_step(void *arg)
+{
+    struct reuse *r = arg;
+    char c;
+    if (read(r->fd, &c, 1) != 1)
+        return;
+    if (++r->steps == 2) {
+        ck_loop_stop(r->loop);
+        return;
+    }
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    close(r->wfd);
+    assert_int_equal(dup2(p[0], r->fd), r->fd); /* the same number, a new pipe */
+    close(p[0]);
+    r->wfd = p[1];
+    assert_int_equal(write(r->wfd, "y", 1), 1);
+}
+
+static void on_give_up(struct ck_loop *loop, void *arg)
+{
+    (void)arg;
+    ck_loop_stop(loop);
+}
+
+static void loop_poller_fd_number_reused(void **state)
+{
+    (void)state;
+    struct ck_loop *loop;
+    struct ck_loop_handler *h, *t;
+    int p[2];
+    assert_int_equal(ck_loop_new(&loop), 0);
+    assert_int_equal(pipe(p), 0);
+    struct reuse r = {p[0], p[1], 0, loop};
+    static const struct ck_loop_poller ops = {ru_fds, NULL, ru_step};
+    assert_int_equal(ck_loop_add_poller(loop, &ops, &r, &h), 0);
+    assert_int_equal(ck_loop_add_timer(loop, 5, 0, on_give_up, NULL, &t), 0);
+    assert_int_equal(write(r.wfd, "x", 1), 1);
+    assert_int_equal(ck_loop_run(loop), 0);
+    assert_int_equal(r.steps, 2); /* not 1: the byte in the new pipe was seen */
+    ck_loop_free(loop);
+    close(r.fd), close(r.wfd);
+}
+
 static void loop_poller_fds_and_deadline(void **state)
 {
     (void)state;
@@ -345,6 +406,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(loop_periodic_timer_and_rearm),
     cmocka_unit_test(loop_remove_inside_a_callback),
     cmocka_unit_test(loop_poller_fds_and_deadline),
+    cmocka_unit_test(loop_poller_fd_number_reused),
     cmocka_unit_test(pathmap_put_get_del_tree),
     cmocka_unit_test(settle_waits_for_the_window),
     cmocka_unit_test(settle_forgets_what_vanishes),
