@@ -89,6 +89,7 @@ struct watcher {
      * over until this deadline (ck_mono_s), see handover() */
     double handover_until;
     double final_window; /* the settle window, shortened to what the grace allows */
+    struct timespec handover_real; /* when the hand-over began (CLOCK_REALTIME) */
     size_t young;        /* checkpoints the last final pass found too fresh */
 };
 
@@ -255,7 +256,12 @@ static bool admit_final(void *arg, const struct ck_candidate *c)
         double age = (double)(now.tv_sec - st.st_mtim.tv_sec) +
                      (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
         if (age < w->final_window || (w->cfg.watch_check_writers && ck_settle_has_writer(path))) {
-            w->young++;
+            /* written before the signal: worth another pass; after it, the
+             * trainer is still running and this one is the next start's */
+            if (st.st_mtim.tv_sec < w->handover_real.tv_sec ||
+                (st.st_mtim.tv_sec == w->handover_real.tv_sec &&
+                 st.st_mtim.tv_nsec <= w->handover_real.tv_nsec))
+                w->young++;
             return false;
         }
     }
@@ -439,6 +445,7 @@ static void handover(struct watcher *w)
 {
     double t0 = ck_mono_s(), grace = w->cfg.watch_grace_period;
     w->handover_until = t0 + grace;
+    clock_gettime(CLOCK_REALTIME, &w->handover_real);
     w->final_window = grace / 4 < w->cfg.watch_settle ? grace / 4 : w->cfg.watch_settle;
     size_t passes = 0;
     do {
