@@ -20,10 +20,12 @@
  * secret: credentials are "env:NAME"/"file:/path" references or "env". */
 struct ck_store_spec {
     char *url; /* s3://bucket/prefix, http(s)://host/path, sftp://user@host/path, file:///path */
-    char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default AWS) */
-    char *region;      /* s3: signing region (default us-east-1) */
-    char *credentials; /* s3: "env" (AWS_* variables, the default) or "file:/path" (AWS credentials
-                        * format, mode 0600); http: reference to "user:password" (basic) or a token
+    char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default: the
+                        * AWS CLI's order, awsconfig.h, else AWS) */
+    char *region;      /* s3: signing region (default: the AWS CLI's order, else us-east-1) */
+    char *credentials; /* s3: "env" (AWS_* variables only) or "file:/path" (AWS credentials
+                        * format, mode 0600); unset: the AWS CLI's chain (awscred.h);
+                        * http: reference to "user:password" (basic) or a token
                         * (bearer); sftp: reference to the key's passphrase, if any */
     char *auth;     /* http: "basic" or "bearer" (default: none, or basic when credentials set) */
     char *key_file; /* sftp: private key (ed25519), mode 0600 */

@@ -299,7 +299,9 @@ class FlakyProxy:
     upstream (host, port) unchanged, Host header included (so SigV4
     signatures stay valid). requests lists (method, path, status) seen."""
 
-    def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None):
+    def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None, gate=None):
+        # gate(method, path, headers) -> None to go on, or (status, body) to answer instead
+        self.gate = gate
         self.statuses = list(statuses)
         self.retry_after = retry_after
         self.fail_methods = fail_methods
@@ -315,8 +317,19 @@ class FlakyProxy:
                 pass
 
             def _handle(self):
+                # the gate decides on the headers, as S3 does before the body arrives
+                refused = outer.gate(self.command, self.path, self.headers) if outer.gate else None
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
+                if refused:
+                    with outer.lock:
+                        outer.requests.append((self.command, self.path, refused[0]))
+                    self.send_response(refused[0])
+                    self.send_header("Content-Length", str(len(refused[1])))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(refused[1])
+                    return
                 with outer.lock:
                     scripted = None
                     if outer.statuses and (not outer.fail_methods or
