@@ -604,9 +604,9 @@ static int container_config(struct ck_awscred *c)
     if (rel) {
         /* CKPTD_TEST_ECS_HOST lets the tests stand in for 169.254.170.2 */
         const char *host = env("CKPTD_TEST_ECS_HOST") ? env("CKPTD_TEST_ECS_HOST") : ECS_HOST;
-        if (rel[0] != '/' || strlen(host) + strlen(rel) >= sizeof c->container_url)
+        int n = snprintf(c->container_url, sizeof c->container_url, "%s%s", host, rel);
+        if (rel[0] != '/' || n < 0 || (size_t)n >= sizeof c->container_url)
             return ck_error(CK_ECONFIG, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI must be a path");
-        snprintf(c->container_url, sizeof c->container_url, "%s%s", host, rel);
     } else if (full) {
         if (!container_host_allowed(full) || strlen(full) >= sizeof c->container_url)
             return ck_error(CK_ECONFIG,
