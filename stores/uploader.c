@@ -8,6 +8,7 @@
 #include "common/yamlutil.h"
 #include "stores/bundle.h"
 #include "stores/net.h"
+#include "stores/pmftree.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -218,7 +219,16 @@ int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, siz
 {
     struct ck_strlist files = {0};
     int err;
+    bool wrote;
     *queued = 0;
+    /* an empty data/initialisation/ would not survive the trip (pmftree.h) */
+    if (ck_pmftree_mark_empty_init(root, &wrote) < 0) {
+        ck_warn("upload.init_readme", "error=\"%s\": the remote copy will lack "
+                "data/initialisation/", ck_error_msg());
+        ck_error_clear();
+    } else if (wrote) {
+        ck_info("upload.init_readme", "path=\"%s/%s\"", root, CK_PMFTREE_INIT_README);
+    }
     if ((err = pmf_files(root, &files)) < 0)
         goto out;
     err = enqueue(db, stores, nstores, root, (const char *const *)files.items, files.n,
