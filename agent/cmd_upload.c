@@ -43,7 +43,8 @@ static const char help[] =
     "  --compress zstd       send files as NAME.zst (the original's SHA-256 is recorded)\n"
     "  --bundle              send a tree as one NAME.tar.zst\n"
     "  --no-move             http: PUT to the final name (no temporary + MOVE)\n"
-    "  --concurrency N       parallel parts (default 8)\n"
+    "  --concurrency N       parallel parts per file (default 8)\n"
+    "  --transfers N         files in flight at once (default 4)\n"
     "  --max-rate SIZE       bandwidth cap, bytes per second (50MiB)\n"
     "  --part-size SIZE      multipart part size (default 8MiB)\n"
     "  --multipart-threshold SIZE   (default 64MiB)\n"
@@ -80,6 +81,7 @@ enum {
     O_STATE,
     O_QONLY,
     O_NOPROG,
+    O_TRANSFERS,
 };
 
 static int set_size(const char *v, uint64_t *out, const char *opt)
@@ -196,6 +198,7 @@ int ck_cmd_upload(int argc, char **argv)
         {"bundle", no_argument, NULL, O_BUNDLE},
         {"no-move", no_argument, NULL, O_NOMOVE},
         {"concurrency", required_argument, NULL, O_CONC},
+        {"transfers", required_argument, NULL, O_TRANSFERS},
         {"max-rate", required_argument, NULL, O_RATE},
         {"part-size", required_argument, NULL, O_PART},
         {"multipart-threshold", required_argument, NULL, O_THRESH},
@@ -210,7 +213,7 @@ int ck_cmd_upload(int argc, char **argv)
     const char *state_dir = NULL;
     bool queue_only = false, progress = isatty(2);
     uint64_t rate = 0, part = 0, thresh = 0;
-    int conc = 0, retries = -1, opt, rc, lockfd = -1;
+    int conc = 0, transfers = 0, retries = -1, opt, rc, lockfd = -1;
     sqlite3 *db = NULL;
     memset(&flags, 0, sizeof flags);
     memset(&spec, 0, sizeof spec);
@@ -256,6 +259,11 @@ int ck_cmd_upload(int argc, char **argv)
             conc = atoi(optarg);
             if (conc < 1 || conc > 64)
                 rc = ck_error(CK_EUSAGE, "--concurrency: 1 to 64");
+            break;
+        case O_TRANSFERS:
+            transfers = atoi(optarg);
+            if (transfers < 1 || transfers > 64)
+                rc = ck_error(CK_EUSAGE, "--transfers: 1 to 64");
             break;
         case O_RETRIES:
             retries = atoi(optarg);
@@ -309,6 +317,8 @@ int ck_cmd_upload(int argc, char **argv)
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
     if (conc)
         cfg.upload.concurrency = conc;
+    if (transfers)
+        cfg.upload.transfers = transfers;
     if (retries >= 0)
         cfg.upload.retries = retries;
     if (rate)

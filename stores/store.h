@@ -40,7 +40,8 @@ struct ck_upload_opts {
     uint64_t part_size;           /* multipart part size (default 8 MiB, at least 5 MiB) */
     uint64_t multipart_threshold; /* files this size or larger go multipart (default 64 MiB) */
     uint64_t max_rate;            /* bytes per second over all transfers; 0: no cap */
-    int concurrency;              /* parallel parts (default 8) */
+    int concurrency;              /* parallel parts per object (default 8) */
+    int transfers;                /* objects in flight per run (default 4, as rclone --transfers) */
     int retries;                  /* attempts after the first, per request (default 6) */
     double retry_base;            /* first backoff in seconds (default 0.5) */
     double retry_cap;             /* longest backoff (default 60) */

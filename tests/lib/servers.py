@@ -307,6 +307,8 @@ class FlakyProxy:
         self.fail_methods = fail_methods
         self.requests = []
         self.headers = []  # (method, path, request headers) of forwarded requests
+        self.timeline = []  # (method, path, start, end) of forwarded requests, monotonic seconds
+        self.inflight = self.max_inflight = 0  # forwarded requests being served at once
         self.lock = threading.Lock()
         outer = self
 
@@ -317,6 +319,18 @@ class FlakyProxy:
                 pass
 
             def _handle(self):
+                # counted from the request's arrival, its body included
+                self.t0 = time.monotonic()
+                with outer.lock:
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                try:
+                    self._serve()
+                finally:
+                    with outer.lock:
+                        outer.inflight -= 1
+
+            def _serve(self):
                 # the gate decides on the headers, as S3 does before the body arrives
                 refused = outer.gate(self.command, self.path, self.headers) if outer.gate else None
                 n = int(self.headers.get("Content-Length") or 0)
@@ -370,6 +384,8 @@ class FlakyProxy:
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 c.close()
+                with outer.lock:
+                    outer.timeline.append((self.command, self.path, self.t0, time.monotonic()))
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_MOVE = do_MKCOL = _handle
 
