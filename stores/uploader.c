@@ -529,7 +529,10 @@ static void report_outcome(struct run *r, const struct ck_job *j, const char *wh
     if (!r->ro || !r->ro->on_job)
         return;
     struct ck_upload_outcome o = {ok, where, j->key, j->src, j->size, secs, sha256, error};
+    /* one at a time, with the database's lock: callers record events in it */
+    db_lock(r);
     r->ro->on_job(r->ro->on_job_arg, &o);
+    db_unlock(r);
 }
 
 static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct ck_upload_ctl *ctl,

@@ -53,7 +53,9 @@ struct ck_uploader_run_opts {
     bool wait_retries; /* wait for jobs whose retry time has not come yet (until the deadline) */
     int job_attempts;  /* a job fails for good after this many failed runs (default 3) */
     /* Called after each job that ended (done, or failed for good), on the
-     * thread running the queue: the agent turns it into an upload.* event. */
+     * transfer thread that ran it (upload.transfers run at once), one call at
+     * a time and while no transfer uses the database: the agent turns it into
+     * an upload.* event, recorded through the same connection. */
     void (*on_job)(void *arg, const struct ck_upload_outcome *o);
     void *on_job_arg;
 };
