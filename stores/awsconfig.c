@@ -223,8 +223,7 @@ int ck_awsprofile_open(struct ck_awsprofile *p)
         return ck_error(CK_ECONFIG, "AWS_PROFILE: the profile name is too long");
     snprintf(p->name, sizeof p->name, "%s", name ? name : "default");
     default_path(p->config_path, sizeof p->config_path, "AWS_CONFIG_FILE", "config");
-    default_path(p->creds_path, sizeof p->creds_path, "AWS_SHARED_CREDENTIALS_FILE",
-                 "credentials");
+    default_path(p->creds_path, sizeof p->creds_path, "AWS_SHARED_CREDENTIALS_FILE", "credentials");
     int err;
     if ((err = ck_awsini_load(&p->config, p->config_path)) < 0 ||
         (err = ck_awsini_load(&p->creds, p->creds_path)) < 0) {
@@ -266,8 +265,7 @@ const char *ck_awsprofile_creds(const struct ck_awsprofile *p, const char *key)
     return v && *v ? v : NULL;
 }
 
-void ck_awsconfig_region(char *out, size_t outsz, const char *given,
-                         const struct ck_awsprofile *p)
+void ck_awsconfig_region(char *out, size_t outsz, const char *given, const struct ck_awsprofile *p)
 {
     const char *r = given && *given ? given : NULL;
     if (!r)

@@ -32,10 +32,10 @@ void ck_awsini_free(struct ck_awsini *f);
 /* One profile of the shared files. Owned fields; release with
  * ck_awsprofile_release. */
 struct ck_awsprofile {
-    char name[128];         /* AWS_PROFILE, AWS_DEFAULT_PROFILE, or "default" */
-    bool named;             /* the name came from the environment */
-    char config_path[1024]; /* AWS_CONFIG_FILE or ~/.aws/config */
-    char creds_path[1024];  /* AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials */
+    char name[128];                   /* AWS_PROFILE, AWS_DEFAULT_PROFILE, or "default" */
+    bool named;                       /* the name came from the environment */
+    char config_path[1024];           /* AWS_CONFIG_FILE or ~/.aws/config */
+    char creds_path[1024];            /* AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials */
     struct ck_awsini *config, *creds; /* NULL when the file is absent */
 };
 
@@ -50,8 +50,7 @@ const char *ck_awsprofile_creds(const struct ck_awsprofile *p, const char *key);
 
 /* The signing region: given (region: / --region), AWS_REGION,
  * AWS_DEFAULT_REGION, the profile's region, else "us-east-1". */
-void ck_awsconfig_region(char *out, size_t outsz, const char *given,
-                         const struct ck_awsprofile *p);
+void ck_awsconfig_region(char *out, size_t outsz, const char *given, const struct ck_awsprofile *p);
 /* A service's endpoint: given (endpoint: / --endpoint), AWS_ENDPOINT_URL_<SERVICE>,
  * AWS_ENDPOINT_URL, the profile's "<service>.endpoint_url", its
  * "endpoint_url"; "" when none (the service's AWS default). service is the

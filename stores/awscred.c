@@ -23,8 +23,8 @@
 #define IMDS_HOST "http://169.254.169.254"
 
 enum src { SRC_EXPLICIT, SRC_ENV, SRC_WEB_IDENTITY, SRC_SHARED, SRC_CONTAINER, SRC_IMDS };
-static const char *const src_names[] = {"config", "environment", "web-identity",
-                                        "shared-files", "container", "instance-metadata"};
+static const char *const src_names[] = {"config",       "environment", "web-identity",
+                                        "shared-files", "container",   "instance-metadata"};
 
 struct ck_awscred {
     pthread_mutex_t mu;
@@ -61,8 +61,10 @@ long long ck_awscred_parse_time(const char *s)
 {
     struct tm tm = {0};
     int n = 0;
-    if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &n) != 6 || n != 19)
+    if (!s ||
+        sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &n) != 6 ||
+        n != 19)
         return -1;
     const char *p = s + n;
     if (*p == '.')
@@ -121,11 +123,21 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
             if (ch == '\\') {
                 c++;
                 switch (*c) {
-                case 'n': ch = '\n'; break;
-                case 't': ch = '\t'; break;
-                case 'r': ch = '\r'; break;
-                case 'b': ch = '\b'; break;
-                case 'f': ch = '\f'; break;
+                case 'n':
+                    ch = '\n';
+                    break;
+                case 't':
+                    ch = '\t';
+                    break;
+                case 'r':
+                    ch = '\r';
+                    break;
+                case 'b':
+                    ch = '\b';
+                    break;
+                case 'f':
+                    ch = '\f';
+                    break;
                 case 'u': {
                     unsigned v = 0;
                     if (sscanf(c + 1, "%4x", &v) != 1 || v > 0x7f)
@@ -134,8 +146,11 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
                     c += 4;
                     break;
                 }
-                case '\0': return false;
-                default: ch = *c; break;
+                case '\0':
+                    return false;
+                default:
+                    ch = *c;
+                    break;
                 }
             }
             if (o + 1 >= outsz)
@@ -152,9 +167,9 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
 
 bool ck_awscred_is_expired_code(const char *code)
 {
-    static const char *const codes[] = {"ExpiredToken", "ExpiredTokenException",
+    static const char *const codes[] = {"ExpiredToken",         "ExpiredTokenException",
                                         "TokenRefreshRequired", "RequestExpired",
-                                        "InvalidToken", "InvalidAccessKeyId"};
+                                        "InvalidToken",         "InvalidAccessKeyId"};
     for (size_t i = 0; code && i < sizeof codes / sizeof *codes; i++)
         if (!strcmp(code, codes[i]))
             return true;
@@ -176,8 +191,7 @@ static size_t body_cb(char *data, size_t size, size_t n, void *ud)
 /* One request; *status is the HTTP status (0 when none came back). Tries
  * again after a connection error or a 5xx, attempts times. */
 static int fetch(const char *what, const char *method, const char *url, struct curl_slist *hd,
-                 const char *body, long timeout_s, int attempts, struct ck_buf *out,
-                 long *status)
+                 const char *body, long timeout_s, int attempts, struct ck_buf *out, long *status)
 {
     CURL *h = curl_easy_init();
     if (!h)
@@ -219,8 +233,8 @@ static int fetch(const char *what, const char *method, const char *url, struct c
             break;
         }
         if (cc != CURLE_OK)
-            err = ck_error(CK_ENET, "%s: %s (%s)", what, errbuf[0] ? errbuf : curl_easy_strerror(cc),
-                           where);
+            err = ck_error(CK_ENET, "%s: %s (%s)", what,
+                           errbuf[0] ? errbuf : curl_easy_strerror(cc), where);
         else
             err = ck_error(CK_ENET, "%s: HTTP %ld (%s)", what, *status, where);
     }
@@ -272,8 +286,7 @@ static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long l
         goto out;
     }
     size_t encsz = tok.len * 3 + 1;
-    if (!(enc = malloc(encsz)) ||
-        ck_store_encode(enc, encsz, ck_buf_str(&tok), false) < 0 ||
+    if (!(enc = malloc(encsz)) || ck_store_encode(enc, encsz, ck_buf_str(&tok), false) < 0 ||
         ck_store_encode(arn, sizeof arn, c->role_arn, false) < 0 ||
         ck_store_encode(name, sizeof name, c->session_name, false) < 0) {
         err = ck_error(CK_ECONFIG, "web identity: the role ARN or the token is too long");
@@ -338,8 +351,8 @@ static int parse_json_creds(const char *json, const char *what, struct ck_awskey
     if (ck_awscred_json_str(json, "Code", code, sizeof code) && strcmp(code, "Success"))
         return ck_error(CK_EAUTH, "%s: the service answered Code '%s'", what, code);
     if (!ck_awscred_json_str(json, "AccessKeyId", nk.id, sizeof nk.id) ||
-        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) ||
-        !nk.id[0] || !nk.secret[0]) {
+        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) || !nk.id[0] ||
+        !nk.secret[0]) {
         ck_awskeys_wipe(&nk);
         return ck_error(CK_ENET, "%s: the answer has no AccessKeyId and SecretAccessKey", what);
     }
@@ -366,8 +379,9 @@ static int fetch_container(struct ck_awscred *c, struct ck_awskeys *k, long long
     const char *what = "container credentials";
     if (c->container_token_file[0]) {
         if (ck_read_file(c->container_token_file, TOKEN_FILE_MAX, &tok) < 0) {
-            err = ck_error(CK_ECONFIG, "%s: cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE '%s'",
-                           what, c->container_token_file);
+            err =
+                ck_error(CK_ECONFIG, "%s: cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE '%s'",
+                         what, c->container_token_file);
             goto out;
         }
         while (tok.len && (tok.data[tok.len - 1] == '\n' || tok.data[tok.len - 1] == '\r'))
@@ -436,8 +450,10 @@ static int fetch_imds(struct ck_awscred *c, struct ck_awskeys *k, long long *exp
         goto out;
     size_t rl = strcspn(ck_buf_str(&resp), "\r\n");
     if (status != 200 || rl == 0 || rl >= sizeof role ||
-        strspn(resp.data, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+=,.@_-") < rl) {
-        err = ck_error(CK_ENET, "%s: no IAM role attached to this instance (HTTP %ld)", what, status);
+        strspn(resp.data, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+=,.@_-") <
+            rl) {
+        err =
+            ck_error(CK_ENET, "%s: no IAM role attached to this instance (HTTP %ld)", what, status);
         goto out;
     }
     memcpy(role, resp.data, rl);
@@ -500,9 +516,9 @@ static int from_explicit_file(struct ck_awscred *c, const char *ref)
                          ck_awsini_get(f, sec, "aws_session_token"), ref)
               : ck_error(CK_ECONFIG, "credentials '%s': no section in it", ref);
     if (err < 0)
-        err = ck_error(CK_ECONFIG,
-                       "credentials '%s': no aws_access_key_id and aws_secret_access_key in it",
-                       ref);
+        err =
+            ck_error(CK_ECONFIG,
+                     "credentials '%s': no aws_access_key_id and aws_secret_access_key in it", ref);
     ck_awsini_free(f);
     snprintf(c->where, sizeof c->where, "%s", ref + 5);
     return err;
@@ -546,7 +562,8 @@ static int web_identity_config(struct ck_awscred *c, const struct ck_awsprofile 
         return 0;
     if (strlen(file) >= sizeof c->token_file || strlen(arn) >= sizeof c->role_arn ||
         (name && strlen(name) >= sizeof c->session_name))
-        return ck_error(CK_ECONFIG, "web identity: the token file, role or session name is too long");
+        return ck_error(CK_ECONFIG,
+                        "web identity: the token file, role or session name is too long");
     snprintf(c->token_file, sizeof c->token_file, "%s", file);
     snprintf(c->role_arn, sizeof c->role_arn, "%s", arn);
     if (name)
@@ -564,21 +581,26 @@ static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p)
         return set_keys(&c->keys, id, ck_awsprofile_creds(p, "aws_secret_access_key"),
                         ck_awsprofile_creds(p, "aws_session_token"), c->where) == 0
                    ? 1
-                   : ck_error(CK_ECONFIG, "'%s' profile '%s': aws_access_key_id without "
-                                          "aws_secret_access_key", p->creds_path, p->name);
+                   : ck_error(CK_ECONFIG,
+                              "'%s' profile '%s': aws_access_key_id without "
+                              "aws_secret_access_key",
+                              p->creds_path, p->name);
     }
     if ((id = ck_awsprofile_config(p, "aws_access_key_id"))) {
         snprintf(c->where, sizeof c->where, "%s [profile %s]", p->config_path, p->name);
         return set_keys(&c->keys, id, ck_awsprofile_config(p, "aws_secret_access_key"),
                         ck_awsprofile_config(p, "aws_session_token"), c->where) == 0
                    ? 1
-                   : ck_error(CK_ECONFIG, "'%s' profile '%s': aws_access_key_id without "
-                                          "aws_secret_access_key", p->config_path, p->name);
+                   : ck_error(CK_ECONFIG,
+                              "'%s' profile '%s': aws_access_key_id without "
+                              "aws_secret_access_key",
+                              p->config_path, p->name);
     }
     return 0;
 }
 
-/* Full URIs must stay on this host or the known link-local agents, or use TLS (as the SDKs check). */
+/* Full URIs must stay on this host or the known link-local agents, or use TLS (as the SDKs check).
+ */
 static bool container_host_allowed(const char *url)
 {
     if (!strncmp(url, "https://", 8))
@@ -586,8 +608,8 @@ static bool container_host_allowed(const char *url)
     if (strncmp(url, "http://", 7))
         return false;
     const char *h = url + 7;
-    static const char *const ok[] = {"127.", "localhost", "[::1]", "169.254.170.2",
-                                     "169.254.170.23", "[fd00:ec2::23]"};
+    static const char *const ok[] = {"127.",          "localhost",      "[::1]",
+                                     "169.254.170.2", "169.254.170.23", "[fd00:ec2::23]"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         size_t l = strlen(ok[i]);
         if (!strncmp(h, ok[i], l) &&
@@ -677,8 +699,7 @@ static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awspro
     c->kind = SRC_SHARED;
     if ((err = from_shared(c, p)) != 0)
         return err < 0 ? err : 0;
-    ck_buf_printf(tried, ", profile '%s' in '%s' and '%s'", p->name, p->creds_path,
-                  p->config_path);
+    ck_buf_printf(tried, ", profile '%s' in '%s' and '%s'", p->name, p->creds_path, p->config_path);
     c->kind = SRC_CONTAINER;
     if ((err = container_config(c)) < 0)
         return err;
@@ -712,12 +733,13 @@ int ck_awscred_open(struct ck_awscred **out, const char *explicit_ref,
         ck_awscred_free(c);
         return err;
     }
+    /* debug: the watcher opens its stores every round (ckptd upload -v shows it) */
     if (c->expiry)
-        ck_info("s3.credentials", "store=\"%s\" source=%s from=\"%s\" expires_in=%llds", label,
-                src_names[c->kind], c->where, c->expiry - now_s());
+        ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\" expires_in=%llds", label,
+                 src_names[c->kind], c->where, c->expiry - now_s());
     else
-        ck_info("s3.credentials", "store=\"%s\" source=%s from=\"%s\"", label, src_names[c->kind],
-                c->where);
+        ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\"", label, src_names[c->kind],
+                 c->where);
     *out = c;
     return 0;
 }
@@ -758,8 +780,8 @@ int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
 {
     int err = 0;
     pthread_mutex_lock(&c->mu);
-    if (c->expiry && (c->kind == SRC_WEB_IDENTITY || c->kind == SRC_CONTAINER ||
-                      c->kind == SRC_IMDS)) {
+    if (c->expiry &&
+        (c->kind == SRC_WEB_IDENTITY || c->kind == SRC_CONTAINER || c->kind == SRC_IMDS)) {
         long long now = now_s(), life = c->expiry - c->fetched;
         long long window = life / 2 < 300 ? life / 2 : 300;
         if (now >= c->expiry - window && (err = renew(c, "expiring")) < 0) {

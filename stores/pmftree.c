@@ -26,8 +26,7 @@ static bool is_null(yaml_node_t *n)
     if (!n || n->type != YAML_SCALAR_NODE || n->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
         return false;
     const char *v = (const char *)n->data.scalar.value;
-    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") ||
-           !strcmp(v, "NULL");
+    return !*v || !strcmp(v, "~") || !strcmp(v, "null") || !strcmp(v, "Null") || !strcmp(v, "NULL");
 }
 
 static yaml_node_t *child(struct ck_yaml_doc *d, yaml_node_t *n, const char *key)

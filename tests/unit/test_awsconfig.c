@@ -14,10 +14,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const vars[] = {
-    "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-    "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"};
+static const char *const vars[] = {"AWS_PROFILE",
+                                   "AWS_DEFAULT_PROFILE",
+                                   "AWS_CONFIG_FILE",
+                                   "AWS_SHARED_CREDENTIALS_FILE",
+                                   "AWS_REGION",
+                                   "AWS_DEFAULT_REGION",
+                                   "AWS_ENDPOINT_URL",
+                                   "AWS_ENDPOINT_URL_S3",
+                                   "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"};
 
 static void clean_env(void)
 {
