@@ -364,15 +364,7 @@ int ck_cmd_upload(int argc, char **argv)
         char root[4096];
         if (!realpath(path, root))
             snprintf(root, sizeof root, "%s", path);
-        /* a PMF tree (metadata.yaml and data/) sends the tree only, never the
-         * trainer's files beside it; any other folder goes whole */
-        char meta[4200], data[4200];
-        snprintf(meta, sizeof meta, "%s/metadata.yaml", root);
-        snprintf(data, sizeof data, "%s/data", root);
-        if (ck_exists(meta) && ck_is_dir(data))
-            rc = ck_uploader_enqueue_pmf(db, &spec, 1, root, &queued);
-        else
-            rc = ck_uploader_enqueue_tree(db, &spec, 1, root, NULL, 0, &queued);
+        rc = ck_uploader_enqueue_tree(db, &spec, 1, root, NULL, 0, &queued);
     } else {
         char real[4096];
         if (!realpath(path, real))

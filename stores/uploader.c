@@ -106,6 +106,13 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued)
 {
+    /* a PMF tree (metadata.yaml and data/) sends the tree only, never the
+     * trainer's files beside it (issue 17); any other folder goes whole */
+    char meta[4200], data[4200];
+    snprintf(meta, sizeof meta, "%s/metadata.yaml", root);
+    snprintf(data, sizeof data, "%s/data", root);
+    if (!changed && ck_exists(meta) && ck_is_dir(data))
+        return ck_uploader_enqueue_pmf(db, stores, nstores, root, queued);
     return enqueue(db, stores, nstores, root, changed, nchanged, CK_JOB_BUNDLE, queued);
 }
 

@@ -24,7 +24,9 @@ int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, con
  * root/metadata.yaml last when it exists. A store with bundle: true gets one
  * job for NAME.tar.zst (NAME: root's folder name) instead; with compress:
  * true, data files are queued as KEY.zst (metadata.yaml stays plain).
- * *queued counts the jobs added. */
+ * *queued counts the jobs added. With changed NULL, a root that is a PMF
+ * tree (metadata.yaml and data/) is queued as ck_uploader_enqueue_pmf does:
+ * the tree only, not the trainer's files beside it. */
 int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued);
