@@ -30,9 +30,10 @@ struct ck_awscred {
     pthread_mutex_t mu;
     enum src kind;
     struct ck_awskeys keys;
-    long long expiry;  /* seconds since the epoch; 0: the keys do not expire */
-    long long fetched; /* when they were fetched */
-    char where[2200];  /* the file or profile the keys came from (no secret) */
+    long long expiry;   /* seconds since the epoch; 0: the keys do not expire */
+    long long fetched;  /* when they were fetched */
+    long long retry_at; /* after a failed early renewal, not before this (s) */
+    char where[2200];   /* the file or profile the keys came from (no secret) */
     /* what a refresh needs */
     char role_arn[2048], token_file[1024], session_name[128], sts_url[600];
     char container_url[1200], container_token_file[1024];
@@ -784,7 +785,10 @@ int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
         (c->kind == SRC_WEB_IDENTITY || c->kind == SRC_CONTAINER || c->kind == SRC_IMDS)) {
         long long now = now_s(), life = c->expiry - c->fetched;
         long long window = life / 2 < 300 ? life / 2 : 300;
-        if (now >= c->expiry - window && (err = renew(c, "expiring")) < 0) {
+        /* a renewal that failed is tried again after 10 s, not by every request */
+        if (now >= c->expiry - window && (now >= c->expiry || now >= c->retry_at) &&
+            (err = renew(c, "expiring")) < 0) {
+            c->retry_at = now + 10;
             if (now < c->expiry) {
                 ck_warn("s3.credentials.refresh_failed",
                         "source=%s expires_in=%llds error=\"%s\" (keeping the current keys)",
