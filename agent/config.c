@@ -102,6 +102,7 @@ static const struct key keys[] = {
      " credentials: s3 env | file:/path, http/sftp env:NAME | file:/path, auth: basic|bearer, key,"
      " host_key, compress: zstd, bundle: true, move: false}"},
     {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 8)"},
+    {"upload.transfers", T_CUSTOM, 0, parse_upload_opt, "files in flight at once (default 4)"},
     {"upload.max_rate", T_CUSTOM, 0, parse_upload_opt,
      "bandwidth cap over all uploads, bytes per second like 50MiB (default: none)"},
     {"upload.part_size", T_CUSTOM, 0, parse_upload_opt, "multipart part size (default 8MiB, min 5MiB)"},
@@ -439,12 +440,13 @@ static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key
     struct ck_yaml_value v;
     int err;
     ck_yaml_resolve(n, &v);
-    if (!strcmp(name, "concurrency") || !strcmp(name, "retries")) {
+    if (!strcmp(name, "concurrency") || !strcmp(name, "retries") || !strcmp(name, "transfers")) {
         if (v.type != CK_Y_INT || v.i < 0 || v.i > 64)
             return bad(c, n, key, "must be a whole number from 0 to 64");
-        if (name[0] == 'c' && v.i < 1)
+        if (name[0] != 'r' && v.i < 1)
             return bad(c, n, key, "must be at least 1");
-        *(name[0] == 'c' ? &o->concurrency : &o->retries) = (int)v.i;
+        *(name[0] == 'c' ? &o->concurrency : name[0] == 't' ? &o->transfers : &o->retries) =
+            (int)v.i;
         return 0;
     }
     if ((err = scalar_str(c, n, key, &s)) < 0)

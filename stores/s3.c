@@ -14,7 +14,8 @@
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
-#include "common/secret.h"
+#include "stores/awsconfig.h"
+#include "stores/awscred.h"
 #include "stores/net.h"
 #include "stores/store.h"
 #include "common/codec.h"
@@ -42,7 +43,7 @@ struct s3 {
     char prefix[1024];
     char endpoint[512];
     char sigv4[128];
-    char *key_id, *secret, *token; /* owned; wiped on free */
+    struct ck_awscred *cred; /* owned: the credential chain (awscred.h) */
 };
 
 static int parse_url(const char *url, char *bucket, size_t bsz, char *prefix, size_t psz)
@@ -92,126 +93,120 @@ static int s3_check(const struct ck_store_spec *spec)
     return 0;
 }
 
-/* Reads an AWS credentials file (the ~/.aws/credentials format: the
- * [default] section, or the first one; KEY = VALUE lines). */
-static int load_file_creds(struct s3 *s, const char *ref)
-{
-    char *text = NULL;
-    int err = ck_secret_load(ref, &text);
-    if (err < 0)
-        return err;
-    bool in_section = true, seen_section = false, took_section = false;
-    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line;
-         line = strtok_r(NULL, "\n", &save)) {
-        while (*line == ' ' || *line == '\t')
-            line++;
-        size_t l = strlen(line);
-        while (l && (line[l - 1] == '\r' || line[l - 1] == ' '))
-            line[--l] = '\0';
-        if (!*line || *line == '#' || *line == ';')
-            continue;
-        if (*line == '[') {
-            bool is_default = !strcmp(line, "[default]");
-            in_section = is_default || (!seen_section && !took_section);
-            if (took_section && !is_default)
-                in_section = false;
-            if (is_default && took_section) {
-                /* a later [default] wins over a first unnamed pick */
-                ck_secret_free(s->key_id), ck_secret_free(s->secret), ck_secret_free(s->token);
-                s->key_id = s->secret = s->token = NULL;
-            }
-            seen_section = true;
-            took_section = took_section || in_section;
-            continue;
-        }
-        if (!in_section)
-            continue;
-        char *eq = strchr(line, '=');
-        if (!eq)
-            continue;
-        char *k = line, *v = eq + 1;
-        *eq = '\0';
-        for (size_t kl = strlen(k); kl && (k[kl - 1] == ' ' || k[kl - 1] == '\t');)
-            k[--kl] = '\0';
-        while (*v == ' ' || *v == '\t')
-            v++;
-        char **dst = !strcasecmp(k, "aws_access_key_id")       ? &s->key_id
-                     : !strcasecmp(k, "aws_secret_access_key") ? &s->secret
-                     : !strcasecmp(k, "aws_session_token")     ? &s->token
-                                                               : NULL;
-        if (dst) {
-            ck_secret_free(*dst);
-            *dst = strdup(v);
-        }
-    }
-    ck_secret_free(text);
-    if (!s->key_id || !s->secret)
-        return ck_error(CK_ECONFIG,
-                        "credentials '%s': no aws_access_key_id and aws_secret_access_key in it",
-                        ref);
-    return 0;
-}
-
-static int load_creds(struct s3 *s, const char *ref)
-{
-    if (ref && !strncmp(ref, "file:", 5))
-        return load_file_creds(s, ref);
-    const char *id = getenv("AWS_ACCESS_KEY_ID"), *sec = getenv("AWS_SECRET_ACCESS_KEY"),
-               *tok = getenv("AWS_SESSION_TOKEN");
-    if (!id || !*id || !sec || !*sec)
-        return ck_error(CK_ECONFIG,
-                        "store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are "
-                        "not set (or name a credentials file: 'file:/path')",
-                        s->base.spec ? s->base.spec->url : "s3");
-    s->key_id = strdup(id);
-    s->secret = strdup(sec);
-    s->token = tok && *tok ? strdup(tok) : NULL;
-    if (!s->key_id || !s->secret)
-        return ck_error(CK_ENOMEM, "out of memory");
-    return 0;
-}
-
 static void s3_free(struct ck_store *st)
 {
     struct s3 *s = (struct s3 *)st;
-    ck_secret_free(s->key_id);
-    ck_secret_free(s->secret);
-    ck_secret_free(s->token);
+    ck_awscred_free(s->cred);
     free(s);
 }
 
 static int s3_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net)
 {
     struct s3 *s = calloc(1, sizeof *s);
+    struct ck_awsprofile prof;
+    char region[64], label[512];
     int err;
     if (!s)
         return ck_error(CK_ENOMEM, "out of memory");
     s->base.spec = spec;
+    ck_store_url_redact(label, sizeof label, spec->url);
     if ((err = parse_url(spec->url, s->bucket, sizeof s->bucket, s->prefix, sizeof s->prefix)) <
-            0 ||
-        (err = load_creds(s, spec->credentials)) < 0) {
+        0) {
         s3_free(&s->base);
         return err;
     }
-    const char *region = spec->region ? spec->region : "us-east-1";
-    if (spec->endpoint)
-        snprintf(s->endpoint, sizeof s->endpoint, "%s", spec->endpoint);
-    else
+    /* region, endpoint and credentials as the AWS CLI resolves them (awsconfig.h) */
+    if ((err = ck_awsprofile_open(&prof)) < 0) {
+        s3_free(&s->base);
+        return err;
+    }
+    ck_awsconfig_region(region, sizeof region, spec->region, &prof);
+    if ((err = ck_awsconfig_endpoint(s->endpoint, sizeof s->endpoint, spec->endpoint, "s3",
+                                     &prof)) == 0)
+        err = ck_awscred_open(&s->cred, spec->credentials, &prof, region, label);
+    ck_awsprofile_release(&prof);
+    if (err < 0) {
+        s3_free(&s->base);
+        return err;
+    }
+    if (!s->endpoint[0])
         snprintf(s->endpoint, sizeof s->endpoint, "https://s3.%s.amazonaws.com", region);
     size_t el = strlen(s->endpoint);
     while (el && s->endpoint[el - 1] == '/')
         s->endpoint[--el] = '\0';
     snprintf(s->sigv4, sizeof s->sigv4, "aws:amz:%s:s3", region);
+    ck_debug("s3.open", "store=\"%s\" region=%s endpoint=\"%s\"", label, region, s->endpoint);
     *out = &s->base;
     return 0;
 }
 
+/* One request's copy of the keys (a refresh meanwhile does not change them
+ * under curl's feet). */
+struct s3call {
+    struct s3 *s;
+    struct ck_awskeys keys;
+};
+
 static void s3_setup(CURL *h, void *ctx)
 {
-    struct s3 *s = ctx;
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, s->sigv4);
-    curl_easy_setopt(h, CURLOPT_USERNAME, s->key_id);
-    curl_easy_setopt(h, CURLOPT_PASSWORD, s->secret);
+    struct s3call *c = ctx;
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, c->s->sigv4);
+    curl_easy_setopt(h, CURLOPT_USERNAME, c->keys.id);
+    curl_easy_setopt(h, CURLOPT_PASSWORD, c->keys.secret);
+}
+
+static void free_headers(struct curl_slist *l)
+{
+    for (struct curl_slist *i = l; i; i = i->next)
+        if (!strncasecmp(i->data, "x-amz-security-token:", 21))
+            explicit_bzero(i->data, strlen(i->data));
+    curl_slist_free_all(l);
+}
+
+/* ck_net_request with the current keys (fetched again when about to expire)
+ * and the session token in a signed header. Keys refused as expired are
+ * renewed once and the request sent again. */
+static int s3_request(struct s3 *s, CURL *h, struct ck_req *r, struct ck_resp *resp)
+{
+    struct curl_slist *base = r->headers;
+    void *base_ctx = r->setup_ctx;
+    struct s3call *c = malloc(sizeof *c); /* 8 KiB: not on a part thread's stack */
+    int err;
+    if (!c)
+        return ck_error(CK_ENOMEM, "out of memory");
+    c->s = s;
+    for (int round = 0;; round++) {
+        if ((err = ck_awscred_get(s->cred, &c->keys)) < 0)
+            break;
+        struct curl_slist *hd = NULL;
+        for (struct curl_slist *i = base; i; i = i->next)
+            hd = curl_slist_append(hd, i->data);
+        if (c->keys.token[0]) {
+            struct ck_buf b = CK_BUF_INIT;
+            ck_buf_printf(&b, "x-amz-security-token: %s", c->keys.token);
+            hd = curl_slist_append(hd, ck_buf_str(&b));
+            explicit_bzero(b.data, b.len);
+            ck_buf_release(&b);
+        }
+        r->headers = hd;
+        r->setup_ctx = c;
+        err = ck_net_request(s->base.net, h, r, resp, NULL);
+        r->headers = base;
+        r->setup_ctx = base_ctx;
+        free_headers(hd);
+        /* S3 answers ExpiredToken with 400, a revoked temporary key with 403 */
+        if (err < 0 && round == 0 && ck_awscred_is_expired_code(resp->code) &&
+            ck_awscred_refresh_now(s->cred, c->keys.id)) {
+            ck_warn("s3.credentials.expired", "what=\"%s\" code=%s: sending again with new keys",
+                    r->what ? r->what : "request", resp->code);
+            ck_error_clear();
+            continue;
+        }
+        break;
+    }
+    ck_awskeys_wipe(&c->keys);
+    free(c);
+    return err;
 }
 
 /* The object's URL (path style) plus an already canonical query. */
@@ -236,15 +231,9 @@ static struct curl_slist *base_headers(struct s3 *s, const char *payload_sha256)
     struct curl_slist *l = NULL;
     snprintf(h, sizeof h, "x-amz-content-sha256: %s", payload_sha256);
     l = curl_slist_append(l, h);
-    /* no "Expect:" override: libcurl 7.88 would sign the empty header it then drops */
-    if (s->token) {
-        /* the token is a credential: it goes in a header curl signs, never in a log */
-        struct ck_buf b = CK_BUF_INIT;
-        ck_buf_printf(&b, "x-amz-security-token: %s", s->token);
-        l = curl_slist_append(l, ck_buf_str(&b));
-        memset(b.data, 0, b.len);
-        ck_buf_release(&b);
-    }
+    /* no "Expect:" override: libcurl 7.88 would sign the empty header it then drops;
+     * the session token is added per request by s3_request (it may be renewed) */
+    (void)s;
     return l;
 }
 
@@ -282,7 +271,7 @@ static int verify(struct s3 *s, CURL *h, const char *key, uint64_t size, const c
                        .what = key};
     struct ck_resp resp;
     ck_resp_init(&resp);
-    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    err = s3_request(s, h, &r, &resp);
     if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != size))
         err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", key,
                        (long long)resp.length, (unsigned long long)size);
@@ -339,7 +328,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     CURL *h = ck_net_handle();
     if (!h) {
         err = ck_error(CK_ENOMEM, "cannot create a curl handle");
-    } else if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
+    } else if ((err = s3_request(s, h, &r, &resp)) == 0) {
         snprintf(etag, sizeof etag, "\"%s\"", d.md5);
         struct stat st2;
         if (fstat(fd, &st2) == 0 &&
@@ -380,7 +369,7 @@ static int create_upload(struct s3 *s, CURL *h, struct ck_xfer *x, uint64_t part
                        .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
-    if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
+    if ((err = s3_request(s, h, &r, &resp)) == 0) {
         if (!ck_xml_tag(ck_buf_str(&resp.body), "UploadId", x->upload_id, sizeof x->upload_id) ||
             !x->upload_id[0])
             err = ck_error(CK_ENET, "'%s': CreateMultipartUpload answered without an UploadId",
@@ -561,7 +550,7 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
                        .what = what};
     struct ck_resp resp;
     ck_resp_init(&resp);
-    if ((err = ck_net_request(s->base.net, h, &r, &resp, NULL)) == 0) {
+    if ((err = s3_request(s, h, &r, &resp)) == 0) {
         snprintf(p.etag, sizeof p.etag, "%s", resp.etag);
         if (!resp.etag[0])
             err = ck_error(CK_ENET, "%s: accepted without an ETag", what);
@@ -682,7 +671,7 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
                        .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
-    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    err = s3_request(s, h, &r, &resp);
     if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != x->size))
         err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", x->key,
                        (long long)resp.length, (unsigned long long)x->size);
@@ -753,7 +742,7 @@ static int complete_upload(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
     ck_resp_init(&resp);
     /* S3 may answer 200 with an <Error> body: that is a failure (and retryable) */
     for (int tries = 0;; tries++) {
-        err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+        err = s3_request(s, h, &r, &resp);
         if (err == 0 && strstr(ck_buf_str(&resp.body), "<Error>")) {
             char code[64] = "";
             ck_xml_tag(ck_buf_str(&resp.body), "Code", code, sizeof code);

@@ -24,6 +24,7 @@ void ck_upload_opts_init(struct ck_upload_opts *o)
     o->multipart_threshold = 64u << 20;
     o->max_rate = 0;
     o->concurrency = 8;
+    o->transfers = 4;
     o->retries = 6;
     o->retry_base = 0.5;
     o->retry_cap = 60;

@@ -20,10 +20,12 @@
  * secret: credentials are "env:NAME"/"file:/path" references or "env". */
 struct ck_store_spec {
     char *url; /* s3://bucket/prefix, http(s)://host/path, sftp://user@host/path, file:///path */
-    char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default AWS) */
-    char *region;      /* s3: signing region (default us-east-1) */
-    char *credentials; /* s3: "env" (AWS_* variables, the default) or "file:/path" (AWS credentials
-                        * format, mode 0600); http: reference to "user:password" (basic) or a token
+    char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default: the
+                        * AWS CLI's order, awsconfig.h, else AWS) */
+    char *region;      /* s3: signing region (default: the AWS CLI's order, else us-east-1) */
+    char *credentials; /* s3: "env" (AWS_* variables only) or "file:/path" (AWS credentials
+                        * format, mode 0600); unset: the AWS CLI's chain (awscred.h);
+                        * http: reference to "user:password" (basic) or a token
                         * (bearer); sftp: reference to the key's passphrase, if any */
     char *auth;     /* http: "basic" or "bearer" (default: none, or basic when credentials set) */
     char *key_file; /* sftp: private key (ed25519), mode 0600 */
@@ -38,7 +40,8 @@ struct ck_upload_opts {
     uint64_t part_size;           /* multipart part size (default 8 MiB, at least 5 MiB) */
     uint64_t multipart_threshold; /* files this size or larger go multipart (default 64 MiB) */
     uint64_t max_rate;            /* bytes per second over all transfers; 0: no cap */
-    int concurrency;              /* parallel parts (default 8) */
+    int concurrency;              /* parallel parts per object (default 8) */
+    int transfers;                /* objects in flight per run (default 4, as rclone --transfers) */
     int retries;                  /* attempts after the first, per request (default 6) */
     double retry_base;            /* first backoff in seconds (default 0.5) */
     double retry_cap;             /* longest backoff (default 60) */

@@ -10,6 +10,7 @@
 #include "stores/net.h"
 #include "common/pidlock.h"
 #include "common/text.h"
+#include "stores/pmftree.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -107,6 +108,13 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued)
 {
+    /* a PMF tree (metadata.yaml and data/) sends the tree only, never the
+     * trainer's files beside it (issue 17); any other folder goes whole */
+    char meta[4200], data[4200];
+    snprintf(meta, sizeof meta, "%s/metadata.yaml", root);
+    snprintf(data, sizeof data, "%s/data", root);
+    if (!changed && ck_exists(meta) && ck_is_dir(data))
+        return ck_uploader_enqueue_pmf(db, stores, nstores, root, queued);
     return enqueue(db, stores, nstores, root, changed, nchanged, CK_JOB_BUNDLE, queued);
 }
 
@@ -220,7 +228,16 @@ int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, siz
 {
     struct ck_strlist files = {0};
     int err;
+    bool wrote;
     *queued = 0;
+    /* an empty data/initialisation/ would not survive the trip (pmftree.h) */
+    if (ck_pmftree_mark_empty_init(root, &wrote) < 0) {
+        ck_warn("upload.init_readme", "error=\"%s\": the remote copy will lack "
+                "data/initialisation/", ck_error_msg());
+        ck_error_clear();
+    } else if (wrote) {
+        ck_info("upload.init_readme", "path=\"%s/%s\"", root, CK_PMFTREE_INIT_README);
+    }
     if ((err = pmf_files(root, &files)) < 0)
         goto out;
     err = enqueue(db, stores, nstores, root, (const char *const *)files.items, files.n,
@@ -286,6 +303,11 @@ static void *progress_thread(void *arg)
 static void progress_set(struct progress *p, struct ck_xfer *x, const char *key, uint64_t total)
 {
     pthread_mutex_lock(&p->mu);
+    if (x && p->x && p->x != x) {
+        /* several transfers: the one shown stays until it ends */
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
     if (!x && p->x && p->fn)
         show(p, true);
     p->x = x;
@@ -293,6 +315,16 @@ static void progress_set(struct progress *p, struct ck_xfer *x, const char *key,
     p->t0 = ck_mono_ms();
     snprintf(p->key, sizeof p->key, "%s", key ? key : "");
     pthread_mutex_unlock(&p->mu);
+}
+
+/* Transfer x ended: the bar stops showing it (another may be shown instead). */
+static void progress_end(struct progress *p, struct ck_xfer *x)
+{
+    pthread_mutex_lock(&p->mu);
+    bool shown = p->x == x;
+    pthread_mutex_unlock(&p->mu);
+    if (shown)
+        progress_set(p, NULL, NULL, 0);
 }
 
 /* Opened stores by queue store id (a run rarely has more than a few). */
@@ -305,28 +337,51 @@ struct opened {
 };
 
 struct run {
-    sqlite3 *db;
+    sqlite3 *db; /* one connection (NOMUTEX): every use holds mu */
     const struct ck_upload_opts *opts;
     const struct ck_uploader_run_opts *ro; /* may be NULL */
     const char *spool_dir;
     struct ck_net net;
-    struct opened *stores;
+    struct opened **stores; /* each allocated once: open stores borrow their spec */
     size_t nstores;
+    /* parallel transfers (upload.transfers): the workers share the queue */
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* a job ended: blocked jobs (metadata) may be claimable */
+    int active;        /* workers running a job */
+    int fatal;         /* the queue itself failed: every worker stops */
+    char fatal_msg[1024];
+    struct ck_upload_ctl *ctl;
+    struct progress *pg;
+    int attempts_max;
 };
 
+static void db_lock(struct run *r)
+{
+    pthread_mutex_lock(&r->mu);
+}
+
+static void db_unlock(struct run *r)
+{
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Called with r->mu held: a store is opened once per run, by the first
+ * worker that needs it (credentials may take a network round trip). */
 static int get_store(struct run *r, int64_t id, struct ck_store **out)
 {
     for (size_t i = 0; i < r->nstores; i++)
-        if (r->stores[i].id == id) {
-            *out = r->stores[i].store;
-            return r->stores[i].err ? ck_error(r->stores[i].err, "%s", r->stores[i].msg) : 0;
+        if (r->stores[i]->id == id) {
+            *out = r->stores[i]->store;
+            return r->stores[i]->err ? ck_error(r->stores[i]->err, "%s", r->stores[i]->msg) : 0;
         }
-    struct opened *v = realloc(r->stores, (r->nstores + 1) * sizeof *v);
+    struct opened **v = realloc(r->stores, (r->nstores + 1) * sizeof *v);
     if (!v)
         return ck_error(CK_ENOMEM, "out of memory");
     r->stores = v;
-    struct opened *o = &v[r->nstores++];
-    memset(o, 0, sizeof *o);
+    struct opened *o = calloc(1, sizeof *o);
+    if (!o)
+        return ck_error(CK_ENOMEM, "out of memory");
+    v[r->nstores++] = o;
     o->id = id;
     int err = ck_queue_store_get(r->db, id, &o->spec);
     if (err == 0)
@@ -347,13 +402,19 @@ struct cb {
 static int save_upload(void *ctx, const char *upload_id, uint64_t part_size)
 {
     struct cb *c = ctx;
-    return ck_queue_set_upload(c->r->db, c->id, upload_id, part_size);
+    db_lock(c->r);
+    int err = ck_queue_set_upload(c->r->db, c->id, upload_id, part_size);
+    db_unlock(c->r);
+    return err;
 }
 
 static int save_part(void *ctx, const struct ck_part *p)
 {
     struct cb *c = ctx;
-    return ck_queue_add_part(c->r->db, c->id, p);
+    db_lock(c->r);
+    int err = ck_queue_add_part(c->r->db, c->id, p);
+    db_unlock(c->r);
+    return err;
 }
 
 /* Makes the file to send for a compressed or bundled job (once: a spool
@@ -396,8 +457,11 @@ static int prepare_spool(struct run *r, struct ck_job *j)
         if ((err = ck_zstd_file(j->src, path, 3, 0, orig, &size)) < 0)
             return err;
     }
-    if ((err = ck_queue_set_upload(r->db, j->id, "", 0)) < 0 ||
-        (err = ck_queue_set_spool(r->db, j->id, path, size, orig)) < 0)
+    db_lock(r);
+    if ((err = ck_queue_set_upload(r->db, j->id, "", 0)) == 0)
+        err = ck_queue_set_spool(r->db, j->id, path, size, orig);
+    db_unlock(r);
+    if (err < 0)
         return err;
     free(j->spool);
     j->spool = strdup(path);
@@ -423,7 +487,10 @@ static int refresh_source(struct run *r, struct ck_job *j)
     j->mtime_ns = mt;
     j->upload_id[0] = '\0';
     j->part_size = 0;
-    return ck_queue_reset_source(r->db, j->id, j->size, mt);
+    db_lock(r);
+    int err = ck_queue_reset_source(r->db, j->id, j->size, mt);
+    db_unlock(r);
+    return err;
 }
 
 /* A metadata.yaml landed after its data: the newest data file of that store
@@ -455,7 +522,10 @@ static void report_outcome(struct run *r, const struct ck_job *j, const char *wh
     if (!r->ro || !r->ro->on_job)
         return;
     struct ck_upload_outcome o = {ok, where, j->key, j->src, j->size, secs, sha256, error};
+    /* one at a time, with the database's lock: callers record events in it */
+    db_lock(r);
     r->ro->on_job(r->ro->on_job_arg, &o);
+    db_unlock(r);
 }
 
 static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct ck_upload_ctl *ctl,
@@ -470,7 +540,10 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
         return ck_error(CK_ENOMEM, "out of memory");
     ck_store_url_redact(where, sizeof where, j->store_url);
     long long t0 = ck_mono_ms();
-    if ((err = get_store(r, j->store_id, &store)) < 0)
+    db_lock(r);
+    err = get_store(r, j->store_id, &store);
+    db_unlock(r);
+    if (err < 0)
         goto failed;
     if (j->kind == CK_JOB_FILE)
         err = refresh_source(r, j);
@@ -486,7 +559,11 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->atomic = j->phase == 1;
     snprintf(x->upload_id, sizeof x->upload_id, "%s", j->upload_id);
     x->part_size = j->part_size;
-    if (x->upload_id[0] && (err = ck_queue_parts(r->db, j->id, &x->parts, &x->nparts)) < 0)
+    db_lock(r);
+    if (x->upload_id[0])
+        err = ck_queue_parts(r->db, j->id, &x->parts, &x->nparts);
+    db_unlock(r);
+    if (err < 0)
         goto failed;
     x->save_upload = save_upload;
     x->save_part = save_part;
@@ -496,10 +573,15 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
             j->key, (unsigned long long)j->size);
     progress_set(pg, x, j->key, j->size);
     err = ck_store_put(store, x);
-    progress_set(pg, NULL, NULL, 0);
+    progress_end(pg, x);
     if (err < 0)
         goto failed;
-    if ((err = ck_queue_done(r->db, j->id, x->sha256)) < 0)
+    db_lock(r);
+    err = ck_queue_done(r->db, j->id, x->sha256);
+    if (err == 0 && j->phase == 1)
+        remote_checkpoint_time(r->db, j->store_id);
+    db_unlock(r);
+    if (err < 0)
         goto out;
     if (j->spool)
         unlink(j->spool);
@@ -514,8 +596,6 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     ck_metrics_add(CK_M_UPLOADS_COMPLETED, 1);
     ck_metrics_add(CK_M_BYTES_UPLOADED, j->size);
     ck_metrics_observe(CK_H_UPLOAD_SECONDS, secs);
-    if (j->phase == 1)
-        remote_checkpoint_time(r->db, j->store_id);
     report_outcome(r, j, where, true, x->sha256, secs, NULL);
     goto out;
 failed : {
@@ -524,7 +604,9 @@ failed : {
     if (ck_upload_ctl_stopping(ctl) && !is_permanent(err)) {
         ck_warn("upload.stopped", "job=%lld key=\"%s\": kept in the queue", (long long)j->id,
                 j->key);
+        db_lock(r);
         err = ck_queue_requeue(r->db, j->id, msg);
+        db_unlock(r);
         rep->stopped = true;
         goto out;
     }
@@ -534,7 +616,9 @@ failed : {
         ck_backoff_delay(j->attempts, r->opts->retry_base * 4, r->opts->retry_cap, 0, rnd);
     ck_err(permanent ? "upload.failed" : "upload.retry_later", "job=%lld key=\"%s\" error=\"%s\"%s",
            (long long)j->id, j->key, msg, permanent ? "" : " (will retry)");
+    db_lock(r);
     err = ck_queue_fail(r->db, j->id, msg, permanent, delay, attempts_max);
+    db_unlock(r);
     if (permanent) {
         rep->failed++;
         ck_metrics_add(CK_M_UPLOADS_FAILED, 1);
@@ -585,56 +669,130 @@ static void count_left(sqlite3 *db, struct ck_upload_report *rep)
     sqlite3_finalize(st);
 }
 
+/* One of upload.transfers workers: claims a job, runs it, again. A worker
+ * that finds nothing to claim while others still run waits for one of them
+ * to end (a finished data job may free the metadata job); it leaves when no
+ * job runs and none can be claimed (or only retries later, without
+ * wait_retries). rep is the worker's own. */
+struct worker {
+    struct run *r;
+    struct ck_upload_report rep;
+    pthread_t tid;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct run *r = w->r;
+    struct ck_upload_ctl *ctl = r->ctl;
+    db_lock(r);
+    for (;;) {
+        if (r->fatal)
+            break;
+        if (ck_upload_ctl_stopping(ctl)) {
+            w->rep.stopped = true;
+            break;
+        }
+        struct ck_job j;
+        int err = ck_queue_claim(r->db, &j);
+        if (err == CK_ENOENT) {
+            if (r->active > 0) {
+                /* woken when a job ends; the timeout rechecks stop */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 200000000L;
+                if (ts.tv_nsec >= 1000000000L)
+                    ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+                continue;
+            }
+            double wt = next_wait(r->db);
+            if (wt < 0 || !(r->ro && r->ro->wait_retries))
+                break;
+            long long d = atomic_load(&ctl->deadline);
+            if (d && ck_mono_ms() + (long long)(wt * 1000) > d)
+                break;
+            long long until = ck_mono_ms() + (long long)(wt * 1000) + 10;
+            db_unlock(r);
+            while (ck_mono_ms() < until && !ck_upload_ctl_stopping(ctl))
+                usleep(50000);
+            db_lock(r);
+            continue;
+        }
+        if (err < 0) {
+            r->fatal = err;
+            snprintf(r->fatal_msg, sizeof r->fatal_msg, "%s", ck_error_msg());
+            break;
+        }
+        r->active++;
+        db_unlock(r);
+        err = run_job(r, &j, r->pg, ctl, r->attempts_max, &w->rep);
+        ck_job_release(&j);
+        db_lock(r);
+        r->active--;
+        pthread_cond_broadcast(&r->cv);
+        int counts[4];
+        if (ck_queue_counts(r->db, counts) == 0)
+            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH,
+                           counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
+        if (err < 0 && !r->fatal) {
+            r->fatal = err; /* the queue itself failed: stop */
+            snprintf(r->fatal_msg, sizeof r->fatal_msg, "%s", ck_error_msg());
+            pthread_cond_broadcast(&r->cv);
+        }
+    }
+    pthread_cond_broadcast(&r->cv);
+    db_unlock(r);
+    return NULL;
+}
+
 int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *spool_dir,
                     struct ck_upload_ctl *ctl, const struct ck_uploader_run_opts *ro,
                     struct ck_upload_report *rep)
 {
-    struct run r = {.db = db, .opts = opts, .ro = ro, .spool_dir = spool_dir};
+    struct run r = {.db = db, .opts = opts, .ro = ro, .spool_dir = spool_dir, .ctl = ctl};
     struct progress pg = {.fn = ro ? ro->on_progress : NULL, .arg = ro ? ro->on_progress_arg : NULL};
     pthread_t pt;
     bool pt_started = false;
-    int attempts_max = ro && ro->job_attempts > 0 ? ro->job_attempts : 3;
+    r.attempts_max = ro && ro->job_attempts > 0 ? ro->job_attempts : 3;
+    r.pg = &pg;
     int err;
     memset(rep, 0, sizeof *rep);
     if ((err = ck_queue_init(db)) < 0 || (err = ck_queue_recover(db)) < 0)
         return err;
     if ((err = ck_net_init(&r.net, opts, ctl)) < 0)
         return err;
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
     pthread_mutex_init(&pg.mu, NULL);
     pthread_cond_init(&pg.cv, NULL);
     if (pthread_create(&pt, NULL, progress_thread, &pg) == 0)
         pt_started = true;
-    for (;;) {
-        if (ck_upload_ctl_stopping(ctl)) {
-            rep->stopped = true;
-            break;
-        }
-        struct ck_job j;
-        err = ck_queue_claim(db, &j);
-        if (err == CK_ENOENT) {
-            err = 0;
-            double w = next_wait(db);
-            if (w < 0 || !(ro && ro->wait_retries))
+    int nw = opts->transfers < 1 ? 1 : opts->transfers > 64 ? 64 : opts->transfers;
+    struct worker *w = calloc((size_t)nw, sizeof *w);
+    int started = 0;
+    if (!w) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+    } else {
+        for (int i = 0; i < nw; i++) {
+            w[i].r = &r;
+            if (pthread_create(&w[i].tid, NULL, worker_main, &w[i]) == 0)
+                started++;
+            else
                 break;
-            long long d = atomic_load(&ctl->deadline);
-            if (d && ck_mono_ms() + (long long)(w * 1000) > d)
-                break;
-            long long until = ck_mono_ms() + (long long)(w * 1000) + 10;
-            while (ck_mono_ms() < until && !ck_upload_ctl_stopping(ctl))
-                usleep(50000);
-            continue;
         }
-        if (err < 0)
-            break;
-        err = run_job(&r, &j, &pg, ctl, attempts_max, rep);
-        ck_job_release(&j);
-        int counts[4];
-        if (ck_queue_counts(db, counts) == 0)
-            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH,
-                           counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
-        if (err < 0)
-            break; /* the queue itself failed: stop */
+        if (started == 0)
+            err = ck_error(CK_ERR, "cannot start an upload thread");
+        for (int i = 0; i < started; i++) {
+            pthread_join(w[i].tid, NULL);
+            rep->done += w[i].rep.done;
+            rep->failed += w[i].rep.failed;
+            rep->stopped = rep->stopped || w[i].rep.stopped;
+        }
+        free(w);
     }
+    if (err == 0 && r.fatal < 0)
+        err = ck_error(r.fatal, "%s", r.fatal_msg);
     if (pt_started) {
         pthread_mutex_lock(&pg.mu);
         pg.quit = true;
@@ -645,11 +803,14 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     pthread_mutex_destroy(&pg.mu);
     pthread_cond_destroy(&pg.cv);
     for (size_t i = 0; i < r.nstores; i++) {
-        ck_store_free(r.stores[i].store);
-        ck_store_spec_release(&r.stores[i].spec);
+        ck_store_free(r.stores[i]->store);
+        ck_store_spec_release(&r.stores[i]->spec);
+        free(r.stores[i]);
     }
     free(r.stores);
     ck_net_release(&r.net);
+    pthread_mutex_destroy(&r.mu);
+    pthread_cond_destroy(&r.cv);
     if (err == 0)
         count_left(db, rep);
     return err;

@@ -24,7 +24,9 @@ int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, con
  * root/metadata.yaml last when it exists. A store with bundle: true gets one
  * job for NAME.tar.zst (NAME: root's folder name) instead; with compress:
  * true, data files are queued as KEY.zst (metadata.yaml stays plain).
- * *queued counts the jobs added. */
+ * *queued counts the jobs added. With changed NULL, a root that is a PMF
+ * tree (metadata.yaml and data/) is queued as ck_uploader_enqueue_pmf does:
+ * the tree only, not the trainer's files beside it. */
 int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued);
@@ -66,7 +68,9 @@ struct ck_uploader_run_opts {
     bool wait_retries; /* wait for jobs whose retry time has not come yet (until the deadline) */
     int job_attempts;  /* a job fails for good after this many failed runs (default 3) */
     /* Called after each job that ended (done, or failed for good), on the
-     * thread running the queue: the agent turns it into an upload.* event. */
+     * transfer thread that ran it (upload.transfers run at once), one call at
+     * a time and while no transfer uses the database: the agent turns it into
+     * an upload.* event, recorded through the same connection. */
     void (*on_job)(void *arg, const struct ck_upload_outcome *o);
     void *on_job_arg;
 };

@@ -49,6 +49,8 @@ static const struct ck_opt options[] = {
      "s3: signing region (default us-east-1)"},
     {"credentials", 0, CK_OPT_STORE, "credentials", NULL, O(store), 0, "REF",
      "s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
+     "default: the AWS CLI's chain (env, web identity, ~/.aws,\n"
+     "container, instance metadata; see the README)\n"
      "http: env:NAME or file:/path holding user:password or a token"},
     {"auth", 0, CK_OPT_STORE, "auth", NULL, O(store), 0, "basic|bearer", "http authentication"},
     {"key", 0, CK_OPT_STORE, "key", NULL, O(store), 0, "FILE",
@@ -62,7 +64,9 @@ static const struct ck_opt options[] = {
     {"no-move", 0, CK_OPT_STORE, "move", "false", O(store), 0, NULL,
      "http: PUT to the final name (no temporary + MOVE)"},
     {"concurrency", 0, CK_OPT_CONFIG, "upload.concurrency", NULL, 0, 0, "N",
-     "parallel parts (default 8)"},
+     "parallel parts per file (default 8)"},
+    {"transfers", 0, CK_OPT_CONFIG, "upload.transfers", NULL, 0, 0, "N",
+     "files in flight at once (default 4)"},
     {"max-rate", 0, CK_OPT_CONFIG, "upload.max_rate", NULL, 0, 0, "SIZE",
      "bandwidth cap, bytes per second (50MiB)"},
     {"part-size", 0, CK_OPT_CONFIG, "upload.part_size", NULL, 0, 0, "SIZE",

@@ -147,7 +147,8 @@ class Shutdown(TmpDirCase):
                                "contrib", "kubernetes", "sidecar.yaml")
         with open(sidecar) as f:
             docs = list(yaml.safe_load_all(f))
-        conf = yaml.safe_load(docs[1]["data"]["ckptd.yaml"])
+        kind = {d["kind"]: d for d in docs}
+        conf = yaml.safe_load(kind["ConfigMap"]["data"]["ckptd.yaml"])
         markers = conf["training"]
         self.start(f"training:\n  finished_marker: {markers['finished_marker']}\n"
                    f"  failed_marker: {markers['failed_marker']}\n")
@@ -156,7 +157,7 @@ class Shutdown(TmpDirCase):
             f.write(data)
         with open(os.path.join(self.tree, markers["failed_marker"]), "w"):
             pass
-        job = docs[2]["spec"]["template"]["spec"]
+        job = kind["Job"]["spec"]["template"]["spec"]
         prestop = job["initContainers"][0]["lifecycle"]["preStop"]["exec"]["command"]
         self.assertEqual(prestop[:3], ["ckptd", "status", "--wait"])
         p = run(*prestop[1:-1], self.tree, timeout=90)

@@ -108,16 +108,19 @@ class S3(TmpDirCase):
     def test_tree_metadata_last(self):
         tree = os.path.join(self.dir, "model")
         for i in range(3):
-            make(os.path.join(tree, "checkpoints", f"epoch_{i}.bin"), MiB + i, 10 + i)
+            make(os.path.join(tree, "data", "checkpoints", f"epoch_{i}.bin"), MiB + i, 10 + i)
         make(os.path.join(tree, "data", "build_parameters.yaml"), 100, 20)
+        # the trainer's own files beside the tree stay home (issue 17)
+        make(os.path.join(tree, "checkpoint-40", "model.bin"), 1000, 21)
         with open(os.path.join(tree, "metadata.yaml"), "w") as f:
             f.write("checkpoints: {}\n")
         self.upload(tree, "s3://ckpt/models/m1")
         order = s3_log_order(self.s3)
         objs = [o for o in order if o.startswith("models/m1/")]
         self.assertEqual(objs[-1], "models/m1/metadata.yaml", order)
-        self.assertEqual(len(objs), 5)
-        for rel in ("checkpoints/epoch_0.bin", "checkpoints/epoch_2.bin", "metadata.yaml"):
+        self.assertEqual(len(objs), 5, objs)
+        self.assertNotIn("models/m1/checkpoint-40/model.bin", objs)
+        for rel in ("data/checkpoints/epoch_0.bin", "data/checkpoints/epoch_2.bin", "metadata.yaml"):
             got = os.path.join(self.dir, "got")
             self.s3.get("models/m1/" + rel, got)
             self.assertEqual(sha256(got), sha256(os.path.join(tree, rel)))
@@ -556,7 +559,7 @@ class Scan(TmpDirCase):
                                {"url": "file://" + nfs}])
             p = run("scan", train, env=s3.env(), check=0)
             want = ["runs/r1/data/build_parameters.yaml", "runs/r1/data/checkpoints/epoch_1.pt",
-                    "runs/r1/data/checkpoints/epoch_2.pt",
+                    "runs/r1/data/checkpoints/epoch_2.pt", "runs/r1/data/initialisation/README.md",
                     "runs/r1/hparams.yaml", "runs/r1/metadata.yaml"]
             self.assertEqual(s3.keys(), want, p.stderr)
             order = s3_log_order(s3)

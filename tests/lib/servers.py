@@ -299,12 +299,16 @@ class FlakyProxy:
     upstream (host, port) unchanged, Host header included (so SigV4
     signatures stay valid). requests lists (method, path, status) seen."""
 
-    def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None):
+    def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None, gate=None):
+        # gate(method, path, headers) -> None to go on, or (status, body) to answer instead
+        self.gate = gate
         self.statuses = list(statuses)
         self.retry_after = retry_after
         self.fail_methods = fail_methods
         self.requests = []
         self.headers = []  # (method, path, request headers) of forwarded requests
+        self.timeline = []  # (method, path, start, end) of forwarded requests, monotonic seconds
+        self.inflight = self.max_inflight = 0  # forwarded requests being served at once
         self.lock = threading.Lock()
         outer = self
 
@@ -315,8 +319,31 @@ class FlakyProxy:
                 pass
 
             def _handle(self):
+                # counted from the request's arrival, its body included
+                self.t0 = time.monotonic()
+                with outer.lock:
+                    outer.inflight += 1
+                    outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                try:
+                    self._serve()
+                finally:
+                    with outer.lock:
+                        outer.inflight -= 1
+
+            def _serve(self):
+                # the gate decides on the headers, as S3 does before the body arrives
+                refused = outer.gate(self.command, self.path, self.headers) if outer.gate else None
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
+                if refused:
+                    with outer.lock:
+                        outer.requests.append((self.command, self.path, refused[0]))
+                    self.send_response(refused[0])
+                    self.send_header("Content-Length", str(len(refused[1])))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(refused[1])
+                    return
                 with outer.lock:
                     scripted = None
                     if outer.statuses and (not outer.fail_methods or
@@ -357,6 +384,8 @@ class FlakyProxy:
                 if self.command != "HEAD":
                     self.wfile.write(data)
                 c.close()
+                with outer.lock:
+                    outer.timeline.append((self.command, self.path, self.t0, time.monotonic()))
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = do_MOVE = do_MKCOL = _handle
 

@@ -1,0 +1,162 @@
+"""The body of bench/upload.sh (see there): ckptd upload against aws-cli, curl
+and rclone, to s3rver and nginx WebDAV, one large file and a folder of many
+medium files. Prints one line per (server, data, tool) and the ratio to the
+fastest peer."""
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.environ["CKPTD_BENCH_LIB"])
+from servers import Nginx, S3Server  # noqa: E402
+
+ckptd = os.environ["CKPTD_BENCH_BIN"]
+work = os.environ["CKPTD_BENCH_WORK"]
+file_size = int(os.environ["CKPTD_BENCH_FILE_MIB"]) << 20
+nfiles = int(os.environ["CKPTD_BENCH_FILES"])
+files_size = int(os.environ["CKPTD_BENCH_FILES_MIB"]) << 20
+MB = 1e6
+seq = [0]
+rclone = shutil.which("rclone")
+
+
+def make(path, n):
+    block = os.urandom(8 << 20)  # incompressible, like float weights
+    with open(path, "wb") as f:
+        for off in range(0, n, len(block)):
+            f.write(block[: min(len(block), n - off)])
+
+
+def cache(path):
+    subprocess.run(["cat", *(sorted(glob.glob(path + "/*")) if os.path.isdir(path) else [path])],
+                   stdout=subprocess.DEVNULL, check=True)
+
+
+def vmhwm(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def timed(cmd, env):
+    """wall seconds and peak RSS (KiB) of cmd; fails loudly on a non-zero exit.
+    The peak is VmHWM sampled every 20 ms: rusage's ru_maxrss would count the
+    memory of this Python process, which the child shares until its exec."""
+    with tempfile.TemporaryFile() as errf:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=errf)
+        peak = 0
+        while p.poll() is None:
+            peak = max(peak, vmhwm(p.pid))
+            time.sleep(0.02)
+        t = time.perf_counter() - t0
+        if p.returncode != 0:
+            errf.seek(0)
+            sys.exit(f"bench: {' '.join(cmd[:4])}... failed:\n"
+                     f"{errf.read().decode(errors='replace')[-2000:]}")
+    return t, peak
+
+
+def best(tools, clean):
+    """best of 2 rounds per tool, alternating; clean() after every run frees the disk"""
+    out = {}
+    for _ in range(2):
+        for name, fn in tools:
+            seq[0] += 1
+            t, rss = fn(f"r{seq[0]}")
+            clean()
+            old = out.get(name)
+            out[name] = (min(t, old[0]) if old else t, max(rss, old[1]) if old else rss)
+    return out
+
+
+def report(server, what, size, res):
+    c = res["ckptd"][0]
+    peers = {k: v for k, v in res.items() if k != "ckptd"}
+    fastest = min(peers, key=lambda k: peers[k][0])
+    for name, (t, rss) in res.items():
+        print(f"{server:7} {what:22} {name:7} {t:7.2f} s {size / MB / t:6.0f} MB/s "
+              f"peak RSS {rss / 1024:6.1f} MiB")
+    print(f"{server:7} {what:22} ratio vs fastest peer ({fastest}): {peers[fastest][0] / c:.2f}x")
+
+
+def ckptd_up(src, dest, env, extra=()):
+    def run(tag):
+        state = os.path.join(work, "state-" + tag)  # a fresh queue: nothing skipped as sent
+        r = timed([ckptd, "upload", "-q", "--no-progress", "--state", state, *extra, src,
+                   f"{dest}/{tag}"], env)
+        shutil.rmtree(state, ignore_errors=True)
+        return r
+    return run
+
+
+big = os.path.join(work, "epoch_1.bin")
+folder = os.path.join(work, "shards")
+make(big, file_size)
+os.makedirs(folder)
+for i in range(nfiles):
+    make(os.path.join(folder, f"model-{i + 1:05d}-of-{nfiles:05d}.safetensors"), files_size)
+data = [("file", big, file_size, f"1 file of {file_size >> 20} MiB"),
+        ("folder", folder, nfiles * files_size, f"{nfiles} files of {files_size >> 20} MiB")]
+print(f"best of 2 runs each, tools alternating, data page-cached; rclone: "
+      f"{'yes' if rclone else 'absent (skipped)'}")
+
+
+def wipe(path):
+    def clean():
+        for p in glob.glob(os.path.join(path, "*")):
+            shutil.rmtree(p, ignore_errors=True) if os.path.isdir(p) else os.remove(p)
+    return clean
+
+
+with S3Server(work) as s3:
+    env = dict(os.environ, **s3.env())
+    renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
+                RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
+                RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
+                RCLONE_CONFIG_S3_ENDPOINT=s3.endpoint, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
+                RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
+    # rclone's AWS SDK refuses a CA bundle with its own HTTP transport; loopback is plain http
+    renv.pop("AWS_CA_BUNDLE", None)
+    for kind, src, size, what in data:
+        cache(src)
+        rec = ["--recursive"] if kind == "folder" else []
+        tools = [("ckptd", ckptd_up(src, "s3://ckpt", env, ("--endpoint", s3.endpoint))),
+                 ("aws", lambda tag: timed(["aws", "--endpoint-url", s3.endpoint, "s3", "cp",
+                                            "--no-progress", "--only-show-errors", *rec, src,
+                                            f"s3://ckpt/{tag}/" + ("" if rec else "x.bin")], env))]
+        if rclone:
+            tools.append(("rclone", lambda tag: timed(
+                [rclone, "copy", "-q", src, f"s3:ckpt/{tag}"], renv)))
+        report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt"))))
+
+with Nginx(work) as web:
+    env = dict(os.environ)
+    renv = dict(env, RCLONE_CONFIG_DAV_TYPE="webdav", RCLONE_CONFIG_DAV_URL=web.url,
+                RCLONE_CONFIG_DAV_VENDOR="other")
+
+    def curl(src, kind):
+        def run(tag):
+            if kind == "file":
+                return timed(["curl", "-sSf", "-T", src, f"{web.url}/{tag}/x.bin"], env)
+            names = ",".join(sorted(os.listdir(src)))
+            # curl's own parallel transfers, 4 like the others' defaults
+            return timed(["curl", "-sSf", "--parallel", "--parallel-max", "4", "-T",
+                          f"{src}/{{{names}}}", f"{web.url}/{tag}/"], env)
+        return run
+
+    for kind, src, size, what in data:
+        cache(src)
+        tools = [("ckptd", ckptd_up(src, web.url, env)), ("curl", curl(src, kind))]
+        if rclone:
+            tools.append(("rclone", lambda tag: timed([rclone, "copy", "-q", src, f"dav:{tag}"],
+                                                      renv)))
+        report("nginx", what, size, best(tools, wipe(web.root)))

@@ -1,0 +1,819 @@
+#include "stores/awscred.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/secret.h"
+#include "stores/awsconfig.h"
+#include "stores/net.h"
+#include "stores/store.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BODY_MAX (256u << 10)
+#define TOKEN_FILE_MAX (64u << 10)
+#define ECS_HOST "http://169.254.170.2"
+#define IMDS_HOST "http://169.254.169.254"
+
+enum src { SRC_EXPLICIT, SRC_ENV, SRC_WEB_IDENTITY, SRC_SHARED, SRC_CONTAINER, SRC_IMDS };
+static const char *const src_names[] = {"config",       "environment", "web-identity",
+                                        "shared-files", "container",   "instance-metadata"};
+
+struct ck_awscred {
+    pthread_mutex_t mu;
+    enum src kind;
+    struct ck_awskeys keys;
+    long long expiry;   /* seconds since the epoch; 0: the keys do not expire */
+    long long fetched;  /* when they were fetched */
+    long long retry_at; /* after a failed early renewal, not before this (s) */
+    char where[2200];   /* the file or profile the keys came from (no secret) */
+    /* what a refresh needs */
+    char role_arn[2048], token_file[1024], session_name[128], sts_url[600];
+    char container_url[1200], container_token_file[1024];
+    char imds_url[600];
+};
+
+void ck_awskeys_wipe(struct ck_awskeys *k)
+{
+    explicit_bzero(k, sizeof *k);
+}
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static long long now_s(void)
+{
+    return (long long)time(NULL);
+}
+
+/* ---- small parsers ---- */
+
+long long ck_awscred_parse_time(const char *s)
+{
+    struct tm tm = {0};
+    int n = 0;
+    if (!s ||
+        sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &n) != 6 ||
+        n != 19)
+        return -1;
+    const char *p = s + n;
+    if (*p == '.')
+        for (p++; *p >= '0' && *p <= '9'; p++)
+            ;
+    long off = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int hh, mm, k = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &hh, &mm, &k) != 2 || k != 5)
+            return -1;
+        off = (hh * 3600L + mm * 60L) * (*p == '+' ? 1 : -1);
+        p += 6;
+    } else {
+        return -1;
+    }
+    if (*p || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+        tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+        return -1;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (long long)timegm(&tm) - off;
+}
+
+bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t outsz)
+{
+    size_t nl = strlen(name);
+    for (const char *p = json; (p = strchr(p, '"'));) {
+        /* p opens a string: a key when it is name and a ':' follows */
+        bool match = !strncmp(p + 1, name, nl) && p[1 + nl] == '"';
+        const char *q = p + 1;
+        while (*q && *q != '"')
+            q += *q == '\\' && q[1] ? 2 : 1;
+        if (!*q)
+            return false;
+        q++;
+        const char *c = q;
+        while (*c == ' ' || *c == '\t' || *c == '\r' || *c == '\n')
+            c++;
+        if (*c != ':') {
+            p = q; /* a value, or a key of another name */
+            continue;
+        }
+        if (!match) {
+            p = c + 1;
+            continue;
+        }
+        for (c++; *c == ' ' || *c == '\t' || *c == '\r' || *c == '\n'; c++)
+            ;
+        if (*c != '"')
+            return false;
+        size_t o = 0;
+        for (c++; *c && *c != '"'; c++) {
+            char ch = *c;
+            if (ch == '\\') {
+                c++;
+                switch (*c) {
+                case 'n':
+                    ch = '\n';
+                    break;
+                case 't':
+                    ch = '\t';
+                    break;
+                case 'r':
+                    ch = '\r';
+                    break;
+                case 'b':
+                    ch = '\b';
+                    break;
+                case 'f':
+                    ch = '\f';
+                    break;
+                case 'u': {
+                    unsigned v = 0;
+                    if (sscanf(c + 1, "%4x", &v) != 1 || v > 0x7f)
+                        return false; /* keys and tokens are ASCII */
+                    ch = (char)v;
+                    c += 4;
+                    break;
+                }
+                case '\0':
+                    return false;
+                default:
+                    ch = *c;
+                    break;
+                }
+            }
+            if (o + 1 >= outsz)
+                return false;
+            out[o++] = ch;
+        }
+        if (*c != '"')
+            return false;
+        out[o] = '\0';
+        return true;
+    }
+    return false;
+}
+
+bool ck_awscred_is_expired_code(const char *code)
+{
+    static const char *const codes[] = {"ExpiredToken",         "ExpiredTokenException",
+                                        "TokenRefreshRequired", "RequestExpired",
+                                        "InvalidToken",         "InvalidAccessKeyId"};
+    for (size_t i = 0; code && i < sizeof codes / sizeof *codes; i++)
+        if (!strcmp(code, codes[i]))
+            return true;
+    return false;
+}
+
+/* ---- HTTP for the credential services (not S3: no retries of ck_net, short timeouts) ---- */
+
+static size_t body_cb(char *data, size_t size, size_t n, void *ud)
+{
+    struct ck_buf *b = ud;
+    size_t len = size * n;
+    if (b->len + len > BODY_MAX)
+        return 0;
+    ck_buf_append(b, data, len);
+    return len;
+}
+
+/* One request; *status is the HTTP status (0 when none came back). Tries
+ * again after a connection error or a 5xx, attempts times. */
+static int fetch(const char *what, const char *method, const char *url, struct curl_slist *hd,
+                 const char *body, long timeout_s, int attempts, struct ck_buf *out, long *status)
+{
+    CURL *h = curl_easy_init();
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    char errbuf[CURL_ERROR_SIZE], where[512];
+    ck_store_url_redact(where, sizeof where, url);
+    int err = 0;
+    for (int i = 0; i < attempts; i++) {
+        if (i)
+            usleep(200000u << i);
+        if (out->data)
+            explicit_bzero(out->data, out->len);
+        out->len = 0;
+        *status = 0;
+        errbuf[0] = '\0';
+        curl_easy_reset(h);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, timeout_s);
+        curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s * 5);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "ckptd/" CKPTD_VERSION);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        if (hd)
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+        if (body) {
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+        }
+        if (strcmp(method, body ? "POST" : "GET"))
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        CURLcode cc = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        ck_buf_str(out); /* NUL-terminated for the parsers */
+        if (cc == CURLE_OK && *status < 500) {
+            err = 0;
+            break;
+        }
+        if (cc != CURLE_OK)
+            err = ck_error(CK_ENET, "%s: %s (%s)", what,
+                           errbuf[0] ? errbuf : curl_easy_strerror(cc), where);
+        else
+            err = ck_error(CK_ENET, "%s: HTTP %ld (%s)", what, *status, where);
+    }
+    curl_easy_cleanup(h);
+    return err;
+}
+
+static int copy_key(char *dst, size_t dsz, const char *v, const char *what, const char *name)
+{
+    if (!v || !*v)
+        return ck_error(CK_ECONFIG, "%s: no %s", what, name);
+    if (strlen(v) >= dsz)
+        return ck_error(CK_ECONFIG, "%s: %s is too long", what, name);
+    snprintf(dst, dsz, "%s", v);
+    return 0;
+}
+
+static int set_keys(struct ck_awskeys *k, const char *id, const char *sec, const char *tok,
+                    const char *what)
+{
+    int err;
+    if ((err = copy_key(k->id, sizeof k->id, id, what, "access key id")) < 0 ||
+        (err = copy_key(k->secret, sizeof k->secret, sec, what, "secret access key")) < 0)
+        return err;
+    if (tok && *tok)
+        return copy_key(k->token, sizeof k->token, tok, what, "session token");
+    k->token[0] = '\0';
+    return 0;
+}
+
+/* ---- the sources that fetch ---- */
+
+/* STS AssumeRoleWithWebIdentity: the token file is read again each time (it rotates). */
+static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_buf tok = CK_BUF_INIT, body = CK_BUF_INIT, resp = CK_BUF_INIT;
+    char *enc = NULL, arn[6200], name[400], exp[64];
+    long status = 0;
+    int err;
+    if ((err = ck_read_file(c->token_file, TOKEN_FILE_MAX, &tok)) < 0) {
+        err = ck_error(CK_ECONFIG, "web identity: cannot read the token file '%s'", c->token_file);
+        goto out;
+    }
+    while (tok.len && (tok.data[tok.len - 1] == '\n' || tok.data[tok.len - 1] == '\r' ||
+                       tok.data[tok.len - 1] == ' '))
+        tok.data[--tok.len] = '\0';
+    if (!tok.len) {
+        err = ck_error(CK_ECONFIG, "web identity: the token file '%s' is empty", c->token_file);
+        goto out;
+    }
+    size_t encsz = tok.len * 3 + 1;
+    if (!(enc = malloc(encsz)) || ck_store_encode(enc, encsz, ck_buf_str(&tok), false) < 0 ||
+        ck_store_encode(arn, sizeof arn, c->role_arn, false) < 0 ||
+        ck_store_encode(name, sizeof name, c->session_name, false) < 0) {
+        err = ck_error(CK_ECONFIG, "web identity: the role ARN or the token is too long");
+        goto out;
+    }
+    ck_buf_printf(&body,
+                  "Action=AssumeRoleWithWebIdentity&RoleArn=%s&RoleSessionName=%s"
+                  "&Version=2011-06-15&WebIdentityToken=%s",
+                  arn, name, enc);
+    struct curl_slist *hd =
+        curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded");
+    hd = curl_slist_append(hd, "Accept: application/xml");
+    err = fetch("web identity: STS AssumeRoleWithWebIdentity", "POST", c->sts_url, hd,
+                ck_buf_str(&body), 10, 3, &resp, &status);
+    curl_slist_free_all(hd);
+    if (err < 0)
+        goto out;
+    const char *x = ck_buf_str(&resp);
+    if (status != 200) {
+        char code[128] = "";
+        ck_xml_tag(x, "Code", code, sizeof code);
+        err = ck_error(status == 400 || status == 403 ? CK_EAUTH : CK_ENET,
+                       "web identity: STS refused role '%s' with the token in '%s': HTTP %ld %s",
+                       c->role_arn, c->token_file, status, code);
+        goto out;
+    }
+    struct ck_awskeys nk = {0};
+    if (!ck_xml_tag(x, "AccessKeyId", nk.id, sizeof nk.id) ||
+        !ck_xml_tag(x, "SecretAccessKey", nk.secret, sizeof nk.secret) ||
+        !ck_xml_tag(x, "SessionToken", nk.token, sizeof nk.token) ||
+        !ck_xml_tag(x, "Expiration", exp, sizeof exp) ||
+        (*expiry = ck_awscred_parse_time(exp)) < 0 || !nk.id[0] || !nk.secret[0]) {
+        ck_awskeys_wipe(&nk);
+        err = ck_error(CK_ENET, "web identity: STS answered without credentials or expiration");
+        goto out;
+    }
+    *k = nk;
+    ck_awskeys_wipe(&nk);
+out:
+    if (enc) {
+        explicit_bzero(enc, strlen(enc));
+        free(enc);
+    }
+    if (tok.data)
+        explicit_bzero(tok.data, tok.len);
+    if (body.data)
+        explicit_bzero(body.data, body.len);
+    if (resp.data)
+        explicit_bzero(resp.data, resp.len);
+    ck_buf_release(&tok);
+    ck_buf_release(&body);
+    ck_buf_release(&resp);
+    return err;
+}
+
+/* The JSON of the container and instance metadata services. */
+static int parse_json_creds(const char *json, const char *what, struct ck_awskeys *k,
+                            long long *expiry)
+{
+    char exp[64], code[64];
+    struct ck_awskeys nk = {0};
+    if (ck_awscred_json_str(json, "Code", code, sizeof code) && strcmp(code, "Success"))
+        return ck_error(CK_EAUTH, "%s: the service answered Code '%s'", what, code);
+    if (!ck_awscred_json_str(json, "AccessKeyId", nk.id, sizeof nk.id) ||
+        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) || !nk.id[0] ||
+        !nk.secret[0]) {
+        ck_awskeys_wipe(&nk);
+        return ck_error(CK_ENET, "%s: the answer has no AccessKeyId and SecretAccessKey", what);
+    }
+    if (!ck_awscred_json_str(json, "Token", nk.token, sizeof nk.token))
+        nk.token[0] = '\0';
+    *expiry = 0;
+    if (ck_awscred_json_str(json, "Expiration", exp, sizeof exp) &&
+        (*expiry = ck_awscred_parse_time(exp)) < 0) {
+        ck_awskeys_wipe(&nk);
+        return ck_error(CK_ENET, "%s: the answer's Expiration '%s' is not an ISO 8601 time", what,
+                        exp);
+    }
+    *k = nk;
+    ck_awskeys_wipe(&nk);
+    return 0;
+}
+
+static int fetch_container(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_buf tok = CK_BUF_INIT, resp = CK_BUF_INIT, hdr = CK_BUF_INIT;
+    struct curl_slist *hd = NULL;
+    long status = 0;
+    int err = 0;
+    const char *what = "container credentials";
+    if (c->container_token_file[0]) {
+        if (ck_read_file(c->container_token_file, TOKEN_FILE_MAX, &tok) < 0) {
+            err =
+                ck_error(CK_ECONFIG, "%s: cannot read AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE '%s'",
+                         what, c->container_token_file);
+            goto out;
+        }
+        while (tok.len && (tok.data[tok.len - 1] == '\n' || tok.data[tok.len - 1] == '\r'))
+            tok.data[--tok.len] = '\0';
+    } else if (env("AWS_CONTAINER_AUTHORIZATION_TOKEN")) {
+        ck_buf_puts(&tok, env("AWS_CONTAINER_AUTHORIZATION_TOKEN"));
+    }
+    if (tok.len) {
+        if (memchr(tok.data, '\n', tok.len) || memchr(tok.data, '\r', tok.len)) {
+            err = ck_error(CK_ECONFIG, "%s: the authorization token has a line break", what);
+            goto out;
+        }
+        ck_buf_printf(&hdr, "Authorization: %s", ck_buf_str(&tok));
+        hd = curl_slist_append(hd, ck_buf_str(&hdr));
+    }
+    hd = curl_slist_append(hd, "Accept: application/json");
+    if ((err = fetch(what, "GET", c->container_url, hd, NULL, 5, 3, &resp, &status)) < 0)
+        goto out;
+    if (status != 200) {
+        err = ck_error(status == 401 || status == 403 ? CK_EAUTH : CK_ENET,
+                       "%s: HTTP %ld from the credentials endpoint", what, status);
+        goto out;
+    }
+    err = parse_json_creds(ck_buf_str(&resp), what, k, expiry);
+out:
+    if (hd) {
+        for (struct curl_slist *i = hd; i; i = i->next)
+            explicit_bzero(i->data, strlen(i->data));
+        curl_slist_free_all(hd);
+    }
+    if (tok.data)
+        explicit_bzero(tok.data, tok.len);
+    if (hdr.data)
+        explicit_bzero(hdr.data, hdr.len);
+    if (resp.data)
+        explicit_bzero(resp.data, resp.len);
+    ck_buf_release(&tok);
+    ck_buf_release(&hdr);
+    ck_buf_release(&resp);
+    return err;
+}
+
+/* IMDSv2: a session token (PUT), the role name, then its credentials. */
+static int fetch_imds(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_buf tok = CK_BUF_INIT, resp = CK_BUF_INIT, hdr = CK_BUF_INIT;
+    char url[1200], role[256];
+    long status = 0;
+    int err;
+    const char *what = "instance metadata";
+    snprintf(url, sizeof url, "%s/latest/api/token", c->imds_url);
+    struct curl_slist *hd = curl_slist_append(NULL, "X-aws-ec2-metadata-token-ttl-seconds: 21600");
+    err = fetch(what, "PUT", url, hd, NULL, 1, 2, &tok, &status);
+    curl_slist_free_all(hd);
+    hd = NULL;
+    if (err < 0)
+        goto out;
+    if (status != 200 || !tok.len || strpbrk(ck_buf_str(&tok), "\r\n")) {
+        err = ck_error(CK_ENET, "%s: no session token (HTTP %ld from %s)", what, status, url);
+        goto out;
+    }
+    ck_buf_printf(&hdr, "X-aws-ec2-metadata-token: %s", ck_buf_str(&tok));
+    hd = curl_slist_append(NULL, ck_buf_str(&hdr));
+    snprintf(url, sizeof url, "%s/latest/meta-data/iam/security-credentials/", c->imds_url);
+    if ((err = fetch(what, "GET", url, hd, NULL, 1, 2, &resp, &status)) < 0)
+        goto out;
+    size_t rl = strcspn(ck_buf_str(&resp), "\r\n");
+    if (status != 200 || rl == 0 || rl >= sizeof role ||
+        strspn(resp.data, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+=,.@_-") <
+            rl) {
+        err =
+            ck_error(CK_ENET, "%s: no IAM role attached to this instance (HTTP %ld)", what, status);
+        goto out;
+    }
+    memcpy(role, resp.data, rl);
+    role[rl] = '\0';
+    snprintf(url, sizeof url, "%s/latest/meta-data/iam/security-credentials/%s", c->imds_url, role);
+    if ((err = fetch(what, "GET", url, hd, NULL, 1, 2, &resp, &status)) < 0)
+        goto out;
+    if (status != 200) {
+        err = ck_error(CK_ENET, "%s: HTTP %ld for role '%s'", what, status, role);
+        goto out;
+    }
+    err = parse_json_creds(ck_buf_str(&resp), what, k, expiry);
+out:
+    if (hd) {
+        explicit_bzero(hd->data, strlen(hd->data));
+        curl_slist_free_all(hd);
+    }
+    if (tok.data)
+        explicit_bzero(tok.data, tok.len);
+    if (hdr.data)
+        explicit_bzero(hdr.data, hdr.len);
+    if (resp.data)
+        explicit_bzero(resp.data, resp.len);
+    ck_buf_release(&tok);
+    ck_buf_release(&hdr);
+    ck_buf_release(&resp);
+    return err;
+}
+
+static int fetch_again(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    switch (c->kind) {
+    case SRC_WEB_IDENTITY:
+        return fetch_web_identity(c, k, expiry);
+    case SRC_CONTAINER:
+        return fetch_container(c, k, expiry);
+    case SRC_IMDS:
+        return fetch_imds(c, k, expiry);
+    default:
+        return ck_error(CK_EAUTH, "credentials from %s cannot be renewed", src_names[c->kind]);
+    }
+}
+
+/* ---- the chain ---- */
+
+static int from_explicit_file(struct ck_awscred *c, const char *ref)
+{
+    char *text = NULL;
+    int err;
+    /* ck_secret_load checks the mode (0600) before anything is read */
+    if ((err = ck_secret_load(ref, &text)) < 0)
+        return err;
+    ck_secret_free(text);
+    struct ck_awsini *f = NULL;
+    if ((err = ck_awsini_load(&f, ref + 5)) < 0)
+        return err;
+    const char *sec = ck_awsini_has_section(f, "default") ? "default" : ck_awsini_first_section(f);
+    err = sec ? set_keys(&c->keys, ck_awsini_get(f, sec, "aws_access_key_id"),
+                         ck_awsini_get(f, sec, "aws_secret_access_key"),
+                         ck_awsini_get(f, sec, "aws_session_token"), ref)
+              : ck_error(CK_ECONFIG, "credentials '%s': no section in it", ref);
+    if (err < 0)
+        err =
+            ck_error(CK_ECONFIG,
+                     "credentials '%s': no aws_access_key_id and aws_secret_access_key in it", ref);
+    ck_awsini_free(f);
+    snprintf(c->where, sizeof c->where, "%s", ref + 5);
+    return err;
+}
+
+static bool from_env(struct ck_awscred *c)
+{
+    if (!env("AWS_ACCESS_KEY_ID") || !env("AWS_SECRET_ACCESS_KEY"))
+        return false;
+    return set_keys(&c->keys, env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"),
+                    env("AWS_SESSION_TOKEN"), "AWS_ACCESS_KEY_ID") == 0;
+}
+
+static int sts_url(struct ck_awscred *c, const struct ck_awsprofile *p, const char *region)
+{
+    int err = ck_awsconfig_endpoint(c->sts_url, sizeof c->sts_url, NULL, "sts", p);
+    if (err < 0)
+        return err;
+    if (!c->sts_url[0])
+        snprintf(c->sts_url, sizeof c->sts_url, "https://sts.%s.amazonaws.com", region);
+    size_t l = strlen(c->sts_url);
+    if (l + 1 < sizeof c->sts_url && c->sts_url[l - 1] != '/')
+        strcat(c->sts_url, "/");
+    return 0;
+}
+
+/* Web identity from the environment, else from the profile. 1 when configured. */
+static int web_identity_config(struct ck_awscred *c, const struct ck_awsprofile *p)
+{
+    const char *file = env("AWS_WEB_IDENTITY_TOKEN_FILE"), *arn = env("AWS_ROLE_ARN"),
+               *name = env("AWS_ROLE_SESSION_NAME");
+    if (!file || !arn) {
+        file = ck_awsprofile_config(p, "web_identity_token_file");
+        arn = ck_awsprofile_config(p, "role_arn");
+        name = ck_awsprofile_config(p, "role_session_name");
+        snprintf(c->where, sizeof c->where, "profile %s", p ? p->name : "default");
+    } else {
+        snprintf(c->where, sizeof c->where, "AWS_WEB_IDENTITY_TOKEN_FILE");
+    }
+    if (!file || !arn)
+        return 0;
+    if (strlen(file) >= sizeof c->token_file || strlen(arn) >= sizeof c->role_arn ||
+        (name && strlen(name) >= sizeof c->session_name))
+        return ck_error(CK_ECONFIG,
+                        "web identity: the token file, role or session name is too long");
+    snprintf(c->token_file, sizeof c->token_file, "%s", file);
+    snprintf(c->role_arn, sizeof c->role_arn, "%s", arn);
+    if (name)
+        snprintf(c->session_name, sizeof c->session_name, "%s", name);
+    else
+        snprintf(c->session_name, sizeof c->session_name, "ckptd-%lld", now_s());
+    return 1;
+}
+
+static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p)
+{
+    const char *id = ck_awsprofile_creds(p, "aws_access_key_id");
+    if (id) {
+        snprintf(c->where, sizeof c->where, "%s [%s]", p->creds_path, p->name);
+        return set_keys(&c->keys, id, ck_awsprofile_creds(p, "aws_secret_access_key"),
+                        ck_awsprofile_creds(p, "aws_session_token"), c->where) == 0
+                   ? 1
+                   : ck_error(CK_ECONFIG,
+                              "'%s' profile '%s': aws_access_key_id without "
+                              "aws_secret_access_key",
+                              p->creds_path, p->name);
+    }
+    if ((id = ck_awsprofile_config(p, "aws_access_key_id"))) {
+        snprintf(c->where, sizeof c->where, "%s [profile %s]", p->config_path, p->name);
+        return set_keys(&c->keys, id, ck_awsprofile_config(p, "aws_secret_access_key"),
+                        ck_awsprofile_config(p, "aws_session_token"), c->where) == 0
+                   ? 1
+                   : ck_error(CK_ECONFIG,
+                              "'%s' profile '%s': aws_access_key_id without "
+                              "aws_secret_access_key",
+                              p->config_path, p->name);
+    }
+    return 0;
+}
+
+/* Full URIs must stay on this host or the known link-local agents, or use TLS (as the SDKs check).
+ */
+static bool container_host_allowed(const char *url)
+{
+    if (!strncmp(url, "https://", 8))
+        return true;
+    if (strncmp(url, "http://", 7))
+        return false;
+    const char *h = url + 7;
+    static const char *const ok[] = {"127.",          "localhost",      "[::1]",
+                                     "169.254.170.2", "169.254.170.23", "[fd00:ec2::23]"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        size_t l = strlen(ok[i]);
+        if (!strncmp(h, ok[i], l) &&
+            (ok[i][l - 1] == '.' || h[l] == '\0' || h[l] == ':' || h[l] == '/'))
+            return true;
+    }
+    return false;
+}
+
+static int container_config(struct ck_awscred *c)
+{
+    const char *rel = env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI"),
+               *full = env("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+    if (rel) {
+        /* CKPTD_TEST_ECS_HOST lets the tests stand in for 169.254.170.2 */
+        const char *host = env("CKPTD_TEST_ECS_HOST") ? env("CKPTD_TEST_ECS_HOST") : ECS_HOST;
+        int n = snprintf(c->container_url, sizeof c->container_url, "%s%s", host, rel);
+        if (rel[0] != '/' || n < 0 || (size_t)n >= sizeof c->container_url)
+            return ck_error(CK_ECONFIG, "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI must be a path");
+    } else if (full) {
+        if (!container_host_allowed(full) || strlen(full) >= sizeof c->container_url)
+            return ck_error(CK_ECONFIG,
+                            "AWS_CONTAINER_CREDENTIALS_FULL_URI '%s' is neither https nor a "
+                            "loopback or container agent address",
+                            full);
+        snprintf(c->container_url, sizeof c->container_url, "%s", full);
+    } else {
+        return 0;
+    }
+    const char *tf = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+    if (tf && strlen(tf) < sizeof c->container_token_file)
+        snprintf(c->container_token_file, sizeof c->container_token_file, "%s", tf);
+    ck_store_url_redact(c->where, sizeof c->where, c->container_url);
+    return 1;
+}
+
+static bool imds_enabled(struct ck_awscred *c, const struct ck_awsprofile *p)
+{
+    const char *off = env("AWS_EC2_METADATA_DISABLED");
+    if (off && !strcasecmp(off, "true"))
+        return false;
+    const char *ep = env("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+    if (!ep)
+        ep = ck_awsprofile_config(p, "ec2_metadata_service_endpoint");
+    snprintf(c->imds_url, sizeof c->imds_url, "%s", ep ? ep : IMDS_HOST);
+    size_t l = strlen(c->imds_url);
+    while (l && c->imds_url[l - 1] == '/')
+        c->imds_url[--l] = '\0';
+    snprintf(c->where, sizeof c->where, "%s", c->imds_url);
+    return true;
+}
+
+static int fetch_first(struct ck_awscred *c)
+{
+    int err = fetch_again(c, &c->keys, &c->expiry);
+    c->fetched = now_s();
+    return err;
+}
+
+static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awsprofile *p,
+                   const char *region, const char *label, struct ck_buf *tried)
+{
+    int err;
+    if (ref && !strncmp(ref, "file:", 5)) {
+        c->kind = SRC_EXPLICIT;
+        return from_explicit_file(c, ref);
+    }
+    c->kind = SRC_ENV;
+    snprintf(c->where, sizeof c->where, "AWS_ACCESS_KEY_ID");
+    if (from_env(c))
+        return 0;
+    if (ref && !strcmp(ref, "env"))
+        return ck_error(CK_ECONFIG,
+                        "store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set "
+                        "(credentials: env)",
+                        label);
+    ck_buf_puts(tried, "the environment");
+    c->kind = SRC_WEB_IDENTITY;
+    if ((err = web_identity_config(c, p)) < 0)
+        return err;
+    if (err == 1) {
+        if ((err = sts_url(c, p, region)) < 0)
+            return err;
+        return fetch_first(c);
+    }
+    ck_buf_puts(tried, ", web identity");
+    c->kind = SRC_SHARED;
+    if ((err = from_shared(c, p)) != 0)
+        return err < 0 ? err : 0;
+    ck_buf_printf(tried, ", profile '%s' in '%s' and '%s'", p->name, p->creds_path, p->config_path);
+    c->kind = SRC_CONTAINER;
+    if ((err = container_config(c)) < 0)
+        return err;
+    if (err == 1)
+        return fetch_first(c);
+    ck_buf_puts(tried, ", container credentials");
+    c->kind = SRC_IMDS;
+    if (imds_enabled(c, p)) {
+        if ((err = fetch_first(c)) == 0)
+            return 0;
+        ck_buf_printf(tried, ", instance metadata (%s)", ck_error_msg());
+    } else {
+        ck_buf_puts(tried, ", instance metadata (AWS_EC2_METADATA_DISABLED)");
+    }
+    return ck_error(CK_ECONFIG, "store '%s': no AWS credentials found; tried %s", label,
+                    ck_buf_str(tried));
+}
+
+int ck_awscred_open(struct ck_awscred **out, const char *explicit_ref,
+                    const struct ck_awsprofile *profile, const char *region, const char *label)
+{
+    *out = NULL;
+    struct ck_awscred *c = calloc(1, sizeof *c);
+    if (!c)
+        return ck_error(CK_ENOMEM, "out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    struct ck_buf tried = CK_BUF_INIT;
+    int err = resolve(c, explicit_ref, profile, region, label, &tried);
+    ck_buf_release(&tried);
+    if (err < 0) {
+        ck_awscred_free(c);
+        return err;
+    }
+    /* debug: the watcher opens its stores every round (ckptd upload -v shows it) */
+    if (c->expiry)
+        ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\" expires_in=%llds", label,
+                 src_names[c->kind], c->where, c->expiry - now_s());
+    else
+        ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\"", label, src_names[c->kind],
+                 c->where);
+    *out = c;
+    return 0;
+}
+
+void ck_awscred_free(struct ck_awscred *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->mu);
+    explicit_bzero(c, sizeof *c);
+    free(c);
+}
+
+const char *ck_awscred_source(const struct ck_awscred *c)
+{
+    return src_names[c->kind];
+}
+
+/* Called with mu held. */
+static int renew(struct ck_awscred *c, const char *reason)
+{
+    struct ck_awskeys nk;
+    long long exp = 0;
+    memset(&nk, 0, sizeof nk);
+    int err = fetch_again(c, &nk, &exp);
+    if (err == 0) {
+        c->keys = nk;
+        c->expiry = exp;
+        c->fetched = now_s();
+        ck_info("s3.credentials.refresh", "source=%s reason=%s expires_in=%llds",
+                src_names[c->kind], reason, exp ? exp - c->fetched : 0);
+    }
+    ck_awskeys_wipe(&nk);
+    return err;
+}
+
+int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
+{
+    int err = 0;
+    pthread_mutex_lock(&c->mu);
+    if (c->expiry &&
+        (c->kind == SRC_WEB_IDENTITY || c->kind == SRC_CONTAINER || c->kind == SRC_IMDS)) {
+        long long now = now_s(), life = c->expiry - c->fetched;
+        long long window = life / 2 < 300 ? life / 2 : 300;
+        /* a renewal that failed is tried again after 10 s, not by every request */
+        if (now >= c->expiry - window && (now >= c->expiry || now >= c->retry_at) &&
+            (err = renew(c, "expiring")) < 0) {
+            c->retry_at = now + 10;
+            if (now < c->expiry) {
+                ck_warn("s3.credentials.refresh_failed",
+                        "source=%s expires_in=%llds error=\"%s\" (keeping the current keys)",
+                        src_names[c->kind], c->expiry - now, ck_error_msg());
+                ck_error_clear();
+                err = 0;
+            }
+        }
+    }
+    if (err == 0)
+        *k = c->keys;
+    pthread_mutex_unlock(&c->mu);
+    return err;
+}
+
+bool ck_awscred_refresh_now(struct ck_awscred *c, const char *rejected_id)
+{
+    if (c->kind != SRC_WEB_IDENTITY && c->kind != SRC_CONTAINER && c->kind != SRC_IMDS)
+        return false;
+    pthread_mutex_lock(&c->mu);
+    /* several parts may be refused at once: one fetch serves them all */
+    int err = strcmp(c->keys.id, rejected_id) ? 0 : renew(c, "rejected");
+    pthread_mutex_unlock(&c->mu);
+    if (err < 0)
+        ck_warn("s3.credentials.refresh_failed", "source=%s error=\"%s\"", src_names[c->kind],
+                ck_error_msg());
+    return err == 0;
+}

@@ -1,0 +1,331 @@
+"""The AWS credential and config chain of the s3 store (issue 17), against
+s3rver behind a gate that enforces session tokens, with loopback stand-ins
+for STS, the container credentials endpoint and IMDSv2 (tests/lib/awsmock.py).
+
+What is checked comes from outside ckptd: which service was asked (the
+stand-ins' own records), what s3rver stored (read back with the aws CLI and
+compared with hashlib), and that a source lower in the chain holds keys
+s3rver refuses, so a wrong pick fails the upload.
+"""
+import hashlib
+import os
+import re
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from awsmock import CredServer, Issuer  # noqa: E402
+from ckptd_test import TmpDirCase, run  # noqa: E402
+from servers import FlakyProxy, S3Server, free_port, need  # noqa: E402
+
+MiB = 1 << 20
+AWS_VARS = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+            "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+            "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
+            "AWS_ENDPOINT_URL_STS", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+            "AWS_ROLE_SESSION_NAME", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_DISABLED",
+            "AWS_EC2_METADATA_SERVICE_ENDPOINT", "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+            "CKPTD_TEST_ECS_HOST"]
+BOGUS_ID, BOGUS_SECRET = "AKIAIOSFODNN7BOGUS00", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYBOGUSKEY00"
+
+
+def write(path, text, mode=0o600):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
+def make(path, size, seed):
+    block = hashlib.sha256(str(seed).encode()).digest() * (MiB // 32)
+    with open(path, "wb") as f:
+        for i in range(size // MiB):
+            f.write(hashlib.sha256(i.to_bytes(8, "little")).digest() + block[32:])
+        f.write(block[: size % MiB])
+    return path
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class AwsCred(TmpDirCase):
+    def setUp(self):
+        super().setUp()
+        need("aws", "checking S3 uploads needs awscli")
+        self.s3 = S3Server(self.dir)
+        self.addCleanup(self.s3.stop)
+        self.issuer = Issuer(self.s3.key_id, self.s3.secret)
+        self.gate = FlakyProxy(self.s3.port, [], gate=self.issuer.gate)
+        self.addCleanup(self.gate.stop)
+        self.creds = CredServer(self.issuer)
+        self.addCleanup(self.creds.stop)
+        self.home = os.path.join(self.dir, "home")
+        os.makedirs(os.path.join(self.home, ".aws"))
+        # nothing of the machine's own AWS setup leaks in
+        self.base = {v: "" for v in AWS_VARS}
+        self.base.update(HOME=self.home, AWS_EC2_METADATA_DISABLED="true")
+        self.src = make(os.path.join(self.dir, "weights.bin"), 3 * MiB + 17, 1)
+        self.n = 0
+
+    def upload(self, env, *extra, path=None, endpoint=True, check=None, timeout=120):
+        """Uploads path (default self.src) to a fresh key; returns (process, key)."""
+        self.n += 1
+        e = dict(self.base, **env)
+        args = ["upload", "-v", "--no-progress", "--state", os.path.join(self.dir, f"st{self.n}")]
+        if endpoint:
+            args += ["--endpoint", self.gate.url]
+        key = f"run{self.n}"
+        p = run(*args, *extra, path or self.src, f"s3://ckpt/{key}", env=e, check=check,
+                timeout=timeout)
+        for secret in [self.s3.secret, BOGUS_SECRET, *self.issuer.tokens]:
+            self.assertNotIn(secret, p.stdout + p.stderr, "a secret in ckptd's output")
+        return p, f"{key}/{os.path.basename(path or self.src)}"
+
+    def assert_landed(self, p, key, path=None):
+        self.assertEqual(p.returncode, 0, p.stderr)
+        got = os.path.join(self.dir, "got")
+        self.s3.get(key, got)
+        self.assertEqual(sha256(got), sha256(path or self.src))
+
+    def source(self, p):
+        m = re.findall(r"s3\.credentials\b.*?source=([\w-]+)", p.stderr)
+        return m[0] if m else None
+
+    # -- each source --
+
+    def test_environment_keys(self):
+        p, key = self.upload({"AWS_ACCESS_KEY_ID": self.s3.key_id,
+                              "AWS_SECRET_ACCESS_KEY": self.s3.secret})
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "environment")
+        self.assertEqual(self.creds.calls, [])
+
+    def test_shared_credentials_file_in_home(self):
+        write(os.path.join(self.home, ".aws", "credentials"),
+              f"[other]\naws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n"
+              f"[default]\naws_access_key_id = {self.s3.key_id}\n"
+              f"aws_secret_access_key={self.s3.secret}\n")
+        p, key = self.upload({})
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "shared-files")
+
+    def test_profile_from_both_files_with_region_and_endpoint(self):
+        cfg = write(os.path.join(self.dir, "cfg"),
+                    "[default]\nregion = us-west-1\n"
+                    "[profile dev]\nregion = eu-west-3\n"
+                    f"s3 =\n    endpoint_url = {self.gate.url}\n"
+                    f"aws_access_key_id = {self.s3.key_id}\n"
+                    f"aws_secret_access_key = {self.s3.secret}\n")
+        creds = write(os.path.join(self.dir, "creds"),
+                      f"[default]\naws_access_key_id = {BOGUS_ID}\n"
+                      f"aws_secret_access_key = {BOGUS_SECRET}\n")
+        env = {"AWS_PROFILE": "dev", "AWS_CONFIG_FILE": cfg, "AWS_SHARED_CREDENTIALS_FILE": creds}
+        p, key = self.upload(env, endpoint=False)
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "shared-files")
+        self.assertIn("region=eu-west-3", p.stderr)
+        # the credentials file's [dev] comes before the config file's [profile dev]
+        write(creds, f"[dev]\naws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n")
+        p, _ = self.upload(env, endpoint=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("refused the credentials", p.stderr)
+        # a profile that neither file has is an error, as in the AWS CLI
+        p, _ = self.upload(dict(env, AWS_PROFILE="nope"), endpoint=False)
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("'nope'", p.stderr)
+
+    def test_region_and_endpoint_precedence(self):
+        dead = f"http://127.0.0.1:{free_port()}"
+        cfg = write(os.path.join(self.dir, "cfg"),
+                    f"[default]\nregion = ap-south-1\nendpoint_url = {dead}\n")
+        env = {"AWS_ACCESS_KEY_ID": self.s3.key_id, "AWS_SECRET_ACCESS_KEY": self.s3.secret,
+               "AWS_CONFIG_FILE": cfg}
+        cases = [  # (extra env, flags, region expected, endpoint reachable)
+            ({}, [], "ap-south-1", False),
+            ({"AWS_ENDPOINT_URL": self.gate.url}, [], "ap-south-1", True),
+            ({"AWS_ENDPOINT_URL": dead, "AWS_ENDPOINT_URL_S3": self.gate.url,
+              "AWS_DEFAULT_REGION": "eu-north-1"}, [], "eu-north-1", True),
+            ({"AWS_ENDPOINT_URL_S3": dead, "AWS_REGION": "ca-central-1",
+              "AWS_DEFAULT_REGION": "eu-north-1"}, ["--endpoint", self.gate.url], "ca-central-1", True),
+            ({"AWS_REGION": "ca-central-1", "AWS_ENDPOINT_URL": self.gate.url},
+             ["--region", "sa-east-1"], "sa-east-1", True),
+        ]
+        for extra, flags, region, ok in cases:
+            with self.subTest(extra=extra, flags=flags):
+                p, key = self.upload(dict(env, **extra), "--retries", "0", *flags, endpoint=False)
+                self.assertIn(f"region={region}", p.stderr)
+                if ok:
+                    self.assert_landed(p, key)
+                else:
+                    self.assertNotEqual(p.returncode, 0)
+
+    def web_identity_env(self, token="eyJhbGciOiJSUzI1NiJ9.first.sig", accepted=True):
+        tf = write(os.path.join(self.dir, "token"), token + "\n", 0o644)
+        if accepted:
+            self.creds.web_tokens.add(token)
+        return {"AWS_WEB_IDENTITY_TOKEN_FILE": tf, "AWS_ROLE_ARN": self.creds.role_arn,
+                "AWS_ROLE_SESSION_NAME": "trainer-7", "AWS_ENDPOINT_URL_STS": self.creds.url}
+
+    def test_web_identity(self):
+        p, key = self.upload(self.web_identity_env())
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "web-identity")
+        sts = [c[1] for c in self.creds.calls if c[0] == "sts"]
+        self.assertEqual(len(sts), 1)
+        self.assertEqual(sts[0]["RoleSessionName"], "trainer-7")
+        self.assertEqual(sts[0]["RoleArn"], self.creds.role_arn)
+        # a token STS refuses is an error naming the role, not the token
+        p, _ = self.upload(self.web_identity_env("eyJ.refused.sig", accepted=False))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("InvalidIdentityToken", p.stderr)
+        self.assertNotIn("eyJ.refused.sig", p.stderr)
+
+    def test_container_full_uri_with_token_file(self):
+        self.creds.container_auth = "Bearer pod-identity-token-123"
+        tf = write(os.path.join(self.dir, "eks-pod-identity-token"), "Bearer pod-identity-token-123\n")
+        env = {"AWS_CONTAINER_CREDENTIALS_FULL_URI": self.creds.url + "/v2/credentials/pod",
+               "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": tf,
+               "AWS_CONTAINER_AUTHORIZATION_TOKEN": "ignored-when-the-file-is-set"}
+        p, key = self.upload(env)
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "container")
+        self.assertEqual([c for c in self.creds.calls if c[0] == "container"],
+                         [("container", "/v2/credentials/pod", "Bearer pod-identity-token-123")])
+        self.assertNotIn("pod-identity-token-123", p.stderr)
+        # a full URI to another host over plain http is refused (the SDKs' rule)
+        p, _ = self.upload({"AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://192.0.2.1/creds"})
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("neither https nor a loopback", p.stderr)
+
+    def test_container_relative_uri_ecs(self):
+        self.creds.container_auth = "ecs-secret-auth"
+        env = {"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/creds",
+               "AWS_CONTAINER_AUTHORIZATION_TOKEN": "ecs-secret-auth",
+               "CKPTD_TEST_ECS_HOST": self.creds.url}
+        p, key = self.upload(env)
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "container")
+        self.assertNotIn("ecs-secret-auth", p.stderr)
+
+    def test_instance_metadata_v2(self):
+        env = {"AWS_EC2_METADATA_DISABLED": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": self.creds.url}
+        p, key = self.upload(env)
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "instance-metadata")
+        kinds = self.creds.kinds()
+        self.assertEqual(kinds[0], "imds-token")  # the session token comes first (IMDSv2)
+        self.assertEqual(kinds.count("imds"), 2)
+        self.assertEqual([c[1] for c in self.creds.calls if c[0] == "imds-token"], ["21600"])
+        # disabled: nothing is asked, and the error lists what was tried
+        self.creds.calls.clear()
+        p, _ = self.upload(dict(env, AWS_EC2_METADATA_DISABLED="true"))
+        self.assertNotEqual(p.returncode, 0, p.stderr)
+        self.assertIn("no AWS credentials found", p.stderr)
+        self.assertEqual(self.creds.calls, [])
+
+    # -- the order --
+
+    def test_precedence_between_sources(self):
+        """Every source configured; the one expected has keys s3rver accepts,
+        every source after it keys s3rver refuses. Then the winner is removed."""
+        cfg = write(os.path.join(self.dir, "cfg"), "[default]\nregion = us-east-1\n")
+        creds = os.path.join(self.dir, "creds")
+        order = ["explicit", "environment", "web-identity", "shared-files", "container",
+                 "instance-metadata"]
+        for i, winner in enumerate(order):
+            with self.subTest(winner=winner):
+                good = lambda name: name == winner  # noqa: E731
+                env = {"AWS_CONFIG_FILE": cfg, "AWS_SHARED_CREDENTIALS_FILE": creds}
+                extra = []
+                if i <= 0:
+                    f = write(os.path.join(self.dir, "explicit"),
+                              f"[default]\naws_access_key_id = {self.s3.key_id}\n"
+                              f"aws_secret_access_key = {self.s3.secret}\n")
+                    extra = ["--credentials", "file:" + f]
+                if i <= 1:
+                    env.update(AWS_ACCESS_KEY_ID=self.s3.key_id if good("environment") else BOGUS_ID,
+                               AWS_SECRET_ACCESS_KEY=self.s3.secret if good("environment") else BOGUS_SECRET)
+                if i <= 2:
+                    env.update(self.web_identity_env() if good("web-identity") else
+                               self.web_identity_env("eyJ.not-accepted.sig", accepted=False))
+                if i <= 3:
+                    k, s = (self.s3.key_id, self.s3.secret) if good("shared-files") else (BOGUS_ID, BOGUS_SECRET)
+                    write(creds, f"[default]\naws_access_key_id = {k}\naws_secret_access_key = {s}\n")
+                elif os.path.exists(creds):
+                    os.unlink(creds)
+                if i <= 4:
+                    env.update(AWS_CONTAINER_CREDENTIALS_FULL_URI=self.creds.url + "/creds")
+                    self.creds.container_auth = None if good("container") else "not-sent"
+                env.update(AWS_EC2_METADATA_DISABLED="", AWS_EC2_METADATA_SERVICE_ENDPOINT=self.creds.url)
+                self.creds.calls.clear()
+                p, key = self.upload(env, *extra)
+                self.assert_landed(p, key)
+                self.assertEqual(self.source(p), "config" if winner == "explicit" else winner)
+                asked = set(self.creds.kinds())
+                self.assertEqual("sts" in asked, winner == "web-identity")
+                self.assertEqual("container" in asked, winner == "container")
+                self.assertEqual("imds-token" in asked, winner == "instance-metadata")
+
+    # -- temporary keys over a long upload --
+
+    def test_refresh_before_expiry_during_multipart_with_rotating_token(self):
+        """Keys that live 8 s over an upload of about 16 s: ckptd renews them
+        before they expire (the gate never answers ExpiredToken), and reads the
+        token file again each time (it rotates; STS takes only the newest)."""
+        self.creds.lifetime = 8
+        env = self.web_identity_env("eyJ.rotation-0.sig")
+        big = make(os.path.join(self.dir, "shard.bin"), 40 * MiB + 123, 2)
+        stop = threading.Event()
+
+        def rotate():
+            n = 0
+            while not stop.wait(2.0):
+                n += 1
+                tok = f"eyJ.rotation-{n}.sig"
+                self.creds.web_tokens.clear()
+                self.creds.web_tokens.add(tok)
+                write(env["AWS_WEB_IDENTITY_TOKEN_FILE"] + ".tmp", tok + "\n", 0o644)
+                os.replace(env["AWS_WEB_IDENTITY_TOKEN_FILE"] + ".tmp", env["AWS_WEB_IDENTITY_TOKEN_FILE"])
+        t = threading.Thread(target=rotate)
+        t.start()
+        try:
+            t0 = time.monotonic()
+            p, key = self.upload(env, "--part-size", "5MiB", "--multipart-threshold", "5MiB",
+                                 "--max-rate", "2.5MiB", "--concurrency", "2", path=big, timeout=170)
+            took = time.monotonic() - t0
+        finally:
+            stop.set()
+            t.join()
+        self.assert_landed(p, key, big)
+        self.assertGreater(took, 10)  # the upload outlived the first keys
+        sts = [c[1] for c in self.creds.calls if c[0] == "sts"]
+        self.assertGreaterEqual(len(sts), 2)
+        self.assertEqual(len({c["WebIdentityToken"] for c in sts}), len(sts),
+                         "each renewal read the rotated token file")
+        self.assertEqual(self.issuer.refused, [])
+        self.assertIn("reason=expiring", p.stderr)
+
+    def test_expired_token_answer_renews_and_resends_the_part(self):
+        """The gate calls the first keys expired after 2 requests (clock skew,
+        an early revocation): the parts refused with ExpiredToken are sent again
+        with new keys, after one renewal."""
+        self.issuer.next_dead_after = 2
+        big = make(os.path.join(self.dir, "shard.bin"), 24 * MiB, 3)
+        p, key = self.upload(self.web_identity_env(), "--part-size", "5MiB",
+                             "--multipart-threshold", "5MiB", "--concurrency", "2", path=big)
+        self.assert_landed(p, key, big)
+        self.assertGreaterEqual(len(self.issuer.refused), 1)
+        self.assertTrue(all(code == "ExpiredToken" for code, _ in self.issuer.refused))
+        self.assertTrue(any("partNumber=" in path for _, path in self.issuer.refused))
+        self.assertEqual(self.creds.kinds().count("sts"), 2)
+        self.assertIn("reason=rejected", p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

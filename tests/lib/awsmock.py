@@ -1,0 +1,183 @@
+"""Stand-ins for the AWS credential services, on loopback, for the credential
+chain tests (issue 17): STS AssumeRoleWithWebIdentity, the container
+credentials endpoint (ECS / EKS Pod Identity) and EC2 instance metadata
+(IMDSv2). They follow the documented wire formats:
+
+- STS: POST / with a form body (Action, RoleArn, RoleSessionName,
+  WebIdentityToken, Version), XML answer with Credentials/AccessKeyId,
+  SecretAccessKey, SessionToken, Expiration.
+- container: GET the URI with an Authorization header, JSON answer with
+  AccessKeyId, SecretAccessKey, Token, Expiration.
+- IMDSv2: PUT /latest/api/token (X-aws-ec2-metadata-token-ttl-seconds) gives a
+  session token; GETs under /latest/meta-data/iam/security-credentials/ need
+  it in X-aws-ec2-metadata-token (401 without), the listing gives the role
+  name, the role's document the keys (JSON with Code: Success).
+
+Every source hands out the S3 test server's own key pair (so s3rver accepts
+the signature) with a fresh session token. A TokenGate in front of s3rver
+(servers.FlakyProxy with a gate) enforces those tokens as AWS does: an
+expired one is answered 400 ExpiredToken, an unknown one 403 InvalidToken.
+"""
+import datetime
+import http.server
+import json
+import secrets
+import threading
+import time
+import urllib.parse
+
+
+def iso(t):
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Issuer:
+    """Mints session tokens for the S3 key pair and remembers their expiry."""
+
+    def __init__(self, key_id, secret):
+        self.key_id, self.secret = key_id, secret
+        self.lock = threading.Lock()
+        self.tokens = {}       # token -> expiry (epoch seconds)
+        self.uses = {}         # token -> requests seen by the gate
+        self.dead_after = {}   # token -> requests after which the gate calls it expired
+        self.refused = []      # (code, path) the gate answered
+        self.next_dead_after = None
+
+    def issue(self, lifetime):
+        tok = "FQoGZXIvYXdzE" + secrets.token_urlsafe(180)
+        exp = int(time.time() + lifetime)
+        with self.lock:
+            self.tokens[tok] = exp
+            if self.next_dead_after is not None:
+                self.dead_after[tok] = self.next_dead_after
+                self.next_dead_after = None
+        return self.key_id, self.secret, tok, exp
+
+    def gate(self, method, path, headers):
+        tok = headers.get("x-amz-security-token")
+        with self.lock:
+            if tok is None:
+                return None
+            if tok not in self.tokens:
+                self.refused.append(("InvalidToken", path))
+                return 403, b"<Error><Code>InvalidToken</Code></Error>"
+            self.uses[tok] = self.uses.get(tok, 0) + 1
+            dead = tok in self.dead_after and self.uses[tok] > self.dead_after[tok]
+            if dead or time.time() >= self.tokens[tok]:
+                self.refused.append(("ExpiredToken", path))
+                return 400, (b"<Error><Code>ExpiredToken</Code><Message>The provided token has "
+                             b"expired.</Message></Error>")
+        return None
+
+
+class CredServer:
+    """STS, container credentials and IMDSv2 on one loopback port. calls lists
+    (kind, details) of every answered request; lifetime is the seconds the
+    issued keys live."""
+
+    ROLE = "ckptd-node-role"
+
+    def __init__(self, issuer, lifetime=3600):
+        self.issuer = issuer
+        self.lifetime = lifetime
+        self.web_tokens = set()        # WebIdentityToken values STS accepts
+        self.role_arn = "arn:aws:iam::123456789012:role/ckptd"
+        self.container_auth = None     # the Authorization value the container endpoint wants
+        self.imds_tokens = set()
+        self.calls = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def reply(self, status, body, ctype="application/json"):
+                data = body.encode() if isinstance(body, str) else body
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                form = urllib.parse.parse_qs(self.rfile.read(n).decode(), keep_blank_values=True)
+                one = {k: v[0] for k, v in form.items()}
+                with outer.lock:
+                    outer.calls.append(("sts", one))
+                if one.get("Action") != "AssumeRoleWithWebIdentity" or one.get("Version") != "2011-06-15":
+                    return self.reply(400, "<ErrorResponse><Error><Code>InvalidAction</Code></Error></ErrorResponse>", "text/xml")
+                if one.get("RoleArn") != outer.role_arn or one.get("WebIdentityToken") not in outer.web_tokens:
+                    return self.reply(400, "<ErrorResponse><Error><Code>InvalidIdentityToken</Code></Error></ErrorResponse>", "text/xml")
+                kid, sec, tok, exp = outer.issuer.issue(outer.lifetime)
+                self.reply(200, f"""<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleWithWebIdentityResult>
+    <SubjectFromWebIdentityToken>system:serviceaccount:ml:trainer</SubjectFromWebIdentityToken>
+    <AssumedRoleUser><Arn>{outer.role_arn}/{one.get('RoleSessionName')}</Arn><AssumedRoleId>AROA:x</AssumedRoleId></AssumedRoleUser>
+    <Credentials>
+      <SessionToken>{tok}</SessionToken>
+      <SecretAccessKey>{sec}</SecretAccessKey>
+      <Expiration>{iso(exp)}</Expiration>
+      <AccessKeyId>{kid}</AccessKeyId>
+    </Credentials>
+  </AssumeRoleWithWebIdentityResult>
+</AssumeRoleWithWebIdentityResponse>""", "text/xml")
+
+            def keys_json(self, with_code):
+                kid, sec, tok, exp = outer.issuer.issue(outer.lifetime)
+                d = {"AccessKeyId": kid, "SecretAccessKey": sec, "Token": tok,
+                     "Expiration": iso(exp)}
+                if with_code:
+                    d = dict({"Code": "Success", "LastUpdated": iso(time.time()), "Type": "AWS-HMAC"}, **d)
+                return json.dumps(d, indent=2)
+
+            def do_PUT(self):
+                if self.path != "/latest/api/token":
+                    return self.reply(404, "")
+                ttl = self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+                with outer.lock:
+                    outer.calls.append(("imds-token", ttl))
+                if not ttl or not ttl.isdigit():
+                    return self.reply(400, "")
+                t = secrets.token_urlsafe(40)
+                outer.imds_tokens.add(t)
+                self.reply(200, t, "text/plain")
+
+            def do_GET(self):
+                p = self.path
+                if p.startswith("/latest/"):
+                    tok = self.headers.get("X-aws-ec2-metadata-token")
+                    with outer.lock:
+                        outer.calls.append(("imds", p))
+                    if tok not in outer.imds_tokens:
+                        return self.reply(401, "")
+                    base = "/latest/meta-data/iam/security-credentials/"
+                    if p == base:
+                        return self.reply(200, outer.ROLE, "text/plain")
+                    if p == base + outer.ROLE:
+                        return self.reply(200, self.keys_json(True))
+                    return self.reply(404, "")
+                with outer.lock:
+                    outer.calls.append(("container", p, self.headers.get("Authorization")))
+                if outer.container_auth is not None and self.headers.get("Authorization") != outer.container_auth:
+                    return self.reply(401, '{"message":"bad token"}')
+                if p not in ("/v2/credentials/pod", "/creds"):
+                    return self.reply(404, "")
+                self.reply(200, self.keys_json(False))
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def kinds(self):
+        with self.lock:
+            return [c[0] for c in self.calls]
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()

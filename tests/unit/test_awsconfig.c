@@ -1,0 +1,212 @@
+/* stores: the AWS shared files (INI with profiles and nested settings), the
+ * region and endpoint order, and the small parsers of the credential chain.
+ * Expected values come from the AWS CLI's documentation of its files and
+ * variables (docs.aws.amazon.com/cli/latest/userguide/cli-configure-files.html,
+ * .../cli-configure-envvars.html, the SDKs' "Service-specific endpoints"),
+ * ISO 8601, and Python's calendar.timegm for the epoch values. */
+#include "tests/unit/test_main.h"
+
+#include "common/error.h"
+#include "stores/awsconfig.h"
+#include "stores/awscred.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const vars[] = {"AWS_PROFILE",
+                                   "AWS_DEFAULT_PROFILE",
+                                   "AWS_CONFIG_FILE",
+                                   "AWS_SHARED_CREDENTIALS_FILE",
+                                   "AWS_REGION",
+                                   "AWS_DEFAULT_REGION",
+                                   "AWS_ENDPOINT_URL",
+                                   "AWS_ENDPOINT_URL_S3",
+                                   "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"};
+
+static void clean_env(void)
+{
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
+        unsetenv(vars[i]);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+    close(fd);
+}
+
+static void ini_sections_and_nesting(void **state)
+{
+    char dir[4000], path[4100];
+    ck_test_tmpdir(dir, "awsini");
+    snprintf(path, sizeof path, "%s/config", dir);
+    write_file(path, "# comment\n"
+                     "[default]\r\n"
+                     "region = us-west-2\r\n"
+                     "; another comment\n"
+                     "[profile   dev ]\n"
+                     "region=eu-west-3\n"
+                     "s3 =\n"
+                     "    addressing_style = path\n"
+                     "    endpoint_url = http://127.0.0.1:9000\n"
+                     "output = json\n"
+                     "region = eu-central-1\n"
+                     "[sso-session x]\n"
+                     "sso_region = us-east-1\n");
+    struct ck_awsini *f = NULL;
+    assert_int_equal(ck_awsini_load(&f, path), 0);
+    assert_non_null(f);
+    assert_string_equal(ck_awsini_get(f, "default", "region"), "us-west-2");
+    /* a later line for the same key wins */
+    assert_string_equal(ck_awsini_get(f, "profile dev", "region"), "eu-central-1");
+    assert_string_equal(ck_awsini_get(f, "profile dev", "s3.addressing_style"), "path");
+    assert_string_equal(ck_awsini_get(f, "profile dev", "s3.endpoint_url"),
+                        "http://127.0.0.1:9000");
+    /* the nested block ends at the next unindented key */
+    assert_string_equal(ck_awsini_get(f, "profile dev", "output"), "json");
+    assert_null(ck_awsini_get(f, "profile dev", "s3.output"));
+    assert_null(ck_awsini_get(f, "default", "output"));
+    assert_true(ck_awsini_has_section(f, "sso-session x"));
+    assert_string_equal(ck_awsini_first_section(f), "default");
+    ck_awsini_free(f);
+    /* absent: empty, not an error */
+    snprintf(path, sizeof path, "%s/none", dir);
+    assert_int_equal(ck_awsini_load(&f, path), 0);
+    assert_null(f);
+    assert_null(ck_awsini_get(NULL, "default", "region"));
+    /* a section without ']' names the file and the line */
+    snprintf(path, sizeof path, "%s/bad", dir);
+    write_file(path, "[default]\nregion = x\n[broken\n");
+    assert_int_equal(ck_awsini_load(&f, path), CK_ECONFIG);
+    assert_non_null(strstr(ck_error_msg(), "line 3"));
+}
+
+static void profile_region_endpoint_order(void **state)
+{
+    char dir[4000], cfg[4100], creds[4100], out[512];
+    ck_test_tmpdir(dir, "awsprofile");
+    snprintf(cfg, sizeof cfg, "%s/config", dir);
+    snprintf(creds, sizeof creds, "%s/credentials", dir);
+    write_file(cfg, "[default]\nregion = us-west-2\nendpoint_url = https://default.example\n"
+                    "[profile dev]\nregion = eu-west-3\nendpoint_url = https://dev.example/\n"
+                    "s3 =\n  endpoint_url = https://s3.dev.example\n");
+    write_file(creds, "[dev]\naws_access_key_id = AKIDDEV\n[only-creds]\nx = 1\n");
+    clean_env();
+    setenv("AWS_CONFIG_FILE", cfg, 1);
+    setenv("AWS_SHARED_CREDENTIALS_FILE", creds, 1);
+    struct ck_awsprofile p;
+    assert_int_equal(ck_awsprofile_open(&p), 0);
+    assert_string_equal(p.name, "default");
+    ck_awsconfig_region(out, sizeof out, NULL, &p);
+    assert_string_equal(out, "us-west-2");
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "sts", &p), 0);
+    assert_string_equal(out, "https://default.example");
+    ck_awsprofile_release(&p);
+
+    setenv("AWS_PROFILE", "dev", 1);
+    assert_int_equal(ck_awsprofile_open(&p), 0);
+    assert_string_equal(ck_awsprofile_creds(&p, "aws_access_key_id"), "AKIDDEV");
+    ck_awsconfig_region(out, sizeof out, NULL, &p);
+    assert_string_equal(out, "eu-west-3");
+    /* the service's own endpoint_url before the profile's general one */
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "s3", &p), 0);
+    assert_string_equal(out, "https://s3.dev.example");
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "sts", &p), 0);
+    assert_string_equal(out, "https://dev.example");
+    /* environment over the files, the service's variable over the general one */
+    setenv("AWS_DEFAULT_REGION", "ap-south-1", 1);
+    ck_awsconfig_region(out, sizeof out, NULL, &p);
+    assert_string_equal(out, "ap-south-1");
+    setenv("AWS_REGION", "ca-central-1", 1);
+    ck_awsconfig_region(out, sizeof out, NULL, &p);
+    assert_string_equal(out, "ca-central-1");
+    ck_awsconfig_region(out, sizeof out, "sa-east-1", &p);
+    assert_string_equal(out, "sa-east-1");
+    setenv("AWS_ENDPOINT_URL", "http://general:1", 1);
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "s3", &p), 0);
+    assert_string_equal(out, "http://general:1");
+    setenv("AWS_ENDPOINT_URL_S3", "http://s3only:2/", 1);
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "s3", &p), 0);
+    assert_string_equal(out, "http://s3only:2");
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, "http://flag:3", "s3", &p), 0);
+    assert_string_equal(out, "http://flag:3");
+    /* ignoring configured endpoints leaves the AWS default ("") */
+    setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true", 1);
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "s3", &p), 0);
+    assert_string_equal(out, "");
+    unsetenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS");
+    setenv("AWS_ENDPOINT_URL_S3", "ftp://nope", 1);
+    assert_int_equal(ck_awsconfig_endpoint(out, sizeof out, NULL, "s3", &p), CK_ECONFIG);
+    assert_non_null(strstr(ck_error_msg(), "AWS_ENDPOINT_URL_S3"));
+    ck_awsprofile_release(&p);
+
+    /* a profile only the credentials file has is found; one neither has is an error */
+    setenv("AWS_PROFILE", "only-creds", 1);
+    assert_int_equal(ck_awsprofile_open(&p), 0);
+    ck_awsprofile_release(&p);
+    setenv("AWS_PROFILE", "missing", 1);
+    assert_int_equal(ck_awsprofile_open(&p), CK_ECONFIG);
+    assert_non_null(strstr(ck_error_msg(), "'missing'"));
+    clean_env();
+}
+
+static void iso8601_times(void **state)
+{
+    /* calendar.timegm((2026, 11, 24, 8, 0, 0)) == 1795507200 */
+    assert_true(ck_awscred_parse_time("2026-11-24T08:00:00Z") == 1795507200LL);
+    assert_true(ck_awscred_parse_time("2026-11-24T08:00:00.123Z") == 1795507200LL);
+    assert_true(ck_awscred_parse_time("2026-11-24T09:00:00+01:00") == 1795507200LL);
+    assert_true(ck_awscred_parse_time("2026-11-24T07:30:00-00:30") == 1795507200LL);
+    assert_true(ck_awscred_parse_time("1970-01-01T00:00:00Z") == 0);
+    assert_true(ck_awscred_parse_time("2026-11-24 08:00:00Z") == -1);
+    assert_true(ck_awscred_parse_time("2026-13-24T08:00:00Z") == -1);
+    assert_true(ck_awscred_parse_time("2026-11-24T08:00:00") == -1);
+    assert_true(ck_awscred_parse_time("2026-11-24T08:00:00Zjunk") == -1);
+    assert_true(ck_awscred_parse_time("") == -1);
+}
+
+static void json_fields(void **state)
+{
+    char out[64];
+    const char *doc = "{\n  \"Code\" : \"Success\",\n  \"Note\": \"AccessKeyId\",\n"
+                      "  \"AccessKeyId\": \"ASIA\\u0041\\/B\",\n  \"Token\": \"a\\\"b\",\n"
+                      "  \"Num\": 3, \"Expiration\": \"2026-11-24T08:00:00Z\"}";
+    /* a value equal to a key's name is not that key */
+    assert_true(ck_awscred_json_str(doc, "AccessKeyId", out, sizeof out));
+    assert_string_equal(out, "ASIAA/B");
+    assert_true(ck_awscred_json_str(doc, "Token", out, sizeof out));
+    assert_string_equal(out, "a\"b");
+    assert_true(ck_awscred_json_str(doc, "Code", out, sizeof out));
+    assert_string_equal(out, "Success");
+    assert_false(ck_awscred_json_str(doc, "Num", out, sizeof out));
+    assert_false(ck_awscred_json_str(doc, "Missing", out, sizeof out));
+    /* too long for out: false, never truncated */
+    assert_false(ck_awscred_json_str(doc, "Expiration", out, 8));
+    /* hostile: unterminated strings */
+    assert_false(ck_awscred_json_str("{\"AccessKeyId\": \"abc", "AccessKeyId", out, sizeof out));
+    assert_false(ck_awscred_json_str("{\"AccessKeyId", "AccessKeyId", out, sizeof out));
+    assert_false(ck_awscred_json_str("{\"AccessKeyId\": \"\\", "AccessKeyId", out, sizeof out));
+}
+
+static void expired_codes(void **state)
+{
+    assert_true(ck_awscred_is_expired_code("ExpiredToken"));
+    assert_true(ck_awscred_is_expired_code("RequestExpired"));
+    assert_true(ck_awscred_is_expired_code("InvalidAccessKeyId"));
+    assert_false(ck_awscred_is_expired_code("SignatureDoesNotMatch"));
+    assert_false(ck_awscred_is_expired_code("AccessDenied"));
+    assert_false(ck_awscred_is_expired_code(""));
+    assert_false(ck_awscred_is_expired_code(NULL));
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(ini_sections_and_nesting),
+    cmocka_unit_test(profile_region_endpoint_order),
+    cmocka_unit_test(iso8601_times),
+    cmocka_unit_test(json_fields),
+    cmocka_unit_test(expired_codes),
+};
+CK_TEST_MAIN(tests)
