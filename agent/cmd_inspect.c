@@ -27,7 +27,7 @@ static const char help[] =
     "                        the file and tensor of the first mismatch\n"
     "      --values N        also print the values of tensors of at most N elements\n"
     "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
-    "                        samediff\n" CK_CLI_HELP;
+    "                        samediff, pt, onnx\n" CK_CLI_HELP;
 
 enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT };
 
