@@ -274,6 +274,8 @@ static int add_tensor(struct pt *r, const struct ck_pk_tensor *v)
         (err = view_bounds(r, v, st, &numel, &contiguous)) < 0)
         return err;
     size_t esz = ck_dtype_size(st->dtype);
+    if (numel > UINT64_MAX / esz)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': too many elements", r->s->path, r->name);
     memset(&t, 0, sizeof t);
     t.name = r->name;
     t.dtype = st->dtype;
