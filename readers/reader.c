@@ -19,6 +19,7 @@ const struct ck_reader_ops *const ck_readers[] = {
     &ck_reader_nnp,
     &ck_reader_samediff,
     &ck_reader_pt,
+    &ck_reader_onnx,
     NULL,
 };
 /* clang-format on */

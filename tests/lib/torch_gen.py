@@ -236,10 +236,15 @@ def onnx_models():
 
 
 def export_onnx(module, example, path, **kw):
-    """torch.onnx.export at opset 13 keeping parameter names as initializer names."""
+    """torch.onnx.export at opset 13 keeping parameter names as initializer names:
+    no constant folding, and TrainingMode.PRESERVE (of a model in eval mode)
+    so that batch norms are not folded into the convolutions before them.
+    Gradients stay enabled: under no_grad, TransformerEncoderLayer takes its
+    fused fast path, which has no ONNX export. Returns torch's output."""
     import torch
     kw.setdefault("do_constant_folding", False)
+    kw.setdefault("training", torch.onnx.TrainingMode.PRESERVE)
+    torch.onnx.export(module, (example,), path, opset_version=13, input_names=["input"],
+                      output_names=["output"], **kw)
     with torch.no_grad():
-        torch.onnx.export(module, (example,), path, opset_version=13, input_names=["input"],
-                          output_names=["output"], **kw)
         return module(example).numpy()
