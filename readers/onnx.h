@@ -16,4 +16,10 @@ enum ck_dtype ck_onnx_dtype(uint64_t t);
  * Takes ownership of s. */
 int ck_onnx_to_model(struct ck_tensor_set *s, struct ck_model **out);
 
+/* The network of a weight-only checkpoint w (a .pt, safetensors...) from the
+ * ONNX file at onnx_path: every initializer of the file must be a tensor of
+ * w with the same shape (by name, or the one name ending in ".NAME"); the
+ * file's constants are copied into w. Takes ownership of w. */
+int ck_onnx_graph_for(struct ck_tensor_set *w, const char *onnx_path, struct ck_model **out);
+
 #endif

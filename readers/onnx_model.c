@@ -9,6 +9,7 @@
  * static is an error naming the node. Folded constants that a mapped node
  * takes as data become float32 weights. */
 #include "readers/onnx.h"
+#include "readers/reader.h"
 
 #include "common/error.h"
 
@@ -1354,5 +1355,93 @@ out:
         free(c.v[i].c);
     free(c.v);
     ck_model_free(c.m);
+    return err;
+}
+
+/* ---- an ONNX file as the graph of a weight-only checkpoint ---- */
+
+/* The checkpoint's tensor for initializer t: the same name, or the one
+ * tensor whose name ends in ".NAME" (a state dict saved inside a training
+ * checkpoint: "model.fc1.weight" for "fc1.weight"). */
+static int match(struct ck_tensor_set *w, const struct ck_tensor *t, const char *onnx_path,
+                 const struct ck_tensor **out)
+{
+    size_t nl = strlen(t->name);
+    *out = ck_tensor_set_find(w, t->name);
+    for (size_t i = 0; !*out && i < w->ntensors; i++) {
+        const char *n = w->tensors[i].name;
+        size_t l = strlen(n);
+        if (l > nl && n[l - nl - 1] == '.' && !strcmp(n + l - nl, t->name)) {
+            if (*out)
+                return ck_error(CK_EFORMAT, "'%s': initializer '%s' of '%s' matches both '%s' "
+                                            "and '%s'",
+                                w->path, t->name, onnx_path, (*out)->name, n);
+            *out = &w->tensors[i];
+        }
+    }
+    if (!*out)
+        return ck_error(CK_EFORMAT, "'%s': initializer '%s' of '%s' is not in the checkpoint",
+                        w->path, t->name, onnx_path);
+    const struct ck_tensor *m = *out;
+    bool same = m->rank == t->rank;
+    for (int d = 0; same && d < t->rank; d++)
+        same = m->dims[d] == t->dims[d];
+    if (!same)
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s' does not have the shape of initializer "
+                                    "'%s' of '%s'",
+                        w->path, m->name, t->name, onnx_path);
+    return 0;
+}
+
+int ck_onnx_graph_for(struct ck_tensor_set *w, const char *onnx_path, struct ck_model **out)
+{
+    struct ck_tensor_set *g = NULL;
+    int err;
+    *out = NULL;
+    if ((err = ck_reader_onnx.open(onnx_path, &g)) < 0)
+        goto fail;
+    for (size_t i = 0; i < g->ntensors; i++) {
+        struct ck_tensor t = g->tensors[i];
+        const struct ck_tensor *m;
+        if (t.role && !strcmp(t.role, "constant")) {
+            /* the exporter's constants travel with the graph: copied */
+            void *data;
+            if (ck_tensor_set_find(w, t.name)) {
+                err = ck_error(CK_EFORMAT, "'%s': tensor '%s' has the name of a constant of '%s'",
+                               w->path, t.name, onnx_path);
+                goto fail;
+            }
+            if (t.dtype == CK_DT_STRING || !t.data)
+                continue;
+            if ((err = ck_tensor_set_alloc(w, t.nbytes ? t.nbytes : 1, &data)) < 0)
+                goto fail;
+            memcpy(data, t.data, t.nbytes);
+            t.data = data;
+            t.raw = NULL;
+            if ((err = ck_tensor_set_add(w, &t, NULL)) < 0)
+                goto fail;
+            continue;
+        }
+        if ((err = match(w, &t, onnx_path, &m)) < 0)
+            goto fail;
+        if (strcmp(m->name, t.name)) { /* matched by suffix: also known by the graph's name */
+            struct ck_tensor alias = *m;
+            alias.name = t.name;
+            if ((err = ck_tensor_set_add(w, &alias, NULL)) < 0)
+                goto fail;
+        }
+    }
+    ck_graph_free(w->graph);
+    w->graph = g->graph;
+    g->graph = NULL;
+    for (size_t i = 0; i < g->nmeta; i++)
+        if (!strncmp(g->meta[i].key, "opset.", 6) &&
+            (err = ck_tensor_set_add_meta(w, g->meta[i].key, g->meta[i].value)) < 0)
+            goto fail;
+    ck_tensor_set_free(g);
+    return ck_onnx_to_model(w, out);
+fail:
+    ck_tensor_set_free(g);
+    ck_tensor_set_free(w);
     return err;
 }
