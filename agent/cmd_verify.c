@@ -38,7 +38,8 @@ static const char help[] =
     "                        reported with its index and both values\n"
     "      --atol X          absolute tolerance (default 1e-4)\n"
     "      --rtol Y          relative tolerance (default 1e-5)\n"
-    "      --graph FILE      the layer list (YAML) of a weight-only checkpoint\n"
+    "      --graph FILE      the network of a weight-only checkpoint: a layer list\n"
+    "                        (YAML) or an ONNX model of the same parameters\n"
     "      --save-outputs DIR  write each output as DIR/NAME.npy (float32)\n"
     "      --timeout S       CPU seconds the engine may use (default 300)\n"
     "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
@@ -205,24 +206,11 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
     return 0;
 }
 
-/* The model: the file's own network, or its layer list. */
+/* The model: the file's own network, or the one --graph gives it (a layer
+ * list or an ONNX file), through the readers' one entry point. */
 static int open_model(const struct opts *o, struct ck_model **m)
 {
-    struct ck_tensor_set *s = NULL;
-    int err;
-    if (o->graph)
-        return ck_error(CK_EUSAGE, "'%s': layer lists are not built yet", o->graph);
-    if ((err = ck_reader_open(o->model, NULL, &s)) < 0)
-        return err;
-    const struct ck_reader_ops *ops = ck_reader_of(s);
-    if (!ops || !ops->to_model) {
-        ck_tensor_set_free(s);
-        return ck_error(CK_EUSAGE,
-                        "'%s' holds weights only: give its graph with --graph FILE (a layer "
-                        "list, docs/model.md)",
-                        o->model);
-    }
-    return ops->to_model(s, m);
+    return ck_reader_open_model(o->model, NULL, o->graph, m);
 }
 
 static int default_inputs(const struct ck_model *m, struct ck_infer_array *in)
