@@ -46,11 +46,14 @@ static const char help[] =
     "                        default 8G; 0: no limit)\n"
     "      --naive-gemm      matrix products as plain loops instead of OpenBLAS\n"
     "                        (to measure what BLAS buys)\n"
+    "      --repeat N        run N times (timing; outputs of the last run)\n"
     "\n"
     "End a list of files with -- or another option when MODEL follows it. The\n"
     "engine runs in a child process: a model that loops, exhausts its memory or\n"
     "crashes the engine is reported as timeout, memory or crashed. Outputs\n"
-    "that are NaN or infinite fail. Exit 0: every output matches (or was\n"
+    "that are NaN or infinite fail. The line 'engine:' gives the median time\n"
+    "of a run, the planned activation memory and the engine process's peak RSS.\n"
+    "Exit 0: every output matches (or was\n"
     "computed, without --expected); 1: a mismatch or a failure; 2: usage.\n" CK_CLI_HELP;
 
 enum {
@@ -63,6 +66,7 @@ enum {
     OPT_TIMEOUT,
     OPT_MAXMEM,
     OPT_NAIVE,
+    OPT_REPEAT,
 };
 
 struct opts {
@@ -70,6 +74,7 @@ struct opts {
     const char **inputs, **expected;
     size_t ninputs, nexpected;
     double atol, rtol, timeout;
+    unsigned repeat;
     uint64_t max_memory;
     bool naive;
 };
@@ -154,6 +159,7 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
                                              {"timeout", required_argument, NULL, OPT_TIMEOUT},
                                              {"max-memory", required_argument, NULL, OPT_MAXMEM},
                                              {"naive-gemm", no_argument, NULL, OPT_NAIVE},
+                                             {"repeat", required_argument, NULL, OPT_REPEAT},
                                              {NULL, 0, NULL, 0}};
     int opt, rc;
     optind = 1;
@@ -194,6 +200,14 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
         case OPT_NAIVE:
             o->naive = true;
             break;
+        case OPT_REPEAT: {
+            double r;
+            if (parse_double(optarg, &r) < 0 || r < 1 || r > 100000 || r != (unsigned)r)
+                return ck_cli_usage_error("verify", "--repeat takes a count from 1, not '%s'",
+                                          optarg);
+            o->repeat = (unsigned)r;
+            break;
+        }
         default:
             return ck_cli_usage_error("verify", "unknown option");
         }
@@ -380,13 +394,20 @@ static int run(const struct opts *o)
         goto out;
     struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
     struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
-    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, &out, &nout, &st)) < 0) {
+    struct ck_infer_stats stats;
+    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st,
+                                      &stats)) < 0) {
         err = ck_error_wrap(err, "'%s': verification failed (%s)", o->model,
                             ck_sandbox_status_name(st));
         goto out;
     }
     if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
         goto out;
+    printf("engine: %u run%s, median %.3f ms (min %.3f ms), activations %.1f KiB, converted "
+           "weights %.1f KiB, peak RSS %.1f MiB\n",
+           stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
+           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
+           (double)stats.child_max_rss / (1 << 20));
     rc = CK_EXIT_OK;
     for (size_t i = 0; i < nout; i++)
         if (compare(o, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,

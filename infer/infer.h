@@ -2,7 +2,7 @@
  * float32 on the CPU, to check that what was packed computes what it should.
  *
  * ck_infer_new converts every weight to float32 once (fp16, bf16, int8, ...
- * through ck_tensor_get_f64 or a fast path; float32 little-endian weights
+ * through model/convert.h; float32 little-endian weights
  * that are aligned are used in place, not copied). ck_infer_run infers
  * every value's shape from the input shapes (infer/shape.c), plans the
  * activation buffers so a buffer is reused once its value is dead

@@ -30,7 +30,7 @@ int ck_infer_k_elementwise(const struct ck_kcall *k)
         break;
     case CK_OP_RELU:
         for (int64_t i = 0; i < n; i++)
-            y[i] = x[i] > 0 ? x[i] : 0.0f;
+            y[i] = x[i] < 0 ? 0.0f : x[i]; /* NaN stays NaN, as in torch */
         break;
     case CK_OP_LEAKY_RELU:
         for (int64_t i = 0; i < n; i++)

@@ -159,8 +159,9 @@ static int child_error(const unsigned char *buf, uint64_t len, enum ck_sandbox_s
 
 int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits *lim,
                     uint64_t max_answer, unsigned char **answer, uint64_t *len,
-                    enum ck_sandbox_status *status)
+                    enum ck_sandbox_status *status, struct rusage *ru)
 {
+    struct rusage ignored;
     int fds[2], err, ws = 0;
     bool killed = false;
     *answer = NULL;
@@ -186,7 +187,7 @@ int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits 
     close(fds[0]);
     if (killed || err < 0)
         kill(pid, SIGKILL);
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
+    while (wait4(pid, &ws, 0, ru ? ru : &ignored) < 0 && errno == EINTR)
         ;
     if (err < 0)
         goto fail;

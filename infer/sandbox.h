@@ -12,6 +12,8 @@
 
 #include "infer/infer.h"
 
+#include <sys/resource.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,18 +39,28 @@ typedef int (*ck_sandbox_fn)(void *arg, int fd);
 
 /* Runs fn(arg, fd) in a child under lim. On CK_SANDBOX_OK, *answer (malloc'd,
  * owned by the caller) holds what the child wrote and *len its length (at
- * most max_answer). Otherwise returns a negative code whose message names
+ * most max_answer); ru (may be NULL) the child's resource usage. Otherwise returns a negative code whose message names
  * the reason and the child's own message when it sent one. */
 int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits *lim,
                     uint64_t max_answer, unsigned char **answer, uint64_t *len,
-                    enum ck_sandbox_status *status);
+                    enum ck_sandbox_status *status, struct rusage *ru);
 
-/* ck_infer_new + ck_infer_run in the sandbox. *outputs as ck_infer_run's;
- * *peak_bytes (may be NULL) the engine's planned activation bytes. */
+/* What a sandboxed run measured. */
+struct ck_infer_stats {
+    unsigned runs;                   /* how many times the model ran */
+    double median_s, min_s;          /* seconds per run */
+    uint64_t peak_activation_bytes;  /* the memory plan's activations */
+    uint64_t weight_bytes;           /* weights converted to float32 (not used in place) */
+    uint64_t child_max_rss;          /* bytes: the child's peak resident memory */
+};
+
+/* ck_infer_new + ck_infer_run in the sandbox, repeat times (at least once;
+ * for timing, the outputs are the last run's). *outputs as ck_infer_run's;
+ * stats (may be NULL) says how long a run took and what memory it used. */
 int ck_infer_run_sandboxed(const struct ck_model *m, const struct ck_infer_options *o,
                            const struct ck_sandbox_limits *lim,
-                           const struct ck_infer_array *inputs, size_t ninputs,
+                           const struct ck_infer_array *inputs, size_t ninputs, unsigned repeat,
                            struct ck_infer_array **outputs, size_t *noutputs,
-                           enum ck_sandbox_status *status);
+                           enum ck_sandbox_status *status, struct ck_infer_stats *stats);
 
 #endif

@@ -3,6 +3,7 @@
  * every length against what arrived. */
 #include "infer/sandbox.h"
 #include "infer/internal.h"
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <stdlib.h>
@@ -14,7 +15,14 @@ struct job {
     const struct ck_infer_options *o;
     const struct ck_infer_array *in;
     size_t nin;
+    unsigned repeat;
 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 static int put(int fd, const void *p, size_t n)
 {
@@ -36,9 +44,21 @@ static int run_job(void *arg, int fd)
     struct ck_infer_array *out = NULL;
     size_t nout = 0;
     int err;
-    if ((err = ck_infer_new(j->m, j->o, &e)) < 0 ||
-        (err = ck_infer_run(e, j->in, j->nin, &out, &nout)) < 0)
+    double *t = calloc(j->repeat, sizeof(double));
+    if (!t)
+        return ck_error(CK_ENOMEM, "out of memory for the timings");
+    if ((err = ck_infer_new(j->m, j->o, &e)) < 0)
         goto out;
+    for (unsigned r = 0; r < j->repeat; r++) {
+        ck_infer_arrays_free(out, nout);
+        out = NULL;
+        nout = 0;
+        double t0 = ck_mono_s();
+        if ((err = ck_infer_run(e, j->in, j->nin, &out, &nout)) < 0)
+            goto out;
+        t[r] = ck_mono_s() - t0;
+    }
+    qsort(t, j->repeat, sizeof *t, cmp_double);
     uint32_t n32 = (uint32_t)nout;
     if ((err = put(fd, &n32, 4)) < 0)
         goto out;
@@ -50,7 +70,15 @@ static int run_job(void *arg, int fd)
             (err = put(fd, out[i].data, sizeof(float) * ck_infer_array_numel(&out[i]))) < 0)
             goto out;
     }
+    double med = j->repeat % 2 ? t[j->repeat / 2] : (t[j->repeat / 2 - 1] + t[j->repeat / 2]) / 2;
+    uint64_t peak = ck_infer_peak_activation_bytes(e), wb = ck_infer_weight_bytes(e);
+    uint32_t runs = j->repeat;
+    if ((err = put(fd, &runs, 4)) < 0 || (err = put(fd, &med, 8)) < 0 ||
+        (err = put(fd, &t[0], 8)) < 0 || (err = put(fd, &peak, 8)) < 0 ||
+        (err = put(fd, &wb, 8)) < 0)
+        goto out;
 out:
+    free(t);
     ck_infer_arrays_free(out, nout);
     ck_infer_free(e);
     return err;
@@ -66,10 +94,10 @@ static int take(const unsigned char **p, const unsigned char *end, void *dst, ui
 }
 
 static int decode(const unsigned char *p, uint64_t len, struct ck_infer_array **outputs,
-                  size_t *noutputs)
+                  size_t *noutputs, struct ck_infer_stats *st)
 {
     const unsigned char *end = p + len;
-    uint32_t n;
+    uint32_t n = 0;
     int err;
     if ((err = take(&p, end, &n, 4)) < 0)
         return err;
@@ -79,7 +107,7 @@ static int decode(const unsigned char *p, uint64_t len, struct ck_infer_array **
     if (!a)
         return ck_error(CK_ENOMEM, "out of memory for the outputs");
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t nl, rank;
+        uint32_t nl = 0, rank = 0;
         char name[1024];
         int64_t dims[CK_INFER_MAX_RANK];
         if ((err = take(&p, end, &nl, 4)) < 0)
@@ -108,6 +136,13 @@ static int decode(const unsigned char *p, uint64_t len, struct ck_infer_array **
             (err = take(&p, end, a[i].data, sizeof(float) * (uint64_t)numel)) < 0)
             goto fail;
     }
+    uint32_t runs;
+    if ((err = take(&p, end, &runs, 4)) < 0 || (err = take(&p, end, &st->median_s, 8)) < 0 ||
+        (err = take(&p, end, &st->min_s, 8)) < 0 ||
+        (err = take(&p, end, &st->peak_activation_bytes, 8)) < 0 ||
+        (err = take(&p, end, &st->weight_bytes, 8)) < 0)
+        goto fail;
+    st->runs = runs;
     *outputs = a;
     *noutputs = n;
     return 0;
@@ -118,19 +153,25 @@ fail:
 
 int ck_infer_run_sandboxed(const struct ck_model *m, const struct ck_infer_options *o,
                            const struct ck_sandbox_limits *lim,
-                           const struct ck_infer_array *inputs, size_t ninputs,
+                           const struct ck_infer_array *inputs, size_t ninputs, unsigned repeat,
                            struct ck_infer_array **outputs, size_t *noutputs,
-                           enum ck_sandbox_status *status)
+                           enum ck_sandbox_status *status, struct ck_infer_stats *stats)
 {
-    struct job j = {m, o, inputs, ninputs};
+    struct job j = {m, o, inputs, ninputs, repeat ? repeat : 1};
+    struct ck_infer_stats ignored;
+    struct rusage ru = {0};
     unsigned char *answer = NULL;
     uint64_t len = 0;
     *outputs = NULL;
     *noutputs = 0;
-    int err = ck_sandbox_call(run_job, &j, lim, UINT64_C(16) << 30, &answer, &len, status);
+    if (!stats)
+        stats = &ignored;
+    memset(stats, 0, sizeof *stats);
+    int err = ck_sandbox_call(run_job, &j, lim, UINT64_C(16) << 30, &answer, &len, status, &ru);
     if (err < 0)
         return err;
-    err = decode(answer, len, outputs, noutputs);
+    stats->child_max_rss = (uint64_t)ru.ru_maxrss * 1024;
+    err = decode(answer, len, outputs, noutputs, stats);
     if (err < 0)
         *status = CK_SANDBOX_CRASHED;
     free(answer);

@@ -1,10 +1,12 @@
 /* The engine's value table: every name a node reads or writes (weights,
  * graph inputs, node outputs) gets an index, through a hash of the names
  * (models of thousands of nodes resolve in linear time). Weights are
- * converted to float32 here, once, and only those some node reads. */
+ * converted to float32 here, once (model/convert.h: fast paths for f16, bf16,
+ * f64), and only those some node reads. */
 #include "infer/engine.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "model/convert.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -87,14 +89,13 @@ static bool numeric(enum ck_dtype t)
 static int convert(struct ck_infer *e, const struct ck_tensor *t, struct ck_value *v)
 {
     uint64_t n;
-    int err;
     if (t->rank > CK_INFER_MAX_RANK)
         return ck_error(CK_EFORMAT, "weight '%s': rank %d, the engine runs up to %d", t->name,
                         t->rank, CK_INFER_MAX_RANK);
     if (!numeric(t->dtype))
         return ck_error(CK_EFORMAT, "weight '%s': dtype %s is not a real number", t->name,
                         ck_dtype_name(t->dtype));
-    if ((err = ck_tensor_numel(t, &n)) < 0 || n > (uint64_t)CK_INFER_NUMEL_MAX)
+    if (ck_tensor_numel(t, &n) < 0 || n > (uint64_t)CK_INFER_NUMEL_MAX)
         return ck_error(CK_EFORMAT, "weight '%s': too many elements", t->name);
     if (!t->data || t->nbytes < n * ck_dtype_size(t->dtype))
         return ck_error(CK_EFORMAT, "weight '%s': data is missing or shorter than its shape",
@@ -109,8 +110,11 @@ static int convert(struct ck_infer *e, const struct ck_tensor *t, struct ck_valu
         if (!d)
             return ck_error(CK_ENOMEM, "weight '%s': out of memory converting %llu values",
                             t->name, (unsigned long long)n);
-        for (uint64_t i = 0; i < n; i++)
-            d[i] = (float)ck_tensor_get_f64(t, i);
+        int err = ck_tensor_read_f32(t, 0, n, d, NULL);
+        if (err < 0) {
+            free(d);
+            return err;
+        }
         v->data = d;
         v->owned = true;
         e->weight_bytes += n * sizeof(float);
