@@ -136,7 +136,7 @@ static int decode(const unsigned char *p, uint64_t len, struct ck_infer_array **
             (err = take(&p, end, a[i].data, sizeof(float) * (uint64_t)numel)) < 0)
             goto fail;
     }
-    uint32_t runs;
+    uint32_t runs = 0;
     if ((err = take(&p, end, &runs, 4)) < 0 || (err = take(&p, end, &st->median_s, 8)) < 0 ||
         (err = take(&p, end, &st->min_s, 8)) < 0 ||
         (err = take(&p, end, &st->peak_activation_bytes, 8)) < 0 ||

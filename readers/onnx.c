@@ -44,10 +44,10 @@
 #define ATTR_TEXT_MAX (1u << 16)
 
 static const enum ck_dtype dtypes[] = {
-    [1] = CK_DT_F32,  [2] = CK_DT_U8,   [3] = CK_DT_I8,       [4] = CK_DT_U16,
-    [5] = CK_DT_I16,  [6] = CK_DT_I32,  [7] = CK_DT_I64,      [8] = CK_DT_STRING,
-    [9] = CK_DT_BOOL, [10] = CK_DT_F16, [11] = CK_DT_F64,     [12] = CK_DT_U32,
-    [13] = CK_DT_U64, [14] = CK_DT_C64, [15] = CK_DT_C128,    [16] = CK_DT_BF16,
+    [1] = CK_DT_F32,      [2] = CK_DT_U8,       [3] = CK_DT_I8,    [4] = CK_DT_U16,
+    [5] = CK_DT_I16,      [6] = CK_DT_I32,      [7] = CK_DT_I64,   [8] = CK_DT_STRING,
+    [9] = CK_DT_BOOL,     [10] = CK_DT_F16,     [11] = CK_DT_F64,  [12] = CK_DT_U32,
+    [13] = CK_DT_U64,     [14] = CK_DT_C64,     [15] = CK_DT_C128, [16] = CK_DT_BF16,
     [17] = CK_DT_F8_E4M3, [19] = CK_DT_F8_E5M2,
 };
 
@@ -126,7 +126,7 @@ static int ext_kv(struct rd *r, struct tp *t, const struct ck_pb_field *f)
     struct ck_pb m;
     struct ck_pb_field e;
     char *k = NULL, *v = NULL;
-    int rc, err;
+    int rc = 0, err = 0;
     ck_pb_init_field(&m, f);
     while ((rc = ck_pb_next(&m, &e)) > 0) {
         if (e.num == 1 && (err = str(r, &e, "external_data key", &k)) < 0)
@@ -139,7 +139,7 @@ static int ext_kv(struct rd *r, struct tp *t, const struct ck_pb_field *f)
     if (!k || !v)
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': external_data entry without key or value",
                         r->s->path, t->name ? t->name : "");
-    char *end;
+    char *end = NULL;
     if (!strcmp(k, "location")) {
         t->location = v;
     } else if (!strcmp(k, "offset") || !strcmp(k, "length")) {
@@ -162,8 +162,8 @@ static int tensor_meta(struct rd *r, const struct ck_pb_field *f, struct tp *t)
 {
     struct ck_pb m;
     struct ck_pb_field e;
-    int rc, err;
-    size_t c;
+    int rc = 0, err = 0;
+    size_t c = 0;
     memset(t, 0, sizeof *t);
     ck_pb_init_field(&m, f);
     while ((rc = ck_pb_next(&m, &e)) > 0) {
@@ -189,8 +189,7 @@ static int tensor_meta(struct rd *r, const struct ck_pb_field *f, struct tp *t)
         case 5:
         case 7:
         case 11:
-            if ((err = e.num == 4 ? ck_pb_fixed32s_count(&e, &c) : ck_pb_varints_count(&e, &c)) <
-                0)
+            if ((err = e.num == 4 ? ck_pb_fixed32s_count(&e, &c) : ck_pb_varints_count(&e, &c)) < 0)
                 return wrap(err, r);
             t->nvalues += c;
             break;
@@ -229,8 +228,9 @@ static int external_file(struct rd *r, const struct tp *t, const unsigned char *
     char path[PATH_MAX], real[PATH_MAX];
     const char *name = t->name ? t->name : "";
     if (!t->location || !ck_zipin_name_is_safe(t->location))
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': external data location '%s' is not a "
-                                    "relative path inside the model's folder",
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': external data location '%s' is not a "
+                        "relative path inside the model's folder",
                         r->s->path, name, t->location ? t->location : "");
     for (size_t i = 0; i < r->next; i++)
         if (!strcmp(r->ext[i].location, t->location)) {
@@ -246,8 +246,9 @@ static int external_file(struct rd *r, const struct tp *t, const unsigned char *
                            t->location);
     size_t dl = strlen(r->dir);
     if (strncmp(real, r->dir, dl) || (real[dl] != '/' && strcmp(r->dir, "/")))
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': external data '%s' resolves outside the "
-                                    "model's folder",
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s': external data '%s' resolves outside the "
+                        "model's folder",
                         r->s->path, name, t->location);
     struct ext_file *e = realloc(r->ext, (r->next + 1) * sizeof *e);
     if (!e)
@@ -291,11 +292,11 @@ static int typed_values(struct rd *r, const struct ck_pb_field *f, struct ck_ten
     bool complex = t->dtype == CK_DT_C64 || t->dtype == CK_DT_C128;
     uint64_t want = complex ? numel * 2 : numel;
     size_t vsz = complex ? esz / 2 : esz;
-    unsigned char *out;
+    unsigned char *out = NULL;
     struct ck_pb m;
     struct ck_pb_field e;
     size_t at = 0;
-    int rc, err;
+    int rc = 0, err = 0;
     if ((err = ck_tensor_set_alloc(r->s, t->nbytes ? t->nbytes : 1, (void **)&out)) < 0)
         return err;
     ck_pb_init_field(&m, f);
@@ -303,21 +304,22 @@ static int typed_values(struct rd *r, const struct ck_pb_field *f, struct ck_ten
         if (e.num != 4 && e.num != 5 && e.num != 7 && e.num != 10 && e.num != 11)
             continue;
         if (e.num != values_field(t->dtype))
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': values in field %u, not the field of "
-                                        "its data type (%u)",
+            return ck_error(CK_EFORMAT,
+                            "'%s': tensor '%s': values in field %u, not the field of "
+                            "its data type (%u)",
                             r->s->path, t->name, (unsigned)e.num, values_field(t->dtype));
         uint64_t v[256];
-        size_t n;
+        size_t n = 0;
         /* decode in pieces of 256 values: no allocation of a claimed size */
-        size_t cnt;
+        size_t cnt = 0;
         err = e.num == 4    ? ck_pb_fixed32s_count(&e, &cnt)
               : e.num == 10 ? ck_pb_fixed64s_count(&e, &cnt)
                             : ck_pb_varints_count(&e, &cnt);
         if (err < 0)
             return wrap(err, r);
         if (at + cnt > want)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': more values than its %" PRIu64
-                                        " elements",
+            return ck_error(CK_EFORMAT,
+                            "'%s': tensor '%s': more values than its %" PRIu64 " elements",
                             r->s->path, t->name, numel);
         const unsigned char *p = e.data, *end = e.data + e.len;
         for (size_t done = 0; done < cnt; done += n) {
@@ -362,7 +364,7 @@ static int string_values(struct rd *r, const struct ck_pb_field *f, struct ck_te
     struct ck_pb m;
     struct ck_pb_field e;
     size_t at = 0;
-    int rc, err;
+    int rc = 0, err = 0;
     if (tp->nstrings != numel)
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': %zu strings for %" PRIu64 " elements",
                         r->s->path, t->name, tp->nstrings, numel);
@@ -380,13 +382,12 @@ static int string_values(struct rd *r, const struct ck_pb_field *f, struct ck_te
 }
 
 /* A TensorProto into the set (name given for attribute tensors). */
-static int add_tensor(struct rd *r, const struct ck_pb_field *f, const char *name,
-                      const char *role)
+static int add_tensor(struct rd *r, const struct ck_pb_field *f, const char *name, const char *role)
 {
     struct tp tp;
     struct ck_tensor t;
-    uint64_t numel;
-    int err;
+    uint64_t numel = 0;
+    int err = 0;
     if ((err = tensor_meta(r, f, &tp)) < 0)
         return err;
     memset(&t, 0, sizeof t);
@@ -396,8 +397,8 @@ static int add_tensor(struct rd *r, const struct ck_pb_field *f, const char *nam
     t.role = role;
     t.dtype = ck_onnx_dtype(tp.type);
     if (t.dtype == CK_DT_INVALID)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s': unsupported data_type %" PRIu64,
-                        r->s->path, t.name, tp.type);
+        return ck_error(CK_EFORMAT, "'%s': tensor '%s': unsupported data_type %" PRIu64, r->s->path,
+                        t.name, tp.type);
     t.rank = tp.rank;
     memcpy(t.dims, tp.dims, sizeof t.dims);
     if ((err = ck_tensor_numel(&t, &numel)) < 0)
@@ -411,8 +412,8 @@ static int add_tensor(struct rd *r, const struct ck_pb_field *f, const char *nam
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': too many elements", r->s->path, t.name);
     t.nbytes = numel * ck_dtype_size(t.dtype);
     if (tp.external) {
-        const unsigned char *base;
-        uint64_t len;
+        const unsigned char *base = NULL;
+        uint64_t len = 0;
         if ((err = external_file(r, &tp, &base, &len)) < 0)
             return err;
         uint64_t n = tp.has_length ? tp.length : t.nbytes;
@@ -425,7 +426,8 @@ static int add_tensor(struct rd *r, const struct ck_pb_field *f, const char *nam
         t.data = base + tp.offset;
     } else if (tp.has_raw) {
         if (tp.rawf.wire != CK_PB_LEN || tp.rawf.len != t.nbytes)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': raw_data of %zu bytes, expected %" PRIu64,
+            return ck_error(CK_EFORMAT,
+                            "'%s': tensor '%s': raw_data of %zu bytes, expected %" PRIu64,
                             r->s->path, t.name, tp.rawf.len, t.nbytes);
         t.data = tp.rawf.data;
     } else if ((err = typed_values(r, f, &t, numel)) < 0) {
@@ -496,7 +498,8 @@ static int attr_text(struct rd *r, const struct ck_pb_field *f, const char *node
             break;
         case 7:
         case 8:
-            if ((err = e.num == 7 ? ck_pb_fixed32s_count(&e, &cnt) : ck_pb_varints_count(&e, &cnt)) < 0)
+            if ((err = e.num == 7 ? ck_pb_fixed32s_count(&e, &cnt)
+                                  : ck_pb_varints_count(&e, &cnt)) < 0)
                 return wrap(err, r);
             for (size_t i = 0; i < cnt && b->len < ATTR_TEXT_MAX; i++) {
                 uint64_t v = e.v;
@@ -543,11 +546,10 @@ static int attr_tensor(struct rd *r, const struct ck_pb_field *f, struct ck_grap
 {
     struct ck_pb m;
     struct ck_pb_field e;
-    int rc;
+    int rc = 0;
     char name[NAME_MAX_LEN + 80];
     bool constant = !strcmp(n->op, "Constant") && n->noutputs == 1;
-    snprintf(name, sizeof name, constant ? "%s" : "%s:%s", constant ? n->outputs[0] : n->name,
-             key);
+    snprintf(name, sizeof name, constant ? "%s" : "%s:%s", constant ? n->outputs[0] : n->name, key);
     ck_pb_init_field(&m, f);
     while ((rc = ck_pb_next(&m, &e)) > 0)
         if (e.num == 5) {
@@ -567,10 +569,10 @@ static int strings_of(struct rd *r, const struct ck_pb_field *f, uint32_t num, b
 {
     struct ck_pb m;
     struct ck_pb_field e;
-    int rc, err;
+    int rc = 0, err = 0;
     ck_pb_init_field(&m, f);
     while ((rc = ck_pb_next(&m, &e)) > 0) {
-        char *s;
+        char *s = NULL;
         if (e.num != num)
             continue;
         if ((err = str(r, &e, "a value name", &s)) < 0)
@@ -586,9 +588,9 @@ static int node(struct rd *r, const struct ck_pb_field *f)
     struct ck_pb m;
     struct ck_pb_field e;
     char *name = NULL, *op = NULL, *domain = NULL, full[600];
-    struct ck_graph_node *n;
+    struct ck_graph_node *n = NULL;
     struct ck_buf b;
-    int rc, err;
+    int rc = 0, err = 0;
     if (r->g->nnodes >= NODES_MAX)
         return ck_error(CK_EFORMAT, "'%s': more than %u nodes", r->s->path, NODES_MAX);
     ck_pb_init_field(&m, f);
@@ -619,7 +621,7 @@ static int node(struct rd *r, const struct ck_pb_field *f)
     ck_buf_init(&b, ATTR_TEXT_MAX + 256);
     ck_pb_init_field(&m, f);
     while ((rc = ck_pb_next(&m, &e)) > 0) {
-        char *key;
+        char *key = NULL;
         int tensor = 0;
         if (e.num != 5)
             continue;
@@ -747,7 +749,10 @@ static int graph(struct rd *r, const struct ck_pb_field *f)
         case 11:
         case 12:
         case 13:
-            err = value_info(r, &e, e.num == 11 ? 1 : e.num == 12 ? 2 : 0,
+            err = value_info(r, &e,
+                             e.num == 11   ? 1
+                             : e.num == 12 ? 2
+                                           : 0,
                              e.num == 11 ? &in : &out, e.num == 11 ? &nin : &nout);
             break;
         case 15:
@@ -774,7 +779,7 @@ static int model(struct rd *r, const unsigned char *base, uint64_t len)
     struct ck_pb_field e, x;
     bool has_graph = false;
     char num[32], *s;
-    int rc, err;
+    int rc = 0, err = 0;
     ck_pb_init(&m, base, (size_t)len);
     while ((rc = ck_pb_next(&m, &e)) > 0) {
         switch (e.num) {
@@ -789,9 +794,10 @@ static int model(struct rd *r, const unsigned char *base, uint64_t len)
         case 3:
         case 4:
             if ((err = str(r, &e, "a model string", &s)) < 0 ||
-                (err = ck_tensor_set_add_meta(r->s, e.num == 2   ? "producer_name"
-                                                    : e.num == 3 ? "producer_version"
-                                                                 : "domain",
+                (err = ck_tensor_set_add_meta(r->s,
+                                              e.num == 2   ? "producer_name"
+                                              : e.num == 3 ? "producer_version"
+                                                           : "domain",
                                               s)) < 0)
                 return err;
             break;
@@ -819,7 +825,9 @@ static int model(struct rd *r, const unsigned char *base, uint64_t len)
                 return wrap(rc, r);
             snprintf(num, sizeof num, "%" PRIu64, version);
             snprintf(key, sizeof key, "%s%.500s", e.num == 8 ? "opset." : "",
-                     e.num == 8 ? (a && *a ? a : "ai.onnx") : a ? a : "");
+                     e.num == 8 ? (a && *a ? a : "ai.onnx")
+                     : a        ? a
+                                : "");
             if ((err = ck_tensor_set_add_meta(r->s, key, e.num == 8 ? num : b ? b : "")) < 0)
                 return err;
             break;
@@ -836,10 +844,10 @@ static int model(struct rd *r, const unsigned char *base, uint64_t len)
 static int onnx_open(const char *path, struct ck_tensor_set **out)
 {
     struct rd r;
-    const unsigned char *base;
-    uint64_t len;
+    const unsigned char *base = NULL;
+    uint64_t len = 0;
     char dir[PATH_MAX];
-    int err;
+    int err = 0;
     *out = NULL;
     memset(&r, 0, sizeof r);
     if (!(r.s = ck_tensor_set_new("onnx", path)))

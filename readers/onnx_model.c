@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RANK_MAX 8          /* shapes tracked up to this rank (others unknown) */
-#define FOLD_MAX 4096       /* constants folded and read up to this many elements */
+#define RANK_MAX 8    /* shapes tracked up to this rank (others unknown) */
+#define FOLD_MAX 4096 /* constants folded and read up to this many elements */
 
 struct val {
     const char *name; /* borrowed from the graph or the set */
@@ -84,7 +84,7 @@ static int grow(struct cx *c)
 /* The value named name, created (shape unknown) when new. */
 static int get(struct cx *c, const char *name, struct val **out)
 {
-    int err;
+    int err = 0;
     if ((*out = find(c, name)))
         return 0;
     if (2 * (c->n + 1) > c->cap && (err = grow(c)) < 0)
@@ -108,18 +108,18 @@ static void set_shape(struct val *v, int rank, const int64_t *dims)
 
 static bool is_int_dtype(enum ck_dtype t)
 {
-    return t == CK_DT_I8 || t == CK_DT_I16 || t == CK_DT_I32 || t == CK_DT_I64 ||
-           t == CK_DT_U8 || t == CK_DT_U16 || t == CK_DT_U32 || t == CK_DT_U64 || t == CK_DT_BOOL;
+    return t == CK_DT_I8 || t == CK_DT_I16 || t == CK_DT_I32 || t == CK_DT_I64 || t == CK_DT_U8 ||
+           t == CK_DT_U16 || t == CK_DT_U32 || t == CK_DT_U64 || t == CK_DT_BOOL;
 }
 
 static int add_weights(struct cx *c)
 {
     const struct ck_tensor_set *s = c->m->weights;
-    struct val *v;
-    int err;
+    struct val *v = NULL;
+    int err = 0;
     for (size_t i = 0; i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
-        uint64_t n;
+        uint64_t n = 0;
         if ((err = get(c, t->name, &v)) < 0)
             return err;
         v->is_weight = true;
@@ -157,7 +157,7 @@ static int attr_int(struct cx *c, const struct ck_graph_node *n, const char *key
                     int64_t *out)
 {
     const char *a = attr(n, key);
-    char *end;
+    char *end = NULL;
     *out = def;
     if (!a)
         return 0;
@@ -169,7 +169,7 @@ static int attr_float(struct cx *c, const struct ck_graph_node *n, const char *k
                       float *out)
 {
     const char *a = attr(n, key);
-    char *end;
+    char *end = NULL;
     *out = def;
     if (!a)
         return 0;
@@ -182,7 +182,7 @@ static int attr_ints(struct cx *c, const struct ck_graph_node *n, const char *ke
                      size_t max, size_t *count)
 {
     const char *a = attr(n, key);
-    char *end;
+    char *end = NULL;
     *count = SIZE_MAX;
     if (!a)
         return 0;
@@ -214,8 +214,8 @@ static bool has_input(const struct ck_graph_node *n, size_t i)
 static int input(struct cx *c, const struct ck_graph_node *n, size_t i, struct val **out)
 {
     if (!has_input(n, i))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input %zu is missing", c->path,
-                        n->name, n->op, i);
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input %zu is missing", c->path, n->name,
+                        n->op, i);
     if (!(*out = find(c, n->inputs[i])))
         return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' is defined nowhere before",
                         c->path, n->name, n->op, n->inputs[i]);
@@ -223,11 +223,11 @@ static int input(struct cx *c, const struct ck_graph_node *n, size_t i, struct v
 }
 
 /* Input i as a list of integers (a constant: Reshape's shape, Slice's starts...). */
-static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int64_t *v,
-                      size_t max, size_t *count)
+static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int64_t *v, size_t max,
+                      size_t *count)
 {
-    struct val *x;
-    int err;
+    struct val *x = NULL;
+    int err = 0;
     if ((err = input(c, n, i, &x)) < 0)
         return err;
     if (!x->is_const || x->cn > max)
@@ -242,8 +242,8 @@ static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int
 
 static int const_scalar(struct cx *c, const struct ck_graph_node *n, size_t i, float *out)
 {
-    struct val *x;
-    int err;
+    struct val *x = NULL;
+    int err = 0;
     if ((err = input(c, n, i, &x)) < 0)
         return err;
     if (!x->is_const || x->cn != 1)
@@ -257,8 +257,8 @@ static int const_scalar(struct cx *c, const struct ck_graph_node *n, size_t i, f
 static int materialise(struct cx *c, struct val *v)
 {
     struct ck_tensor t;
-    float *data;
-    int err;
+    float *data = NULL;
+    int err = 0;
     if (v->is_weight || v->folded_weight)
         return 0;
     if ((err = ck_tensor_set_alloc(c->m->weights, (v->cn ? v->cn : 1) * 4, (void **)&data)) < 0)
@@ -302,8 +302,7 @@ static int broadcast(const struct val *a, const struct val *b, struct val *o)
     return 0;
 }
 
-static int conv_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
-                    bool ceil)
+static int conv_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, bool ceil)
 {
     int64_t span = in + pb + pe - d * (k - 1) - 1;
     if (span < 0 || s <= 0)
@@ -316,8 +315,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
 {
     struct val *x = NULL, *w = NULL;
     int64_t d[RANK_MAX], k[RANK_MAX];
-    size_t nk;
-    int err;
+    size_t nk = 0;
+    int err = 0;
     const char *op = n->op;
     if (n->ninputs && has_input(n, 0) && (err = input(c, n, 0, &x)) < 0)
         return err;
@@ -348,7 +347,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Gemm")) {
-        int64_t ta, tb;
+        int64_t ta = 0, tb = 0;
         if ((err = input(c, n, 1, &w)) < 0 || (err = attr_int(c, n, "transA", 0, &ta)) < 0 ||
             (err = attr_int(c, n, "transB", 0, &tb)) < 0 || w->rank != 2 || r != 2)
             return err;
@@ -359,7 +358,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
     }
     if (!strcmp(op, "Conv") || !strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
         int64_t ks[2], st[2] = {1, 1}, dl[2] = {1, 1}, pd[4] = {0, 0, 0, 0}, ceil = 0;
-        size_t a;
+        size_t a = 0;
         if (r != 4)
             return 0;
         if (op[0] == 'C') {
@@ -426,7 +425,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Concat")) {
-        int64_t axis;
+        int64_t axis = 0;
         if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
             return err;
         axis = norm_axis(axis, r);
@@ -476,7 +475,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Gather")) {
-        int64_t axis;
+        int64_t axis = 0;
         if ((err = input(c, n, 1, &w)) < 0 || (err = attr_int(c, n, "axis", 0, &axis)) < 0)
             return err;
         axis = norm_axis(axis, r);
@@ -493,7 +492,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceSum")) {
-        int64_t keep;
+        int64_t keep = 0;
         if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
             return err;
         if (has_input(n, 1)) {
@@ -529,7 +528,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
             (has_input(n, 4) && (err = const_ints(c, n, 4, sp, RANK_MAX, &np)) < 0))
             return err;
         for (size_t i = 0; i < ns && i < ne; i++) {
-            int64_t a = na == SIZE_MAX ? (int64_t)i : norm_axis(ax[i], r), step = np == SIZE_MAX ? 1 : sp[i];
+            int64_t a = na == SIZE_MAX ? (int64_t)i : norm_axis(ax[i], r),
+                    step = np == SIZE_MAX ? 1 : sp[i];
             if (a < 0 || a >= r || step != 1)
                 return 0;
             int64_t dim = x->dims[a], b = st[i] < 0 ? st[i] + dim : st[i],
@@ -542,7 +542,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Split")) {
-        int64_t axis;
+        int64_t axis = 0;
         if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
             return err;
         axis = norm_axis(axis, r);
@@ -555,17 +555,30 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
             return err;
         }
         for (size_t i = 0; i < n->noutputs && i < RANK_MAX; i++) {
-            d[axis] = nk == SIZE_MAX ? x->dims[axis] / (int64_t)n->noutputs
-                                     : i < nk ? k[i] : 0;
+            d[axis] = nk == SIZE_MAX ? x->dims[axis] / (int64_t)n->noutputs : i < nk ? k[i] : 0;
             set_shape(out[i], r, d);
         }
         return 0;
     }
     /* element-wise and normalisations: the shape of the first input */
-    static const char *const same[] = {
-        "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg",
-        "Identity", "Dropout", "Softmax", "LogSoftmax", "Clip", "BatchNormalization",
-        "LayerNormalization", "Cast", "Pad"};
+    static const char *const same[] = {"Relu",
+                                       "LeakyRelu",
+                                       "Sigmoid",
+                                       "Tanh",
+                                       "Erf",
+                                       "Sqrt",
+                                       "Exp",
+                                       "Log",
+                                       "Neg",
+                                       "Identity",
+                                       "Dropout",
+                                       "Softmax",
+                                       "LogSoftmax",
+                                       "Clip",
+                                       "BatchNormalization",
+                                       "LayerNormalization",
+                                       "Cast",
+                                       "Pad"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
             set_shape(out[0], r, d);
@@ -618,11 +631,13 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
 {
     struct val *in[3] = {NULL, NULL, NULL};
     const char *op = n->op;
-    int err;
+    int err = 0;
     if (!strcmp(op, "Constant"))
-        return out[0]->is_weight ? 1 : ck_error(CK_EFORMAT, "'%s': node '%s': Constant without "
-                                                            "a tensor value",
-                                                c->path, n->name);
+        return out[0]->is_weight ? 1
+                                 : ck_error(CK_EFORMAT,
+                                            "'%s': node '%s': Constant without "
+                                            "a tensor value",
+                                            c->path, n->name);
     if (!strcmp(op, "Shape")) {
         if ((err = input(c, n, 0, &in[0])) < 0)
             return err;
@@ -642,16 +657,16 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         set_shape(out[0], 1, &d);
         return 1;
     }
-    static const char *const foldable[] = {"Identity", "Cast",  "Reshape", "Unsqueeze", "Squeeze",
-                                           "Gather",   "Concat", "Add",    "Sub",       "Mul",
-                                           "Div",      "Equal", "Slice",   "Neg",  "ConstantOfShape"};
+    static const char *const foldable[] = {
+        "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
+        "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape"};
     bool ok = false;
     for (size_t i = 0; i < sizeof foldable / sizeof foldable[0]; i++)
         ok = ok || !strcmp(op, foldable[i]);
     if (!ok || n->noutputs != 1)
         return 0;
     for (size_t i = 0; i < n->ninputs; i++) {
-        struct val *x;
+        struct val *x = NULL;
         if (!has_input(n, i))
             continue;
         if ((err = input(c, n, i, &x)) < 0)
@@ -715,7 +730,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 1;
     }
     if (!strcmp(op, "Gather") && b && a->rank <= 1) {
-        int64_t axis;
+        int64_t axis = 0;
         if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
             return err;
         if (total != b->cn || (err = set_const(o, total, a->is_int)) < 0)
@@ -725,8 +740,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             if (k < 0)
                 k += (int64_t)a->cn;
             if (k < 0 || k >= (int64_t)a->cn)
-                return ck_error(CK_EFORMAT, "'%s': node '%s' (Gather): index out of range",
-                                c->path, n->name);
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Gather): index out of range", c->path,
+                                n->name);
             o->c[i] = a->c[k];
         }
         return 1;
@@ -736,7 +751,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             return err;
         size_t at = 0;
         for (size_t i = 0; i < n->ninputs; i++) {
-            struct val *x;
+            struct val *x = NULL;
             if ((err = input(c, n, i, &x)) < 0)
                 return err;
             for (size_t k = 0; k < x->cn && at < total; k++)
@@ -768,8 +783,8 @@ typedef int (*map_fn)(struct cx *c, const struct ck_graph_node *n, const struct 
 struct row {
     const char *onnx;
     enum ck_op op;
-    int ndata;   /* leading inputs that are data (-1: all); the rest are folded params */
-    map_fn map;  /* NULL: no parameters */
+    int ndata;    /* leading inputs that are data (-1: all); the rest are folded params */
+    map_fn map;   /* NULL: no parameters */
     int64_t axis; /* the ONNX default axis for map_axis */
 };
 
@@ -789,8 +804,8 @@ static int map_alpha(struct cx *c, const struct ck_graph_node *n, const struct r
 static int map_softmax(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                        struct ck_model_node *mn)
 {
-    struct val *x;
-    int err;
+    struct val *x = NULL;
+    int err = 0;
     (void)row;
     if ((err = attr_int(c, n, "axis", c->opset >= 13 ? -1 : 1, &mn->p.axis)) < 0 ||
         (err = input(c, n, 0, &x)) < 0)
@@ -798,8 +813,9 @@ static int map_softmax(struct cx *c, const struct ck_graph_node *n, const struct
     /* before opset 13 the input was flattened to 2-D at axis: the same only
      * when axis is the last one */
     if (c->opset < 13 && (x->rank < 0 || norm_axis(mn->p.axis, x->rank) != x->rank - 1))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): opset %" PRId64 " softmax over "
-                                    "flattened axes is not supported",
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (%s): opset %" PRId64 " softmax over "
+                        "flattened axes is not supported",
                         c->path, n->name, n->op, c->opset);
     return 0;
 }
@@ -808,12 +824,12 @@ static int map_pool(struct cx *c, const struct ck_graph_node *n, const struct ro
                     struct ck_model_node *mn)
 {
     int64_t v[4], ceil = 0, cip = 0;
-    size_t k;
-    int err;
+    size_t k = 0;
+    int err = 0;
     const char *pad = attr(n, "auto_pad");
     if (pad && strcmp(pad, "NOTSET") && strcmp(pad, "VALID"))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): auto_pad '%s' is not supported",
-                        c->path, n->name, n->op, pad);
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): auto_pad '%s' is not supported", c->path,
+                        n->name, n->op, pad);
     if (row->op != CK_OP_CONV2D) {
         if ((err = attr_ints(c, n, "kernel_shape", v, 2, &k)) < 0)
             return err;
@@ -844,12 +860,13 @@ static int map_pool(struct cx *c, const struct ck_graph_node *n, const struct ro
     mn->p.ceil_mode = ceil;
     mn->p.count_include_pad = cip;
     if (row->op == CK_OP_CONV2D) {
-        struct val *w;
+        struct val *w = NULL;
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
         if (w->rank != 4)
-            return ck_error(CK_EFORMAT, "'%s': node '%s' (Conv): only 2-D convolutions are "
-                                        "supported",
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s' (Conv): only 2-D convolutions are "
+                            "supported",
                             c->path, n->name);
         mn->p.kernel[0] = w->dims[2], mn->p.kernel[1] = w->dims[3];
     }
@@ -860,8 +877,8 @@ static int set_ints_from_input(struct cx *c, const struct ck_graph_node *n, size
                                const char *attr_name, struct ck_model_node *mn)
 {
     int64_t v[CK_MODEL_MAX_INTS];
-    size_t k;
-    int err;
+    size_t k = 0;
+    int err = 0;
     if (has_input(n, i))
         err = const_ints(c, n, i, v, CK_MODEL_MAX_INTS, &k);
     else
@@ -874,8 +891,8 @@ static int set_ints_from_input(struct cx *c, const struct ck_graph_node *n, size
 static int map_reshape(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                        struct ck_model_node *mn)
 {
-    int64_t az;
-    int err;
+    int64_t az = 0;
+    int err = 0;
     (void)row;
     if ((err = attr_int(c, n, "allowzero", 0, &az)) < 0)
         return err;
@@ -889,9 +906,9 @@ static int map_transpose(struct cx *c, const struct ck_graph_node *n, const stru
                          struct ck_model_node *mn)
 {
     int64_t v[CK_MODEL_MAX_INTS];
-    size_t k;
-    struct val *x;
-    int err;
+    size_t k = 0;
+    struct val *x = NULL;
+    int err = 0;
     (void)row;
     if ((err = attr_ints(c, n, "perm", v, CK_MODEL_MAX_INTS, &k)) < 0 ||
         (err = input(c, n, 0, &x)) < 0)
@@ -910,7 +927,7 @@ static int map_transpose(struct cx *c, const struct ck_graph_node *n, const stru
 static int map_axes(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
-    int err;
+    int err = 0;
     if ((err = set_ints_from_input(c, n, 1, "axes", mn)) < 0)
         return err;
     struct val *x, *o = find(c, n->outputs[0]);
@@ -922,7 +939,7 @@ static int map_axes(struct cx *c, const struct ck_graph_node *n, const struct ro
     for (size_t i = 0; i < mn->p.nints; i++)
         mn->p.ints[i] = norm_axis(mn->p.ints[i], rank);
     if (row->op == CK_OP_REDUCE_MEAN || row->op == CK_OP_REDUCE_SUM) {
-        int64_t keep;
+        int64_t keep = 0;
         if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
             return err;
         mn->p.keepdims = keep;
@@ -933,7 +950,7 @@ static int map_axes(struct cx *c, const struct ck_graph_node *n, const struct ro
 static int map_split(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                      struct ck_model_node *mn)
 {
-    int err;
+    int err = 0;
     if ((err = map_axis(c, n, row, mn)) < 0)
         return err;
     return set_ints_from_input(c, n, 1, "split", mn);
@@ -946,7 +963,7 @@ static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct r
 {
     int64_t st[RANK_MAX], en[RANK_MAX], ax[RANK_MAX], sp[RANK_MAX], out[3 * RANK_MAX];
     size_t ns, ne, na = SIZE_MAX, np = SIZE_MAX;
-    struct val *x;
+    struct val *x = NULL;
     int err, last = -1;
     (void)row;
     if ((err = input(c, n, 0, &x)) < 0 || (err = const_ints(c, n, 1, st, RANK_MAX, &ns)) < 0 ||
@@ -955,8 +972,9 @@ static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct r
         (has_input(n, 4) && (err = const_ints(c, n, 4, sp, RANK_MAX, &np)) < 0))
         return err;
     if (ns != ne || (na != SIZE_MAX && na != ns) || (np != SIZE_MAX && np != ns))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (Slice): starts, ends, axes and steps "
-                                    "differ in length",
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (Slice): starts, ends, axes and steps "
+                        "differ in length",
                         c->path, n->name);
     for (int i = 0; i < RANK_MAX; i++)
         out[3 * i] = 0, out[3 * i + 1] = INT64_MAX, out[3 * i + 2] = 1;
@@ -987,20 +1005,20 @@ static int map_norm(struct cx *c, const struct ck_graph_node *n, const struct ro
                     struct ck_model_node *mn)
 {
     int64_t tm = 0;
-    int err;
+    int err = 0;
     if ((err = attr_float(c, n, "epsilon", 1e-5f, &mn->p.eps)) < 0 ||
         (err = attr_int(c, n, "training_mode", 0, &tm)) < 0)
         return err;
     if (tm)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): training_mode is not supported",
-                        c->path, n->name, n->op);
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): training_mode is not supported", c->path,
+                        n->name, n->op);
     return row->op == CK_OP_LAYERNORM ? map_axis(c, n, row, mn) : 0;
 }
 
 static int map_clip(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
-    int err;
+    int err = 0;
     (void)row;
     if ((err = attr_float(c, n, "min", -INFINITY, &mn->p.min)) < 0 ||
         (err = attr_float(c, n, "max", INFINITY, &mn->p.max)) < 0)
@@ -1017,8 +1035,8 @@ static int map_pad(struct cx *c, const struct ck_graph_node *n, const struct row
                    struct ck_model_node *mn)
 {
     int64_t v[CK_MODEL_MAX_INTS], w[CK_MODEL_MAX_INTS];
-    size_t k;
-    int err;
+    size_t k = 0;
+    int err = 0;
     const char *mode = attr(n, "mode");
     (void)row;
     if (mode && strcmp(mode, "constant"))
@@ -1043,15 +1061,16 @@ static int map_pad(struct cx *c, const struct ck_graph_node *n, const struct row
 static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
-    int64_t to;
-    int err;
+    int64_t to = 0;
+    int err = 0;
     (void)row;
     (void)mn;
     if ((err = attr_int(c, n, "to", 1, &to)) < 0)
         return err;
     if (to != 1)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (Cast): a cast of activations to %s is not "
-                                    "supported",
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (Cast): a cast of activations to %s is not "
+                        "supported",
                         c->path, n->name, ck_dtype_name(ck_onnx_dtype((uint64_t)to)));
     return 0;
 }
@@ -1111,7 +1130,7 @@ static const struct row rows[] = {
 static int emit(struct cx *c, const char *name, enum ck_op op, const char *const *in, size_t nin,
                 const char *const *out, size_t nout, struct ck_model_node **mn)
 {
-    int err;
+    int err = 0;
     if ((err = ck_model_add_node(c->m, name, op, mn)) < 0)
         return err;
     for (size_t i = 0; i < nin; i++) {
@@ -1140,8 +1159,8 @@ static const char *tmp_name(struct cx *c, const struct ck_graph_node *n, const c
 static int map_binary(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                       struct ck_model_node *mn)
 {
-    struct val *a, *b;
-    int err;
+    struct val *a = NULL, *b = NULL;
+    int err = 0;
     (void)mn;
     if ((err = input(c, n, 0, &a)) < 0 || (err = input(c, n, 1, &b)) < 0)
         return err;
@@ -1165,10 +1184,10 @@ static int map_binary(struct cx *c, const struct ck_graph_node *n, const struct 
 static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
-    int64_t ta, tb;
-    float alpha, beta;
+    int64_t ta = 0, tb = 0;
+    float alpha = 0, beta = 0;
     struct val *cv = NULL;
-    int err;
+    int err = 0;
     (void)row;
     if ((err = attr_int(c, n, "transA", 0, &ta)) < 0 ||
         (err = attr_int(c, n, "transB", 0, &tb)) < 0 ||
@@ -1228,8 +1247,8 @@ static const struct row *find_row(const char *op)
 static int map_node(struct cx *c, const struct ck_graph_node *n)
 {
     struct val *out[RANK_MAX] = {NULL};
-    struct ck_model_node *mn;
-    int err;
+    struct ck_model_node *mn = NULL;
+    int err = 0;
     if (n->noutputs == 0 || n->noutputs > RANK_MAX)
         return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu outputs", c->path, n->name, n->op,
                         n->noutputs);
@@ -1240,8 +1259,9 @@ static int map_node(struct cx *c, const struct ck_graph_node *n)
         return err < 0 ? err : 0;
     const struct row *row = find_row(n->op);
     if (!row)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
-                                    "operation vocabulary",
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
+                        "operation vocabulary",
                         c->path, n->name, n->op);
     if (row->ndata == 0) /* the row emits its own nodes */
         return row->map(c, n, row, NULL);
@@ -1260,7 +1280,7 @@ static int map_node(struct cx *c, const struct ck_graph_node *n)
 /* "2,5,8" -> dims */
 static int parse_shape(const char *s, int64_t *dims, int *rank)
 {
-    char *end;
+    char *end = NULL;
     *rank = 0;
     while (s && *s) {
         if (*rank == CK_TENSOR_MAX_RANK)
@@ -1297,7 +1317,7 @@ static int add_io(struct cx *c, bool output, const char *name)
             return ck_error(CK_EFORMAT, "'%s': graph input '%s' declares no shape", c->path, name);
     }
     if (!output) {
-        struct val *in;
+        struct val *in = NULL;
         int err = get(c, name, &in);
         if (err < 0)
             return err;
@@ -1313,7 +1333,7 @@ static int add_io(struct cx *c, bool output, const char *name)
 int ck_onnx_to_model(struct ck_tensor_set *s, struct ck_model **out)
 {
     struct cx c;
-    int err;
+    int err = 0;
     *out = NULL;
     memset(&c, 0, sizeof c);
     c.path = s->path;
@@ -1373,8 +1393,9 @@ static int match(struct ck_tensor_set *w, const struct ck_tensor *t, const char 
         size_t l = strlen(n);
         if (l > nl && n[l - nl - 1] == '.' && !strcmp(n + l - nl, t->name)) {
             if (*out)
-                return ck_error(CK_EFORMAT, "'%s': initializer '%s' of '%s' matches both '%s' "
-                                            "and '%s'",
+                return ck_error(CK_EFORMAT,
+                                "'%s': initializer '%s' of '%s' matches both '%s' "
+                                "and '%s'",
                                 w->path, t->name, onnx_path, (*out)->name, n);
             *out = &w->tensors[i];
         }
@@ -1387,8 +1408,9 @@ static int match(struct ck_tensor_set *w, const struct ck_tensor *t, const char 
     for (int d = 0; same && d < t->rank; d++)
         same = m->dims[d] == t->dims[d];
     if (!same)
-        return ck_error(CK_EFORMAT, "'%s': tensor '%s' does not have the shape of initializer "
-                                    "'%s' of '%s'",
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s' does not have the shape of initializer "
+                        "'%s' of '%s'",
                         w->path, m->name, t->name, onnx_path);
     return 0;
 }
@@ -1396,13 +1418,13 @@ static int match(struct ck_tensor_set *w, const struct ck_tensor *t, const char 
 int ck_onnx_graph_for(struct ck_tensor_set *w, const char *onnx_path, struct ck_model **out)
 {
     struct ck_tensor_set *g = NULL;
-    int err;
+    int err = 0;
     *out = NULL;
     if ((err = ck_reader_onnx.open(onnx_path, &g)) < 0)
         goto fail;
     for (size_t i = 0; i < g->ntensors; i++) {
         struct ck_tensor t = g->tensors[i];
-        const struct ck_tensor *m;
+        const struct ck_tensor *m = NULL;
         if (t.role && !strcmp(t.role, "constant")) {
             /* the exporter's constants travel with the graph: copied */
             void *data;

@@ -179,7 +179,7 @@ static int append_items(struct ck_pk *pk, struct ck_pk_val *c, struct ck_pk_val 
 static int make_seq(struct ck_pk *pk, enum ck_pk_kind kind, size_t from)
 {
     struct ck_pk_val *t = new_val(pk, kind);
-    int err;
+    int err = 0;
     if (!t)
         return ck_error(CK_ENOMEM, "out of memory");
     if ((err = append_items(pk, t, pk->stack + from, pk->sp - from)) < 0)
@@ -192,8 +192,8 @@ static int make_seq(struct ck_pk *pk, enum ck_pk_kind kind, size_t from)
 
 static int memo_put(struct ck_pk *pk, uint64_t idx)
 {
-    struct ck_pk_val *v;
-    int err;
+    struct ck_pk_val *v = NULL;
+    int err = 0;
     if ((err = top(pk, &v)) < 0)
         return err;
     if (idx >= CK_PK_MEMO_MAX) {
@@ -244,7 +244,9 @@ static int global(struct ck_pk *pk, const char *mod, size_t ml, const char *name
     /* Name it as Python would print it, control characters escaped. */
     size_t k = 0;
     for (size_t i = 0; i < ml + 1 + nl && k + 5 < sizeof full; i++) {
-        unsigned char c = i < ml ? (unsigned char)mod[i] : i == ml ? '.' : (unsigned char)name[i - ml - 1];
+        unsigned char c = i < ml    ? (unsigned char)mod[i]
+                          : i == ml ? '.'
+                                    : (unsigned char)name[i - ml - 1];
         if (c < 0x20 || c == 0x7f || c == '\'')
             k += (size_t)snprintf(full + k, sizeof full - k, "\\x%02x", c);
         else
@@ -259,8 +261,8 @@ static int global(struct ck_pk *pk, const char *mod, size_t ml, const char *name
 
 static int stack_global(struct ck_pk *pk)
 {
-    struct ck_pk_val *mod, *name;
-    int err;
+    struct ck_pk_val *mod = NULL, *name = NULL;
+    int err = 0;
     if ((err = pop(pk, &name)) < 0 || (err = pop(pk, &mod)) < 0)
         return err;
     if (mod->kind != CK_PK_STR || name->kind != CK_PK_STR)
@@ -317,7 +319,7 @@ static int rebuild_parameter(struct ck_pk *pk, const struct ck_pk_val *a, size_t
 static int ordered_dict(struct ck_pk *pk, const struct ck_pk_val *a)
 {
     struct ck_pk_val *d = new_val(pk, CK_PK_DICT);
-    int err;
+    int err = 0;
     if (!d)
         return ck_error(CK_ENOMEM, "out of memory");
     if (a->n > 1 || (a->n == 1 && a->items[0]->kind != CK_PK_LIST))
@@ -334,8 +336,8 @@ static int ordered_dict(struct ck_pk *pk, const struct ck_pk_val *a)
 
 static int reduce(struct ck_pk *pk)
 {
-    struct ck_pk_val *args, *f;
-    int err;
+    struct ck_pk_val *args = NULL, *f = NULL;
+    int err = 0;
     if ((err = pop(pk, &args)) < 0 || (err = pop(pk, &f)) < 0)
         return err;
     if (f->kind != CK_PK_GLOBAL || args->kind != CK_PK_TUPLE)
@@ -359,8 +361,8 @@ static int reduce(struct ck_pk *pk)
  * _metadata) is dropped; nothing else takes one. */
 static int build(struct ck_pk *pk)
 {
-    struct ck_pk_val *state, *obj;
-    int err;
+    struct ck_pk_val *state = NULL, *obj = NULL;
+    int err = 0;
     if ((err = pop(pk, &state)) < 0 || (err = top(pk, &obj)) < 0)
         return err;
     if (obj->kind != CK_PK_DICT)
@@ -371,8 +373,8 @@ static int build(struct ck_pk *pk)
 /* ('storage', torch.XStorage, key, location, numel) */
 static int persistent_id(struct ck_pk *pk)
 {
-    struct ck_pk_val *pid;
-    int err;
+    struct ck_pk_val *pid = NULL;
+    int err = 0;
     if ((err = pop(pk, &pid)) < 0)
         return err;
     struct ck_pk_val **it = pid->items;
@@ -404,8 +406,8 @@ static int push_int(struct ck_pk *pk, int64_t i)
 
 static int push_bytes(struct ck_pk *pk, enum ck_pk_kind kind, int lenbytes)
 {
-    const unsigned char *a, *s;
-    int err;
+    const unsigned char *a = NULL, *s = NULL;
+    int err = 0;
     if ((err = need(pk, (uint64_t)lenbytes, &a)) < 0)
         return err;
     uint64_t n = le(a, lenbytes);
@@ -422,8 +424,8 @@ static int push_bytes(struct ck_pk *pk, enum ck_pk_kind kind, int lenbytes)
 /* LONG1: a little-endian two's complement integer of n bytes (n <= 8 here). */
 static int push_long(struct ck_pk *pk, int lenbytes)
 {
-    const unsigned char *a, *b;
-    int err;
+    const unsigned char *a = NULL, *b = NULL;
+    int err = 0;
     if ((err = need(pk, (uint64_t)lenbytes, &a)) < 0)
         return err;
     uint64_t n = le(a, lenbytes);
@@ -439,8 +441,8 @@ static int push_long(struct ck_pk *pk, int lenbytes)
 
 static int push_float(struct ck_pk *pk)
 {
-    const unsigned char *a;
-    int err;
+    const unsigned char *a = NULL;
+    int err = 0;
     if ((err = need(pk, 8, &a)) < 0)
         return err;
     uint64_t u = 0;
@@ -464,7 +466,7 @@ static int push_simple(struct ck_pk *pk, enum ck_pk_kind kind, bool b)
 
 static int fixed(struct ck_pk *pk, int n, uint64_t *out)
 {
-    const unsigned char *a;
+    const unsigned char *a = NULL;
     int err = need(pk, (uint64_t)n, &a);
     if (err == 0)
         *out = le(a, n);
@@ -473,9 +475,9 @@ static int fixed(struct ck_pk *pk, int n, uint64_t *out)
 
 static int container_op(struct ck_pk *pk, unsigned char op)
 {
-    struct ck_pk_val *c, *k, *v;
-    size_t from;
-    int err;
+    struct ck_pk_val *c = NULL, *k = NULL, *v = NULL;
+    size_t from = 0;
+    int err = 0;
     switch (op) {
     case 'a': /* APPEND */
         if ((err = pop(pk, &v)) < 0 || (err = top(pk, &c)) < 0)
@@ -490,8 +492,7 @@ static int container_op(struct ck_pk *pk, unsigned char op)
         if (from <= (pk->nmarks ? pk->marks[pk->nmarks - 1] : 0))
             return fail(pk, "%s: nothing to add to", "bad pickle");
         c = pk->stack[from - 1];
-        if (c->kind != (op == 'e' ? CK_PK_LIST : CK_PK_DICT) ||
-            (op == 'u' && (pk->sp - from) % 2))
+        if (c->kind != (op == 'e' ? CK_PK_LIST : CK_PK_DICT) || (op == 'u' && (pk->sp - from) % 2))
             return fail(pk, "%s: APPENDS or SETITEMS on the wrong kind of value", "bad pickle");
         err = append_items(pk, c, pk->stack + from, pk->sp - from);
         pk->sp = from;
@@ -517,12 +518,12 @@ static int tuple_n(struct ck_pk *pk, size_t n)
 
 static int step(struct ck_pk *pk, unsigned char op, bool *stop)
 {
-    uint64_t u;
-    size_t from;
-    struct ck_pk_val *v;
-    int err;
-    const char *mod, *name;
-    size_t ml, nl;
+    uint64_t u = 0;
+    size_t from = 0;
+    struct ck_pk_val *v = NULL;
+    int err = 0;
+    const char *mod = NULL, *name = NULL;
+    size_t ml = 0, nl = 0;
     switch (op) {
     case 0x80: /* PROTO */
         if ((err = fixed(pk, 1, &u)) < 0)

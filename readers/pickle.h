@@ -66,11 +66,11 @@ struct ck_pk_val {
     size_t n;      /* STR, BYTES, STORAGE key: bytes; TUPLE, LIST: items; DICT: pairs */
     struct ck_pk_val **items;
     size_t cap;
-    enum ck_pk_global g;        /* GLOBAL */
-    enum ck_dtype dtype;        /* GLOBAL storage type, STORAGE */
-    uint64_t numel;             /* STORAGE: elements the persistent id claims */
-    struct ck_pk_tensor *t;     /* TENSOR: owned by the ck_pk */
-    struct ck_pk_val *next;     /* the ck_pk's list of every value */
+    enum ck_pk_global g;    /* GLOBAL */
+    enum ck_dtype dtype;    /* GLOBAL storage type, STORAGE */
+    uint64_t numel;         /* STORAGE: elements the persistent id claims */
+    struct ck_pk_tensor *t; /* TENSOR: owned by the ck_pk */
+    struct ck_pk_val *next; /* the ck_pk's list of every value */
 };
 
 struct ck_pk;

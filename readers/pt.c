@@ -41,8 +41,8 @@
 #define META_VALUE_MAX 4096
 
 /* torch/serialization.py: MAGIC_NUMBER, pickled as a LONG1 after PROTO 2. */
-static const unsigned char legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
-                                             0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+static const unsigned char legacy_magic[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c,
+                                             0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -72,8 +72,8 @@ struct storage {
     uint64_t size;
     bool stored; /* in place in the mapping: its CRC-32 is the member's */
     uint32_t crc;
-    size_t users;   /* tensors viewing it */
-    size_t first;   /* index of the first of them */
+    size_t users; /* tensors viewing it */
+    size_t first; /* index of the first of them */
 };
 
 struct pt {
@@ -88,7 +88,7 @@ struct pt {
     struct {
         const char *s;
         size_t n;
-    } *tkeys;        /* each tensor's storage key, by tensor index */
+    } * tkeys; /* each tensor's storage key, by tensor index */
     size_t tkeys_cap;
     uint64_t copied; /* bytes of materialised views, bounded by the file size */
     size_t visits;
@@ -140,9 +140,9 @@ static bool key_is_safe(const char *k, size_t n)
 static int load_storage(struct pt *r, struct storage *st)
 {
     char member[400];
-    uint64_t i;
+    uint64_t i = 0;
     zip_stat_t zs;
-    int err;
+    int err = 0;
     snprintf(member, sizeof member, "%s/data/%.*s", r->prefix, (int)st->keylen, st->key);
     if ((err = ck_zipin_find(&r->zi, member, &i)) < 0)
         return ck_error(CK_EFORMAT, "'%s': storage '%.*s' has no member '%s'", r->s->path,
@@ -163,8 +163,7 @@ static int load_storage(struct pt *r, struct storage *st)
     if (!r->offs &&
         (err = ck_zipin_local_offsets(r->s, r->base, r->blen, r->zi.nentries, &r->offs)) < 0)
         return err;
-    if ((err = ck_zipin_stored(r->s, r->base, r->blen, r->offs[i], member, zs.size, &st->data)) <
-        0)
+    if ((err = ck_zipin_stored(r->s, r->base, r->blen, r->offs[i], member, zs.size, &st->data)) < 0)
         return err;
     st->size = zs.size;
     st->stored = true;
@@ -174,7 +173,7 @@ static int load_storage(struct pt *r, struct storage *st)
 
 static int find_storage(struct pt *r, const struct ck_pk_val *v, struct storage **out)
 {
-    int err;
+    int err = 0;
     if (!key_is_safe(v->s, v->n))
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': storage key '%.*s' is not a plain name",
                         r->s->path, r->name, (int)(v->n > 64 ? 64 : v->n), v->s);
@@ -265,11 +264,11 @@ static int view_bounds(struct pt *r, const struct ck_pk_tensor *v, const struct 
 
 static int add_tensor(struct pt *r, const struct ck_pk_tensor *v)
 {
-    struct storage *st;
+    struct storage *st = NULL;
     struct ck_tensor t;
-    uint64_t numel;
-    bool contiguous;
-    int err;
+    uint64_t numel = 0;
+    bool contiguous = false;
+    int err = 0;
     if ((err = find_storage(r, v->storage, &st)) < 0 ||
         (err = view_bounds(r, v, st, &numel, &contiguous)) < 0)
         return err;
@@ -422,7 +421,7 @@ out:
 static int push_name(struct pt *r, const struct ck_pk_val *k, size_t *mark)
 {
     struct ck_buf b;
-    int err;
+    int err = 0;
     *mark = strlen(r->name);
     if (k->kind == CK_PK_STR && (err = bad_text(r, k, "a key")) < 0)
         return err;
@@ -449,7 +448,7 @@ static int push_name(struct pt *r, const struct ck_pk_val *k, size_t *mark)
 
 static int walk(struct pt *r, const struct ck_pk_val *v, int depth)
 {
-    int err;
+    int err = 0;
     if (++r->visits > VISITS_MAX)
         return ck_error(CK_EFORMAT, "'%s': more than %u values to visit", r->s->path, VISITS_MAX);
     if (depth > DEPTH_MAX)
@@ -477,7 +476,7 @@ static int walk(struct pt *r, const struct ck_pk_val *v, int depth)
         for (size_t i = 0; i < v->n; i++) {
             struct ck_pk_val index = {.kind = CK_PK_INT, .i = (int64_t)i};
             const struct ck_pk_val *k = step == 2 ? v->items[2 * i] : &index;
-            size_t mark;
+            size_t mark = 0;
             if ((err = push_name(r, k, &mark)) < 0 ||
                 (err = walk(r, v->items[i * step + step - 1], depth + 1)) < 0)
                 return err;
@@ -505,7 +504,7 @@ static int mark_shared(struct pt *r)
             continue;
         struct ck_buf b;
         char key[96];
-        int err;
+        int err = 0;
         ck_buf_init(&b, 0);
         for (size_t k = st->first, n = 0; k < r->s->ntensors && n < st->users; k++) {
             struct ck_tensor *t = &r->s->tensors[k];
@@ -533,8 +532,10 @@ static int find_prefix(struct pt *r, uint64_t *pkl)
     for (uint64_t i = 0; i < r->zi.nentries; i++) {
         const char *m = ck_zipin_name(&r->zi, i), *slash = m ? strchr(m, '/') : NULL;
         if (!slash)
-            return ck_error(CK_EFORMAT, "'%s': member '%s' is not in a folder: not a torch.save "
-                                        "archive", path, m ? m : "");
+            return ck_error(CK_EFORMAT,
+                            "'%s': member '%s' is not in a folder: not a torch.save "
+                            "archive",
+                            path, m ? m : "");
         if (!found && !strcmp(slash, "/data.pkl")) {
             size_t n = (size_t)(slash - m);
             if (n >= sizeof r->prefix)
@@ -568,9 +569,9 @@ static int find_prefix(struct pt *r, uint64_t *pkl)
 static int byte_order(struct pt *r)
 {
     char member[300];
-    const unsigned char *d;
-    uint64_t i, n;
-    int err;
+    const unsigned char *d = NULL;
+    uint64_t i = 0, n = 0;
+    int err = 0;
     snprintf(member, sizeof member, "%s/byteorder", r->prefix);
     if (ck_zipin_find(&r->zi, member, &i) < 0) {
         ck_error_clear();
@@ -581,8 +582,8 @@ static int byte_order(struct pt *r)
     if (n == 3 && !memcmp(d, "big", 3))
         r->big_endian = true;
     else if (!(n == 6 && !memcmp(d, "little", 6)))
-        return ck_error(CK_EFORMAT, "'%s': member '%s' is neither 'little' nor 'big'",
-                        r->s->path, member);
+        return ck_error(CK_EFORMAT, "'%s': member '%s' is neither 'little' nor 'big'", r->s->path,
+                        member);
     if (r->big_endian)
         return ck_tensor_set_add_meta(r->s, "byteorder", "big");
     return 0;
@@ -605,11 +606,11 @@ static int pt_open(const char *path, struct ck_tensor_set **out)
 {
     struct pt r;
     struct ck_pk *pk = NULL;
-    const struct ck_pk_val *root;
-    const unsigned char *pkl;
-    uint64_t ipkl, pkllen;
+    const struct ck_pk_val *root = NULL;
+    const unsigned char *pkl = NULL;
+    uint64_t ipkl = 0, pkllen = 0;
     char member[300];
-    int err;
+    int err = 0;
     *out = NULL;
     memset(&r, 0, sizeof r);
     if (!(r.s = ck_tensor_set_new("pt", path)))

@@ -60,8 +60,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < sizeof storage; i++)
         storage[i] = (unsigned char)(i * 37);
     struct member m[] = {
-        {"archive/data.pkl", data, size},       {"archive/data/0", storage, 64},
-        {"archive/data/1", storage, 64},        {"archive/data/2", storage, 64},
+        {"archive/data.pkl", data, size},
+        {"archive/data/0", storage, 64},
+        {"archive/data/1", storage, 64},
+        {"archive/data/2", storage, 64},
         {"archive/version", (const unsigned char *)"3\n", 2},
     };
     snprintf(path, sizeof path, "%s/input.pt", ck_fuzz_dir());
