@@ -724,7 +724,7 @@ static int graph(struct rd *r, const struct ck_pb_field *f)
 {
     struct ck_pb m;
     struct ck_pb_field e;
-    char **in = NULL, **out = NULL;
+    char **in = NULL, **out = NULL, *gname = NULL;
     size_t nin = 0, nout = 0;
     int rc, err = 0;
     if (!(r->g = ck_graph_new()))
@@ -739,9 +739,11 @@ static int graph(struct rd *r, const struct ck_pb_field *f)
             err = node(r, &e);
             break;
         case 2:
-            if ((err = str(r, &e, "the graph name", &r->g->name)) == 0 &&
-                !(r->g->name = strdup(r->g->name)))
-                err = ck_error(CK_ENOMEM, "out of memory");
+            if ((err = str(r, &e, "the graph name", &gname)) == 0) {
+                free(r->g->name);
+                if (!(r->g->name = strdup(gname)))
+                    err = ck_error(CK_ENOMEM, "out of memory");
+            }
             break;
         case 5:
             err = add_tensor(r, &e, NULL, "initializer");

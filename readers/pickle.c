@@ -14,8 +14,8 @@ struct ck_pk {
     struct ck_pk_val *all; /* every value, for ck_pk_free */
     const char *file, *name;
     const unsigned char *p, *start, *end;
-    struct ck_pk_val **stack;
-    size_t sp;
+    struct ck_pk_val **stack; /* grown by doubling up to CK_PK_STACK_MAX */
+    size_t sp, stack_cap;
     size_t marks[CK_PK_MARKS_MAX];
     size_t nmarks;
     struct ck_pk_val **memo;
@@ -123,8 +123,16 @@ static int push(struct ck_pk *pk, struct ck_pk_val *v)
 {
     if (!v)
         return ck_error(CK_ENOMEM, "out of memory");
-    if (pk->sp == CK_PK_STACK_MAX)
-        return fail(pk, "more than %s values on the stack", "1048576");
+    if (pk->sp == pk->stack_cap) {
+        if (pk->stack_cap == CK_PK_STACK_MAX)
+            return fail(pk, "more than %s values on the stack", "1048576");
+        size_t cap = pk->stack_cap ? pk->stack_cap * 2 : 256;
+        struct ck_pk_val **st = realloc(pk->stack, cap * sizeof *st);
+        if (!st)
+            return ck_error(CK_ENOMEM, "out of memory");
+        pk->stack = st;
+        pk->stack_cap = cap;
+    }
     pk->stack[pk->sp++] = v;
     return 0;
 }
@@ -182,7 +190,7 @@ static int make_seq(struct ck_pk *pk, enum ck_pk_kind kind, size_t from)
     int err = 0;
     if (!t)
         return ck_error(CK_ENOMEM, "out of memory");
-    if ((err = append_items(pk, t, pk->stack + from, pk->sp - from)) < 0)
+    if (pk->sp > from && (err = append_items(pk, t, pk->stack + from, pk->sp - from)) < 0)
         return err;
     pk->sp = from;
     return push(pk, t);
@@ -639,7 +647,7 @@ int ck_pk_load(const char *file, const char *name, const unsigned char *data, si
     int err = 0;
     *out = pk;
     *root = NULL;
-    if (!pk || !(pk->stack = malloc(CK_PK_STACK_MAX * sizeof *pk->stack)))
+    if (!pk)
         return ck_error(CK_ENOMEM, "out of memory");
     pk->file = file;
     pk->name = name;
