@@ -17,12 +17,12 @@
  * against the largest expansion deflate allows; libzip checks its CRC-32. */
 #include "readers/reader.h"
 #include "readers/zipin.h"
+#include "readers/crc32.h"
 #include "common/error.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <zip.h>
-#include <zlib.h>
 
 #define NPY_HEADER_MAX (1u << 20)
 
@@ -408,12 +408,12 @@ static int npz_verify(const struct ck_tensor_set *s)
 {
     for (size_t i = 0; i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
-        uLong crc = crc32(0, Z_NULL, 0);
+        uint32_t crc = 0;
         if (!t->has_crc32)
             continue;
         for (uint64_t at = 0; at < t->rawlen;) {
             uint64_t n = t->rawlen - at < ((uint64_t)8 << 20) ? t->rawlen - at : (uint64_t)8 << 20;
-            crc = crc32(crc, t->raw + at, (uInt)n);
+            crc = ck_crc32_extend(crc, t->raw + at, (size_t)n);
             ck_tensor_set_drop_pages(s, t->raw + at, n);
             at += n;
         }

@@ -1,12 +1,12 @@
 /* Zip members in, safely; see zipin.h. */
 #include "readers/zipin.h"
+#include "readers/crc32.h"
 
 #include "common/error.h"
 #include "lazy/lazy.h"
 
 #include <string.h>
 #include <zip.h>
-#include <zlib.h>
 
 /* Deflate cannot expand more than about 1032:1; anything claiming more lies. */
 #define DEFLATE_MAX_RATIO 1032u
@@ -184,8 +184,8 @@ static int find_directory(const char *path, const unsigned char *b, uint64_t len
     return 0;
 }
 
-int ck_zipin_local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t n,
-                         uint64_t **offs)
+int ck_zipin_local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint64_t len,
+                           uint64_t n, uint64_t **offs)
 {
     uint64_t count = 0, cdoff = 0, cdsize = 0;
     int err;
@@ -226,9 +226,8 @@ int ck_zipin_local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint
     return 0;
 }
 
-int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t len,
-                         uint64_t loff, const char *member, uint64_t size,
-                         const unsigned char **data)
+int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t loff,
+                    const char *member, uint64_t size, const unsigned char **data)
 {
     size_t ml = strlen(member);
     if (loff > len || len - loff < 30 || le(b + loff, 4) != 0x04034b50)
@@ -248,7 +247,6 @@ int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t le
     return 0;
 }
 
-
 /* One deflated (or otherwise compressed) member read to its end in small
  * pieces: libzip compares the CRC-32 when the last byte has been read. */
 static int check_compressed(const struct ck_zipin *zi, uint64_t i, const char *name)
@@ -264,8 +262,8 @@ static int check_compressed(const struct ck_zipin *zi, uint64_t i, const char *n
         if (r == 0)
             break;
         if (r < 0) {
-            err = ck_error(CK_EFORMAT, "'%s': member '%s': %s", zi->path, name,
-                           zip_file_strerror(f));
+            err =
+                ck_error(CK_EFORMAT, "'%s': member '%s': %s", zi->path, name, zip_file_strerror(f));
             break;
         }
     }
@@ -278,10 +276,10 @@ static int check_compressed(const struct ck_zipin *zi, uint64_t i, const char *n
 static int check_stored(const struct ck_tensor_set *s, const char *name, const unsigned char *data,
                         uint64_t size, uint32_t want)
 {
-    uLong crc = crc32(0, Z_NULL, 0);
+    uint32_t crc = 0;
     for (uint64_t at = 0; at < size;) {
         uint64_t n = size - at < ((uint64_t)8 << 20) ? size - at : (uint64_t)8 << 20;
-        crc = crc32(crc, data + at, (uInt)n);
+        crc = ck_crc32_extend(crc, data + at, (size_t)n);
         ck_tensor_set_drop_pages(s, data + at, n);
         at += n;
     }
