@@ -1,6 +1,6 @@
 #include "agent/config.h"
 #include "agent/ops.h"
-#include "agent/discover.h"
+#include "agent/rules.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -20,6 +20,7 @@ enum key_type { T_STR, T_INT, T_BOOL, T_DURATION, T_STRLIST, T_LOGFORMAT, T_LOGL
 struct parse_ctx {
     struct ck_config *cfg;
     struct ck_yaml_doc *doc;
+    bool flag; /* the value came from a flag (doc->name): no line number in messages */
 };
 
 typedef int (*custom_fn)(struct parse_ctx *c, yaml_node_t *n, const char *key);
@@ -52,10 +53,10 @@ static const struct key keys[] = {
      "null, {file: PATH, name: NAME} or {pmf: PATH, checkpoint: REF}"},
     {"model.build_parameters", T_CUSTOM, 0, parse_build_parameters,
      "a mapping written into data/build_parameters.yaml"},
-    {"checkpoints.patterns", T_STRLIST, F(patterns), NULL,
+    {"checkpoints.patterns", T_STRLIST, F(ckpt.patterns), NULL,
      "checkpoint name patterns: {epoch} and {step} capture numbers, '*' any text, a final '/' a folder"},
-    {"checkpoints.ignore", T_STRLIST, F(ignore), NULL, "temporary names never registered (globs)"},
-    {"checkpoints.folder_markers", T_STRLIST, F(folder_markers), NULL,
+    {"checkpoints.ignore", T_STRLIST, F(ckpt.ignore), NULL, "temporary names never registered (globs)"},
+    {"checkpoints.folder_markers", T_STRLIST, F(ckpt.folder_markers), NULL,
      "files a framework writes last into a folder checkpoint ([] : complete once min_age old)"},
     {"checkpoints.steps_per_epoch", T_INT, F(steps_per_epoch), NULL,
      "with a {step}-only pattern: epoch = step / steps_per_epoch (default: epoch = step)"},
@@ -149,14 +150,14 @@ void ck_config_init(struct ck_config *cfg)
     for (size_t b = 0; b < sizeof default_bases / sizeof *default_bases; b++)
         for (size_t e = 0; e < sizeof default_exts / sizeof *default_exts; e++) {
             snprintf(pat, sizeof pat, "%s.%s", default_bases[b], default_exts[e]);
-            ck_strlist_add(&cfg->patterns, pat);
+            ck_strlist_add(&cfg->ckpt.patterns, pat);
         }
     for (size_t i = 0; i < sizeof default_other / sizeof *default_other; i++)
-        ck_strlist_add(&cfg->patterns, default_other[i]);
+        ck_strlist_add(&cfg->ckpt.patterns, default_other[i]);
     for (size_t i = 0; i < sizeof default_markers / sizeof *default_markers; i++)
-        ck_strlist_add(&cfg->folder_markers, default_markers[i]);
+        ck_strlist_add(&cfg->ckpt.folder_markers, default_markers[i]);
     for (size_t i = 0; i < sizeof default_ignore / sizeof *default_ignore; i++)
-        ck_strlist_add(&cfg->ignore, default_ignore[i]);
+        ck_strlist_add(&cfg->ckpt.ignore, default_ignore[i]);
     cfg->min_age = 2.0;
     cfg->watch_poll_interval = 2.0;
     cfg->watch_settle = 0.2;
@@ -231,6 +232,8 @@ int ck_parse_size(const char *s, uint64_t *out)
 
 static int bad(struct parse_ctx *c, yaml_node_t *n, const char *key, const char *what)
 {
+    if (c->flag)
+        return ck_error(CK_ECONFIG, "%s: '%s' %s", c->doc->name, key, what);
     return ck_error(CK_ECONFIG, "'%s' line %d: '%s' %s", c->doc->name, ck_yaml_line(n), key, what);
 }
 
@@ -515,10 +518,109 @@ static int hook_duration(struct parse_ctx *c, yaml_node_t *n, const char *key, d
     return 0;
 }
 
+/* The keys of one item of a list key (hooks.webhooks[i], hooks.exec[i]): a
+ * table like the top-level one, over the item's struct. */
+enum item_type { I_STR, I_STRV, I_PATH, I_TIMEOUT };
+
+#define NO_FIELD ((size_t)-1)
+
+struct item_key {
+    const char *name;
+    enum item_type type;
+    size_t offset;
+    size_t count_offset; /* I_STRV: its size_t count */
+    size_t shell_offset; /* I_STRV: a bool set when the value was one string, or NO_FIELD */
+    const char *twice;   /* I_STRV: the complaint when the list is given twice */
+};
+
+#define WH(f) offsetof(struct ck_webhook_conf, f)
+#define EX(f) offsetof(struct ck_exec_conf, f)
+
+static const struct item_key webhook_keys[] = {
+    {"url", I_STR, WH(url), 0, NO_FIELD, NULL},
+    {"secret", I_STRV, WH(secrets), WH(nsecrets), NO_FIELD,
+     "repeats the secret: use 'secrets' for several"},
+    {"secrets", I_STRV, WH(secrets), WH(nsecrets), NO_FIELD,
+     "repeats the secret: use 'secrets' for several"},
+    {"events", I_STRV, WH(events), WH(nevents), NO_FIELD, "is given twice"},
+    {"template", I_PATH, WH(template_path), 0, NO_FIELD, NULL}, /* relative to the config */
+    {"timeout", I_TIMEOUT, WH(timeout), 0, NO_FIELD, NULL},
+    {NULL, I_STR, 0, 0, NO_FIELD, NULL},
+};
+
+/* a list runs without a shell; one string runs with /bin/sh -c */
+static const struct item_key exec_keys[] = {
+    {"event", I_STR, EX(event), 0, NO_FIELD, NULL},
+    {"command", I_STRV, EX(argv), EX(argc), EX(shell), "is given twice"},
+    {"timeout", I_TIMEOUT, EX(timeout), 0, NO_FIELD, NULL},
+    {NULL, I_STR, 0, 0, NO_FIELD, NULL},
+};
+
+static int parse_item_value(struct parse_ctx *c, const struct item_key *ik, yaml_node_t *vn,
+                            const char *full, void *base)
+{
+    char *field = (char *)base + ik->offset;
+    char dir[4096], path[8192];
+    const char *s = NULL;
+    int err;
+    switch (ik->type) {
+    case I_STR:
+        if ((err = scalar_str(c, vn, full, &s)) < 0)
+            return err;
+        return set_str((char **)field, s);
+    case I_STRV: {
+        size_t *count = (size_t *)((char *)base + ik->count_offset);
+        if (*count)
+            return bad(c, vn, full, ik->twice);
+        if (ik->shell_offset != NO_FIELD)
+            *(bool *)((char *)base + ik->shell_offset) = vn->type == YAML_SCALAR_NODE;
+        return hook_strv(c, vn, full, (char ***)field, count);
+    }
+    case I_PATH:
+        if ((err = scalar_str(c, vn, full, &s)) < 0)
+            return err;
+        ck_dirname(dir, sizeof dir, c->doc->name);
+        snprintf(path, sizeof path, "%s%s%s", s[0] == '/' ? "" : dir, s[0] == '/' ? "" : "/", s);
+        return set_str((char **)field, path);
+    case I_TIMEOUT:
+        return hook_duration(c, vn, full, (double *)field);
+    }
+    return 0;
+}
+
+/* One mapping of a list key through its item table. */
+static int parse_item(struct parse_ctx *c, yaml_node_t *item, const char *key, size_t i,
+                      const struct item_key *table, void *base)
+{
+    char full[128];
+    for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
+         p++) {
+        const char *k = NULL;
+        yaml_node_t *vn;
+        int err;
+        if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
+            return err;
+        const struct item_key *ik = table;
+        while (ik->name && strcmp(ik->name, k))
+            ik++;
+        if (!ik->name) {
+            char known[256] = "is not a known key (";
+            for (const struct item_key *t = table; t->name; t++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s",
+                         t == table ? "" : ", ", t->name);
+            snprintf(known + strlen(known), sizeof known - strlen(known), ")");
+            return bad(c, ck_yaml_node(c->doc, p->key), full, known);
+        }
+        if ((err = parse_item_value(c, ik, vn, full, base)) < 0)
+            return err;
+    }
+    return 0;
+}
+
 static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
 {
     struct ck_hooks_conf *h = &c->cfg->hooks;
-    char full[128], dir[4096], path[8192];
+    char full[128];
     if (n->type != YAML_SEQUENCE_NODE)
         return bad(c, n, key, "must be a list of {url, secret, events, template, timeout}");
     size_t count = (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
@@ -528,46 +630,15 @@ static int parse_webhooks(struct parse_ctx *c, yaml_node_t *n, const char *key)
     h->nwebhooks = 0;
     if (!(h->webhooks = calloc(count ? count : 1, sizeof *h->webhooks)))
         return ck_error(CK_ENOMEM, "out of memory");
-    ck_dirname(dir, sizeof dir, c->doc->name);
     for (size_t i = 0; i < count; i++) {
         yaml_node_t *item = ck_yaml_node(c->doc, n->data.sequence.items.start[i]);
         struct ck_webhook_conf *w = &h->webhooks[h->nwebhooks++];
+        int err;
         w->line = ck_yaml_line(item);
         if (item->type != YAML_MAPPING_NODE)
             return bad(c, item, key, "items must be mappings with at least 'url'");
-        for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
-             p++) {
-            const char *k = NULL, *s = NULL;
-            yaml_node_t *vn;
-            int err;
-            if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
-                return err;
-            if (!strcmp(k, "url")) {
-                if ((err = scalar_str(c, vn, full, &s)) < 0 || (err = set_str(&w->url, s)) < 0)
-                    return err;
-            } else if (!strcmp(k, "secret") || !strcmp(k, "secrets")) {
-                if (w->nsecrets)
-                    return bad(c, vn, full, "repeats the secret: use 'secrets' for several");
-                if ((err = hook_strv(c, vn, full, &w->secrets, &w->nsecrets)) < 0)
-                    return err;
-            } else if (!strcmp(k, "events")) {
-                if ((err = hook_strv(c, vn, full, &w->events, &w->nevents)) < 0)
-                    return err;
-            } else if (!strcmp(k, "template")) {
-                if ((err = scalar_str(c, vn, full, &s)) < 0)
-                    return err;
-                /* relative to the config file's folder */
-                snprintf(path, sizeof path, "%s%s%s", s[0] == '/' ? "" : dir, s[0] == '/' ? "" : "/", s);
-                if ((err = set_str(&w->template_path, path)) < 0)
-                    return err;
-            } else if (!strcmp(k, "timeout")) {
-                if ((err = hook_duration(c, vn, full, &w->timeout)) < 0)
-                    return err;
-            } else {
-                return bad(c, ck_yaml_node(c->doc, p->key), full,
-                           "is not a known key (url, secret, secrets, events, template, timeout)");
-            }
-        }
+        if ((err = parse_item(c, item, key, i, webhook_keys, w)) < 0)
+            return err;
         if (!w->url) {
             snprintf(full, sizeof full, "%s[%zu].url", key, i);
             return bad(c, item, full, "is missing");
@@ -590,32 +661,12 @@ static int parse_exec_hooks(struct parse_ctx *c, yaml_node_t *n, const char *key
     for (size_t i = 0; i < count; i++) {
         yaml_node_t *item = ck_yaml_node(c->doc, n->data.sequence.items.start[i]);
         struct ck_exec_conf *e = &h->execs[h->nexecs++];
+        int err;
         e->line = ck_yaml_line(item);
         if (item->type != YAML_MAPPING_NODE)
             return bad(c, item, key, "items must be mappings with 'event' and 'command'");
-        for (yaml_node_pair_t *p = item->data.mapping.pairs.start; p < item->data.mapping.pairs.top;
-             p++) {
-            const char *k = NULL, *s = NULL;
-            yaml_node_t *vn;
-            int err;
-            if ((err = hook_item_key(c, p, key, i, full, sizeof full, &k, &vn)) < 0)
-                return err;
-            if (!strcmp(k, "event")) {
-                if ((err = scalar_str(c, vn, full, &s)) < 0 || (err = set_str(&e->event, s)) < 0)
-                    return err;
-            } else if (!strcmp(k, "command")) {
-                /* a list runs without a shell; one string runs with /bin/sh -c */
-                e->shell = vn->type == YAML_SCALAR_NODE;
-                if ((err = hook_strv(c, vn, full, &e->argv, &e->argc)) < 0)
-                    return err;
-            } else if (!strcmp(k, "timeout")) {
-                if ((err = hook_duration(c, vn, full, &e->timeout)) < 0)
-                    return err;
-            } else {
-                return bad(c, ck_yaml_node(c->doc, p->key), full,
-                           "is not a known key (event, command, timeout)");
-            }
-        }
+        if ((err = parse_item(c, item, key, i, exec_keys, e)) < 0)
+            return err;
         if (!e->event || !e->argc) {
             snprintf(full, sizeof full, "%s[%zu]", key, i);
             return bad(c, item, full, "needs 'event' and 'command'");
@@ -718,19 +769,55 @@ int ck_config_load(struct ck_config *cfg, const char *path)
         return CK_ECONFIG;
     }
     yaml_node_t *root = ck_yaml_root(&doc);
-    struct parse_ctx c = {cfg, &doc};
+    struct parse_ctx c = {cfg, &doc, false};
     if (root && root->type != YAML_MAPPING_NODE)
         err = ck_error(CK_ECONFIG, "'%s' line %d: the config must be a mapping of keys", path,
                        ck_yaml_line(root));
     else if (root)
         err = walk(&c, root, "");
-    if (err == 0 && ck_patterns_check(&cfg->patterns) < 0)
+    if (err == 0 && ck_patterns_check(&cfg->ckpt.patterns) < 0)
         err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
     if (err == 0)
         err = set_str(&cfg->source, path);
     ck_yaml_release(&doc);
     ck_buf_release(&b);
     return err;
+}
+
+int ck_config_set(struct ck_config *cfg, const char *key, const char *value, const char *origin)
+{
+    const struct key *k = NULL;
+    for (size_t i = 0; i < NKEYS && !k; i++)
+        if (!strcmp(keys[i].name, key))
+            k = &keys[i];
+    if (!k)
+        return ck_error(CK_ECONFIG, "%s: '%s' is not a config key", origin, key);
+    struct ck_yaml_doc doc;
+    memset(&doc, 0, sizeof doc);
+    snprintf(doc.name, sizeof doc.name, "%s", origin);
+    if (!yaml_document_initialize(&doc.doc, NULL, NULL, NULL, 1, 1))
+        return ck_error(CK_ENOMEM, "out of memory");
+    doc.loaded = true;
+    int id = yaml_document_add_scalar(&doc.doc, NULL, (yaml_char_t *)value, (int)strlen(value),
+                                      YAML_PLAIN_SCALAR_STYLE);
+    int err;
+    if (id == 0) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+    } else {
+        struct parse_ctx c = {cfg, &doc, true};
+        err = parse_value(&c, k, ck_yaml_node(&doc, id), k->name);
+    }
+    ck_yaml_release(&doc);
+    return err;
+}
+
+int ck_config_apply(struct ck_config *cfg, const struct ck_config_override *ov, size_t n)
+{
+    int err;
+    for (size_t i = 0; i < n; i++)
+        if ((err = ck_config_set(cfg, ov[i].key, ov[i].value, ov[i].origin)) < 0)
+            return err;
+    return 0;
 }
 
 int ck_config_for_dir(struct ck_config *cfg, const char *explicit_path, const char *dir)

@@ -5,6 +5,7 @@
 #ifndef CK_CONFIG_H
 #define CK_CONFIG_H
 
+#include "agent/rules.h"
 #include "hooks/hooks.h"
 
 #include "common/strlist.h"
@@ -30,9 +31,7 @@ struct ck_config {
     char *build_parameters_yaml;  /* model.build_parameters as YAML text, or NULL */
 
     /* checkpoints: */
-    struct ck_strlist patterns;   /* name patterns with {epoch} / {step} */
-    struct ck_strlist ignore;     /* temporary names, never registered */
-    struct ck_strlist folder_markers; /* a folder checkpoint is complete once one exists */
+    struct ck_ckpt_rules ckpt;    /* patterns, ignore, folder_markers (agent/rules.h) */
     int64_t steps_per_epoch;      /* epoch = step / steps_per_epoch when only a step is named */
     double min_age;               /* seconds a file must be unchanged before scan takes it */
     bool mirror_deletes;          /* unregister checkpoints whose source was deleted */
@@ -74,6 +73,17 @@ int ck_config_load(struct ck_config *cfg, const char *path);
 /* The config for a directory: --config when given, else DIR/ckptd.yaml if it
  * exists, else the defaults. */
 int ck_config_for_dir(struct ck_config *cfg, const char *explicit_path, const char *dir);
+/* A value given for a key elsewhere than the file (a command-line flag). */
+struct ck_config_override {
+    const char *key;    /* a config key, like "watch.settle" */
+    const char *value;  /* as it would be written in YAML (plain) */
+    const char *origin; /* what gave it, for messages ("--settle") */
+};
+/* Sets key from one plain value through the key's own parser (the same
+ * types and checks as the file); CK_ECONFIG naming origin and the key. */
+int ck_config_set(struct ck_config *cfg, const char *key, const char *value, const char *origin);
+/* ck_config_set for each override, in order. */
+int ck_config_apply(struct ck_config *cfg, const struct ck_config_override *ov, size_t n);
 /* Writes every key with its help text (for `ckptd config --keys`). */
 void ck_config_print_keys(void);
 

@@ -16,103 +16,6 @@
 #define MAX_DEPTH 32
 #define MAX_FILES_PER_FOLDER 100000
 
-/* ---- patterns ---- */
-
-struct captures {
-    bool has_epoch, has_step;
-    int64_t epoch, step;
-};
-
-static bool match_at(const char *p, const char *s, struct captures *c)
-{
-    while (*p) {
-        if (*p == '*') {
-            while (*p == '*')
-                p++;
-            if (!*p)
-                return true;
-            for (const char *t = s; *t; t++)
-                if (match_at(p, t, c))
-                    return true;
-            return match_at(p, s + strlen(s), c);
-        }
-        if (!strncmp(p, "{epoch}", 7) || !strncmp(p, "{step}", 6)) {
-            bool is_epoch = p[1] == 'e';
-            const char *rest = p + (is_epoch ? 7 : 6);
-            size_t n = 0;
-            while (s[n] >= '0' && s[n] <= '9')
-                n++;
-            /* Longest number first, then shorter ones (e.g. {step}0.pt). */
-            for (; n > 0; n--) {
-                if (n > 18)
-                    continue; /* would overflow int64 */
-                if (match_at(rest, s + n, c)) {
-                    int64_t v = 0;
-                    for (size_t i = 0; i < n; i++)
-                        v = v * 10 + (s[i] - '0');
-                    if (is_epoch) {
-                        c->has_epoch = true;
-                        c->epoch = v;
-                    } else {
-                        c->has_step = true;
-                        c->step = v;
-                    }
-                    return true;
-                }
-            }
-            return false;
-        }
-        if (*p == '?') {
-            if (!*s)
-                return false;
-            p++;
-            s++;
-            continue;
-        }
-        if (*p != *s)
-            return false;
-        p++;
-        s++;
-    }
-    return *s == '\0';
-}
-
-bool ck_pattern_match(const char *pattern, const char *name, bool *has_epoch, int64_t *epoch,
-                      bool *has_step, int64_t *step)
-{
-    struct captures c = {0};
-    if (!match_at(pattern, name, &c))
-        return false;
-    if (has_epoch)
-        *has_epoch = c.has_epoch;
-    if (epoch)
-        *epoch = c.epoch;
-    if (has_step)
-        *has_step = c.has_step;
-    if (step)
-        *step = c.step;
-    return true;
-}
-
-bool ck_glob_match(const char *glob, const char *name)
-{
-    return ck_pattern_match(glob, name, NULL, NULL, NULL, NULL);
-}
-
-int ck_patterns_check(const struct ck_strlist *patterns)
-{
-    for (size_t i = 0; i < patterns->n; i++) {
-        const char *p = patterns->items[i];
-        if (!strstr(p, "{epoch}") && !strstr(p, "{step}"))
-            return ck_error(CK_ECONFIG,
-                            "checkpoint pattern '%s' captures neither {epoch} nor {step}", p);
-        const char *slash = strchr(p, '/');
-        if (slash && slash[1] && strchr(slash + 1, '/') == NULL && slash == p)
-            return ck_error(CK_ECONFIG, "checkpoint pattern '%s' must be relative", p);
-    }
-    return 0;
-}
-
 int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch)
 {
     if (c->has_epoch)
@@ -131,7 +34,7 @@ static bool in_tree(const char *rel)
 
 struct walk {
     const char *root;
-    const struct ck_config *cfg;
+    const struct ck_ckpt_rules *rules;
     struct ck_discovery *d;
     int err;
     bool shallow; /* ck_discover_dirs: the folders named, not the ones below them */
@@ -167,38 +70,9 @@ static int add_problem(struct walk *w, const char *rel, const char *fmt, ...)
     return 0;
 }
 
-static bool ignored(const struct ck_config *cfg, const char *name)
-{
-    for (size_t i = 0; i < cfg->ignore.n; i++)
-        if (ck_glob_match(cfg->ignore.items[i], name))
-            return true;
-    return false;
-}
-
-/* Matches a name (or relative path for patterns with '/') against the
- * patterns of one kind: folder patterns end with '/'. */
-static bool match_patterns(const struct ck_config *cfg, const char *name, const char *rel,
-                           bool folder, struct captures *c)
-{
-    char pat[1024];
-    for (size_t i = 0; i < cfg->patterns.n; i++) {
-        const char *p = cfg->patterns.items[i];
-        size_t n = strlen(p);
-        bool is_folder = n > 0 && p[n - 1] == '/';
-        if (is_folder != folder)
-            continue;
-        snprintf(pat, sizeof pat, "%.*s", (int)(is_folder ? n - 1 : n), p);
-        const char *subject = strchr(pat, '/') ? rel : name;
-        memset(c, 0, sizeof *c);
-        if (match_at(pat, subject, c))
-            return true;
-    }
-    return false;
-}
-
 /* A new candidate with its name, path and captures; NULL on out of memory. */
 static struct ck_candidate *new_cand(struct walk *w, enum ck_cand_kind kind, const char *ref,
-                                     const char *rel, const struct captures *cap)
+                                     const char *rel, const struct ck_name_captures *cap)
 {
     struct ck_discovery *d = w->d;
     if (d->ncands == d->cap) {
@@ -276,7 +150,7 @@ static struct ck_candidate *find_tfset(struct walk *w, const char *rel_prefix)
 
 static int take_file(struct walk *w, const char *rel, const char *name, const struct stat *st)
 {
-    struct captures cap;
+    struct ck_name_captures cap;
     bool is_index = false;
     long shard = 0, nshards = 0;
     size_t plen = tf_part(name, &is_index, &shard, &nshards);
@@ -285,7 +159,7 @@ static int take_file(struct walk *w, const char *rel, const char *name, const st
         snprintf(prefix, sizeof prefix, "%.*s", (int)plen, name);
         snprintf(rel_prefix, sizeof rel_prefix, "%.*s", (int)(strlen(rel) - strlen(name) + plen),
                  rel);
-        if (!match_patterns(w->cfg, prefix, rel_prefix, false, &cap))
+        if (!ck_rules_match(w->rules, prefix, rel_prefix, false, &cap))
             return 0;
         if (!ck_utf8_is_valid(rel, strlen(rel)))
             return add_problem(w, rel, "name is not valid UTF-8: not registered");
@@ -297,7 +171,7 @@ static int take_file(struct walk *w, const char *rel, const char *name, const st
             c->newest_mtime = mtime_of(st);
         return cand_add_file(c, rel);
     }
-    if (!match_patterns(w->cfg, name, rel, false, &cap))
+    if (!ck_rules_match(w->rules, name, rel, false, &cap))
         return 0;
     if (!ck_utf8_is_valid(rel, strlen(rel)))
         return add_problem(w, rel, "name is not valid UTF-8: not registered");
@@ -359,10 +233,8 @@ static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const
         struct stat st;
         if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
             continue;
-        if (depth == 0)
-            for (size_t i = 0; i < w->cfg->folder_markers.n; i++)
-                if (!strcmp(e->d_name, w->cfg->folder_markers.items[i]))
-                    *marker = true;
+        if (depth == 0 && ck_rules_is_marker(w->rules, e->d_name))
+            *marker = true;
         if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH) {
             int fd = openat(dirfd(dir), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (fd >= 0)
@@ -403,9 +275,9 @@ static bool deepspeed_latest_names(int parent_fd, const char *name)
 static int take_folder(struct walk *w, int parent_fd, const char *rel, const char *name,
                        bool *taken)
 {
-    struct captures cap;
+    struct ck_name_captures cap;
     *taken = false;
-    if (!match_patterns(w->cfg, name, rel, true, &cap))
+    if (!ck_rules_match(w->rules, name, rel, true, &cap))
         return 0;
     *taken = true;
     if (!ck_utf8_is_valid(rel, strlen(rel)))
@@ -421,15 +293,15 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
     if (c->in_tree)
         marker = true; /* our own copy is only made once the source was complete */
     c->complete = !broken && (marker || deepspeed_latest_names(parent_fd, name) ||
-                              (w->cfg->folder_markers.n == 0 && c->nfiles > 0));
+                              (w->rules->folder_markers.n == 0 && c->nfiles > 0));
     return err;
 }
 
 static int take_symlink(struct walk *w, const char *rel, const char *name)
 {
-    struct captures cap;
-    if (!match_patterns(w->cfg, name, rel, false, &cap) &&
-        !match_patterns(w->cfg, name, rel, true, &cap))
+    struct ck_name_captures cap;
+    if (!ck_rules_match(w->rules, name, rel, false, &cap) &&
+        !ck_rules_match(w->rules, name, rel, true, &cap))
         return 0;
     char full[PATH_MAX], real[PATH_MAX], root[PATH_MAX];
     if (ck_path_join(full, sizeof full, w->root, rel) < 0 || !realpath(w->root, root))
@@ -464,7 +336,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
             snprintf(sub, sizeof sub, "%s", name);
         if (!strcmp(sub, ".ckptd") || !strcmp(sub, "data/initialisation"))
             continue;
-        if (ignored(w->cfg, name))
+        if (ck_rules_ignored(w->rules, name))
             continue;
         /* our own manifests next to checkpoint sets */
         if (in_tree(sub) && strlen(name) > 8 && !strcmp(name + strlen(name) - 8, ".md5sums"))
@@ -497,9 +369,9 @@ static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
     return err;
 }
 
-int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discovery *out)
+int ck_discover(const char *dir, const struct ck_ckpt_rules *rules, struct ck_discovery *out)
 {
-    struct walk w = {dir, cfg, out, 0, false};
+    struct walk w = {dir, rules, out, 0, false};
     memset(out, 0, sizeof *out);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -513,10 +385,10 @@ int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discover
     return 0;
 }
 
-int ck_discover_dirs(const char *dir, const struct ck_config *cfg, char *const *subdirs,
+int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
                      size_t n, struct ck_discovery *out)
 {
-    struct walk w = {dir, cfg, out, 0, true};
+    struct walk w = {dir, rules, out, 0, true};
     char path[PATH_MAX];
     int err = 0;
     memset(out, 0, sizeof *out);

@@ -1,8 +1,5 @@
-/* Finding checkpoints in a training directory by name patterns.
- *
- * A pattern is matched against a file or folder name ('*' any text, '?' one
- * character, {epoch} and {step} a number each); a pattern containing '/'
- * is matched against the path relative to DIR; a final '/' means a folder.
+/* Finding checkpoints in a training directory by the checkpoint-name rule
+ * (agent/rules.h: patterns, temporary names, folder markers).
  * A TensorFlow bundle (PREFIX.index + PREFIX.data-NNNNN-of-MMMMM) is one
  * checkpoint named PREFIX, complete when the index and every shard exist.
  * A folder checkpoint is complete when its marker exists (written last by
@@ -10,7 +7,7 @@
 #ifndef CK_DISCOVER_H
 #define CK_DISCOVER_H
 
-#include "agent/config.h"
+#include "agent/rules.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,22 +41,14 @@ struct ck_discovery {
 };
 
 /* Walks dir (not following symlinks, skipping .ckptd and data/initialisation). */
-int ck_discover(const char *dir, const struct ck_config *cfg, struct ck_discovery *out);
+int ck_discover(const char *dir, const struct ck_ckpt_rules *rules, struct ck_discovery *out);
 void ck_discovery_release(struct ck_discovery *d);
 /* The same, in the named folders only (relative to dir, "" for dir itself),
  * not in the folders below them (a folder checkpoint in them is listed
  * whole). For the watcher's targeted passes; a missing folder is skipped. */
-int ck_discover_dirs(const char *dir, const struct ck_config *cfg, char *const *subdirs,
+int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
                      size_t n, struct ck_discovery *out);
 
-/* Matches name against pattern. Captures are written when the pattern has
- * them (has_* says so). Exposed for tests and for the watcher. */
-bool ck_pattern_match(const char *pattern, const char *name, bool *has_epoch, int64_t *epoch,
-                      bool *has_step, int64_t *step);
-/* A glob without captures, for ignore lists. */
-bool ck_glob_match(const char *glob, const char *name);
-/* Checks a pattern list at config time: each must capture {epoch} or {step}. */
-int ck_patterns_check(const struct ck_strlist *patterns);
 /* The epoch a candidate stands for: {epoch}, else {step} / steps_per_epoch. */
 int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch);
 

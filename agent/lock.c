@@ -1,6 +1,7 @@
 #include "agent/lock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/pidlock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,25 +18,13 @@ int ck_lock_acquire(struct ck_lock *l, const char *model_dir)
     if ((err = ck_path_join(dir, sizeof dir, model_dir, ".ckptd")) < 0 ||
         (err = ck_mkdirs(dir, 0700)) < 0 || (err = ck_path_join(path, sizeof path, dir, "lock")) < 0)
         return err;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return ck_error_os(CK_EIO, "cannot open lock file '%s'", path);
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        char pid[32] = "";
-        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
-        close(fd);
-        if (errno != EWOULDBLOCK)
-            return ck_error_os(CK_EIO, "cannot lock '%s'", path);
-        pid[n > 0 ? n : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
+    char pid[32];
+    int fd;
+    if ((err = ck_pidlock_acquire(path, 0600, &fd, pid, sizeof pid)) == CK_ELOCKED)
         return ck_error(CK_ELOCKED, "another ckptd (pid %s) is working on '%s'",
                         pid[0] ? pid : "unknown", model_dir);
-    }
-    char buf[32];
-    int len = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)len, 0) < 0) {
-        /* The pid is only informative; the flock is what protects. */
-    }
+    if (err < 0)
+        return err;
     l->fd = fd;
     return 0;
 }
@@ -45,4 +34,12 @@ void ck_lock_release(struct ck_lock *l)
     if (l->fd >= 0)
         close(l->fd); /* closing drops the flock */
     l->fd = -1;
+}
+
+long ck_lock_holder(const char *model_dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/.ckptd/lock", model_dir) >= (int)sizeof path)
+        return 0;
+    return ck_pidlock_holder(path);
 }

@@ -1,5 +1,6 @@
 #include "agent/scan.h"
 #include "agent/discover.h"
+#include "agent/layout.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
@@ -18,18 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define METADATA_MAX (256u << 20)
-#define PRODUCER "ckptd"
-
-/* Names a training configuration file commonly has, most specific first. */
-static const char *const config_names[] = {
-    "config.yaml", "config.yml", "config.json", "hparams.yaml", "hparams.yml", "hparams.json",
-    "config.py", "config.toml", "training_args.json", "train_config.yaml", "params.yaml",
-    "args.json", "args.yaml",
-};
-
-#define FALLBACK_CONFIG "configuration.yaml"
-
 struct scan {
     struct ck_state *st;
     const struct ck_scan_opts *o;
@@ -43,11 +32,14 @@ struct scan {
     size_t ndirty;
 };
 
-static double now_seconds(void)
+static int replace_str(char **field, const char *v)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    char *p = strdup(v);
+    if (!p)
+        return ck_error(CK_ENOMEM, "out of memory");
+    free(*field);
+    *field = p;
+    return 0;
 }
 
 static int path_in(struct scan *s, char *out, const char *rel)
@@ -55,295 +47,11 @@ static int path_in(struct scan *s, char *out, const char *rel)
     return ck_path_join(out, PATH_MAX, s->o->dir, rel);
 }
 
-/* md5 (and sha256) of a file, through the hash cache. */
-static int hash_cached(struct scan *s, const char *path, struct ck_hash_entry *out, uint64_t *size)
+static double now_seconds(void)
 {
-    struct stat st;
-    if (stat(path, &st) < 0)
-        return ck_error_os(errno == ENOENT ? CK_ECHANGED : CK_EIO, "cannot stat '%s'", path);
-    if (size)
-        *size = (uint64_t)st.st_size;
-    if (ck_state_hash_lookup(s->st, &st, out) && out->sha256[0])
-        return 0;
-    struct ck_digests d;
-    int err = ck_hash_file(path, CK_HASH_BOTH, &d, &st);
-    if (err < 0)
-        return err;
-    ck_metrics_add(CK_M_BYTES_HASHED, d.size);
-    memcpy(out->md5, d.md5, sizeof out->md5);
-    memcpy(out->sha256, d.sha256, sizeof out->sha256);
-    ck_debug("file.hashed", "path='%s' bytes=%llu md5=%s", path, (unsigned long long)d.size, d.md5);
-    return ck_state_hash_store(s->st, &st, d.md5, d.sha256);
-}
-
-static int set_str(char **field, const char *v)
-{
-    char *p = v ? strdup(v) : NULL;
-    if (v && !p)
-        return ck_error(CK_ENOMEM, "out of memory");
-    free(*field);
-    *field = p;
-    return 0;
-}
-
-/* ---- identity ---- */
-
-static int model_identity(struct scan *s, bool fresh)
-{
-    struct ck_pmf_meta *m = &s->meta;
-    int err;
-    if (fresh) {
-        if ((err = set_str(&m->producer_name, PRODUCER)) < 0 ||
-            (err = set_str(&m->producer_version_format, "py_pa")) < 0)
-            return err;
-    }
-    /* Keep another producer's identity; keep ours current. */
-    if (!strcmp(m->producer_name, PRODUCER) &&
-        (err = set_str(&m->producer_version, CKPTD_VERSION)) < 0)
-        return err;
-
-    if (s->o->cfg->model_name) {
-        if ((err = set_str(&m->name, s->o->cfg->model_name)) < 0)
-            return err;
-    } else if (fresh) {
-        char real[PATH_MAX];
-        const char *base = realpath(s->o->dir, real) ? ck_basename(real) : ck_basename(s->o->dir);
-        if ((err = set_str(&m->name, base[0] ? base : "model")) < 0)
-            return err;
-    }
-
-    char *id = NULL;
-    if ((err = ck_state_get(s->st, "model_id", &id)) < 0)
-        return err;
-    if (m->id) {
-        /* metadata.yaml is the authority; the state keeps a copy in case it is deleted */
-        if (!id || strcmp(id, m->id))
-            err = ck_state_set(s->st, "model_id", m->id);
-    } else if (id) {
-        err = set_str(&m->id, id);
-    } else {
-        unsigned char rnd[16];
-        char hex[33];
-        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-            free(id);
-            return ck_error_os(CK_EIO, "cannot generate a model id");
-        }
-        ck_hex(hex, rnd, sizeof rnd);
-        if ((err = set_str(&m->id, hex)) == 0)
-            err = ck_state_set(s->st, "model_id", hex);
-    }
-    free(id);
-    snprintf(s->res->model_id, sizeof s->res->model_id, "%s", m->id ? m->id : "");
-    snprintf(s->res->model_name, sizeof s->res->model_name, "%s", m->name ? m->name : "");
-    return err;
-}
-
-/* ---- the training configuration file ---- */
-
-static int write_fallback_config(struct scan *s, char *path)
-{
-    static const char text[] =
-        "# Written by ckptd: no training configuration file was found in this folder.\n"
-        "# Name it with model.configuration in ckptd.yaml, or save one as config.yaml.\n"
-        "producer: ckptd\n";
-    if (ck_exists(path))
-        return 0;
-    return ck_write_file_atomic(path, text, sizeof text - 1, 0644);
-}
-
-/* The real configuration appeared after ours stood in for it: ours goes,
- * unless someone edited it (then it is theirs). */
-static void remove_fallback_config(struct scan *s)
-{
-    char path[PATH_MAX];
-    struct ck_buf b = CK_BUF_INIT;
-    if (path_in(s, path, FALLBACK_CONFIG) == 0 && ck_read_file(path, 4096, &b) == 0 &&
-        strstr(ck_buf_str(&b), "# Written by ckptd: no training configuration") == ck_buf_str(&b))
-        unlink(path);
-    ck_buf_release(&b);
-}
-
-static int configuration(struct scan *s)
-{
-    struct ck_pmf_meta *m = &s->meta;
-    const struct ck_config *cfg = s->o->cfg;
-    char src[PATH_MAX], dst[PATH_MAX];
-    const char *name = NULL;
-    int err;
-
-    if (cfg->model_configuration) {
-        if (cfg->model_configuration[0] == '/')
-            snprintf(src, sizeof src, "%s", cfg->model_configuration);
-        else if ((err = path_in(s, src, cfg->model_configuration)) < 0)
-            return err;
-        if (!ck_exists(src))
-            return ck_error(CK_ECONFIG, "model.configuration: '%s' does not exist", src);
-        name = ck_basename(src);
-        if ((err = path_in(s, dst, name)) < 0)
-            return err;
-        /* PMF wants the configuration at the top of the tree. */
-        if ((err = ck_place_file(src, dst)) < 0)
-            return ck_error_wrap(err, "model.configuration");
-    } else {
-        for (size_t i = 0; i < sizeof config_names / sizeof *config_names && !name; i++) {
-            if ((err = path_in(s, dst, config_names[i])) < 0)
-                return err;
-            if (ck_exists(dst))
-                name = config_names[i];
-        }
-        if (!name && m->config_path && strcmp(m->config_path, FALLBACK_CONFIG) &&
-            path_in(s, dst, m->config_path) == 0 && ck_exists(dst))
-            name = m->config_path; /* someone named it in metadata.yaml: keep it */
-        if (!name) {
-            name = FALLBACK_CONFIG;
-            if ((err = path_in(s, dst, name)) < 0 || (err = write_fallback_config(s, dst)) < 0)
-                return err;
-        }
-    }
-    struct ck_hash_entry h;
-    if ((err = hash_cached(s, dst, &h, NULL)) < 0)
-        return err;
-    if (!m->config_path || strcmp(m->config_path, name) || strcmp(m->config_md5, h.md5)) {
-        if (m->config_path)
-            ck_info("configuration.changed", "path=%s md5=%s", name, h.md5);
-        if (m->config_path && !strcmp(m->config_path, FALLBACK_CONFIG) && strcmp(name, FALLBACK_CONFIG))
-            remove_fallback_config(s);
-        if ((err = set_str(&m->config_path, name)) < 0)
-            return err;
-        memcpy(m->config_md5, h.md5, 33);
-    }
-    return 0;
-}
-
-/* ---- initialisation ---- */
-
-static int copy_tree(const char *src, const char *dst, int depth, bool skip_checkpoints);
-
-static int init_file(struct scan *s)
-{
-    const struct ck_config *cfg = s->o->cfg;
-    char src[PATH_MAX], dst[PATH_MAX], rel[PATH_MAX];
-    int err;
-    if (cfg->init_path[0] == '/')
-        snprintf(src, sizeof src, "%s", cfg->init_path);
-    else if ((err = path_in(s, src, cfg->init_path)) < 0)
-        return err;
-    if (!ck_exists(src))
-        return ck_error(CK_ECONFIG, "model.initialisation: '%s' does not exist", src);
-    snprintf(rel, sizeof rel, "data/initialisation/%s", ck_basename(src));
-    if ((err = path_in(s, dst, rel)) < 0 || (err = ck_place_file(src, dst)) < 0)
-        return err;
-    struct ck_hash_entry h;
-    if ((err = hash_cached(s, dst, &h, NULL)) < 0)
-        return err;
-    struct ck_pmf_init *in = &s->meta.init;
-    if (in->kind == CK_PMF_INIT_FILE && in->path && !strcmp(in->path, rel) &&
-        !strcmp(in->md5, h.md5))
-        return 0;
-    free(in->name);
-    free(in->path);
-    free(in->id);
-    ck_pmf_ref_release(&in->checkpoint);
-    memset(in, 0, sizeof *in);
-    in->kind = CK_PMF_INIT_FILE;
-    memcpy(in->md5, h.md5, 33);
-    if ((err = set_str(&in->path, rel)) < 0)
-        return err;
-    return set_str(&in->name, cfg->init_name ? cfg->init_name : ck_basename(src));
-}
-
-static int read_meta(const char *path, struct ck_pmf_meta *m)
-{
-    struct ck_buf b = CK_BUF_INIT;
-    int err = ck_read_file(path, METADATA_MAX, &b);
-    if (err == 0)
-        err = ck_pmf_parse(m, path, ck_buf_str(&b), b.len);
-    ck_buf_release(&b);
-    return err;
-}
-
-static int init_pmf(struct scan *s)
-{
-    const struct ck_config *cfg = s->o->cfg;
-    char src[PATH_MAX], meta_path[PATH_MAX], dst[PATH_MAX];
-    struct ck_pmf_meta other;
-    int err;
-    if (cfg->init_path[0] == '/')
-        snprintf(src, sizeof src, "%s", cfg->init_path);
-    else if ((err = path_in(s, src, cfg->init_path)) < 0)
-        return err;
-    if ((err = ck_path_join(meta_path, sizeof meta_path, src, "metadata.yaml")) < 0)
-        return err;
-    if ((err = read_meta(meta_path, &other)) < 0)
-        return ck_error_wrap(CK_ECONFIG, "model.initialisation.pmf");
-    /* The reference must exist in that tree, with the type it has there. */
-    struct ck_pmf_ref ref = {false, 0, cfg->init_checkpoint};
-    ptrdiff_t at = ck_pmf_find(&other, &ref);
-    if (at < 0) {
-        char *end;
-        long long v = strtoll(cfg->init_checkpoint, &end, 10);
-        struct ck_pmf_ref iref = {true, v, NULL};
-        if (!*end && cfg->init_checkpoint[0])
-            at = ck_pmf_find(&other, &iref);
-    }
-    if (at < 0) {
-        ck_pmf_meta_release(&other);
-        return ck_error(CK_ECONFIG, "model.initialisation: checkpoint '%s' is not in '%s'",
-                        cfg->init_checkpoint, meta_path);
-    }
-    struct ck_pmf_init *in = &s->meta.init;
-    struct ck_pmf_init fresh = {0};
-    fresh.kind = CK_PMF_INIT_PMF;
-    if ((err = ck_pmf_ref_copy(&fresh.checkpoint, &other.checkpoints[at].ref)) < 0 ||
-        (err = set_str(&fresh.id, other.id)) < 0 || (err = set_str(&fresh.path, "data/initialisation")) < 0 ||
-        (err = set_str(&fresh.name, cfg->init_name ? cfg->init_name : other.name)) < 0) {
-        ck_pmf_meta_release(&other);
-        return err;
-    }
-    ck_pmf_meta_release(&other);
-    if ((err = path_in(s, dst, "data/initialisation")) < 0 ||
-        (err = copy_tree(src, dst, 0, true)) < 0) {
-        free(fresh.name), free(fresh.path), free(fresh.id), ck_pmf_ref_release(&fresh.checkpoint);
-        return err;
-    }
-    free(in->name), free(in->path), free(in->id), ck_pmf_ref_release(&in->checkpoint);
-    *in = fresh;
-    return 0;
-}
-
-/* Links a PMF tree into dst, without its data/checkpoints (PMF's rule for an
- * initialisation tree). */
-static int copy_tree(const char *src, const char *dst, int depth, bool skip_checkpoints)
-{
-    int err = ck_mkdirs(dst, 0755);
-    if (err < 0)
-        return err;
-    if (depth > 16)
-        return ck_error(CK_ESIZE, "'%s' is nested too deep", src);
-    DIR *d = opendir(src);
-    if (!d)
-        return ck_error_os(CK_EIO, "cannot list '%s'", src);
-    struct dirent *e;
-    while (err == 0 && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, ".ckptd"))
-            continue;
-        char a[PATH_MAX], b[PATH_MAX];
-        struct stat st;
-        if ((err = ck_path_join(a, sizeof a, src, e->d_name)) < 0 ||
-            (err = ck_path_join(b, sizeof b, dst, e->d_name)) < 0)
-            break;
-        if (lstat(a, &st) < 0)
-            continue;
-        if (S_ISDIR(st.st_mode)) {
-            bool is_ckpts = skip_checkpoints && depth == 1 && !strcmp(e->d_name, "checkpoints");
-            if (!is_ckpts)
-                err = copy_tree(a, b, depth + 1, skip_checkpoints);
-        } else if (S_ISREG(st.st_mode)) {
-            err = ck_place_file(a, b);
-        }
-    }
-    closedir(d);
-    return err;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* ---- checkpoints ---- */
@@ -440,7 +148,7 @@ static int hash_candidate(struct scan *s, const struct ck_candidate *c, char *pm
         if ((err = tree_rel(c, c->files[0], pmf_rel, PATH_MAX)) < 0 ||
             (err = path_in(s, path, pmf_rel)) < 0)
             return err;
-        return hash_cached(s, path, h, total);
+        return ck_state_hash_file(s->st, path, h, total);
     }
     char **sorted = malloc(c->nfiles * sizeof *sorted);
     if (!sorted)
@@ -453,7 +161,7 @@ static int hash_candidate(struct scan *s, const struct ck_candidate *c, char *pm
         struct ck_hash_entry fh;
         uint64_t size;
         if ((err = tree_rel(c, sorted[i], rel, sizeof rel)) < 0 || (err = path_in(s, path, rel)) < 0 ||
-            (err = hash_cached(s, path, &fh, &size)) < 0)
+            (err = ck_state_hash_file(s->st, path, &fh, &size)) < 0)
             break;
         *total += size;
         err = ck_buf_printf(&manifest, "%s  %s\n", fh.md5, rel + strlen("data/checkpoints/"));
@@ -468,7 +176,7 @@ static int hash_candidate(struct scan *s, const struct ck_candidate *c, char *pm
             err = ck_write_file_atomic(path, ck_buf_str(&manifest), manifest.len, 0644);
         ck_buf_release(&old);
         if (err == 0)
-            err = hash_cached(s, path, h, NULL);
+            err = ck_state_hash_file(s->st, path, h, NULL);
     }
     ck_buf_release(&manifest);
     return err;
@@ -526,7 +234,7 @@ static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
         ck_warn("checkpoint.changed", "ref='%s' changed after it was registered: md5 %s -> %s",
                 c->ref, cp->md5, h.md5);
         memcpy(cp->md5, h.md5, 33);
-        if ((err = set_str(&cp->path, pmf_rel)) < 0)
+        if ((err = replace_str(&cp->path, pmf_rel)) < 0)
             return err;
         s->res->updated++;
         return record(s, c, pmf_rel, &h, total);
@@ -767,112 +475,7 @@ static int status_pass(struct scan *s)
     return err;
 }
 
-/* ---- build_parameters.yaml ---- */
-
-/* Keeps every key someone else put there, the keys of model.build_parameters
- * from the config, and ckptd's own section (sha256 and size of each checkpoint). */
-static int build_parameters(struct scan *s)
-{
-    char path[PATH_MAX];
-    struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT, cfgb = CK_BUF_INIT;
-    struct ck_yaml_doc doc = {0}, cdoc = {0};
-    struct ck_yaml_out o;
-    int err;
-    if ((err = path_in(s, path, "data/build_parameters.yaml")) < 0)
-        return err;
-    bool exists = ck_exists(path);
-    if (exists && (err = ck_read_file(path, 64u << 20, &old)) < 0)
-        return err;
-    if (exists && old.len && (err = ck_yaml_load(&doc, path, ck_buf_str(&old), old.len)) < 0)
-        goto out;
-    yaml_node_t *root = doc.loaded ? ck_yaml_root(&doc) : NULL;
-    if (root && root->type != YAML_MAPPING_NODE) {
-        err = ck_error(CK_EFORMAT, "'%s' line %d: expected a mapping", path, ck_yaml_line(root));
-        goto out;
-    }
-    const char *cfg_yaml = s->o->cfg->build_parameters_yaml;
-    if (cfg_yaml && (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
-        goto out;
-    yaml_node_t *croot = cdoc.loaded ? ck_yaml_root(&cdoc) : NULL;
-
-    if ((err = ck_yaml_out_begin(&o, &out)) < 0)
-        goto out;
-    ck_yaml_map_begin(&o);
-    /* existing keys, unless the config or ckptd overrides them */
-    if (root) {
-        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
-            yaml_node_t *k = ck_yaml_node(&doc, p->key);
-            const char *ks = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
-            bool overridden = !strcmp(ks, "ckptd");
-            if (croot)
-                for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
-                     q < croot->data.mapping.pairs.top; q++) {
-                    yaml_node_t *ck = ck_yaml_node(&cdoc, q->key);
-                    if (ck->type == YAML_SCALAR_NODE && !strcmp((const char *)ck->data.scalar.value, ks))
-                        overridden = true;
-                }
-            if (overridden)
-                continue;
-            ck_yaml_copy(&o, &doc, k);
-            ck_yaml_copy(&o, &doc, ck_yaml_node(&doc, p->value));
-        }
-    }
-    if (croot)
-        for (yaml_node_pair_t *q = croot->data.mapping.pairs.start; q < croot->data.mapping.pairs.top; q++) {
-            ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->key));
-            ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->value));
-        }
-    ck_yaml_str(&o, "ckptd");
-    ck_yaml_map_begin(&o);
-    ck_yaml_str(&o, "version");
-    ck_yaml_str(&o, CKPTD_VERSION);
-    ck_yaml_str(&o, "checkpoints");
-    ck_yaml_map_begin(&o);
-    for (size_t i = 0; i < s->meta.ncheckpoints; i++) {
-        char txt[1024];
-        struct ck_ckpt_record r;
-        const char *ref = ck_pmf_ref_str(&s->meta.checkpoints[i].ref, txt, sizeof txt);
-        if (ck_state_ckpt_get(s->st, ref, &r) < 0)
-            continue;
-        ck_yaml_str(&o, ref);
-        ck_yaml_map_begin(&o);
-        ck_yaml_str(&o, "sha256");
-        ck_yaml_str(&o, r.sha256);
-        ck_yaml_str(&o, "size");
-        ck_yaml_int(&o, (int64_t)r.size);
-        ck_yaml_str(&o, "files");
-        ck_yaml_int(&o, r.nfiles);
-        ck_yaml_str(&o, "source");
-        ck_yaml_str(&o, r.source);
-        ck_yaml_map_end(&o);
-    }
-    ck_yaml_map_end(&o);
-    ck_yaml_map_end(&o);
-    ck_yaml_map_end(&o);
-    if ((err = ck_yaml_out_end(&o)) < 0)
-        goto out;
-    if (!exists || old.len != out.len || memcmp(ck_buf_str(&old), ck_buf_str(&out), out.len))
-        err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
-out:
-    ck_yaml_release(&doc);
-    ck_yaml_release(&cdoc);
-    ck_buf_release(&old);
-    ck_buf_release(&out);
-    ck_buf_release(&cfgb);
-    return err;
-}
-
 /* ---- the pass ---- */
-
-static int ensure_tree(struct scan *s)
-{
-    char path[PATH_MAX];
-    int err;
-    if ((err = path_in(s, path, "data/checkpoints")) < 0 || (err = ck_mkdirs(path, 0755)) < 0 ||
-        (err = path_in(s, path, "data/initialisation")) < 0 || (err = ck_mkdirs(path, 0755)) < 0)
-        return err;
-    return 0;
-}
 
 int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_scan_result *res)
 {
@@ -888,7 +491,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
 
     bool fresh = !ck_exists(meta_path);
     if (!fresh) {
-        if ((err = ck_read_file(meta_path, METADATA_MAX, &old)) < 0 ||
+        if ((err = ck_read_file(meta_path, CK_METADATA_MAX, &old)) < 0 ||
             (err = ck_pmf_parse(&s.meta, meta_path, ck_buf_str(&old), old.len)) < 0) {
             ck_buf_release(&old);
             return ck_error_wrap(err, "not touching it");
@@ -903,15 +506,16 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         goto out;
     in_txn = true;
 
-    if ((err = ensure_tree(&s)) < 0 || (err = model_identity(&s, fresh)) < 0 ||
-        (err = configuration(&s)) < 0)
+    /* the tree around the checkpoints (agent/layout.h) */
+    struct ck_layout lay = {.dir = o->dir, .cfg = o->cfg, .st = st, .meta = &s.meta};
+    if ((err = ck_layout_ensure(&lay)) < 0 || (err = ck_layout_identity(&lay, fresh)) < 0)
         goto out;
-    if (o->cfg->init_kind == CK_INIT_FILE && (err = init_file(&s)) < 0)
+    snprintf(res->model_id, sizeof res->model_id, "%s", s.meta.id ? s.meta.id : "");
+    snprintf(res->model_name, sizeof res->model_name, "%s", s.meta.name ? s.meta.name : "");
+    if ((err = ck_layout_configuration(&lay)) < 0 || (err = ck_layout_initialisation(&lay)) < 0)
         goto out;
-    if (o->cfg->init_kind == CK_INIT_PMF && (err = init_pmf(&s)) < 0)
-        goto out;
-    err = o->only_dirs ? ck_discover_dirs(o->dir, o->cfg, o->only_dirs, o->nonly_dirs, &d)
-                       : ck_discover(o->dir, o->cfg, &d);
+    err = o->only_dirs ? ck_discover_dirs(o->dir, &o->cfg->ckpt, o->only_dirs, o->nonly_dirs, &d)
+                       : ck_discover(o->dir, &o->cfg->ckpt, &d);
     if (err < 0 || (err = index_candidates(&s, &d)) < 0)
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)
@@ -924,7 +528,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     /* Data first, metadata.yaml last: a reader never sees metadata naming a
      * file that is not there yet. The state (hash cache, records) commits
      * before metadata.yaml is replaced. */
-    if ((err = build_parameters(&s)) < 0 || (err = ck_pmf_emit(&s.meta, &out)) < 0)
+    if ((err = ck_layout_build_parameters(&lay)) < 0 || (err = ck_pmf_emit(&s.meta, &out)) < 0)
         goto out;
     in_txn = false;
     if ((err = ck_state_commit(st)) < 0)
@@ -964,7 +568,7 @@ int ck_scan_check(const struct ck_scan_opts *o)
     int err = ck_path_join(path, sizeof path, o->dir, "metadata.yaml");
     if (err < 0 || !ck_exists(path))
         return err;
-    if ((err = read_meta(path, &m)) == 0)
+    if ((err = ck_layout_read_meta(path, &m)) == 0)
         ck_pmf_meta_release(&m);
     return err;
 }

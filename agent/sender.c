@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,21 +51,6 @@ static const struct ck_sender_spec *helper_spec;
 static pthread_mutex_t helper_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct ck_metrics_mark helper_mark;
 
-static int write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int send_frame(char type, const void *data, size_t len)
 {
     unsigned char hdr[FRAME_HEADER];
@@ -73,7 +59,7 @@ static int send_frame(char type, const void *data, size_t len)
         return -1;
     hdr[0] = (unsigned char)type;
     memcpy(hdr + 1, &n, sizeof n);
-    if (write_all(helper_fd, hdr, sizeof hdr) < 0 || write_all(helper_fd, data, len) < 0)
+    if (ck_write_all(helper_fd, hdr, sizeof hdr) < 0 || ck_write_all(helper_fd, data, len) < 0)
         return -1;
     return 0;
 }

@@ -1,6 +1,9 @@
 #include "agent/state.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/metrics.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -339,4 +342,25 @@ int ck_state_ckpt_delete(struct ck_state *s, const char *ref)
     int rc = sqlite3_step(q);
     sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "removing a checkpoint");
+}
+
+int ck_state_hash_file(struct ck_state *s, const char *path, struct ck_hash_entry *out,
+                       uint64_t *size)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return ck_error_os(errno == ENOENT ? CK_ECHANGED : CK_EIO, "cannot stat '%s'", path);
+    if (size)
+        *size = (uint64_t)st.st_size;
+    if (ck_state_hash_lookup(s, &st, out) && out->sha256[0])
+        return 0;
+    struct ck_digests d;
+    int err = ck_hash_file(path, CK_HASH_BOTH, &d, &st);
+    if (err < 0)
+        return err;
+    ck_metrics_add(CK_M_BYTES_HASHED, d.size);
+    memcpy(out->md5, d.md5, sizeof out->md5);
+    memcpy(out->sha256, d.sha256, sizeof out->sha256);
+    ck_debug("file.hashed", "path='%s' bytes=%llu md5=%s", path, (unsigned long long)d.size, d.md5);
+    return ck_state_hash_store(s, &st, d.md5, d.sha256);
 }

@@ -54,6 +54,10 @@ struct ck_hash_entry {
 bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_hash_entry *out);
 int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *md5,
                         const char *sha256);
+/* md5 and sha256 of the file at path through the cache (hashing it on a
+ * miss); size (may be NULL) gets its size. CK_ECHANGED when it vanished. */
+int ck_state_hash_file(struct ck_state *s, const char *path, struct ck_hash_entry *out,
+                       uint64_t *size);
 
 /* What a registered checkpoint is made of. */
 struct ck_ckpt_record {

@@ -1,6 +1,7 @@
 #include "agent/upload_worker.h"
 #include "agent/sender.h"
 #include "agent/state.h"
+#include "agent/upload_round.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -48,31 +49,27 @@ static void send_outcome(void *arg, const struct ck_upload_outcome *o)
     ck_buf_release(&b);
 }
 
+/* One round of the upload stage (agent/upload_round.h) in the helper. */
 static double round_main(void *arg)
 {
     struct ck_upload_worker *w = arg;
     struct ck_upload_report rep = {0};
-    struct ck_uploader_run_opts ro = {.wait_retries = false, .on_job = send_outcome};
+    struct ck_upload_round r = {
+        .cfg = w->cfg,
+        .root = w->root,
+        .spool = w->spool,
+        .run = {.wait_retries = false, .on_job = send_outcome},
+        .quiet_when_idle = true,
+    };
     sqlite3 *db = NULL;
-    int queued = 0;
     int err = ck_state_open_db(w->db_path, &db);
     if (err == 0)
-        err = ck_queue_init(db);
-    if (err == 0)
-        err = ck_uploader_enqueue_pmf(db, w->cfg->upload_stores, w->cfg->n_upload_stores, w->root,
-                                      &queued);
-    if (err == 0 && queued)
-        ck_info("upload.queued_tree", "dir=\"%s\" jobs=%d", w->root, queued);
-    if (err == 0)
-        err = ck_uploader_run(db, &w->cfg->upload, w->spool, &w->ctl, &ro, &rep);
+        err = ck_upload_round_run(db, &r, &w->ctl, &rep);
     sqlite3_close(db);
     if (err < 0) {
         ck_err("upload.queue_failed", "%s", ck_error_msg());
         return RETRY_LOOK_S; /* look again later */
     }
-    if (rep.done || rep.failed || rep.left)
-        ck_info("upload.summary", "done=%d failed=%d left=%d blocked=%d%s", rep.done, rep.failed,
-                rep.left, rep.blocked, rep.stopped ? " stopped=yes" : "");
     return rep.left > 0 && !rep.stopped ? RETRY_LOOK_S : -1;
 }
 

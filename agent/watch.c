@@ -1,12 +1,17 @@
 #include "agent/watch.h"
+#include "agent/child.h"
+#include "agent/control.h"
 #include "agent/discover.h"
 #include "agent/fswatch.h"
+#include "agent/hook_worker.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
 #include "agent/upload_worker.h"
 #include "agent/loop.h"
 #include "agent/ops.h"
+#include "agent/pathfilter.h"
 #include "agent/pathmap.h"
+#include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/sender.h"
 #include "agent/settle.h"
@@ -36,12 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
 /* Passes in a row before other events get their turn. */
 #define MAX_ROUNDS 8
-/* A webhook helper's round ends by then; what is still due starts another. */
-#define WEBHOOK_ROUND_S 60
 
 struct admitted {
     char *ref;    /* owned */
@@ -58,15 +59,12 @@ struct watcher {
     struct ck_settle *settle;
     struct ck_fswatch *fs;
     struct ck_ops *ops;
-    struct ck_hooks *hooks; /* webhooks and exec hooks */
+    struct ck_hooks *hooks; /* webhooks and exec hooks (hw's, borrowed) */
     bool announced_start;   /* agent.started was emitted: agent.stopping follows */
     /* the network work runs in helper processes (agent/sender.h) */
     struct ck_upload_worker *up; /* upload.stores */
-    struct ck_sender *wh;        /* webhook deliveries */
-    atomic_bool wh_abort;        /* in the webhook helper: stop between attempts */
-    int64_t wh_drain_until;      /* ck_mono_ms: a webhook helper started now ends by then */
-    char db_path[PATH_MAX];      /* the state database, for the helpers' own connections */
-    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *hooks_h;
+    struct ck_hook_worker *hw;   /* exec hooks, webhook deliveries */
+    struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h;
     int sfd;
     sigset_t old_mask;
     struct ck_pathmap renamed; /* folders renamed into place: complete */
@@ -79,29 +77,16 @@ struct watcher {
     size_t passes;
     enum ck_pmf_status status;
     /* the wrapped command */
-    pid_t child; /* 0: none, or reaped */
-    bool child_started;
-    int child_code;   /* its exit code (128+N for signal N) */
+    struct ck_child child;
     bool terminating; /* SIGTERM/SIGINT came */
     int exit_code;
 };
 
 /* ---- config ---- */
 
-void ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
+int ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
 {
-    if (o->poll >= 0)
-        cfg->watch_poll = o->poll;
-    if (o->poll_interval >= 0)
-        cfg->watch_poll_interval = o->poll_interval;
-    if (o->settle >= 0)
-        cfg->watch_settle = o->settle;
-    if (o->grace_period >= 0)
-        cfg->watch_grace_period = o->grace_period;
-    if (o->listen) { /* a failed strdup leaves no listener rather than a wrong one */
-        free(cfg->listen);
-        cfg->listen = strdup(o->listen);
-    }
+    return ck_config_apply(cfg, o->overrides, o->noverrides);
 }
 
 int ck_watch_check_config(const struct ck_config *cfg)
@@ -115,85 +100,11 @@ int ck_watch_check_config(const struct ck_config *cfg)
     return 0;
 }
 
-/* ---- which paths matter ---- */
+/* ---- which paths matter (agent/pathfilter.h) ---- */
 
-static bool any_component_ignored(const struct ck_config *cfg, const char *rel)
+static struct ck_pathfilter filter_of(const struct watcher *w)
 {
-    char part[NAME_MAX + 1];
-    for (const char *p = rel; *p;) {
-        size_t n = strcspn(p, "/");
-        snprintf(part, sizeof part, "%.*s", (int)(n < NAME_MAX ? n : NAME_MAX), p);
-        for (size_t i = 0; i < cfg->ignore.n; i++)
-            if (ck_glob_match(cfg->ignore.items[i], part))
-                return true;
-        p += n;
-        if (*p == '/')
-            p++;
-    }
-    return false;
-}
-
-static bool pattern_hits(const struct ck_config *cfg, const char *name, const char *rel,
-                         bool folder)
-{
-    char pat[1024];
-    for (size_t i = 0; i < cfg->patterns.n; i++) {
-        const char *p = cfg->patterns.items[i];
-        size_t n = strlen(p);
-        bool is_folder = n > 0 && p[n - 1] == '/';
-        if (is_folder != folder)
-            continue;
-        snprintf(pat, sizeof pat, "%.*s", (int)(is_folder ? n - 1 : n), p);
-        if (ck_glob_match(pat, strchr(pat, '/') ? rel : name))
-            return true;
-    }
-    return false;
-}
-
-/* Whether a change to rel may change what a pass does: a checkpoint file, a
- * part of a TF bundle, anything inside a folder checkpoint, DeepSpeed's
- * 'latest', a marker. Our own outputs are not. A wrong yes costs a pass; a
- * wrong no waits for the reconciliation pass. */
-static bool relevant(const struct ck_config *cfg, const char *rel)
-{
-    const char *name = ck_basename(rel);
-    if (!strcmp(rel, "metadata.yaml") || !strcmp(rel, "data/build_parameters.yaml") ||
-        !strncmp(rel, ".ckptd/", 7) || !strncmp(rel, "data/initialisation/", 20))
-        return false;
-    if (!strncmp(rel, "data/checkpoints/", 17) && strlen(name) > 8 &&
-        !strcmp(name + strlen(name) - 8, ".md5sums"))
-        return false;
-    if ((cfg->finished_marker && !strcmp(rel, cfg->finished_marker)) ||
-        (cfg->failed_marker && !strcmp(rel, cfg->failed_marker)))
-        return true;
-    if (any_component_ignored(cfg, rel))
-        return false;
-    if (!strcmp(name, "latest") || pattern_hits(cfg, name, rel, false))
-        return true;
-    /* a TF bundle part: PREFIX.index, PREFIX.data-NNNNN-of-MMMMM */
-    char prefix[PATH_MAX];
-    const char *cut = strstr(name, ".data-");
-    size_t n = strlen(name);
-    if (!cut && n > 6 && !strcmp(name + n - 6, ".index"))
-        cut = name + n - 6;
-    if (cut) {
-        size_t dir_len = (size_t)(name - rel);
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(dir_len + (size_t)(cut - name)), rel);
-        if (pattern_hits(cfg, ck_basename(prefix), prefix, false))
-            return true;
-    }
-    /* inside a folder checkpoint: some folder above it matches */
-    for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(p - rel), rel);
-        if (pattern_hits(cfg, ck_basename(prefix), prefix, true))
-            return true;
-    }
-    return false;
-}
-
-static bool folder_checkpoint(const struct ck_config *cfg, const char *rel)
-{
-    return !any_component_ignored(cfg, rel) && pattern_hits(cfg, ck_basename(rel), rel, true);
+    return (struct ck_pathfilter){&w->cfg.ckpt, w->cfg.finished_marker, w->cfg.failed_marker};
 }
 
 /* ---- passes ---- */
@@ -210,26 +121,8 @@ static void kick(struct watcher *w)
     arm_settle(w, 0);
 }
 
-/* The folder a targeted pass lists to find rel's checkpoint: the one holding
- * the folder checkpoint rel is in, else rel's own folder ("" the top). */
-static void scope_of(const struct ck_config *cfg, const char *rel, char *out, size_t outsz)
-{
-    char prefix[PATH_MAX];
-    for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
-        snprintf(prefix, sizeof prefix, "%.*s", (int)(p - rel), rel);
-        if (pattern_hits(cfg, ck_basename(prefix), prefix, true)) {
-            ck_dirname(out, outsz, prefix);
-            goto done;
-        }
-    }
-    ck_dirname(out, outsz, rel);
-done:
-    if (!strcmp(out, "."))
-        out[0] = '\0';
-}
-
 struct scopes {
-    const struct ck_config *cfg;
+    struct ck_pathfilter filter;
     struct ck_pathmap set;
     char **list; /* borrowed from set's keys */
     size_t n;
@@ -242,7 +135,7 @@ static void add_scope(void *arg, const char *rel)
     char dir[PATH_MAX];
     struct ck_pathmap_entry *e;
     bool created;
-    scope_of(sc->cfg, rel, dir, sizeof dir);
+    ck_pathfilter_scope(&sc->filter, rel, dir, sizeof dir);
     if (sc->err || ck_pathmap_put(&sc->set, dir, sizeof *e, (void **)&e, &created) < 0) {
         sc->err = CK_ENOMEM;
         return;
@@ -328,7 +221,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
 {
     /* Targeted: only the folders of what is being settled (a full pass over
      * a big tree costs a walk and a match of every name). */
-    struct scopes sc = {.cfg = &w->cfg};
+    struct scopes sc = {.filter = filter_of(w)};
     ck_pathmap_init(&sc.set, NULL);
     if (targeted) {
         ck_settle_each(w->settle, add_scope, &sc);
@@ -344,7 +237,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .dir = w->o->dir,
         .cfg = &w->cfg,
         .end_status = end_status,
-        .mark_running = w->child_started && w->child > 0,
+        .mark_running = w->child.started && w->child.pid > 0,
         .min_age = 0,
         .admit = final ? NULL : admit,
         .admit_arg = w,
@@ -353,12 +246,11 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
     };
     struct ck_scan_result res = {0};
     double t0 = ck_mono_s();
-    int err = ck_scan_run(&w->st, &so, &res);
+    /* the pass and what it hands on: events, pack, verify, a kick to the upload helper */
+    struct ck_pipeline pl = {
+        .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up};
+    int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
-    if (err == 0 || res.metadata_written)
-        ck_notify_scan(w->hooks, &w->st, w->o->dir, &res); /* events: hooks and metrics */
-    if (res.metadata_written)
-        ck_upload_worker_kick(w->up); /* data first, metadata.yaml last (the queue's order) */
     forget_registered(w, &res);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
@@ -372,7 +264,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
                  ck_mono_s() - t0);
         if (res.new_status != res.old_status &&
             (res.new_status == CK_PMF_FINISHED || res.new_status == CK_PMF_FAILED) &&
-            w->child <= 0) {
+            w->child.pid <= 0) {
             ck_info("watch.training_ended", "status=%s: stopping",
                     ck_pmf_status_name(res.new_status));
             w->ended = true;
@@ -425,7 +317,8 @@ static void on_reconcile(struct ck_loop *loop, void *arg)
 static void on_changed(void *arg, const char *rel)
 {
     struct watcher *w = arg;
-    if (!relevant(&w->cfg, rel))
+    struct ck_pathfilter f = filter_of(w);
+    if (!ck_pathfilter_relevant(&f, rel))
         return;
     ck_settle_touch(w->settle, rel);
     arm_settle(w, 0);
@@ -437,7 +330,8 @@ static void on_gone(void *arg, const char *rel, bool is_dir)
     ck_settle_forget(w->settle, rel);
     if (is_dir)
         ck_pathmap_del_tree(&w->renamed, rel);
-    if (w->cfg.mirror_deletes && (is_dir || relevant(&w->cfg, rel)))
+    struct ck_pathfilter f = filter_of(w);
+    if (w->cfg.mirror_deletes && (is_dir || ck_pathfilter_relevant(&f, rel)))
         kick(w);
 }
 
@@ -445,7 +339,8 @@ static void on_dir_in(void *arg, const char *rel)
 {
     struct watcher *w = arg;
     void *e;
-    if (!folder_checkpoint(&w->cfg, rel))
+    struct ck_pathfilter f = filter_of(w);
+    if (!ck_pathfilter_is_folder_checkpoint(&f, rel))
         return;
     if (ck_pathmap_put(&w->renamed, rel, sizeof(struct ck_pathmap_entry), &e, NULL) == 0)
         ck_info("folder.renamed_in", "path='%s': complete once its files settle", rel);
@@ -457,156 +352,47 @@ static void on_rescan(void *arg)
     kick(arg);
 }
 
-/* ---- requests from ckptd status ---- */
+/* ---- requests from ckptd status (agent/control.h) ---- */
 
-static void reply(struct watcher *w, const char *pid, const char *text)
+static int end_on_request(void *arg, int status, char *answer, size_t answersz)
 {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/.ckptd/reply.%s", w->o->dir, pid);
-    if (ck_write_file_atomic(path, text, strlen(text), 0600) < 0)
-        ck_err("request.reply_failed", "%s", ck_error_msg());
-}
-
-static void handle_request(struct watcher *w, int dfd, const char *name)
-{
-    const char *pid = name + 8;
-    char buf[64] = "";
-    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    unlinkat(dfd, name, 0);
-    buf[n > 0 ? n : 0] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
-    enum ck_pmf_status to;
-    if (ck_pmf_status_parse(buf, &to) < 0 || (to != CK_PMF_FINISHED && to != CK_PMF_FAILED)) {
-        reply(w, pid, "error the request must be 'finished' or 'failed'\n");
-        return;
-    }
-    ck_info("request.received", "from pid %s: end the training as %s", pid, buf);
-    int err = pass(w, to, true, false);
-    char text[2048];
-    if (err < 0)
-        snprintf(text, sizeof text, "error %s\n", ck_error_msg());
-    else
-        snprintf(text, sizeof text, "ok %s\n", ck_pmf_status_name(w->status));
-    reply(w, pid, text);
+    struct watcher *w = arg;
+    int err = pass(w, status, true, false);
+    if (err == 0)
+        snprintf(answer, answersz, "%s", ck_pmf_status_name(w->status));
+    return err;
 }
 
 static void on_request(void *arg)
 {
     struct watcher *w = arg;
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/.ckptd", w->o->dir);
-    DIR *d = opendir(path);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) && !w->ended) {
-        const char *p = e->d_name;
-        if (strncmp(p, "request.", 8) || !p[8] || strspn(p + 8, "0123456789") != strlen(p + 8))
-            continue;
-        handle_request(w, dirfd(d), p);
-    }
-    closedir(d);
+    struct ck_control c = {.dir = w->o->dir, .end = end_on_request, .arg = w, .stop = &w->ended};
+    ck_control_serve(&c);
 }
 
-/* ---- the wrapped command ---- */
-
-static int spawn_child(struct watcher *w)
-{
-    posix_spawnattr_t attr;
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    sigaddset(&dfl, SIGINT);
-    sigaddset(&dfl, SIGTERM);
-    sigaddset(&dfl, SIGHUP);
-    sigaddset(&dfl, SIGCHLD);
-    sigaddset(&dfl, SIGPIPE);
-    sigaddset(&dfl, SIGIO); /* ignored here (agent/settle.h), not in the command */
-    posix_spawnattr_init(&attr);
-    /* Its own process group: our signals reach the command and its children
-     * once each, whoever sent them. */
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, w->o->command[0], NULL, &attr, w->o->command, environ);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-        errno = rc;
-        return ck_error_os(CK_ERR, "cannot start '%s'", w->o->command[0]);
-    }
-    w->child = pid;
-    w->child_started = true;
-    ck_info("command.started", "pid=%ld command='%s'", (long)pid, w->o->command[0]);
-    return 0;
-}
-
-static void forward(struct watcher *w, int sig)
-{
-    if (w->child <= 0)
-        return;
-    if (kill(-w->child, sig) < 0 && kill(w->child, sig) < 0)
-        return;
-    ck_info("command.signalled", "pid=%ld signal=%s", (long)w->child, strsignal(sig));
-}
+/* ---- the wrapped command (agent/child.h) ---- */
 
 static void on_grace(struct ck_loop *loop, void *arg)
 {
     struct watcher *w = arg;
     (void)loop;
-    if (w->child <= 0)
-        return;
-    ck_warn("command.killed", "pid=%ld did not exit within %.3gs of the signal: SIGKILL",
-            (long)w->child, w->cfg.watch_grace_period);
-    kill(-w->child, SIGKILL);
-    kill(w->child, SIGKILL);
+    ck_child_kill(&w->child, w->cfg.watch_grace_period);
 }
 
 static void reap(struct watcher *w)
 {
-    int status;
-    if (w->child <= 0 || waitpid(w->child, &status, WNOHANG) != w->child)
+    if (!ck_child_reap(&w->child))
         return;
-    if (WIFEXITED(status)) {
-        w->child_code = WEXITSTATUS(status);
-        ck_info("command.exited", "pid=%ld code=%d", (long)w->child, w->child_code);
-    } else {
-        w->child_code = 128 + WTERMSIG(status);
-        ck_info("command.exited", "pid=%ld signal=%s code=%d", (long)w->child,
-                strsignal(WTERMSIG(status)), w->child_code);
-    }
-    w->child = 0;
-    int end = w->child_code == 0 ? CK_PMF_FINISHED : CK_PMF_FAILED;
+    int end = w->child.code == 0 ? CK_PMF_FINISHED : CK_PMF_FAILED;
     int err = pass(w, end, true, false);
-    w->exit_code = w->child_code;
-    if (err < 0 && w->child_code == 0)
+    w->exit_code = w->child.code;
+    if (err < 0 && w->child.code == 0)
         w->exit_code = CK_EXIT_FAILED;
     w->ended = true;
     ck_loop_stop(w->loop);
 }
 
-/* ---- hooks ---- */
-
-static int hooks_fds(void *arg, struct pollfd *fds, int max)
-{
-    return ck_hooks_poll_fds(arg, fds, max);
-}
-
-static int64_t hooks_deadline(void *arg)
-{
-    return ck_hooks_deadline_ms(arg);
-}
-
-static void hooks_step(void *arg)
-{
-    ck_hooks_step(arg);
-}
+/* ---- hooks (agent/hook_worker.h) ---- */
 
 /* Builds the hooks of cfg; a bad secret or URL is a config error. */
 static int hooks_new(const struct ck_config *cfg, struct ck_hooks **out)
@@ -614,76 +400,17 @@ static int hooks_new(const struct ck_config *cfg, struct ck_hooks **out)
     return ck_hooks_new(&cfg->hooks, cfg->source ? cfg->source : "(defaults)", out);
 }
 
-/* In the webhook helper: delivers what is due, on a connection of its own. */
-static double webhook_round(void *arg)
-{
-    struct watcher *w = arg;
-    double again = -1;
-    int64_t deadline =
-        w->wh_drain_until > 0 ? w->wh_drain_until : ck_mono_ms() + WEBHOOK_ROUND_S * 1000;
-    sqlite3 *db = NULL;
-    int err = ck_state_open_db(w->db_path, &db);
-    if (err == 0)
-        err = ck_hooks_deliver_round(w->hooks, db, deadline, &w->wh_abort, &again);
-    sqlite3_close(db);
-    if (err < 0) {
-        ck_err("webhook.outbox", "%s", ck_error_msg());
-        return WEBHOOK_ROUND_S;
-    }
-    return again;
-}
-
-/* In the webhook helper, on SIGTERM. */
-static void webhook_stop(void *arg)
-{
-    struct watcher *w = arg;
-    atomic_store(&w->wh_abort, true);
-}
-
-/* A delivery was stored in the outbox. */
-static void wake_webhooks(void *arg)
-{
-    struct watcher *w = arg;
-    ck_sender_kick(w->wh);
-}
-
 static int hooks_start(struct watcher *w, struct ck_hooks *h)
 {
-    static const struct ck_loop_poller poller = {hooks_fds, hooks_deadline, hooks_step};
-    int err;
-    w->hooks = h;
-    if (!h)
-        return 0;
-    if (ck_hooks_webhook_count(h) > 0) {
-        struct ck_sender_spec spec = {"webhook", webhook_round, webhook_stop, NULL, w};
-        if ((err = ck_sender_new(w->loop, &spec, &w->st, &w->wh)) < 0)
-            return err;
-        ck_hooks_set_waker(h, wake_webhooks, w);
-        ck_sender_kick(w->wh); /* what a previous run left in the outbox */
-    }
-    return ck_loop_add_poller(w->loop, &poller, h, &w->hooks_h);
+    int err = ck_hook_worker_start(&w->hw, h, w->loop, &w->st);
+    w->hooks = ck_hook_worker_hooks(w->hw);
+    return err;
 }
 
-/* Delivers what is due for up to drain seconds, lets the exec hooks finish,
- * frees. A delivery cut short stays in the outbox for the next start. */
 static void hooks_stop(struct watcher *w, double drain)
 {
-    if (!w->hooks)
-        return;
-    ck_loop_remove(w->loop, w->hooks_h);
-    w->hooks_h = NULL;
-    if (w->wh) {
-        /* a helper started from now on ends its attempts by then */
-        w->wh_drain_until = ck_mono_ms() + (int64_t)(drain * 1000);
-        while (drain > 0 && ck_sender_busy(w->wh) && ck_mono_ms() < w->wh_drain_until)
-            ck_sender_pump(w->wh, 100);
-        ck_sender_stop(w->wh, drain > 0 ? 0.5 : 1.0);
-        ck_sender_free(w->wh);
-        w->wh = NULL;
-        w->wh_drain_until = 0;
-    }
-    ck_hooks_wait_exec(w->hooks);
-    ck_hooks_free(w->hooks);
+    ck_hook_worker_stop(w->hw, drain);
+    w->hw = NULL;
     w->hooks = NULL;
 }
 
@@ -693,7 +420,8 @@ static void hooks_stop(struct watcher *w, double drain)
 static void emit_upload(void *arg, const struct ck_upload_outcome *o)
 {
     struct watcher *w = arg;
-    ck_notify_upload(w->hooks, &w->st, w->o->dir, o);
+    struct ck_pipeline pl = {.cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks};
+    ck_pipeline_upload_event(&pl, o);
 }
 
 static int uploads_start(struct watcher *w)
@@ -732,7 +460,7 @@ static void uploads_finish(struct watcher *w)
                 break;
             }
             ck_upload_worker_pump(w->up, 100);
-            ck_sender_pump(w->wh, 0); /* the upload.* events meanwhile */
+            ck_hook_worker_pump(w->hw, 0); /* the upload.* events meanwhile */
         }
     }
     ck_upload_worker_stop(w->up, w->cfg.upload.grace);
@@ -748,8 +476,8 @@ static void reload(struct watcher *w)
     int err = ck_config_for_dir(&fresh, w->o->config_path, w->o->dir);
     struct ck_hooks *h = NULL;
     if (err == 0) {
-        ck_watch_apply_flags(w->o, &fresh);
-        err = ck_watch_check_config(&fresh);
+        if ((err = ck_watch_apply_flags(w->o, &fresh)) == 0)
+            err = ck_watch_check_config(&fresh);
     }
     if (err == 0 && (err = hooks_new(&fresh, &h)) == 0)
         ck_hooks_free(h); /* checked; built again below where the config will live */
@@ -771,7 +499,7 @@ static void reload(struct watcher *w)
     if (uploads_start(w) < 0)
         ck_err("upload.failed", "%s: no uploads until the next reload", ck_error_msg());
     ck_upload_worker_kick(w->up);
-    ck_cli_setup_logging(w->o->cli, w->cfg.log_format, w->cfg.log_level);
+    ck_log_setup_over(w->o->log_format, w->o->log_level, w->cfg.log_format, w->cfg.log_level);
     ck_settle_configure(w->settle, w->cfg.watch_settle, w->cfg.watch_check_writers);
     ck_fswatch_set_poll_interval(w->fs, w->cfg.watch_poll_interval);
     double r = w->cfg.watch_reconcile_interval;
@@ -795,15 +523,15 @@ static void on_signal(struct ck_loop *loop, int fd, uint32_t events, void *arg)
             break;
         case SIGHUP:
             ck_info("signal.received", "signal=SIGHUP: reloading the config");
-            forward(w, sig);
+            ck_child_signal(&w->child, sig);
             reload(w);
             break;
         case SIGINT:
         case SIGTERM:
             ck_info("signal.received", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
             w->terminating = true;
-            if (w->child > 0) {
-                forward(w, sig);
+            if (w->child.pid > 0) {
+                ck_child_signal(&w->child, sig);
                 if (!w->grace_t)
                     ck_loop_add_timer(loop, w->cfg.watch_grace_period, 0, on_grace, w, &w->grace_t);
             } else {
@@ -863,7 +591,7 @@ static int ops_status(void *ctx, struct ck_json *j)
     ck_json_kstr(j, "training", ck_pmf_status_name(w->status));
     ck_json_kint(j, "pending", (int64_t)ck_settle_npending(w->settle));
     ck_json_kint(j, "passes", (int64_t)w->passes);
-    ck_json_kint(j, "command_pid", w->child > 0 ? w->child : 0);
+    ck_json_kint(j, "command_pid", w->child.pid > 0 ? w->child.pid : 0);
     return 0;
 }
 
@@ -918,8 +646,7 @@ static int start(struct watcher *w)
         (err = ck_state_open(&w->st, w->o->dir)) < 0 || (err = ck_loop_new(&w->loop)) < 0 ||
         (err = ck_settle_new(&w->settle, w->o->dir, cfg->watch_settle, cfg->watch_check_writers)) <
             0 ||
-        (err = setup_signals(w)) < 0 ||
-        (err = ck_state_db_path(&w->st, w->db_path, sizeof w->db_path)) < 0)
+        (err = setup_signals(w)) < 0)
         return err;
     struct ck_hooks *h = NULL;
     if ((err = hooks_new(cfg, &h)) < 0 || (err = hooks_start(w, h)) < 0 ||
@@ -958,7 +685,7 @@ static int start(struct watcher *w)
         return 0;
     }
     if (w->o->command) {
-        if ((err = spawn_child(w)) < 0) {
+        if ((err = ck_child_spawn(&w->child, w->o->command)) < 0) {
             w->exit_code = 127;
             return err;
         }
@@ -971,8 +698,9 @@ static int start(struct watcher *w)
     return 0;
 }
 
-int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg)
+int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg, int *failed)
 {
+    *failed = 0;
     struct watcher w = {.o = o, .cfg = *cfg, .sfd = -1, .lock = {-1}, .status = CK_PMF_PENDING};
     memset(cfg, 0, sizeof *cfg); /* ours now */
     ck_pathmap_init(&w.renamed, NULL);
@@ -981,81 +709,17 @@ int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg)
         err = ck_loop_run(w.loop);
     if (err < 0) {
         int code = w.exit_code ? w.exit_code : ck_exit_code(err);
-        ck_cli_fail("watch", err);
-        if (w.child > 0) { /* it started, then we failed: do not leave it behind */
-            kill(-w.child, SIGTERM);
-            waitpid(w.child, NULL, 0);
-        }
+        /* the command layer prints it; what release() logs must not replace it */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ck_error_msg());
+        ck_child_end(&w.child); /* it started, then we failed: do not leave it behind */
         release(&w);
+        *failed = *msg ? ck_error(err, "%s", msg) : err;
         return code;
     }
-    if (w.terminating && w.child <= 0 && !w.child_started)
+    if (w.terminating && w.child.pid <= 0 && !w.child.started)
         ck_info("watch.stopped", "signal: state saved, exiting");
     int code = w.exit_code;
     release(&w);
     return code;
-}
-
-/* ---- the client side of a request ---- */
-
-static bool lock_is_held(const char *dir)
-{
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/.ckptd/lock", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    bool held = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
-    close(fd); /* drops a shared lock we may have got */
-    return held;
-}
-
-/* 1: no answer yet; 0: "ok ..."; CK_ESTATE: "error ...". */
-static int read_answer(const char *path, char *answer, size_t answersz)
-{
-    struct ck_buf b = CK_BUF_INIT;
-    if (ck_read_file(path, 4096, &b) < 0) {
-        ck_buf_release(&b);
-        return 1;
-    }
-    unlink(path);
-    char s[2048];
-    snprintf(s, sizeof s, "%s", ck_buf_str(&b));
-    s[strcspn(s, "\n")] = '\0';
-    bool ok = !strncmp(s, "ok ", 3);
-    snprintf(answer, answersz, "%s", s + (ok ? 3 : strncmp(s, "error ", 6) ? 0 : 6));
-    ck_buf_release(&b);
-    return ok ? 0 : ck_error(CK_ESTATE, "%s", answer);
-}
-
-int ck_watch_request(const char *dir, int status, double timeout, char *answer, size_t answersz)
-{
-    char req[PATH_MAX], rep[PATH_MAX];
-    const char *word = ck_pmf_status_name((enum ck_pmf_status)status);
-    long pid = (long)getpid();
-    int err;
-    snprintf(req, sizeof req, "%s/.ckptd/request.%ld", dir, pid);
-    snprintf(rep, sizeof rep, "%s/.ckptd/reply.%ld", dir, pid);
-    unlink(rep);
-    char text[32];
-    snprintf(text, sizeof text, "%s\n", word);
-    if ((err = ck_write_file_atomic(req, text, strlen(text), 0600)) < 0)
-        return err;
-    double end = ck_mono_s() + timeout;
-    while (ck_mono_s() < end) {
-        if ((err = read_answer(rep, answer, answersz)) != 1)
-            return err;
-        if (!lock_is_held(dir))
-            break; /* no watcher (any more) */
-        usleep(10000);
-    }
-    if (unlink(req) < 0 && errno == ENOENT) {
-        /* taken meanwhile: give the answer a last moment */
-        for (int i = 0; i < 100; i++) {
-            if ((err = read_answer(rep, answer, answersz)) != 1)
-                return err;
-            usleep(10000);
-        }
-    }
-    return ck_error(CK_ENOENT, "no watcher answered for '%s'", dir);
 }

@@ -11,12 +11,10 @@
  * is forwarded too; SIGCHLD reaps the wrapped command.
  *
  * Requests: `ckptd status DIR --finished|--failed` reaches a running watcher
- * through DIR/.ckptd/request.PID (the word "finished" or "failed"); the
- * watcher answers in DIR/.ckptd/reply.PID ("ok STATUS" or "error MESSAGE"). */
+ * through the control channel (agent/control.h). */
 #ifndef CK_WATCH_H
 #define CK_WATCH_H
 
-#include "agent/cli.h"
 #include "agent/config.h"
 
 #include <stdbool.h>
@@ -25,30 +23,25 @@
 struct ck_watch_opts {
     const char *dir;
     const char *config_path;  /* --config, or NULL: DIR/ckptd.yaml when present */
-    const struct ck_cli *cli; /* logging flags, applied again after a reload */
-    /* flags over the config; negative: not given */
-    int poll;
-    double poll_interval, settle, grace_period;
-    const char *listen;       /* --listen HOST:PORT over listen:, or NULL */
+    /* --log-format and -v/-q (negative: not given), applied over the config
+     * again after a reload */
+    int log_format, log_level;
+    /* flags over the config (--settle, --listen, ...), applied again after a reload */
+    const struct ck_config_override *overrides;
+    size_t noverrides;
     char *const *command;     /* NULL-terminated argv of the training command, or NULL */
 };
 
 /* Flags over a freshly loaded config. */
-void ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg);
+int ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg);
 /* The watch: keys' own rules (CK_ECONFIG naming the key). */
 int ck_watch_check_config(const struct ck_config *cfg);
 
 /* Runs the watcher until SIGTERM/SIGINT, the end of the training, or the
  * wrapped command's exit. cfg is taken over (released here). Returns the
- * process exit code: the command's (128+N for signal N) when there is one. */
-int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg);
-
-/* The client side of a request: asks the watcher holding DIR's lock to end
- * the training with status (CK_PMF_FINISHED or CK_PMF_FAILED). 0 when it
- * did (answer gets "ok finished"); CK_ESTATE/CK_ERR with the watcher's
- * message when it refused; CK_ENOENT when no watcher answered within
- * timeout seconds or the lock became free (the caller may then do it under
- * the lock itself). */
-int ck_watch_request(const char *dir, int status, double timeout, char *answer, size_t answersz);
+ * process exit code: the command's (128+N for signal N) when there is one.
+ * *failed gets 0, or the error that stopped the watcher (its message is the
+ * thread's current one, for the command layer to print). */
+int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg, int *failed);
 
 #endif

@@ -121,19 +121,28 @@ int ck_atomic_open(struct ck_atomic_file *f, const char *path, mode_t mode)
     return 0;
 }
 
-int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len)
+int ck_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len > 0) {
-        ssize_t n = write(f->fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return ck_error_os(CK_EIO, "cannot write '%s'", f->path);
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            if (n == 0)
+                errno = EIO;
+            return -1;
         }
         p += n;
         len -= (size_t)n;
     }
+    return 0;
+}
+
+int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len)
+{
+    if (ck_write_all(f->fd, data, len) < 0)
+        return ck_error_os(CK_EIO, "cannot write '%s'", f->path);
     return 0;
 }
 

@@ -27,6 +27,9 @@ void ck_atomic_abort(struct ck_atomic_file *f);
 
 /* Whole-file helpers on top of the above. */
 int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+/* Writes all of data to fd (again after EINTR and short writes): 0, or -1
+ * with errno set. Sets no error message: usable in a forked helper. */
+int ck_write_all(int fd, const void *data, size_t len);
 /* Reads at most max bytes; a larger file is CK_ESIZE naming the path. */
 int ck_read_file(const char *path, size_t max, struct ck_buf *out);
 

@@ -19,6 +19,13 @@ void ck_log_setup(enum ck_log_format format, enum ck_log_level level, FILE *out)
     out_ = out;
 }
 
+void ck_log_setup_over(int flag_format, int flag_level, int cfg_format, int cfg_level)
+{
+    int format = flag_format >= 0 ? flag_format : cfg_format >= 0 ? cfg_format : CK_LOG_TEXT;
+    int level = flag_level >= 0 ? flag_level : cfg_level >= 0 ? cfg_level : CK_LOG_INFO;
+    ck_log_setup(format, level, stderr);
+}
+
 enum ck_log_format ck_log_format_get(void)
 {
     return fmt_;

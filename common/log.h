@@ -10,6 +10,9 @@ enum ck_log_format { CK_LOG_TEXT, CK_LOG_JSON };
 
 /* out is borrowed and must outlive logging; NULL means stderr. */
 void ck_log_setup(enum ck_log_format format, enum ck_log_level level, FILE *out);
+/* Command-line flags over the config over the defaults (text, info); each
+ * argument negative when not given. Logs go to stderr. */
+void ck_log_setup_over(int flag_format, int flag_level, int cfg_format, int cfg_level);
 enum ck_log_format ck_log_format_get(void);
 /* "text"/"json" and "debug"/"info"/"warn"/"error"; -1 when unknown. */
 int ck_log_format_parse(const char *s);

@@ -33,13 +33,23 @@ static void softmax(const struct ck_kcall *k, bool log_form)
             float mx = -INFINITY;
             for (int64_t i = 0; i < len; i++)
                 mx = x[i * inner] > mx ? x[i * inner] : mx;
+            /* expf of x - max (<= 0, no overflow) is exact to float32's last bit
+             * or two; the sum is kept in double */
             double sum = 0;
-            for (int64_t i = 0; i < len; i++)
-                sum += exp((double)x[i * inner] - mx);
-            double lsum = log(sum);
             for (int64_t i = 0; i < len; i++) {
-                double z = (double)x[i * inner] - mx;
-                y[i * inner] = (float)(log_form ? z - lsum : exp(z) / sum);
+                float e = expf(x[i * inner] - mx);
+                sum += e;
+                if (!log_form)
+                    y[i * inner] = e;
+            }
+            if (log_form) {
+                float lsum = (float)log(sum);
+                for (int64_t i = 0; i < len; i++)
+                    y[i * inner] = (x[i * inner] - mx) - lsum;
+            } else {
+                float inv = (float)(1.0 / sum);
+                for (int64_t i = 0; i < len; i++)
+                    y[i * inner] *= inv;
             }
         }
 }

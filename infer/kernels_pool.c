@@ -7,34 +7,84 @@
 #include <float.h>
 #include <math.h>
 
+/* The maximum of a window: a select GCC turns into maxss (no branch per
+ * value); a NaN anywhere makes the result NaN, as in torch. */
+static float window_max(const float *x, int64_t w, int64_t ya, int64_t yb, int64_t xa, int64_t xb)
+{
+    float acc = -INFINITY;
+    bool nan = false;
+    for (int64_t yy = ya; yy < yb; yy++) {
+        const float *row = x + yy * w;
+        for (int64_t xx = xa; xx < xb; xx++) {
+            float v = row[xx];
+            acc = v > acc ? v : acc;
+            nan |= v != v;
+        }
+    }
+    return nan ? NAN : acc;
+}
+
+static float window_sum(const float *x, int64_t w, int64_t ya, int64_t yb, int64_t xa, int64_t xb)
+{
+    float acc = 0.0f;
+    for (int64_t yy = ya; yy < yb; yy++)
+        for (int64_t xx = xa; xx < xb; xx++)
+            acc += x[yy * w + xx];
+    return acc;
+}
+
+static inline float max2(float a, float b)
+{
+    return a != a ? a : b > a ? b : a; /* NaN wins */
+}
+
+/* The most common window (2x2, stride 2, no padding) without the general
+ * loop's bookkeeping. */
+static void pool_2x2(bool max, const float *x, int64_t w, float *y, int64_t oh, int64_t ow)
+{
+    for (int64_t i = 0; i < oh; i++) {
+        const float *r0 = x + 2 * i * w, *r1 = r0 + w;
+        float *yi = y + i * ow;
+        if (max)
+            for (int64_t j = 0; j < ow; j++)
+                yi[j] = max2(max2(r0[2 * j], r0[2 * j + 1]), max2(r1[2 * j], r1[2 * j + 1]));
+        else
+            for (int64_t j = 0; j < ow; j++)
+                yi[j] = (r0[2 * j] + r0[2 * j + 1] + r1[2 * j] + r1[2 * j + 1]) * 0.25f;
+    }
+}
+
+static bool is_2x2(const struct ck_op_params *p, int64_t h, int64_t w, int64_t oh, int64_t ow)
+{
+    return p->kernel[0] == 2 && p->kernel[1] == 2 && p->stride[0] == 2 && p->stride[1] == 2 &&
+           !p->pad[0] && !p->pad[1] && !p->pad[2] && !p->pad[3] && 2 * oh <= h && 2 * ow <= w;
+}
+
 static void pool_plane(const struct ck_op_params *p, bool max, const float *x, int64_t h,
                        int64_t w, float *y, int64_t oh, int64_t ow)
 {
-    for (int64_t i = 0; i < oh; i++)
+    if (is_2x2(p, h, w, oh, ow)) {
+        pool_2x2(max, x, w, y, oh, ow);
+        return;
+    }
+    for (int64_t i = 0; i < oh; i++) {
+        int64_t y0 = i * p->stride[0] - p->pad[0], y1 = y0 + p->kernel[0];
+        int64_t ya = y0 < 0 ? 0 : y0, yb = y1 < h ? y1 : h;
+        /* the window clipped to the padded input, for the divisor */
+        int64_t py = (y1 < h + p->pad[2] ? y1 : h + p->pad[2]) - y0;
         for (int64_t j = 0; j < ow; j++) {
-            int64_t y0 = i * p->stride[0] - p->pad[0], x0 = j * p->stride[1] - p->pad[1];
-            int64_t y1 = y0 + p->kernel[0], x1 = x0 + p->kernel[1];
-            /* the window clipped to the padded input, for the divisor */
-            int64_t py1 = y1 < h + p->pad[2] ? y1 : h + p->pad[2];
-            int64_t px1 = x1 < w + p->pad[3] ? x1 : w + p->pad[3];
-            int64_t padded = (py1 - y0) * (px1 - x0);
-            int64_t ya = y0 < 0 ? 0 : y0, xa = x0 < 0 ? 0 : x0;
-            int64_t yb = y1 < h ? y1 : h, xb = x1 < w ? x1 : w;
-            float acc = max ? -INFINITY : 0.0f;
-            for (int64_t yy = ya; yy < yb; yy++)
-                for (int64_t xx = xa; xx < xb; xx++) {
-                    float v = x[yy * w + xx];
-                    if (max)
-                        acc = v > acc || isnan(v) ? v : acc;
-                    else
-                        acc += v;
-                }
-            if (!max) {
-                int64_t count = p->count_include_pad ? padded : (yb - ya) * (xb - xa);
-                acc = count > 0 ? acc / (float)count : 0.0f;
+            int64_t x0 = j * p->stride[1] - p->pad[1], x1 = x0 + p->kernel[1];
+            int64_t xa = x0 < 0 ? 0 : x0, xb = x1 < w ? x1 : w;
+            if (max) {
+                y[i * ow + j] = window_max(x, w, ya, yb, xa, xb);
+                continue;
             }
-            y[i * ow + j] = acc;
+            int64_t px = (x1 < w + p->pad[3] ? x1 : w + p->pad[3]) - x0;
+            int64_t count = p->count_include_pad ? py * px : (yb - ya) * (xb - xa);
+            float acc = window_sum(x, w, ya, yb, xa, xb);
+            y[i * ow + j] = count > 0 ? acc / (float)count : 0.0f;
         }
+    }
 }
 
 int ck_infer_k_pool(const struct ck_kcall *k)

@@ -73,8 +73,12 @@ static int pick(const struct ck_infer *e, const bool *busy, int64_t need)
 
 static int assign(struct ck_infer *e)
 {
-    bool *busy = calloc(e->m->nnodes * 4 + 8, sizeof(bool));
-    e->bufs = calloc(e->m->nnodes * 4 + 8, sizeof *e->bufs);
+    /* at most one buffer per node output */
+    size_t most = 1;
+    for (size_t i = 0; i < e->m->nnodes; i++)
+        most += e->m->nodes[i].noutputs;
+    bool *busy = calloc(most, sizeof(bool));
+    e->bufs = calloc(most, sizeof *e->bufs);
     if (!busy || !e->bufs) {
         free(busy);
         return ck_error(CK_ENOMEM, "out of memory for the plan");

@@ -8,7 +8,20 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double median(double *t, unsigned n)
+{
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
 
 struct job {
     const struct ck_model *m;
@@ -44,7 +57,7 @@ static int run_job(void *arg, int fd)
     struct ck_infer_array *out = NULL;
     size_t nout = 0;
     int err;
-    double *t = calloc(j->repeat, sizeof(double));
+    double *t = calloc(2 * (size_t)j->repeat, sizeof(double)), *cpu = t + j->repeat;
     if (!t)
         return ck_error(CK_ENOMEM, "out of memory for the timings");
     if ((err = ck_infer_new(j->m, j->o, &e)) < 0)
@@ -53,12 +66,14 @@ static int run_job(void *arg, int fd)
         ck_infer_arrays_free(out, nout);
         out = NULL;
         nout = 0;
-        double t0 = ck_mono_s();
+        double t0 = ck_mono_s(), c0 = thread_cpu_s();
         if ((err = ck_infer_run(e, j->in, j->nin, &out, &nout)) < 0)
             goto out;
         t[r] = ck_mono_s() - t0;
+        cpu[r] = thread_cpu_s() - c0;
     }
     qsort(t, j->repeat, sizeof *t, cmp_double);
+    qsort(cpu, j->repeat, sizeof *cpu, cmp_double);
     uint32_t n32 = (uint32_t)nout;
     if ((err = put(fd, &n32, 4)) < 0)
         goto out;
@@ -70,11 +85,12 @@ static int run_job(void *arg, int fd)
             (err = put(fd, out[i].data, sizeof(float) * ck_infer_array_numel(&out[i]))) < 0)
             goto out;
     }
-    double med = j->repeat % 2 ? t[j->repeat / 2] : (t[j->repeat / 2 - 1] + t[j->repeat / 2]) / 2;
+    double med = median(t, j->repeat), med_cpu = median(cpu, j->repeat);
     uint64_t peak = ck_infer_peak_activation_bytes(e), wb = ck_infer_weight_bytes(e);
     uint32_t runs = j->repeat;
     if ((err = put(fd, &runs, 4)) < 0 || (err = put(fd, &med, 8)) < 0 ||
-        (err = put(fd, &t[0], 8)) < 0 || (err = put(fd, &peak, 8)) < 0 ||
+        (err = put(fd, &t[0], 8)) < 0 || (err = put(fd, &med_cpu, 8)) < 0 ||
+        (err = put(fd, &peak, 8)) < 0 ||
         (err = put(fd, &wb, 8)) < 0)
         goto out;
 out:
@@ -139,6 +155,7 @@ static int decode(const unsigned char *p, uint64_t len, struct ck_infer_array **
     uint32_t runs = 0;
     if ((err = take(&p, end, &runs, 4)) < 0 || (err = take(&p, end, &st->median_s, 8)) < 0 ||
         (err = take(&p, end, &st->min_s, 8)) < 0 ||
+        (err = take(&p, end, &st->median_cpu_s, 8)) < 0 ||
         (err = take(&p, end, &st->peak_activation_bytes, 8)) < 0 ||
         (err = take(&p, end, &st->weight_bytes, 8)) < 0)
         goto fail;

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "lazy/lazy.h"
 #include "readers/nameidx.h"
+#include "common/fsutil.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -197,28 +198,13 @@ static int item_cmp(const void *x, const void *y)
 
 /* ---- the child: libhdf5 ---- */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const unsigned char *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static void child_fail(int fd, int code)
 {
     const char *msg = ck_error_msg();
     uint32_t len = (uint32_t)strlen(msg);
     int32_t c = code;
-    (void)(write_all(fd, "E", 1) || write_all(fd, &c, 4) || write_all(fd, &len, 4) ||
-           write_all(fd, msg, len));
+    (void)(ck_write_all(fd, "E", 1) || ck_write_all(fd, &c, 4) || ck_write_all(fd, &len, 4) ||
+           ck_write_all(fd, msg, len));
     _exit(1);
 }
 
@@ -278,9 +264,9 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
     }
     uint32_t nl = (uint32_t)strlen(it->name);
     int32_t r = rank, ng = it->need_grad;
-    if (write_all(fd, "T", 1) || write_all(fd, &nl, 4) || write_all(fd, it->name, nl) ||
-        write_all(fd, &r, 4) || write_all(fd, sdims, sizeof(int64_t) * (size_t)rank) ||
-        write_all(fd, &ng, 4) || write_all(fd, &nbytes, 8) || write_all(fd, buf, nbytes))
+    if (ck_write_all(fd, "T", 1) || ck_write_all(fd, &nl, 4) || ck_write_all(fd, it->name, nl) ||
+        ck_write_all(fd, &r, 4) || ck_write_all(fd, sdims, sizeof(int64_t) * (size_t)rank) ||
+        ck_write_all(fd, &ng, 4) || ck_write_all(fd, &nbytes, 8) || ck_write_all(fd, buf, nbytes))
         _exit(1); /* the parent went away */
 out:
     free(buf);
@@ -321,7 +307,7 @@ static void child_main(int fd, const char *label, const char *path, const void *
     for (size_t i = 0; i < w.n; i++)
         if ((err = child_dataset(&w, file, &w.items[i], fd)) < 0)
             child_fail(fd, err);
-    if (write_all(fd, "D", 1))
+    if (ck_write_all(fd, "D", 1))
         _exit(1);
     _exit(0);
 }

@@ -30,6 +30,7 @@
 #include "readers/nntxt.h"
 #include "readers/pbwire.h"
 #include "readers/zipin.h"
+#include "common/text.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -43,15 +44,9 @@ enum { SHAPE_DIM = 1 };
 #define NNP_MAX_VERSION 64
 #define NNP_MAX_ATTRS 1024
 
-static bool has_suffix(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcasecmp(s + a - b, suf);
-}
-
 static bool is_text_name(const char *n)
 {
-    return has_suffix(n, ".nntxt") || has_suffix(n, ".prototxt");
+    return ck_text_ends_with_icase(n, ".nntxt") || ck_text_ends_with_icase(n, ".prototxt");
 }
 
 static int add_need_grad(struct ck_tensor_set *s, const char *name, bool v)
@@ -556,7 +551,7 @@ static int txt_function(const struct ck_nameidx *vars, const char *label, struct
             return err;
     size_t budget = NNP_MAX_ATTRS;
     for (const struct ck_nntxt *c = f->child; c; c = c->next)
-        if (c->kind == CK_NNTXT_MSG && has_suffix(c->name, "_param") &&
+        if (c->kind == CK_NNTXT_MSG && ck_text_ends_with_icase(c->name, "_param") &&
             (err = flatten(n, c, "", label, &budget)) < 0)
             return err;
     return 0;
@@ -692,7 +687,7 @@ static int nnp_zip(struct ck_tensor_set *s, const char *path)
             slot = &version;
         else if (is_text_name(n))
             slot = &text;
-        else if (has_suffix(n, ".protobuf") || has_suffix(n, ".h5"))
+        else if (ck_text_ends_with_icase(n, ".protobuf") || ck_text_ends_with_icase(n, ".h5"))
             slot = &param;
         if (!slot)
             continue;
@@ -728,7 +723,7 @@ static int nnp_zip(struct ck_tensor_set *s, const char *path)
         if ((err = ck_tensor_set_add_meta(s, "parameter_file", pn)) < 0 ||
             (err = ck_zipin_read(&zi, s, (uint64_t)param, CK_TENSOR_ALLOC_MAX, &d, &len)) < 0)
             goto out;
-        if (has_suffix(pn, ".h5"))
+        if (ck_text_ends_with_icase(pn, ".h5"))
             err = ck_h5param_read(s, label, NULL, d, (size_t)len);
         else
             err = pb_params(s, label, d, len);
@@ -758,12 +753,12 @@ static int nnp_probe(const char *path, const unsigned char *head, size_t headlen
                     const char *n = ck_zipin_name(&zi, i);
                     if (n && !strchr(n, '/') &&
                         (!strcmp(n, "nnp_version.txt") || is_text_name(n) ||
-                         has_suffix(n, ".protobuf") || has_suffix(n, ".h5")))
+                         ck_text_ends_with_icase(n, ".protobuf") || ck_text_ends_with_icase(n, ".h5")))
                         score = CK_PROBE_CONTENT;
                 }
             }
             ck_zipin_close(&zi);
-        } else if (has_suffix(path, ".nnp")) {
+        } else if (ck_text_ends_with_icase(path, ".nnp")) {
             score = CK_PROBE_NAME; /* a broken or hostile .nnp: let open() say why */
         }
         ck_error_clear();
@@ -771,7 +766,7 @@ static int nnp_probe(const char *path, const unsigned char *head, size_t headlen
     }
     if (ck_h5param_is_hdf5(head, headlen))
         return CK_PROBE_CONTENT;
-    if (has_suffix(path, ".protobuf")) {
+    if (ck_text_ends_with_icase(path, ".protobuf")) {
         const unsigned char *p = head;
         uint64_t tag;
         if (ck_pb_read_varint(&p, head + headlen, &tag) == 0 &&
@@ -806,7 +801,7 @@ static int nnp_open(const char *path, struct ck_tensor_set **out)
         err = nnp_zip(s, path);
     else if (ck_h5param_is_hdf5(p, len))
         err = ck_h5param_read(s, path, path, NULL, 0);
-    else if (has_suffix(path, ".protobuf"))
+    else if (ck_text_ends_with_icase(path, ".protobuf"))
         err = pb_params(s, path, p, len);
     else if (is_text_name(path))
         err = read_text(s, path, p, len, false);

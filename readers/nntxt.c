@@ -3,6 +3,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/codec.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -71,17 +72,6 @@ static int new_node(struct lx *l, const char *name, size_t nlen, enum ck_nntxt_k
     return 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Appends code point cp as UTF-8. */
 static int put_utf8(struct ck_buf *b, uint32_t cp)
 {
@@ -126,8 +116,8 @@ static int escape(struct lx *l, struct ck_buf *b)
     }
     if (c == 'x' || c == 'X') {
         int v = 0, k = 0;
-        while (k < 2 && l->p < l->end && hexval(*l->p) >= 0)
-            v = v * 16 + hexval(*l->p++), k++;
+        while (k < 2 && l->p < l->end && ck_codec_hexval(*l->p) >= 0)
+            v = v * 16 + ck_codec_hexval(*l->p++), k++;
         if (!k)
             return lx_err(l, "expected hex digits after \\x");
         return ck_buf_putc(b, (char)v);
@@ -136,9 +126,9 @@ static int escape(struct lx *l, struct ck_buf *b)
         int want = c == 'u' ? 4 : 8;
         uint32_t v = 0;
         for (int k = 0; k < want; k++) {
-            if (l->p >= l->end || hexval(*l->p) < 0)
+            if (l->p >= l->end || ck_codec_hexval(*l->p) < 0)
                 return lx_err(l, "expected hex digits in a unicode escape");
-            v = v * 16 + (uint32_t)hexval(*l->p++);
+            v = v * 16 + (uint32_t)ck_codec_hexval(*l->p++);
         }
         if (v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
             return lx_err(l, "unicode escape out of range");

@@ -19,6 +19,7 @@
 #include "readers/zipin.h"
 #include "readers/crc32.h"
 #include "common/error.h"
+#include "common/text.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -28,17 +29,11 @@
 
 static const unsigned char magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static int npy_probe(const char *path, const unsigned char *head, size_t len)
 {
     if (len >= 10 && !memcmp(head, magic, 6) && head[6] >= 1 && head[6] <= 3)
         return CK_PROBE_CONTENT;
-    return ends_with(path, ".npy") ? CK_PROBE_NAME : CK_PROBE_NO;
+    return ck_text_ends_with(path, ".npy") ? CK_PROBE_NAME : CK_PROBE_NO;
 }
 
 static int npz_probe(const char *path, const unsigned char *head, size_t len)
@@ -50,7 +45,7 @@ static int npz_probe(const char *path, const unsigned char *head, size_t len)
         if (n >= 4 && 30 + n <= len && !memcmp(head + 30 + n - 4, ".npy", 4))
             return CK_PROBE_CONTENT;
     }
-    return ends_with(path, ".npz") ? CK_PROBE_NAME : CK_PROBE_NO;
+    return ck_text_ends_with(path, ".npz") ? CK_PROBE_NAME : CK_PROBE_NO;
 }
 
 /* ---- the header dict ---- */

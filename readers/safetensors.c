@@ -10,6 +10,7 @@
 #include "readers/reader.h"
 #include "readers/jsonin.h"
 #include "common/error.h"
+#include "common/text.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -37,12 +38,6 @@ static uint64_t le64(const unsigned char *p)
     return v;
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 static int probe(const char *path, const unsigned char *head, size_t len)
 {
     struct stat st;
@@ -52,7 +47,7 @@ static int probe(const char *path, const unsigned char *head, size_t len)
         if (n >= 2 && n <= HEADER_MAX && n <= (uint64_t)st.st_size - 8)
             return CK_PROBE_CONTENT;
     }
-    return ends_with(path, ".safetensors") ? CK_PROBE_NAME : CK_PROBE_NO;
+    return ck_text_ends_with(path, ".safetensors") ? CK_PROBE_NAME : CK_PROBE_NO;
 }
 
 struct span {

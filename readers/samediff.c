@@ -31,6 +31,7 @@
 #include "readers/flatbuf.h"
 #include "readers/nameidx.h"
 #include "readers/zipin.h"
+#include "common/text.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -858,12 +859,6 @@ out:
     return err;
 }
 
-static bool has_suffix(const char *s, const char *suf)
-{
-    size_t a = strlen(s), b = strlen(suf);
-    return a >= b && !strcasecmp(s + a - b, suf);
-}
-
 static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
 {
     if (ck_zipin_is_zip(head, headlen)) {
@@ -878,7 +873,7 @@ static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
         ck_error_clear();
         return score;
     }
-    if (!has_suffix(path, ".fb"))
+    if (!ck_text_ends_with_icase(path, ".fb"))
         return CK_PROBE_NO;
     return ck_fb_looks_valid(head, headlen) ? CK_PROBE_CONTENT : CK_PROBE_NAME;
 }

@@ -27,6 +27,7 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "lazy/lazy.h"
+#include "common/text.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -99,12 +100,6 @@ static enum ck_dtype tf_dtype(uint64_t v)
     }
 }
 
-static bool ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 /* Whether path is an index file: its last 8 bytes are the table magic. */
 static bool has_magic(const char *path)
 {
@@ -133,7 +128,7 @@ static int resolve_prefix(const char *path, char *out, size_t outsz)
     const char *d;
     if (n + 7 > outsz)
         return ck_error(CK_ESIZE, "'%s': path too long", path);
-    if (ends_with(path, ".index")) {
+    if (ck_text_ends_with(path, ".index")) {
         snprintf(out, outsz, "%.*s", (int)(n - 6), path);
         return 0;
     }
@@ -156,7 +151,7 @@ static int resolve_prefix(const char *path, char *out, size_t outsz)
         while (dl > 1 && path[dl - 1] == '/')
             dl--; /* "dir/" names "dir/variables", not "dir//variables" */
         while ((e = readdir(dir)))
-            if (ends_with(e->d_name, ".index") && found++ == 0)
+            if (ck_text_ends_with(e->d_name, ".index") && found++ == 0)
                 snprintf(out, outsz, "%.*s/%.*s", (int)dl, path, (int)(strlen(e->d_name) - 6),
                          e->d_name);
         closedir(dir);
@@ -187,7 +182,7 @@ static int probe(const char *path, const unsigned char *head, size_t len)
     snprintf(index, sizeof index, "%s.index", prefix);
     if (has_magic(index))
         return CK_PROBE_CONTENT;
-    return ends_with(path, ".index") ? CK_PROBE_NAME : CK_PROBE_NO;
+    return ck_text_ends_with(path, ".index") ? CK_PROBE_NAME : CK_PROBE_NO;
 }
 
 /* ---- reading ---- */

@@ -50,20 +50,6 @@ static void file_free(struct ck_store *s)
     free(s);
 }
 
-static int write_all(int fd, const char *p, size_t n, const char *path)
-{
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return ck_error_os(CK_EIO, "cannot write '%s'", path);
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 static int copy(struct file_store *s, struct ck_xfer *x, int in, int out, const char *tmp,
                 char *sha)
 {
@@ -94,7 +80,8 @@ static int copy(struct file_store *s, struct ck_xfer *x, int in, int out, const 
             goto out;
         }
         ck_hash_ctx_update(hc, buf, (size_t)n);
-        if ((err = write_all(out, buf, (size_t)n, tmp)) < 0)
+        if (ck_write_all(out, buf, (size_t)n) < 0 &&
+            (err = ck_error_os(CK_EIO, "cannot write '%s'", tmp)) < 0)
             goto out;
         total += (uint64_t)n;
         atomic_fetch_add(&x->sent, (unsigned long long)n);

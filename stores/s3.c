@@ -17,6 +17,7 @@
 #include "common/secret.h"
 #include "stores/net.h"
 #include "stores/store.h"
+#include "common/codec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -308,10 +309,10 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     memcpy(x->sha256, d.sha256, sizeof x->sha256);
     if ((err = object_url(s, x->key, NULL, url, sizeof url)) < 0)
         return err;
-    ck_unhex(bin, 32, d.sha256);
-    ck_base64(b64, bin, 32);
-    ck_unhex(bin, 16, d.md5);
-    ck_base64(md5b64, bin, 16);
+    ck_codec_unhex(bin, 32, d.sha256);
+    ck_codec_base64(b64, bin, 32);
+    ck_codec_unhex(bin, 16, d.md5);
+    ck_codec_base64(md5b64, bin, 16);
     struct curl_slist *hd = base_headers(s, d.sha256);
     hd = add(hd, "x-amz-checksum-sha256", b64);
     hd = add(hd, "Content-MD5", md5b64);
@@ -535,7 +536,7 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     char sha_hex[65], query[700], url[8192], enc_id[600];
     sha256_digest(&md, sizeof sha, sha);
     ck_hex(sha_hex, sha, 32);
-    ck_base64(p.sha256_b64, sha, 32);
+    ck_codec_base64(p.sha256_b64, sha, 32);
     int err;
     if ((err = ck_store_encode(enc_id, sizeof enc_id, x->upload_id, false)) < 0)
         return err;
@@ -653,7 +654,7 @@ static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t out
         sha256_update(&md, n, pb);
     }
     sha256_digest(&md, sizeof bin, bin);
-    ck_base64(b64, bin, 32);
+    ck_codec_base64(b64, bin, 32);
     snprintf(out, outsz, "%s-%d", b64, nparts);
     return 0;
 }

@@ -225,37 +225,6 @@ int ck_store_join_key(char *out, size_t outsz, const char *prefix, const char *k
     return 0;
 }
 
-void ck_base64(char *out, const unsigned char *in, size_t len)
-{
-    base64_encode_raw(out, len, in);
-    out[BASE64_ENCODE_RAW_LENGTH(len)] = '\0';
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-int ck_unhex(unsigned char *out, size_t outsz, const char *hex)
-{
-    size_t n = strlen(hex);
-    if (n % 2 || n / 2 > outsz)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (unsigned char)(hi << 4 | lo);
-    }
-    return (int)(n / 2);
-}
-
 static int set_bool(bool *out, const char *v, const char *key)
 {
     if (!strcmp(v, "true") || !strcmp(v, "yes") || !strcmp(v, "on")) {

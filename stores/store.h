@@ -146,9 +146,5 @@ void ck_store_url_redact(char *out, size_t outsz, const char *url);
 int ck_store_encode(char *out, size_t outsz, const char *s, bool keep_slash);
 /* Joins a prefix and a key with exactly one '/' between (either may be empty). */
 int ck_store_join_key(char *out, size_t outsz, const char *prefix, const char *key);
-/* Standard base64 of len bytes into out (4*ceil(len/3)+1 bytes). */
-void ck_base64(char *out, const unsigned char *in, size_t len);
-/* Hex digits to bytes; the number of bytes, or -1 on a bad digit. */
-int ck_unhex(unsigned char *out, size_t outsz, const char *hex);
 
 #endif

@@ -8,6 +8,7 @@
 #include "common/yamlutil.h"
 #include "stores/bundle.h"
 #include "stores/net.h"
+#include "common/pidlock.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -692,22 +693,13 @@ int ck_uploader_lock(const char *state_dir, int *fd_out)
     if ((err = ck_mkdirs(state_dir, 0700)) < 0)
         return err;
     snprintf(path, sizeof path, "%s/upload.lock", state_dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return ck_error_os(CK_EIO, "cannot open '%s'", path);
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        char pid[32] = "";
-        ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
-        pid[n > 0 ? n : 0] = '\0';
-        close(fd);
+    char pid[32];
+    int fd;
+    if ((err = ck_pidlock_acquire(path, 0600, &fd, pid, sizeof pid)) == CK_ELOCKED)
         return ck_error(CK_ELOCKED, "another ckptd (pid %s) runs the upload queue in '%s'",
                         pid[0] ? pid : "?", state_dir);
-    }
-    char pid[32];
-    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, pid, (size_t)n, 0) < 0) {
-        /* the pid is only for the message above */
-    }
+    if (err < 0)
+        return err;
     *fd_out = fd;
     return 0;
 }

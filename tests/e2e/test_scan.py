@@ -266,6 +266,35 @@ class Scan(TmpDirCase):
         self.assertTrue(any(k.endswith("metadata.yaml") for k in keys), keys)
         self.assertTrue(any(k.endswith("data/checkpoints/epoch_2.pt") for k in keys), keys)
 
+    def test_status_finished_without_a_watcher_hands_on_like_a_pass(self):
+        # `status --finished` with no watcher runs the pass's pipeline: the
+        # training.finished event fires and the tree is uploaded, no scan needed
+        remote = os.path.join(self.dir, ".ckptd", "remote")
+        events = os.path.join(self.dir, ".ckptd", "events")  # one file per event
+        os.makedirs(events)
+        with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{remote}\n"
+                    f"hooks:\n  exec:\n    - event: \"*\"\n"
+                    f"      command: \"cat > {events}/$$.json\"\n")
+        self.ckpt("epoch_1.pt")
+        run("status", self.dir, "--finished", check=0)
+        got = []
+        for name in os.listdir(events):
+            with open(os.path.join(events, name)) as f:
+                got.append(json.load(f))
+        types = sorted(e["type"] for e in got)
+        self.assertIn("training.finished", types)
+        self.assertIn("checkpoint.registered", types)
+        self.assertIn("upload.completed", types)
+        finished = next(e for e in got if e["type"] == "training.finished")
+        self.assertEqual(finished["data"]["model"]["name"], os.path.basename(self.dir))
+        self.assertEqual(meta(self.dir)["model"]["training"]["status"], "finished")
+        with open(os.path.join(self.dir, "metadata.yaml"), "rb") as a, \
+                open(os.path.join(remote, "metadata.yaml"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+        self.assertEqual(md5_file(os.path.join(remote, "data", "checkpoints", "epoch_1.pt")),
+                         md5_file(os.path.join(self.dir, "epoch_1.pt")))
+
     def test_mirror_deletes(self):
         with open(os.path.join(self.dir, "ckptd.yaml"), "w") as f:
             f.write("checkpoints:\n  mirror_deletes: true\n")

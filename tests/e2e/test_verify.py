@@ -90,7 +90,8 @@ class Torch(TmpDirCase):
         self.assertIn("output 'y' [1, 10]:", p.stdout)
         got = np.load(os.path.join(self.dir, "y.npy"))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
-        printed = [float(v) for v in p.stdout.split(":", 1)[1].split()[:10]]
+        line = [x for x in p.stdout.splitlines() if x.startswith("output 'y'")][0]
+        printed = [float(v) for v in line.split(":", 1)[1].split()[:10]]
         np.testing.assert_allclose(printed, want[0], rtol=1e-5, atol=1e-4)
 
 
@@ -134,6 +135,22 @@ class Damaged(TmpDirCase):
 
 
 class BadInput(TmpDirCase):
+    def test_non_finite_weight_is_named(self):
+        """A NaN in fc3.bias: a warning naming the tensor, and the output fails."""
+        import make_torch_models as mk
+        tensors = [t for n, _, t, *_ in mk.models() if n == "mlp"][0]
+        tensors = dict(tensors)
+        tensors["fc3.bias"] = tensors["fc3.bias"].copy()
+        tensors["fc3.bias"][2] = np.nan
+        st = os.path.join(self.dir, "nan.safetensors")
+        mk.write_safetensors(st, tensors)
+        p = run("verify", st, "--graph", m("mlp.yaml"), "--inputs", m("mlp.in1.npy"),
+                "--expected", m("mlp.out1.npy"), check=1)
+        self.assertIn("infer.weight_not_finite", p.stderr)
+        self.assertIn("fc3.bias", p.stderr)
+        self.assertIn("output 'y' [1, 10]: FAILED", p.stdout)
+        self.assertIn("not finite", p.stdout)
+
     def test_input_of_the_wrong_shape(self):
         x = os.path.join(self.dir, "x.npy")
         np.save(x, np.zeros((2, 21), "f4"))
@@ -163,6 +180,12 @@ class BadInput(TmpDirCase):
         p = run("verify", m("cnn.safetensors"), "--graph", m("cnn.yaml"), "--inputs",
                 m("cnn.in64.npy"), "--max-memory", "64K", check=1)
         self.assertIn("(memory)", p.stderr)
+
+    def test_timeout_is_reported_by_name(self):
+        """A run far longer than its CPU limit is stopped and named; ckptd carries on."""
+        p = run("verify", m("cnn.safetensors"), "--graph", m("cnn.yaml"), "--inputs",
+                m("cnn.in64.npy"), "--repeat", "100000", "--timeout", "1", check=1)
+        self.assertIn("(timeout)", p.stderr)
 
     def test_usage(self):
         run("verify", check=2)

@@ -59,7 +59,10 @@ static void io(struct ck_model *m, bool output, const char *name, int rank, cons
     assert_int_equal(ck_model_add_io(m, output, name, CK_DT_F32, rank, dims), 0);
 }
 
-/* Runs m on one input and checks its one output against want (1e-5 relative). */
+/* The tolerance of run_check: |got - want| <= rtol |want| + atol. */
+static float check_rtol = 1e-5f, check_atol = 1e-5f;
+
+/* Runs m on one input and checks its one output against want. */
 static void run_check(const struct ck_model *m, bool naive, int rank, const int64_t *dims,
                       const float *x, int orank, const int64_t *odims, const float *want)
 {
@@ -78,7 +81,7 @@ static void run_check(const struct ck_model *m, bool naive, int rank, const int6
     for (int i = 0; i < orank; i++)
         assert_int_equal(out[0].dims[i], odims[i]);
     for (uint64_t i = 0; i < ck_infer_array_numel(&out[0]); i++)
-        if (!(fabsf(out[0].data[i] - want[i]) <= 1e-5f * (1 + fabsf(want[i]))))
+        if (!(fabsf(out[0].data[i] - want[i]) <= check_rtol * fabsf(want[i]) + check_atol))
             fail_msg("value %llu: got %.9g, want %.9g", (unsigned long long)i,
                      (double)out[0].data[i], (double)want[i]);
     ck_infer_arrays_free(out, nout);
@@ -164,6 +167,22 @@ static void conv2d_stride_pad_dilation_groups(void **state)
     /* dilation 2: the four corners 1+3+7+9 */
     conv_case((int64_t[]){1, 1}, (int64_t[]){0, 0, 0, 0}, (int64_t[]){2, 2},
               (int64_t[]){1, 1, 1, 1}, (float[]){20});
+    /* a batch of two images (one product for both): the second is the first
+     * plus 9, so each window sums 36 more; bias 1 */
+    float x2[18];
+    for (int i = 0; i < 18; i++)
+        x2[i] = (float)(i + 1);
+    for (int naive = 0; naive < 2; naive++) {
+        struct ck_model *mb = model_new();
+        const int64_t xd[] = {2, 1, 3, 3}, od[] = {2, 1, 2, 2};
+        weight(mb, "W", 4, (int64_t[]){1, 1, 2, 2}, (float[]){1, 1, 1, 1});
+        weight(mb, "b", 1, (int64_t[]){1}, (float[]){1});
+        io(mb, false, "x", 4, (int64_t[]){-1, 1, 3, 3});
+        node(mb, CK_OP_CONV2D, "x,W,b", "y");
+        io(mb, true, "y", 4, od);
+        run_check(mb, naive, 4, xd, x2, 4, od, (float[]){13, 17, 25, 29, 49, 53, 61, 65});
+        ck_model_free(mb);
+    }
     /* groups 2, 1x1: x [1,2,1,1] = [1,2]; W [2,1,1,1] = [3,4]; bias [10,20] -> [13, 28] */
     struct ck_model *m = model_new();
     weight(m, "W", 4, (int64_t[]){2, 1, 1, 1}, (float[]){3, 4});
@@ -267,6 +286,31 @@ static void activations(void **state)
     m = unary(CK_OP_LOG, 2, d12, &n);
     io(m, true, "y", 2, d12);
     run_check(m, false, 2, d12, (float[]){1, 2.71828183f}, 2, d12, (float[]){0, 1});
+    ck_model_free(m);
+}
+
+static void tanh_matches_libm_everywhere(void **state)
+{
+    /* the engine's tanh against double-precision tanh over [-20, 20], both
+     * signs, tiny values and the non-finite ones */
+    enum { N = 40001 };
+    const int64_t d[] = {1, N + 4};
+    static float x[N + 4], want[N + 4];
+    for (int i = 0; i < N; i++) {
+        x[i] = -20.0f + (float)i * 0.001f;
+        want[i] = (float)tanh((double)x[i]);
+    }
+    x[N] = 1e-30f, want[N] = 1e-30f;
+    x[N + 1] = -INFINITY, want[N + 1] = -1;
+    x[N + 2] = INFINITY, want[N + 2] = 1;
+    x[N + 3] = -3e-8f, want[N + 3] = -3e-8f;
+    struct ck_model_node *n;
+    struct ck_model *m = unary(CK_OP_TANH, 2, d, &n);
+    io(m, true, "y", 2, d);
+    check_rtol = 1e-6f; /* a few float32 ulp, also for the tiny values */
+    check_atol = 0;
+    run_check(m, false, 2, d, x, 2, d, want);
+    check_rtol = check_atol = 1e-5f;
     ck_model_free(m);
 }
 
@@ -553,7 +597,7 @@ static void sandboxed_run_matches(void **state)
     assert_int_equal(out[0].dims[1], 3);
     assert_true(out[0].data[0] == 9 && out[0].data[1] == 12 && out[0].data[2] == 15);
     assert_int_equal(stats.runs, 3);
-    assert_true(stats.min_s >= 0 && stats.median_s >= stats.min_s);
+    assert_true(stats.min_s >= 0 && stats.median_s >= stats.min_s && stats.median_cpu_s >= 0);
     assert_int_equal(stats.peak_activation_bytes, 3 * sizeof(float));
     assert_true(stats.child_max_rss > 0);
     ck_infer_arrays_free(out, nout);
@@ -571,6 +615,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(conv2d_stride_pad_dilation_groups),
     cmocka_unit_test(pooling),
     cmocka_unit_test(activations),
+    cmocka_unit_test(tanh_matches_libm_everywhere),
     cmocka_unit_test(softmax_on_an_axis),
     cmocka_unit_test(binary_broadcast_and_scalar),
     cmocka_unit_test(matmul_batch_broadcast),

@@ -9,6 +9,7 @@
 #include "stores/queue.h"
 #include "stores/store.h"
 #include "stores/uploader.h"
+#include "common/codec.h"
 
 #include <sqlite3.h>
 #include <fcntl.h>
@@ -57,20 +58,20 @@ static void base64_and_hex(void **state)
 {
     /* RFC 4648 test vectors */
     char out[64];
-    ck_base64(out, (const unsigned char *)"f", 1);
+    ck_codec_base64(out, (const unsigned char *)"f", 1);
     assert_string_equal(out, "Zg==");
-    ck_base64(out, (const unsigned char *)"fo", 2);
+    ck_codec_base64(out, (const unsigned char *)"fo", 2);
     assert_string_equal(out, "Zm8=");
-    ck_base64(out, (const unsigned char *)"foobar", 6);
+    ck_codec_base64(out, (const unsigned char *)"foobar", 6);
     assert_string_equal(out, "Zm9vYmFy");
     unsigned char bin[16];
     /* MD5("") = d41d8cd98f00b204e9800998ecf8427e; Content-MD5 of an empty body is
      * 1B2M2Y8AsgTpgAmY7PhCfg== (RFC 1864 form, as the S3 documentation shows) */
-    assert_int_equal(ck_unhex(bin, sizeof bin, "d41d8cd98f00b204e9800998ecf8427e"), 16);
-    ck_base64(out, bin, 16);
+    assert_int_equal(ck_codec_unhex(bin, sizeof bin, "d41d8cd98f00b204e9800998ecf8427e"), 16);
+    ck_codec_base64(out, bin, 16);
     assert_string_equal(out, "1B2M2Y8AsgTpgAmY7PhCfg==");
-    assert_int_equal(ck_unhex(bin, sizeof bin, "zz"), -1);
-    assert_int_equal(ck_unhex(bin, sizeof bin, "abc"), -1);
+    assert_int_equal(ck_codec_unhex(bin, sizeof bin, "zz"), -1);
+    assert_int_equal(ck_codec_unhex(bin, sizeof bin, "abc"), -1);
 }
 
 static void backoff(void **state)

@@ -1,7 +1,7 @@
 /* ckptd bundle DIR -o OUT.tar.zst: a PMF tree as one zstd-compressed tar
  * (libarchive, multithreaded zstd), metadata.yaml last. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"

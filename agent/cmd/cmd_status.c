@@ -1,12 +1,13 @@
 /* ckptd status DIR [--finished|--failed] [--json]: the training's status, and
  * ending it (through the running watcher, or under the lock). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
+#include "agent/control.h"
 #include "agent/lock.h"
+#include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/state.h"
-#include "agent/watch.h"
 #include "common/buf.h"
 #include "common/clock.h"
 #include "common/error.h"
@@ -36,7 +37,8 @@ static const char help[] =
     "  --failed              end the training as failed\n"
     "                        (through the running 'ckptd watch', which registers\n"
     "                        what is complete first and then exits; with no watcher,\n"
-    "                        directly under DIR's lock)\n"
+    "                        directly under DIR's lock: the final pass, its events\n"
+    "                        and its uploads, as the watcher would have done)\n"
     "  --wait                then wait until the watcher has let go of DIR (its uploads\n"
     "                        drained, or left queued after its grace period); alone,\n"
     "                        waits for a watcher that is ending for another reason\n"
@@ -49,55 +51,48 @@ static const char help[] =
 
 enum { OPT_FINISHED = CK_OPT_FIRST_COMMAND_OPTION, OPT_FAILED, OPT_JSON, OPT_TIMEOUT, OPT_WAIT };
 
-/* The pid of the process holding DIR's lock, 0 when none does. */
-static long lock_holder(const char *dir)
-{
-    char path[PATH_MAX], buf[32] = "";
-    snprintf(path, sizeof path, "%s/.ckptd/lock", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    long pid = 0;
-    if (flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
-        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
-        buf[n > 0 ? n : 0] = '\0';
-        pid = atol(buf);
-        if (pid <= 0)
-            pid = -1; /* held, pid unknown */
-    }
-    close(fd);
-    return pid;
-}
-
-static int end_under_lock(const char *dir, struct ck_config *cfg, int to)
+/* No watcher: the final pass here, and everything it hands on (events,
+ * uploads: agent/pipeline.h), as a watcher would have done. *upload_rc gets
+ * the uploads' exit code. */
+static int end_under_lock(const char *dir, struct ck_config *cfg, int to, int *upload_rc)
 {
     struct ck_lock lock;
     struct ck_state st = {0};
     struct ck_scan_result res = {0};
+    struct ck_hooks *hooks = NULL;
     /* Ending the training means the writer is done: take whatever is complete. */
     struct ck_scan_opts so = {.dir = dir, .cfg = cfg, .end_status = to, .min_age = 0};
     int err = ck_lock_acquire(&lock, dir);
     if (err < 0)
         return err;
-    if ((err = ck_state_open(&st, dir)) == 0)
-        err = ck_scan_run(&st, &so, &res);
+    /* built before the pass, so that a bad secret stops it early (as scan) */
+    if ((err = ck_hooks_new(&cfg->hooks, cfg->source ? cfg->source : "(defaults)", &hooks)) == 0 &&
+        (err = ck_state_open(&st, dir)) == 0) {
+        struct ck_pipeline pl = {.cfg = cfg, .dir = dir, .st = &st, .hooks = hooks};
+        err = ck_pipeline_pass(&pl, &so, &res);
+        if (pl.uploaded)
+            *upload_rc = ck_upload_report_exit("status", pl.upload_err, &pl.upload);
+        ck_pipeline_finish(&pl);
+    }
     ck_scan_result_release(&res);
+    ck_hooks_free(hooks);
     ck_state_close(&st);
     ck_lock_release(&lock);
     return err;
 }
 
-static int end_training(const char *dir, struct ck_config *cfg, int to, double timeout)
+static int end_training(const char *dir, struct ck_config *cfg, int to, double timeout,
+                        int *upload_rc)
 {
     char answer[2048];
     for (int attempt = 0; attempt < 3; attempt++) {
-        int err = end_under_lock(dir, cfg, to);
+        int err = end_under_lock(dir, cfg, to, upload_rc);
         if (err != CK_ELOCKED)
             return err;
-        err = ck_watch_request(dir, to, timeout, answer, sizeof answer);
+        err = ck_control_request(dir, to, timeout, answer, sizeof answer);
         if (err != CK_ENOENT)
             return err;
-        if (lock_holder(dir) != 0)
+        if (ck_lock_holder(dir) != 0)
             return ck_error(CK_ELOCKED, "the process holding the lock on '%s' did not answer "
                                         "within %.3gs", dir, timeout);
     }
@@ -111,7 +106,7 @@ static int wait_for_watcher(const char *dir, double timeout)
 {
     double end = ck_mono_s() + timeout;
     long holder;
-    while ((holder = lock_holder(dir)) != 0) {
+    while ((holder = ck_lock_holder(dir)) != 0) {
         if (ck_mono_s() >= end)
             return ck_error(CK_ERR, "the watcher on '%s' (pid %ld) is still running after %.3gs",
                             dir, holder, timeout);
@@ -134,7 +129,7 @@ static int show(const char *dir, bool json)
     struct ck_buf b = CK_BUF_INIT;
     struct ck_pmf_meta m;
     int err = ck_path_join(path, sizeof path, dir, "metadata.yaml");
-    long holder = lock_holder(dir);
+    long holder = ck_lock_holder(dir);
     bool exists = err == 0 && ck_exists(path);
     if (exists && (err = ck_read_file(path, METADATA_MAX, &b)) == 0)
         err = ck_pmf_parse(&m, path, ck_buf_str(&b), b.len);
@@ -253,7 +248,8 @@ int ck_cmd_status(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_usage_error("status", "'%s' is not a folder", dir);
     }
-    if (to >= 0 && (err = end_training(dir, &cfg, to, timeout)) < 0) {
+    int upload_rc = CK_EXIT_OK;
+    if (to >= 0 && (err = end_training(dir, &cfg, to, timeout, &upload_rc)) < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("status", err);
     }
@@ -261,5 +257,5 @@ int ck_cmd_status(int argc, char **argv)
     if (wait && (err = wait_for_watcher(dir, timeout)) < 0)
         return ck_cli_fail("status", err);
     err = show(dir, json);
-    return err < 0 ? ck_cli_fail("status", err) : CK_EXIT_OK;
+    return err < 0 ? ck_cli_fail("status", err) : upload_rc;
 }

@@ -1,5 +1,5 @@
 /* ckptd: the agent beside a training job. See README.md. */
-#include "agent/cli.h"
+#include "agent/cmd/cli.h"
 #include "common/error.h"
 
 #include <stdio.h>

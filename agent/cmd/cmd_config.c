@@ -1,6 +1,6 @@
 /* ckptd config: check a config (-n in daemon terms) or list the keys. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "common/error.h"
 

@@ -1,8 +1,7 @@
 /* ckptd watch DIR [-- COMMAND ARGS...]: the sidecar (agent/watch.h). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
-#include "agent/ops.h"
 #include "agent/scan.h"
 #include "agent/watch.h"
 #include "common/error.h"
@@ -12,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd watch [options] DIR [-- COMMAND [ARGS...]]\n"
     "\n"
     "Keeps DIR's PMF tree current while training runs: registers each checkpoint in\n"
@@ -26,97 +25,51 @@ static const char help[] =
     "is left, sets finished (exit 0) or failed, and exits with its status (128+N\n"
     "for signal N). Without one, 'ckptd status DIR --finished|--failed' or a\n"
     "training.finished_marker/failed_marker file ends the training and the watcher.\n"
-    "\n"
-    "  --poll                poll instead of using inotify (network filesystems are\n"
-    "                        polled anyway)\n"
-    "  --poll-interval DUR   time between two polls (watch.poll_interval, default 2s)\n"
-    "  --settle DUR          a file must be unchanged this long (watch.settle, 200ms)\n"
-    "  --grace-period DUR    after SIGTERM/SIGINT, time the command gets before SIGKILL\n"
-    "                        (watch.grace_period, default 20s)\n"
-    "  --listen HOST:PORT    serve /healthz /readyz /metrics /status there (listen:)\n"
-    "  -n, --check           check the config and DIR/metadata.yaml, then exit\n" CK_CLI_HELP
+    "\n";
+static const char tail[] =
     "\n"
     "signals: SIGTERM/SIGINT stop (after the command when there is one), SIGHUP\n"
     "reloads the config (a bad one is logged and the running one kept)\n"
     "exit: the command's status; else 0 stopped or training ended, 1 failed,\n"
     "2 usage or config error, 3 another ckptd holds DIR's lock\n";
 
-enum {
-    OPT_POLL = CK_OPT_FIRST_COMMAND_OPTION,
-    OPT_POLL_INTERVAL,
-    OPT_SETTLE,
-    OPT_GRACE,
-    OPT_LISTEN
+struct watch_flags {
+    bool check;
 };
 
-static int duration_flag(const char *name, const char *arg, double *out)
-{
-    if (ck_parse_duration(arg, out) < 0)
-        return ck_cli_usage_error("watch", "%s: %s", name, ck_error_msg());
-    return 0;
-}
+#define O(f) offsetof(struct watch_flags, f)
+static const struct ck_opt options[] = {
+    {"poll", 0, CK_OPT_CONFIG, "watch.poll", "true", 0, 0, NULL,
+     "poll instead of using inotify (network filesystems are\npolled anyway)"},
+    {"poll-interval", 0, CK_OPT_CONFIG, "watch.poll_interval", NULL, 0, 0, "DUR",
+     "time between two polls (default 2s)"},
+    {"settle", 0, CK_OPT_CONFIG, "watch.settle", NULL, 0, 0, "DUR",
+     "a file must be unchanged this long (default 200ms)"},
+    {"grace-period", 0, CK_OPT_CONFIG, "watch.grace_period", NULL, 0, 0, "DUR",
+     "after SIGTERM/SIGINT, time the command gets before SIGKILL\n(default 20s)"},
+    {"listen", 0, CK_OPT_CONFIG, "listen", NULL, 0, 0, "HOST:PORT",
+     "serve /healthz /readyz /metrics /status there"},
+    {"check", 'n', CK_OPT_SET, NULL, NULL, O(check), 0, NULL,
+     "check the config and DIR/metadata.yaml, then exit"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 int ck_cmd_watch(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        CK_CLI_LONGOPTS,
-        {"poll", no_argument, NULL, OPT_POLL},
-        {"poll-interval", required_argument, NULL, OPT_POLL_INTERVAL},
-        {"settle", required_argument, NULL, OPT_SETTLE},
-        {"grace-period", required_argument, NULL, OPT_GRACE},
-        {"listen", required_argument, NULL, OPT_LISTEN},
-        {"check", no_argument, NULL, 'n'},
-        {NULL, 0, NULL, 0},
-    };
     struct ck_cli cli;
-    struct ck_watch_opts wo = {.poll = -1, .poll_interval = -1, .settle = -1, .grace_period = -1};
-    bool check = false;
-    int opt, rc;
+    struct watch_flags fl = {false};
+    struct ck_watch_opts wo = {0};
+    int rc;
     ck_cli_init(&cli);
     /* Options may come before or after DIR, never after "--": that is the command's. */
     int nopts = 1;
     while (nopts < argc && strcmp(argv[nopts], "--"))
         nopts++;
-    optind = 1;
-    const char *shortopts = CK_CLI_SHORTOPTS "n";
-    while ((opt = getopt_long(nopts, argv, shortopts + 1 /* no '+': permute */, longopts,
-                              NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "watch", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        rc = 0;
-        switch (opt) {
-        case OPT_POLL:
-            wo.poll = 1;
-            break;
-        case OPT_POLL_INTERVAL:
-            rc = duration_flag("--poll-interval", optarg, &wo.poll_interval);
-            break;
-        case OPT_SETTLE:
-            rc = duration_flag("--settle", optarg, &wo.settle);
-            break;
-        case OPT_GRACE:
-            rc = duration_flag("--grace-period", optarg, &wo.grace_period);
-            break;
-        case OPT_LISTEN: {
-            char host[64];
-            int port;
-            if (ck_ops_parse_listen(optarg, "--listen", host, sizeof host, &port) < 0)
-                return ck_cli_usage_error("watch", "%s", ck_error_msg());
-            wo.listen = optarg;
-            break;
-        }
-        case 'n':
-            check = true;
-            break;
-        }
-        if (rc)
-            return rc;
-    }
+    if ((rc = ck_cli_parse("watch", nopts, argv, options, &fl, &cli, true)) != 0)
+        return rc;
+    bool check = fl.check;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, tail);
         return CK_EXIT_OK;
     }
     if (optind >= nopts)
@@ -131,15 +84,16 @@ int ck_cmd_watch(int argc, char **argv)
         wo.command = argv + nopts + 1;
     }
     wo.config_path = cli.config_path;
-    wo.cli = &cli;
+    wo.log_format = cli.log_format;
+    wo.log_level = cli.log_level;
+    wo.overrides = cli.overrides;
+    wo.noverrides = cli.noverrides;
 
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, wo.dir);
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
-    if (err == 0) {
-        ck_watch_apply_flags(&wo, &cfg);
+    if (err == 0 && (err = ck_watch_apply_flags(&wo, &cfg)) == 0)
         err = ck_watch_check_config(&cfg);
-    }
     if (err < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("watch", err);
@@ -158,5 +112,9 @@ int ck_cmd_watch(int argc, char **argv)
         printf("%s: ok\n", wo.dir);
         return CK_EXIT_OK;
     }
-    return ck_watch_run(&wo, &cfg);
+    int failed;
+    int code = ck_watch_run(&wo, &cfg, &failed);
+    if (failed < 0)
+        ck_cli_fail("watch", failed);
+    return code;
 }

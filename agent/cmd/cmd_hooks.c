@@ -1,7 +1,7 @@
 /* ckptd hooks: test a receiver, emit an event by hand, deliver or replay
  * what is in a directory's webhook outbox, show the hooks' state. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/state.h"
 #include "common/clock.h"

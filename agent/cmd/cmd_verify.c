@@ -2,8 +2,8 @@
  * sandbox) and compares what it computes with expected outputs, so an
  * archive that unzips fine but computes garbage (a transposed matrix, a
  * lost bias, a truncated data file) is caught before it is shipped. */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/npyio.h"
 #include "common/error.h"
 #include "infer/infer.h"
@@ -52,7 +52,8 @@ static const char help[] =
     "engine runs in a child process: a model that loops, exhausts its memory or\n"
     "crashes the engine is reported as timeout, memory or crashed. Outputs\n"
     "that are NaN or infinite fail. The line 'engine:' gives the median time\n"
-    "of a run, the planned activation memory and the engine process's peak RSS.\n"
+    "of a run (wall clock, and CPU time of the engine's thread), the planned\n"
+    "activation memory and the engine process's peak RSS.\n"
     "Exit 0: every output matches (or was\n"
     "computed, without --expected); 1: a mismatch or a failure; 2: usage.\n" CK_CLI_HELP;
 
@@ -403,16 +404,17 @@ static int run(const struct opts *o)
     }
     if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
         goto out;
-    printf("engine: %u run%s, median %.3f ms (min %.3f ms), activations %.1f KiB, converted "
-           "weights %.1f KiB, peak RSS %.1f MiB\n",
-           stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
-           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
-           (double)stats.child_max_rss / (1 << 20));
     rc = CK_EXIT_OK;
     for (size_t i = 0; i < nout; i++)
         if (compare(o, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
                     o->nexpected ? o->expected[i] : NULL))
             rc = CK_EXIT_FAILED;
+    printf("engine: %u run%s, median %.3f ms (min %.3f ms), median CPU %.3f ms, activations "
+           "%.1f KiB, converted weights %.1f KiB, peak RSS %.1f MiB\n",
+           stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
+           stats.median_cpu_s * 1e3,
+           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
+           (double)stats.child_max_rss / (1 << 20));
     if (rc != CK_EXIT_OK)
         printf("verify: '%s': FAILED\n", o->model);
     else if (o->nexpected)

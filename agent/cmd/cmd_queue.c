@@ -1,8 +1,8 @@
 /* ckptd queue: list the upload queue, put failed jobs back (retry), or run
  * it now (run). The queue of a model directory (DIR/.ckptd/state.db) or of
  * `ckptd upload` (--state DIR, default $XDG_STATE_HOME/ckptd). */
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/lock.h"
 #include "agent/state.h"
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char help[] =
+static const char head[] =
     "usage: ckptd queue [list] [--json] [--state DIR | DIR]\n"
     "       ckptd queue retry (ID | --all) [--state DIR | DIR]\n"
     "       ckptd queue run [--state DIR | DIR]\n"
@@ -28,13 +28,21 @@ static const char help[] =
     "to pending; run sends what is pending now. DIR is a model directory (its queue\n"
     "is DIR/.ckptd/state.db); without one, the queue of `ckptd upload` (--state DIR,\n"
     "default $XDG_STATE_HOME/ckptd or ~/.local/state/ckptd).\n"
-    "\n"
-    "  --state DIR           the queue folder of `ckptd upload`\n"
-    "  --all                 retry: every failed job\n"
-    "  --json                list: JSON lines\n"
-    "  --no-progress         run: no progress bar\n" CK_CLI_HELP;
+    "\n";
 
-enum { O_STATE = CK_OPT_FIRST_COMMAND_OPTION, O_ALL, O_JSON, O_NOPROG };
+struct queue_flags {
+    const char *state_dir;
+    bool all, json, progress;
+};
+
+#define O(f) offsetof(struct queue_flags, f)
+static const struct ck_opt options[] = {
+    {"state", 0, CK_OPT_STR, NULL, NULL, O(state_dir), 0, "DIR", "the queue folder of `ckptd upload`"},
+    {"all", 0, CK_OPT_SET, NULL, NULL, O(all), 0, NULL, "retry: every failed job"},
+    {"json", 0, CK_OPT_SET, NULL, NULL, O(json), 0, NULL, "list: JSON lines"},
+    {"no-progress", 0, CK_OPT_CLEAR, NULL, NULL, O(progress), 0, NULL, "run: no progress bar"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 struct list_ctx {
     bool json;
@@ -87,44 +95,21 @@ static int print_job(const struct ck_job *j, void *ctx)
 
 int ck_cmd_queue(int argc, char **argv)
 {
-    static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                             {"state", required_argument, NULL, O_STATE},
-                                             {"all", no_argument, NULL, O_ALL},
-                                             {"json", no_argument, NULL, O_JSON},
-                                             {"no-progress", no_argument, NULL, O_NOPROG},
-                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct ck_config cfg;
     struct ck_state st = {0};
     struct ck_lock lock = {.fd = -1};
-    const char *state_dir = NULL;
-    bool all = false, json = false, progress = isatty(2);
-    int opt, rc, lockfd = -1;
+    struct queue_flags fl = {.progress = isatty(2)};
+    int rc, lockfd = -1;
     sqlite3 *db = NULL, *own_db = NULL;
     ck_config_init(&cfg);
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "queue", opt, optarg)) != 0) {
-            if (rc != 1)
-                goto done;
-            continue;
-        }
-        if (opt == O_STATE)
-            state_dir = optarg;
-        else if (opt == O_ALL)
-            all = true;
-        else if (opt == O_JSON)
-            json = true;
-        else if (opt == O_NOPROG)
-            progress = false;
-        else {
-            rc = ck_cli_usage_error("queue", "unknown option");
-            goto done;
-        }
-    }
+    if ((rc = ck_cli_parse("queue", argc, argv, options, &fl, &cli, true)) != 0)
+        goto done;
+    const char *state_dir = fl.state_dir;
+    bool all = fl.all, json = fl.json, progress = fl.progress;
     if (cli.help) {
-        fputs(help, stdout);
+        ck_cli_help(head, options, "");
         rc = CK_EXIT_OK;
         goto done;
     }
@@ -218,7 +203,7 @@ int ck_cmd_queue(int argc, char **argv)
             goto done;
         }
         snprintf(spool, sizeof spool, "%s/spool", sdir);
-        rc = ck_upload_run_queue(db, &cfg, spool, progress, "queue", NULL, NULL);
+        rc = ck_upload_run_queue(db, &cfg, spool, progress, "queue");
     }
 done:
     if (lockfd >= 0)

@@ -1,5 +1,5 @@
-#include "agent/cli.h"
-#include "agent/commands.h"
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
 
 #include <stddef.h>
 

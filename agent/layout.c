@@ -1,0 +1,416 @@
+#include "agent/layout.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "common/yamlutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PRODUCER "ckptd"
+
+/* Names a training configuration file commonly has, most specific first. */
+static const char *const config_names[] = {
+    "config.yaml", "config.yml", "config.json", "hparams.yaml", "hparams.yml", "hparams.json",
+    "config.py", "config.toml", "training_args.json", "train_config.yaml", "params.yaml",
+    "args.json", "args.yaml",
+};
+
+#define FALLBACK_CONFIG "configuration.yaml"
+
+static int path_in(const struct ck_layout *l, char *out, const char *rel)
+{
+    return ck_path_join(out, PATH_MAX, l->dir, rel);
+}
+
+static int set_str(char **field, const char *v)
+{
+    char *p = v ? strdup(v) : NULL;
+    if (v && !p)
+        return ck_error(CK_ENOMEM, "out of memory");
+    free(*field);
+    *field = p;
+    return 0;
+}
+
+/* ---- identity ---- */
+
+int ck_layout_identity(const struct ck_layout *l, bool fresh)
+{
+    struct ck_pmf_meta *m = l->meta;
+    int err;
+    if (fresh) {
+        if ((err = set_str(&m->producer_name, PRODUCER)) < 0 ||
+            (err = set_str(&m->producer_version_format, "py_pa")) < 0)
+            return err;
+    }
+    /* Keep another producer's identity; keep ours current. */
+    if (!strcmp(m->producer_name, PRODUCER) &&
+        (err = set_str(&m->producer_version, CKPTD_VERSION)) < 0)
+        return err;
+
+    if (l->cfg->model_name) {
+        if ((err = set_str(&m->name, l->cfg->model_name)) < 0)
+            return err;
+    } else if (fresh) {
+        char real[PATH_MAX];
+        const char *base = realpath(l->dir, real) ? ck_basename(real) : ck_basename(l->dir);
+        if ((err = set_str(&m->name, base[0] ? base : "model")) < 0)
+            return err;
+    }
+
+    char *id = NULL;
+    if ((err = ck_state_get(l->st, "model_id", &id)) < 0)
+        return err;
+    if (m->id) {
+        /* metadata.yaml is the authority; the state keeps a copy in case it is deleted */
+        if (!id || strcmp(id, m->id))
+            err = ck_state_set(l->st, "model_id", m->id);
+    } else if (id) {
+        err = set_str(&m->id, id);
+    } else {
+        unsigned char rnd[16];
+        char hex[33];
+        if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+            free(id);
+            return ck_error_os(CK_EIO, "cannot generate a model id");
+        }
+        ck_hex(hex, rnd, sizeof rnd);
+        if ((err = set_str(&m->id, hex)) == 0)
+            err = ck_state_set(l->st, "model_id", hex);
+    }
+    free(id);
+    return err;
+}
+
+/* ---- the training configuration file ---- */
+
+static int write_fallback_config(char *path)
+{
+    static const char text[] =
+        "# Written by ckptd: no training configuration file was found in this folder.\n"
+        "# Name it with model.configuration in ckptd.yaml, or save one as config.yaml.\n"
+        "producer: ckptd\n";
+    if (ck_exists(path))
+        return 0;
+    return ck_write_file_atomic(path, text, sizeof text - 1, 0644);
+}
+
+/* The real configuration appeared after ours stood in for it: ours goes,
+ * unless someone edited it (then it is theirs). */
+static void remove_fallback_config(const struct ck_layout *l)
+{
+    char path[PATH_MAX];
+    struct ck_buf b = CK_BUF_INIT;
+    if (path_in(l, path, FALLBACK_CONFIG) == 0 && ck_read_file(path, 4096, &b) == 0 &&
+        strstr(ck_buf_str(&b), "# Written by ckptd: no training configuration") == ck_buf_str(&b))
+        unlink(path);
+    ck_buf_release(&b);
+}
+
+int ck_layout_configuration(const struct ck_layout *l)
+{
+    struct ck_pmf_meta *m = l->meta;
+    const struct ck_config *cfg = l->cfg;
+    char src[PATH_MAX], dst[PATH_MAX];
+    const char *name = NULL;
+    int err;
+
+    if (cfg->model_configuration) {
+        if (cfg->model_configuration[0] == '/')
+            snprintf(src, sizeof src, "%s", cfg->model_configuration);
+        else if ((err = path_in(l, src, cfg->model_configuration)) < 0)
+            return err;
+        if (!ck_exists(src))
+            return ck_error(CK_ECONFIG, "model.configuration: '%s' does not exist", src);
+        name = ck_basename(src);
+        if ((err = path_in(l, dst, name)) < 0)
+            return err;
+        /* PMF wants the configuration at the top of the tree. */
+        if ((err = ck_place_file(src, dst)) < 0)
+            return ck_error_wrap(err, "model.configuration");
+    } else {
+        for (size_t i = 0; i < sizeof config_names / sizeof *config_names && !name; i++) {
+            if ((err = path_in(l, dst, config_names[i])) < 0)
+                return err;
+            if (ck_exists(dst))
+                name = config_names[i];
+        }
+        if (!name && m->config_path && strcmp(m->config_path, FALLBACK_CONFIG) &&
+            path_in(l, dst, m->config_path) == 0 && ck_exists(dst))
+            name = m->config_path; /* someone named it in metadata.yaml: keep it */
+        if (!name) {
+            name = FALLBACK_CONFIG;
+            if ((err = path_in(l, dst, name)) < 0 || (err = write_fallback_config(dst)) < 0)
+                return err;
+        }
+    }
+    struct ck_hash_entry h;
+    if ((err = ck_state_hash_file(l->st, dst, &h, NULL)) < 0)
+        return err;
+    if (!m->config_path || strcmp(m->config_path, name) || strcmp(m->config_md5, h.md5)) {
+        if (m->config_path)
+            ck_info("configuration.changed", "path=%s md5=%s", name, h.md5);
+        if (m->config_path && !strcmp(m->config_path, FALLBACK_CONFIG) && strcmp(name, FALLBACK_CONFIG))
+            remove_fallback_config(l);
+        if ((err = set_str(&m->config_path, name)) < 0)
+            return err;
+        memcpy(m->config_md5, h.md5, 33);
+    }
+    return 0;
+}
+
+/* ---- initialisation ---- */
+
+static int copy_tree(const char *src, const char *dst, int depth, bool skip_checkpoints);
+
+static int init_file(const struct ck_layout *l)
+{
+    const struct ck_config *cfg = l->cfg;
+    char src[PATH_MAX], dst[PATH_MAX], rel[PATH_MAX];
+    int err;
+    if (cfg->init_path[0] == '/')
+        snprintf(src, sizeof src, "%s", cfg->init_path);
+    else if ((err = path_in(l, src, cfg->init_path)) < 0)
+        return err;
+    if (!ck_exists(src))
+        return ck_error(CK_ECONFIG, "model.initialisation: '%s' does not exist", src);
+    snprintf(rel, sizeof rel, "data/initialisation/%s", ck_basename(src));
+    if ((err = path_in(l, dst, rel)) < 0 || (err = ck_place_file(src, dst)) < 0)
+        return err;
+    struct ck_hash_entry h;
+    if ((err = ck_state_hash_file(l->st, dst, &h, NULL)) < 0)
+        return err;
+    struct ck_pmf_init *in = &l->meta->init;
+    if (in->kind == CK_PMF_INIT_FILE && in->path && !strcmp(in->path, rel) &&
+        !strcmp(in->md5, h.md5))
+        return 0;
+    free(in->name);
+    free(in->path);
+    free(in->id);
+    ck_pmf_ref_release(&in->checkpoint);
+    memset(in, 0, sizeof *in);
+    in->kind = CK_PMF_INIT_FILE;
+    memcpy(in->md5, h.md5, 33);
+    if ((err = set_str(&in->path, rel)) < 0)
+        return err;
+    return set_str(&in->name, cfg->init_name ? cfg->init_name : ck_basename(src));
+}
+
+int ck_layout_read_meta(const char *path, struct ck_pmf_meta *m)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    int err = ck_read_file(path, CK_METADATA_MAX, &b);
+    if (err == 0)
+        err = ck_pmf_parse(m, path, ck_buf_str(&b), b.len);
+    ck_buf_release(&b);
+    return err;
+}
+
+static int init_pmf(const struct ck_layout *l)
+{
+    const struct ck_config *cfg = l->cfg;
+    char src[PATH_MAX], meta_path[PATH_MAX], dst[PATH_MAX];
+    struct ck_pmf_meta other;
+    int err;
+    if (cfg->init_path[0] == '/')
+        snprintf(src, sizeof src, "%s", cfg->init_path);
+    else if ((err = path_in(l, src, cfg->init_path)) < 0)
+        return err;
+    if ((err = ck_path_join(meta_path, sizeof meta_path, src, "metadata.yaml")) < 0)
+        return err;
+    if ((err = ck_layout_read_meta(meta_path, &other)) < 0)
+        return ck_error_wrap(CK_ECONFIG, "model.initialisation.pmf");
+    /* The reference must exist in that tree, with the type it has there. */
+    struct ck_pmf_ref ref = {false, 0, cfg->init_checkpoint};
+    ptrdiff_t at = ck_pmf_find(&other, &ref);
+    if (at < 0) {
+        char *end;
+        long long v = strtoll(cfg->init_checkpoint, &end, 10);
+        struct ck_pmf_ref iref = {true, v, NULL};
+        if (!*end && cfg->init_checkpoint[0])
+            at = ck_pmf_find(&other, &iref);
+    }
+    if (at < 0) {
+        ck_pmf_meta_release(&other);
+        return ck_error(CK_ECONFIG, "model.initialisation: checkpoint '%s' is not in '%s'",
+                        cfg->init_checkpoint, meta_path);
+    }
+    struct ck_pmf_init *in = &l->meta->init;
+    struct ck_pmf_init fresh = {0};
+    fresh.kind = CK_PMF_INIT_PMF;
+    if ((err = ck_pmf_ref_copy(&fresh.checkpoint, &other.checkpoints[at].ref)) < 0 ||
+        (err = set_str(&fresh.id, other.id)) < 0 || (err = set_str(&fresh.path, "data/initialisation")) < 0 ||
+        (err = set_str(&fresh.name, cfg->init_name ? cfg->init_name : other.name)) < 0) {
+        ck_pmf_meta_release(&other);
+        return err;
+    }
+    ck_pmf_meta_release(&other);
+    if ((err = path_in(l, dst, "data/initialisation")) < 0 ||
+        (err = copy_tree(src, dst, 0, true)) < 0) {
+        free(fresh.name), free(fresh.path), free(fresh.id), ck_pmf_ref_release(&fresh.checkpoint);
+        return err;
+    }
+    free(in->name), free(in->path), free(in->id), ck_pmf_ref_release(&in->checkpoint);
+    *in = fresh;
+    return 0;
+}
+
+/* Links a PMF tree into dst, without its data/checkpoints (PMF's rule for an
+ * initialisation tree). */
+static int copy_tree(const char *src, const char *dst, int depth, bool skip_checkpoints)
+{
+    int err = ck_mkdirs(dst, 0755);
+    if (err < 0)
+        return err;
+    if (depth > 16)
+        return ck_error(CK_ESIZE, "'%s' is nested too deep", src);
+    DIR *d = opendir(src);
+    if (!d)
+        return ck_error_os(CK_EIO, "cannot list '%s'", src);
+    struct dirent *e;
+    while (err == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, ".ckptd"))
+            continue;
+        char a[PATH_MAX], b[PATH_MAX];
+        struct stat st;
+        if ((err = ck_path_join(a, sizeof a, src, e->d_name)) < 0 ||
+            (err = ck_path_join(b, sizeof b, dst, e->d_name)) < 0)
+            break;
+        if (lstat(a, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            bool is_ckpts = skip_checkpoints && depth == 1 && !strcmp(e->d_name, "checkpoints");
+            if (!is_ckpts)
+                err = copy_tree(a, b, depth + 1, skip_checkpoints);
+        } else if (S_ISREG(st.st_mode)) {
+            err = ck_place_file(a, b);
+        }
+    }
+    closedir(d);
+    return err;
+}
+
+/* ---- build_parameters.yaml ---- */
+
+/* Keeps every key someone else put there, the keys of model.build_parameters
+ * from the config, and ckptd's own section (sha256 and size of each checkpoint). */
+int ck_layout_build_parameters(const struct ck_layout *l)
+{
+    char path[PATH_MAX];
+    struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT, cfgb = CK_BUF_INIT;
+    struct ck_yaml_doc doc = {0}, cdoc = {0};
+    struct ck_yaml_out o;
+    int err;
+    if ((err = path_in(l, path, "data/build_parameters.yaml")) < 0)
+        return err;
+    bool exists = ck_exists(path);
+    if (exists && (err = ck_read_file(path, 64u << 20, &old)) < 0)
+        return err;
+    if (exists && old.len && (err = ck_yaml_load(&doc, path, ck_buf_str(&old), old.len)) < 0)
+        goto out;
+    yaml_node_t *root = doc.loaded ? ck_yaml_root(&doc) : NULL;
+    if (root && root->type != YAML_MAPPING_NODE) {
+        err = ck_error(CK_EFORMAT, "'%s' line %d: expected a mapping", path, ck_yaml_line(root));
+        goto out;
+    }
+    const char *cfg_yaml = l->cfg->build_parameters_yaml;
+    if (cfg_yaml && (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
+        goto out;
+    yaml_node_t *croot = cdoc.loaded ? ck_yaml_root(&cdoc) : NULL;
+
+    if ((err = ck_yaml_out_begin(&o, &out)) < 0)
+        goto out;
+    ck_yaml_map_begin(&o);
+    /* existing keys, unless the config or ckptd overrides them */
+    if (root) {
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = ck_yaml_node(&doc, p->key);
+            const char *ks = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+            bool overridden = !strcmp(ks, "ckptd");
+            if (croot)
+                for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
+                     q < croot->data.mapping.pairs.top; q++) {
+                    yaml_node_t *ck = ck_yaml_node(&cdoc, q->key);
+                    if (ck->type == YAML_SCALAR_NODE && !strcmp((const char *)ck->data.scalar.value, ks))
+                        overridden = true;
+                }
+            if (overridden)
+                continue;
+            ck_yaml_copy(&o, &doc, k);
+            ck_yaml_copy(&o, &doc, ck_yaml_node(&doc, p->value));
+        }
+    }
+    if (croot)
+        for (yaml_node_pair_t *q = croot->data.mapping.pairs.start; q < croot->data.mapping.pairs.top; q++) {
+            ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->key));
+            ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->value));
+        }
+    ck_yaml_str(&o, "ckptd");
+    ck_yaml_map_begin(&o);
+    ck_yaml_str(&o, "version");
+    ck_yaml_str(&o, CKPTD_VERSION);
+    ck_yaml_str(&o, "checkpoints");
+    ck_yaml_map_begin(&o);
+    for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
+        char txt[1024];
+        struct ck_ckpt_record r;
+        const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, sizeof txt);
+        if (ck_state_ckpt_get(l->st, ref, &r) < 0)
+            continue;
+        ck_yaml_str(&o, ref);
+        ck_yaml_map_begin(&o);
+        ck_yaml_str(&o, "sha256");
+        ck_yaml_str(&o, r.sha256);
+        ck_yaml_str(&o, "size");
+        ck_yaml_int(&o, (int64_t)r.size);
+        ck_yaml_str(&o, "files");
+        ck_yaml_int(&o, r.nfiles);
+        ck_yaml_str(&o, "source");
+        ck_yaml_str(&o, r.source);
+        ck_yaml_map_end(&o);
+    }
+    ck_yaml_map_end(&o);
+    ck_yaml_map_end(&o);
+    ck_yaml_map_end(&o);
+    if ((err = ck_yaml_out_end(&o)) < 0)
+        goto out;
+    if (!exists || old.len != out.len || memcmp(ck_buf_str(&old), ck_buf_str(&out), out.len))
+        err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
+out:
+    ck_yaml_release(&doc);
+    ck_yaml_release(&cdoc);
+    ck_buf_release(&old);
+    ck_buf_release(&out);
+    ck_buf_release(&cfgb);
+    return err;
+}
+
+int ck_layout_ensure(const struct ck_layout *l)
+{
+    char path[PATH_MAX];
+    int err;
+    if ((err = path_in(l, path, "data/checkpoints")) < 0 || (err = ck_mkdirs(path, 0755)) < 0 ||
+        (err = path_in(l, path, "data/initialisation")) < 0 || (err = ck_mkdirs(path, 0755)) < 0)
+        return err;
+    return 0;
+}
+
+
+int ck_layout_initialisation(const struct ck_layout *l)
+{
+    if (l->cfg->init_kind == CK_INIT_FILE)
+        return init_file(l);
+    if (l->cfg->init_kind == CK_INIT_PMF)
+        return init_pmf(l);
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* The PMF tree's layout around the checkpoints: the folders
+ * (data/checkpoints, data/initialisation), the model's identity (producer,
+ * name, id), the training configuration file at the top, the initialisation
+ * (a file or another PMF tree), data/build_parameters.yaml. A pass
+ * (agent/scan.h) calls these in order; each brings its part of DIR and of
+ * the metadata being built up to date, and changes nothing when nothing
+ * changed. */
+#ifndef CK_LAYOUT_H
+#define CK_LAYOUT_H
+
+#include "agent/config.h"
+#include "agent/state.h"
+#include "writers/pmf.h"
+
+#include <stdbool.h>
+
+/* metadata.yaml is read whole; a bigger one is refused. */
+#define CK_METADATA_MAX (256u << 20)
+
+struct ck_layout {
+    const char *dir;             /* the model root */
+    const struct ck_config *cfg; /* model.* */
+    struct ck_state *st;         /* the hash cache and the model id's copy */
+    struct ck_pmf_meta *meta;    /* the metadata being built (updated in place) */
+};
+
+/* data/checkpoints and data/initialisation exist. */
+int ck_layout_ensure(const struct ck_layout *l);
+/* producer (ours, or another producer's kept), name, id (fresh: a new tree). */
+int ck_layout_identity(const struct ck_layout *l, bool fresh);
+/* The training configuration at the top of the tree: model.configuration,
+ * else a common name found in DIR, else a placeholder ckptd writes. */
+int ck_layout_configuration(const struct ck_layout *l);
+/* model.initialisation: a file under data/initialisation, or a PMF tree
+ * linked there without its checkpoints. Nothing when not configured. */
+int ck_layout_initialisation(const struct ck_layout *l);
+/* data/build_parameters.yaml: others' keys kept, model.build_parameters,
+ * and ckptd's section (sha256 and size of each registered checkpoint). */
+int ck_layout_build_parameters(const struct ck_layout *l);
+/* Reads and parses a metadata.yaml. */
+int ck_layout_read_meta(const char *path, struct ck_pmf_meta *m);
+
+#endif

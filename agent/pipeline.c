@@ -1,0 +1,151 @@
+#include "agent/pipeline.h"
+#include "agent/notify.h"
+#include "agent/upload_round.h"
+#include "agent/upload_worker.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int ck_archives_add(struct ck_archives *a, const char *path, const char *key)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 4;
+        struct ck_archive *v = realloc(a->v, cap * sizeof *v);
+        if (!v)
+            return ck_error(CK_ENOMEM, "out of memory");
+        a->v = v;
+        a->cap = cap;
+    }
+    struct ck_archive *e = &a->v[a->n];
+    e->path = strdup(path);
+    e->key = strdup(key);
+    if (!e->path || !e->key) {
+        free(e->path);
+        free(e->key);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    a->n++;
+    return 0;
+}
+
+void ck_archives_release(struct ck_archives *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        free(a->v[i].path);
+        free(a->v[i].key);
+    }
+    free(a->v);
+    memset(a, 0, sizeof *a);
+}
+
+/* pack: every stage over every checkpoint this pass registered */
+static void pack(struct ck_pipeline *p, const struct ck_scan_result *res, struct ck_archives *out)
+{
+    for (size_t i = 0; i < res->nregistered; i++)
+        for (const struct ck_pack_stage *s = ck_pack_stages; s->name; s++)
+            if (s->pack(p, res->registered[i], out) < 0)
+                ck_err("pipeline.pack_failed", "stage=%s checkpoint='%s': %s", s->name,
+                       res->registered[i], ck_error_msg());
+}
+
+/* verify: an archive a stage refuses is dropped from the list */
+static void verify(struct ck_pipeline *p, struct ck_archives *a)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        const struct ck_verify_stage *s;
+        for (s = ck_verify_stages; s->name; s++)
+            if (s->verify(p, &a->v[i]) < 0)
+                break;
+        if (s->name) {
+            ck_err("pipeline.verify_failed", "stage=%s archive='%s': %s: not uploaded", s->name,
+                   a->v[i].path, ck_error_msg());
+            free(a->v[i].path);
+            free(a->v[i].key);
+            continue;
+        }
+        a->v[kept++] = a->v[i];
+    }
+    a->n = kept;
+}
+
+/* upload, first half: the archives join the queue (the tree joins it in the round) */
+static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
+{
+    const struct ck_config *cfg = p->cfg;
+    size_t queued = 0;
+    int err = ck_queue_init(p->st->db);
+    for (size_t i = 0; err == 0 && i < a->n; i++)
+        for (size_t s = 0; err == 0 && s < cfg->n_upload_stores; s++) {
+            bool added = false;
+            err = ck_uploader_enqueue_file(p->st->db, &cfg->upload_stores[s], a->v[i].path,
+                                           a->v[i].key, 0, &added);
+            queued += added;
+        }
+    if (err < 0)
+        ck_err("pipeline.queue_failed", "%s", ck_error_msg());
+    return queued;
+}
+
+static void upload_job_ended(void *arg, const struct ck_upload_outcome *o)
+{
+    ck_pipeline_upload_event(arg, o);
+}
+
+/* upload, the round: here until the queue is empty */
+static void upload_foreground(struct ck_pipeline *p)
+{
+    char root[PATH_MAX], spool[PATH_MAX];
+    if (!realpath(p->dir, root))
+        snprintf(root, sizeof root, "%s", p->dir);
+    p->uploaded = true;
+    if ((p->upload_err = ck_path_join(spool, sizeof spool, p->st->dir, "spool")) < 0)
+        return;
+    struct ck_upload_round r = {
+        .cfg = p->cfg,
+        .root = root,
+        .spool = spool,
+        .run = {.wait_retries = true, .on_job = upload_job_ended, .on_job_arg = p},
+    };
+    p->upload_err = ck_upload_round_foreground(p->st->db, &r, &p->upload);
+}
+
+int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
+                     struct ck_scan_result *res)
+{
+    struct ck_archives archives = {0};
+    int err = ck_scan_run(p->st, so, res);
+    /* events: only what metadata.yaml took */
+    if (err == 0 || res->metadata_written)
+        ck_notify_scan(p->hooks, p->st, p->dir, res);
+    pack(p, res, &archives);
+    verify(p, &archives);
+    size_t queued = p->cfg->n_upload_stores ? queue_archives(p, &archives) : 0;
+    ck_archives_release(&archives);
+    /* upload. Foreground: whenever the pass worked, so that what an earlier
+     * run left queued goes too; what is registered is complete even when
+     * another checkpoint had a problem. The helper: when the tree changed
+     * (data first, metadata.yaml last: the queue's order). */
+    if (!p->uploads) {
+        if (err == 0 && p->cfg->n_upload_stores > 0)
+            upload_foreground(p);
+    } else if (res->metadata_written || queued) {
+        ck_upload_worker_kick(p->uploads);
+    }
+    return err;
+}
+
+void ck_pipeline_upload_event(struct ck_pipeline *p, const struct ck_upload_outcome *o)
+{
+    ck_notify_upload(p->hooks, p->st, p->dir, o);
+}
+
+void ck_pipeline_finish(struct ck_pipeline *p)
+{
+    ck_notify_finish(p->hooks, p->st, CK_NOTIFY_FINISH_BUDGET_S);
+}
