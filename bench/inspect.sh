@@ -4,6 +4,9 @@
 # file (cat FILE > /dev/null) and reading + CRC-32C in the same run
 # (python3-crc32c, SSE4.2, 8 MiB chunks), on a release build. Max RSS from
 # /usr/bin/time -v. Goal: within 2x of read + CRC-32C, RSS under 32 MiB.
+# Issue 14's: the same for a 1 GiB .pt written by torch.save (python3-torch;
+# skipped without it), whose zip members are checked with CRC-32: against
+# cat and read + zlib.crc32. Goal: within 1.5x of cat, RSS under 32 MiB.
 # Usage: bench/inspect.sh [BUILD_DIR] [SIZE_MIB]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,6 +32,19 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 mbps() { awk -v mb="$1" -v t="$2" 'BEGIN { printf "%.0f", mb * 1.048576 / t }'; }
 maxrss_kib() { /usr/bin/time -v "$@" 2>&1 >/dev/null | awk -F': ' '/Maximum resident/ { print $2 }'; }
 cat_file() { cat "$@" > /dev/null; }
+crc32_file() { # read + zlib's CRC-32 of each file (the .pt's checksum)
+    /usr/bin/python3 -c '
+import sys, zlib
+for p in sys.argv[1:]:
+    c = 0
+    with open(p, "rb", buffering=0) as f:
+        while True:
+            b = f.read(8 << 20)
+            if not b:
+                break
+            c = zlib.crc32(b, c)
+' "$@"
+}
 crc_file() { # read + CRC-32C of each file, the reference for the goal
     /usr/bin/python3 -c '
 import sys, crc32c
@@ -78,23 +94,37 @@ with open(os.path.join(work, "model.data-00000-of-00001"), "wb") as f:
 header = pb_varint(1, 1) + pb_bytes(3, pb_varint(1, 1))
 with open(os.path.join(work, "model.index"), "wb") as f:
     f.write(table_bytes([(b"", header)] + sorted(entries)))
+# .pt: torch.save of the same tensors, when python3-torch is installed
+try:
+    import torch
+except ImportError:
+    sys.exit(0)
+sd = {f"layer{i:03d}.weight": torch.frombuffer(bytearray(chunks[i % 2]), dtype=torch.float32)
+      for i in range(n)}
+torch.save(sd, os.path.join(work, "model.pt"))
 PY
 
 st=$work/model.safetensors
 tf=$work/model
 echo "== ckptd inspect --verify, ${size_mib} MiB, page-cached ($(nproc) cores, $(uname -m))"
-for kind in safetensors tf-bundle; do
-    if [ "$kind" = safetensors ]; then files=("$st"); target=$st; else
+kinds="safetensors tf-bundle"
+[ -f "$work/model.pt" ] && kinds="$kinds pt"
+for kind in $kinds; do
+    ref=crc_file; refname=read+crc32c
+    if [ "$kind" = safetensors ]; then files=("$st"); target=$st
+    elif [ "$kind" = pt ]; then files=("$work/model.pt"); target=$work/model.pt
+        ref=crc32_file; refname=read+crc32
+    else
         files=("$tf.index" "$tf.data-00000-of-00001"); target=$tf; fi
     cat "${files[@]}" > /dev/null  # page cache
     "$ckptd" inspect --verify "$target" > /dev/null  # checks it reads at all
     cat_t=$(best cat_file "${files[@]}")
-    crc_t=$(best crc_file "${files[@]}")
+    crc_t=$(best $ref "${files[@]}")
     ck_t=$(best "$ckptd" inspect --verify "$target")
     rss=$(maxrss_kib "$ckptd" inspect --verify "$target")
-    printf '%-11s cat %7.3f s (%5s MB/s)  read+crc32c %7.3f s (%5s MB/s)  ckptd %7.3f s (%5s MB/s)\n' \
-        "$kind" "$cat_t" "$(mbps "$size_mib" "$cat_t")" "$crc_t" "$(mbps "$size_mib" "$crc_t")" \
+    printf '%-11s cat %7.3f s (%5s MB/s)  %s %7.3f s (%5s MB/s)  ckptd %7.3f s (%5s MB/s)\n' \
+        "$kind" "$cat_t" "$(mbps "$size_mib" "$cat_t")" "$refname" "$crc_t" "$(mbps "$size_mib" "$crc_t")" \
         "$ck_t" "$(mbps "$size_mib" "$ck_t")"
-    printf '%-11s ckptd / cat: %sx   ckptd / (read+crc32c): %sx   max RSS: %s KiB\n' \
-        "$kind" "$(ratio "$ck_t" "$cat_t")" "$(ratio "$ck_t" "$crc_t")" "$rss"
+    printf '%-11s ckptd / cat: %sx   ckptd / (%s): %sx   max RSS: %s KiB\n' \
+        "$kind" "$(ratio "$ck_t" "$cat_t")" "$refname" "$(ratio "$ck_t" "$crc_t")" "$rss"
 done

@@ -17,13 +17,13 @@
  * against the largest expansion deflate allows; libzip checks its CRC-32. */
 #include "readers/reader.h"
 #include "readers/zipin.h"
+#include "readers/crc32.h"
 #include "common/error.h"
 #include "common/text.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <zip.h>
-#include <zlib.h>
 
 #define NPY_HEADER_MAX (1u << 20)
 
@@ -311,112 +311,6 @@ out:
     return err;
 }
 
-static uint64_t le(const unsigned char *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-/* The end of central directory record (and its zip64 form): the number of
- * entries and where the directory is. */
-static int find_directory(const char *path, const unsigned char *b, uint64_t len, uint64_t *count,
-                          uint64_t *cdoff, uint64_t *cdsize)
-{
-    uint64_t e = len, stop = len > 22 + 65535 ? len - 22 - 65535 : 0;
-    for (uint64_t i = len >= 22 ? len - 22 + 1 : 0; i-- > stop;)
-        if (le(b + i, 4) == 0x06054b50) {
-            e = i;
-            break;
-        }
-    if (e == len)
-        return ck_error(CK_EFORMAT, "'%s': no zip end of central directory", path);
-    *count = le(b + e + 10, 2);
-    *cdsize = le(b + e + 12, 4);
-    *cdoff = le(b + e + 16, 4);
-    if (*count == 0xffff || *cdsize == 0xffffffff || *cdoff == 0xffffffff) {
-        if (e < 20 || le(b + e - 20, 4) != 0x07064b50)
-            return ck_error(CK_EFORMAT, "'%s': no zip64 locator", path);
-        uint64_t z = le(b + e - 20 + 8, 8);
-        if (z > len || len - z < 56 || le(b + z, 4) != 0x06064b50)
-            return ck_error(CK_EFORMAT, "'%s': bad zip64 end of central directory", path);
-        *count = le(b + z + 32, 8);
-        *cdsize = le(b + z + 40, 8);
-        *cdoff = le(b + z + 48, 8);
-    }
-    if (*cdoff > len || *cdsize > len - *cdoff)
-        return ck_error(CK_EFORMAT, "'%s': central directory past the end", path);
-    return 0;
-}
-
-/* Local header offsets of the central directory's entries in order (libzip
- * numbers members in that order); *offs is set memory. */
-static int local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t n,
-                         uint64_t **offs)
-{
-    uint64_t count = 0, cdoff = 0, cdsize = 0;
-    int err;
-    const char *path = s->path;
-    if ((err = find_directory(path, b, len, &count, &cdoff, &cdsize)) < 0)
-        return err;
-    if (count != n || n > cdsize / 46)
-        return ck_error(CK_EFORMAT, "'%s': the central directory lists %llu members, not %llu",
-                        path, (unsigned long long)count, (unsigned long long)n);
-    if ((err = ck_tensor_set_alloc(s, n * sizeof **offs, (void **)offs)) < 0)
-        return err;
-    const unsigned char *p = b + cdoff, *end = p + cdsize;
-    for (uint64_t i = 0; i < n; i++) {
-        if (end - p < 46 || le(p, 4) != 0x02014b50)
-            return ck_error(CK_EFORMAT, "'%s': bad central directory entry %llu", path,
-                            (unsigned long long)i);
-        uint64_t nl = le(p + 28, 2), el = le(p + 30, 2), cl = le(p + 32, 2);
-        uint64_t csize = le(p + 20, 4), usize = le(p + 24, 4), off = le(p + 42, 4);
-        if (46 + nl + el + cl > (uint64_t)(end - p))
-            return ck_error(CK_EFORMAT, "'%s': central directory entry %llu past its end", path,
-                            (unsigned long long)i);
-        const unsigned char *x = p + 46 + nl, *xe = x + el;
-        while (off == 0xffffffff && xe - x >= 4) {
-            uint64_t id = le(x, 2), sz = le(x + 2, 2);
-            if (sz > (uint64_t)(xe - x) - 4)
-                break;
-            if (id == 1) { /* zip64: usize, csize, offset, each only when its field is full */
-                uint64_t at = (usize == 0xffffffff ? 8 : 0) + (csize == 0xffffffff ? 8 : 0);
-                if (at + 8 <= sz)
-                    off = le(x + 4 + at, 8);
-                break;
-            }
-            x += 4 + sz;
-        }
-        (*offs)[i] = off;
-        p += 46 + nl + el + cl;
-    }
-    return 0;
-}
-
-/* Where stored member i's bytes start in the mapped archive. */
-static int stored_member(struct ck_tensor_set *s, const unsigned char *b, uint64_t len,
-                         uint64_t loff, const char *member, uint64_t size,
-                         const unsigned char **data)
-{
-    size_t ml = strlen(member);
-    if (loff > len || len - loff < 30 || le(b + loff, 4) != 0x04034b50)
-        return ck_error(CK_EFORMAT, "'%s': member '%s': no local header at %llu", s->path, member,
-                        (unsigned long long)loff);
-    uint64_t nl = le(b + loff + 26, 2), el = le(b + loff + 28, 2);
-    uint64_t at = loff + 30 + nl + el;
-    if (nl != ml || at > len || memcmp(b + loff + 30, member, ml))
-        return ck_error(CK_EFORMAT,
-                        "'%s': member '%s': local header disagrees with the "
-                        "central directory",
-                        s->path, member);
-    if (size > len - at)
-        return ck_error(CK_EFORMAT, "'%s': member '%s': %llu bytes past the end", s->path, member,
-                        (unsigned long long)size);
-    *data = b + at;
-    return 0;
-}
-
 static int npz_member(struct ck_tensor_set *s, struct ck_zipin *zi, uint64_t i,
                       const unsigned char *base, uint64_t blen, uint64_t **offs, const char *name,
                       struct ck_tensor *t)
@@ -441,9 +335,9 @@ static int npz_member(struct ck_tensor_set *s, struct ck_zipin *zi, uint64_t i,
     if (st.size != st.comp_size)
         return ck_error(CK_EFORMAT, "'%s': stored member '%s' claims %llu bytes in %llu", s->path,
                         member, (unsigned long long)st.size, (unsigned long long)st.comp_size);
-    if (!*offs && (err = local_offsets(s, base, blen, zi->nentries, offs)) < 0)
+    if (!*offs && (err = ck_zipin_local_offsets(s, base, blen, zi->nentries, offs)) < 0)
         return err;
-    if ((err = stored_member(s, base, blen, (*offs)[i], member, st.size, &data)) < 0 ||
+    if ((err = ck_zipin_stored(s, base, blen, (*offs)[i], member, st.size, &data)) < 0 ||
         (err = parse_npy(s->path, name, data, st.size, t)) < 0)
         return err;
     t->raw = data;
@@ -509,12 +403,12 @@ static int npz_verify(const struct ck_tensor_set *s)
 {
     for (size_t i = 0; i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
-        uLong crc = crc32(0, Z_NULL, 0);
+        uint32_t crc = 0;
         if (!t->has_crc32)
             continue;
         for (uint64_t at = 0; at < t->rawlen;) {
             uint64_t n = t->rawlen - at < ((uint64_t)8 << 20) ? t->rawlen - at : (uint64_t)8 << 20;
-            crc = crc32(crc, t->raw + at, (uInt)n);
+            crc = ck_crc32_extend(crc, t->raw + at, (size_t)n);
             ck_tensor_set_drop_pages(s, t->raw + at, n);
             at += n;
         }

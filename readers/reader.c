@@ -1,4 +1,5 @@
 #include "readers/reader.h"
+#include "readers/onnx.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "model/layers.h"
@@ -19,6 +20,8 @@ const struct ck_reader_ops *const ck_readers[] = {
     &ck_reader_tfbundle,
     &ck_reader_nnp,
     &ck_reader_samediff,
+    &ck_reader_pt,
+    &ck_reader_onnx,
     NULL,
 };
 /* clang-format on */
@@ -128,9 +131,12 @@ static int model_of(struct ck_tensor_set *s, const char *graph_path, struct ck_y
 {
     const struct ck_reader_ops *ops = ck_reader_of(s);
     if (graph_path) {
-        /* A graph file: today a YAML layer list. Other graph formats (an
-         * ONNX file giving the network of weight-only checkpoints) are
-         * recognised here, by content, before the layer list. */
+        /* A graph file: an ONNX model (its initializers matched to the
+         * checkpoint's tensors by name) or a YAML layer list. */
+        const struct ck_reader_ops *g;
+        if (ck_reader_detect(graph_path, &g) == 0 && g == &ck_reader_onnx)
+            return ck_onnx_graph_for(s, graph_path, out);
+        ck_error_clear();
         return ck_layers_load(s, graph_path, out);
     }
     if (graph)

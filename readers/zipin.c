@@ -1,5 +1,6 @@
 /* Zip members in, safely; see zipin.h. */
 #include "readers/zipin.h"
+#include "readers/crc32.h"
 
 #include "common/error.h"
 #include "lazy/lazy.h"
@@ -141,5 +142,187 @@ int ck_zipin_read(const struct ck_zipin *zi, struct ck_tensor_set *s, uint64_t i
     *len = st.size;
 out:
     zip_fclose(f);
+    return err;
+}
+
+static uint64_t le(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* The end of central directory record (and its zip64 form): the number of
+ * entries and where the directory is. */
+static int find_directory(const char *path, const unsigned char *b, uint64_t len, uint64_t *count,
+                          uint64_t *cdoff, uint64_t *cdsize)
+{
+    uint64_t e = len, stop = len > 22 + 65535 ? len - 22 - 65535 : 0;
+    for (uint64_t i = len >= 22 ? len - 22 + 1 : 0; i-- > stop;)
+        if (le(b + i, 4) == 0x06054b50) {
+            e = i;
+            break;
+        }
+    if (e == len)
+        return ck_error(CK_EFORMAT, "'%s': no zip end of central directory", path);
+    *count = le(b + e + 10, 2);
+    *cdsize = le(b + e + 12, 4);
+    *cdoff = le(b + e + 16, 4);
+    if (*count == 0xffff || *cdsize == 0xffffffff || *cdoff == 0xffffffff) {
+        if (e < 20 || le(b + e - 20, 4) != 0x07064b50)
+            return ck_error(CK_EFORMAT, "'%s': no zip64 locator", path);
+        uint64_t z = le(b + e - 20 + 8, 8);
+        if (z > len || len - z < 56 || le(b + z, 4) != 0x06064b50)
+            return ck_error(CK_EFORMAT, "'%s': bad zip64 end of central directory", path);
+        *count = le(b + z + 32, 8);
+        *cdsize = le(b + z + 40, 8);
+        *cdoff = le(b + z + 48, 8);
+    }
+    if (*cdoff > len || *cdsize > len - *cdoff)
+        return ck_error(CK_EFORMAT, "'%s': central directory past the end", path);
+    return 0;
+}
+
+int ck_zipin_local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint64_t len,
+                           uint64_t n, uint64_t **offs)
+{
+    uint64_t count = 0, cdoff = 0, cdsize = 0;
+    int err;
+    const char *path = s->path;
+    if ((err = find_directory(path, b, len, &count, &cdoff, &cdsize)) < 0)
+        return err;
+    if (count != n || n > cdsize / 46)
+        return ck_error(CK_EFORMAT, "'%s': the central directory lists %llu members, not %llu",
+                        path, (unsigned long long)count, (unsigned long long)n);
+    if ((err = ck_tensor_set_alloc(s, n * sizeof **offs, (void **)offs)) < 0)
+        return err;
+    const unsigned char *p = b + cdoff, *end = p + cdsize;
+    for (uint64_t i = 0; i < n; i++) {
+        if (end - p < 46 || le(p, 4) != 0x02014b50)
+            return ck_error(CK_EFORMAT, "'%s': bad central directory entry %llu", path,
+                            (unsigned long long)i);
+        uint64_t nl = le(p + 28, 2), el = le(p + 30, 2), cl = le(p + 32, 2);
+        uint64_t csize = le(p + 20, 4), usize = le(p + 24, 4), off = le(p + 42, 4);
+        if (46 + nl + el + cl > (uint64_t)(end - p))
+            return ck_error(CK_EFORMAT, "'%s': central directory entry %llu past its end", path,
+                            (unsigned long long)i);
+        const unsigned char *x = p + 46 + nl, *xe = x + el;
+        while (off == 0xffffffff && xe - x >= 4) {
+            uint64_t id = le(x, 2), sz = le(x + 2, 2);
+            if (sz > (uint64_t)(xe - x) - 4)
+                break;
+            if (id == 1) { /* zip64: usize, csize, offset, each only when its field is full */
+                uint64_t at = (usize == 0xffffffff ? 8 : 0) + (csize == 0xffffffff ? 8 : 0);
+                if (at + 8 <= sz)
+                    off = le(x + 4 + at, 8);
+                break;
+            }
+            x += 4 + sz;
+        }
+        (*offs)[i] = off;
+        p += 46 + nl + el + cl;
+    }
+    return 0;
+}
+
+int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t loff,
+                    const char *member, uint64_t size, const unsigned char **data)
+{
+    size_t ml = strlen(member);
+    if (loff > len || len - loff < 30 || le(b + loff, 4) != 0x04034b50)
+        return ck_error(CK_EFORMAT, "'%s': member '%s': no local header at %llu", s->path, member,
+                        (unsigned long long)loff);
+    uint64_t nl = le(b + loff + 26, 2), el = le(b + loff + 28, 2);
+    uint64_t at = loff + 30 + nl + el;
+    if (nl != ml || at > len || memcmp(b + loff + 30, member, ml))
+        return ck_error(CK_EFORMAT,
+                        "'%s': member '%s': local header disagrees with the "
+                        "central directory",
+                        s->path, member);
+    if (size > len - at)
+        return ck_error(CK_EFORMAT, "'%s': member '%s': %llu bytes past the end", s->path, member,
+                        (unsigned long long)size);
+    *data = b + at;
+    return 0;
+}
+
+/* One deflated (or otherwise compressed) member read to its end in small
+ * pieces: libzip compares the CRC-32 when the last byte has been read. */
+static int check_compressed(const struct ck_zipin *zi, uint64_t i, const char *name)
+{
+    unsigned char buf[1 << 16];
+    zip_file_t *f = zip_fopen_index(zi->z, i, 0);
+    int err = 0;
+    if (!f)
+        return ck_error(CK_EFORMAT, "'%s': cannot open member '%s': %s", zi->path, name,
+                        zip_strerror(zi->z));
+    for (;;) {
+        zip_int64_t r = zip_fread(f, buf, sizeof buf);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            err =
+                ck_error(CK_EFORMAT, "'%s': member '%s': %s", zi->path, name, zip_file_strerror(f));
+            break;
+        }
+    }
+    zip_fclose(f);
+    return err;
+}
+
+/* A stored member's CRC-32 over its bytes in the mapping, 8 MiB at a time,
+ * each piece's pages dropped once summed so the pass stays small in memory. */
+static int check_stored(const struct ck_tensor_set *s, const char *name, const unsigned char *data,
+                        uint64_t size, uint32_t want)
+{
+    uint32_t crc = 0;
+    for (uint64_t at = 0; at < size;) {
+        uint64_t n = size - at < ((uint64_t)8 << 20) ? size - at : (uint64_t)8 << 20;
+        crc = ck_crc32_extend(crc, data + at, (size_t)n);
+        ck_tensor_set_drop_pages(s, data + at, n);
+        at += n;
+    }
+    if ((uint32_t)crc != want)
+        return ck_error(CK_EFORMAT, "'%s': member '%s': zip CRC-32 %08x, stored %08x", s->path,
+                        name, (unsigned)crc, (unsigned)want);
+    return 0;
+}
+
+int ck_zipin_check_crcs(const char *path)
+{
+    struct ck_tensor_set *s = ck_tensor_set_new("zip", path);
+    struct ck_zipin zi = {0};
+    const unsigned char *base, *data;
+    uint64_t blen, *offs = NULL;
+    int err;
+    if (!s)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = ck_zipin_open(&zi, path)) < 0 ||
+        (err = ck_tensor_set_map_file(s, path, &base, &blen)) < 0)
+        goto out;
+    for (uint64_t i = 0; i < zi.nentries; i++) {
+        const char *name = ck_zipin_name(&zi, i);
+        zip_stat_t st;
+        zip_stat_init(&st);
+        if (zip_stat_index(zi.z, i, 0, &st) < 0 || !(st.valid & ZIP_STAT_COMP_METHOD) ||
+            !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_CRC)) {
+            err = ck_error(CK_EFORMAT, "'%s': member '%s': no sizes", path, name);
+            goto out;
+        }
+        if (st.comp_method != ZIP_CM_STORE) {
+            if ((err = check_compressed(&zi, i, name)) < 0)
+                goto out;
+            continue;
+        }
+        if (!offs && (err = ck_zipin_local_offsets(s, base, blen, zi.nentries, &offs)) < 0)
+            goto out;
+        if ((err = ck_zipin_stored(s, base, blen, offs[i], name, st.size, &data)) < 0 ||
+            (err = check_stored(s, name, data, st.size, st.crc)) < 0)
+            goto out;
+    }
+out:
+    ck_zipin_close(&zi);
+    ck_tensor_set_free(s);
     return err;
 }

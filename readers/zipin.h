@@ -33,6 +33,20 @@ int ck_zipin_find(const struct ck_zipin *zi, const char *name, uint64_t *index);
  * than max, CK_EFORMAT when it is corrupt (bad CRC, short data). */
 int ck_zipin_read(const struct ck_zipin *zi, struct ck_tensor_set *s, uint64_t i, uint64_t max,
                   const unsigned char **data, uint64_t *len);
+/* Stored members used in place: the local header offset of each of the
+ * n central directory entries of the mapped archive b (in libzip's order),
+ * read from the directory and checked against len; *offs is set memory. */
+int ck_zipin_local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t n,
+                           uint64_t **offs);
+/* Where the size bytes of the stored member whose local header is at loff
+ * start in b, after checking that header names member and the bytes are in
+ * the file. */
+int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t loff,
+                    const char *member, uint64_t size, const unsigned char **data);
+/* Checks the CRC-32 of every member of the archive at path: stored ones in a
+ * mapping of the file (pages dropped as it goes), others through libzip.
+ * CK_EFORMAT naming the archive and the first bad member. */
+int ck_zipin_check_crcs(const char *path);
 /* Whether a member name is safe to use as a relative path. */
 bool ck_zipin_name_is_safe(const char *name);
 

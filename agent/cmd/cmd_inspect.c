@@ -40,7 +40,7 @@ static const struct ck_opt options[] = {
     {"values", 0, CK_OPT_STR, NULL, NULL, O(values_arg), 0, "N",
      "also print the values of tensors of at most N elements"},
     {"format", 0, CK_OPT_STR, NULL, NULL, O(format), 0, "NAME",
-     "skip detection: safetensors, tf-bundle, npy, npz, nnp,\nsamediff"},
+     "skip detection: safetensors, tf-bundle, npy, npz, nnp,\nsamediff, pt, onnx"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 

@@ -38,7 +38,8 @@ static const char help[] =
     "                        reported with its index and both values\n"
     "      --atol X          absolute tolerance (default 1e-4)\n"
     "      --rtol Y          relative tolerance (default 1e-5)\n"
-    "      --graph FILE      the layer list (YAML) of a weight-only checkpoint\n"
+    "      --graph FILE      the network of a weight-only checkpoint: a layer list\n"
+    "                        (YAML) or an ONNX model of the same parameters\n"
     "      --save-outputs DIR  write each output as DIR/NAME.npy (float32)\n"
     "      --timeout S       CPU seconds the engine may use (default 300)\n"
     "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
@@ -220,7 +221,8 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
     return 0;
 }
 
-/* The model: the file's own network, or its layer list (--graph). */
+/* The model: the file's own network, or the one --graph gives it (a layer
+ * list or an ONNX file), through the readers' one entry point. */
 static int open_model(const struct opts *o, struct ck_model **m)
 {
     return ck_reader_open_model(o->model, NULL, o->graph, m);

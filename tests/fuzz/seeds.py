@@ -78,6 +78,61 @@ def nnp_seeds(out, shared):
             put(out, "nntxt", "lenet", z.read("network.nntxt"))
 
 
+def pt_seeds(out):
+    """The pickles (data.pkl) fuzz_pt wraps in a torch.save zip: written by
+    torch when it is installed (storages of at most 64 bytes, keys 0 to 2),
+    and by hand in torch 1.13's layout."""
+    from torch_gen import tensor_pickle
+    put(out, "pt", "hand", tensor_pickle(numel=16, size=(4, 4), stride=(1, 4)))
+    try:
+        import torch
+    except ImportError:
+        return
+    base = torch.arange(16, dtype=torch.float32).reshape(4, 4)
+    objs = {
+        "views": {"a": base, "t": base.t(), "row": base[1], "i": torch.tensor([1, -2])},
+        "nested": {"model": {"w": base}, "optimizer": {"state": {0: {"step": 3}},
+                   "param_groups": [{"lr": 0.1, "betas": (0.9, 0.99), "params": [0]}]},
+                   "epoch": 3, "name": "x", "none": None},
+        "dtypes": {"h": torch.ones(4, dtype=torch.float16), "b": torch.ones(4, dtype=torch.bool),
+                   "bf": torch.ones(2, dtype=torch.bfloat16)},
+    }
+    for name, obj in objs.items():
+        b = io.BytesIO()
+        torch.save(obj, b)
+        with zipfile.ZipFile(b) as z:
+            pkl = next(n for n in z.namelist() if n.endswith("/data.pkl"))
+            put(out, "pt", name, z.read(pkl))
+
+
+def onnx_seeds(out):
+    """Small ONNX models: torch exports when torch is installed, else helpers."""
+    try:
+        import onnx
+        from onnx import helper, TensorProto
+    except ImportError:
+        return
+    w = helper.make_tensor("w", TensorProto.FLOAT, [2, 2], [1, 2, 3, 4])
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [1, 4])
+    nodes = [helper.make_node("Gemm", ["x", "w"], ["h"], name="fc", transB=1, alpha=0.5),
+             helper.make_node("Shape", ["h"], ["hs"]),
+             helper.make_node("Reshape", ["h", "s"], ["r"]),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                          initializer=[w, shape])
+    put(out, "onnx", "helper", helper.make_model(g).SerializeToString())
+    try:
+        import torch_gen
+        models = torch_gen.onnx_models()
+    except Exception:
+        return
+    for name, (m, x) in models.items():
+        b = io.BytesIO()
+        torch_gen.export_onnx(m, x, b)
+        put(out, "onnx", name, b.getvalue())
+
+
 def main(out):
     shared = os.environ.get("CK_SHARED_DATA", "")
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -112,6 +167,8 @@ def main(out):
         b"  - {op: reshape, shape: [0, -1, 2]}\n  - {op: transpose, perm: [0, 2, 1]}\n"
         b"  - {op: slice, slices: [[0, 9], [0, 1, 1]]}\n"
         b"  - {op: split, axis: 2, outputs: 2}\n  - {op: concat, from: [-1, -1], axis: 1}\n")
+    pt_seeds(out)
+    onnx_seeds(out)
     if shared and os.path.isdir(shared):
         for root, _, files in os.walk(shared):
             for f in files:

@@ -3,6 +3,9 @@
  * IEEE 754 half/bfloat16 encodings, OCP float8 tables, the protobuf
  * encoding guide), not from this code. */
 #include "test_main.h"
+#include "readers/crc32.h"
+
+#include <zlib.h>
 
 #include "common/error.h"
 #include "common/crc32c.h"
@@ -526,7 +529,30 @@ static void truncated_mapping_names_the_file(void **state)
     assert_non_null(strstr(out, "was truncated while it was being read"));
 }
 
+/* The PCLMULQDQ CRC-32 against zlib's on every length and alignment near the
+ * block sizes, and on a stream extended in uneven pieces. */
+static void crc32_matches_zlib(void **state)
+{
+    (void)state;
+    size_t n = 1 << 16;
+    unsigned char *b = malloc(n);
+    assert_non_null(b);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(i * 2654435761u >> 13);
+    for (size_t len = 0; len <= 1100; len++)
+        for (size_t off = 0; off < 4; off++)
+            assert_int_equal(ck_crc32_extend(0, b + off, len),
+                             (uint32_t)crc32(0, b + off, (uInt)len));
+    uint32_t c = 0;
+    for (size_t at = 0, step = 1; at < n; at += step, step = step * 3 + 1)
+        c = ck_crc32_extend(c, b + at, at + step > n ? n - at : step);
+    assert_int_equal(c, (uint32_t)crc32(0, b, (uInt)n));
+    assert_int_equal(ck_crc32_extend(0, "123456789", 9), 0xcbf43926u);
+    free(b);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(crc32_matches_zlib),
     cmocka_unit_test(truncated_mapping_names_the_file),
     cmocka_unit_test(crc32c_known_values), cmocka_unit_test(dtype_table),
     cmocka_unit_test(numel_overflow),      cmocka_unit_test(get_f64_every_dtype),

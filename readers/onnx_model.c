@@ -1,0 +1,1469 @@
+/* An ONNX graph (as onnx.c read it into a ck_graph with text attributes)
+ * into the canonical model. One table maps ONNX op names; each row's
+ * function reads the node's attributes (ONNX defaults, opset 13) into
+ * ck_op_params. The shape arithmetic exporters emit around Reshape and
+ * Slice (Shape -> Gather -> Add/Div/Mul -> Unsqueeze -> Concat) is folded
+ * into constants here, from shapes propagated through the graph: graph
+ * inputs declare theirs, weights have theirs, and every mapped op's output
+ * shape follows from its inputs. A Shape of a value whose shape is not
+ * static is an error naming the node. Folded constants that a mapped node
+ * takes as data become float32 weights. */
+#include "readers/onnx.h"
+#include "readers/reader.h"
+
+#include "common/error.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RANK_MAX 8    /* shapes tracked up to this rank (others unknown) */
+#define FOLD_MAX 4096 /* constants folded and read up to this many elements */
+
+struct val {
+    const char *name; /* borrowed from the graph or the set */
+    int rank;         /* -1: unknown */
+    int64_t dims[RANK_MAX];
+    bool is_const, is_int, is_weight, folded_weight;
+    double *c; /* owned: the constant's values (is_const) */
+    size_t cn;
+};
+
+struct cx {
+    struct ck_model *m;
+    const struct ck_graph *g;
+    const char *path;
+    struct val *v; /* open addressing by name */
+    size_t cap, n;
+    int64_t opset;
+    unsigned tmp; /* counter for values this mapping adds */
+};
+
+/* ---- the value table ---- */
+
+static uint64_t hash(const char *s)
+{
+    uint64_t h = 1469598103934665603u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+static struct val *find(struct cx *c, const char *name)
+{
+    if (!c->cap)
+        return NULL;
+    for (size_t h = (size_t)hash(name) & (c->cap - 1); c->v[h].name; h = (h + 1) & (c->cap - 1))
+        if (!strcmp(c->v[h].name, name))
+            return &c->v[h];
+    return NULL;
+}
+
+static int grow(struct cx *c)
+{
+    size_t cap = c->cap ? c->cap * 2 : 256;
+    struct val *v = calloc(cap, sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < c->cap; i++) {
+        if (!c->v[i].name)
+            continue;
+        size_t h = (size_t)hash(c->v[i].name) & (cap - 1);
+        while (v[h].name)
+            h = (h + 1) & (cap - 1);
+        v[h] = c->v[i];
+    }
+    free(c->v);
+    c->v = v;
+    c->cap = cap;
+    return 0;
+}
+
+/* The value named name, created (shape unknown) when new. */
+static int get(struct cx *c, const char *name, struct val **out)
+{
+    int err = 0;
+    if ((*out = find(c, name)))
+        return 0;
+    if (2 * (c->n + 1) > c->cap && (err = grow(c)) < 0)
+        return err;
+    size_t h = (size_t)hash(name) & (c->cap - 1);
+    while (c->v[h].name)
+        h = (h + 1) & (c->cap - 1);
+    c->v[h].name = name;
+    c->v[h].rank = -1;
+    c->n++;
+    *out = &c->v[h];
+    return 0;
+}
+
+static void set_shape(struct val *v, int rank, const int64_t *dims)
+{
+    v->rank = rank > RANK_MAX ? -1 : rank;
+    for (int i = 0; i < rank && i < RANK_MAX; i++)
+        v->dims[i] = dims[i];
+}
+
+static bool is_int_dtype(enum ck_dtype t)
+{
+    return t == CK_DT_I8 || t == CK_DT_I16 || t == CK_DT_I32 || t == CK_DT_I64 || t == CK_DT_U8 ||
+           t == CK_DT_U16 || t == CK_DT_U32 || t == CK_DT_U64 || t == CK_DT_BOOL;
+}
+
+static int add_weights(struct cx *c)
+{
+    const struct ck_tensor_set *s = c->m->weights;
+    struct val *v = NULL;
+    int err = 0;
+    for (size_t i = 0; i < s->ntensors; i++) {
+        const struct ck_tensor *t = &s->tensors[i];
+        uint64_t n = 0;
+        if ((err = get(c, t->name, &v)) < 0)
+            return err;
+        v->is_weight = true;
+        set_shape(v, t->rank, t->dims);
+        v->is_int = is_int_dtype(t->dtype);
+        if (t->dtype == CK_DT_STRING || !t->data || ck_tensor_numel(t, &n) < 0 || n > FOLD_MAX)
+            continue;
+        if (!(v->c = malloc((n ? n : 1) * sizeof *v->c)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        for (uint64_t k = 0; k < n; k++)
+            v->c[k] = ck_tensor_get_f64(t, k);
+        v->cn = (size_t)n;
+        v->is_const = true;
+    }
+    return 0;
+}
+
+/* ---- attributes (text, as onnx.c wrote them) ---- */
+
+static const char *attr(const struct ck_graph_node *n, const char *key)
+{
+    for (size_t i = 0; i < n->nattrs; i++)
+        if (!strcmp(n->attrs[i].key, key))
+            return n->attrs[i].value;
+    return NULL;
+}
+
+static int bad_attr(struct cx *c, const struct ck_graph_node *n, const char *key)
+{
+    return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): attribute '%s' has an unexpected value",
+                    c->path, n->name, n->op, key);
+}
+
+static int attr_int(struct cx *c, const struct ck_graph_node *n, const char *key, int64_t def,
+                    int64_t *out)
+{
+    const char *a = attr(n, key);
+    char *end = NULL;
+    *out = def;
+    if (!a)
+        return 0;
+    *out = strtoll(a, &end, 10);
+    return *a && !*end ? 0 : bad_attr(c, n, key);
+}
+
+static int attr_float(struct cx *c, const struct ck_graph_node *n, const char *key, float def,
+                      float *out)
+{
+    const char *a = attr(n, key);
+    char *end = NULL;
+    *out = def;
+    if (!a)
+        return 0;
+    *out = strtof(a, &end);
+    return *a && !*end ? 0 : bad_attr(c, n, key);
+}
+
+/* "[1, 2, 3]" -> v[0..*count); *count = SIZE_MAX when the attribute is absent. */
+static int attr_ints(struct cx *c, const struct ck_graph_node *n, const char *key, int64_t *v,
+                     size_t max, size_t *count)
+{
+    const char *a = attr(n, key);
+    char *end = NULL;
+    *count = SIZE_MAX;
+    if (!a)
+        return 0;
+    if (*a++ != '[')
+        return bad_attr(c, n, key);
+    *count = 0;
+    while (*a == ' ')
+        a++;
+    while (*a && *a != ']') {
+        if (*count == max)
+            return bad_attr(c, n, key);
+        v[(*count)++] = strtoll(a, &end, 10);
+        if (end == a)
+            return bad_attr(c, n, key);
+        a = end;
+        while (*a == ',' || *a == ' ')
+            a++;
+    }
+    return *a == ']' ? 0 : bad_attr(c, n, key);
+}
+
+/* ---- inputs ---- */
+
+static bool has_input(const struct ck_graph_node *n, size_t i)
+{
+    return i < n->ninputs && n->inputs[i][0];
+}
+
+static int input(struct cx *c, const struct ck_graph_node *n, size_t i, struct val **out)
+{
+    if (!has_input(n, i))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input %zu is missing", c->path, n->name,
+                        n->op, i);
+    if (!(*out = find(c, n->inputs[i])))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' is defined nowhere before",
+                        c->path, n->name, n->op, n->inputs[i]);
+    return 0;
+}
+
+/* Input i as a list of integers (a constant: Reshape's shape, Slice's starts...). */
+static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int64_t *v, size_t max,
+                      size_t *count)
+{
+    struct val *x = NULL;
+    int err = 0;
+    if ((err = input(c, n, i, &x)) < 0)
+        return err;
+    if (!x->is_const || x->cn > max)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (%s): input '%s' is not a constant that can be folded",
+                        c->path, n->name, n->op, x->name);
+    for (size_t k = 0; k < x->cn; k++)
+        v[k] = (int64_t)x->c[k];
+    *count = x->cn;
+    return 0;
+}
+
+static int const_scalar(struct cx *c, const struct ck_graph_node *n, size_t i, float *out)
+{
+    struct val *x = NULL;
+    int err = 0;
+    if ((err = input(c, n, i, &x)) < 0)
+        return err;
+    if (!x->is_const || x->cn != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' is not a constant scalar",
+                        c->path, n->name, n->op, x->name);
+    *out = (float)x->c[0];
+    return 0;
+}
+
+/* A folded constant a mapped node takes as data: a float32 weight. */
+static int materialise(struct cx *c, struct val *v)
+{
+    struct ck_tensor t;
+    float *data = NULL;
+    int err = 0;
+    if (v->is_weight || v->folded_weight)
+        return 0;
+    if ((err = ck_tensor_set_alloc(c->m->weights, (v->cn ? v->cn : 1) * 4, (void **)&data)) < 0)
+        return err;
+    for (size_t k = 0; k < v->cn; k++)
+        data[k] = (float)v->c[k];
+    memset(&t, 0, sizeof t);
+    t.name = (char *)v->name;
+    t.dtype = CK_DT_F32;
+    t.rank = v->rank < 0 ? 1 : v->rank;
+    for (int d = 0; d < t.rank; d++)
+        t.dims[d] = v->rank < 0 ? (int64_t)v->cn : v->dims[d];
+    t.nbytes = v->cn * 4;
+    t.data = (const unsigned char *)data;
+    t.role = "constant";
+    v->folded_weight = true;
+    return ck_tensor_set_add(c->m->weights, &t, NULL);
+}
+
+static int64_t norm_axis(int64_t a, int rank)
+{
+    return a < 0 && rank >= 0 ? a + rank : a;
+}
+
+/* ---- shapes ---- */
+
+static int broadcast(const struct val *a, const struct val *b, struct val *o)
+{
+    if (a->rank < 0 || b->rank < 0)
+        return 0;
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    int64_t d[RANK_MAX];
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - b->rank);
+        int64_t x = ia >= 0 ? a->dims[ia] : 1, y = ib >= 0 ? b->dims[ib] : 1;
+        if (x != y && x != 1 && y != 1)
+            return -1;
+        d[i] = x == 1 ? y : x;
+    }
+    set_shape(o, r, d);
+    return 0;
+}
+
+static int conv_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, bool ceil)
+{
+    int64_t span = in + pb + pe - d * (k - 1) - 1;
+    if (span < 0 || s <= 0)
+        return -1;
+    return (int)((ceil ? (span + s - 1) / s : span / s) + 1);
+}
+
+/* Output shapes of mapped ops from their inputs' shapes; unknown stays -1. */
+static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
+{
+    struct val *x = NULL, *w = NULL;
+    int64_t d[RANK_MAX], k[RANK_MAX];
+    size_t nk = 0;
+    int err = 0;
+    const char *op = n->op;
+    if (n->ninputs && has_input(n, 0) && (err = input(c, n, 0, &x)) < 0)
+        return err;
+    if (!x || x->rank < 0)
+        return 0;
+    memcpy(d, x->dims, sizeof d);
+    int r = x->rank;
+    if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
+        !strcmp(op, "Pow") || !strcmp(op, "Equal")) {
+        if ((err = input(c, n, 1, &w)) < 0)
+            return err;
+        if (broadcast(x, w, out[0]) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
+                            n->name, op);
+        return 0;
+    }
+    if (!strcmp(op, "MatMul")) {
+        if ((err = input(c, n, 1, &w)) < 0 || w->rank < 2 || r < 2)
+            return err;
+        struct val a = *x, b = *w;
+        a.rank -= 2;
+        b.rank -= 2;
+        if (broadcast(&a, &b, out[0]) < 0 || out[0]->rank < 0 || out[0]->rank + 2 > RANK_MAX)
+            return 0;
+        out[0]->dims[out[0]->rank] = x->dims[r - 2];
+        out[0]->dims[out[0]->rank + 1] = w->dims[w->rank - 1];
+        out[0]->rank += 2;
+        return 0;
+    }
+    if (!strcmp(op, "Gemm")) {
+        int64_t ta = 0, tb = 0;
+        if ((err = input(c, n, 1, &w)) < 0 || (err = attr_int(c, n, "transA", 0, &ta)) < 0 ||
+            (err = attr_int(c, n, "transB", 0, &tb)) < 0 || w->rank != 2 || r != 2)
+            return err;
+        d[0] = x->dims[ta ? 1 : 0];
+        d[1] = w->dims[tb ? 0 : 1];
+        set_shape(out[0], 2, d);
+        return 0;
+    }
+    if (!strcmp(op, "Conv") || !strcmp(op, "MaxPool") || !strcmp(op, "AveragePool")) {
+        int64_t ks[2], st[2] = {1, 1}, dl[2] = {1, 1}, pd[4] = {0, 0, 0, 0}, ceil = 0;
+        size_t a = 0;
+        if (r != 4)
+            return 0;
+        if (op[0] == 'C') {
+            if ((err = input(c, n, 1, &w)) < 0 || w->rank != 4)
+                return err;
+            ks[0] = w->dims[2], ks[1] = w->dims[3];
+            d[1] = w->dims[0];
+        } else if ((err = attr_ints(c, n, "kernel_shape", ks, 2, &a)) < 0 || a != 2) {
+            return err;
+        }
+        if ((err = attr_ints(c, n, "strides", st, 2, &a)) < 0 ||
+            (err = attr_ints(c, n, "dilations", dl, 2, &a)) < 0 ||
+            (err = attr_ints(c, n, "pads", pd, 4, &a)) < 0 ||
+            (err = attr_int(c, n, "ceil_mode", 0, &ceil)) < 0)
+            return err;
+        d[2] = conv_dim(x->dims[2], ks[0], st[0], dl[0], pd[0], pd[2], ceil);
+        d[3] = conv_dim(x->dims[3], ks[1], st[1], dl[1], pd[1], pd[3], ceil);
+        if (d[2] > 0 && d[3] > 0)
+            set_shape(out[0], 4, d);
+        return 0;
+    }
+    if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
+        for (int i = 2; i < r; i++)
+            d[i] = 1;
+        set_shape(out[0], r, d);
+        return 0;
+    }
+    if (!strcmp(op, "Flatten")) {
+        int64_t axis, a = 1, b = 1;
+        if ((err = attr_int(c, n, "axis", 1, &axis)) < 0)
+            return err;
+        axis = norm_axis(axis, r);
+        for (int i = 0; i < r; i++)
+            *(i < axis ? &a : &b) *= x->dims[i];
+        d[0] = a, d[1] = b;
+        set_shape(out[0], 2, d);
+        return 0;
+    }
+    if (!strcmp(op, "Transpose")) {
+        if ((err = attr_ints(c, n, "perm", k, RANK_MAX, &nk)) < 0)
+            return err;
+        for (int i = 0; i < r; i++)
+            d[i] = x->dims[nk == SIZE_MAX ? r - 1 - i : (k[i] >= 0 && k[i] < r ? k[i] : 0)];
+        set_shape(out[0], r, d);
+        return 0;
+    }
+    if (!strcmp(op, "Reshape")) {
+        int64_t total = 1, known = 1;
+        int infer_at = -1;
+        if ((err = const_ints(c, n, 1, k, RANK_MAX, &nk)) < 0)
+            return err;
+        for (int i = 0; i < r; i++)
+            total *= x->dims[i];
+        for (size_t i = 0; i < nk; i++) {
+            d[i] = k[i] == 0 && (int)i < r ? x->dims[i] : k[i];
+            if (d[i] == -1)
+                infer_at = (int)i;
+            else
+                known *= d[i];
+        }
+        if (infer_at >= 0 && known)
+            d[infer_at] = total / known;
+        set_shape(out[0], (int)nk, d);
+        return 0;
+    }
+    if (!strcmp(op, "Concat")) {
+        int64_t axis = 0;
+        if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
+            return err;
+        axis = norm_axis(axis, r);
+        if (axis < 0 || axis >= r)
+            return 0;
+        d[axis] = 0;
+        for (size_t i = 0; i < n->ninputs; i++) {
+            if ((err = input(c, n, i, &w)) < 0)
+                return err;
+            if (w->rank != r)
+                return 0;
+            d[axis] += w->dims[axis];
+        }
+        set_shape(out[0], r, d);
+        return 0;
+    }
+    if (!strcmp(op, "Unsqueeze") || !strcmp(op, "Squeeze")) {
+        bool un = op[0] == 'U';
+        if (has_input(n, 1)) {
+            if ((err = const_ints(c, n, 1, k, RANK_MAX, &nk)) < 0)
+                return err;
+        } else if ((err = attr_ints(c, n, "axes", k, RANK_MAX, &nk)) < 0) {
+            return err;
+        }
+        if (nk == SIZE_MAX)
+            nk = 0;
+        int orank = un ? r + (int)nk : r;
+        bool mark[RANK_MAX + 8] = {false};
+        for (size_t i = 0; i < nk; i++) {
+            int64_t a = norm_axis(k[i], orank);
+            if (a < 0 || a >= RANK_MAX)
+                return 0;
+            mark[a] = true;
+        }
+        int o = 0;
+        if (un) {
+            if (orank > RANK_MAX)
+                return 0;
+            for (int i = 0, j = 0; i < orank; i++)
+                d[o++] = mark[i] ? 1 : x->dims[j++];
+        } else {
+            for (int i = 0; i < r; i++)
+                if (!(nk ? mark[i] : x->dims[i] == 1))
+                    d[o++] = x->dims[i];
+        }
+        set_shape(out[0], o, d);
+        return 0;
+    }
+    if (!strcmp(op, "Gather")) {
+        int64_t axis = 0;
+        if ((err = input(c, n, 1, &w)) < 0 || (err = attr_int(c, n, "axis", 0, &axis)) < 0)
+            return err;
+        axis = norm_axis(axis, r);
+        if (w->rank < 0 || axis < 0 || axis >= r || r - 1 + w->rank > RANK_MAX)
+            return 0;
+        int o = 0;
+        for (int i = 0; i < r; i++)
+            if (i == axis)
+                for (int j = 0; j < w->rank; j++)
+                    k[o++] = w->dims[j];
+            else
+                k[o++] = x->dims[i];
+        set_shape(out[0], o, k);
+        return 0;
+    }
+    if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceSum")) {
+        int64_t keep = 0;
+        if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
+            return err;
+        if (has_input(n, 1)) {
+            if ((err = const_ints(c, n, 1, k, RANK_MAX, &nk)) < 0)
+                return err;
+        } else if ((err = attr_ints(c, n, "axes", k, RANK_MAX, &nk)) < 0) {
+            return err;
+        }
+        bool mark[RANK_MAX] = {false};
+        for (size_t i = 0; nk != SIZE_MAX && i < nk; i++) {
+            int64_t a = norm_axis(k[i], r);
+            if (a < 0 || a >= r)
+                return 0;
+            mark[a] = true;
+        }
+        int o = 0;
+        for (int i = 0; i < r; i++)
+            if (nk == SIZE_MAX || nk == 0 || mark[i]) {
+                if (keep)
+                    d[o++] = 1;
+            } else {
+                d[o++] = x->dims[i];
+            }
+        set_shape(out[0], o, d);
+        return 0;
+    }
+    if (!strcmp(op, "Slice")) {
+        int64_t st[RANK_MAX], en[RANK_MAX], ax[RANK_MAX], sp[RANK_MAX];
+        size_t ns, ne, na = SIZE_MAX, np = SIZE_MAX;
+        if ((err = const_ints(c, n, 1, st, RANK_MAX, &ns)) < 0 ||
+            (err = const_ints(c, n, 2, en, RANK_MAX, &ne)) < 0 ||
+            (has_input(n, 3) && (err = const_ints(c, n, 3, ax, RANK_MAX, &na)) < 0) ||
+            (has_input(n, 4) && (err = const_ints(c, n, 4, sp, RANK_MAX, &np)) < 0))
+            return err;
+        for (size_t i = 0; i < ns && i < ne; i++) {
+            int64_t a = na == SIZE_MAX ? (int64_t)i : norm_axis(ax[i], r),
+                    step = np == SIZE_MAX ? 1 : sp[i];
+            if (a < 0 || a >= r || step != 1)
+                return 0;
+            int64_t dim = x->dims[a], b = st[i] < 0 ? st[i] + dim : st[i],
+                    e = en[i] < 0 ? en[i] + dim : en[i];
+            b = b < 0 ? 0 : b > dim ? dim : b;
+            e = e < 0 ? 0 : e > dim ? dim : e;
+            d[a] = e > b ? e - b : 0;
+        }
+        set_shape(out[0], r, d);
+        return 0;
+    }
+    if (!strcmp(op, "Split")) {
+        int64_t axis = 0;
+        if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
+            return err;
+        axis = norm_axis(axis, r);
+        if (axis < 0 || axis >= r)
+            return 0;
+        if (has_input(n, 1)) {
+            if ((err = const_ints(c, n, 1, k, RANK_MAX, &nk)) < 0)
+                return err;
+        } else if ((err = attr_ints(c, n, "split", k, RANK_MAX, &nk)) < 0) {
+            return err;
+        }
+        for (size_t i = 0; i < n->noutputs && i < RANK_MAX; i++) {
+            d[axis] = nk == SIZE_MAX ? x->dims[axis] / (int64_t)n->noutputs : i < nk ? k[i] : 0;
+            set_shape(out[i], r, d);
+        }
+        return 0;
+    }
+    /* element-wise and normalisations: the shape of the first input */
+    static const char *const same[] = {"Relu",
+                                       "LeakyRelu",
+                                       "Sigmoid",
+                                       "Tanh",
+                                       "Erf",
+                                       "Sqrt",
+                                       "Exp",
+                                       "Log",
+                                       "Neg",
+                                       "Identity",
+                                       "Dropout",
+                                       "Softmax",
+                                       "LogSoftmax",
+                                       "Clip",
+                                       "BatchNormalization",
+                                       "LayerNormalization",
+                                       "Cast",
+                                       "Pad"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
+        if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
+            set_shape(out[0], r, d);
+    return 0;
+}
+
+/* ---- constant folding ---- */
+
+static int set_const(struct val *o, size_t n, bool is_int)
+{
+    free(o->c);
+    o->c = malloc((n ? n : 1) * sizeof *o->c);
+    if (!o->c)
+        return ck_error(CK_ENOMEM, "out of memory");
+    o->cn = n;
+    o->is_const = true;
+    o->is_int = is_int;
+    return 0;
+}
+
+static double binop(const char *op, double a, double b, bool is_int)
+{
+    switch (op[0]) {
+    case 'A':
+        return a + b;
+    case 'S':
+        return a - b;
+    case 'M':
+        return a * b;
+    case 'D':
+        return is_int ? (b != 0 ? trunc(a / b) : 0) : a / b;
+    case 'P':
+        return pow(a, b);
+    default: /* Equal */
+        return a == b;
+    }
+}
+
+static int64_t numel(const struct val *v)
+{
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++)
+        n *= v->dims[i];
+    return n;
+}
+
+/* 1 when n's outputs were computed here (no node emitted), 0 when n must be
+ * mapped, an error for a Shape that cannot be folded. */
+static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
+{
+    struct val *in[3] = {NULL, NULL, NULL};
+    const char *op = n->op;
+    int err = 0;
+    if (!strcmp(op, "Constant"))
+        return out[0]->is_weight ? 1
+                                 : ck_error(CK_EFORMAT,
+                                            "'%s': node '%s': Constant without "
+                                            "a tensor value",
+                                            c->path, n->name);
+    if (!strcmp(op, "Shape")) {
+        if ((err = input(c, n, 0, &in[0])) < 0)
+            return err;
+        bool known = in[0]->rank >= 0;
+        for (int i = 0; known && i < in[0]->rank; i++)
+            known = in[0]->dims[i] >= 0;
+        if (!known)
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s' (Shape): the shape of '%s' is not static, so it "
+                            "cannot be folded",
+                            c->path, n->name, in[0]->name);
+        if ((err = set_const(out[0], (size_t)in[0]->rank, true)) < 0)
+            return err;
+        for (int i = 0; i < in[0]->rank; i++)
+            out[0]->c[i] = (double)in[0]->dims[i];
+        int64_t d = in[0]->rank;
+        set_shape(out[0], 1, &d);
+        return 1;
+    }
+    static const char *const foldable[] = {
+        "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
+        "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape"};
+    bool ok = false;
+    for (size_t i = 0; i < sizeof foldable / sizeof foldable[0]; i++)
+        ok = ok || !strcmp(op, foldable[i]);
+    if (!ok || n->noutputs != 1)
+        return 0;
+    for (size_t i = 0; i < n->ninputs; i++) {
+        struct val *x = NULL;
+        if (!has_input(n, i))
+            continue;
+        if ((err = input(c, n, i, &x)) < 0)
+            return err;
+        if (!x->is_const)
+            return 0;
+        if (i < 3)
+            in[i] = x;
+    }
+    struct val *o = out[0], *a = in[0], *b = in[1];
+    if (!a)
+        return 0;
+    if (!strcmp(op, "ConstantOfShape")) {
+        const char *t = attr(n, "value");
+        double v = 0;
+        struct val *tv = t && !strncmp(t, "tensor ", 7) ? find(c, t + 7) : NULL;
+        if (t && (!tv || !tv->is_const || tv->cn != 1))
+            return 0;
+        int64_t total = 1, d[RANK_MAX];
+        if (a->cn > RANK_MAX)
+            return 0;
+        for (size_t i = 0; i < a->cn; i++) {
+            d[i] = (int64_t)a->c[i];
+            total *= d[i];
+            if (d[i] < 0 || total > FOLD_MAX)
+                return 0;
+        }
+        if (tv)
+            v = tv->c[0];
+        if ((err = set_const(o, (size_t)total, tv ? tv->is_int : false)) < 0)
+            return err;
+        for (int64_t i = 0; i < total; i++)
+            o->c[i] = v;
+        set_shape(o, (int)a->cn, d);
+        return 1;
+    }
+    if (o->rank < 0 || numel(o) > FOLD_MAX)
+        return 0;
+    size_t total = (size_t)numel(o);
+    if (!strcmp(op, "Identity") || !strcmp(op, "Reshape") || !strcmp(op, "Unsqueeze") ||
+        !strcmp(op, "Squeeze") || !strcmp(op, "Cast") || !strcmp(op, "Neg")) {
+        int64_t to = 1;
+        if (!strcmp(op, "Cast") && (err = attr_int(c, n, "to", 1, &to)) < 0)
+            return err;
+        bool is_int = !strcmp(op, "Cast") ? is_int_dtype(ck_onnx_dtype((uint64_t)to)) : a->is_int;
+        if (total != a->cn || (err = set_const(o, total, is_int)) < 0)
+            return err < 0 ? err : 0;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = op[0] == 'N' ? -a->c[i] : is_int ? trunc(a->c[i]) : a->c[i];
+        return 1;
+    }
+    if (b && (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") ||
+              !strcmp(op, "Div") || !strcmp(op, "Equal"))) {
+        if (!((a->cn == total || a->cn == 1) && (b->cn == total || b->cn == 1)))
+            return 0;
+        bool is_int = a->is_int && b->is_int;
+        if ((err = set_const(o, total, op[0] == 'E' || is_int)) < 0)
+            return err;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = binop(op, a->c[a->cn == 1 ? 0 : i], b->c[b->cn == 1 ? 0 : i], is_int);
+        return 1;
+    }
+    if (!strcmp(op, "Gather") && b && a->rank <= 1) {
+        int64_t axis = 0;
+        if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
+            return err;
+        if (total != b->cn || (err = set_const(o, total, a->is_int)) < 0)
+            return err < 0 ? err : 0;
+        for (size_t i = 0; i < total; i++) {
+            int64_t k = (int64_t)b->c[i];
+            if (k < 0)
+                k += (int64_t)a->cn;
+            if (k < 0 || k >= (int64_t)a->cn)
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Gather): index out of range", c->path,
+                                n->name);
+            o->c[i] = a->c[k];
+        }
+        return 1;
+    }
+    if (!strcmp(op, "Concat") && o->rank == 1) {
+        if ((err = set_const(o, total, a->is_int)) < 0)
+            return err;
+        size_t at = 0;
+        for (size_t i = 0; i < n->ninputs; i++) {
+            struct val *x = NULL;
+            if ((err = input(c, n, i, &x)) < 0)
+                return err;
+            for (size_t k = 0; k < x->cn && at < total; k++)
+                o->c[at++] = x->c[k];
+        }
+        return at == total ? 1 : 0;
+    }
+    if (!strcmp(op, "Slice") && a->rank == 1 && o->rank == 1 && b && in[2]) {
+        int64_t s = (int64_t)b->c[0], dim = (int64_t)a->cn;
+        if (s < 0)
+            s += dim;
+        if (s < 0)
+            s = 0;
+        if ((err = set_const(o, total, a->is_int)) < 0)
+            return err;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = a->c[(size_t)s + i < a->cn ? (size_t)s + i : 0];
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- the mapping: one row per ONNX op ---- */
+
+struct row;
+typedef int (*map_fn)(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
+
+struct row {
+    const char *onnx;
+    enum ck_op op;
+    int ndata;    /* leading inputs that are data (-1: all); the rest are folded params */
+    map_fn map;   /* NULL: no parameters */
+    int64_t axis; /* the ONNX default axis for map_axis */
+};
+
+static int map_axis(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    return attr_int(c, n, "axis", row->axis, &mn->p.axis);
+}
+
+static int map_alpha(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                     struct ck_model_node *mn)
+{
+    (void)row;
+    return attr_float(c, n, "alpha", 0.01f, &mn->p.alpha);
+}
+
+static int map_softmax(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                       struct ck_model_node *mn)
+{
+    struct val *x = NULL;
+    int err = 0;
+    (void)row;
+    if ((err = attr_int(c, n, "axis", c->opset >= 13 ? -1 : 1, &mn->p.axis)) < 0 ||
+        (err = input(c, n, 0, &x)) < 0)
+        return err;
+    /* before opset 13 the input was flattened to 2-D at axis: the same only
+     * when axis is the last one */
+    if (c->opset < 13 && (x->rank < 0 || norm_axis(mn->p.axis, x->rank) != x->rank - 1))
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (%s): opset %" PRId64 " softmax over "
+                        "flattened axes is not supported",
+                        c->path, n->name, n->op, c->opset);
+    return 0;
+}
+
+static int map_pool(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int64_t v[4], ceil = 0, cip = 0;
+    size_t k = 0;
+    int err = 0;
+    const char *pad = attr(n, "auto_pad");
+    if (pad && strcmp(pad, "NOTSET") && strcmp(pad, "VALID"))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): auto_pad '%s' is not supported", c->path,
+                        n->name, n->op, pad);
+    if (row->op != CK_OP_CONV2D) {
+        if ((err = attr_ints(c, n, "kernel_shape", v, 2, &k)) < 0)
+            return err;
+        if (k != 2)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): only 2-D pooling is supported",
+                            c->path, n->name, n->op);
+        mn->p.kernel[0] = v[0], mn->p.kernel[1] = v[1];
+    }
+    if ((err = attr_ints(c, n, "strides", v, 2, &k)) < 0)
+        return err;
+    if (k == 2)
+        mn->p.stride[0] = v[0], mn->p.stride[1] = v[1];
+    if ((err = attr_ints(c, n, "dilations", v, 2, &k)) < 0)
+        return err;
+    if (k == 2)
+        mn->p.dilation[0] = v[0], mn->p.dilation[1] = v[1];
+    if (row->op != CK_OP_CONV2D && (mn->p.dilation[0] != 1 || mn->p.dilation[1] != 1))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): dilated pooling is not supported",
+                        c->path, n->name, n->op);
+    if ((err = attr_ints(c, n, "pads", v, 4, &k)) < 0)
+        return err;
+    if (k == 4)
+        memcpy(mn->p.pad, v, sizeof mn->p.pad);
+    if ((err = attr_int(c, n, "ceil_mode", 0, &ceil)) < 0 ||
+        (err = attr_int(c, n, "count_include_pad", 0, &cip)) < 0 ||
+        (err = attr_int(c, n, "group", 1, &mn->p.groups)) < 0)
+        return err;
+    mn->p.ceil_mode = ceil;
+    mn->p.count_include_pad = cip;
+    if (row->op == CK_OP_CONV2D) {
+        struct val *w = NULL;
+        if ((err = input(c, n, 1, &w)) < 0)
+            return err;
+        if (w->rank != 4)
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s' (Conv): only 2-D convolutions are "
+                            "supported",
+                            c->path, n->name);
+        mn->p.kernel[0] = w->dims[2], mn->p.kernel[1] = w->dims[3];
+    }
+    return 0;
+}
+
+static int set_ints_from_input(struct cx *c, const struct ck_graph_node *n, size_t i,
+                               const char *attr_name, struct ck_model_node *mn)
+{
+    int64_t v[CK_MODEL_MAX_INTS];
+    size_t k = 0;
+    int err = 0;
+    if (has_input(n, i))
+        err = const_ints(c, n, i, v, CK_MODEL_MAX_INTS, &k);
+    else
+        err = attr_ints(c, n, attr_name, v, CK_MODEL_MAX_INTS, &k);
+    if (err < 0)
+        return err;
+    return k == SIZE_MAX ? 0 : ck_model_node_set_ints(mn, v, k);
+}
+
+static int map_reshape(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                       struct ck_model_node *mn)
+{
+    int64_t az = 0;
+    int err = 0;
+    (void)row;
+    if ((err = attr_int(c, n, "allowzero", 0, &az)) < 0)
+        return err;
+    if (az)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Reshape): allowzero is not supported",
+                        c->path, n->name);
+    return set_ints_from_input(c, n, 1, "shape", mn);
+}
+
+static int map_transpose(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                         struct ck_model_node *mn)
+{
+    int64_t v[CK_MODEL_MAX_INTS];
+    size_t k = 0;
+    struct val *x = NULL;
+    int err = 0;
+    (void)row;
+    if ((err = attr_ints(c, n, "perm", v, CK_MODEL_MAX_INTS, &k)) < 0 ||
+        (err = input(c, n, 0, &x)) < 0)
+        return err;
+    if (k == SIZE_MAX) { /* default: reverse the axes */
+        if (x->rank < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (Transpose): no perm and no static rank",
+                            c->path, n->name);
+        for (int i = 0; i < x->rank; i++)
+            v[i] = x->rank - 1 - i;
+        k = (size_t)x->rank;
+    }
+    return ck_model_node_set_ints(mn, v, k);
+}
+
+static int map_axes(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int err = 0;
+    if ((err = set_ints_from_input(c, n, 1, "axes", mn)) < 0)
+        return err;
+    struct val *x, *o = find(c, n->outputs[0]);
+    if ((err = input(c, n, 0, &x)) < 0)
+        return err;
+    /* negative axes count from the end of the input (squeeze, reduce) or of
+     * the output (unsqueeze); written as positive ones when the rank is known */
+    int rank = row->op == CK_OP_UNSQUEEZE ? (o ? o->rank : -1) : x->rank;
+    for (size_t i = 0; i < mn->p.nints; i++)
+        mn->p.ints[i] = norm_axis(mn->p.ints[i], rank);
+    if (row->op == CK_OP_REDUCE_MEAN || row->op == CK_OP_REDUCE_SUM) {
+        int64_t keep = 0;
+        if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
+            return err;
+        mn->p.keepdims = keep;
+    }
+    return 0;
+}
+
+static int map_split(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                     struct ck_model_node *mn)
+{
+    int err = 0;
+    if ((err = map_axis(c, n, row, mn)) < 0)
+        return err;
+    return set_ints_from_input(c, n, 1, "split", mn);
+}
+
+/* Slice(x, starts, ends[, axes[, steps]]) -> [start, end, step] for every
+ * axis from 0 to the last one sliced (whole axes in between). */
+static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                     struct ck_model_node *mn)
+{
+    int64_t st[RANK_MAX], en[RANK_MAX], ax[RANK_MAX], sp[RANK_MAX], out[3 * RANK_MAX];
+    size_t ns, ne, na = SIZE_MAX, np = SIZE_MAX;
+    struct val *x = NULL;
+    int err, last = -1;
+    (void)row;
+    if ((err = input(c, n, 0, &x)) < 0 || (err = const_ints(c, n, 1, st, RANK_MAX, &ns)) < 0 ||
+        (err = const_ints(c, n, 2, en, RANK_MAX, &ne)) < 0 ||
+        (has_input(n, 3) && (err = const_ints(c, n, 3, ax, RANK_MAX, &na)) < 0) ||
+        (has_input(n, 4) && (err = const_ints(c, n, 4, sp, RANK_MAX, &np)) < 0))
+        return err;
+    if (ns != ne || (na != SIZE_MAX && na != ns) || (np != SIZE_MAX && np != ns))
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (Slice): starts, ends, axes and steps "
+                        "differ in length",
+                        c->path, n->name);
+    for (int i = 0; i < RANK_MAX; i++)
+        out[3 * i] = 0, out[3 * i + 1] = INT64_MAX, out[3 * i + 2] = 1;
+    for (size_t i = 0; i < ns; i++) {
+        int64_t a = na == SIZE_MAX ? (int64_t)i : norm_axis(ax[i], x->rank);
+        if (a < 0 || a >= RANK_MAX)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (Slice): axis %" PRId64 " out of range",
+                            c->path, n->name, a);
+        out[3 * a] = st[i];
+        out[3 * a + 1] = en[i];
+        out[3 * a + 2] = np == SIZE_MAX ? 1 : sp[i];
+        if (x->rank > a && x->dims[a] >= 0 && out[3 * a + 2] > 0) { /* clamp like ONNX */
+            int64_t dim = x->dims[a];
+            for (int k = 0; k < 2; k++) {
+                int64_t *p = &out[3 * a + k];
+                if (*p < 0)
+                    *p += dim;
+                *p = *p < 0 ? 0 : *p > dim ? dim : *p;
+            }
+        }
+        if (a > last)
+            last = (int)a;
+    }
+    return ck_model_node_set_ints(mn, out, (size_t)(3 * (last + 1)));
+}
+
+static int map_norm(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int64_t tm = 0;
+    int err = 0;
+    if ((err = attr_float(c, n, "epsilon", 1e-5f, &mn->p.eps)) < 0 ||
+        (err = attr_int(c, n, "training_mode", 0, &tm)) < 0)
+        return err;
+    if (tm)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): training_mode is not supported", c->path,
+                        n->name, n->op);
+    return row->op == CK_OP_LAYERNORM ? map_axis(c, n, row, mn) : 0;
+}
+
+static int map_clip(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int err = 0;
+    (void)row;
+    if ((err = attr_float(c, n, "min", -INFINITY, &mn->p.min)) < 0 ||
+        (err = attr_float(c, n, "max", INFINITY, &mn->p.max)) < 0)
+        return err;
+    if (has_input(n, 1) && (err = const_scalar(c, n, 1, &mn->p.min)) < 0)
+        return err;
+    if (has_input(n, 2) && (err = const_scalar(c, n, 2, &mn->p.max)) < 0)
+        return err;
+    return 0;
+}
+
+/* ONNX pads [b0, b1, ..., e0, e1, ...] -> [b0, e0, b1, e1, ...] */
+static int map_pad(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    int64_t v[CK_MODEL_MAX_INTS], w[CK_MODEL_MAX_INTS];
+    size_t k = 0;
+    int err = 0;
+    const char *mode = attr(n, "mode");
+    (void)row;
+    if (mode && strcmp(mode, "constant"))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Pad): mode '%s' is not supported", c->path,
+                        n->name, mode);
+    if (has_input(n, 1))
+        err = const_ints(c, n, 1, v, CK_MODEL_MAX_INTS, &k);
+    else
+        err = attr_ints(c, n, "pads", v, CK_MODEL_MAX_INTS, &k);
+    if (err < 0)
+        return err;
+    if (k == SIZE_MAX || k % 2)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Pad): no pads", c->path, n->name);
+    for (size_t i = 0; i < k / 2; i++)
+        w[2 * i] = v[i], w[2 * i + 1] = v[k / 2 + i];
+    if (has_input(n, 2) && (err = const_scalar(c, n, 2, &mn->p.scalar)) < 0)
+        return err;
+    mn->p.has_scalar = true;
+    return ck_model_node_set_ints(mn, w, k);
+}
+
+static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int64_t to = 0;
+    int err = 0;
+    (void)row;
+    (void)mn;
+    if ((err = attr_int(c, n, "to", 1, &to)) < 0)
+        return err;
+    if (to != 1)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (Cast): a cast of activations to %s is not "
+                        "supported",
+                        c->path, n->name, ck_dtype_name(ck_onnx_dtype((uint64_t)to)));
+    return 0;
+}
+
+static int map_binary(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
+static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn);
+
+/* clang-format off */
+static const struct row rows[] = {
+    {"Gemm",               CK_OP_DENSE,          0, map_gemm,      0},
+    {"MatMul",             CK_OP_MATMUL,         2, NULL,          0},
+    {"Conv",               CK_OP_CONV2D,         3, map_pool,      0},
+    {"MaxPool",            CK_OP_MAXPOOL,        1, map_pool,      0},
+    {"AveragePool",        CK_OP_AVGPOOL,        1, map_pool,      0},
+    {"GlobalAveragePool",  CK_OP_GLOBAL_AVGPOOL, 1, NULL,          0},
+    {"GlobalMaxPool",      CK_OP_GLOBAL_MAXPOOL, 1, NULL,          0},
+    {"Relu",               CK_OP_RELU,           1, NULL,          0},
+    {"LeakyRelu",          CK_OP_LEAKY_RELU,     1, map_alpha,     0},
+    {"Sigmoid",            CK_OP_SIGMOID,        1, NULL,          0},
+    {"Tanh",               CK_OP_TANH,           1, NULL,          0},
+    {"Erf",                CK_OP_ERF,            1, NULL,          0},
+    {"Sqrt",               CK_OP_SQRT,           1, NULL,          0},
+    {"Exp",                CK_OP_EXP,            1, NULL,          0},
+    {"Log",                CK_OP_LOG,            1, NULL,          0},
+    {"Neg",                CK_OP_NEG,            1, NULL,          0},
+    {"Softmax",            CK_OP_SOFTMAX,        1, map_softmax,   0},
+    {"LogSoftmax",         CK_OP_LOG_SOFTMAX,    1, map_softmax,   0},
+    {"Add",                CK_OP_ADD,            0, map_binary,    0},
+    {"Sub",                CK_OP_SUB,            0, map_binary,    0},
+    {"Mul",                CK_OP_MUL,            0, map_binary,    0},
+    {"Div",                CK_OP_DIV,            0, map_binary,    0},
+    {"Pow",                CK_OP_POW,            0, map_binary,    0},
+    {"Reshape",            CK_OP_RESHAPE,        1, map_reshape,   0},
+    {"Flatten",            CK_OP_FLATTEN,        1, map_axis,      1},
+    {"Transpose",          CK_OP_TRANSPOSE,      1, map_transpose, 0},
+    {"Concat",             CK_OP_CONCAT,        -1, map_axis,      0},
+    {"Split",              CK_OP_SPLIT,          1, map_split,     0},
+    {"Slice",              CK_OP_SLICE,          1, map_slice,     0},
+    {"Squeeze",            CK_OP_SQUEEZE,        1, map_axes,      0},
+    {"Unsqueeze",          CK_OP_UNSQUEEZE,      1, map_axes,      0},
+    {"BatchNormalization", CK_OP_BATCHNORM,      5, map_norm,      1},
+    {"LayerNormalization", CK_OP_LAYERNORM,      3, map_norm,     -1},
+    {"Gather",             CK_OP_GATHER,         2, map_axis,      0},
+    {"Identity",           CK_OP_IDENTITY,       1, NULL,          0},
+    {"Dropout",            CK_OP_IDENTITY,       1, NULL,          0},
+    {"Cast",               CK_OP_IDENTITY,       1, map_cast,      0},
+    {"ReduceMean",         CK_OP_REDUCE_MEAN,    1, map_axes,      0},
+    {"ReduceSum",          CK_OP_REDUCE_SUM,     1, map_axes,      0},
+    {"Clip",               CK_OP_CLIP,           1, map_clip,      0},
+    {"Pad",                CK_OP_PAD,            1, map_pad,       0},
+};
+/* clang-format on */
+
+/* A node of the model: data inputs (folded constants become weights), outputs. */
+static int emit(struct cx *c, const char *name, enum ck_op op, const char *const *in, size_t nin,
+                const char *const *out, size_t nout, struct ck_model_node **mn)
+{
+    int err = 0;
+    if ((err = ck_model_add_node(c->m, name, op, mn)) < 0)
+        return err;
+    for (size_t i = 0; i < nin; i++) {
+        struct val *v = find(c, in[i]);
+        if (v && v->is_const && !v->is_weight && (err = materialise(c, v)) < 0)
+            return err;
+        /* materialise may have grown the node array: find the node again */
+        *mn = &c->m->nodes[c->m->nnodes - 1];
+        if ((err = ck_model_node_add_input(*mn, in[i])) < 0)
+            return err;
+    }
+    for (size_t i = 0; i < nout; i++)
+        if ((err = ck_model_node_add_output(*mn, out[i])) < 0)
+            return err;
+    return 0;
+}
+
+/* A name for a value this mapping adds: "NODE/what" (unique by a counter). */
+static const char *tmp_name(struct cx *c, const struct ck_graph_node *n, const char *what)
+{
+    char buf[4200];
+    snprintf(buf, sizeof buf, "%s/%s_%u", n->name, what, c->tmp++);
+    return ck_tensor_set_strdup(c->m->weights, buf, strlen(buf));
+}
+
+static int map_binary(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    struct val *a = NULL, *b = NULL;
+    int err = 0;
+    (void)mn;
+    if ((err = input(c, n, 0, &a)) < 0 || (err = input(c, n, 1, &b)) < 0)
+        return err;
+    bool commut = row->op == CK_OP_ADD || row->op == CK_OP_MUL;
+    bool bs = b->is_const && b->cn == 1, as = a->is_const && a->cn == 1 && !bs;
+    const char *ins[2] = {n->inputs[0], n->inputs[1]};
+    if (bs || (as && row->op != CK_OP_POW)) {
+        struct val *s = bs ? b : a;
+        const char *x = bs ? ins[0] : ins[1];
+        if ((err = emit(c, n->name, row->op, &x, 1, (const char *const *)n->outputs, 1, &mn)) < 0)
+            return err;
+        mn->p.has_scalar = true;
+        mn->p.scalar = (float)s->c[0];
+        mn->p.scalar_first = as && !commut;
+        return 0;
+    }
+    return emit(c, n->name, row->op, ins, 2, (const char *const *)n->outputs, 1, &mn);
+}
+
+/* Gemm: y = alpha * A' B' + beta * C, A' = transA ? A^T : A, B' likewise. */
+static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int64_t ta = 0, tb = 0;
+    float alpha = 0, beta = 0;
+    struct val *cv = NULL;
+    int err = 0;
+    (void)row;
+    if ((err = attr_int(c, n, "transA", 0, &ta)) < 0 ||
+        (err = attr_int(c, n, "transB", 0, &tb)) < 0 ||
+        (err = attr_float(c, n, "alpha", 1, &alpha)) < 0 ||
+        (err = attr_float(c, n, "beta", 1, &beta)) < 0 ||
+        (has_input(n, 2) && (err = input(c, n, 2, &cv)) < 0))
+        return err;
+    const char *a = n->inputs[0], *y = n->outputs[0];
+    if (ta) {
+        const char *t = tmp_name(c, n, "transA");
+        int64_t perm[2] = {1, 0};
+        if (!t || (err = emit(c, n->name, CK_OP_TRANSPOSE, &a, 1, &t, 1, &mn)) < 0 ||
+            (err = ck_model_node_set_ints(mn, perm, 2)) < 0)
+            return err ? err : ck_error(CK_ENOMEM, "out of memory");
+        a = t;
+    }
+    bool bias_in_dense = cv && alpha == 1 && beta == 1 && cv->rank == 1;
+    bool more = (cv && !bias_in_dense) || alpha != 1;
+    const char *d = more ? tmp_name(c, n, "dense") : y;
+    const char *in[3] = {a, n->inputs[1], bias_in_dense ? n->inputs[2] : NULL};
+    if (!d || (err = emit(c, n->name, CK_OP_DENSE, in, bias_in_dense ? 3 : 2, &d, 1, &mn)) < 0)
+        return err ? err : ck_error(CK_ENOMEM, "out of memory");
+    mn->p.trans_w = tb;
+    if (alpha != 1) {
+        const char *s = cv && !bias_in_dense ? tmp_name(c, n, "alpha") : y;
+        if (!s || (err = emit(c, n->name, CK_OP_MUL, &d, 1, &s, 1, &mn)) < 0)
+            return err ? err : ck_error(CK_ENOMEM, "out of memory");
+        mn->p.has_scalar = true;
+        mn->p.scalar = alpha;
+        d = s;
+    }
+    if (cv && !bias_in_dense) {
+        const char *cc = n->inputs[2];
+        if (beta != 1) {
+            const char *s = tmp_name(c, n, "beta");
+            if (!s || (err = emit(c, n->name, CK_OP_MUL, &cc, 1, &s, 1, &mn)) < 0)
+                return err ? err : ck_error(CK_ENOMEM, "out of memory");
+            mn->p.has_scalar = true;
+            mn->p.scalar = beta;
+            cc = s;
+        }
+        const char *ab[2] = {d, cc};
+        if ((err = emit(c, n->name, CK_OP_ADD, ab, 2, &y, 1, &mn)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+static const struct row *find_row(const char *op)
+{
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (!strcmp(rows[i].onnx, op))
+            return &rows[i];
+    return NULL;
+}
+
+static int map_node(struct cx *c, const struct ck_graph_node *n)
+{
+    struct val *out[RANK_MAX] = {NULL};
+    struct ck_model_node *mn = NULL;
+    int err = 0;
+    if (n->noutputs == 0 || n->noutputs > RANK_MAX)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu outputs", c->path, n->name, n->op,
+                        n->noutputs);
+    for (size_t i = 0; i < n->noutputs; i++)
+        if ((err = get(c, n->outputs[i], &out[i])) < 0)
+            return err;
+    if ((err = infer(c, n, out)) < 0 || (err = fold(c, n, out)) != 0)
+        return err < 0 ? err : 0;
+    const struct row *row = find_row(n->op);
+    if (!row)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
+                        "operation vocabulary",
+                        c->path, n->name, n->op);
+    if (row->ndata == 0) /* the row emits its own nodes */
+        return row->map(c, n, row, NULL);
+    size_t nin = row->ndata < 0 ? n->ninputs : (size_t)row->ndata;
+    const char *in[CK_MODEL_MAX_INTS];
+    size_t k = 0;
+    for (size_t i = 0; i < nin && i < n->ninputs && k < CK_MODEL_MAX_INTS; i++)
+        if (has_input(n, i))
+            in[k++] = n->inputs[i];
+    size_t nout = row->op == CK_OP_SPLIT ? n->noutputs : 1;
+    if ((err = emit(c, n->name, row->op, in, k, (const char *const *)n->outputs, nout, &mn)) < 0)
+        return err;
+    return row->map ? row->map(c, n, row, mn) : 0;
+}
+
+/* "2,5,8" -> dims */
+static int parse_shape(const char *s, int64_t *dims, int *rank)
+{
+    char *end = NULL;
+    *rank = 0;
+    while (s && *s) {
+        if (*rank == CK_TENSOR_MAX_RANK)
+            return -1;
+        dims[(*rank)++] = strtoll(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+        if (end == s && *s)
+            return -1;
+    }
+    return 0;
+}
+
+static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name)
+{
+    size_t pl = strlen(prefix);
+    for (size_t i = 0; i < g->nattrs; i++)
+        if (!strncmp(g->attrs[i].key, prefix, pl) && !strcmp(g->attrs[i].key + pl, name))
+            return g->attrs[i].value;
+    return NULL;
+}
+
+static int add_io(struct cx *c, bool output, const char *name)
+{
+    int64_t dims[CK_TENSOR_MAX_RANK];
+    int rank = 0;
+    struct val *v = find(c, name);
+    const char *shape = graph_attr(c->g, "shape.", name), *dt = graph_attr(c->g, "dtype.", name);
+    enum ck_dtype dtype = dt ? ck_dtype_from_name(dt) : CK_DT_F32;
+    if (output && v && v->rank >= 0) {
+        rank = v->rank;
+        memcpy(dims, v->dims, sizeof(int64_t) * (size_t)rank);
+    } else if (!shape || parse_shape(shape, dims, &rank) < 0) {
+        if (!output)
+            return ck_error(CK_EFORMAT, "'%s': graph input '%s' declares no shape", c->path, name);
+    }
+    if (!output) {
+        struct val *in = NULL;
+        int err = get(c, name, &in);
+        if (err < 0)
+            return err;
+        set_shape(in, rank, dims);
+        for (int i = 0; i < rank && i < RANK_MAX; i++)
+            if (dims[i] < 0)
+                in->dims[i] = -1;
+    }
+    return ck_model_add_io(c->m, output, name, dtype == CK_DT_INVALID ? CK_DT_F32 : dtype, rank,
+                           dims);
+}
+
+int ck_onnx_to_model(struct ck_tensor_set *s, struct ck_model **out)
+{
+    struct cx c;
+    int err = 0;
+    *out = NULL;
+    memset(&c, 0, sizeof c);
+    c.path = s->path;
+    c.g = s->graph;
+    if (!c.g) {
+        err = ck_error(CK_EFORMAT, "'%s': no graph", s->path);
+        ck_tensor_set_free(s);
+        return err;
+    }
+    c.opset = 13;
+    for (size_t i = 0; i < s->nmeta; i++)
+        if (!strcmp(s->meta[i].key, "opset.ai.onnx"))
+            c.opset = strtoll(s->meta[i].value, NULL, 10);
+    if ((err = ck_model_new(s, "onnx", &c.m)) < 0)
+        return err;
+    if (c.g->name && !(c.m->name = strdup(c.g->name))) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((err = add_weights(&c)) < 0)
+        goto out;
+    for (size_t i = 0; i < c.g->ninputs; i++)
+        if ((err = add_io(&c, false, c.g->inputs[i])) < 0)
+            goto out;
+    for (size_t i = 0; i < c.g->nnodes; i++)
+        if ((err = map_node(&c, &c.g->nodes[i])) < 0)
+            goto out;
+    for (size_t i = 0; i < c.g->noutputs; i++)
+        if ((err = add_io(&c, true, c.g->outputs[i])) < 0)
+            goto out;
+    if ((err = ck_model_check(c.m)) < 0) {
+        ck_error_wrap(err, "'%s'", c.path);
+        goto out;
+    }
+    *out = c.m;
+    c.m = NULL;
+out:
+    for (size_t i = 0; i < c.cap; i++)
+        free(c.v[i].c);
+    free(c.v);
+    ck_model_free(c.m);
+    return err;
+}
+
+/* ---- an ONNX file as the graph of a weight-only checkpoint ---- */
+
+/* The checkpoint's tensor for initializer t: the same name, or the one
+ * tensor whose name ends in ".NAME" (a state dict saved inside a training
+ * checkpoint: "model.fc1.weight" for "fc1.weight"). */
+static int match(struct ck_tensor_set *w, const struct ck_tensor *t, const char *onnx_path,
+                 const struct ck_tensor **out)
+{
+    size_t nl = strlen(t->name);
+    *out = ck_tensor_set_find(w, t->name);
+    for (size_t i = 0; !*out && i < w->ntensors; i++) {
+        const char *n = w->tensors[i].name;
+        size_t l = strlen(n);
+        if (l > nl && n[l - nl - 1] == '.' && !strcmp(n + l - nl, t->name)) {
+            if (*out)
+                return ck_error(CK_EFORMAT,
+                                "'%s': initializer '%s' of '%s' matches both '%s' "
+                                "and '%s'",
+                                w->path, t->name, onnx_path, (*out)->name, n);
+            *out = &w->tensors[i];
+        }
+    }
+    if (!*out)
+        return ck_error(CK_EFORMAT, "'%s': initializer '%s' of '%s' is not in the checkpoint",
+                        w->path, t->name, onnx_path);
+    const struct ck_tensor *m = *out;
+    bool same = m->rank == t->rank;
+    for (int d = 0; same && d < t->rank; d++)
+        same = m->dims[d] == t->dims[d];
+    if (!same)
+        return ck_error(CK_EFORMAT,
+                        "'%s': tensor '%s' does not have the shape of initializer "
+                        "'%s' of '%s'",
+                        w->path, m->name, t->name, onnx_path);
+    return 0;
+}
+
+int ck_onnx_graph_for(struct ck_tensor_set *w, const char *onnx_path, struct ck_model **out)
+{
+    struct ck_tensor_set *g = NULL;
+    int err = 0;
+    *out = NULL;
+    if ((err = ck_reader_onnx.open(onnx_path, &g)) < 0)
+        goto fail;
+    for (size_t i = 0; i < g->ntensors; i++) {
+        struct ck_tensor t = g->tensors[i];
+        const struct ck_tensor *m = NULL;
+        if (t.role && !strcmp(t.role, "constant")) {
+            /* the exporter's constants travel with the graph: copied */
+            void *data;
+            if (ck_tensor_set_find(w, t.name)) {
+                err = ck_error(CK_EFORMAT, "'%s': tensor '%s' has the name of a constant of '%s'",
+                               w->path, t.name, onnx_path);
+                goto fail;
+            }
+            if (t.dtype == CK_DT_STRING || !t.data)
+                continue;
+            if ((err = ck_tensor_set_alloc(w, t.nbytes ? t.nbytes : 1, &data)) < 0)
+                goto fail;
+            memcpy(data, t.data, t.nbytes);
+            t.data = data;
+            t.raw = NULL;
+            if ((err = ck_tensor_set_add(w, &t, NULL)) < 0)
+                goto fail;
+            continue;
+        }
+        if ((err = match(w, &t, onnx_path, &m)) < 0)
+            goto fail;
+        if (strcmp(m->name, t.name)) { /* matched by suffix: also known by the graph's name */
+            struct ck_tensor alias = *m;
+            alias.name = t.name;
+            if ((err = ck_tensor_set_add(w, &alias, NULL)) < 0)
+                goto fail;
+        }
+    }
+    ck_graph_free(w->graph);
+    w->graph = g->graph;
+    g->graph = NULL;
+    for (size_t i = 0; i < g->nmeta; i++)
+        if (!strncmp(g->meta[i].key, "opset.", 6) &&
+            (err = ck_tensor_set_add_meta(w, g->meta[i].key, g->meta[i].value)) < 0)
+            goto fail;
+    ck_tensor_set_free(g);
+    return ck_onnx_to_model(w, out);
+fail:
+    ck_tensor_set_free(g);
+    ck_tensor_set_free(w);
+    return err;
+}
