@@ -44,9 +44,11 @@ struct upload_flags {
 #define O(f) offsetof(struct upload_flags, f)
 static const struct ck_opt options[] = {
     {"endpoint", 0, CK_OPT_STORE, "endpoint", NULL, O(store), 0, "URL",
-     "s3: an S3-compatible service (http://127.0.0.1:9000)"},
+     "s3: an S3-compatible service (default: AWS_ENDPOINT_URL_S3,\n"
+     "AWS_ENDPOINT_URL, the AWS profile's endpoint_url, AWS)"},
     {"region", 0, CK_OPT_STORE, "region", NULL, O(store), 0, "NAME",
-     "s3: signing region (default us-east-1)"},
+     "s3: signing region (default: AWS_REGION, AWS_DEFAULT_REGION,\n"
+     "the AWS profile's region, us-east-1)"},
     {"credentials", 0, CK_OPT_STORE, "credentials", NULL, O(store), 0, "REF",
      "s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
      "default: the AWS CLI's chain (env, web identity, ~/.aws,\n"
