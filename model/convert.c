@@ -82,76 +82,6 @@ static inline float half(uint16_t h)
     return bits_f32(u | (uint32_t)(h & 0x8000u) << 16);
 }
 
-/* float8 e4m3fn: bias 7, no infinities, S.1111.111 is NaN. */
-static double f8e4m3(uint8_t b)
-{
-    int e = (b >> 3) & 0xf, m = b & 7;
-    if (e == 15 && m == 7)
-        return NAN;
-    double v = e ? ldexp(8 + m, e - 10) : ldexp(m, -9);
-    return (b & 0x80) ? -v : v;
-}
-
-/* float8 e5m2: IEEE-like, bias 15, with infinities and NaNs. */
-static double f8e5m2(uint8_t b)
-{
-    int e = (b >> 2) & 0x1f, m = b & 3;
-    double v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
-    else
-        v = e ? ldexp(4 + m, e - 17) : ldexp(m, -16);
-    return (b & 0x80) ? -v : v;
-}
-
-/* One element of every dtype but the 64-bit integers, exactly, as a double;
- * *im gets a complex's imaginary part (0 otherwise). */
-static double decode(const unsigned char *p, enum ck_dtype dt, bool be, double *im)
-{
-    *im = 0;
-    switch (dt) {
-    case CK_DT_BOOL:
-        return p[0] ? 1.0 : 0.0;
-    case CK_DT_I8:
-    case CK_DT_QI8:
-        return (int8_t)p[0];
-    case CK_DT_U8:
-    case CK_DT_QU8:
-        return p[0];
-    case CK_DT_I16:
-    case CK_DT_QI16:
-        return (int16_t)ld(p, 2, be);
-    case CK_DT_U16:
-    case CK_DT_QU16:
-        return (double)ld(p, 2, be);
-    case CK_DT_I32:
-    case CK_DT_QI32:
-        return (int32_t)ld(p, 4, be);
-    case CK_DT_U32:
-        return (double)ld(p, 4, be);
-    case CK_DT_F16:
-        return half((uint16_t)ld(p, 2, be));
-    case CK_DT_BF16:
-        return bits_f32((uint32_t)ld(p, 2, be) << 16);
-    case CK_DT_F32:
-        return bits_f32((uint32_t)ld(p, 4, be));
-    case CK_DT_C64:
-        *im = bits_f32((uint32_t)ld(p + 4, 4, be));
-        return bits_f32((uint32_t)ld(p, 4, be));
-    case CK_DT_F64:
-        return bits_f64(ld(p, 8, be));
-    case CK_DT_C128:
-        *im = bits_f64(ld(p + 8, 8, be));
-        return bits_f64(ld(p, 8, be));
-    case CK_DT_F8_E4M3:
-        return f8e4m3(p[0]);
-    case CK_DT_F8_E5M2:
-        return f8e5m2(p[0]);
-    default:
-        return NAN;
-    }
-}
-
 /* The nearest float to an int64 (one rounding, not two through double), and
  * whether it is exact. 2^63 is the one float an int64 can round up to that
  * does not convert back. */
@@ -367,7 +297,7 @@ static float one_f32(const unsigned char *p, enum ck_dtype dt, bool be,
     } else if (dt == CK_DT_U64) {
         f = u64_f32(ld(p, 8, be), &exact);
     } else {
-        double d = decode(p, dt, be, &im);
+        double d = ck_dtype_get_f64(p, dt, be, &im);
         f = (float)d;
         exact = (double)f == d || isnan(d);
     }
@@ -419,7 +349,7 @@ static double one_f64(const unsigned char *p, enum ck_dtype dt, bool be,
         d = (double)v;
         exact = d < 0x1p64 && (uint64_t)d == v;
     } else {
-        d = decode(p, dt, be, &im);
+        d = ck_dtype_get_f64(p, dt, be, &im);
     }
     if (rep) {
         rep->inexact += !exact;

@@ -543,20 +543,12 @@ static uint64_t fortran_index(const struct ck_tensor *t, uint64_t i)
     return off;
 }
 
-double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i)
+double ck_dtype_get_f64(const unsigned char *p, enum ck_dtype dtype, bool be, double *imag)
 {
-    size_t es = ck_dtype_size(t->dtype);
-    uint64_t n;
-    if (!es || !t->data || ck_tensor_numel(t, &n) < 0 || i >= n)
-        return NAN;
-    if (n > t->nbytes / es)
-        return NAN;
-    if (t->fortran_order && t->rank > 1)
-        i = fortran_index(t, i);
-    const unsigned char *p = t->data + i * es;
-    bool be = t->big_endian;
     uint64_t u;
-    switch (t->dtype) {
+    if (imag)
+        *imag = 0;
+    switch (dtype) {
     case CK_DT_BOOL:
         return p[0] ? 1.0 : 0.0;
     case CK_DT_I8:
@@ -589,6 +581,12 @@ double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i)
         uint32_t w = (uint32_t)load(p, 4, be);
         float f;
         memcpy(&f, &w, 4);
+        if (imag && dtype == CK_DT_C64) {
+            uint32_t v = (uint32_t)load(p + 4, 4, be);
+            float g;
+            memcpy(&g, &v, 4);
+            *imag = g;
+        }
         return f;
     }
     case CK_DT_F64:
@@ -596,6 +594,12 @@ double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i)
         double d;
         u = load(p, 8, be);
         memcpy(&d, &u, 8);
+        if (imag && dtype == CK_DT_C128) {
+            double e;
+            u = load(p + 8, 8, be);
+            memcpy(&e, &u, 8);
+            *imag = e;
+        }
         return d;
     }
     case CK_DT_F8_E4M3:
@@ -605,6 +609,19 @@ double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i)
     default:
         return NAN;
     }
+}
+
+double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i)
+{
+    size_t es = ck_dtype_size(t->dtype);
+    uint64_t n;
+    if (!es || !t->data || ck_tensor_numel(t, &n) < 0 || i >= n)
+        return NAN;
+    if (n > t->nbytes / es)
+        return NAN;
+    if (t->fortran_order && t->rank > 1)
+        i = fortran_index(t, i);
+    return ck_dtype_get_f64(t->data + i * es, t->dtype, t->big_endian, NULL);
 }
 
 #define CRC_CHUNK ((uint64_t)8 << 20)

@@ -141,6 +141,12 @@ int ck_tensor_check_size(const struct ck_tensor *t, const char *file);
  * integer of a quantized type. NaN for strings, a tensor without data, or i
  * past the end. */
 double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i);
+/* One element at p as a double, for any numeric dtype in either byte order
+ * (the one decoder: model/convert uses it for its general path); *imag, when
+ * not NULL, gets a complex's imaginary part (0 otherwise). The 64-bit
+ * integers round to the nearest double. NaN for strings and unknown dtypes. */
+double ck_dtype_get_f64(const unsigned char *p, enum ck_dtype dtype, bool big_endian,
+                        double *imag);
 /* CRC-32C of the tensor's data, read in chunks whose pages are dropped after
  * use (ck_tensor_set_drop_pages). For strings: over each string's length as
  * 8 little-endian bytes followed by its bytes. CK_ENOENT when data is NULL. */
