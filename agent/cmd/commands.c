@@ -14,6 +14,7 @@ const struct ck_command ck_commands[] = {
     {"scan", ck_cmd_scan, "bring DIR's PMF tree up to date once, then exit (for cron)"},
     {"status", ck_cmd_status, "show DIR's training status; end the training (--finished, --failed)"},
     {"upload", ck_cmd_upload, "upload a file or a PMF tree to a store (s3, http, sftp, file)"},
+    {"verify", ck_cmd_verify, "run a checkpoint's network on the CPU and check its outputs"},
     {"watch", ck_cmd_watch, "keep DIR's PMF tree current while training runs (the sidecar)"},
     {NULL, NULL, NULL},
 };

@@ -1,0 +1,454 @@
+/* ckptd verify: runs a checkpoint's network on the CPU (infer/, in the
+ * sandbox) and compares what it computes with expected outputs, so an
+ * archive that unzips fine but computes garbage (a transposed matrix, a
+ * lost bias, a truncated data file) is caught before it is shipped. */
+#include "agent/cmd/cli.h"
+#include "agent/cmd/commands.h"
+#include "agent/npyio.h"
+#include "common/error.h"
+#include "infer/infer.h"
+#include "infer/sandbox.h"
+#include "readers/reader.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char help[] =
+    "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
+    "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
+    "                   [--max-memory BYTES]\n"
+    "\n"
+    "Runs MODEL's network on the CPU in float32 and checks what it computes.\n"
+    "MODEL is any checkpoint the readers read: an .nnp runs its executor's\n"
+    "network; a weight-only checkpoint (safetensors, .npy/.npz, TF bundle) needs\n"
+    "its layer list (--graph FILE, docs/model.md).\n"
+    "\n"
+    "  --inputs FILE...      one .npy per model input, in the model's order (any\n"
+    "                        real dtype, converted to float32). Without it, each\n"
+    "                        input k gets deterministic values: element i (C order)\n"
+    "                        is sin(0.5 i + k), with batch size 1 for a -1 dimension\n"
+    "                        (numpy: np.sin(0.5*np.arange(n) + k).astype('f4'))\n"
+    "  --expected FILE...    one .npy per model output: the run passes when every\n"
+    "                        value satisfies |got - expected| <= atol + rtol*|expected|\n"
+    "                        (numpy.isclose's rule); the largest deviation is\n"
+    "                        reported with its index and both values\n"
+    "      --atol X          absolute tolerance (default 1e-4)\n"
+    "      --rtol Y          relative tolerance (default 1e-5)\n"
+    "      --graph FILE      the layer list (YAML) of a weight-only checkpoint\n"
+    "      --save-outputs DIR  write each output as DIR/NAME.npy (float32)\n"
+    "      --timeout S       CPU seconds the engine may use (default 300)\n"
+    "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
+    "                        default 8G; 0: no limit)\n"
+    "      --naive-gemm      matrix products as plain loops instead of OpenBLAS\n"
+    "                        (to measure what BLAS buys)\n"
+    "      --repeat N        run N times (timing; outputs of the last run)\n"
+    "\n"
+    "End a list of files with -- or another option when MODEL follows it. The\n"
+    "engine runs in a child process: a model that loops, exhausts its memory or\n"
+    "crashes the engine is reported as timeout, memory or crashed. Outputs\n"
+    "that are NaN or infinite fail. The line 'engine:' gives the median time\n"
+    "of a run (wall clock, and CPU time of the engine's thread), the planned\n"
+    "activation memory and the engine process's peak RSS.\n"
+    "Exit 0: every output matches (or was\n"
+    "computed, without --expected); 1: a mismatch or a failure; 2: usage.\n" CK_CLI_HELP;
+
+enum {
+    OPT_INPUTS = CK_OPT_FIRST_COMMAND_OPTION,
+    OPT_EXPECTED,
+    OPT_ATOL,
+    OPT_RTOL,
+    OPT_GRAPH,
+    OPT_SAVE,
+    OPT_TIMEOUT,
+    OPT_MAXMEM,
+    OPT_NAIVE,
+    OPT_REPEAT,
+};
+
+struct opts {
+    const char *model, *graph, *save;
+    const char **inputs, **expected;
+    size_t ninputs, nexpected;
+    double atol, rtol, timeout;
+    unsigned repeat;
+    uint64_t max_memory;
+    bool naive;
+};
+
+static int parse_double(const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= 0) || isinf(v))
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *s == '-')
+        return -1;
+    int shift = 0;
+    if (*end == 'K' || *end == 'k')
+        shift = 10;
+    else if (*end == 'M' || *end == 'm')
+        shift = 20;
+    else if (*end == 'G' || *end == 'g')
+        shift = 30;
+    if (shift)
+        end++;
+    if (*end || (shift && v > (UINT64_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+/* "--inputs a b c" becomes "--inputs a --inputs b --inputs c" so getopt sees
+ * one file per option. The new vector borrows argv's strings. */
+static char **expand_lists(int argc, char **argv, int *nargc)
+{
+    char **v = calloc((size_t)argc * 2 + 1, sizeof *v);
+    int n = 0;
+    if (!v)
+        return NULL;
+    for (int i = 0; i < argc; i++) {
+        v[n++] = argv[i];
+        if (strcmp(argv[i], "--inputs") && strcmp(argv[i], "--expected"))
+            continue;
+        char *opt = argv[i];
+        if (i + 1 < argc)
+            v[n++] = argv[++i];
+        while (i + 1 < argc && argv[i + 1][0] != '-') {
+            v[n++] = opt;
+            v[n++] = argv[++i];
+        }
+    }
+    v[n] = NULL;
+    *nargc = n;
+    return v;
+}
+
+static int push(const char ***list, size_t *n, const char *s)
+{
+    const char **l = realloc(*list, sizeof *l * (*n + 1));
+    if (!l)
+        return -1;
+    l[(*n)++] = s;
+    *list = l;
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
+{
+    static const struct option longopts[] = {CK_CLI_LONGOPTS,
+                                             {"inputs", required_argument, NULL, OPT_INPUTS},
+                                             {"expected", required_argument, NULL, OPT_EXPECTED},
+                                             {"atol", required_argument, NULL, OPT_ATOL},
+                                             {"rtol", required_argument, NULL, OPT_RTOL},
+                                             {"graph", required_argument, NULL, OPT_GRAPH},
+                                             {"save-outputs", required_argument, NULL, OPT_SAVE},
+                                             {"timeout", required_argument, NULL, OPT_TIMEOUT},
+                                             {"max-memory", required_argument, NULL, OPT_MAXMEM},
+                                             {"naive-gemm", no_argument, NULL, OPT_NAIVE},
+                                             {"repeat", required_argument, NULL, OPT_REPEAT},
+                                             {NULL, 0, NULL, 0}};
+    int opt, rc;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, CK_CLI_SHORTOPTS + 1, longopts, NULL)) != -1) {
+        if ((rc = ck_cli_common(cli, "verify", opt, optarg)) != 0) {
+            if (rc != 1)
+                return rc;
+            continue;
+        }
+        switch (opt) {
+        case OPT_INPUTS:
+        case OPT_EXPECTED:
+            if (opt == OPT_INPUTS ? push(&o->inputs, &o->ninputs, optarg)
+                                  : push(&o->expected, &o->nexpected, optarg))
+                return ck_cli_usage_error("verify", "out of memory");
+            break;
+        case OPT_ATOL:
+        case OPT_RTOL:
+            if (parse_double(optarg, opt == OPT_ATOL ? &o->atol : &o->rtol) < 0)
+                return ck_cli_usage_error("verify", "%s takes a number >= 0, not '%s'",
+                                          opt == OPT_ATOL ? "--atol" : "--rtol", optarg);
+            break;
+        case OPT_GRAPH:
+            o->graph = optarg;
+            break;
+        case OPT_SAVE:
+            o->save = optarg;
+            break;
+        case OPT_TIMEOUT:
+            if (parse_double(optarg, &o->timeout) < 0)
+                return ck_cli_usage_error("verify", "--timeout takes seconds, not '%s'", optarg);
+            break;
+        case OPT_MAXMEM:
+            if (parse_bytes(optarg, &o->max_memory) < 0)
+                return ck_cli_usage_error("verify", "--max-memory takes bytes (K, M, G), not '%s'",
+                                          optarg);
+            break;
+        case OPT_NAIVE:
+            o->naive = true;
+            break;
+        case OPT_REPEAT: {
+            double r;
+            if (parse_double(optarg, &r) < 0 || r < 1 || r > 100000 || r != (unsigned)r)
+                return ck_cli_usage_error("verify", "--repeat takes a count from 1, not '%s'",
+                                          optarg);
+            o->repeat = (unsigned)r;
+            break;
+        }
+        default:
+            return ck_cli_usage_error("verify", "unknown option");
+        }
+    }
+    if (cli->help)
+        return -1;
+    if (optind + 1 != argc)
+        return ck_cli_usage_error("verify", "expected one MODEL");
+    o->model = argv[optind];
+    return 0;
+}
+
+/* The model: the file's own network, or its layer list (--graph). */
+static int open_model(const struct opts *o, struct ck_model **m)
+{
+    return ck_reader_open_model(o->model, NULL, o->graph, m);
+}
+
+static int default_inputs(const struct ck_model *m, struct ck_infer_array *in)
+{
+    for (size_t k = 0; k < m->ninputs; k++) {
+        const struct ck_model_io *io = &m->inputs[k];
+        int64_t dims[CK_INFER_MAX_RANK];
+        if (io->rank > CK_INFER_MAX_RANK)
+            return ck_error(CK_EFORMAT, "input '%s': rank %d", io->name, io->rank);
+        for (int d = 0; d < io->rank; d++)
+            dims[d] = io->dims[d] < 0 ? 1 : io->dims[d];
+        int err = ck_infer_array_init(&in[k], io->name, io->rank, dims);
+        if (err < 0)
+            return err;
+        uint64_t n = ck_infer_array_numel(&in[k]);
+        for (uint64_t i = 0; i < n; i++)
+            in[k].data[i] = (float)sin(0.5 * (double)i + (double)k);
+    }
+    return 0;
+}
+
+static void index_text(const struct ck_infer_array *a, uint64_t i, char *buf, size_t size)
+{
+    int64_t idx[CK_INFER_MAX_RANK];
+    for (int d = a->rank - 1; d >= 0; d--) {
+        idx[d] = a->dims[d] ? (int64_t)(i % (uint64_t)a->dims[d]) : 0;
+        i = a->dims[d] ? i / (uint64_t)a->dims[d] : 0;
+    }
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < a->rank && used < size; d++)
+        used += (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64, idx[d]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+static void shape_text(const struct ck_infer_array *a, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int d = 0; d < a->rank && used < size; d++)
+        used += (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64,
+                                 a->dims[d]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+/* Checks every value of got; compares with want when given. 0 pass, 1 fail. */
+static int compare(const struct opts *o, const char *name, const struct ck_infer_array *got,
+                   const struct ck_infer_array *want, const char *want_path)
+{
+    char shape[256], ix[256];
+    uint64_t n = ck_infer_array_numel(got);
+    shape_text(got, shape, sizeof shape);
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(got->data[i])) {
+            index_text(got, i, ix, sizeof ix);
+            printf("output '%s' %s: FAILED: value at %s is %g (not finite)\n", name, shape, ix,
+                   (double)got->data[i]);
+            return 1;
+        }
+    if (!want) {
+        printf("output '%s' %s:", name, shape);
+        for (uint64_t i = 0; i < n && i < 16; i++)
+            printf(" %.8g", (double)got->data[i]);
+        printf("%s\n", n > 16 ? " ..." : "");
+        return 0;
+    }
+    bool same_shape = want->rank == got->rank;
+    for (int d = 0; same_shape && d < got->rank; d++)
+        same_shape = want->dims[d] == got->dims[d];
+    if (!same_shape) {
+        char ws[256];
+        shape_text(want, ws, sizeof ws);
+        printf("output '%s' %s: FAILED: expected shape %s ('%s')\n", name, shape, ws, want_path);
+        return 1;
+    }
+    uint64_t bad = 0, worst = 0, worst_bad = UINT64_MAX;
+    double worst_diff = -1, worst_excess = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double g = got->data[i], w = want->data[i], diff = fabs(g - w);
+        double excess = diff - (o->atol + o->rtol * fabs(w));
+        if (diff > worst_diff || isnan(diff)) {
+            worst_diff = diff;
+            worst = i;
+        }
+        if (excess > 0 || isnan(w) != isnan(g)) {
+            bad++;
+            if (worst_bad == UINT64_MAX || excess > worst_excess) {
+                worst_bad = i;
+                worst_excess = excess;
+            }
+        }
+    }
+    uint64_t at = bad ? worst_bad : worst;
+    index_text(got, at, ix, sizeof ix);
+    if (bad) {
+        printf("output '%s' %s: MISMATCH: %" PRIu64 " of %" PRIu64
+               " values outside atol %g rtol %g; largest deviation %.6g at %s: got %.9g, "
+               "expected %.9g\n",
+               name, shape, bad, n, o->atol, o->rtol,
+               fabs((double)got->data[at] - (double)want->data[at]), ix, (double)got->data[at],
+               (double)want->data[at]);
+        return 1;
+    }
+    if (n)
+        printf("output '%s' %s: ok, largest deviation %.3g at %s: got %.9g, expected %.9g\n",
+               name, shape, worst_diff, ix, (double)got->data[at], (double)want->data[at]);
+    else
+        printf("output '%s' %s: ok (empty)\n", name, shape);
+    return 0;
+}
+
+static int save_outputs(const char *dir, const struct ck_infer_array *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char path[4096], safe[256];
+        size_t k = 0;
+        for (const char *c = out[i].name; *c && k + 1 < sizeof safe; c++, k++)
+            safe[k] = (*c == '/' || *c == '\\' || (k == 0 && *c == '.')) ? '_' : *c;
+        safe[k] = 0;
+        if (snprintf(path, sizeof path, "%s/%s.npy", dir, safe) >= (int)sizeof path)
+            return ck_error(CK_ESIZE, "'%s': path too long", dir);
+        int err = ck_npyio_save(path, &out[i]);
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int load_all(const char **paths, size_t n, struct ck_infer_array *arrays)
+{
+    for (size_t i = 0; i < n; i++) {
+        int err = ck_npyio_load(paths[i], &arrays[i]);
+        if (err < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int run(const struct opts *o)
+{
+    struct ck_model *m = NULL;
+    struct ck_infer_array *in = NULL, *want = NULL, *out = NULL;
+    size_t nout = 0, nin = 0;
+    enum ck_sandbox_status st;
+    int err, rc = CK_EXIT_FAILED;
+    if ((err = open_model(o, &m)) < 0)
+        return ck_cli_fail("verify", err);
+    nin = m->ninputs;
+    in = calloc(nin + 1, sizeof *in);
+    want = calloc(o->nexpected + 1, sizeof *want);
+    if (!in || !want) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (o->ninputs && o->ninputs != m->ninputs) {
+        rc = ck_cli_usage_error("verify", "the model takes %zu inputs, %zu --inputs given",
+                                m->ninputs, o->ninputs);
+        goto done;
+    }
+    if (o->nexpected && o->nexpected != m->noutputs) {
+        rc = ck_cli_usage_error("verify", "the model has %zu outputs, %zu --expected given",
+                                m->noutputs, o->nexpected);
+        goto done;
+    }
+    if ((err = o->ninputs ? load_all(o->inputs, nin, in) : default_inputs(m, in)) < 0 ||
+        (err = load_all(o->expected, o->nexpected, want)) < 0)
+        goto out;
+    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
+    struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
+    struct ck_infer_stats stats;
+    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st,
+                                      &stats)) < 0) {
+        err = ck_error_wrap(err, "'%s': verification failed (%s)", o->model,
+                            ck_sandbox_status_name(st));
+        goto out;
+    }
+    if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
+        goto out;
+    rc = CK_EXIT_OK;
+    for (size_t i = 0; i < nout; i++)
+        if (compare(o, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
+                    o->nexpected ? o->expected[i] : NULL))
+            rc = CK_EXIT_FAILED;
+    printf("engine: %u run%s, median %.3f ms (min %.3f ms), median CPU %.3f ms, activations "
+           "%.1f KiB, converted weights %.1f KiB, peak RSS %.1f MiB\n",
+           stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
+           stats.median_cpu_s * 1e3,
+           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
+           (double)stats.child_max_rss / (1 << 20));
+    if (rc != CK_EXIT_OK)
+        printf("verify: '%s': FAILED\n", o->model);
+    else if (o->nexpected)
+        printf("verify: '%s': ok\n", o->model);
+    goto done;
+out:
+    rc = ck_cli_fail("verify", err);
+done:
+    if (fflush(stdout) != 0 && rc == CK_EXIT_OK)
+        rc = ck_cli_fail("verify", ck_error_os(CK_EIO, "cannot write the output"));
+    ck_infer_arrays_free(in, nin);
+    ck_infer_arrays_free(want, o->nexpected);
+    ck_infer_arrays_free(out, nout);
+    ck_model_free(m);
+    return rc;
+}
+
+int ck_cmd_verify(int argc, char **argv)
+{
+    struct ck_cli cli;
+    struct opts o = {.atol = 1e-4, .rtol = 1e-5, .timeout = 300, .max_memory = UINT64_C(8) << 30};
+    int nargc, rc;
+    char **args = expand_lists(argc, argv, &nargc);
+    if (!args)
+        return ck_cli_usage_error("verify", "out of memory");
+    ck_cli_init(&cli);
+    rc = parse(nargc, args, &cli, &o);
+    if (rc == -1) {
+        fputs(help, stdout);
+        rc = CK_EXIT_OK;
+    } else if (rc == 0) {
+        ck_cli_setup_logging(&cli, -1, -1);
+        rc = run(&o);
+    }
+    free(o.inputs);
+    free(o.expected);
+    free(args);
+    return rc;
+}

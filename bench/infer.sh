@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 13's figures: ckptd verify's engine against PyTorch CPU on the same
+# models (tests/lib/make_torch_models.py: an MLP, a CNN with batch norm and
+# pooling, a residual block), the same inputs, one thread each
+# (OpenBLAS with OPENBLAS_NUM_THREADS=1, torch.set_num_threads(1)), batch 1
+# and 64, in the same run. Times are the median of REPEAT runs inside each
+# process (ckptd verify --repeat; torch after 3 warm-up runs), so neither
+# side pays its start-up: CPU time of the computing thread (what a batch
+# costs; on a shared machine wall time mostly measures the other jobs), and
+# the wall-clock medians beside them. Also: the engine with plain-loop products
+# (--naive-gemm) to show what OpenBLAS buys, and the peak RSS of both
+# processes (ckptd: the engine's sandboxed child; torch: its Python process).
+# Usage: bench/infer.sh [BUILD_DIR] [REPEAT]
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build-bench}
+repeat=${2:-200}
+cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCKPTD_SANITIZE=OFF -DCKPTD_WERROR=OFF >/dev/null
+cmake --build "$build" -j2 --target ckptd >/dev/null
+ckptd=$build/agent/ckptd
+work=$(mktemp -d "${TMPDIR:-/tmp}/ckptd-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+/usr/bin/python3 "$here/tests/lib/make_torch_models.py" "$work" >/dev/null
+
+engine() { # median_cpu_ms median_wall_ms peak_rss_mib of ckptd verify ... --repeat
+    "$ckptd" verify "$work/$1.safetensors" --graph "$work/$1.yaml" --inputs "$work/$1.in$2.npy" \
+        --expected "$work/$1.out$2.npy" --repeat "$repeat" "${@:3}" |
+        awk '/^engine:/ { for (i = 1; i <= NF; i++) { if ($i == "median" && !m) m = $(i+1);
+             if ($i == "CPU") c = $(i+1); if ($i == "RSS") r = $(i+1) } print c, m, r }'
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+
+echo "| model | batch | ckptd CPU ms | torch CPU ms | ckptd/torch | ckptd naive-gemm CPU ms | BLAS speed-up | wall ms ckptd / torch | peak RSS MiB ckptd / torch |"
+echo "|---|---|---|---|---|---|---|---|---|"
+for model in mlp cnn residual; do
+    for batch in 1 64; do
+        read -r ck ck_wall ck_rss < <(engine "$model" "$batch")
+        read -r naive _ _ < <(engine "$model" "$batch" --naive-gemm)
+        read -r th th_wall th_rss < <(/usr/bin/python3 "$here/bench/infer_torch.py" "$work" "$model" "$batch" "$repeat")
+        echo "| $model | $batch | $ck | $th | $(ratio "$ck" "$th") | $naive | $(ratio "$naive" "$ck") | $ck_wall / $th_wall | $ck_rss / $th_rss |"
+    done
+done

@@ -1,0 +1,57 @@
+/* The engine's state (struct ck_infer) shared by infer.c, values.c and
+ * plan.c; not for callers outside infer/. */
+#ifndef CK_INFER_ENGINE_H
+#define CK_INFER_ENGINE_H
+
+#include "infer/internal.h"
+
+enum ck_value_kind { CK_VALUE_WEIGHT, CK_VALUE_INPUT, CK_VALUE_NODE };
+
+struct ck_value {
+    const char *name; /* borrowed from the model */
+    enum ck_value_kind kind;
+    struct ck_ishape shape;
+    float *data;      /* weights: converted (owned when .owned) or in place; others: a buffer */
+    bool owned;
+    bool graph_output;
+    int last_use;     /* the last node reading it; INT32_MAX for graph outputs */
+    int buf;          /* the plan's buffer, -1 for none */
+};
+
+struct ck_enode {
+    int *in;  /* value indices (one allocation holds in and out) */
+    int *out;
+};
+
+struct ck_buffer {
+    int64_t cap; /* floats */
+    float *data;
+};
+
+struct ck_infer {
+    const struct ck_model *m;
+    struct ck_infer_options o;
+    struct ck_value *values;
+    size_t nvalues, values_cap;
+    int *map;
+    size_t map_cap;
+    struct ck_enode *nodes;
+    uint64_t weight_bytes;
+    /* the plan of the last run */
+    struct ck_buffer *bufs;
+    size_t nbufs;
+    int64_t scratch_floats;
+    uint64_t peak_bytes;
+    double *node_seconds;
+};
+
+int ck_infer_value_find(const struct ck_infer *e, const char *name);
+int ck_infer_value_add(struct ck_infer *e, const char *name, enum ck_value_kind kind);
+int ck_infer_values_build(struct ck_infer *e);
+void ck_infer_values_free(struct ck_infer *e);
+
+/* Shapes of every value from the inputs' (already set), then buffers. */
+int ck_infer_plan(struct ck_infer *e);
+void ck_infer_plan_release(struct ck_infer *e);
+
+#endif

@@ -1,0 +1,205 @@
+/* The engine's entry points: load (check, convert weights), run (bind the
+ * inputs, plan, run each node's kernel, copy the outputs out). */
+#include "infer/engine.h"
+#include "common/clock.h"
+#include "common/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int ck_infer_array_init(struct ck_infer_array *a, const char *name, int rank, const int64_t *dims)
+{
+    memset(a, 0, sizeof *a);
+    if (rank < 0 || rank > CK_INFER_MAX_RANK)
+        return ck_error(CK_ESIZE, "rank %d over %d", rank, CK_INFER_MAX_RANK);
+    a->rank = rank;
+    memcpy(a->dims, dims, sizeof(int64_t) * (size_t)rank);
+    struct ck_ishape s = {rank, {0}};
+    memcpy(s.d, dims, sizeof(int64_t) * (size_t)rank);
+    int64_t n = ck_ishape_numel(&s);
+    if (n < 0)
+        return ck_error(CK_ESIZE, "array '%s': too many elements", name ? name : "");
+    a->data = calloc((size_t)(n ? n : 1), sizeof(float));
+    a->name = name ? strdup(name) : NULL;
+    if (!a->data || (name && !a->name)) {
+        ck_infer_array_release(a);
+        return ck_error(CK_ENOMEM, "out of memory for an array of %lld values", (long long)n);
+    }
+    return 0;
+}
+
+uint64_t ck_infer_array_numel(const struct ck_infer_array *a)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < a->rank; i++)
+        n *= (uint64_t)a->dims[i];
+    return n;
+}
+
+void ck_infer_array_release(struct ck_infer_array *a)
+{
+    free(a->data);
+    free(a->name);
+    a->data = NULL;
+    a->name = NULL;
+}
+
+void ck_infer_arrays_free(struct ck_infer_array *a, size_t n)
+{
+    if (!a)
+        return;
+    for (size_t i = 0; i < n; i++)
+        ck_infer_array_release(&a[i]);
+    free(a);
+}
+
+int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o, struct ck_infer **out)
+{
+    int err;
+    *out = NULL;
+    if ((err = ck_model_check(m)) < 0)
+        return err;
+    struct ck_infer *e = calloc(1, sizeof *e);
+    if (!e)
+        return ck_error(CK_ENOMEM, "out of memory for the engine");
+    e->m = m;
+    if (o)
+        e->o = *o;
+    if ((err = ck_infer_values_build(e)) < 0) {
+        ck_infer_free(e);
+        return err;
+    }
+    *out = e;
+    return 0;
+}
+
+void ck_infer_free(struct ck_infer *e)
+{
+    if (!e)
+        return;
+    ck_infer_plan_release(e);
+    ck_infer_values_free(e);
+    free(e->node_seconds);
+    free(e);
+}
+
+static int bind_inputs(struct ck_infer *e, const struct ck_infer_array *in, size_t nin)
+{
+    const struct ck_model *m = e->m;
+    if (nin != m->ninputs)
+        return ck_error(CK_EFORMAT, "the model takes %zu inputs, %zu given", m->ninputs, nin);
+    for (size_t i = 0; i < nin; i++) {
+        const struct ck_model_io *io = &m->inputs[i];
+        bool ok = io->rank == in[i].rank;
+        for (int d = 0; ok && d < io->rank; d++)
+            ok = io->dims[d] < 0 || io->dims[d] == in[i].dims[d];
+        if (!ok) {
+            struct ck_ishape want = {io->rank < CK_INFER_MAX_RANK ? io->rank : CK_INFER_MAX_RANK, {0}};
+            struct ck_ishape got = {in[i].rank, {0}};
+            memcpy(want.d, io->dims, sizeof(int64_t) * (size_t)want.rank);
+            memcpy(got.d, in[i].dims, sizeof(int64_t) * (size_t)got.rank);
+            char sw[160], sg[160];
+            return ck_error(CK_EFORMAT, "input '%s': shape %s does not match the model's %s%s",
+                            io->name, ck_ishape_text(&got, sg, sizeof sg),
+                            ck_ishape_text(&want, sw, sizeof sw),
+                            io->rank && io->dims[0] < 0 ? " (-1: any size)" : "");
+        }
+        struct ck_value *v = &e->values[ck_infer_value_find(e, io->name)];
+        /* a graph input shadowed by a node output keeps its own index: find the first */
+        for (size_t k = 0; k < e->nvalues; k++)
+            if (e->values[k].kind == CK_VALUE_INPUT && strcmp(e->values[k].name, io->name) == 0) {
+                v = &e->values[k];
+                break;
+            }
+        v->shape.rank = in[i].rank;
+        memcpy(v->shape.d, in[i].dims, sizeof(int64_t) * (size_t)in[i].rank);
+        v->data = in[i].data;
+    }
+    return 0;
+}
+
+static int run_node(struct ck_infer *e, size_t i, float *scratch)
+{
+    const struct ck_model_node *n = &e->m->nodes[i];
+    const float *inp[16];
+    float *outp[16];
+    struct ck_ishape ins[16], outs[16];
+    if (n->ninputs > 16 || n->noutputs > 16)
+        return ck_error(CK_EFORMAT, "node '%s' (%s): more than 16 inputs or outputs", n->name,
+                        ck_op_name(n->op));
+    for (size_t k = 0; k < n->ninputs; k++) {
+        inp[k] = e->values[e->nodes[i].in[k]].data;
+        ins[k] = e->values[e->nodes[i].in[k]].shape;
+    }
+    for (size_t k = 0; k < n->noutputs; k++) {
+        outp[k] = e->values[e->nodes[i].out[k]].data;
+        outs[k] = e->values[e->nodes[i].out[k]].shape;
+    }
+    struct ck_kcall k = {n, inp, ins, n->ninputs, outp, outs, e->o.naive_gemm, scratch};
+    return ck_infer_kernel(&k);
+}
+
+static int copy_outputs(struct ck_infer *e, struct ck_infer_array **outputs, size_t *noutputs)
+{
+    const struct ck_model *m = e->m;
+    struct ck_infer_array *a = calloc(m->noutputs, sizeof *a);
+    int err;
+    if (!a)
+        return ck_error(CK_ENOMEM, "out of memory for the outputs");
+    for (size_t i = 0; i < m->noutputs; i++) {
+        const struct ck_value *v = &e->values[ck_infer_value_find(e, m->outputs[i].name)];
+        if ((err = ck_infer_array_init(&a[i], m->outputs[i].name, v->shape.rank, v->shape.d)) < 0) {
+            ck_infer_arrays_free(a, m->noutputs);
+            return err;
+        }
+        memcpy(a[i].data, v->data, sizeof(float) * (size_t)ck_ishape_numel(&v->shape));
+    }
+    *outputs = a;
+    *noutputs = m->noutputs;
+    return 0;
+}
+
+int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t ninputs,
+                 struct ck_infer_array **outputs, size_t *noutputs)
+{
+    int err;
+    float *scratch = NULL;
+    *outputs = NULL;
+    *noutputs = 0;
+    if ((err = bind_inputs(e, inputs, ninputs)) < 0 || (err = ck_infer_plan(e)) < 0)
+        goto out;
+    free(e->node_seconds);
+    e->node_seconds = calloc(e->m->nnodes + 1, sizeof(double));
+    scratch = malloc(sizeof(float) * (size_t)(e->scratch_floats + 1));
+    if (!scratch || !e->node_seconds) {
+        err = ck_error(CK_ENOMEM, "out of memory for %lld scratch values",
+                       (long long)e->scratch_floats);
+        goto out;
+    }
+    for (size_t i = 0; i < e->m->nnodes; i++) {
+        double t0 = ck_mono_s();
+        if ((err = run_node(e, i, scratch)) < 0)
+            goto out;
+        e->node_seconds[i] = ck_mono_s() - t0;
+    }
+    err = copy_outputs(e, outputs, noutputs);
+out:
+    free(scratch);
+    ck_infer_plan_release(e);
+    return err;
+}
+
+uint64_t ck_infer_peak_activation_bytes(const struct ck_infer *e)
+{
+    return e->peak_bytes;
+}
+
+uint64_t ck_infer_weight_bytes(const struct ck_infer *e)
+{
+    return e->weight_bytes;
+}
+
+const double *ck_infer_node_seconds(const struct ck_infer *e)
+{
+    return e->node_seconds;
+}

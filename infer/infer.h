@@ -1,0 +1,68 @@
+/* The CPU inference engine: runs a struct ck_model (model/model.h) in
+ * float32 on the CPU, to check that what was packed computes what it should.
+ *
+ * ck_infer_new converts every weight to float32 once (fp16, bf16, int8, ...
+ * through model/convert.h; float32 little-endian weights
+ * that are aligned are used in place, not copied). ck_infer_run infers
+ * every value's shape from the input shapes (infer/shape.c), plans the
+ * activation buffers so a buffer is reused once its value is dead
+ * (infer/plan.c), and runs the kernels node by node.
+ *
+ * The engine includes neither a reader nor a writer: callers open the model.
+ * Ownership: a ck_infer borrows the model (it must outlive the engine) and
+ * owns the converted weights; a ck_infer_array owns its data and name. */
+#ifndef CK_INFER_H
+#define CK_INFER_H
+
+#include "model/model.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CK_INFER_MAX_RANK 8
+
+/* A float32 array in C order. */
+struct ck_infer_array {
+    char *name; /* owned or NULL */
+    int rank;
+    int64_t dims[CK_INFER_MAX_RANK];
+    float *data; /* owned */
+};
+
+struct ck_infer_options {
+    bool naive_gemm;     /* plain loops instead of BLAS (for measuring what BLAS buys) */
+    uint64_t max_memory; /* activations + converted weights; 0: no limit */
+};
+
+struct ck_infer;
+
+/* Checks the model (ck_model_check) and converts its weights. CK_EFORMAT
+ * naming the weight for a dtype that is not a number; a non-finite weight
+ * is a warning in the log naming the tensor (outputs are checked later). */
+int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o,
+                 struct ck_infer **out);
+void ck_infer_free(struct ck_infer *e);
+
+/* Runs the model on inputs (one per model input, in the model's order; their
+ * names are ignored). *outputs is a new array of the model's outputs, owned
+ * by the caller (ck_infer_arrays_free). Errors name the node, its op and the
+ * problem: shapes that do not chain, an op the engine does not run. */
+int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t ninputs,
+                 struct ck_infer_array **outputs, size_t *noutputs);
+
+/* The most bytes the last run held at once (activations, not weights). */
+uint64_t ck_infer_peak_activation_bytes(const struct ck_infer *e);
+/* Bytes of weights the engine converted (copies, not borrowed in place). */
+uint64_t ck_infer_weight_bytes(const struct ck_infer *e);
+
+/* Per-node timing of the last run in seconds (NULL when not run). */
+const double *ck_infer_node_seconds(const struct ck_infer *e);
+
+int ck_infer_array_init(struct ck_infer_array *a, const char *name, int rank,
+                        const int64_t *dims);
+uint64_t ck_infer_array_numel(const struct ck_infer_array *a);
+void ck_infer_array_release(struct ck_infer_array *a);
+void ck_infer_arrays_free(struct ck_infer_array *a, size_t n);
+
+#endif

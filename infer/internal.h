@@ -1,0 +1,77 @@
+/* The engine's parts, shared between infer.c, shape.c, plan.c and the
+ * kernel files; not for callers outside infer/. */
+#ifndef CK_INFER_INTERNAL_H
+#define CK_INFER_INTERNAL_H
+
+#include "infer/infer.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ck_ishape {
+    int rank;
+    int64_t d[CK_INFER_MAX_RANK];
+};
+
+/* Largest element count of one value (2^40 floats = 4 TiB: beyond any real
+ * model, small enough that byte sizes never overflow). */
+#define CK_INFER_NUMEL_MAX (INT64_C(1) << 40)
+
+/* numel of s; -1 when over CK_INFER_NUMEL_MAX. */
+int64_t ck_ishape_numel(const struct ck_ishape *s);
+/* "[1, 3, 28, 28]" into buf (size at least 16). */
+const char *ck_ishape_text(const struct ck_ishape *s, char *buf, size_t size);
+
+/* The output shapes of node n (n->noutputs of them) from its input shapes.
+ * inconst[i], when not NULL, is input i's data when it is a weight (the
+ * shape ops never need it; it is there for gather's bounds). CK_EFORMAT
+ * naming the node when the shapes do not chain. */
+int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
+                         struct ck_ishape *out);
+
+/* One node's kernel call. */
+struct ck_kcall {
+    const struct ck_model_node *n;
+    const float *const *in;
+    const struct ck_ishape *ins;
+    size_t nin;
+    float *const *out;
+    const struct ck_ishape *outs;
+    bool naive_gemm;
+    float *scratch; /* ck_infer_scratch_floats(n, ins) floats */
+};
+
+/* Floats of scratch the node's kernel needs (conv2d's im2col). */
+int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_ishape *ins,
+                                const struct ck_ishape *outs);
+int64_t ck_infer_conv_scratch_floats(const struct ck_model_node *n, const struct ck_ishape *ins,
+                                     const struct ck_ishape *outs);
+/* Runs the node; CK_EFORMAT naming node and op for an op the engine does not run. */
+int ck_infer_kernel(const struct ck_kcall *k);
+
+/* The kernel families (kernels_*.c). */
+int ck_infer_k_elementwise(const struct ck_kcall *k);
+int ck_infer_k_binary(const struct ck_kcall *k);
+int ck_infer_k_linear(const struct ck_kcall *k); /* dense, matmul, conv2d */
+int ck_infer_k_pool(const struct ck_kcall *k);
+int ck_infer_k_norm(const struct ck_kcall *k);   /* softmax, batchnorm, layernorm, reduce */
+int ck_infer_k_layout(const struct ck_kcall *k); /* transpose ... gather, pad */
+
+/* C = alpha op(A) op(B) + beta C, row major; BLAS (single thread) or plain loops. */
+void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+
+int ck_infer_reduce_axes(const struct ck_model_node *n, int rank, bool *axes);
+void ck_infer_slice_axis(int64_t size, int64_t start, int64_t end, int64_t step, int64_t *first,
+                         int64_t *count);
+
+/* OpenBLAS loaded on first use (blas.c); false when it cannot be. */
+bool ck_infer_blas_available(void);
+void ck_infer_blas_sgemm(bool ta, bool tb, int m, int n, int k, const float *a, int lda,
+                         const float *b, int ldb, float beta, float *c, int ldc);
+
+/* The axis a (negative counts from the end) in [0, rank), or -1. */
+int ck_infer_norm_axis(int64_t a, int rank);
+
+#endif

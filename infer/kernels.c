@@ -1,0 +1,42 @@
+/* One table from op to kernel family, and the scratch each needs. */
+#include "infer/internal.h"
+#include "common/error.h"
+
+int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_ishape *ins,
+                                const struct ck_ishape *outs)
+{
+    switch (n->op) {
+    case CK_OP_CONV2D:
+        return ck_infer_conv_scratch_floats(n, ins, outs);
+    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM:
+        return 2 * ck_ishape_numel(&outs[0]); /* double accumulators */
+    default:
+        return 0;
+    }
+}
+
+int ck_infer_kernel(const struct ck_kcall *k)
+{
+    switch (k->n->op) {
+    case CK_OP_IDENTITY: case CK_OP_RELU: case CK_OP_LEAKY_RELU: case CK_OP_SIGMOID:
+    case CK_OP_TANH: case CK_OP_GELU: case CK_OP_SQRT: case CK_OP_EXP: case CK_OP_LOG:
+    case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
+        return ck_infer_k_elementwise(k);
+    case CK_OP_ADD: case CK_OP_SUB: case CK_OP_MUL: case CK_OP_DIV: case CK_OP_POW:
+        return ck_infer_k_binary(k);
+    case CK_OP_DENSE: case CK_OP_MATMUL: case CK_OP_CONV2D:
+        return ck_infer_k_linear(k);
+    case CK_OP_MAXPOOL: case CK_OP_AVGPOOL: case CK_OP_GLOBAL_AVGPOOL: case CK_OP_GLOBAL_MAXPOOL:
+        return ck_infer_k_pool(k);
+    case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
+    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM:
+        return ck_infer_k_norm(k);
+    case CK_OP_TRANSPOSE: case CK_OP_RESHAPE: case CK_OP_FLATTEN: case CK_OP_SQUEEZE:
+    case CK_OP_UNSQUEEZE: case CK_OP_CONCAT: case CK_OP_SPLIT: case CK_OP_SLICE:
+    case CK_OP_GATHER: case CK_OP_PAD:
+        return ck_infer_k_layout(k);
+    default:
+        return ck_error(CK_EFORMAT, "node '%s': op '%s' is not supported by the inference engine",
+                        k->n->name, ck_op_name(k->n->op));
+    }
+}

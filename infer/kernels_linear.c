@@ -1,0 +1,255 @@
+/* Matrix products: dense, matmul (batched, batch dims broadcast) and conv2d
+ * (im2col, then one product per image and group; a 1x1 stride-1 unpadded
+ * convolution needs no im2col). The products go through OpenBLAS's
+ * cblas_sgemm, single-threaded (the engine runs beside a training job), or
+ * through plain loops when asked (bench/infer.sh measures the difference). */
+#include "infer/internal.h"
+#include "common/error.h"
+
+#include <string.h>
+
+static void gemm_naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c,
+                       int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *ci = c + i * ldc;
+        for (int64_t j = 0; j < n; j++)
+            ci[j] = beta == 0.0f ? 0.0f : ci[j] * beta;
+        for (int64_t p = 0; p < k; p++) {
+            float av = ta ? a[p * lda + i] : a[i * lda + p];
+            if (tb)
+                for (int64_t j = 0; j < n; j++)
+                    ci[j] += av * b[j * ldb + p];
+            else
+                for (int64_t j = 0; j < n; j++)
+                    ci[j] += av * b[p * ldb + j];
+        }
+    }
+}
+
+void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
+                   int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (naive || !ck_infer_blas_available() || k == 0 || m > INT32_MAX || n > INT32_MAX || k > INT32_MAX ||
+        lda > INT32_MAX || ldb > INT32_MAX || ldc > INT32_MAX) {
+        gemm_naive(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    ck_infer_blas_sgemm(ta, tb, (int)m, (int)n, (int)k, a, (int)lda, b, (int)ldb, beta, c,
+                        (int)ldc);
+}
+
+static void add_bias_rows(float *y, int64_t rows, int64_t cols, const float *bias)
+{
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++)
+            y[i * cols + j] += bias[j];
+}
+
+static int dense(const struct ck_kcall *k)
+{
+    const struct ck_ishape *w = &k->ins[1];
+    int64_t in = k->n->p.trans_w ? w->d[1] : w->d[0];
+    int64_t out = ck_ishape_numel(w) / (in ? in : 1);
+    int64_t rows = in ? ck_ishape_numel(&k->ins[0]) / in : 0;
+    ck_infer_gemm(k->naive_gemm, false, k->n->p.trans_w, rows, out, in, k->in[0], in, k->in[1],
+                  k->n->p.trans_w ? in : out, 0.0f, k->out[0], out);
+    if (k->nin > 2)
+        add_bias_rows(k->out[0], rows, out, k->in[2]);
+    return 0;
+}
+
+/* Batched matmul: a's and b's batch dims broadcast to the output's. */
+static int matmul(const struct ck_kcall *k)
+{
+    struct ck_ishape a = k->ins[0], b = k->ins[1];
+    const struct ck_ishape *o = &k->outs[0];
+    if (a.rank == 1)
+        a = (struct ck_ishape){2, {1, a.d[0]}};
+    if (b.rank == 1)
+        b = (struct ck_ishape){2, {b.d[0], 1}};
+    int64_t m = a.d[a.rank - 2], kk = a.d[a.rank - 1], n = b.d[b.rank - 1];
+    int br = a.rank - 2 > b.rank - 2 ? a.rank - 2 : b.rank - 2;
+    int64_t bd[CK_INFER_MAX_RANK], sa[CK_INFER_MAX_RANK], sb[CK_INFER_MAX_RANK];
+    int64_t acca = m * kk, accb = kk * n, batches = 1;
+    for (int i = br - 1; i >= 0; i--) {
+        int ja = i - (br - (a.rank - 2)), jb = i - (br - (b.rank - 2));
+        int64_t da = ja < 0 ? 1 : a.d[ja], db = jb < 0 ? 1 : b.d[jb];
+        bd[i] = da > db ? da : db;
+        sa[i] = da == 1 ? 0 : acca;
+        sb[i] = db == 1 ? 0 : accb;
+        acca *= da;
+        accb *= db;
+        batches *= bd[i];
+    }
+    (void)o;
+    for (int64_t t = 0; t < batches; t++) {
+        int64_t rem = t, oa = 0, ob = 0;
+        for (int i = br - 1; i >= 0; i--) {
+            int64_t ix = rem % bd[i];
+            rem /= bd[i];
+            oa += ix * sa[i];
+            ob += ix * sb[i];
+        }
+        ck_infer_gemm(k->naive_gemm, false, false, m, n, kk, k->in[0] + oa, kk, k->in[1] + ob, n,
+                      0.0f, k->out[0] + t * m * n, n);
+    }
+    return 0;
+}
+
+/* The output columns [lo, hi) whose input column xx*s + off is inside [0, w). */
+static void valid_cols(int64_t w, int64_t ow, int64_t s, int64_t off, int64_t *lo, int64_t *hi)
+{
+    *lo = off >= 0 ? 0 : (-off + s - 1) / s;
+    *hi = w - off <= 0 ? 0 : (w - off + s - 1) / s;
+    if (*hi > ow)
+        *hi = ow;
+    if (*lo > *hi)
+        *lo = *hi;
+}
+
+/* Columns of one image and group: [c*kh*kw, oh*ow], rows ld floats apart.
+ * The padding columns of each kernel offset are computed once, so the inner
+ * loop is a copy (a memcpy at stride 1). */
+static void im2col(const float *x, int64_t c, int64_t h, int64_t w, int64_t kh, int64_t kw,
+                   const struct ck_op_params *p, int64_t oh, int64_t ow, float *col, int64_t ld)
+{
+    int64_t sx = p->stride[1];
+    for (int64_t ci = 0; ci < c; ci++)
+        for (int64_t ki = 0; ki < kh; ki++)
+            for (int64_t kj = 0; kj < kw; kj++) {
+                float *dst = col + ((ci * kh + ki) * kw + kj) * ld;
+                const float *src = x + ci * h * w;
+                int64_t off = kj * p->dilation[1] - p->pad[1], lo, hi;
+                valid_cols(w, ow, sx, off, &lo, &hi);
+                for (int64_t y = 0; y < oh; y++) {
+                    int64_t iy = y * p->stride[0] - p->pad[0] + ki * p->dilation[0];
+                    float *d = dst + y * ow;
+                    if (iy < 0 || iy >= h) {
+                        memset(d, 0, sizeof(float) * (size_t)ow);
+                        continue;
+                    }
+                    const float *row = src + iy * w + off;
+                    for (int64_t xx = 0; xx < lo; xx++)
+                        d[xx] = 0.0f;
+                    if (sx == 1)
+                        memcpy(d + lo, row + lo, sizeof(float) * (size_t)(hi - lo));
+                    else
+                        for (int64_t xx = lo; xx < hi; xx++)
+                            d[xx] = row[xx * sx];
+                    for (int64_t xx = hi; xx < ow; xx++)
+                        d[xx] = 0.0f;
+                }
+            }
+}
+
+static bool conv_is_pointwise(const struct ck_op_params *p, const struct ck_ishape *w)
+{
+    return w->d[2] == 1 && w->d[3] == 1 && p->stride[0] == 1 && p->stride[1] == 1 &&
+           !p->pad[0] && !p->pad[1] && !p->pad[2] && !p->pad[3];
+}
+
+/* Images per product when groups == 1: small images are gathered so one
+ * larger product replaces many small ones, within 256 KiB of columns and
+ * results, so the columns im2col writes are still in L2 when OpenBLAS packs
+ * them (measured on the reference models: 16 MiB chunks were up to 1.5x
+ * slower on the residual block, 128 KiB chunks slower on both). */
+#define CONV_CHUNK_FLOATS (INT64_C(64) << 10)
+
+static int64_t conv_images_per_call(const struct ck_ishape *x, const struct ck_ishape *w,
+                                    const struct ck_ishape *o)
+{
+    int64_t per = (w->d[1] * w->d[2] * w->d[3] + w->d[0]) * o->d[2] * o->d[3];
+    int64_t nb = per ? CONV_CHUNK_FLOATS / per : 1;
+    return nb < 1 ? 1 : nb > x->d[0] ? x->d[0] : nb;
+}
+
+static bool conv_batches(const struct ck_op_params *p, const struct ck_ishape *w)
+{
+    return p->groups == 1 && !conv_is_pointwise(p, w);
+}
+
+int64_t ck_infer_conv_scratch_floats(const struct ck_model_node *n, const struct ck_ishape *ins,
+                                     const struct ck_ishape *outs)
+{
+    const struct ck_ishape *w = &ins[1];
+    int64_t hw = outs[0].d[2] * outs[0].d[3], k = w->d[1] * w->d[2] * w->d[3];
+    if (conv_batches(&n->p, w))
+        return conv_images_per_call(&ins[0], w, &outs[0]) * (k + w->d[0]) * hw;
+    return conv_is_pointwise(&n->p, w) ? 0 : k * hw;
+}
+
+/* groups == 1: nb images' columns side by side [k, nb*hw], one product
+ * [o, k] x [k, nb*hw], then each image's [o, hw] block to its place. */
+static void conv2d_batched(const struct ck_kcall *k)
+{
+    const struct ck_op_params *p = &k->n->p;
+    const struct ck_ishape *x = &k->ins[0], *w = &k->ins[1], *o = &k->outs[0];
+    int64_t c = x->d[1], h = x->d[2], wd = x->d[3], oc = w->d[0], oh = o->d[2], ow = o->d[3];
+    int64_t hw = oh * ow, kk = c * w->d[2] * w->d[3];
+    int64_t nb = conv_images_per_call(x, w, o);
+    for (int64_t b0 = 0; b0 < x->d[0]; b0 += nb) {
+        int64_t cnt = x->d[0] - b0 < nb ? x->d[0] - b0 : nb, ld = cnt * hw;
+        float *col = k->scratch, *res = k->scratch + kk * ld;
+        for (int64_t i = 0; i < cnt; i++)
+            im2col(k->in[0] + (b0 + i) * c * h * wd, c, h, wd, w->d[2], w->d[3], p, oh, ow,
+                   col + i * hw, ld);
+        ck_infer_gemm(k->naive_gemm, false, false, oc, ld, kk, k->in[1], kk, col, ld, 0.0f, res,
+                      ld);
+        for (int64_t i = 0; i < cnt; i++)
+            for (int64_t ch = 0; ch < oc; ch++) {
+                float *dst = k->out[0] + ((b0 + i) * oc + ch) * hw;
+                const float *src = res + ch * ld + i * hw;
+                float bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
+                for (int64_t j = 0; j < hw; j++)
+                    dst[j] = src[j] + bias;
+            }
+    }
+}
+
+static int conv2d(const struct ck_kcall *k)
+{
+    const struct ck_op_params *p = &k->n->p;
+    const struct ck_ishape *x = &k->ins[0], *w = &k->ins[1], *o = &k->outs[0];
+    int64_t g = p->groups, cg = w->d[1], og = w->d[0] / g, kh = w->d[2], kw = w->d[3];
+    int64_t h = x->d[2], wd = x->d[3], oh = o->d[2], ow = o->d[3], kk = cg * kh * kw;
+    bool pointwise = conv_is_pointwise(p, w);
+    if (conv_batches(p, w)) {
+        conv2d_batched(k);
+        return 0;
+    }
+    for (int64_t b = 0; b < x->d[0]; b++)
+        for (int64_t gi = 0; gi < g; gi++) {
+            const float *xi = k->in[0] + (b * x->d[1] + gi * cg) * h * wd;
+            float *yi = k->out[0] + (b * o->d[1] + gi * og) * oh * ow;
+            const float *col = xi;
+            if (!pointwise) {
+                im2col(xi, cg, h, wd, kh, kw, p, oh, ow, k->scratch, oh * ow);
+                col = k->scratch;
+            }
+            ck_infer_gemm(k->naive_gemm, false, false, og, oh * ow, kk, k->in[1] + gi * og * kk,
+                          kk, col, oh * ow, 0.0f, yi, oh * ow);
+            if (k->nin > 2)
+                for (int64_t c = 0; c < og; c++) {
+                    float bias = k->in[2][gi * og + c], *row = yi + c * oh * ow;
+                    for (int64_t i = 0; i < oh * ow; i++)
+                        row[i] += bias;
+                }
+        }
+    return 0;
+}
+
+int ck_infer_k_linear(const struct ck_kcall *k)
+{
+    switch (k->n->op) {
+    case CK_OP_DENSE: return dense(k);
+    case CK_OP_MATMUL: return matmul(k);
+    case CK_OP_CONV2D: return conv2d(k);
+    default:
+        return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a product", k->n->name,
+                        ck_op_name(k->n->op));
+    }
+}

@@ -1,0 +1,143 @@
+/* Kernels that work along an axis: softmax and log-softmax, batch
+ * normalisation (inference form: running mean and variance), layer
+ * normalisation, and the mean and sum reductions. Sums are kept in double
+ * so a long axis does not lose the float32 precision the checks rely on. */
+#include "infer/internal.h"
+#include "common/error.h"
+
+#include <math.h>
+#include <string.h>
+
+
+/* x viewed as [outer, len, inner] around axis. */
+static void around(const struct ck_ishape *s, int axis, int64_t *outer, int64_t *len,
+                   int64_t *inner)
+{
+    *outer = *inner = 1;
+    for (int i = 0; i < axis; i++)
+        *outer *= s->d[i];
+    for (int i = axis + 1; i < s->rank; i++)
+        *inner *= s->d[i];
+    *len = s->d[axis];
+}
+
+static void softmax(const struct ck_kcall *k, bool log_form)
+{
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, -1), k->ins[0].rank);
+    int64_t outer, len, inner;
+    around(&k->ins[0], axis, &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            const float *x = k->in[0] + o * len * inner + in;
+            float *y = k->out[0] + o * len * inner + in;
+            float mx = -INFINITY;
+            for (int64_t i = 0; i < len; i++)
+                mx = x[i * inner] > mx ? x[i * inner] : mx;
+            /* expf of x - max (<= 0, no overflow) is exact to float32's last bit
+             * or two; the sum is kept in double */
+            double sum = 0;
+            for (int64_t i = 0; i < len; i++) {
+                float e = expf(x[i * inner] - mx);
+                sum += e;
+                if (!log_form)
+                    y[i * inner] = e;
+            }
+            if (log_form) {
+                float lsum = (float)log(sum);
+                for (int64_t i = 0; i < len; i++)
+                    y[i * inner] = (x[i * inner] - mx) - lsum;
+            } else {
+                float inv = (float)(1.0 / sum);
+                for (int64_t i = 0; i < len; i++)
+                    y[i * inner] *= inv;
+            }
+        }
+}
+
+static void batchnorm(const struct ck_kcall *k)
+{
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, 1), k->ins[0].rank);
+    int64_t outer, len, inner;
+    around(&k->ins[0], axis, &outer, &len, &inner);
+    const float *gamma = k->nin > 1 ? k->in[1] : NULL, *beta = k->nin > 2 ? k->in[2] : NULL;
+    const float *mean = k->nin > 3 ? k->in[3] : NULL, *var = k->nin > 4 ? k->in[4] : NULL;
+    for (int64_t c = 0; c < len; c++) {
+        double inv = 1.0 / sqrt((var ? var[c] : 1.0) + k->n->p.eps);
+        float scale = (float)((gamma ? gamma[c] : 1.0) * inv);
+        float shift = (float)((beta ? beta[c] : 0.0) - (mean ? mean[c] : 0.0) * scale);
+        for (int64_t o = 0; o < outer; o++) {
+            const float *x = k->in[0] + (o * len + c) * inner;
+            float *y = k->out[0] + (o * len + c) * inner;
+            for (int64_t i = 0; i < inner; i++)
+                y[i] = x[i] * scale + shift;
+        }
+    }
+}
+
+static void layernorm(const struct ck_kcall *k)
+{
+    const struct ck_ishape *s = &k->ins[0];
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, -1), s->rank);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < s->rank; i++)
+        *(i < axis ? &outer : &inner) *= s->d[i];
+    const float *gamma = k->nin > 1 ? k->in[1] : NULL, *beta = k->nin > 2 ? k->in[2] : NULL;
+    for (int64_t o = 0; o < outer; o++) {
+        const float *x = k->in[0] + o * inner;
+        float *y = k->out[0] + o * inner;
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < inner; i++)
+            sum += x[i];
+        double mean = sum / (double)inner;
+        for (int64_t i = 0; i < inner; i++)
+            sq += ((double)x[i] - mean) * ((double)x[i] - mean);
+        double inv = 1.0 / sqrt(sq / (double)inner + k->n->p.eps);
+        for (int64_t i = 0; i < inner; i++) {
+            double v = ((double)x[i] - mean) * inv;
+            y[i] = (float)(v * (gamma ? gamma[i] : 1.0) + (beta ? beta[i] : 0.0));
+        }
+    }
+}
+
+static int reduce(const struct ck_kcall *k)
+{
+    const struct ck_ishape *s = &k->ins[0];
+    bool axes[CK_INFER_MAX_RANK];
+    int err = ck_infer_reduce_axes(k->n, s->rank, axes);
+    if (err < 0)
+        return err;
+    int64_t onum = ck_ishape_numel(&k->outs[0]), total = ck_ishape_numel(s);
+    int64_t count = onum ? total / onum : 0;
+    double *acc = (double *)k->scratch;
+    memset(acc, 0, sizeof(double) * (size_t)onum);
+    int64_t idx[CK_INFER_MAX_RANK] = {0};
+    for (int64_t i = 0; i < total; i++) {
+        int64_t o = 0;
+        for (int d = 0; d < s->rank; d++)
+            if (!axes[d])
+                o = o * s->d[d] + idx[d];
+        acc[o] += k->in[0][i];
+        for (int d = s->rank - 1; d >= 0; d--) {
+            if (++idx[d] < s->d[d])
+                break;
+            idx[d] = 0;
+        }
+    }
+    for (int64_t o = 0; o < onum; o++)
+        k->out[0][o] = (float)(k->n->op == CK_OP_REDUCE_MEAN ? acc[o] / (double)count : acc[o]);
+    return 0;
+}
+
+int ck_infer_k_norm(const struct ck_kcall *k)
+{
+    switch (k->n->op) {
+    case CK_OP_SOFTMAX: softmax(k, false); return 0;
+    case CK_OP_LOG_SOFTMAX: softmax(k, true); return 0;
+    case CK_OP_BATCHNORM: batchnorm(k); return 0;
+    case CK_OP_LAYERNORM: layernorm(k); return 0;
+    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM: return reduce(k);
+    default:
+        return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a normalisation", k->n->name,
+                        ck_op_name(k->n->op));
+    }
+}

@@ -1,0 +1,117 @@
+/* Pooling over the last two axes (NCHW): max, average (padding counted or
+ * not, as count_include_pad says; a window running past the padded input in
+ * ceil mode counts only what it covers, as torch does), and their global
+ * forms. */
+#include "infer/internal.h"
+
+#include <float.h>
+#include <math.h>
+
+/* The maximum of a window: a select GCC turns into maxss (no branch per
+ * value); a NaN anywhere makes the result NaN, as in torch. */
+static float window_max(const float *x, int64_t w, int64_t ya, int64_t yb, int64_t xa, int64_t xb)
+{
+    float acc = -INFINITY;
+    bool nan = false;
+    for (int64_t yy = ya; yy < yb; yy++) {
+        const float *row = x + yy * w;
+        for (int64_t xx = xa; xx < xb; xx++) {
+            float v = row[xx];
+            acc = v > acc ? v : acc;
+            nan |= v != v;
+        }
+    }
+    return nan ? NAN : acc;
+}
+
+static float window_sum(const float *x, int64_t w, int64_t ya, int64_t yb, int64_t xa, int64_t xb)
+{
+    float acc = 0.0f;
+    for (int64_t yy = ya; yy < yb; yy++)
+        for (int64_t xx = xa; xx < xb; xx++)
+            acc += x[yy * w + xx];
+    return acc;
+}
+
+static inline float max2(float a, float b)
+{
+    return a != a ? a : b > a ? b : a; /* NaN wins */
+}
+
+/* The most common window (2x2, stride 2, no padding) without the general
+ * loop's bookkeeping. */
+static void pool_2x2(bool max, const float *x, int64_t w, float *y, int64_t oh, int64_t ow)
+{
+    for (int64_t i = 0; i < oh; i++) {
+        const float *r0 = x + 2 * i * w, *r1 = r0 + w;
+        float *yi = y + i * ow;
+        if (max)
+            for (int64_t j = 0; j < ow; j++)
+                yi[j] = max2(max2(r0[2 * j], r0[2 * j + 1]), max2(r1[2 * j], r1[2 * j + 1]));
+        else
+            for (int64_t j = 0; j < ow; j++)
+                yi[j] = (r0[2 * j] + r0[2 * j + 1] + r1[2 * j] + r1[2 * j + 1]) * 0.25f;
+    }
+}
+
+static bool is_2x2(const struct ck_op_params *p, int64_t h, int64_t w, int64_t oh, int64_t ow)
+{
+    return p->kernel[0] == 2 && p->kernel[1] == 2 && p->stride[0] == 2 && p->stride[1] == 2 &&
+           !p->pad[0] && !p->pad[1] && !p->pad[2] && !p->pad[3] && 2 * oh <= h && 2 * ow <= w;
+}
+
+static void pool_plane(const struct ck_op_params *p, bool max, const float *x, int64_t h,
+                       int64_t w, float *y, int64_t oh, int64_t ow)
+{
+    if (is_2x2(p, h, w, oh, ow)) {
+        pool_2x2(max, x, w, y, oh, ow);
+        return;
+    }
+    for (int64_t i = 0; i < oh; i++) {
+        int64_t y0 = i * p->stride[0] - p->pad[0], y1 = y0 + p->kernel[0];
+        int64_t ya = y0 < 0 ? 0 : y0, yb = y1 < h ? y1 : h;
+        /* the window clipped to the padded input, for the divisor */
+        int64_t py = (y1 < h + p->pad[2] ? y1 : h + p->pad[2]) - y0;
+        for (int64_t j = 0; j < ow; j++) {
+            int64_t x0 = j * p->stride[1] - p->pad[1], x1 = x0 + p->kernel[1];
+            int64_t xa = x0 < 0 ? 0 : x0, xb = x1 < w ? x1 : w;
+            if (max) {
+                y[i * ow + j] = window_max(x, w, ya, yb, xa, xb);
+                continue;
+            }
+            int64_t px = (x1 < w + p->pad[3] ? x1 : w + p->pad[3]) - x0;
+            int64_t count = p->count_include_pad ? py * px : (yb - ya) * (xb - xa);
+            float acc = window_sum(x, w, ya, yb, xa, xb);
+            y[i * ow + j] = count > 0 ? acc / (float)count : 0.0f;
+        }
+    }
+}
+
+int ck_infer_k_pool(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0], *o = &k->outs[0];
+    int r = x->rank;
+    int64_t h = x->d[r - 2], w = x->d[r - 1], planes = 1;
+    for (int i = 0; i < r - 2; i++)
+        planes *= x->d[i];
+    enum ck_op op = k->n->op;
+    if (op == CK_OP_GLOBAL_AVGPOOL || op == CK_OP_GLOBAL_MAXPOOL) {
+        int64_t inner = ck_ishape_numel(x) / (planes ? planes : 1);
+        for (int64_t pl = 0; pl < planes; pl++) {
+            const float *xp = k->in[0] + pl * inner;
+            double sum = 0;
+            float mx = -INFINITY;
+            for (int64_t i = 0; i < inner; i++) {
+                sum += xp[i];
+                mx = xp[i] > mx || isnan(xp[i]) ? xp[i] : mx;
+            }
+            k->out[0][pl] = op == CK_OP_GLOBAL_MAXPOOL ? mx : (float)(sum / (double)inner);
+        }
+        return 0;
+    }
+    int64_t oh = o->d[r - 2], ow = o->d[r - 1];
+    for (int64_t pl = 0; pl < planes; pl++)
+        pool_plane(&k->n->p, op == CK_OP_MAXPOOL, k->in[0] + pl * h * w, h, w,
+                   k->out[0] + pl * oh * ow, oh, ow);
+    return 0;
+}

@@ -1,0 +1,630 @@
+/* The inference engine's kernels, shapes, plan and sandbox on small graphs
+ * whose expected values are computed by hand (in the comments) or from
+ * closed forms (erf, tanh), never from the engine. */
+#include "test_main.h"
+
+#include "common/error.h"
+#include "infer/infer.h"
+#include "infer/sandbox.h"
+#include "model/model.h"
+
+#include <math.h>
+#include <signal.h>
+#include <unistd.h>
+
+static struct ck_model *model_new(void)
+{
+    struct ck_model *m = NULL;
+    assert_int_equal(ck_model_new(ck_tensor_set_new("test", "mem"), "test", &m), 0);
+    return m;
+}
+
+static void weight_typed(struct ck_model *m, const char *name, enum ck_dtype dt, int rank,
+                         const int64_t *dims, const void *vals, size_t nbytes)
+{
+    void *data;
+    assert_int_equal(ck_tensor_set_alloc(m->weights, nbytes, &data), 0);
+    memcpy(data, vals, nbytes);
+    struct ck_tensor t = {.name = (char *)name, .dtype = dt, .rank = rank, .nbytes = nbytes,
+                          .data = data};
+    memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
+    assert_int_equal(ck_tensor_set_add(m->weights, &t, NULL), 0);
+}
+
+static void weight(struct ck_model *m, const char *name, int rank, const int64_t *dims,
+                   const float *vals)
+{
+    size_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)dims[i];
+    weight_typed(m, name, CK_DT_F32, rank, dims, vals, n * sizeof(float));
+}
+
+/* A node reading the comma-separated inputs and writing out. */
+static struct ck_model_node *node(struct ck_model *m, enum ck_op op, const char *ins,
+                                  const char *out)
+{
+    struct ck_model_node *n;
+    char buf[256], *save = NULL;
+    assert_int_equal(ck_model_add_node(m, out, op, &n), 0);
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        assert_int_equal(ck_model_node_add_input(n, t), 0);
+    assert_int_equal(ck_model_node_add_output(n, out), 0);
+    return n;
+}
+
+static void io(struct ck_model *m, bool output, const char *name, int rank, const int64_t *dims)
+{
+    assert_int_equal(ck_model_add_io(m, output, name, CK_DT_F32, rank, dims), 0);
+}
+
+/* The tolerance of run_check: |got - want| <= rtol |want| + atol. */
+static float check_rtol = 1e-5f, check_atol = 1e-5f;
+
+/* Runs m on one input and checks its one output against want. */
+static void run_check(const struct ck_model *m, bool naive, int rank, const int64_t *dims,
+                      const float *x, int orank, const int64_t *odims, const float *want)
+{
+    struct ck_infer_options o = {.naive_gemm = naive};
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, &o, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", rank, dims), 0);
+    memcpy(in.data, x, sizeof(float) * ck_infer_array_numel(&in));
+    int err = ck_infer_run(e, &in, 1, &out, &nout);
+    if (err < 0)
+        fail_msg("run failed: %s", ck_error_msg());
+    assert_int_equal(nout, 1);
+    assert_int_equal(out[0].rank, orank);
+    for (int i = 0; i < orank; i++)
+        assert_int_equal(out[0].dims[i], odims[i]);
+    for (uint64_t i = 0; i < ck_infer_array_numel(&out[0]); i++)
+        if (!(fabsf(out[0].data[i] - want[i]) <= check_rtol * fabsf(want[i]) + check_atol))
+            fail_msg("value %llu: got %.9g, want %.9g", (unsigned long long)i,
+                     (double)out[0].data[i], (double)want[i]);
+    ck_infer_arrays_free(out, nout);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+}
+
+static const int64_t d12[] = {1, 2};
+
+static void dense_both_layouts(void **state)
+{
+    /* x [1,2] = [1,2]; W [[1,2,3],[4,5,6]]; b [0.5, 0, -1]
+     * y = [1+8+0.5, 2+10+0, 3+12-1] = [9.5, 12, 14] */
+    static const float w[] = {1, 2, 3, 4, 5, 6}, wt[] = {1, 4, 2, 5, 3, 6}, b[] = {0.5f, 0, -1};
+    static const float x[] = {1, 2}, want[] = {9.5f, 12, 14};
+    for (int trans = 0; trans < 2; trans++)
+        for (int naive = 0; naive < 2; naive++) {
+            struct ck_model *m = model_new();
+            int64_t wd[] = {trans ? 3 : 2, trans ? 2 : 3}, bd[] = {3}, od[] = {1, 3};
+            weight(m, "W", 2, wd, trans ? wt : w);
+            weight(m, "b", 1, bd, b);
+            io(m, false, "x", 2, (int64_t[]){-1, 2});
+            node(m, CK_OP_DENSE, "x,W,b", "y")->p.trans_w = trans;
+            io(m, true, "y", 2, od);
+            run_check(m, naive, 2, d12, x, 2, od, want);
+            ck_model_free(m);
+        }
+}
+
+static void dense_converts_f16_bf16_int8(void **state)
+{
+    /* the same W in float16 (1=0x3C00, 2=0x4000, 3=0x4200, 4=0x4400, 5=0x4500,
+     * 6=0x4600), bfloat16 (1=0x3F80, 2=0x4000, 3=0x4040, 4=0x4080, 5=0x40A0,
+     * 6=0x40C0) and int8; no bias: y = [9, 12, 15] */
+    static const uint16_t f16[] = {0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600};
+    static const uint16_t bf16[] = {0x3F80, 0x4000, 0x4040, 0x4080, 0x40A0, 0x40C0};
+    static const int8_t i8[] = {1, 2, 3, 4, 5, 6};
+    static const float x[] = {1, 2}, want[] = {9, 12, 15};
+    const void *data[] = {f16, bf16, i8};
+    const enum ck_dtype dt[] = {CK_DT_F16, CK_DT_BF16, CK_DT_I8};
+    const size_t sz[] = {sizeof f16, sizeof bf16, sizeof i8};
+    for (int i = 0; i < 3; i++) {
+        struct ck_model *m = model_new();
+        int64_t wd[] = {2, 3}, od[] = {1, 3};
+        weight_typed(m, "W", dt[i], 2, wd, data[i], sz[i]);
+        io(m, false, "x", 2, d12);
+        node(m, CK_OP_DENSE, "x,W", "y");
+        io(m, true, "y", 2, od);
+        run_check(m, false, 2, d12, x, 2, od, want);
+        ck_model_free(m);
+    }
+}
+
+static const float nine[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+static const int64_t x133[] = {1, 1, 3, 3};
+
+static void conv_case(const int64_t *stride, const int64_t *pad, const int64_t *dil,
+                      const int64_t *od, const float *want)
+{
+    static const float ones[] = {1, 1, 1, 1};
+    for (int naive = 0; naive < 2; naive++) {
+        struct ck_model *m = model_new();
+        weight(m, "W", 4, (int64_t[]){1, 1, 2, 2}, ones);
+        io(m, false, "x", 4, x133);
+        struct ck_model_node *n = node(m, CK_OP_CONV2D, "x,W", "y");
+        memcpy(n->p.stride, stride, sizeof n->p.stride);
+        memcpy(n->p.pad, pad, sizeof n->p.pad);
+        memcpy(n->p.dilation, dil, sizeof n->p.dilation);
+        io(m, true, "y", 4, od);
+        run_check(m, naive, 4, x133, nine, 4, od, want);
+        ck_model_free(m);
+    }
+}
+
+static void conv2d_stride_pad_dilation_groups(void **state)
+{
+    /* x = 1..9 in 3x3, a 2x2 kernel of ones: each output sums its window */
+    conv_case((int64_t[]){1, 1}, (int64_t[]){0, 0, 0, 0}, (int64_t[]){1, 1},
+              (int64_t[]){1, 1, 2, 2}, (float[]){12, 16, 24, 28});
+    /* pad 1, stride 2: windows at rows/cols -1 and 1: [1], [2+3], [4+7], [5+6+8+9] */
+    conv_case((int64_t[]){2, 2}, (int64_t[]){1, 1, 1, 1}, (int64_t[]){1, 1},
+              (int64_t[]){1, 1, 2, 2}, (float[]){1, 5, 11, 28});
+    /* dilation 2: the four corners 1+3+7+9 */
+    conv_case((int64_t[]){1, 1}, (int64_t[]){0, 0, 0, 0}, (int64_t[]){2, 2},
+              (int64_t[]){1, 1, 1, 1}, (float[]){20});
+    /* a batch of two images (one product for both): the second is the first
+     * plus 9, so each window sums 36 more; bias 1 */
+    float x2[18];
+    for (int i = 0; i < 18; i++)
+        x2[i] = (float)(i + 1);
+    for (int naive = 0; naive < 2; naive++) {
+        struct ck_model *mb = model_new();
+        const int64_t xd[] = {2, 1, 3, 3}, od[] = {2, 1, 2, 2};
+        weight(mb, "W", 4, (int64_t[]){1, 1, 2, 2}, (float[]){1, 1, 1, 1});
+        weight(mb, "b", 1, (int64_t[]){1}, (float[]){1});
+        io(mb, false, "x", 4, (int64_t[]){-1, 1, 3, 3});
+        node(mb, CK_OP_CONV2D, "x,W,b", "y");
+        io(mb, true, "y", 4, od);
+        run_check(mb, naive, 4, xd, x2, 4, od, (float[]){13, 17, 25, 29, 49, 53, 61, 65});
+        ck_model_free(mb);
+    }
+    /* groups 2, 1x1: x [1,2,1,1] = [1,2]; W [2,1,1,1] = [3,4]; bias [10,20] -> [13, 28] */
+    struct ck_model *m = model_new();
+    weight(m, "W", 4, (int64_t[]){2, 1, 1, 1}, (float[]){3, 4});
+    weight(m, "b", 1, (int64_t[]){2}, (float[]){10, 20});
+    io(m, false, "x", 4, (int64_t[]){1, 2, 1, 1});
+    node(m, CK_OP_CONV2D, "x,W,b", "y")->p.groups = 2;
+    io(m, true, "y", 4, (int64_t[]){1, 2, 1, 1});
+    run_check(m, false, 4, (int64_t[]){1, 2, 1, 1}, (float[]){1, 2}, 4, (int64_t[]){1, 2, 1, 1},
+              (float[]){13, 28});
+    ck_model_free(m);
+}
+
+/* One unary node over x; p set by the caller through *pn. */
+static struct ck_model *unary(enum ck_op op, int rank, const int64_t *dims,
+                              struct ck_model_node **pn)
+{
+    struct ck_model *m = model_new();
+    io(m, false, "x", rank, dims);
+    *pn = node(m, op, "x", "y");
+    return m;
+}
+
+static void pool_case(enum ck_op op, const int64_t *xd, const float *x, int64_t k, int64_t s,
+                      int64_t pad, bool ceil_mode, bool incl, const int64_t *od, const float *want)
+{
+    struct ck_model_node *n;
+    struct ck_model *m = unary(op, 4, xd, &n);
+    n->p.kernel[0] = n->p.kernel[1] = k;
+    n->p.stride[0] = n->p.stride[1] = s;
+    for (int i = 0; i < 4; i++)
+        n->p.pad[i] = pad;
+    n->p.ceil_mode = ceil_mode;
+    n->p.count_include_pad = incl;
+    io(m, true, "y", 4, od);
+    run_check(m, false, 4, xd, x, 4, od, want);
+    ck_model_free(m);
+}
+
+static void pooling(void **state)
+{
+    float x16[16];
+    for (int i = 0; i < 16; i++)
+        x16[i] = (float)i;
+    const int64_t d44[] = {1, 1, 4, 4}, d22[] = {1, 1, 2, 2}, d11[] = {1, 1, 1, 1};
+    pool_case(CK_OP_MAXPOOL, d44, x16, 2, 2, 0, false, false, d22, (float[]){5, 7, 13, 15});
+    pool_case(CK_OP_AVGPOOL, d44, x16, 2, 2, 0, false, false, d22,
+              (float[]){2.5f, 4.5f, 10.5f, 12.5f});
+    pool_case(CK_OP_GLOBAL_AVGPOOL, d44, x16, 0, 1, 0, false, false, d11, (float[]){7.5f});
+    pool_case(CK_OP_GLOBAL_MAXPOOL, d44, x16, 0, 1, 0, false, false, d11, (float[]){15});
+    /* 2x2 input [1,2,3,4], pad 1, kernel 2, stride 2: each window holds one value */
+    const float x4[] = {1, 2, 3, 4};
+    pool_case(CK_OP_AVGPOOL, d22, x4, 2, 2, 1, false, false, d22, x4);
+    pool_case(CK_OP_AVGPOOL, d22, x4, 2, 2, 1, false, true, d22,
+              (float[]){0.25f, 0.5f, 0.75f, 1});
+    /* 3x3, kernel 2, stride 2, ceil mode: 2x2 windows cut at the border */
+    pool_case(CK_OP_MAXPOOL, x133, nine, 2, 2, 0, true, false, d22, (float[]){5, 6, 8, 9});
+    pool_case(CK_OP_AVGPOOL, x133, nine, 2, 2, 0, true, false, d22,
+              (float[]){3, 4.5f, 7.5f, 9});
+}
+
+static void activations(void **state)
+{
+    const int64_t d[] = {1, 4};
+    const float x[] = {-2, 0, 1, 3};
+    struct {
+        enum ck_op op;
+        float want[4];
+    } cases[] = {
+        {CK_OP_RELU, {0, 0, 1, 3}},
+        {CK_OP_LEAKY_RELU, {-0.02f, 0, 1, 3}},
+        {CK_OP_SIGMOID, {0.11920292f, 0.5f, 0.73105858f, 0.95257413f}},
+        {CK_OP_TANH, {-0.96402758f, 0, 0.76159416f, 0.99505475f}},
+        /* x/2 (1 + erf(x/sqrt 2)) */
+        {CK_OP_GELU, {-0.04550026f, 0, 0.84134475f, 2.99595031f}},
+        {CK_OP_NEG, {2, 0, -1, -3}},
+        {CK_OP_EXP, {0.13533528f, 1, 2.71828183f, 20.08553692f}},
+        {CK_OP_ERF, {-0.99532227f, 0, 0.84270079f, 0.99997791f}},
+        {CK_OP_CLIP, {-1, 0, 1, 2}},
+        {CK_OP_IDENTITY, {-2, 0, 1, 3}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct ck_model_node *n;
+        struct ck_model *m = unary(cases[i].op, 2, d, &n);
+        n->p.min = -1;
+        n->p.max = 2;
+        io(m, true, "y", 2, d);
+        run_check(m, false, 2, d, x, 2, d, cases[i].want);
+        ck_model_free(m);
+    }
+    /* the tanh form of GELU at 1: 0.5 (1 + tanh(sqrt(2/pi) 1.044715)) */
+    struct ck_model_node *n;
+    struct ck_model *m = unary(CK_OP_GELU, 2, d, &n);
+    n->p.approx_tanh = true;
+    io(m, true, "y", 2, d);
+    run_check(m, false, 2, d, x, 2, d, (float[]){-0.04540231f, 0, 0.84119199f, 2.99636261f});
+    ck_model_free(m);
+    m = unary(CK_OP_SQRT, 2, d12, &n);
+    io(m, true, "y", 2, d12);
+    run_check(m, false, 2, d12, (float[]){4, 2}, 2, d12, (float[]){2, 1.41421356f});
+    ck_model_free(m);
+    m = unary(CK_OP_LOG, 2, d12, &n);
+    io(m, true, "y", 2, d12);
+    run_check(m, false, 2, d12, (float[]){1, 2.71828183f}, 2, d12, (float[]){0, 1});
+    ck_model_free(m);
+}
+
+static void tanh_matches_libm_everywhere(void **state)
+{
+    /* the engine's tanh against double-precision tanh over [-20, 20], both
+     * signs, tiny values and the non-finite ones */
+    enum { N = 40001 };
+    const int64_t d[] = {1, N + 4};
+    static float x[N + 4], want[N + 4];
+    for (int i = 0; i < N; i++) {
+        x[i] = -20.0f + (float)i * 0.001f;
+        want[i] = (float)tanh((double)x[i]);
+    }
+    x[N] = 1e-30f, want[N] = 1e-30f;
+    x[N + 1] = -INFINITY, want[N + 1] = -1;
+    x[N + 2] = INFINITY, want[N + 2] = 1;
+    x[N + 3] = -3e-8f, want[N + 3] = -3e-8f;
+    struct ck_model_node *n;
+    struct ck_model *m = unary(CK_OP_TANH, 2, d, &n);
+    io(m, true, "y", 2, d);
+    check_rtol = 1e-6f; /* a few float32 ulp, also for the tiny values */
+    check_atol = 0;
+    run_check(m, false, 2, d, x, 2, d, want);
+    check_rtol = check_atol = 1e-5f;
+    ck_model_free(m);
+}
+
+static void softmax_on_an_axis(void **state)
+{
+    /* [1,2,3]: e^x / (e + e^2 + e^3) and x - log(e + e^2 + e^3) */
+    const int64_t d[] = {1, 3}, dt[] = {3, 1};
+    const float x[] = {1, 2, 3};
+    const float sm[] = {0.09003057f, 0.24472847f, 0.66524096f};
+    const float lsm[] = {-2.40760596f, -1.40760596f, -0.40760596f};
+    struct ck_model_node *n;
+    struct ck_model *m = unary(CK_OP_SOFTMAX, 2, d, &n);
+    io(m, true, "y", 2, d);
+    run_check(m, false, 2, d, x, 2, d, sm);
+    ck_model_free(m);
+    m = unary(CK_OP_LOG_SOFTMAX, 2, dt, &n);
+    n->p.axis = 0;
+    io(m, true, "y", 2, dt);
+    run_check(m, false, 2, dt, x, 2, dt, lsm);
+    ck_model_free(m);
+}
+
+static void binary_broadcast_and_scalar(void **state)
+{
+    const int64_t d23[] = {2, 3};
+    const float a[] = {1, 2, 3, 4, 5, 6};
+    struct ck_model *m = model_new();
+    weight(m, "row", 1, (int64_t[]){3}, (float[]){10, 20, 30});
+    weight(m, "col", 2, (int64_t[]){2, 1}, (float[]){100, 200});
+    io(m, false, "x", 2, d23);
+    node(m, CK_OP_ADD, "x,row", "s");  /* [11,22,33,14,25,36] */
+    node(m, CK_OP_MUL, "s,col", "p");  /* [1100,2200,3300,2800,5000,7200] */
+    node(m, CK_OP_DIV, "p,row", "q");  /* [110,110,110,280,250,240] */
+    struct ck_model_node *n = node(m, CK_OP_SUB, "q", "r"); /* 1000 - q */
+    n->p.has_scalar = n->p.scalar_first = true;
+    n->p.scalar = 1000;
+    n = node(m, CK_OP_POW, "r", "y"); /* squared */
+    n->p.has_scalar = true;
+    n->p.scalar = 2;
+    io(m, true, "y", 2, d23);
+    run_check(m, false, 2, d23, a, 2, d23,
+              (float[]){792100, 792100, 792100, 518400, 562500, 577600});
+    ck_model_free(m);
+}
+
+static void matmul_batch_broadcast(void **state)
+{
+    /* a [2,1,2] = [[1,2]],[[3,4]]; b [2,1] = [5,6]: [[17]], [[39]] */
+    struct ck_model *m = model_new();
+    weight(m, "b", 2, (int64_t[]){2, 1}, (float[]){5, 6});
+    const int64_t ad[] = {2, 1, 2}, od[] = {2, 1, 1};
+    io(m, false, "x", 3, ad);
+    node(m, CK_OP_MATMUL, "x,b", "y");
+    io(m, true, "y", 3, od);
+    run_check(m, false, 3, ad, (float[]){1, 2, 3, 4}, 3, od, (float[]){17, 39});
+    run_check(m, true, 3, ad, (float[]){1, 2, 3, 4}, 3, od, (float[]){17, 39});
+    ck_model_free(m);
+}
+
+static void layout_ops(void **state)
+{
+    const int64_t d23[] = {2, 3};
+    const float a[] = {1, 2, 3, 4, 5, 6};
+    struct ck_model_node *n;
+    /* transpose [2,3] -> [3,2] */
+    struct ck_model *m = unary(CK_OP_TRANSPOSE, 2, d23, &n);
+    io(m, true, "y", 2, (int64_t[]){3, 2});
+    run_check(m, false, 2, d23, a, 2, (int64_t[]){3, 2}, (float[]){1, 4, 2, 5, 3, 6});
+    ck_model_free(m);
+    /* slice rows 0.., columns from the end backwards by 2: [[3,1],[6,4]] */
+    m = unary(CK_OP_SLICE, 2, d23, &n);
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0, 99, 1, -1, -100, -2}, 6), 0);
+    io(m, true, "y", 2, d12);
+    run_check(m, false, 2, d23, a, 2, (int64_t[]){2, 2}, (float[]){3, 1, 6, 4});
+    ck_model_free(m);
+    /* pad one column of 7 on the left: [[7,1,2,3],[7,4,5,6]] */
+    m = unary(CK_OP_PAD, 2, d23, &n);
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0, 0, 1, 0}, 4), 0);
+    n->p.scalar = 7;
+    io(m, true, "y", 2, d12);
+    run_check(m, false, 2, d23, a, 2, (int64_t[]){2, 4}, (float[]){7, 1, 2, 3, 7, 4, 5, 6});
+    ck_model_free(m);
+    /* reshape to [3, -1], then flatten from axis 0... unsqueeze, squeeze */
+    m = unary(CK_OP_RESHAPE, 2, d23, &n);
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){3, -1}, 2), 0);
+    n = node(m, CK_OP_UNSQUEEZE, "y", "u");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_SQUEEZE, "u", "z");
+    io(m, true, "z", 2, d12);
+    run_check(m, false, 2, d23, a, 2, (int64_t[]){3, 2}, a);
+    ck_model_free(m);
+    /* split columns [1, 2], concat them back in the other order */
+    m = unary(CK_OP_IDENTITY, 2, d23, &n);
+    assert_int_equal(ck_model_add_node(m, "sp", CK_OP_SPLIT, &n), 0);
+    assert_int_equal(ck_model_node_add_input(n, "y"), 0);
+    assert_int_equal(ck_model_node_add_output(n, "l"), 0);
+    assert_int_equal(ck_model_node_add_output(n, "r"), 0);
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){1, 2}, 2), 0);
+    n->p.axis = 1;
+    node(m, CK_OP_CONCAT, "r,l", "c")->p.axis = -1;
+    io(m, true, "c", 2, d23);
+    run_check(m, false, 2, d23, a, 2, d23, (float[]){2, 3, 1, 5, 6, 4});
+    ck_model_free(m);
+    /* gather rows 2, 0, -1 of a [3,2] table */
+    m = model_new();
+    weight(m, "table", 2, (int64_t[]){3, 2}, a);
+    io(m, false, "x", 1, (int64_t[]){3});
+    node(m, CK_OP_GATHER, "table,x", "y");
+    io(m, true, "y", 2, (int64_t[]){3, 2});
+    run_check(m, false, 1, (int64_t[]){3}, (float[]){2, 0, -1}, 2, (int64_t[]){3, 2},
+              (float[]){5, 6, 1, 2, 5, 6});
+    ck_model_free(m);
+}
+
+static void norms_and_reductions(void **state)
+{
+    /* batchnorm, eps 0: channel 0 (1-1)/sqrt 4 * 2 + 0 = 0; channel 1 (2-1)/1 * 3 + 1 = 4 */
+    struct ck_model *m = model_new();
+    const int64_t xd[] = {1, 2, 1, 1}, c2[] = {2};
+    weight(m, "g", 1, c2, (float[]){2, 3});
+    weight(m, "b", 1, c2, (float[]){0, 1});
+    weight(m, "mu", 1, c2, (float[]){1, 1});
+    weight(m, "var", 1, c2, (float[]){4, 1});
+    io(m, false, "x", 4, xd);
+    node(m, CK_OP_BATCHNORM, "x,g,b,mu,var", "y")->p.eps = 0;
+    io(m, true, "y", 4, xd);
+    run_check(m, false, 4, xd, (float[]){1, 2}, 4, xd, (float[]){0, 4});
+    ck_model_free(m);
+    /* layernorm of [1,2,3,4]: mean 2.5, variance 1.25 */
+    struct ck_model_node *n;
+    const int64_t d14[] = {1, 4};
+    m = unary(CK_OP_LAYERNORM, 2, d14, &n);
+    n->p.eps = 0;
+    io(m, true, "y", 2, d14);
+    run_check(m, false, 2, d14, (float[]){1, 2, 3, 4}, 2, d14,
+              (float[]){-1.34164079f, -0.44721360f, 0.44721360f, 1.34164079f});
+    ck_model_free(m);
+    /* reduce_mean over axis 1 kept: [[2],[5]]; reduce_sum of everything: 21 */
+    const int64_t d23[] = {2, 3};
+    const float a[] = {1, 2, 3, 4, 5, 6};
+    m = unary(CK_OP_REDUCE_MEAN, 2, d23, &n);
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){1}, 1), 0);
+    n->p.keepdims = true;
+    io(m, true, "y", 2, (int64_t[]){2, 1});
+    run_check(m, false, 2, d23, a, 2, (int64_t[]){2, 1}, (float[]){2, 5});
+    ck_model_free(m);
+    m = unary(CK_OP_REDUCE_SUM, 2, d23, &n);
+    io(m, true, "y", 0, NULL);
+    run_check(m, false, 2, d23, a, 0, NULL, (float[]){21});
+    ck_model_free(m);
+}
+
+static void errors_name_the_node(void **state)
+{
+    struct ck_model *m = model_new();
+    weight(m, "W", 2, (int64_t[]){3, 4}, (float[12]){0});
+    io(m, false, "x", 2, d12);
+    node(m, CK_OP_DENSE, "x,W", "fc1");
+    io(m, true, "fc1", 2, (int64_t[]){1, 4});
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", 2, d12), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 'fc1' (dense)"));
+    assert_non_null(strstr(ck_error_msg(), "has 2 features"));
+    ck_infer_array_release(&in);
+    /* an input of the wrong shape */
+    assert_int_equal(ck_infer_array_init(&in, "x", 2, (int64_t[]){1, 3}), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "input 'x': shape [1, 3] does not match"));
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+    ck_model_free(m);
+    /* a weight that is not a number */
+    m = model_new();
+    weight_typed(m, "W", CK_DT_C64, 1, (int64_t[]){1}, (float[2]){0}, 8);
+    io(m, false, "x", 1, (int64_t[]){1});
+    node(m, CK_OP_ADD, "x,W", "y");
+    io(m, true, "y", 1, (int64_t[]){1});
+    assert_int_equal(ck_infer_new(m, NULL, &e), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "weight 'W': dtype complex64"));
+    ck_model_free(m);
+}
+
+static void plan_reuses_dead_buffers(void **state)
+{
+    /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
+    const int64_t d[] = {1, 1000};
+    struct ck_model *m = model_new();
+    io(m, false, "x", 2, d);
+    char prev[16] = "x", name[16];
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "r%d", i);
+        node(m, CK_OP_RELU, prev, name);
+        memcpy(prev, name, sizeof prev);
+    }
+    io(m, true, prev, 2, d);
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", 2, d), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), 0);
+    assert_int_equal(ck_infer_peak_activation_bytes(e), 2 * 1000 * sizeof(float));
+    assert_int_equal(ck_infer_weight_bytes(e), 0);
+    ck_infer_arrays_free(out, nout);
+    /* the limit is checked before anything is allocated */
+    ck_infer_free(e);
+    struct ck_infer_options o = {.max_memory = 4000};
+    assert_int_equal(ck_infer_new(m, &o, &e), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), CK_ENOMEM);
+    assert_non_null(strstr(ck_error_msg(), "over the limit"));
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+    ck_model_free(m);
+}
+
+static int spin(void *arg, int fd)
+{
+    for (volatile unsigned long i = 0;; i++)
+        ;
+    return 0;
+}
+
+static int crash(void *arg, int fd)
+{
+    raise(SIGSEGV);
+    return 0;
+}
+
+static int fail_enomem(void *arg, int fd)
+{
+    return ck_error(CK_ENOMEM, "no room for layer 'big'");
+}
+
+static int answer(void *arg, int fd)
+{
+    return write(fd, "hello", 5) == 5 ? 0 : CK_EIO;
+}
+
+static void sandbox_reports_by_name(void **state)
+{
+    struct ck_sandbox_limits lim = {.timeout = 1};
+    enum ck_sandbox_status st;
+    unsigned char *buf;
+    uint64_t len;
+    assert_int_equal(ck_sandbox_call(answer, NULL, &lim, 100, &buf, &len, &st, NULL), 0);
+    assert_int_equal(st, CK_SANDBOX_OK);
+    assert_memory_equal(buf, "hello", 5);
+    assert_int_equal(len, 5);
+    free(buf);
+    assert_true(ck_sandbox_call(spin, NULL, &lim, 100, &buf, &len, &st, NULL) < 0);
+    assert_int_equal(st, CK_SANDBOX_TIMEOUT);
+    assert_non_null(strstr(ck_error_msg(), "timeout"));
+    assert_true(ck_sandbox_call(crash, NULL, &lim, 100, &buf, &len, &st, NULL) < 0);
+    assert_int_equal(st, CK_SANDBOX_CRASHED);
+    assert_true(ck_sandbox_call(fail_enomem, NULL, &lim, 100, &buf, &len, &st, NULL) < 0);
+    assert_int_equal(st, CK_SANDBOX_MEMORY);
+    assert_non_null(strstr(ck_error_msg(), "no room for layer 'big'"));
+}
+
+static void sandboxed_run_matches(void **state)
+{
+    /* x @ W with W = [[1,2,3],[4,5,6]]: [9, 12, 15] through the child */
+    struct ck_model *m = model_new();
+    weight(m, "W", 2, (int64_t[]){2, 3}, (float[]){1, 2, 3, 4, 5, 6});
+    io(m, false, "x", 2, d12);
+    node(m, CK_OP_DENSE, "x,W", "y");
+    io(m, true, "y", 2, (int64_t[]){1, 3});
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    enum ck_sandbox_status st;
+    struct ck_infer_stats stats;
+    struct ck_sandbox_limits lim = {.timeout = 10, .max_memory = UINT64_C(4) << 30};
+    assert_int_equal(ck_infer_array_init(&in, "x", 2, d12), 0);
+    in.data[0] = 1;
+    in.data[1] = 2;
+    assert_int_equal(ck_infer_run_sandboxed(m, NULL, &lim, &in, 1, 3, &out, &nout, &st, &stats), 0);
+    assert_int_equal(st, CK_SANDBOX_OK);
+    assert_int_equal(nout, 1);
+    assert_string_equal(out[0].name, "y");
+    assert_int_equal(out[0].dims[1], 3);
+    assert_true(out[0].data[0] == 9 && out[0].data[1] == 12 && out[0].data[2] == 15);
+    assert_int_equal(stats.runs, 3);
+    assert_true(stats.min_s >= 0 && stats.median_s >= stats.min_s && stats.median_cpu_s >= 0);
+    assert_int_equal(stats.peak_activation_bytes, 3 * sizeof(float));
+    assert_true(stats.child_max_rss > 0);
+    ck_infer_arrays_free(out, nout);
+    /* a memory limit the plan already exceeds: reported as memory */
+    struct ck_infer_options o = {.max_memory = 8};
+    assert_true(ck_infer_run_sandboxed(m, &o, &lim, &in, 1, 1, &out, &nout, &st, NULL) < 0);
+    assert_int_equal(st, CK_SANDBOX_MEMORY);
+    ck_infer_array_release(&in);
+    ck_model_free(m);
+}
+
+static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(dense_both_layouts),
+    cmocka_unit_test(dense_converts_f16_bf16_int8),
+    cmocka_unit_test(conv2d_stride_pad_dilation_groups),
+    cmocka_unit_test(pooling),
+    cmocka_unit_test(activations),
+    cmocka_unit_test(tanh_matches_libm_everywhere),
+    cmocka_unit_test(softmax_on_an_axis),
+    cmocka_unit_test(binary_broadcast_and_scalar),
+    cmocka_unit_test(matmul_batch_broadcast),
+    cmocka_unit_test(layout_ops),
+    cmocka_unit_test(norms_and_reductions),
+    cmocka_unit_test(errors_name_the_node),
+    cmocka_unit_test(plan_reuses_dead_buffers),
+    cmocka_unit_test(sandbox_reports_by_name),
+    cmocka_unit_test(sandboxed_run_matches),
+};
+
+CK_TEST_MAIN(tests)
