@@ -92,6 +92,11 @@ static int print_text(const struct ck_tensor_set *s, const struct opts *o, bool 
         total += s->tensors[i].nbytes;
     printf("%s: %s, %zu tensors, %" PRIu64 " bytes%s\n", s->path, s->format, s->ntensors, total,
            verified ? ", checksums verified" : "");
+    if (ck_reader_has_graph(s))
+        printf("  deployable: its own network (docs/model.md)\n");
+    else
+        printf("  deployable: weights only, give the graph with --graph FILE (a layer list, "
+               "docs/model.md)\n");
     for (size_t i = 0; i < s->nmeta; i++)
         printf("  meta %s = %s\n", s->meta[i].key, s->meta[i].value);
     for (size_t i = 0; i < s->ntensors; i++) {
@@ -275,6 +280,7 @@ static int print_json(const struct ck_tensor_set *s, const struct opts *o, bool 
     ck_json_kstr(&j, "path", s->path);
     ck_json_kstr(&j, "format", s->format);
     ck_json_kbool(&j, "verified", verified);
+    ck_json_kbool(&j, "has_network", ck_reader_has_graph(s));
     json_kvs(&j, "metadata", s->meta, s->nmeta);
     ck_json_key(&j, "tensors");
     ck_json_begin_array(&j);

@@ -159,7 +159,8 @@ static zip_int64_t source_cb(void *ud, void *data, zip_uint64_t len, zip_source_
                              (unsigned long long)e->s.size));
             return -1;
         }
-        ck_hash_ctx_update(e->hash, data, (size_t)n);
+        if (n > 0 && e->hash)
+            ck_hash_ctx_update(e->hash, data, (size_t)n);
         e->done += (uint64_t)n;
         if (e->done == e->s.size && !e->digested) {
             struct ck_digests d;
