@@ -18,23 +18,7 @@
 int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
                        struct ck_model **out)
 {
-    struct ck_tensor_set *s = NULL;
-    int err = ck_reader_open(src, src_format, &s);
-    if (err < 0)
-        return err;
-    const struct ck_reader_ops *ops = ck_reader_of(s);
-    if (graph) {
-        ck_tensor_set_free(s);
-        return ck_error(CK_EUSAGE, "'%s': layer lists (--graph) are not available in this build",
-                        graph);
-    }
-    if (!ops || !ops->to_model) {
-        err = ck_error(CK_EFORMAT, "'%s': a %s checkpoint holds weights only: give its layers "
-                                   "with --graph FILE", src, s->format);
-        ck_tensor_set_free(s);
-        return err;
-    }
-    return ops->to_model(s, out);
+    return ck_reader_open_model(src, src_format, graph, out);
 }
 
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,

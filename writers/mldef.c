@@ -5,6 +5,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/sign.h"
+#include "model/convert.h"
 #include "model/mldef.h"
 #include "writers/mldefzip.h"
 
@@ -37,6 +38,7 @@ struct datafile {
     uint64_t elem;   /* element within it */
     unsigned char *stage;
     size_t stage_len, stage_pos;
+    struct ck_convert_report *reps; /* per segment: what converting lost */
 };
 
 /* Where each node's new weights went. */
@@ -195,9 +197,6 @@ static int layout(struct mldef_writer *w, const struct ck_model *m)
             const struct ck_tensor *t = ck_model_weight(m, n->inputs[k]);
             uint64_t numel;
             ck_tensor_numel(t, &numel);
-            if (t->dtype != kind)
-                ck_info("pack.convert", "archive=%s tensor=%s from=%s to=%s", w->path, t->name,
-                        ck_dtype_name(t->dtype), ck_dtype_name(kind));
             if ((err = add_seg(f, t, numel)) < 0)
                 return err;
             p->nsegs++;
@@ -422,53 +421,61 @@ static int df_rewind(void *ctx)
     f->cur = 0;
     f->elem = 0;
     f->stage_len = f->stage_pos = 0;
-    if (!f->stage && !(f->stage = malloc(STAGE)))
+    free(f->reps);
+    f->reps = calloc(f->nsegs ? f->nsegs : 1, sizeof *f->reps);
+    if (!f->reps || (!f->stage && !(f->stage = malloc(STAGE))))
         return ck_error(CK_ENOMEM, "out of memory");
     return 0;
 }
 
-/* Converts the next elements into the stage. */
-static void df_fill(struct datafile *f)
+/* Converts the next elements into the stage (model/convert.h does the
+ * dtypes, byte orders and element orders); pages of the source are dropped
+ * behind the read so a pass over a big checkpoint stays small. */
+static int df_fill(struct datafile *f)
 {
     size_t es = f->kind == CK_DT_F64 ? 8 : 4, room = STAGE / es, n = 0;
+    int err;
     while (n < room && f->cur < f->nsegs) {
         const struct seg *s = &f->segs[f->cur];
         uint64_t take = s->numel - f->elem < room - n ? s->numel - f->elem : room - n;
         const struct ck_tensor *t = s->t;
         unsigned char *dst = f->stage + n * es;
-        if (t->dtype == f->kind && !t->big_endian && !t->fortran_order) {
-            const unsigned char *src = t->data + f->elem * es;
-            memcpy(dst, src, take * es);
-            ck_tensor_set_drop_pages(f->set, src, take * es);
-        } else if (f->kind == CK_DT_F64) {
-            for (uint64_t i = 0; i < take; i++) {
-                double v = ck_tensor_get_f64(t, f->elem + i);
-                memcpy(dst + i * 8, &v, 8);
-            }
-        } else {
-            for (uint64_t i = 0; i < take; i++) {
-                float v = (float)ck_tensor_get_f64(t, f->elem + i);
-                memcpy(dst + i * 4, &v, 4);
-            }
-        }
+        struct ck_convert_report *rep = &f->reps[f->cur];
+        if (f->kind == CK_DT_F64)
+            err = ck_tensor_read_f64(t, f->elem, take, (double *)(void *)dst, rep);
+        else
+            err = ck_tensor_read_f32(t, f->elem, take, (float *)(void *)dst, rep);
+        if (err < 0)
+            return err;
+        size_t ss = ck_dtype_size(t->dtype);
+        if (!t->fortran_order)
+            ck_tensor_set_drop_pages(f->set, t->data + f->elem * ss, take * ss);
         n += take;
         f->elem += take;
         if (f->elem == s->numel) {
-            if (t->dtype != f->kind || t->fortran_order || t->big_endian)
+            if (t->fortran_order)
                 ck_tensor_set_drop_pages(f->set, t->data, t->nbytes);
+            if (t->dtype != f->kind)
+                ck_info("pack.convert",
+                        "tensor=%s from=%s to=%s inexact=%llu nonfinite=%llu imag_dropped=%llu",
+                        t->name, ck_dtype_name(t->dtype), ck_dtype_name(f->kind),
+                        (unsigned long long)rep->inexact, (unsigned long long)rep->nonfinite,
+                        (unsigned long long)rep->imag_dropped);
             f->cur++;
             f->elem = 0;
         }
     }
     f->stage_len = n * es;
     f->stage_pos = 0;
+    return 0;
 }
 
 static int64_t df_read(void *ctx, void *out, size_t len)
 {
     struct datafile *f = ctx;
-    if (f->stage_pos == f->stage_len)
-        df_fill(f);
+    int err;
+    if (f->stage_pos == f->stage_len && (err = df_fill(f)) < 0)
+        return err;
     size_t n = f->stage_len - f->stage_pos < len ? f->stage_len - f->stage_pos : len;
     memcpy(out, f->stage + f->stage_pos, n);
     f->stage_pos += n;
@@ -527,6 +534,7 @@ static void mldef_free(struct ck_writer *base)
     for (size_t i = 0; i < w->nfiles; i++) {
         free(w->files[i].segs);
         free(w->files[i].stage);
+        free(w->files[i].reps);
     }
     free(w->files);
     free(w->placed);

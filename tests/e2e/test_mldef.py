@@ -19,6 +19,7 @@ import zipfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckpt_formats import TfTensor, crc32c, safetensors_from_numpy, write_tf_bundle  # noqa: E402
 from ckptd_test import CKPTD, TmpDirCase, run, shared  # noqa: E402
 
 MLDEF = os.path.join(os.path.dirname(CKPTD), "mldef")
@@ -595,6 +596,100 @@ class Pack(TmpDirCase):
             mldef("-i", out, check=0)
 
 
+MLP_GRAPH = """input: {name: x, shape: [-1, 12]}
+output: probs
+layers:
+  - {op: dense, weight: fc1.weight, bias: fc1.bias}
+  - {op: relu, name: h}
+  - {op: dense, weight: fc2.weight, bias: fc2.bias, layout: in_out}
+  - {op: add, from: [-1, skip.w]}
+  - {op: softmax}
+"""
+
+
+def mlp_arrays():
+    rng = np.random.default_rng(7)
+    return {"fc1.weight": rng.standard_normal((8, 12)).astype(np.float32),
+            "fc1.bias": rng.standard_normal(8).astype(np.float16),
+            "fc2.weight": rng.standard_normal((8, 4)).astype(np.float64),
+            "fc2.bias": rng.standard_normal(4).astype(np.float64),
+            "skip.w": np.arange(4, dtype=np.int32),
+            "unused": np.zeros(3, np.float32)}
+
+
+class LayerLists(TmpDirCase):
+    """Weight-only checkpoints with a layer list (docs/model.md), packed and
+    read back with zipfile/json/numpy, compared with the numpy source."""
+
+    def pack_and_compare(self, src, arrays, *extra):
+        graph = os.path.join(self.dir, "g.yaml")
+        with open(graph, "w") as f:
+            f.write(MLP_GRAPH)
+        out = os.path.join(self.dir, os.path.basename(src) + ".mldef")
+        p = run("pack", src, "--graph", graph, "-o", out, *extra, check=0)
+        man, got, _ = archive_weights(out)
+        used = {k: v for k, v in arrays.items() if k != "unused"}
+        self.assertEqual(set(got), set(used))
+        for name, a in used.items():
+            # a layer whose weights are all float64 keeps them; the rest become float32
+            want = a.astype(np.float64 if name.startswith("fc2.") else np.float32)
+            self.assertEqual(got[name].dtype, want.dtype, name)
+            np.testing.assert_array_equal(got[name], want.reshape(got[name].shape), name)
+            self.assertEqual(list(got[name].shape), list(a.shape))
+        ops = [x.get("Op") for x in man["Layers"]]
+        self.assertEqual(ops, [None, "dense", "relu", "dense", "add", "softmax"])
+        self.assertEqual(man["Layers"][0]["Shape"], [-1, 12])
+        add = man["Layers"][4]
+        self.assertIn("skip.w", add["Inputs"])
+        self.assertIn("pack.convert", p.stderr)  # float16, int32 were converted
+        self.assertIn("fc1.bias", p.stderr)
+        mldef("-i", out, check=0)
+        return man
+
+    def test_safetensors(self):
+        arrays = mlp_arrays()
+        src = os.path.join(self.dir, "m.safetensors")
+        with open(src, "wb") as f:
+            f.write(safetensors_from_numpy(arrays))
+        man = self.pack_and_compare(src, arrays)
+        # float64 weights keep their precision in a .float64 file
+        paths = [d["Path"] for d in man["DataFiles"]]
+        self.assertTrue(any(p.endswith(".float64") for p in paths), paths)
+
+    def test_npz(self):
+        arrays = mlp_arrays()
+        src = os.path.join(self.dir, "m.npz")
+        np.savez(src, **arrays)
+        self.pack_and_compare(src, arrays, "-9")
+
+    def test_tf_bundle(self):
+        arrays = mlp_arrays()
+        prefix = os.path.join(self.dir, "ckpt")
+        write_tf_bundle(prefix, [TfTensor.from_numpy(k, v) for k, v in arrays.items()])
+        self.pack_and_compare(prefix, arrays)
+
+    def test_bad_graphs_name_layer_and_tensor(self):
+        arrays = mlp_arrays()
+        src = os.path.join(self.dir, "m.safetensors")
+        with open(src, "wb") as f:
+            f.write(safetensors_from_numpy(arrays))
+        out = os.path.join(self.dir, "bad.mldef")
+        graph = os.path.join(self.dir, "bad.yaml")
+        cases = [
+            (MLP_GRAPH.replace("fc2.bias", "fc9.bias"), "fc9.bias"),           # tensor missing
+            (MLP_GRAPH.replace("layout: in_out", "layout: out_in"), "fc2.weight"),  # no chain
+        ]
+        for text, needle in cases:
+            with open(graph, "w") as f:
+                f.write(text)
+            p = run("pack", src, "--graph", graph, "-o", out)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(needle, p.stderr)
+            self.assertIn("bad.yaml", p.stderr)
+            self.assertFalse(os.path.exists(out))
+            self.assertEqual([f for f in os.listdir(self.dir) if f.startswith(".")], [])
+
+
 class RealFiles(TmpDirCase):
     def test_lenet_nnp(self):
         nnp = shared("nnabla", "lenet_010000.nnp") if os.path.exists(
@@ -620,6 +715,13 @@ class RealFiles(TmpDirCase):
         for name, arr in got.items():
             self.assertIn(name, src)
             self.assertEqual(list(arr.shape), src[name]["shape"])
+            # the .nnp stores float32: the archive's bytes are the same bytes
+            self.assertEqual(f"{crc32c(arr.astype('<f4').tobytes()):08x}", src[name]["crc32c"])
+        self.assertEqual(man["Model"]["Source"], "nnp")
+        ops = [x["Op"] for x in man["Layers"][1:]]
+        self.assertIn("conv2d", ops)
+        self.assertIn("maxpool", ops)
+        self.assertIn("dense", ops)
         mldef("-i", out, check=0)
 
 
