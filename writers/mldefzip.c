@@ -135,8 +135,9 @@ static zip_int64_t source_cb(void *ud, void *data, zip_uint64_t len, zip_source_
             return -1;
         }
         ck_hash_ctx_free(e->hash);
-        e->hash = ck_hash_ctx_new(CK_HASH_SHA256);
-        if (!e->hash) {
+        e->hash = NULL;
+        /* Digests are for SIGNATURE only: an unsigned archive skips them. */
+        if (z->key && !e->is_signature && !(e->hash = ck_hash_ctx_new(CK_HASH_SHA256))) {
             fail(z, ck_error(CK_ENOMEM, "out of memory"));
             return -1;
         }
@@ -163,11 +164,13 @@ static zip_int64_t source_cb(void *ud, void *data, zip_uint64_t len, zip_source_
             ck_hash_ctx_update(e->hash, data, (size_t)n);
         e->done += (uint64_t)n;
         if (e->done == e->s.size && !e->digested) {
-            struct ck_digests d;
-            ck_hash_ctx_final(e->hash, &d);
-            ck_hash_ctx_free(e->hash);
-            e->hash = NULL;
-            memcpy(e->sha256, d.sha256, sizeof e->sha256);
+            if (e->hash) {
+                struct ck_digests d;
+                ck_hash_ctx_final(e->hash, &d);
+                ck_hash_ctx_free(e->hash);
+                e->hash = NULL;
+                memcpy(e->sha256, d.sha256, sizeof e->sha256);
+            }
             e->digested = true;
         }
         return n;
@@ -460,9 +463,14 @@ int ck_mldef_zip_finish(struct ck_mldef_zip *z)
     }
     if (z->err)
         return ck_error(z->err, "%s", z->errmsg);
+    /* The temporary was made 0600; an archive is an ordinary file, so the
+     * umask decides (read and restored at once: the agent sets no umask
+     * from other threads). */
+    mode_t um = umask(0);
+    umask(um);
     int fd = open(z->tmp, O_RDONLY | O_CLOEXEC);
     struct stat st;
-    if (fd < 0 || fsync(fd) < 0 || fstat(fd, &st) < 0) {
+    if (fd < 0 || fchmod(fd, 0666 & ~um) < 0 || fsync(fd) < 0 || fstat(fd, &st) < 0) {
         err = ck_error_os(CK_EIO, "'%s': cannot fsync the archive", z->path);
         if (fd >= 0)
             close(fd);
