@@ -230,7 +230,7 @@ const struct ck_tensor *ck_model_weight(const struct ck_model *m, const char *va
 }
 
 /* Inputs each op takes: [min, max]; max 0 means any number. */
-void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi)
+static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi)
 {
     *lo = 1;
     *hi = 1;
@@ -291,7 +291,7 @@ int ck_model_check(const struct ck_model *m)
         if (n->op <= CK_OP_INVALID || n->op >= CK_OP_COUNT)
             return ck_error(CK_EFORMAT, "node %zu '%s': no operation", i, n->name);
         size_t lo, hi;
-        ck_op_arity(n->op, &n->p, &lo, &hi);
+        op_arity(n->op, &n->p, &lo, &hi);
         if (n->ninputs < lo || (hi && n->ninputs > hi))
         {
             if (hi == lo)
@@ -316,4 +316,9 @@ int ck_model_check(const struct ck_model *m)
             return ck_error(CK_EFORMAT, "graph output '%s' is produced by no node",
                             m->outputs[i].name);
     return 0;
+}
+
+void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi)
+{
+    op_arity(op, p, lo, hi);
 }
