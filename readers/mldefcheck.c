@@ -1087,6 +1087,9 @@ static void walk(struct ctx *c, const struct ck_mldef_check_opts *o)
         err = ck_tensor_set_map_file(c->set, c->src.path, &text, &len);
     if (err < 0)
         return vio(c, "manifest.json", mname, "%s", ck_error_msg());
+    if (len > CK_MLDEF_MAX_MANIFEST)
+        return vio(c, "manifest.json", mname, "%llu bytes (at most %u)", (unsigned long long)len,
+                   CK_MLDEF_MAX_MANIFEST);
     if (len >= 3 && text[0] == 0xef && text[1] == 0xbb && text[2] == 0xbf)
         vio(c, "manifest.json", mname, "starts with a byte order mark");
     if (ck_jin_parse((const char *)text, len, &c->doc, &c->root) < 0)
