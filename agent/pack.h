@@ -22,8 +22,8 @@ struct ck_pack_opts {
 };
 
 struct ck_pack_result {
-    uint64_t size;     /* bytes of the archive written */
-    char sha256[65];   /* of the archive */
+    uint64_t size;   /* bytes of the archive written */
+    char sha256[65]; /* of the archive */
     size_t nlayers;
 };
 

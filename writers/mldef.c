@@ -34,8 +34,8 @@ struct datafile {
     uint64_t npoints;
     /* streaming */
     const struct ck_tensor_set *set;
-    size_t cur;      /* segment */
-    uint64_t elem;   /* element within it */
+    size_t cur;       /* segment */
+    uint64_t elem;    /* element within it */
     uint64_t dropped; /* elements of it whose pages were dropped (pass-through) */
     unsigned char *stage;
     size_t stage_len, stage_pos;
@@ -44,7 +44,7 @@ struct datafile {
 
 /* Where each node's new weights went. */
 struct placed {
-    size_t file;   /* index into files, SIZE_MAX when the node brings none */
+    size_t file; /* index into files, SIZE_MAX when the node brings none */
     uint64_t start;
     uint64_t count;
     size_t first_seg, nsegs;
@@ -128,7 +128,8 @@ static int new_file(struct mldef_writer *w, enum ck_dtype kind)
     memset(f, 0, sizeof *f);
     f->kind = kind;
     snprintf(f->name, sizeof f->name, "w%03zu", w->nfiles);
-    snprintf(f->path, sizeof f->path, "data/%s.%s", f->name, kind == CK_DT_F64 ? "float64" : "float32");
+    snprintf(f->path, sizeof f->path, "data/%s.%s", f->name,
+             kind == CK_DT_F64 ? "float64" : "float32");
     w->nfiles++;
     return 0;
 }
@@ -166,8 +167,8 @@ static int layout(struct mldef_writer *w, const struct ck_model *m)
                 return ck_error(CK_EFORMAT, "'%s': layer %zu '%s': weight '%s' is %s, not numbers",
                                 w->path, i, n->name, t->name, ck_dtype_name(t->dtype));
             if (!t->data)
-                return ck_error(CK_ENOENT, "'%s': layer %zu '%s': weight '%s' has no data",
-                                w->path, i, n->name, t->name);
+                return ck_error(CK_ENOENT, "'%s': layer %zu '%s': weight '%s' has no data", w->path,
+                                i, n->name, t->name);
             if ((err = ck_tensor_numel(t, &numel)) < 0 ||
                 (err = ck_tensor_check_size(t, m->weights->path)) < 0)
                 return err;
@@ -529,8 +530,10 @@ static int mldef_add(struct ck_writer *base, const struct ck_model *m)
     if (m->nnodes == 0)
         return ck_error(CK_EFORMAT, "'%s': the model has no layer", w->path);
     if (!is_graph_output(m, &m->nodes[m->nnodes - 1]))
-        return ck_error(CK_EFORMAT, "'%s': the last layer '%s' produces no graph output "
-                                    "(rule noderange.output)", w->path, m->nodes[m->nnodes - 1].name);
+        return ck_error(CK_EFORMAT,
+                        "'%s': the last layer '%s' produces no graph output "
+                        "(rule noderange.output)",
+                        w->path, m->nodes[m->nnodes - 1].name);
     if ((err = layout(w, m)) < 0 || (err = manifest(w, m)) < 0)
         return err;
     if ((err = ck_mldef_zip_add_buffer(w->zip, CK_MLDEF_MANIFEST, w->manifest.data,
@@ -540,7 +543,9 @@ static int mldef_add(struct ck_writer *base, const struct ck_model *m)
         struct datafile *f = &w->files[i];
         f->set = m->weights;
         struct ck_mldef_stream s = {.size = f->npoints * (f->kind == CK_DT_F64 ? 8 : 4),
-                                    .rewind = df_rewind, .read = df_read, .ctx = f};
+                                    .rewind = df_rewind,
+                                    .read = df_read,
+                                    .ctx = f};
         if ((err = ck_mldef_zip_add_stream(w->zip, f->path, &s)) < 0)
             return err;
     }
