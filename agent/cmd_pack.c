@@ -89,7 +89,7 @@ int ck_cmd_pack(int argc, char **argv)
     int err = ck_pack(argv[optind], out, &o, &r);
     if (err < 0)
         return ck_cli_fail("pack", err);
-    ck_info("archive.packed", "path=\"%s\" format=%s size=%llu sha256=%s layers=%zu", out, o.format,
-            (unsigned long long)r.size, r.sha256, r.nlayers);
+    ck_info("archive.packed", "path=\"%s\" format=%s size=%llu layers=%zu", out, o.format,
+            (unsigned long long)r.size, r.nlayers);
     return CK_EXIT_OK;
 }
