@@ -33,7 +33,7 @@ mbps() { awk -v mb="$1" -v t="$2" 'BEGIN { printf "%.0f", mb * 1.048576 / t }'; 
 rss_cpu() {
     rm -f "$work"/out.*
     /usr/bin/time -f '%M %U %S' -o "$work/time" "$@" >/dev/null 2>&1
-    awk '{ printf "%s %.2f", $1, $2 + $3 }' "$work/time"
+    awk '{ printf "%s %.2f\n", $1, $2 + $3 }' "$work/time"
 }
 
 # The checkpoint: safetensors written by the test writer, streamed to disk.
