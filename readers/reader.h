@@ -46,6 +46,7 @@ extern const struct ck_reader_ops ck_reader_npy;
 extern const struct ck_reader_ops ck_reader_npz;
 extern const struct ck_reader_ops ck_reader_nnp;
 extern const struct ck_reader_ops ck_reader_samediff;
+extern const struct ck_reader_ops ck_reader_mldef;
 
 /* The most head bytes detection reads and passes to probe(). */
 #define CK_READER_HEAD_MAX 4096

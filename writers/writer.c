@@ -1,4 +1,5 @@
 #include "writers/writer.h"
+#include "writers/mldef.h"
 #include "common/error.h"
 
 #include <stddef.h>
@@ -6,6 +7,7 @@
 
 /* One row per deployment format (writers/<name>.c). */
 const struct ck_writer_ops *const ck_writers[] = {
+    &ck_writer_mldef,
     NULL,
 };
 

@@ -3,6 +3,8 @@
  * "ckptd inspect --json"). */
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
+#include "agent/pack.h"
+#include "common/sign.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -27,15 +29,21 @@ static const char help[] =
     "                        the file and tensor of the first mismatch\n"
     "      --values N        also print the values of tensors of at most N elements\n"
     "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
-    "                        samediff\n" CK_CLI_HELP;
+    "                        samediff, mldef\n"
+    "      --pubkey FILE     .mldef: the trusted key its SIGNATURE must be made with\n"
+    "\n"
+    "An .mldef archive (or a manifest.json) is first checked against every rule of\n"
+    "docs/mldef.md, SIGNATURE included; each violation is listed with where it is,\n"
+    "and the exit code is 1 when any rule is broken.\n" CK_CLI_HELP;
 
-enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT };
+enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT, OPT_PUBKEY };
 
 struct opts {
     bool json, verify;
     uint64_t values;
     bool want_values;
     const char *format;
+    const char *pubkey;
 };
 
 /* The CRC-32C shown for t. After a successful --verify, a tensor whose
@@ -302,6 +310,41 @@ static int parse_count(const char *arg, uint64_t *out)
     return 0;
 }
 
+/* An .mldef or a manifest.json: the validator's report first; -1 when path
+ * is neither, or it is valid and the listing follows. */
+static int check_mldef(const char *path, const struct opts *o)
+{
+    const struct ck_reader_ops *ops = NULL;
+    size_t len = strlen(path);
+    bool manifest = len >= 5 && strcmp(path + len - 5, ".json") == 0;
+    if (!manifest && (o->format ? strcmp(o->format, "mldef") != 0
+                                : ck_reader_detect(path, &ops) < 0 || ops != &ck_reader_mldef)) {
+        ck_error_clear();
+        return -1;
+    }
+    struct ck_mldef_check_opts co = {0};
+    struct ck_sign_key pub;
+    int err;
+    if (o->pubkey) {
+        if ((err = ck_sign_load(o->pubkey, &pub)) < 0)
+            return ck_cli_fail("inspect", err);
+        co.trusted_pub = pub.pub;
+        co.require_signature = true;
+    }
+    struct ck_mldef_report r;
+    if ((err = ck_mldef_check(path, &co, &r, NULL)) < 0)
+        return ck_cli_fail("inspect", err);
+    bool bad = r.n || r.dropped;
+    if (bad || manifest || o->json)
+        ck_pack_print_report(bad ? stderr : stdout, path, &r, o->json);
+    else
+        ck_pack_print_report(stdout, path, &r, false);
+    ck_mldef_report_release(&r);
+    if (bad)
+        return CK_EXIT_FAILED;
+    return manifest || o->json ? CK_EXIT_OK : -1;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {CK_CLI_LONGOPTS,
@@ -309,6 +352,7 @@ int ck_cmd_inspect(int argc, char **argv)
                                              {"verify", no_argument, NULL, OPT_VERIFY},
                                              {"values", required_argument, NULL, OPT_VALUES},
                                              {"format", required_argument, NULL, OPT_FORMAT},
+                                             {"pubkey", required_argument, NULL, OPT_PUBKEY},
                                              {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct opts o = {0};
@@ -339,6 +383,9 @@ int ck_cmd_inspect(int argc, char **argv)
                 return ck_cli_usage_error("inspect", "unknown format '%s'", optarg);
             o.format = optarg;
             break;
+        case OPT_PUBKEY:
+            o.pubkey = optarg;
+            break;
         }
     }
     if (cli.help) {
@@ -350,6 +397,8 @@ int ck_cmd_inspect(int argc, char **argv)
     ck_cli_setup_logging(&cli, -1, -1);
     struct ck_tensor_set *s = NULL;
     const char *path = argv[optind];
+    if ((rc = check_mldef(path, &o)) != -1)
+        return rc;
     if ((err = ck_reader_open(path, o.format, &s)) < 0)
         return ck_cli_fail("inspect", err);
     if (o.verify && (err = ck_reader_verify(ck_reader_of(s), s)) < 0)
