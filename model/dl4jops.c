@@ -1,9 +1,11 @@
 #include "model/dl4jops.h"
 
 #include "common/error.h"
+#include "common/utf8.h"
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 #include <strings.h>
 
 #define NOIN {-1}
@@ -237,4 +239,52 @@ int ck_dl4j_input(const struct ck_dl4j_op *row, int k, int ncanonical)
         if (row->inputs[i] < 0)
             return -1;
     return row->inputs[k] < ncanonical ? row->inputs[k] : -1;
+}
+
+static bool tag_char_bad(unsigned char c)
+{
+    return c < 0x20 || c == 0x7f || strchr("/\\:*?\"<>|", c) != NULL;
+}
+
+bool ck_sd_tag_is_valid(const char *tag)
+{
+    size_t n = tag ? strlen(tag) : 0;
+    if (n == 0 || n > CK_SD_TAG_MAX || !ck_utf8_is_valid(tag, n))
+        return false;
+    if (!strcmp(tag, ".") || !strcmp(tag, "..") || !strcasecmp(tag, "tags.txt"))
+        return false;
+    if (tag[0] == ' ' || tag[0] == '.' || tag[n - 1] == ' ' || tag[n - 1] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (tag_char_bad((unsigned char)tag[i]))
+            return false;
+    return true;
+}
+
+bool ck_sd_tag_from(const char *text, char *out, size_t outsz)
+{
+    size_t o = 0, n = text ? strlen(text) : 0;
+    if (outsz < 2)
+        return false;
+    for (size_t i = 0; i < n && o + 4 < outsz && o < CK_SD_TAG_MAX - 3;) {
+        size_t cl = ck_utf8_char_len(text + i, n - i);
+        if (cl == 0 || (cl == 1 && tag_char_bad((unsigned char)text[i]))) {
+            out[o++] = '_';
+            i += cl ? cl : 1;
+        } else {
+            memcpy(out + o, text + i, cl);
+            o += cl;
+            i += cl;
+        }
+    }
+    out[o] = 0;
+    /* Trim leading and trailing spaces and dots. */
+    size_t a = 0;
+    while (out[a] == ' ' || out[a] == '.')
+        a++;
+    memmove(out, out + a, o - a + 1);
+    o -= a;
+    while (o && (out[o - 1] == ' ' || out[o - 1] == '.'))
+        out[--o] = 0;
+    return ck_sd_tag_is_valid(out);
 }

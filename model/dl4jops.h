@@ -79,4 +79,16 @@ void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p)
 /* Canonical input index of DL4J input k, or -1 when the row has no such input. */
 int ck_dl4j_input(const struct ck_dl4j_op *row, int k, int ncanonical);
 
+/* ADR 0001 tags, shared by the SameDiff reader and writer: "valid file/
+ * folder identifiers", here portable ones: 1..200 bytes of valid UTF-8, no
+ * control character, none of / \\ : * ? " < > |, not "." or "..", no
+ * leading or trailing space or dot, and not "tags.txt" (the archive's index
+ * sits beside the tag folders). Compared case-insensitively (ASCII). */
+#define CK_SD_TAG_MAX 200
+bool ck_sd_tag_is_valid(const char *tag);
+/* A valid tag made from any text (a checkpoint's reference): invalid bytes
+ * become '_'; out holds at least CK_SD_TAG_MAX + 1 bytes. Returns false when
+ * nothing usable remains. */
+bool ck_sd_tag_from(const char *text, char *out, size_t outsz);
+
 #endif
