@@ -28,14 +28,21 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/zipjournal.h"
 #include "readers/flatbuf.h"
 #include "readers/nameidx.h"
+#include "readers/sdmodel.h"
 #include "readers/zipin.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum {
     FG_ID,
@@ -68,6 +75,7 @@ enum {
     FN_OUTPUTNAMES,
     FN_OPNAME
 };
+enum { FP_NAME, FP_I, FP_L, FP_D, FP_A, FP_B, FP_S, FP_SHAPE };
 enum { SD_UTF8 = 50, SD_UTF16 = 51, SD_UTF32 = 52 };
 enum { SD_ORDER_C = 99, SD_ORDER_F = 102, SD_FLAG_EMPTY = 8 };
 
@@ -418,6 +426,45 @@ static int vec_attr(struct ctx *c, struct ck_graph_node *n, const char *key,
                    : 0;
 }
 
+/* FlatProperties (ADR 0001's named arguments): each becomes the attribute
+ * "arg.<name>" holding its first non-empty value list as text. */
+static int node_props(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t)
+{
+    static const struct {
+        int slot;
+        uint32_t elem;
+        char kind;
+    } kinds[] = {{FP_L, 8, 'l'}, {FP_I, 4, 'i'}, {FP_D, 8, 'd'}, {FP_B, 1, 'b'}};
+    struct ck_fb_vec pv;
+    int err;
+    if ((err = ck_fb_vector(t, FN_PROPS, 4, &pv)) < 0)
+        return ck_error_wrap(err, "'%s': node '%s': properties", c->file, n->name);
+    for (uint32_t i = 0; i < pv.n; i++) {
+        struct ck_fb_table p;
+        const char *np;
+        uint32_t nl;
+        char key[160];
+        if ((err = ck_fb_vec_table(&pv, i, &p)) < 0 || (err = ck_fb_string(&p, FP_NAME, &np, &nl)) < 0)
+            return ck_error_wrap(err, "'%s': node '%s': property %u", c->file, n->name, i);
+        if (nl == 0 || nl > 128 || memchr(np, 0, nl))
+            return ck_error(CK_EFORMAT, "'%s': node '%s': property %u has a bad name", c->file,
+                            n->name, i);
+        snprintf(key, sizeof(key), "arg.%.*s", (int)nl, np);
+        for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+            struct ck_fb_vec v;
+            if ((err = ck_fb_vector(&p, kinds[k].slot, kinds[k].elem, &v)) < 0)
+                return ck_error_wrap(err, "'%s': node '%s': property '%s'", c->file, n->name,
+                                     key + 4);
+            if (err == 1 && v.n) {
+                if ((err = vec_attr(c, n, key, &v, kinds[k].kind)) < 0)
+                    return err;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 static int node_attrs(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t)
 {
     static const struct {
@@ -451,7 +498,7 @@ static int node_attrs(struct ctx *c, struct ck_graph_node *n, const struct ck_fb
         if (err == 1 && v.n && (err = vec_attr(c, n, vecs[k].key, &v, vecs[k].kind)) < 0)
             return err;
     }
-    return 0;
+    return node_props(c, n, t);
 }
 
 static int node_io(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t, int32_t id)
@@ -702,6 +749,7 @@ struct zipctx {
     char **tags;
     size_t ntags;
     const char *tag;
+    size_t tagidx;
     struct ck_nameidx tensors; /* built before params.txt is read */
     struct ck_pool pool;
 };
@@ -771,6 +819,13 @@ static int add_param(void *arg, char *line, unsigned lineno)
         if (i == z->ntags)
             return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: unknown tag '%s'", z->path,
                             z->tag, lineno, tag);
+        /* A reference points at a file an older tag stored; one to this tag
+         * or a newer one could close a cycle once tags refer to each other. */
+        if (i >= z->tagidx)
+            return ck_error(CK_EFORMAT,
+                            "'%s': %s/params.txt line %u: reference to tag '%s' is circular or "
+                            "forward (only older tags can be referenced)",
+                            z->path, z->tag, lineno, tag);
         tag = z->tags[i];
     }
     if (!is_digits(num))
@@ -785,8 +840,10 @@ static int add_param(void *arg, char *line, unsigned lineno)
     snprintf(label, sizeof(label), "%s: %s", z->path, member);
     uint64_t idx, len;
     const unsigned char *d;
-    if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0 ||
-        (err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
+    if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0)
+        return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: '%s' is missing", z->path,
+                        z->tag, lineno, member);
+    if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
         return err;
     struct ck_fb fb;
     struct ck_fb_table arr;
@@ -808,7 +865,42 @@ static int add_param(void *arg, char *line, unsigned lineno)
     return 0;
 }
 
-static int open_zip(struct ck_tensor_set *s, const char *path)
+/* tags.txt and the folders agree: every member is tags.txt or sits under a
+ * listed tag (spelled as listed), and every listed tag has its graph. */
+static int check_folders(struct zipctx *z)
+{
+    bool *seen = calloc(z->ntags, 1);
+    int err = 0;
+    if (!seen)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    for (uint64_t i = 0; i < z->zi.nentries && err >= 0; i++) {
+        const char *name = ck_zipin_name(&z->zi, i);
+        if (!name || !strcmp(name, "tags.txt"))
+            continue;
+        const char *slash = strchr(name, '/');
+        size_t k = z->ntags;
+        if (slash)
+            for (k = 0; k < z->ntags; k++)
+                if (strlen(z->tags[k]) == (size_t)(slash - name) &&
+                    !strncmp(z->tags[k], name, (size_t)(slash - name)))
+                    break;
+        if (k == z->ntags)
+            err = ck_error(CK_EFORMAT,
+                           "'%s': member '%s' is not under a tag tags.txt lists (tags.txt "
+                           "disagrees with the folders)",
+                           z->path, name);
+        else if (!strcmp(slash + 1, "graph.fb"))
+            seen[k] = true;
+    }
+    for (size_t k = 0; k < z->ntags && err >= 0; k++)
+        if (!seen[k])
+            err = ck_error(CK_EFORMAT, "'%s': tags.txt lists '%s' but '%s/graph.fb' is missing",
+                           z->path, z->tags[k], z->tags[k]);
+    free(seen);
+    return err;
+}
+
+static int open_zip(struct ck_tensor_set *s, const char *path, const char *want)
 {
     struct zipctx z;
     char member[600], label[900], *text = NULL;
@@ -829,7 +921,19 @@ static int open_zip(struct ck_tensor_set *s, const char *path)
         err = ck_error(CK_EFORMAT, "'%s': tags.txt lists no tag", path);
         goto out;
     }
-    z.tag = z.tags[z.ntags - 1];
+    if ((err = check_folders(&z)) < 0)
+        goto out;
+    z.tagidx = z.ntags - 1;
+    if (want) {
+        for (z.tagidx = 0; z.tagidx < z.ntags && strcasecmp(z.tags[z.tagidx], want); z.tagidx++)
+            ;
+        if (z.tagidx == z.ntags) {
+            err = ck_error(CK_ENOENT, "'%s': no tag '%s' (tags.txt lists %zu)", path, want,
+                           z.ntags);
+            goto out;
+        }
+    }
+    z.tag = z.tags[z.tagidx];
     snprintf(member, sizeof(member), "%s/graph.fb", z.tag);
     snprintf(label, sizeof(label), "%s: %s", path, member);
     if ((err = ck_zipin_find(&z.zi, member, &idx)) < 0 ||
@@ -858,14 +962,39 @@ out:
     return err;
 }
 
+/* "RUN.zip#TAG" names a tag of an archive (when no file has that whole name). */
+static bool split_tag(const char *path, char *file, size_t filesz, const char **tag)
+{
+    const char *hash = strrchr(path, '#');
+    struct stat st;
+    *tag = NULL;
+    if (!hash || stat(path, &st) == 0 || (size_t)(hash - path) >= filesz || !hash[1])
+        return false;
+    snprintf(file, filesz, "%.*s", (int)(hash - path), path);
+    *tag = hash + 1;
+    return true;
+}
+
 static bool has_suffix(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcasecmp(s + a - b, suf);
 }
 
-static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
+static int sd_probe(const char *full, const unsigned char *head, size_t headlen)
 {
+    char file[4096], h2[64];
+    const char *want, *path = full;
+    if (headlen == 0 && split_tag(full, file, sizeof(file), &want)) {
+        /* "RUN.zip#TAG": probe the archive itself. */
+        FILE *f = fopen(file, "rb");
+        if (!f)
+            return CK_PROBE_NO;
+        headlen = fread(h2, 1, sizeof(h2), f);
+        fclose(f);
+        head = (const unsigned char *)h2;
+        path = file;
+    }
     if (ck_zipin_is_zip(head, headlen)) {
         struct ck_zipin zi;
         uint64_t idx;
@@ -883,18 +1012,40 @@ static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
     return ck_fb_looks_valid(head, headlen) ? CK_PROBE_CONTENT : CK_PROBE_NAME;
 }
 
-static int sd_open(const char *path, struct ck_tensor_set **out)
+/* Reads an archive under a shared lock, after rolling back an append a
+ * crash interrupted (common/zipjournal.h), so a reader never sees one half
+ * done. */
+static int open_zip_locked(struct ck_tensor_set *s, const char *path, const char *want)
 {
+    int err, fd;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", path);
+    while (flock(fd, LOCK_SH) < 0 && errno == EINTR)
+        ;
+    err = open_zip(s, path, want);
+    close(fd);
+    return err;
+}
+
+static int sd_open(const char *full, struct ck_tensor_set **out)
+{
+    char file[4096];
+    const char *want = NULL, *path = full;
+    if (split_tag(full, file, sizeof(file), &want))
+        path = file;
     struct ck_tensor_set *s = ck_tensor_set_new("samediff", path);
     const unsigned char *p;
     uint64_t len;
     int err;
     if (!s)
         return ck_error(CK_ENOMEM, "'%s': out of memory", path);
-    if ((err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
+    if ((err = ck_zipjournal_recover_path(path)) < 0 ||
+        (err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
         goto out;
     if (ck_zipin_is_zip(p, len)) {
-        err = open_zip(s, path);
+        err = open_zip_locked(s, path, want);
+    } else if (want) {
+        err = ck_error(CK_EFORMAT, "'%s': not a zip archive: it has no tag '%s'", path, want);
     } else {
         struct ck_pool pool;
         ck_pool_init(&pool, s);
@@ -915,4 +1066,5 @@ const struct ck_reader_ops ck_reader_samediff = {
     .probe = sd_probe,
     .open = sd_open,
     .verify = NULL,
+    .to_model = ck_samediff_to_model,
 };
