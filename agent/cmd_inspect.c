@@ -15,7 +15,7 @@
 #include <string.h>
 
 static const char help[] =
-    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME]\n"
+    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME] [--tag TAG]\n"
     "\n"
     "Detects the checkpoint format of PATH by content (a file, or a TensorFlow\n"
     "prefix such as DIR/variables), and prints every tensor: name, dtype, shape,\n"
@@ -27,15 +27,18 @@ static const char help[] =
     "                        the file and tensor of the first mismatch\n"
     "      --values N        also print the values of tensors of at most N elements\n"
     "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
-    "                        samediff\n" CK_CLI_HELP;
+    "                        samediff\n"
+    "      --tag TAG         a SameDiff archive's tag (default: the newest; also\n"
+    "                        written PATH#TAG)\n" CK_CLI_HELP;
 
-enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT };
+enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT, OPT_TAG };
 
 struct opts {
     bool json, verify;
     uint64_t values;
     bool want_values;
     const char *format;
+    const char *tag;
 };
 
 /* The CRC-32C shown for t. After a successful --verify, a tensor whose
@@ -303,6 +306,7 @@ int ck_cmd_inspect(int argc, char **argv)
                                              {"verify", no_argument, NULL, OPT_VERIFY},
                                              {"values", required_argument, NULL, OPT_VALUES},
                                              {"format", required_argument, NULL, OPT_FORMAT},
+                                             {"tag", required_argument, NULL, OPT_TAG},
                                              {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct opts o = {0};
@@ -333,6 +337,9 @@ int ck_cmd_inspect(int argc, char **argv)
                 return ck_cli_usage_error("inspect", "unknown format '%s'", optarg);
             o.format = optarg;
             break;
+        case OPT_TAG:
+            o.tag = optarg;
+            break;
         }
     }
     if (cli.help) {
@@ -344,6 +351,13 @@ int ck_cmd_inspect(int argc, char **argv)
     ck_cli_setup_logging(&cli, -1, -1);
     struct ck_tensor_set *s = NULL;
     const char *path = argv[optind];
+    char tagged[4096];
+    if (o.tag) {
+        /* The SameDiff reader takes a tag as "PATH#TAG". */
+        if (snprintf(tagged, sizeof tagged, "%s#%s", path, o.tag) >= (int)sizeof tagged)
+            return ck_cli_usage_error("inspect", "PATH and --tag are too long");
+        path = tagged;
+    }
     if ((err = ck_reader_open(path, o.format, &s)) < 0)
         return ck_cli_fail("inspect", err);
     if (o.verify && (err = ck_reader_verify(ck_reader_of(s), s)) < 0)

@@ -370,12 +370,14 @@ static int sd_finish(struct ck_writer *base)
     struct sd_writer *w = (struct sd_writer *)base;
     if (!w->added)
         return ck_error(CK_EUSAGE, "'%s': nothing to append", w->z.path);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", w->z.path);
     w->open = false;
-    int err = ck_zipapp_commit(&w->z);
+    int err = ck_zipapp_commit(&w->z); /* releases w->z */
     if (err >= 0)
-        ck_info("samediff.appended", "archive=%s tag=%s params=%zu shared=%zu bytes=%" PRIu64,
-                w->z.path ? w->z.path : "", w->res.tag, w->res.params, w->res.shared,
-                w->res.written);
+        ck_info("samediff.appended",
+                "archive=%s tag=%s params=%zu shared=%zu bytes=%" PRIu64 " saved=%" PRIu64, path,
+                w->res.tag, w->res.params, w->res.shared, w->res.written, w->res.saved);
     return err;
 }
 
