@@ -243,7 +243,7 @@ int ck_dl4j_input(const struct ck_dl4j_op *row, int k, int ncanonical)
 
 static bool tag_char_bad(unsigned char c)
 {
-    return c < 0x20 || c == 0x7f || strchr("/\\:*?\"<>|", c) != NULL;
+    return c <= 0x20 || c == 0x7f || strchr("/\\:*?\"<>|", c) != NULL;
 }
 
 bool ck_sd_tag_is_valid(const char *tag)

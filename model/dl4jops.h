@@ -81,8 +81,9 @@ int ck_dl4j_input(const struct ck_dl4j_op *row, int k, int ncanonical);
 
 /* ADR 0001 tags, shared by the SameDiff reader and writer: "valid file/
  * folder identifiers", here portable ones: 1..200 bytes of valid UTF-8, no
- * control character, none of / \\ : * ? " < > |, not "." or "..", no
- * leading or trailing space or dot, and not "tags.txt" (the archive's index
+ * control character or space (params.txt separates a name from its
+ * "<tag>/<N>" reference by a space), none of / \\ : * ? " < > |, not "." or
+ * "..", no leading or trailing dot, and not "tags.txt" (the archive's index
  * sits beside the tag folders). Compared case-insensitively (ASCII). */
 #define CK_SD_TAG_MAX 200
 bool ck_sd_tag_is_valid(const char *tag);

@@ -841,8 +841,7 @@ static int add_param(void *arg, char *line, unsigned lineno)
     uint64_t idx, len;
     const unsigned char *d;
     if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0)
-        return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: '%s' is missing", z->path,
-                        z->tag, lineno, member);
+        return ck_error_wrap(CK_EFORMAT, "%s/params.txt line %u", z->tag, lineno);
     if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
         return err;
     struct ck_fb fb;
@@ -996,6 +995,11 @@ static int sd_probe(const char *full, const unsigned char *head, size_t headlen)
         path = file;
     }
     if (ck_zipin_is_zip(head, headlen)) {
+        char jp[4096];
+        struct stat st;
+        /* An append a crash interrupted: open() rolls it back first. */
+        if (ck_zipjournal_path(path, jp, sizeof(jp)) == 0 && stat(jp, &st) == 0)
+            return CK_PROBE_CONTENT;
         struct ck_zipin zi;
         uint64_t idx;
         int score = CK_PROBE_NO;
@@ -1003,6 +1007,8 @@ static int sd_probe(const char *full, const unsigned char *head, size_t headlen)
             if (ck_zipin_find(&zi, "tags.txt", &idx) == 0)
                 score = CK_PROBE_CONTENT;
             ck_zipin_close(&zi);
+        } else if (has_suffix(path, ".zip")) {
+            score = CK_PROBE_NAME; /* a broken archive: open() says what is wrong */
         }
         ck_error_clear();
         return score;

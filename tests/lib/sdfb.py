@@ -166,8 +166,9 @@ def _offsets(b, offs):
 
 
 def write_graph(path, weights, inputs, nodes, outputs):
-    """weights: {name: ndarray float32}; inputs: {name: shape with -1};
-    nodes: [(opName, name, [input names], [output names], {arg: ("l"|"d"|"b", [values])})];
+    """weights: {name: ndarray float32, int32 or int64}; inputs: {name: shape with -1};
+    nodes: [(opName, name, [input names], [output names], {arg: ("l"|"d"|"b", [values])})]
+    (the key "__extraInteger" gives positional iArgs instead: [values]);
     outputs: [names]. Ids: nodes 1..N produce (k, j); weights and inputs (N+1+i, 0)."""
     import flatbuffers
     b = flatbuffers.Builder(1 << 16)
@@ -179,15 +180,17 @@ def write_graph(path, weights, inputs, nodes, outputs):
         for j, o in enumerate(outs):
             ids[o] = (k + 1, j)
     variables = []
+    codes = {np.dtype(np.float32): 5, np.dtype(np.int32): 9, np.dtype(np.int64): 10}
     for name, a in weights.items():
-        arr = _array(b, a)
+        code = codes[a.dtype]
+        arr = _array(b, a, code)
         nm = b.CreateString(name)
         shp = b.CreateNumpyVector(np.array(a.shape, dtype=np.int64))
         idp = _pair(b, *ids[name])
         b.StartObject(10)
         b.PrependUOffsetTRelativeSlot(0, idp, 0)
         b.PrependUOffsetTRelativeSlot(1, nm, 0)
-        b.PrependInt8Slot(2, 5, 0)
+        b.PrependInt8Slot(2, code, 0)
         b.PrependUOffsetTRelativeSlot(3, shp, 0)
         b.PrependUOffsetTRelativeSlot(4, arr, 0)
         b.PrependInt8Slot(6, 0, 0)
@@ -216,6 +219,8 @@ def write_graph(path, weights, inputs, nodes, outputs):
     flat_nodes = []
     for k, (op, name, ins, outs, args) in enumerate(nodes):
         props = []
+        positional = args.get("__extraInteger")
+        args = {k: v for k, v in args.items() if k != "__extraInteger"}
         for an, (kind, vals) in args.items():
             pn = b.CreateString(an)
             if kind == "l":
@@ -232,6 +237,7 @@ def write_graph(path, weights, inputs, nodes, outputs):
             b.PrependUOffsetTRelativeSlot(slot, vec, 0)
             props.append(b.EndObject())
         pv = _offsets(b, props)
+        xi = b.CreateNumpyVector(np.array(positional, dtype=np.int64)) if positional else None
         iv = _offsets(b, [_pair(b, *ids[i]) for i in ins])
         ov = _strings(b, outs)
         nm = b.CreateString(name)
@@ -242,6 +248,8 @@ def write_graph(path, weights, inputs, nodes, outputs):
         b.PrependInt8Slot(2, 21, 0)
         b.PrependUOffsetTRelativeSlot(4, pv, 0)
         b.PrependUOffsetTRelativeSlot(6, iv, 0)
+        if xi is not None:
+            b.PrependUOffsetTRelativeSlot(9, xi, 0)
         b.PrependUOffsetTRelativeSlot(15, ov, 0)
         b.PrependUOffsetTRelativeSlot(16, opn, 0)
         flat_nodes.append(b.EndObject())
