@@ -799,7 +799,7 @@ static int is_digits(const char *p)
 static int add_param(void *arg, char *line, unsigned lineno)
 {
     struct zipctx *z = arg;
-    char member[600], label[900];
+    char member[600], label[4800];
     const char *tag = z->tag, *num;
     char *sp = strrchr(line, ' ');
     int err;
@@ -902,7 +902,7 @@ static int check_folders(struct zipctx *z)
 static int open_zip(struct ck_tensor_set *s, const char *path, const char *want)
 {
     struct zipctx z;
-    char member[600], label[900], *text = NULL;
+    char member[600], label[4800], *text = NULL;
     uint64_t len, idx;
     const unsigned char *d;
     struct ck_buf all = CK_BUF_INIT;

@@ -209,7 +209,7 @@ static int parse_cd(struct ck_zipapp *z, const unsigned char *cd, uint64_t len, 
 static int open_existing(struct ck_zipapp *z)
 {
     struct stat st;
-    uint64_t cd_off, cd_size, count;
+    uint64_t cd_off = 0, cd_size = 0, count = 0;
     bool rolled;
     int err;
     if (flock(z->fd, LOCK_EX | LOCK_NB) < 0)
