@@ -168,7 +168,7 @@ static int parse_cd(struct ck_zipapp *z, const unsigned char *cd, uint64_t len, 
         if (len - p - 46 < nl + xl + cl || nl == 0)
             return ck_error(CK_EFORMAT, "'%s': central directory record %" PRIu64 " is truncated",
                             z->path, i);
-        struct ck_zipapp_entry *e;
+        struct ck_zipapp_entry *e = NULL;
         if ((err = add_entry(z, &e)) < 0)
             return err;
         if (!(e->name = strndup((const char *)r + 46, (size_t)nl)) || strlen(e->name) != nl)
@@ -387,7 +387,7 @@ int ck_zipapp_add(struct ck_zipapp *z, const char *name, const void *data, uint6
                   uint32_t crc)
 {
     size_t nl = strlen(name);
-    struct ck_zipapp_entry *e;
+    struct ck_zipapp_entry *e = NULL;
     int err;
     if (nl == 0 || nl > U16MAX)
         return ck_error(CK_EUSAGE, "'%s': bad member name '%s'", z->path, name);

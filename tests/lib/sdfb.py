@@ -278,3 +278,27 @@ def mlp(path, weights):
         ("softmax", "out", ["dense2"], ["out"], {"dimension": ("l", [-1])}),
     ]
     write_graph(path, weights, {"input": [-1, weights["W1"].shape[0]]}, nodes, ["out"])
+
+
+def chain(path, layers, n_in):
+    """A stack of dense layers (xw_plus_b + relu) over weights [(W, b), ...]."""
+    weights, nodes, x = {}, [], "input"
+    for i, (w, bias) in enumerate(layers):
+        weights[f"W{i}"], weights[f"b{i}"] = w, bias
+        nodes.append(("xw_plus_b", f"dense{i}", [x, f"W{i}", f"b{i}"], [f"dense{i}"], {}))
+        nodes.append(("relu", f"relu{i}", [f"dense{i}"], [f"relu{i}"], {"cutoff": ("d", [0.0])}))
+        x = f"relu{i}"
+    write_graph(path, weights, {"input": [-1, n_in]}, nodes, [x])
+
+
+def buffer_offsets(path):
+    """{variable: file offset of its FlatArray buffer's first byte} of a source graph."""
+    data = open(path, "rb").read()
+    g = sd().FlatGraph.FlatGraph.GetRootAs(data, 0)
+    out = {}
+    for i in range(g.VariablesLength()):
+        v = g.Variables(i)
+        arr = v.Ndarray()
+        if arr is not None and arr.BufferLength():
+            out[v.Name().decode()] = arr._tab.Vector(arr._tab.Offset(6))
+    return out
