@@ -30,10 +30,12 @@
 #include "common/error.h"
 #include "common/zipjournal.h"
 #include "readers/flatbuf.h"
+#include "readers/jsonin.h"
 #include "readers/nameidx.h"
 #include "readers/sdmodel.h"
 #include "readers/zipin.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -52,8 +54,10 @@ enum {
     FG_CONFIG,
     FG_PLACEHOLDERS,
     FG_LOSS,
-    FG_TRAINING
+    FG_TRAINING,
+    FG_UPDATER
 };
+enum { US_PARAM, US_KEYS, US_VALUES };
 enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE };
 enum { FA_SHAPE, FA_BUFFER, FA_DTYPE, FA_BYTEORDER };
 enum {
@@ -675,6 +679,65 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
     return 0;
 }
 
+/* The name an optimizer-state array takes in the set: "<param>/updater/<key>". */
+static int updater_name(struct ck_pool *pool, const char *file, const char *param,
+                        const char *key, size_t keylen, char **out)
+{
+    char buf[8192];
+    int n = snprintf(buf, sizeof(buf), "%s/updater/%.*s", param, (int)keylen, key);
+    if (n < 0 || (size_t)n >= sizeof(buf) || keylen == 0 || memchr(key, 0, keylen))
+        return ck_error(CK_EFORMAT, "'%s': updater state of '%s': bad key", file, param);
+    if (!(*out = ck_pool_strdup(pool, buf, (size_t)n)))
+        return ck_error(CK_ENOMEM, "'%s': out of memory", file);
+    return 0;
+}
+
+/* FlatGraph.updaterState (what SameDiff.save(file, true) writes): each
+ * state array is a tensor "<param>/updater/<key>" with role "updater". */
+static int read_updater(struct ctx *c, const struct ck_fb_table *g)
+{
+    struct ck_fb_vec uv;
+    int err;
+    if ((err = ck_fb_vector(g, FG_UPDATER, 4, &uv)) < 0)
+        return ck_error_wrap(err, "'%s': updater state", c->file);
+    for (uint32_t i = 0; i < uv.n; i++) {
+        struct ck_fb_table u;
+        struct ck_fb_vec keys, vals;
+        const char *pp;
+        uint32_t pl;
+        char *param;
+        if ((err = ck_fb_vec_table(&uv, i, &u)) < 0 ||
+            (err = ck_fb_string(&u, US_PARAM, &pp, &pl)) < 0 ||
+            (err = ck_fb_vector(&u, US_KEYS, 4, &keys)) < 0 ||
+            (err = ck_fb_vector(&u, US_VALUES, 4, &vals)) < 0)
+            return ck_error_wrap(err, "'%s': updater state %u", c->file, i);
+        if ((err = fb_name(c, pp, pl, "an updater state", &param)) < 0)
+            return err;
+        if (keys.n != vals.n)
+            return ck_error(CK_EFORMAT, "'%s': updater state of '%s': %u keys for %u arrays",
+                            c->file, param, keys.n, vals.n);
+        for (uint32_t k = 0; k < keys.n; k++) {
+            struct ck_fb_table arr;
+            const char *kp;
+            uint32_t kl;
+            char *name;
+            struct ck_tensor t;
+            memset(&t, 0, sizeof(t));
+            if ((err = ck_fb_vec_string(&keys, k, &kp, &kl)) < 0 ||
+                (err = ck_fb_vec_table(&vals, k, &arr)) < 0)
+                return ck_error_wrap(err, "'%s': updater state of '%s'", c->file, param);
+            if ((err = updater_name(c->pool, c->file, param, kp, kl, &name)) < 0 ||
+                (err = read_array(c, name, &arr, &t)) < 0)
+                return err;
+            t.name = name;
+            t.role = "updater";
+            if ((err = ck_tensor_set_add(c->s, &t, NULL)) < 0)
+                return err;
+        }
+    }
+    return 0;
+}
+
 /* Reads a FlatGraph held in p (memory of the set) into c->s. */
 static int read_graph(struct ck_tensor_set *s, struct ck_pool *pool, const char *file,
                       const unsigned char *p, uint64_t len)
@@ -700,7 +763,8 @@ static int read_graph(struct ck_tensor_set *s, struct ck_pool *pool, const char 
         err = ck_error(CK_ENOMEM, "'%s': out of memory", file);
         goto out;
     }
-    if ((err = read_nodes(&c, &g, gr)) < 0 || (err = read_io(&c, &g, gr)) < 0)
+    if ((err = read_nodes(&c, &g, gr)) < 0 || (err = read_io(&c, &g, gr)) < 0 ||
+        (err = read_updater(&c, &g)) < 0)
         goto out;
     snprintf(num, sizeof(num), "%" PRId64, id);
     if ((err = ck_tensor_set_add_meta(s, "graph_id", num)) < 0)
@@ -752,6 +816,7 @@ struct zipctx {
     size_t tagidx;
     struct ck_nameidx tensors; /* built before params.txt is read */
     struct ck_pool pool;
+    const struct ck_jin *ukeys; /* trainingConfig's "updaterStateKeys" object, or NULL */
 };
 
 static int read_text(struct zipctx *z, const char *member, char **out, uint64_t *len)
@@ -899,6 +964,141 @@ static int check_folders(struct zipctx *z)
     return err;
 }
 
+/* Resolves "<N>" or "<tag>/<N>" of the current tag's list file to a member
+ * "<tag>/<folder>/<N>.fb" (references only to older tags). */
+static int ref_member(struct zipctx *z, const char *list, unsigned lineno, char *ref,
+                      const char *folder, char *member, size_t msz)
+{
+    const char *tag = z->tag, *num = ref;
+    char *slash = strchr(ref, '/');
+    if (slash) {
+        *slash = 0;
+        size_t i;
+        for (i = 0; i < z->ntags && strcasecmp(z->tags[i], ref); i++)
+            ;
+        if (i == z->ntags)
+            return ck_error(CK_EFORMAT, "'%s': %s/%s line %u: unknown tag '%s'", z->path, z->tag,
+                            list, lineno, ref);
+        if (i >= z->tagidx)
+            return ck_error(CK_EFORMAT,
+                            "'%s': %s/%s line %u: reference to tag '%s' is circular or forward "
+                            "(only older tags can be referenced)",
+                            z->path, z->tag, list, lineno, ref);
+        tag = z->tags[i];
+        num = slash + 1;
+    }
+    if (!is_digits(num))
+        return ck_error(CK_EFORMAT, "'%s': %s/%s line %u: '%s' is not a file number", z->path,
+                        z->tag, list, lineno, num);
+    snprintf(member, msz, "%s/%s/%s.fb", tag, folder, num);
+    return 0;
+}
+
+/* updater.txt: "<param> <i> <j> ..." (one file per state array, keys in the
+ * order trainingConfig's "updaterStateKeys" lists, else "0", "1", ...). */
+static int add_updater(void *arg, char *line, unsigned lineno)
+{
+    struct zipctx *z = arg;
+    char *refs[64];
+    int nrefs = 0, err;
+    const struct ck_jin *keys;
+    /* The references are the trailing words that look like one. */
+    char *end = line + strlen(line);
+    while (nrefs < 64) {
+        char *sp = memrchr(line, ' ', (size_t)(end - line));
+        if (!sp || sp == line || !sp[1] || !isdigit((unsigned char)end[-1]))
+            break;
+        refs[nrefs++] = sp + 1;
+        *sp = 0;
+        end = sp;
+    }
+    if (nrefs == 0)
+        return ck_error(CK_EFORMAT, "'%s': %s/updater.txt line %u: expected '<name> <file>...'",
+                        z->path, z->tag, lineno);
+    keys = z->ukeys ? ck_jin_get(z->ukeys, line) : NULL;
+    if (keys && (keys->type != CK_JIN_ARRAY || keys->n != (size_t)nrefs))
+        return ck_error(CK_EFORMAT, "'%s': %s/updater.txt line %u: '%s' has %d files but %zu keys",
+                        z->path, z->tag, lineno, line, nrefs, keys ? keys->n : 0);
+    const struct ck_jin *key = keys ? keys->first : NULL;
+    for (int k = nrefs - 1; k >= 0; k--) {
+        char member[600], label[4800], kbuf[24], *name;
+        uint64_t idx, len;
+        const unsigned char *d;
+        struct ck_fb fb;
+        struct ck_fb_table arr;
+        struct ck_tensor t;
+        if ((err = ref_member(z, "updater.txt", lineno, refs[k], "updater", member,
+                              sizeof(member))) < 0)
+            return err;
+        snprintf(label, sizeof(label), "%s: %s", z->path, member);
+        const char *kname = kbuf;
+        if (key && key->type == CK_JIN_STRING)
+            kname = key->str;
+        else
+            snprintf(kbuf, sizeof(kbuf), "%d", nrefs - 1 - k);
+        if (key)
+            key = key->next;
+        if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0)
+            return ck_error_wrap(CK_EFORMAT, "%s/updater.txt line %u", z->tag, lineno);
+        if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
+            return err;
+        struct ctx c = {z->s, label, NULL, 0, &z->pool};
+        if ((err = ck_fb_init(&fb, d, len)) < 0 || (err = ck_fb_root(&fb, &arr)) < 0)
+            return ck_error_wrap(err, "'%s'", label);
+        if ((err = updater_name(&z->pool, label, line, kname, strlen(kname), &name)) < 0)
+            return err;
+        memset(&t, 0, sizeof(t));
+        if ((err = read_array(&c, name, &arr, &t)) < 0)
+            return err;
+        t.name = name;
+        t.role = "updater";
+        if ((err = ck_tensor_set_add(z->s, &t, NULL)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+/* The tag's updater state, when it has one. */
+static int read_updater_zip(struct zipctx *z)
+{
+    char member[600], *text;
+    uint64_t idx, len;
+    const unsigned char *d;
+    struct ck_jin_doc *doc = NULL;
+    int err;
+    snprintf(member, sizeof(member), "%s/updater.txt", z->tag);
+    if (ck_zipin_find(&z->zi, member, &idx) < 0) {
+        ck_error_clear();
+        return 0;
+    }
+    snprintf(member, sizeof(member), "%s/trainingConfig.fb", z->tag);
+    if (ck_zipin_find(&z->zi, member, &idx) == 0) {
+        struct ck_fb fb;
+        struct ck_fb_table g;
+        const char *tc;
+        uint32_t tcl = 0;
+        const struct ck_jin *root;
+        if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_TEXT, &d, &len)) < 0)
+            return err;
+        if ((err = ck_fb_init(&fb, d, len)) < 0 || (err = ck_fb_root(&fb, &g)) < 0 ||
+            (err = ck_fb_string(&g, FG_TRAINING, &tc, &tcl)) < 0)
+            return ck_error_wrap(err, "'%s': %s", z->path, member);
+        if (tcl) {
+            if ((err = ck_jin_parse(tc, tcl, &doc, &root)) < 0)
+                return ck_error_wrap(err, "'%s': %s: trainingConfig", z->path, member);
+            z->ukeys = ck_jin_get(root, "updaterStateKeys");
+        }
+    } else {
+        ck_error_clear();
+    }
+    snprintf(member, sizeof(member), "%s/updater.txt", z->tag);
+    if ((err = read_text(z, member, &text, &len)) >= 0)
+        err = each_line(text, len, add_updater, z);
+    z->ukeys = NULL;
+    ck_jin_free(doc);
+    return err;
+}
+
 static int open_zip(struct ck_tensor_set *s, const char *path, const char *want)
 {
     struct zipctx z;
@@ -948,6 +1148,8 @@ static int open_zip(struct ck_tensor_set *s, const char *path, const char *want)
     } else {
         ck_error_clear();
     }
+    if ((err = read_updater_zip(&z)) < 0)
+        goto out;
     for (size_t i = 0; i < z.ntags && err >= 0; i++)
         err = ck_buf_printf(&all, "%s%s", i ? "," : "", z.tags[i]);
     if (err < 0 || (err = ck_tensor_set_add_meta(s, "tag", z.tag)) < 0 ||

@@ -6,6 +6,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "model/dl4jops.h"
 #include "writers/fbbuild.h"
@@ -27,6 +28,7 @@ struct stored {
     size_t ent; /* index into z.ents (by index: ents may move) */
     size_t tag; /* index into tags */
     unsigned num;
+    bool updater; /* <tag>/updater/N.fb rather than <tag>/params/N.fb */
 };
 
 struct sd_writer {
@@ -130,14 +132,15 @@ static int check_members(struct sd_writer *w)
         int used = 0;
         if (!strcmp(rest, "graph.fb"))
             has_graph[t] = true;
-        else if (sscanf(rest, "params/%9u.fb%n", &num, &used) == 1 && rest[used] == 0) {
+        else if ((sscanf(rest, "params/%9u.fb%n", &num, &used) == 1 && rest[used] == 0) ||
+                 (sscanf(rest, "updater/%9u.fb%n", &num, &used) == 1 && rest[used] == 0)) {
             struct stored *n = realloc(w->stored, (w->nstored + 1) * sizeof(*n));
             if (!n) {
                 err = ck_error(CK_ENOMEM, "out of memory");
                 break;
             }
             w->stored = n;
-            w->stored[w->nstored++] = (struct stored){i, (size_t)t, num};
+            w->stored[w->nstored++] = (struct stored){i, (size_t)t, num, rest[0] == 'u'};
         }
     }
     for (size_t t = 0; t < w->ntags && err >= 0; t++)
@@ -213,11 +216,12 @@ static int choose_tag(struct sd_writer *w, const struct ck_model *m, char *tag, 
 }
 
 /* The earlier tag's params file holding exactly these bytes, or NULL. */
-static const struct stored *shared_file(struct sd_writer *w, const void *data, uint64_t len,
-                                        uint32_t crc)
+static const struct stored *shared_file(struct sd_writer *w, bool updater, const void *data,
+                                        uint64_t len, uint32_t crc)
 {
     for (size_t i = 0; i < w->nstored; i++)
-        if (ck_zipapp_same(&w->z, &w->z.ents[w->stored[i].ent], data, len, crc))
+        if (w->stored[i].updater == updater &&
+            ck_zipapp_same(&w->z, &w->z.ents[w->stored[i].ent], data, len, crc))
             return &w->stored[i];
     return NULL;
 }
@@ -244,6 +248,77 @@ static int check_name(const char *label, const char *name)
     return 0;
 }
 
+/* Optimizer state: tensors "<param>/updater/<key>" with role "updater"
+ * (the SameDiff reader names FlatGraph.updaterState so). */
+static bool is_updater(const struct ck_tensor *t)
+{
+    return t->role && !strcmp(t->role, "updater") && t->data && strstr(t->name, "/updater/");
+}
+
+/* updater.txt + updater/N.fb: one line per parameter, its state arrays in
+ * order; the keys go to trainingConfig's "updaterStateKeys" (json). */
+static int write_updater(struct sd_writer *w, const struct ck_model *m, const char *tag,
+                         const char *label, struct ck_json *json, struct ck_buf *txt)
+{
+    const struct ck_tensor_set *s = m->weights;
+    bool *done = calloc(s->ntensors + 1, 1);
+    unsigned next = 0;
+    int err = 0;
+    if (!done)
+        return ck_error(CK_ENOMEM, "out of memory");
+    ck_json_key(json, "updaterStateKeys");
+    ck_json_begin_object(json);
+    for (size_t i = 0; i < s->ntensors && err >= 0; i++) {
+        const struct ck_tensor *t = &s->tensors[i];
+        if (done[i] || !is_updater(t))
+            continue;
+        const char *cut = strstr(t->name, "/updater/");
+        size_t plen = (size_t)(cut - t->name);
+        char *param = strndup(t->name, plen);
+        if (!param || (err = check_name(label, param)) < 0) {
+            err = err < 0 ? err : ck_error(CK_ENOMEM, "out of memory");
+            free(param);
+            break;
+        }
+        err = ck_buf_puts(txt, param);
+        ck_json_key(json, param);
+        ck_json_begin_array(json);
+        for (size_t k = i; k < s->ntensors && err >= 0; k++) {
+            const struct ck_tensor *u = &s->tensors[k];
+            if (done[k] || !is_updater(u) || strncmp(u->name, t->name, plen + 9))
+                continue;
+            done[k] = true;
+            ck_json_str(json, u->name + plen + 9);
+            struct ck_fbb b;
+            float scale;
+            ck_fbb_init(&b);
+            if ((err = ck_sdarray_file(&b, u, CK_DT_INVALID, label, &scale)) < 0) {
+                ck_fbb_release(&b);
+                break;
+            }
+            uint32_t crc = (uint32_t)crc32(0, b.p, b.len);
+            const struct stored *sh = shared_file(w, true, b.p, b.len, crc);
+            if (sh) {
+                err = ck_buf_printf(txt, " %s/%u", w->tags[sh->tag], sh->num);
+                w->res.saved += b.len;
+            } else {
+                char member[CK_SD_TAG_MAX + 32];
+                snprintf(member, sizeof(member), "%s/updater/%u.fb", tag, next);
+                if ((err = add_member(w, member, b.p, b.len)) >= 0)
+                    err = ck_buf_printf(txt, " %u", next++);
+            }
+            ck_fbb_release(&b);
+        }
+        ck_json_end_array(json);
+        if (err >= 0)
+            err = ck_buf_putc(txt, '\n');
+        free(param);
+    }
+    ck_json_end_object(json);
+    free(done);
+    return err;
+}
+
 /* The weights the tag stores (placeholders and declared-only values have
  * no data: the graph has them) and the dtype each is stored as. */
 static int list_weights(struct sd_writer *w, const struct ck_model *m, const char *label,
@@ -255,7 +330,7 @@ static int list_weights(struct sd_writer *w, const struct ck_model *m, const cha
     *nws = 0;
     for (size_t i = 0; i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
-        if (!t->data)
+        if (!t->data || is_updater(t))
             continue;
         if ((err = check_name(label, t->name)) < 0)
             return err;
@@ -284,7 +359,7 @@ static int write_params(struct sd_writer *w, const char *tag, const char *label,
             break;
         }
         uint32_t crc = (uint32_t)crc32(0, b.p, b.len);
-        const struct stored *sh = shared_file(w, b.p, b.len, crc);
+        const struct stored *sh = shared_file(w, false, b.p, b.len, crc);
         if (sh) {
             err = ck_buf_printf(txt, "%s %s/%u\n", t->name, w->tags[sh->tag], sh->num);
             w->res.shared++;
@@ -313,7 +388,8 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
 {
     struct sd_writer *w = (struct sd_writer *)base;
     char tag[CK_SD_TAG_MAX + 1], label[4600], member[CK_SD_TAG_MAX + 32];
-    struct ck_buf txt = CK_BUF_INIT;
+    struct ck_buf txt = CK_BUF_INIT, jbuf = CK_BUF_INIT;
+    struct ck_json json;
     struct ck_fbb b;
     struct ck_sdgraph_weight *ws = NULL;
     size_t nws = 0;
@@ -342,9 +418,22 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
     if ((err = ck_sdgraph_build(&b, m, ws, nws, label)) < 0 ||
         (err = write_fb(w, member, &b)) < 0)
         goto out;
+    /* Optimizer state, and the training configuration naming its keys. */
+    ck_buf_reset(&txt);
+    ck_json_init(&json, &jbuf, false);
+    ck_json_begin_object(&json);
+    if ((err = write_updater(w, m, tag, label, &json, &txt)) < 0)
+        goto out;
+    ck_json_end_object(&json);
+    if ((err = ck_json_error(&json)) < 0)
+        goto out;
+    snprintf(member, sizeof(member), "%s/updater.txt", tag);
+    if (txt.len && (err = add_member(w, member, txt.data, txt.len)) < 0)
+        goto out;
     ck_fbb_init(&b);
     snprintf(member, sizeof(member), "%s/trainingConfig.fb", tag);
-    if ((err = ck_sdgraph_training_config(&b, "{}")) < 0 || (err = write_fb(w, member, &b)) < 0)
+    if ((err = ck_sdgraph_training_config(&b, txt.len ? ck_buf_str(&jbuf) : "{}")) < 0 ||
+        (err = write_fb(w, member, &b)) < 0)
         goto out;
     ck_buf_reset(&txt);
     for (size_t i = 0; i < w->ntags && err >= 0; i++)
@@ -361,6 +450,7 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
 out:
     ck_fbb_release(&b);
     ck_buf_release(&txt);
+    ck_buf_release(&jbuf);
     free(ws);
     return err;
 }

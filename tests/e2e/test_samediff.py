@@ -127,6 +127,34 @@ class Pack(TmpDirCase):
         self.assertEqual([n[:3] for n in sdfb.graph_nodes(b["copy"]["graph"])],
                          [n[:3] for n in nodes])
 
+    def test_optimizer_state_as_updater_files(self):
+        w1 = weights(6)
+        rng = np.random.default_rng(60)
+        u1 = {"W1": {"M": rng.standard_normal((4, 8)).astype(np.float32),
+                     "V": rng.random((4, 8)).astype(np.float32)},
+              "b2": {"M": rng.standard_normal(3).astype(np.float32),
+                     "V": rng.random(3).astype(np.float32)}}
+        u2 = {"W1": {"M": u1["W1"]["M"] + 1, "V": u1["W1"]["V"]}, "b2": u1["b2"]}
+        out = os.path.join(self.dir, "run.zip")
+        for tag, u in (("ep1", u1), ("ep2", u2)):
+            src = os.path.join(self.dir, tag + ".fb")
+            sdfb.mlp(src, w1, updater=u)
+            pack(src, out)
+        tags, a = sdfb.read_archive(out)
+        for tag, u in (("ep1", u1), ("ep2", u2)):
+            self.assertEqual(a[tag]["config"]["updaterStateKeys"], {"W1": ["M", "V"], "b2": ["M", "V"]})
+            for p, kv in u.items():
+                for k, arr in kv.items():
+                    np.testing.assert_array_equal(a[tag]["updater"][p][k], arr, err_msg=f"{tag} {p} {k}")
+        with zipfile.ZipFile(out) as z:
+            self.assertEqual(z.read("ep2/updater.txt").decode(), "W1 0 ep1/1\nb2 ep1/2 ep1/3\n")
+            self.assertFalse(any(n.startswith("ep2/params/") for n in z.namelist()))
+        # the project's reader gives them back as role "updater"
+        t = {x["name"]: x for x in inspect(out)["tensors"]}
+        self.assertEqual(t["W1/updater/M"]["role"], "updater")
+        np.testing.assert_array_equal(t["W1/updater/M"]["values"], u2["W1"]["M"].ravel())
+        np.testing.assert_array_equal(t["b2/updater/V"]["values"], u2["b2"]["V"].ravel())
+
     def test_default_tag_and_explicit_tags(self):
         out = os.path.join(self.dir, "run.zip")
         src = self.src("epoch 7.fb", weights(3))

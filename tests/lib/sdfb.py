@@ -5,6 +5,7 @@ ckptd writes, and a writer of source graphs shaped as SameDiff.save writes
 them (variables with inline big-endian arrays)."""
 import importlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -86,8 +87,22 @@ def read_archive(path):
                 else:
                     other, num = tag, ref
                 params[name] = read_array_file(z.read(f"{other}/params/{num}.fb"))
-            z.read(f"{tag}/trainingConfig.fb")
-            out[tag] = {"graph": graph, "params": params, "refs": refs}
+            tc = g.FlatGraph.FlatGraph.GetRootAs(z.read(f"{tag}/trainingConfig.fb"), 0)
+            config = json.loads(tc.TrainingConfig().decode() or "{}")
+            updater = {}
+            if f"{tag}/updater.txt" in z.namelist():
+                keys = config["updaterStateKeys"]
+                for line in z.read(f"{tag}/updater.txt").decode("utf-8").splitlines():
+                    words = line.split(" ")
+                    name, files = " ".join(words[:-len(keys[words[0]])]), words[-len(keys[words[0]]):]
+                    updater[name] = {}
+                    for key, ref in zip(keys[name], files):
+                        other, num = ref.split("/") if "/" in ref else (tag, ref)
+                        if other != tag:
+                            assert tags.index(other) < tags.index(tag), line
+                        updater[name][key] = read_array_file(z.read(f"{other}/updater/{num}.fb"))
+            out[tag] = {"graph": graph, "params": params, "refs": refs, "config": config,
+                        "updater": updater}
     return tags, out
 
 
@@ -165,11 +180,13 @@ def _offsets(b, offs):
     return b.EndVector()
 
 
-def write_graph(path, weights, inputs, nodes, outputs):
+def write_graph(path, weights, inputs, nodes, outputs, updater=None):
     """weights: {name: ndarray float32, int32 or int64}; inputs: {name: shape with -1};
     nodes: [(opName, name, [input names], [output names], {arg: ("l"|"d"|"b", [values])})]
     (the key "__extraInteger" gives positional iArgs instead: [values]);
-    outputs: [names]. Ids: nodes 1..N produce (k, j); weights and inputs (N+1+i, 0)."""
+    outputs: [names]; updater: {param: {key: ndarray}} (FlatGraph.updaterState, as
+    SameDiff.save(file, true) writes it). Ids: nodes 1..N produce (k, j); weights
+    and inputs (N+1+i, 0)."""
     import flatbuffers
     b = flatbuffers.Builder(1 << 16)
     ids = {}
@@ -257,7 +274,20 @@ def write_graph(path, weights, inputs, nodes, outputs):
     nv = _offsets(b, flat_nodes)
     outv = _offsets(b, [_pair(b, *ids[o]) for o in outputs])
     phv = _strings(b, list(inputs))
+    states = []
+    for param, kv in (updater or {}).items():
+        pn = b.CreateString(param)
+        kvec = _strings(b, list(kv))
+        vvec = _offsets(b, [_array(b, a) for a in kv.values()])
+        b.StartObject(3)
+        b.PrependUOffsetTRelativeSlot(0, pn, 0)
+        b.PrependUOffsetTRelativeSlot(1, kvec, 0)
+        b.PrependUOffsetTRelativeSlot(2, vvec, 0)
+        states.append(b.EndObject())
+    uv = _offsets(b, states) if states else None
     b.StartObject(9)
+    if uv is not None:
+        b.PrependUOffsetTRelativeSlot(8, uv, 0)
     b.PrependInt64Slot(0, 0, 0)
     b.PrependUOffsetTRelativeSlot(1, vv, 0)
     b.PrependUOffsetTRelativeSlot(2, nv, 0)
@@ -268,7 +298,7 @@ def write_graph(path, weights, inputs, nodes, outputs):
         f.write(bytes(b.Output()))
 
 
-def mlp(path, weights):
+def mlp(path, weights, updater=None):
     """A two-layer perceptron source graph over weights W1 b1 W2 b2 (+ extra ones)."""
     nodes = [
         ("matmul", "mm1", ["input", "W1"], ["mm1"], {}),
@@ -277,7 +307,7 @@ def mlp(path, weights):
         ("xw_plus_b", "dense2", ["relu1", "W2", "b2"], ["dense2"], {}),
         ("softmax", "out", ["dense2"], ["out"], {"dimension": ("l", [-1])}),
     ]
-    write_graph(path, weights, {"input": [-1, weights["W1"].shape[0]]}, nodes, ["out"])
+    write_graph(path, weights, {"input": [-1, weights["W1"].shape[0]]}, nodes, ["out"], updater)
 
 
 def chain(path, layers, n_in):
