@@ -6,6 +6,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "model/dl4jops.h"
@@ -507,8 +508,13 @@ int ck_samediff_append(const char *archive, const struct ck_model *m,
                        const struct ck_writer_opts *o, struct ck_samediff_result *res)
 {
     struct ck_writer *w;
-    int err = ck_writer_open(&ck_writer_samediff, archive, o, &w);
-    if (err < 0)
+    char dir[4096];
+    int err;
+    /* The sidecar's DIR/data/deploy/ may not exist yet. */
+    ck_dirname(dir, sizeof(dir), archive);
+    if ((err = ck_mkdirs(dir, 0755)) < 0)
+        return err;
+    if ((err = ck_writer_open(&ck_writer_samediff, archive, o, &w)) < 0)
         return err;
     if ((err = ck_writer_add(w, m)) >= 0 && (err = ck_writer_finish(w)) >= 0 && res)
         *res = *ck_samediff_last(w);

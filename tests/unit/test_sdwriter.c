@@ -11,6 +11,7 @@
 #include "readers/flatbuf.h"
 #include "readers/zipin.h"
 #include "writers/fbbuild.h"
+#include "writers/samediff.h"
 #include "writers/sdarray.h"
 #include "writers/zipapp.h"
 
@@ -280,7 +281,82 @@ static void zipapp_appends_and_rolls_back(void **state)
     free(v3);
 }
 
+/* A model y = relu(x W + b) over weights held in set memory. */
+static struct ck_model *tiny_model(float wscale)
+{
+    struct ck_tensor_set *s = ck_tensor_set_new("test", "mem");
+    struct ck_model *m;
+    struct ck_model_node *n;
+    void *mem;
+    assert_int_equal(ck_tensor_set_alloc(s, 6 * 4 + 3 * 4, &mem), 0);
+    float *f = mem;
+    for (int i = 0; i < 9; i++)
+        f[i] = (float)i * (i < 6 ? wscale : 1.0f);
+    struct ck_tensor w = {.name = "W", .dtype = CK_DT_F32, .rank = 2, .dims = {2, 3},
+                          .nbytes = 24, .data = (const unsigned char *)f, .role = "parameter"};
+    struct ck_tensor b = {.name = "b", .dtype = CK_DT_F32, .rank = 1, .dims = {3},
+                          .nbytes = 12, .data = (const unsigned char *)(f + 6), .role = "parameter"};
+    assert_int_equal(ck_tensor_set_add(s, &w, NULL), 0);
+    assert_int_equal(ck_tensor_set_add(s, &b, NULL), 0);
+    assert_int_equal(ck_model_new(s, "test", &m), 0);
+    int64_t dims[2] = {-1, 2};
+    assert_int_equal(ck_model_add_io(m, false, "x", CK_DT_F32, 2, dims), 0);
+    assert_int_equal(ck_model_add_node(m, "fc", CK_OP_DENSE, &n), 0);
+    assert_int_equal(ck_model_node_add_input(n, "x"), 0);
+    assert_int_equal(ck_model_node_add_input(n, "W"), 0);
+    assert_int_equal(ck_model_node_add_input(n, "b"), 0);
+    assert_int_equal(ck_model_node_add_output(n, "h"), 0);
+    assert_int_equal(ck_model_add_node(m, "act", CK_OP_RELU, &n), 0);
+    assert_int_equal(ck_model_node_add_input(n, "h"), 0);
+    assert_int_equal(ck_model_node_add_output(n, "y"), 0);
+    assert_int_equal(ck_model_add_io(m, true, "y", CK_DT_F32, 2, dims), 0);
+    return m;
+}
+
+static void library_entry_point_appends_tags(void **state)
+{
+    (void)state;
+    char dir[4000], path[4100];
+    ck_test_tmpdir(dir, "sdappend");
+    snprintf(path, sizeof(path), "%s/data/deploy/model.zip", dir); /* folders made */
+    struct ck_model *m1 = tiny_model(1.0f), *m2 = tiny_model(2.0f);
+    struct ck_writer_opts o = {.level = -1, .ref = "epoch=1"};
+    struct ck_samediff_result r;
+    assert_int_equal(ck_samediff_append(path, m1, &o, &r), 0);
+    assert_string_equal(r.tag, "epoch=1");
+    assert_int_equal(r.params, 2);
+    assert_int_equal(r.shared, 0);
+    o.ref = "epoch=2";
+    assert_int_equal(ck_samediff_append(path, m2, &o, &r), 0);
+    assert_int_equal(r.params, 1); /* W changed */
+    assert_int_equal(r.shared, 1); /* b did not */
+    assert_true(r.saved > 12);
+    assert_int_equal(ck_samediff_append(path, m2, &o, &r), CK_EEXIST);
+    o.ref = NULL;
+    o.tag = "fp16";
+    o.dtype = "fp16";
+    assert_int_equal(ck_samediff_append(path, m2, &o, &r), 0);
+    assert_string_equal(r.tag, "fp16");
+    struct ck_tensor_set *s = ck_tensor_set_new("t", path);
+    struct ck_zipin zi;
+    uint64_t idx, len;
+    const unsigned char *d;
+    assert_int_equal(ck_zipin_open(&zi, path), 0);
+    assert_int_equal(ck_zipin_find(&zi, "tags.txt", &idx), 0);
+    assert_int_equal(ck_zipin_read(&zi, s, idx, 100, &d, &len), 0);
+    assert_int_equal(len, strlen("epoch=1\nepoch=2\nfp16\n"));
+    assert_memory_equal(d, "epoch=1\nepoch=2\nfp16\n", len);
+    assert_int_equal(ck_zipin_find(&zi, "epoch=2/params.txt", &idx), 0);
+    assert_int_equal(ck_zipin_read(&zi, s, idx, 100, &d, &len), 0);
+    assert_memory_equal(d, "W 0\nb epoch=1/1\n", len);
+    ck_zipin_close(&zi);
+    ck_tensor_set_free(s);
+    ck_model_free(m1);
+    ck_model_free(m2);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(library_entry_point_appends_tags),
     cmocka_unit_test(fbbuild_round_trip),
     cmocka_unit_test(fbbuild_misuse_is_an_error),
     cmocka_unit_test(half_and_bfloat16_rounding),
