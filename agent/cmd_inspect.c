@@ -2,6 +2,8 @@
  * daemon uses. Text for people, --json for programs (schema: README.md,
  * "ckptd inspect --json"). */
 #include "agent/cli.h"
+#include "agent/pack.h"
+#include "common/sign.h"
 #include "agent/commands.h"
 #include "common/buf.h"
 #include "common/error.h"
@@ -27,17 +29,30 @@ static const char help[] =
     "                        the file and tensor of the first mismatch\n"
     "      --values N        also print the values of tensors of at most N elements\n"
     "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
-    "                        samediff\n"
+    "                        samediff, mldef\n"
+    "      --pubkey FILE     .mldef: the trusted key its SIGNATURE must be made with\n"
     "      --tag TAG         a SameDiff archive's tag (default: the newest; also\n"
-    "                        written PATH#TAG)\n" CK_CLI_HELP;
+    "                        written PATH#TAG)\n"
+    "\n"
+    "An .mldef archive (or a manifest.json) is first checked against every rule of\n"
+    "docs/mldef.md, SIGNATURE included; each violation is listed with where it is,\n"
+    "and the exit code is 1 when any rule is broken.\n" CK_CLI_HELP;
 
-enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT, OPT_TAG };
+enum {
+    OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION,
+    OPT_VERIFY,
+    OPT_VALUES,
+    OPT_FORMAT,
+    OPT_PUBKEY,
+    OPT_TAG
+};
 
 struct opts {
     bool json, verify;
     uint64_t values;
     bool want_values;
     const char *format;
+    const char *pubkey;
     const char *tag;
 };
 
@@ -87,6 +102,11 @@ static int print_text(const struct ck_tensor_set *s, const struct opts *o, bool 
         total += s->tensors[i].nbytes;
     printf("%s: %s, %zu tensors, %" PRIu64 " bytes%s\n", s->path, s->format, s->ntensors, total,
            verified ? ", checksums verified" : "");
+    if (ck_reader_has_graph(s))
+        printf("  deployable: its own network (docs/model.md)\n");
+    else
+        printf("  deployable: weights only, give the graph with --graph FILE (a layer list, "
+               "docs/model.md)\n");
     for (size_t i = 0; i < s->nmeta; i++)
         printf("  meta %s = %s\n", s->meta[i].key, s->meta[i].value);
     for (size_t i = 0; i < s->ntensors; i++) {
@@ -270,6 +290,7 @@ static int print_json(const struct ck_tensor_set *s, const struct opts *o, bool 
     ck_json_kstr(&j, "path", s->path);
     ck_json_kstr(&j, "format", s->format);
     ck_json_kbool(&j, "verified", verified);
+    ck_json_kbool(&j, "has_network", ck_reader_has_graph(s));
     json_kvs(&j, "metadata", s->meta, s->nmeta);
     ck_json_key(&j, "tensors");
     ck_json_begin_array(&j);
@@ -299,6 +320,41 @@ static int parse_count(const char *arg, uint64_t *out)
     return 0;
 }
 
+/* An .mldef or a manifest.json: the validator's report first; -1 when path
+ * is neither, or it is valid and the listing follows. */
+static int check_mldef(const char *path, const struct opts *o)
+{
+    const struct ck_reader_ops *ops = NULL;
+    size_t len = strlen(path);
+    bool manifest = len >= 5 && strcmp(path + len - 5, ".json") == 0;
+    if (!manifest && (o->format ? strcmp(o->format, "mldef") != 0
+                                : ck_reader_detect(path, &ops) < 0 || ops != &ck_reader_mldef)) {
+        ck_error_clear();
+        return -1;
+    }
+    struct ck_mldef_check_opts co = {0};
+    struct ck_sign_key pub;
+    int err;
+    if (o->pubkey) {
+        if ((err = ck_sign_load(o->pubkey, &pub)) < 0)
+            return ck_cli_fail("inspect", err);
+        co.trusted_pub = pub.pub;
+        co.require_signature = true;
+    }
+    struct ck_mldef_report r;
+    if ((err = ck_mldef_check(path, &co, &r, NULL)) < 0)
+        return ck_cli_fail("inspect", err);
+    bool bad = r.n || r.dropped;
+    if (bad || manifest || o->json)
+        ck_pack_print_report(bad ? stderr : stdout, path, &r, o->json);
+    else
+        ck_pack_print_report(stdout, path, &r, false);
+    ck_mldef_report_release(&r);
+    if (bad)
+        return CK_EXIT_FAILED;
+    return manifest || o->json ? CK_EXIT_OK : -1;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
     static const struct option longopts[] = {CK_CLI_LONGOPTS,
@@ -306,6 +362,7 @@ int ck_cmd_inspect(int argc, char **argv)
                                              {"verify", no_argument, NULL, OPT_VERIFY},
                                              {"values", required_argument, NULL, OPT_VALUES},
                                              {"format", required_argument, NULL, OPT_FORMAT},
+                                             {"pubkey", required_argument, NULL, OPT_PUBKEY},
                                              {"tag", required_argument, NULL, OPT_TAG},
                                              {NULL, 0, NULL, 0}};
     struct ck_cli cli;
@@ -337,6 +394,9 @@ int ck_cmd_inspect(int argc, char **argv)
                 return ck_cli_usage_error("inspect", "unknown format '%s'", optarg);
             o.format = optarg;
             break;
+        case OPT_PUBKEY:
+            o.pubkey = optarg;
+            break;
         case OPT_TAG:
             o.tag = optarg;
             break;
@@ -351,6 +411,8 @@ int ck_cmd_inspect(int argc, char **argv)
     ck_cli_setup_logging(&cli, -1, -1);
     struct ck_tensor_set *s = NULL;
     const char *path = argv[optind];
+    if ((rc = check_mldef(path, &o)) != -1)
+        return rc;
     char tagged[4096];
     if (o.tag) {
         /* The SameDiff reader takes a tag as "PATH#TAG". */

@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "readers/h5param.h"
 #include "readers/nameidx.h"
+#include "readers/nnp_model.h"
 #include "readers/nntxt.h"
 #include "readers/pbwire.h"
 #include "readers/zipin.h"
@@ -826,4 +827,5 @@ const struct ck_reader_ops ck_reader_nnp = {
     .probe = nnp_probe,
     .open = nnp_open,
     .verify = NULL,
+    .to_model = ck_nnp_to_model,
 };

@@ -1,6 +1,7 @@
 #include "readers/reader.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "model/layers.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@ const struct ck_reader_ops *const ck_readers[] = {
     &ck_reader_npy,
     &ck_reader_npz,
     &ck_reader_tfbundle,
+    &ck_reader_mldef, /* before nnp: an .mldef is a zip too */
     &ck_reader_nnp,
     &ck_reader_samediff,
     NULL,
@@ -113,4 +115,55 @@ int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set
     if (!ops || !ops->verify)
         return 0;
     return ops->verify(s);
+}
+
+bool ck_reader_has_graph(const struct ck_tensor_set *s)
+{
+    const struct ck_reader_ops *ops = ck_reader_of(s);
+    return ops && ops->to_model && s->graph;
+}
+
+/* The model from s and what the caller gave for its graph; takes s. */
+static int model_of(struct ck_tensor_set *s, const char *graph_path, struct ck_yaml_doc *d,
+                    yaml_node_t *graph, const char *label, struct ck_model **out)
+{
+    const struct ck_reader_ops *ops = ck_reader_of(s);
+    if (graph_path) {
+        /* A graph file: today a YAML layer list. Other graph formats (an
+         * ONNX file giving the network of weight-only checkpoints) are
+         * recognised here, by content, before the layer list. */
+        return ck_layers_load(s, graph_path, out);
+    }
+    if (graph)
+        return ck_layers_build(s, d, graph, label, out);
+    if (ops && ops->to_model && s->graph)
+        return ops->to_model(s, out);
+    int err = ck_error(CK_EUSAGE,
+                       "'%s' holds weights only: give its graph with --graph FILE (a layer "
+                       "list, docs/model.md)",
+                       s->path ? s->path : "");
+    ck_tensor_set_free(s);
+    return err;
+}
+
+int ck_reader_open_model(const char *path, const char *format, const char *graph_path,
+                         struct ck_model **out)
+{
+    struct ck_tensor_set *s;
+    int err;
+    *out = NULL;
+    if ((err = ck_reader_open(path, format, &s)) < 0)
+        return err;
+    return model_of(s, graph_path, NULL, NULL, NULL, out);
+}
+
+int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_yaml_doc *d,
+                              yaml_node_t *graph, const char *label, struct ck_model **out)
+{
+    struct ck_tensor_set *s;
+    int err;
+    *out = NULL;
+    if ((err = ck_reader_open(path, format, &s)) < 0)
+        return err;
+    return model_of(s, NULL, d, graph, label ? label : "pack.graph", out);
 }

@@ -6,6 +6,7 @@
 #ifndef CK_READER_H
 #define CK_READER_H
 
+#include "common/yamlutil.h"
 #include "model/model.h"
 #include "model/tensor.h"
 
@@ -45,6 +46,7 @@ extern const struct ck_reader_ops ck_reader_npy;
 extern const struct ck_reader_ops ck_reader_npz;
 extern const struct ck_reader_ops ck_reader_nnp;
 extern const struct ck_reader_ops ck_reader_samediff;
+extern const struct ck_reader_ops ck_reader_mldef;
 
 /* The most head bytes detection reads and passes to probe(). */
 #define CK_READER_HEAD_MAX 4096
@@ -59,5 +61,22 @@ int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **
 int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s);
 /* The reader that made s (by s->format); NULL when none. */
 const struct ck_reader_ops *ck_reader_of(const struct ck_tensor_set *s);
+
+/* Whether s carries a network its reader can turn into a model (to_model
+ * and a graph), so no layer list is needed. */
+bool ck_reader_has_graph(const struct ck_tensor_set *s);
+
+/* Opens path (format detected when NULL) as a deployable model (*out owned
+ * by the caller). The graph: graph_path when given (a YAML layer list,
+ * docs/model.md; it wins over the file's own network), else the file's own
+ * network (the reader's to_model). A weight-only file without graph_path is
+ * CK_EUSAGE: "'x.safetensors' holds weights only: give its graph with
+ * --graph FILE (a layer list, docs/model.md)". */
+int ck_reader_open_model(const char *path, const char *format, const char *graph_path,
+                         struct ck_model **out);
+/* The same with the layer list as a parsed YAML node (the config's
+ * pack.graph; label names it in errors); graph NULL behaves as above. */
+int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_yaml_doc *d,
+                              yaml_node_t *graph, const char *label, struct ck_model **out);
 
 #endif

@@ -1,6 +1,7 @@
 #include "writers/sdarray.h"
 
 #include "common/error.h"
+#include "model/convert.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -46,42 +47,6 @@ static bool is_float(enum ck_dtype t)
 bool ck_sdarray_converts(const struct ck_tensor *t, enum ck_dtype to)
 {
     return to != CK_DT_INVALID && to != t->dtype && is_float(t->dtype) && t->data;
-}
-
-uint16_t ck_f32_to_f16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000, e = (x >> 23) & 0xff, m = x & 0x7fffff;
-    if (e == 0xff) /* inf, nan */
-        return (uint16_t)(sign | 0x7c00 | (m ? 0x200 | (m >> 13) : 0));
-    int32_t he = (int32_t)e - 127 + 15;
-    if (he >= 0x1f)
-        return (uint16_t)(sign | 0x7c00);
-    if (he <= 0) {
-        if (he < -10)
-            return (uint16_t)sign;
-        m |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - he);
-        uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (hm & 1)))
-            hm++;
-        return (uint16_t)(sign | hm);
-    }
-    uint32_t h = sign | (uint32_t)he << 10 | m >> 13, rem = m & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-        h++; /* may carry into the exponent: still right (up to inf) */
-    return (uint16_t)h;
-}
-
-uint16_t ck_f32_to_bf16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    if ((x & 0x7fffffff) > 0x7f800000)
-        return (uint16_t)((x >> 16) | 0x40);
-    x += 0x7fff + ((x >> 16) & 1);
-    return (uint16_t)(x >> 16);
 }
 
 static void put_be(unsigned char *p, uint64_t v, size_t n)

@@ -25,8 +25,4 @@ int ck_sdarray_write(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype 
 int ck_sdarray_file(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype to,
                     const char *file, float *scale);
 
-/* float to IEEE half / bfloat16, rounding to nearest even. */
-uint16_t ck_f32_to_f16(float f);
-uint16_t ck_f32_to_bf16(float f);
-
 #endif

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/zipjournal.h"
+#include "model/convert.h"
 #include "model/dl4jops.h"
 #include "readers/flatbuf.h"
 #include "readers/zipin.h"
