@@ -249,6 +249,27 @@ class Pack(TmpDirCase):
         p = pack(shared("samediff", "pad_1D.fb"), out, "--tag", "t2", check=1)
         self.assertIn("no graph input", p.stderr)
 
+    def test_real_nnabla_lenet_as_tags(self):
+        src = shared("nnabla", "lenet_010000.nnp")
+        out = os.path.join(self.dir, "lenet.zip")
+        pack(src, out)
+        pack(src, out, "--dtype", "int8")
+        tags, a = sdfb.read_archive(out)
+        self.assertEqual(tags, ["lenet_010000", "lenet_010000-int8"])
+        ref = {t["name"]: t for t in inspect(src)["tensors"] if t["has_data"]}
+        self.assertEqual(sorted(a[tags[0]]["params"]), sorted(ref))
+        v = sdfb.graph_variables(a[tags[1]]["graph"])
+        for name, t in ref.items():
+            got = a[tags[0]]["params"][name]
+            self.assertEqual(list(got.shape), t["shape"])
+            np.testing.assert_array_equal(got.ravel(), np.array(t["values"], np.float32))
+            scale = sdfb.array_from_fb(v[name + "/scale"].Ndarray()).item()
+            q = a[tags[1]]["params"][name].astype(np.float64).ravel()
+            np.testing.assert_allclose(q * scale, t["values"], atol=scale / 2 + 1e-7)
+        ops = [n[0] for n in sdfb.graph_nodes(a[tags[0]]["graph"])]
+        self.assertEqual(ops, ["mul_scalar", "conv2d", "maxpool2d", "relu", "conv2d", "maxpool2d",
+                               "relu", "xw_plus_b", "relu", "xw_plus_b"])
+
     def test_real_dl4j_files_read(self):
         files = sorted(glob.glob(os.path.join(shared("samediff"), "*.fb")))
         self.assertGreater(len(files), 10)
