@@ -8,7 +8,7 @@
 # 2. the saving of parameter sharing on a fine-tuning run where half the
 #    layers are frozen: archive bytes vs the bytes of every tag stored whole
 #    (counted independently with zipfile from params.txt).
-# Usage: bench/samediff.sh [BUILD_DIR] [SIZE_MIB] [TAGS]
+# Usage: bench/samediff.sh [BUILD_DIR] [SIZE_MIB] [TAGS]   (ONLY=append|sharing: one part)
 # Disk: about SIZE_MIB * TAGS * 2 at the peak (the peer's temporary copy).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,17 +47,24 @@ with open(path, "r+b") as f:
 PY
 }
 
+if [ "${ONLY:-append}" = append ]; then
 arc=$work/run.zip
 first=0 last=0
+: > "$work/times"
 for k in $(seq 1 "$tags"); do
     mutate "$k"
     cat "$work/model.fb" > /dev/null
     t0=$(date +%s.%N)
     "$ckptd" pack --format samediff "$work/model.fb" -o "$arc" --tag "t$k" -q >/dev/null
     t1=$(date +%s.%N)
+    secs "$t0" "$t1" >> "$work/times"; echo >> "$work/times"
     [ "$k" -eq 1 ] && first=$(secs "$t0" "$t1")
     [ "$k" -eq "$tags" ] && last=$(secs "$t0" "$t1")
 done
+# On a shared machine one run is noisy: the medians of the first and last five too.
+med() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+head_med=$(head -n 5 "$work/times" | med)
+tail_med=$(tail -n 5 "$work/times" | med)
 archive_mib=$(( $(stat -c %s "$arc") >> 20 ))
 # The peer: Info-ZIP zip adding the last tag's files again, under a new folder.
 mkdir -p "$work/x" && (cd "$work/x" && unzip -q "$arc" "t$tags/*" && mv "t$tags" peer)
@@ -69,7 +76,10 @@ echo "append, ${size_mib} MiB model, archive of ${tags} tags (${archive_mib} MiB
 echo "  ckptd first tag     ${first} s"
 echo "  ckptd tag ${tags}       ${last} s   ratio ${tags}th/first: $(ratio "$last" "$first") (goal <= 1.2)"
 echo "  zip -0 (rewrite)    ${peer} s   ratio zip/ckptd tag ${tags}: $(ratio "$peer" "$last")"
+echo "  medians: appends 1-5 ${head_med} s, last 5 ${tail_med} s, ratio $(ratio "$tail_med" "$head_med")"
 rm -rf "$work/x" "$arc"
+fi
+[ "${ONLY:-sharing}" = sharing ] || exit 0
 
 # 2. Fine-tuning with half the layers frozen: 8 layers, layers 0-3 frozen,
 #    10 epochs; each epoch changes the unfrozen layers.
