@@ -1061,8 +1061,8 @@ static int add_updater(void *arg, char *line, unsigned lineno)
 /* The tag's updater state, when it has one. */
 static int read_updater_zip(struct zipctx *z)
 {
-    char member[600], *text;
-    uint64_t idx, len;
+    char member[600], *text = NULL;
+    uint64_t idx, len = 0;
     const unsigned char *d;
     struct ck_jin_doc *doc = NULL;
     int err;
