@@ -153,20 +153,19 @@ static bool is_fmt(const char *f)
 
 int ck_mldef_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"help", no_argument, NULL, 'h'},
-        {"verbose", no_argument, NULL, 'v'},
-        {"create", no_argument, NULL, 'c'},
-        {"file", required_argument, NULL, 'f'},
-        {"signature", no_argument, NULL, 's'},
-        {"inspect", no_argument, NULL, 'i'},
-        {"run", required_argument, NULL, 'r'},
-        {"output-format", required_argument, NULL, 'o'},
-        {"input-format", required_argument, NULL, O_INFMT},
-        {"key", required_argument, NULL, O_KEY},
-        {"pubkey", required_argument, NULL, O_PUBKEY},
-        {"json", no_argument, NULL, O_JSON},
-        {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"help", no_argument, NULL, 'h'},
+                                             {"verbose", no_argument, NULL, 'v'},
+                                             {"create", no_argument, NULL, 'c'},
+                                             {"file", required_argument, NULL, 'f'},
+                                             {"signature", no_argument, NULL, 's'},
+                                             {"inspect", no_argument, NULL, 'i'},
+                                             {"run", required_argument, NULL, 'r'},
+                                             {"output-format", required_argument, NULL, 'o'},
+                                             {"input-format", required_argument, NULL, O_INFMT},
+                                             {"key", required_argument, NULL, O_KEY},
+                                             {"pubkey", required_argument, NULL, O_PUBKEY},
+                                             {"json", no_argument, NULL, O_JSON},
+                                             {NULL, 0, NULL, 0}};
     struct opts o = {.level = -1};
     bool level_given = false;
     int opt;
@@ -231,8 +230,8 @@ int ck_mldef_main(int argc, char **argv)
     if (argc - optind != 1)
         return usage("%s", "expected one manifest.json or .mldef file");
     const char *path = argv[optind];
-    int modes = o.create + (o.run != NULL) + (o.inspect && !o.create) +
-                (o.sign && !o.create && !o.inspect);
+    int modes =
+        o.create + (o.run != NULL) + (o.inspect && !o.create) + (o.sign && !o.create && !o.inspect);
     if (modes == 0)
         return usage("%s", "nothing to do: give -c, -i, -s or -r");
     if (modes > 1)

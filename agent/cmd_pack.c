@@ -122,7 +122,7 @@ int ck_cmd_pack(int argc, char **argv)
     if (r.samediff.tag[0])
         printf("%s: tag %s: %zu parameters written, %zu shared with earlier tags\n", out,
                r.samediff.tag, r.samediff.params, r.samediff.shared);
-    ck_info("archive.packed", "path=\"%s\" format=%s size=%llu sha256=%s layers=%zu", out,
-            o.format, (unsigned long long)r.size, r.sha256, r.nlayers);
+    ck_info("archive.packed", "path=\"%s\" format=%s size=%llu layers=%zu", out, o.format,
+            (unsigned long long)r.size, r.nlayers);
     return CK_EXIT_OK;
 }

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
@@ -49,11 +50,18 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
         if (err < 0)
             goto out;
     }
-    struct ck_digests d;
-    if ((err = ck_hash_file(out, CK_HASH_SHA256, &d, NULL)) < 0)
+    struct stat st;
+    if (stat(out, &st) < 0) {
+        err = ck_error_os(CK_EIO, "cannot stat '%s'", out);
         goto out;
-    r->size = d.size;
-    memcpy(r->sha256, d.sha256, sizeof r->sha256);
+    }
+    r->size = (uint64_t)st.st_size;
+    if (o->digest) {
+        struct ck_digests d;
+        if ((err = ck_hash_file(out, CK_HASH_SHA256, &d, NULL)) < 0)
+            goto out;
+        memcpy(r->sha256, d.sha256, sizeof r->sha256);
+    }
 out:
     ck_writer_free(w);
     ck_model_free(m);

@@ -20,11 +20,12 @@ struct ck_pack_opts {
     const char *src_format; /* reader name, or NULL to detect */
     const char *graph;      /* a layer list file (YAML) for weight-only checkpoints, or NULL */
     struct ck_writer_opts w;
+    bool digest; /* fill r->sha256 (one more read of the archive; the pipeline records it) */
 };
 
 struct ck_pack_result {
-    uint64_t size;     /* bytes of the archive written */
-    char sha256[65];   /* of the archive */
+    uint64_t size;   /* bytes of the archive written */
+    char sha256[65]; /* of the archive */
     size_t nlayers;
     struct ck_samediff_result samediff; /* samediff: the tag appended (tag "" otherwise) */
 };

@@ -28,7 +28,13 @@ best() { # best wall time in seconds of 3 runs of "$@" (the output removed befor
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 mbps() { awk -v mb="$1" -v t="$2" 'BEGIN { printf "%.0f", mb * 1.048576 / t }'; }
-maxrss_kib() { rm -f "$work"/out.*; /usr/bin/time -v "$@" 2>&1 >/dev/null | awk -F': ' '/Maximum resident/ { print $2 }'; }
+# "RSS_KIB CPU_S" of one run: max RSS, and user + system CPU seconds (on a
+# shared machine the CPU a tool needs says more than its wall time).
+rss_cpu() {
+    rm -f "$work"/out.*
+    /usr/bin/time -f '%M %U %S' -o "$work/time" "$@" >/dev/null 2>&1
+    awk '{ printf "%s %.2f\n", $1, $2 + $3 }' "$work/time"
+}
 
 # The checkpoint: safetensors written by the test writer, streamed to disk.
 n=$((size_mib / 64))
@@ -62,13 +68,16 @@ mib=$(( $(stat -c %s "$src") >> 20 ))
 t_cp=$(best cp "$src" "$work/out.cp")
 t_zip=$(best zip -0 -q -j "$work/out.zip" "$src")
 t_pack=$(best "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
-rss_pack=$(maxrss_kib "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
-rss_zip=$(maxrss_kib zip -0 -q -j "$work/out.zip" "$src")
+read -r rss_pack cpu_pack < <(rss_cpu "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
+read -r rss_zip cpu_zip < <(rss_cpu zip -0 -q -j "$work/out.zip" "$src")
+read -r rss_cp cpu_cp < <(rss_cpu cp "$src" "$work/out.cp")
 
 printf 'checkpoint: %d MiB safetensors, %d tensors of 4096x4096 float32\n' "$mib" "$n"
-printf '%-32s %8ss %6s MiB/s\n' "cp" "$t_cp" "$(mbps "$mib" "$t_cp")"
-printf '%-32s %8ss %6s MiB/s  rss %s KiB\n' "zip -0" "$t_zip" "$(mbps "$mib" "$t_zip")" "$rss_zip"
-printf '%-32s %8ss %6s MiB/s  rss %s KiB\n' "ckptd pack --format mldef -0" "$t_pack" \
-    "$(mbps "$mib" "$t_pack")" "$rss_pack"
+printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "cp" "$t_cp" "$(mbps "$mib" "$t_cp")" "$cpu_cp" "$rss_cp"
+printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "zip -0" "$t_zip" "$(mbps "$mib" "$t_zip")" "$cpu_zip" "$rss_zip"
+printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "ckptd pack --format mldef -0" "$t_pack" \
+    "$(mbps "$mib" "$t_pack")" "$cpu_pack" "$rss_pack"
 printf 'pack / cp time: %sx (goal <= 1.2)   zip -0 / pack time: %sx (goal >= 1.0)   rss goal < 65536 KiB\n' \
     "$(ratio "$t_pack" "$t_cp")" "$(ratio "$t_zip" "$t_pack")"
+printf 'cpu: pack / cp %sx, zip -0 / pack %sx; load average %s\n' "$(ratio "$cpu_pack" "$cpu_cp")" \
+    "$(ratio "$cpu_zip" "$cpu_pack")" "$(cut -d' ' -f1-3 /proc/loadavg)"

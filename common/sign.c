@@ -130,8 +130,10 @@ int ck_sign_load(const char *ref, struct ck_sign_key *k)
     int err = 0;
     if (strncmp(text, PRIV_TAG, strlen(PRIV_TAG)) == 0) {
         if (st.st_mode & 077)
-            err = ck_error(CK_ECONFIG, "'%s': a private key readable by others (mode %03o); "
-                                       "chmod 600 it", path, (unsigned)(st.st_mode & 0777));
+            err = ck_error(CK_ECONFIG,
+                           "'%s': a private key readable by others (mode %03o); "
+                           "chmod 600 it",
+                           path, (unsigned)(st.st_mode & 0777));
         else if (!ck_sign_unhex(text + strlen(PRIV_TAG), len - strlen(PRIV_TAG), k->priv,
                                 CK_SIGN_KEY_SIZE))
             err = ck_error(CK_EFORMAT, "'%s': not an ed25519 private key file", path);
@@ -140,8 +142,7 @@ int ck_sign_load(const char *ref, struct ck_sign_key *k)
             k->has_priv = true;
         }
     } else if (strncmp(text, PUB_TAG, strlen(PUB_TAG)) == 0) {
-        if (!ck_sign_unhex(text + strlen(PUB_TAG), len - strlen(PUB_TAG), k->pub,
-                           CK_SIGN_KEY_SIZE))
+        if (!ck_sign_unhex(text + strlen(PUB_TAG), len - strlen(PUB_TAG), k->pub, CK_SIGN_KEY_SIZE))
             err = ck_error(CK_EFORMAT, "'%s': not an ed25519 public key file", path);
     } else {
         err = ck_error(CK_EFORMAT, "'%s': not an ed25519 key file (made by ckptd keygen)", path);

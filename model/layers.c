@@ -2,6 +2,7 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "model/convert.h"
 #include "model/shape.h"
 
 #include <errno.h>
@@ -457,9 +458,16 @@ static int tensor(struct lctx *c, struct ck_model_node *n, yaml_node_t *layer, c
     }
     if ((err = get_str(c, v, key, &s)) < 0)
         return err;
-    if (!ck_model_weight(c->m, s))
-        return lfail(c, CK_EFORMAT, "%s '%s' is not a tensor of '%s'", key, s,
-                     c->m->weights && c->m->weights->path ? c->m->weights->path : "the checkpoint");
+    const struct ck_tensor *t = ck_model_weight(c->m, s);
+    const char *file =
+        c->m->weights && c->m->weights->path ? c->m->weights->path : "the checkpoint";
+    if (!t)
+        return lfail(c, CK_EFORMAT, "%s '%s' is not a tensor of '%s'", key, s, file);
+    if (!t->data)
+        return lfail(c, CK_EFORMAT, "%s '%s' has no data in '%s'", key, s, file);
+    if (ck_convert_kind_f32(t->dtype) == CK_CONVERT_NONE)
+        return lfail(c, CK_EFORMAT, "%s '%s' holds %s, not numbers", key, s,
+                     ck_dtype_name(t->dtype));
     return ck_model_node_add_input(n, s);
 }
 
@@ -548,6 +556,8 @@ static int layer(struct lctx *c, yaml_node_t *l, bool last, const char *outname)
         n->p.min = 0, n->p.max = 6;
     if (op == CK_OP_DENSE)
         n->p.trans_w = true; /* torch's [out, in] unless layout: in_out */
+    if (op == CK_OP_AVGPOOL)
+        n->p.count_include_pad = true; /* torch's AvgPool2d default */
     for (yaml_node_pair_t *p = l->data.mapping.pairs.start; p < l->data.mapping.pairs.top; p++) {
         yaml_node_t *k = ck_yaml_node(c->d, p->key), *v = ck_yaml_node(c->d, p->value);
         const char *key =

@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#define P(key, kind, field) {key, kind, offsetof(struct ck_op_params, field)}
+#define P(key, kind, field)                                                                        \
+    {                                                                                              \
+        key, kind, offsetof(struct ck_op_params, field)                                            \
+    }
 
 const struct ck_mldef_param ck_mldef_params[] = {
     P("Kernel", CK_MLDEF_P_INT2, kernel),

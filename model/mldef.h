@@ -25,15 +25,15 @@ const char *ck_mldef_path_rule(const char *path, char *why, size_t whysz);
 
 /* The parameters of struct ck_op_params as manifest keys ("Kernel", ...). */
 enum ck_mldef_pkind {
-    CK_MLDEF_P_INT2,  /* int64_t[2] */
-    CK_MLDEF_P_INT4,  /* int64_t[4] */
-    CK_MLDEF_P_INT,   /* int64_t */
-    CK_MLDEF_P_AXIS,  /* int64_t, CK_AXIS_DEFAULT when unset */
-    CK_MLDEF_P_BOOL,  /* bool */
-    CK_MLDEF_P_FLOAT, /* float */
+    CK_MLDEF_P_INT2,   /* int64_t[2] */
+    CK_MLDEF_P_INT4,   /* int64_t[4] */
+    CK_MLDEF_P_INT,    /* int64_t */
+    CK_MLDEF_P_AXIS,   /* int64_t, CK_AXIS_DEFAULT when unset */
+    CK_MLDEF_P_BOOL,   /* bool */
+    CK_MLDEF_P_FLOAT,  /* float */
     CK_MLDEF_P_SCALAR, /* float scalar with has_scalar */
-    CK_MLDEF_P_BOUND, /* float, omitted when infinite */
-    CK_MLDEF_P_INTS,  /* ints/nints */
+    CK_MLDEF_P_BOUND,  /* float, omitted when infinite */
+    CK_MLDEF_P_INTS,   /* ints/nints */
 };
 
 struct ck_mldef_param {

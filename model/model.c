@@ -184,8 +184,8 @@ int ck_model_node_add_output(struct ck_model_node *n, const char *value)
 int ck_model_node_set_ints(struct ck_model_node *n, const int64_t *v, size_t count)
 {
     if (count > CK_MODEL_MAX_INTS)
-        return ck_error(CK_ESIZE, "node '%s': %zu integer parameters (at most %d)", n->name,
-                        count, CK_MODEL_MAX_INTS);
+        return ck_error(CK_ESIZE, "node '%s': %zu integer parameters (at most %d)", n->name, count,
+                        CK_MODEL_MAX_INTS);
     int64_t *a = NULL;
     if (count) {
         if (!(a = malloc(count * sizeof *a)))
@@ -202,8 +202,8 @@ int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_d
                     int rank, const int64_t *dims)
 {
     if (rank < 0 || rank > CK_TENSOR_MAX_RANK)
-        return ck_error(CK_ESIZE, "graph %s '%s': rank %d out of range", output ? "output" : "input",
-                        name, rank);
+        return ck_error(CK_ESIZE, "graph %s '%s': rank %d out of range",
+                        output ? "output" : "input", name, rank);
     struct ck_model_io **v = output ? &m->outputs : &m->inputs;
     size_t *n = output ? &m->noutputs : &m->ninputs;
     if (*n >= 4096)
@@ -264,55 +264,108 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     }
 }
 
-/* Names defined so far: weights are looked up in the set, the rest here.
- * Linear search is fine for the sizes checked (the engine builds its own index). */
-static bool defined(const struct ck_model *m, size_t upto, const char *v)
+/* The names defined so far, in an open-addressing hash set (names borrowed
+ * from the model), so checking a graph of 100k nodes stays linear. */
+struct nameset {
+    const char **slots;
+    size_t mask;
+};
+
+static uint64_t name_hash(const char *s)
 {
-    if (ck_model_weight(m, v))
-        return true;
-    for (size_t i = 0; i < m->ninputs; i++)
-        if (strcmp(m->inputs[i].name, v) == 0)
+    uint64_t h = 1469598103934665603u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+static int nameset_init(struct nameset *ns, size_t count)
+{
+    size_t cap = 16;
+    while (cap < 2 * count)
+        cap *= 2;
+    ns->mask = cap - 1;
+    if (!(ns->slots = calloc(cap, sizeof *ns->slots)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    return 0;
+}
+
+static bool nameset_has(const struct nameset *ns, const char *v)
+{
+    for (size_t i = name_hash(v) & ns->mask; ns->slots[i]; i = (i + 1) & ns->mask)
+        if (!strcmp(ns->slots[i], v))
             return true;
-    for (size_t i = 0; i < upto; i++)
-        for (size_t k = 0; k < m->nodes[i].noutputs; k++)
-            if (strcmp(m->nodes[i].outputs[k], v) == 0)
-                return true;
     return false;
 }
 
+/* Capacity is reserved by nameset_init for every name added. */
+static void nameset_add(struct nameset *ns, const char *v)
+{
+    size_t i = name_hash(v) & ns->mask;
+    while (ns->slots[i]) {
+        if (!strcmp(ns->slots[i], v))
+            return;
+        i = (i + 1) & ns->mask;
+    }
+    ns->slots[i] = v;
+}
+
+static int check_nodes(const struct ck_model *m, struct nameset *ns);
+
 int ck_model_check(const struct ck_model *m)
 {
+    struct nameset ns;
+    size_t count = m->ninputs + (m->weights ? m->weights->ntensors : 0);
+    int err;
     if (m->ninputs == 0)
         return ck_error(CK_EFORMAT, "model has no graph input");
     if (m->noutputs == 0)
         return ck_error(CK_EFORMAT, "model has no graph output");
+    for (size_t i = 0; i < m->nnodes; i++)
+        count += m->nodes[i].noutputs;
+    if ((err = nameset_init(&ns, count)) < 0)
+        return err;
+    for (size_t i = 0; m->weights && i < m->weights->ntensors; i++)
+        nameset_add(&ns, m->weights->tensors[i].name);
+    for (size_t i = 0; i < m->ninputs; i++)
+        nameset_add(&ns, m->inputs[i].name);
+    err = check_nodes(m, &ns);
+    free(ns.slots);
+    return err;
+}
+
+static int check_nodes(const struct ck_model *m, struct nameset *ns)
+{
     for (size_t i = 0; i < m->nnodes; i++) {
         const struct ck_model_node *n = &m->nodes[i];
         if (n->op <= CK_OP_INVALID || n->op >= CK_OP_COUNT)
             return ck_error(CK_EFORMAT, "node %zu '%s': no operation", i, n->name);
         size_t lo, hi;
         op_arity(n->op, &n->p, &lo, &hi);
-        if (n->ninputs < lo || (hi && n->ninputs > hi))
-        {
+        if (n->ninputs < lo || (hi && n->ninputs > hi)) {
             if (hi == lo)
                 return ck_error(CK_EFORMAT, "node %zu '%s' (%s): %zu inputs, expected %zu", i,
                                 n->name, ck_op_name(n->op), n->ninputs, lo);
-            return ck_error(CK_EFORMAT, "node %zu '%s' (%s): %zu inputs, expected %zu to %s", i,
-                            n->name, ck_op_name(n->op), n->ninputs, lo,
-                            hi ? (hi == 3 ? "3" : "5") : "any number");
+            if (!hi)
+                return ck_error(CK_EFORMAT, "node %zu '%s' (%s): %zu inputs, expected %zu or more",
+                                i, n->name, ck_op_name(n->op), n->ninputs, lo);
+            return ck_error(CK_EFORMAT, "node %zu '%s' (%s): %zu inputs, expected %zu to %zu", i,
+                            n->name, ck_op_name(n->op), n->ninputs, lo, hi);
         }
         if (n->noutputs == 0)
             return ck_error(CK_EFORMAT, "node %zu '%s' (%s): no output", i, n->name,
                             ck_op_name(n->op));
         for (size_t k = 0; k < n->ninputs; k++)
-            if (!defined(m, i, n->inputs[k]))
+            if (!nameset_has(ns, n->inputs[k]))
                 return ck_error(CK_EFORMAT,
                                 "node %zu '%s' (%s): input '%s' is neither a weight, a graph "
                                 "input nor the output of an earlier node",
                                 i, n->name, ck_op_name(n->op), n->inputs[k]);
+        for (size_t k = 0; k < n->noutputs; k++)
+            nameset_add(ns, n->outputs[k]);
     }
     for (size_t i = 0; i < m->noutputs; i++)
-        if (!defined(m, m->nnodes, m->outputs[i].name))
+        if (!nameset_has(ns, m->outputs[i].name))
             return ck_error(CK_EFORMAT, "graph output '%s' is produced by no node",
                             m->outputs[i].name);
     return 0;

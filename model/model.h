@@ -42,8 +42,8 @@ enum ck_op {
     CK_OP_SIGMOID,
     CK_OP_TANH,
     CK_OP_GELU,        /* erf form; p.approx_tanh for the tanh approximation */
-    CK_OP_SOFTMAX,     /* p.axis (negative counts from the end) */
-    CK_OP_LOG_SOFTMAX, /* p.axis */
+    CK_OP_SOFTMAX,     /* p.axis (negative counts from the end; default -1) */
+    CK_OP_LOG_SOFTMAX, /* p.axis (default -1) */
     CK_OP_ADD,         /* (a, b) numpy broadcasting, or (a) with p.has_scalar: a op p.scalar */
     CK_OP_SUB,         /* with p.scalar_first: p.scalar - a */
     CK_OP_MUL,
@@ -55,7 +55,7 @@ enum ck_op {
     CK_OP_FLATTEN,     /* (x); [prod(dims[0:axis]), prod(dims[axis:])], p.axis default 1 */
     CK_OP_SQUEEZE,     /* (x); p.ints = the axes (all size-1 axes when empty) */
     CK_OP_UNSQUEEZE,   /* (x); p.ints = the axes of the output */
-    CK_OP_CONCAT,      /* (x0, x1, ...); p.axis */
+    CK_OP_CONCAT,      /* (x0, x1, ...); p.axis (default 0) */
     CK_OP_SPLIT,       /* (x) -> noutputs; p.axis, p.ints = sizes (equal parts when empty) */
     CK_OP_SLICE,       /* (x); p.ints = [start0, end0, step0, start1, ...] per axis from 0;
                           ends clamp like numpy */

@@ -203,6 +203,8 @@ static int dense(const struct ctx *c, const struct ck_model_node *n, struct ck_s
     for (int i = 0; i < a; i++)
         o->dims[o->rank++] = x->dims[i];
     if (n->p.trans_w) {
+        if (a + 1 > CK_TENSOR_MAX_RANK)
+            return fail(c, "output rank over %d", CK_TENSOR_MAX_RANK);
         o->dims[o->rank++] = outs = w->dims[0];
     } else {
         if (a + w->rank - 1 > CK_TENSOR_MAX_RANK)
@@ -229,6 +231,9 @@ static int window(const struct ctx *c, const char *what, int64_t in, int64_t k, 
                     "%s: kernel %" PRId64 ", stride %" PRId64 ", dilation %" PRId64
                     " and padding %" PRId64 "+%" PRId64 " must be positive",
                     what, k, s, d, p0, p1);
+    if (k > INT32_MAX || s > INT32_MAX || d > INT32_MAX || p0 > INT32_MAX || p1 > INT32_MAX ||
+        in > (INT64_C(1) << 60))
+        return fail(c, "%s: kernel, stride, dilation or padding out of range", what);
     if (in < 0) {
         *out = -1;
         return 0;
@@ -265,13 +270,17 @@ static int conv2d(const struct ctx *c, const struct ck_model_node *n, struct ck_
         return err;
     if (w->rank != 4)
         return fail(c, "weight '%s' %s is not [out, in/groups, kh, kw]", c->in[1]->name, TXT(w));
-    if (p->groups < 1 || w->dims[0] % p->groups)
+    if (p->groups < 1 || p->groups > INT32_MAX || w->dims[0] % p->groups)
         return fail(c, "groups %" PRId64 " does not divide the %" PRId64 " output channels of '%s'",
                     p->groups, w->dims[0], c->in[1]->name);
-    if (differ(x->dims[1], w->dims[1] * p->groups))
+    int64_t cin;
+    if (__builtin_mul_overflow(w->dims[1], p->groups, &cin))
+        return fail(c, "groups %" PRId64 " times %" PRId64 " channels overflows", p->groups,
+                    w->dims[1]);
+    if (differ(x->dims[1], cin))
         return fail(
             c, "weight '%s' %s expects %" PRId64 " input channels, %s gives %" PRId64 " (shape %s)",
-            c->in[1]->name, TXT(w), w->dims[1] * p->groups, ORIGIN(c->in[0]), x->dims[1], TXT(x));
+            c->in[1]->name, TXT(w), cin, ORIGIN(c->in[0]), x->dims[1], TXT(x));
     o->rank = 4;
     o->dims[0] = x->dims[0];
     o->dims[1] = w->dims[0];
@@ -479,7 +488,7 @@ static int concat(const struct ctx *c, const struct ck_model_node *n, struct ck_
 {
     const struct ck_shape *x = &c->in[0]->shape;
     int a;
-    int err = norm_axis(c, ck_op_axis(&n->p, 1), x->rank, 0, &a);
+    int err = norm_axis(c, ck_op_axis(&n->p, 0), x->rank, 0, &a);
     if (err < 0)
         return err;
     *o = *x;
@@ -491,7 +500,10 @@ static int concat(const struct ctx *c, const struct ck_model_node *n, struct ck_
         if (!same)
             return fail(c, "'%s' %s does not match '%s' %s outside axis %d", v->name,
                         TXT(&v->shape), c->in[0]->name, TXT(x), a);
-        o->dims[a] = o->dims[a] < 0 || v->shape.dims[a] < 0 ? -1 : o->dims[a] + v->shape.dims[a];
+        if (o->dims[a] < 0 || v->shape.dims[a] < 0)
+            o->dims[a] = -1;
+        else if (__builtin_add_overflow(o->dims[a], v->shape.dims[a], &o->dims[a]))
+            return fail(c, "axis %d overflows", a);
     }
     return 0;
 }
@@ -514,7 +526,8 @@ static int split(const struct ctx *c, const struct ck_model_node *n, struct ck_s
         o[k].dims[a] = n->p.nints ? n->p.ints[k] : d < 0 ? -1 : d / (int64_t)n->noutputs;
         if (n->p.nints && n->p.ints[k] < 0)
             return fail(c, "split size %" PRId64, n->p.ints[k]);
-        sum += o[k].dims[a];
+        if (o[k].dims[a] > 0 && __builtin_add_overflow(sum, o[k].dims[a], &sum))
+            return fail(c, "split sizes overflow");
     }
     if (n->p.nints && d >= 0 && sum != d)
         return fail(c, "split sizes add up to %" PRId64 ", axis %d of '%s' %s is %" PRId64, sum, a,
@@ -546,8 +559,11 @@ static int slice(const struct ctx *c, const struct ck_model_node *n, struct ck_s
         int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? d : d - 1;
         st = st < lo ? lo : st > hi ? hi : st;
         en = en < lo ? lo : en > hi ? hi : en;
-        int64_t len = step > 0 ? (en - st + step - 1) / step : (st - en - step - 1) / -step;
-        o->dims[i] = len > 0 ? len : 0;
+        /* st and en are now within [-1, d]: their difference cannot overflow */
+        int64_t diff = step > 0 ? en - st : st - en, len = 0;
+        if (diff > 0)
+            len = step == INT64_MIN ? 1 : (diff - 1) / (step > 0 ? step : -step) + 1;
+        o->dims[i] = len;
     }
     return 0;
 }
@@ -615,7 +631,10 @@ static int pad(const struct ctx *c, const struct ck_model_node *n, struct ck_sha
     for (size_t i = 0; i < n->p.nints / 2; i++) {
         if (x->dims[i] < 0)
             continue;
-        int64_t d = x->dims[i] + n->p.ints[2 * i] + n->p.ints[2 * i + 1];
+        int64_t d;
+        if (__builtin_add_overflow(x->dims[i], n->p.ints[2 * i], &d) ||
+            __builtin_add_overflow(d, n->p.ints[2 * i + 1], &d))
+            return fail(c, "padding overflows axis %zu", i);
         if (d < 0)
             return fail(c, "padding leaves axis %zu with %" PRId64 " elements", i, d);
         o->dims[i] = d;

@@ -23,13 +23,13 @@ struct ck_mldef_violation {
 struct ck_mldef_report {
     struct ck_mldef_violation *v; /* owned */
     size_t n, cap;
-    size_t dropped;     /* violations past the first 1000, counted only */
+    size_t dropped; /* violations past the first 1000, counted only */
     bool is_zip;
-    size_t nfiles;      /* files in the archive (or the manifest's set) */
+    size_t nfiles; /* files in the archive (or the manifest's set) */
     size_t nlayers;
     bool has_signature;
-    bool signature_ok;  /* digests and Ed25519 signature all good */
-    char signer[65];    /* hex public key on the SIGNATURE line, "" when none */
+    bool signature_ok; /* digests and Ed25519 signature all good */
+    char signer[65];   /* hex public key on the SIGNATURE line, "" when none */
 };
 
 struct ck_mldef_check_opts {
@@ -41,8 +41,8 @@ struct ck_mldef_check_opts {
  * (r lists what is broken; r->n == 0 means valid), negative only when it
  * could not run (out of memory). When model is not NULL and nothing is
  * broken, *model receives the model (owned by the caller). */
-int ck_mldef_check(const char *path, const struct ck_mldef_check_opts *o,
-                   struct ck_mldef_report *r, struct ck_model **model);
+int ck_mldef_check(const char *path, const struct ck_mldef_check_opts *o, struct ck_mldef_report *r,
+                   struct ck_model **model);
 void ck_mldef_report_release(struct ck_mldef_report *r);
 
 /* The files a valid manifest.json outside a zip names (data files, tests,

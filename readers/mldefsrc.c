@@ -166,8 +166,7 @@ int ck_mldef_src_sha256(const struct ck_mldef_src *s, const char *name, char hex
     for (;;) {
         zip_int64_t r = zip_fread(f, buf, 1 << 20);
         if (r < 0) {
-            err = ck_error(CK_EFORMAT, "'%s': entry '%s': %s", s->path, name,
-                           zip_file_strerror(f));
+            err = ck_error(CK_EFORMAT, "'%s': entry '%s': %s", s->path, name, zip_file_strerror(f));
             goto out;
         }
         if (r == 0)

@@ -13,10 +13,10 @@ struct zip;
 struct ck_mldef_src {
     const char *path; /* borrowed: the .mldef or the manifest.json */
     bool is_zip;
-    struct zip *z;    /* owned when is_zip */
-    char dir[4096];   /* the manifest's folder when !is_zip */
-    char **names;     /* owned: zip entries (files, not folders), in archive order */
-    uint64_t *index;  /* their zip indexes */
+    struct zip *z;   /* owned when is_zip */
+    char dir[4096];  /* the manifest's folder when !is_zip */
+    char **names;    /* owned: zip entries (files, not folders), in archive order */
+    uint64_t *index; /* their zip indexes */
     size_t n;
 };
 

@@ -126,9 +126,11 @@ static int node(struct nctx *c, enum ck_op op, struct ck_model_node **out)
 
 static int need_inputs(const struct nctx *c, size_t lo, size_t hi)
 {
-    if (c->gn->ninputs < lo || c->gn->ninputs > hi)
-        return nfail(c, "%zu inputs (expected %zu%s%zu)", c->gn->ninputs, lo, hi > lo ? " to " : "",
-                     hi > lo ? hi : (size_t)0);
+    if (c->gn->ninputs < lo || c->gn->ninputs > hi) {
+        if (hi == lo)
+            return nfail(c, "%zu inputs (expected %zu)", c->gn->ninputs, lo);
+        return nfail(c, "%zu inputs (expected %zu to %zu)", c->gn->ninputs, lo, hi);
+    }
     if (c->gn->noutputs != 1)
         return nfail(c, "%zu outputs (expected 1)", c->gn->noutputs);
     return 0;
@@ -273,12 +275,17 @@ static int map_pool(struct nctx *c, enum ck_op op)
         return err;
     if (n->p.stride[0] == 0) /* NNabla's default: the kernel */
         n->p.stride[0] = n->p.kernel[0], n->p.stride[1] = n->p.kernel[1];
+    for (int i = 0; i < 2; i++)
+        if (n->p.kernel[i] < 1 || n->p.kernel[i] > INT32_MAX || n->p.stride[i] < 1 ||
+            n->p.stride[i] > INT32_MAX || pad[i] < 0 || pad[i] > INT32_MAX)
+            return nfail(c, "kernel, stride or pad out of range");
     n->p.pad[0] = n->p.pad[2] = pad[0];
     n->p.pad[1] = n->p.pad[3] = pad[1];
     n->p.count_include_pad = including_pad;
     if (!ignore_border) {
         const struct ck_tensor *x = declared(c, c->gn->inputs[0]);
-        if (!x || x->rank != 4 || x->dims[2] < 1 || x->dims[3] < 1)
+        if (!x || x->rank != 4 || x->dims[2] < 1 || x->dims[3] < 1 ||
+            x->dims[2] > (INT64_C(1) << 40) || x->dims[3] > (INT64_C(1) << 40))
             return nfail(c, "ignore_border false needs the input's declared height and width");
         for (int i = 0; i < 2; i++) {
             int64_t span = x->dims[2 + i] + 2 * pad[i];
@@ -324,8 +331,9 @@ static int map_batchnorm(struct nctx *c, enum ck_op op)
     return wire(c, n, order);
 }
 
-/* Reshape(x; shape): a first dimension equal to the network's batch size is
- * the batch, whatever it is at run time (0: copy the input's). */
+/* Reshape(x; shape): a first dimension equal to the network's batch size,
+ * on an input whose first dimension is the batch (-1 or that size), is the
+ * batch whatever it is at run time (0: copy the input's). */
 static int map_reshape(struct nctx *c, enum ck_op op)
 {
     struct ck_model_node *n;
@@ -336,7 +344,8 @@ static int map_reshape(struct nctx *c, enum ck_op op)
         (err = attr_ints(c, "shape", shape, CK_MODEL_MAX_INTS, &ns)) < 0)
         return err;
     const struct ck_tensor *x = declared(c, c->gn->inputs[0]);
-    if (ns && x && x->rank && x->dims[0] < 0 && (shape[0] == c->batch || shape[0] == -1))
+    bool batched = x && x->rank && (x->dims[0] < 0 || (c->batch > 0 && x->dims[0] == c->batch));
+    if (ns && batched && c->batch > 0 && shape[0] == c->batch)
         shape[0] = 0;
     if ((err = node(c, op, &n)) < 0 || (err = ck_model_node_set_ints(n, shape, ns)) < 0)
         return err;
@@ -519,18 +528,20 @@ static int keep_parameters(struct nctx *c)
 {
     struct ck_tensor_set *s = c->s;
     size_t k = 0;
+    /* every check before the first change, so an error leaves s whole */
     for (size_t i = 0; i < s->ntensors; i++) {
-        struct ck_tensor *t = &s->tensors[i];
+        const struct ck_tensor *t = &s->tensors[i];
         if (!t->data && t->role && !strcmp(t->role, "parameter"))
             return ck_error(CK_EFORMAT,
-                            "'%s': parameter '%s' has no values (the file holds the "
-                            "network only)",
+                            "'%s': parameter '%s' has no values (the file holds the network only)",
                             c->path, t->name);
-        if (!t->data) {
+    }
+    for (size_t i = 0; i < s->ntensors; i++) {
+        struct ck_tensor *t = &s->tensors[i];
+        if (!t->data)
             free(t->name);
-            continue;
-        }
-        s->tensors[k++] = *t;
+        else
+            s->tensors[k++] = *t;
     }
     s->ntensors = k;
     return 0;

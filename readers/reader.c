@@ -167,3 +167,16 @@ int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_ya
         return err;
     return model_of(s, NULL, d, graph, label ? label : "pack.graph", out);
 }
+
+int ck_reader_open_model_text(const char *path, const char *format, const char *text, size_t len,
+                              const char *label, struct ck_model **out)
+{
+    struct ck_tensor_set *s;
+    int err;
+    *out = NULL;
+    if ((err = ck_reader_open(path, format, &s)) < 0)
+        return err;
+    if (!text)
+        return model_of(s, NULL, NULL, NULL, NULL, out);
+    return ck_layers_parse(s, label ? label : "pack.graph", text, len, out);
+}

@@ -14,7 +14,7 @@
 #include <stddef.h>
 
 struct ck_reader_ops {
-    const char *name;         /* "safetensors", "tf-bundle", "npy", "npz", "nnp", "samediff" */
+    const char *name; /* "safetensors", "tf-bundle", "npy", "npz", "nnp", "samediff" */
     const char *description;
     /* Whether path looks like this format. head holds the first bytes of the
      * file (up to 4096; fewer for a short file; 0 for a folder or a set
@@ -78,5 +78,9 @@ int ck_reader_open_model(const char *path, const char *format, const char *graph
  * pack.graph; label names it in errors); graph NULL behaves as above. */
 int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_yaml_doc *d,
                               yaml_node_t *graph, const char *label, struct ck_model **out);
+/* The same with the layer list as YAML text (a config keeps pack.graph as
+ * text: ck_yaml_copy of the node into a buffer); text NULL behaves as above. */
+int ck_reader_open_model_text(const char *path, const char *format, const char *text, size_t len,
+                              const char *label, struct ck_model **out);
 
 #endif

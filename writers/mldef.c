@@ -34,8 +34,9 @@ struct datafile {
     uint64_t npoints;
     /* streaming */
     const struct ck_tensor_set *set;
-    size_t cur;      /* segment */
-    uint64_t elem;   /* element within it */
+    size_t cur;       /* segment */
+    uint64_t elem;    /* element within it */
+    uint64_t dropped; /* elements of it whose pages were dropped (pass-through) */
     unsigned char *stage;
     size_t stage_len, stage_pos;
     struct ck_convert_report *reps; /* per segment: what converting lost */
@@ -43,7 +44,7 @@ struct datafile {
 
 /* Where each node's new weights went. */
 struct placed {
-    size_t file;   /* index into files, SIZE_MAX when the node brings none */
+    size_t file; /* index into files, SIZE_MAX when the node brings none */
     uint64_t start;
     uint64_t count;
     size_t first_seg, nsegs;
@@ -127,7 +128,8 @@ static int new_file(struct mldef_writer *w, enum ck_dtype kind)
     memset(f, 0, sizeof *f);
     f->kind = kind;
     snprintf(f->name, sizeof f->name, "w%03zu", w->nfiles);
-    snprintf(f->path, sizeof f->path, "data/%s.%s", f->name, kind == CK_DT_F64 ? "float64" : "float32");
+    snprintf(f->path, sizeof f->path, "data/%s.%s", f->name,
+             kind == CK_DT_F64 ? "float64" : "float32");
     w->nfiles++;
     return 0;
 }
@@ -165,8 +167,8 @@ static int layout(struct mldef_writer *w, const struct ck_model *m)
                 return ck_error(CK_EFORMAT, "'%s': layer %zu '%s': weight '%s' is %s, not numbers",
                                 w->path, i, n->name, t->name, ck_dtype_name(t->dtype));
             if (!t->data)
-                return ck_error(CK_ENOENT, "'%s': layer %zu '%s': weight '%s' has no data",
-                                w->path, i, n->name, t->name);
+                return ck_error(CK_ENOENT, "'%s': layer %zu '%s': weight '%s' has no data", w->path,
+                                i, n->name, t->name);
             if ((err = ck_tensor_numel(t, &numel)) < 0 ||
                 (err = ck_tensor_check_size(t, m->weights->path)) < 0)
                 return err;
@@ -419,7 +421,7 @@ static int df_rewind(void *ctx)
 {
     struct datafile *f = ctx;
     f->cur = 0;
-    f->elem = 0;
+    f->elem = f->dropped = 0;
     f->stage_len = f->stage_pos = 0;
     free(f->reps);
     f->reps = calloc(f->nsegs ? f->nsegs : 1, sizeof *f->reps);
@@ -462,7 +464,7 @@ static int df_fill(struct datafile *f)
                         (unsigned long long)rep->inexact, (unsigned long long)rep->nonfinite,
                         (unsigned long long)rep->imag_dropped);
             f->cur++;
-            f->elem = 0;
+            f->elem = f->dropped = 0;
         }
     }
     f->stage_len = n * es;
@@ -470,10 +472,40 @@ static int df_fill(struct datafile *f)
     return 0;
 }
 
+/* Whether the current segment is stored exactly as the data file wants it,
+ * so its bytes go to libzip without passing through the stage. */
+static bool passthrough(const struct datafile *f)
+{
+    if (f->cur >= f->nsegs || f->stage_pos != f->stage_len)
+        return false;
+    const struct ck_tensor *t = f->segs[f->cur].t;
+    return t->dtype == f->kind && !t->big_endian && !t->fortran_order;
+}
+
 static int64_t df_read(void *ctx, void *out, size_t len)
 {
     struct datafile *f = ctx;
     int err;
+    size_t es = f->kind == CK_DT_F64 ? 8 : 4;
+    if (passthrough(f) && len >= es) {
+        const struct seg *s = &f->segs[f->cur];
+        uint64_t take = (s->numel - f->elem) < len / es ? s->numel - f->elem : len / es;
+        const unsigned char *src = s->t->data + f->elem * es;
+        memcpy(out, src, take * es);
+        f->reps[f->cur].converted += take;
+        f->elem += take;
+        /* libzip reads 8 KiB at a time: drop the pages behind a MiB at once */
+        if ((f->elem - f->dropped) * es >= (1u << 20) || f->elem == s->numel) {
+            ck_tensor_set_drop_pages(f->set, s->t->data + f->dropped * es,
+                                     (f->elem - f->dropped) * es);
+            f->dropped = f->elem;
+        }
+        if (f->elem == s->numel) {
+            f->cur++;
+            f->elem = f->dropped = 0;
+        }
+        return (int64_t)(take * es);
+    }
     if (f->stage_pos == f->stage_len && (err = df_fill(f)) < 0)
         return err;
     size_t n = f->stage_len - f->stage_pos < len ? f->stage_len - f->stage_pos : len;
@@ -498,8 +530,10 @@ static int mldef_add(struct ck_writer *base, const struct ck_model *m)
     if (m->nnodes == 0)
         return ck_error(CK_EFORMAT, "'%s': the model has no layer", w->path);
     if (!is_graph_output(m, &m->nodes[m->nnodes - 1]))
-        return ck_error(CK_EFORMAT, "'%s': the last layer '%s' produces no graph output "
-                                    "(rule noderange.output)", w->path, m->nodes[m->nnodes - 1].name);
+        return ck_error(CK_EFORMAT,
+                        "'%s': the last layer '%s' produces no graph output "
+                        "(rule noderange.output)",
+                        w->path, m->nodes[m->nnodes - 1].name);
     if ((err = layout(w, m)) < 0 || (err = manifest(w, m)) < 0)
         return err;
     if ((err = ck_mldef_zip_add_buffer(w->zip, CK_MLDEF_MANIFEST, w->manifest.data,
@@ -509,7 +543,9 @@ static int mldef_add(struct ck_writer *base, const struct ck_model *m)
         struct datafile *f = &w->files[i];
         f->set = m->weights;
         struct ck_mldef_stream s = {.size = f->npoints * (f->kind == CK_DT_F64 ? 8 : 4),
-                                    .rewind = df_rewind, .read = df_read, .ctx = f};
+                                    .rewind = df_rewind,
+                                    .read = df_read,
+                                    .ctx = f};
         if ((err = ck_mldef_zip_add_stream(w->zip, f->path, &s)) < 0)
             return err;
     }

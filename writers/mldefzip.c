@@ -46,7 +46,7 @@ struct ck_mldef_zip {
     const struct ck_sign_key *key;
     struct entry **entries;
     size_t n;
-    int err;         /* the first error a callback met, as a ck error code */
+    int err; /* the first error a callback met, as a ck error code */
     char errmsg[512];
     struct ck_buf sig;
     uint64_t size;
@@ -125,8 +125,8 @@ static zip_int64_t source_cb(void *ud, void *data, zip_uint64_t len, zip_source_
              * entry has been read whole; refuse rather than sign a guess. */
             for (size_t i = 0; i < z->n; i++)
                 if (!z->entries[i]->is_signature && !z->entries[i]->digested) {
-                    fail(z, ck_error(CK_ERR, "'%s': '%s' was not written before SIGNATURE",
-                                     z->path, z->entries[i]->name));
+                    fail(z, ck_error(CK_ERR, "'%s': '%s' was not written before SIGNATURE", z->path,
+                                     z->entries[i]->name));
                     return -1;
                 }
         }
@@ -155,9 +155,8 @@ static zip_int64_t source_cb(void *ud, void *data, zip_uint64_t len, zip_source_
             return -1;
         }
         if (n == 0 && e->done != e->s.size) {
-            fail(z, ck_error(CK_ECHANGED, "'%s': entry '%s': %llu bytes instead of %llu",
-                             z->path, e->name, (unsigned long long)e->done,
-                             (unsigned long long)e->s.size));
+            fail(z, ck_error(CK_ECHANGED, "'%s': entry '%s': %llu bytes instead of %llu", z->path,
+                             e->name, (unsigned long long)e->done, (unsigned long long)e->s.size));
             return -1;
         }
         if (n > 0 && e->hash)
@@ -315,8 +314,7 @@ static int add_entry(struct ck_mldef_zip *z, struct entry *e)
     }
     zip_int64_t idx = zip_file_add(z->zip, e->name, src, ZIP_FL_ENC_UTF_8);
     if (idx < 0) {
-        err = ck_error(CK_EIO, "'%s': cannot add '%s': %s", z->path, e->name,
-                       zip_strerror(z->zip));
+        err = ck_error(CK_EIO, "'%s': cannot add '%s': %s", z->path, e->name, zip_strerror(z->zip));
         zip_source_free(src);
         goto bad;
     }
@@ -376,7 +374,8 @@ int ck_mldef_zip_add_file(struct ck_mldef_zip *z, const char *name, const char *
     return add_entry(z, e);
 }
 
-int ck_mldef_zip_add_stream(struct ck_mldef_zip *z, const char *name, const struct ck_mldef_stream *s)
+int ck_mldef_zip_add_stream(struct ck_mldef_zip *z, const char *name,
+                            const struct ck_mldef_stream *s)
 {
     struct entry *e = entry_new(name);
     if (!e)
@@ -438,8 +437,8 @@ static int add_signature(struct ck_mldef_zip *z)
         return ck_error(CK_ENOMEM, "out of memory");
     e->is_signature = true;
     /* The exact size: header, one fixed-width line per entry, the last line. */
-    uint64_t size = strlen("mldef-signature 1\n") + strlen("ed25519  \n") +
-                    2 * CK_SIGN_KEY_SIZE + 2 * CK_SIGN_SIG_SIZE;
+    uint64_t size = strlen("mldef-signature 1\n") + strlen("ed25519  \n") + 2 * CK_SIGN_KEY_SIZE +
+                    2 * CK_SIGN_SIG_SIZE;
     for (size_t i = 0; i < z->n; i++)
         size += strlen("sha256  \n") + 64 + strlen(z->entries[i]->name);
     e->s = (struct ck_mldef_stream){.size = size, .rewind = sig_rewind, .read = sig_read, .ctx = e};
@@ -457,7 +456,8 @@ int ck_mldef_zip_finish(struct ck_mldef_zip *z)
         if (z->err)
             err = ck_error(z->err, "%s", z->errmsg);
         else
-            err = ck_error(CK_EIO, "'%s': cannot write the archive: %s", z->path, zip_strerror(zip));
+            err =
+                ck_error(CK_EIO, "'%s': cannot write the archive: %s", z->path, zip_strerror(zip));
         zip_discard(zip);
         return err;
     }

@@ -25,7 +25,7 @@ struct ck_mldef_stream {
     uint64_t size; /* exact number of bytes the entry has */
     int (*rewind)(void *ctx);
     int64_t (*read)(void *ctx, void *buf, size_t len);
-    void *ctx;     /* borrowed: must live until finish or free */
+    void *ctx; /* borrowed: must live until finish or free */
 };
 
 /* Prepares path (the destination; "-" is not accepted: the caller copies a
@@ -40,7 +40,8 @@ int ck_mldef_zip_add_buffer(struct ck_mldef_zip *z, const char *name, const void
  * changes before finish is an error naming it). */
 int ck_mldef_zip_add_file(struct ck_mldef_zip *z, const char *name, const char *src);
 /* Adds name streamed from s (copied; s->ctx borrowed). */
-int ck_mldef_zip_add_stream(struct ck_mldef_zip *z, const char *name, const struct ck_mldef_stream *s);
+int ck_mldef_zip_add_stream(struct ck_mldef_zip *z, const char *name,
+                            const struct ck_mldef_stream *s);
 /* Writes everything (SIGNATURE last when signing), fsyncs, renames into place. */
 int ck_mldef_zip_finish(struct ck_mldef_zip *z);
 /* Frees; removes the temporary when finish did not succeed. Accepts NULL. */

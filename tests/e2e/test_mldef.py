@@ -559,7 +559,7 @@ class Pack(TmpDirCase):
         np.save(path, np.zeros(3, np.float32))
         out = os.path.join(self.dir, "w.mldef")
         p = run("pack", path, "-o", out)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2)  # a usage error: --graph is missing
         self.assertIn("--graph", p.stderr)
         self.assertFalse(os.path.exists(out))
 

@@ -5,6 +5,8 @@
 #define CK_FUZZ_COMMON_H
 
 #include "common/error.h"
+#include "model/convert.h"
+#include "model/shape.h"
 #include "readers/reader.h"
 
 #include <stdint.h>
@@ -61,6 +63,21 @@ static inline void ck_fuzz_open(const char *path, const char *format)
                 (void)ck_tensor_get_f64(&s->tensors[i], n - 1);
         }
         (void)ck_reader_verify(ck_reader_of(s), s);
+        for (size_t i = 0; i < s->ntensors; i++) {
+            uint64_t n;
+            float f[4];
+            if (ck_tensor_numel(&s->tensors[i], &n) == 0 && n)
+                (void)ck_tensor_read_f32(&s->tensors[i], n - 1, 1, f, NULL);
+        }
+        /* a file with a network: its mapping to the model and the shapes */
+        if (ck_reader_has_graph(s)) {
+            struct ck_model *m = NULL;
+            struct ck_model_shapes sh;
+            if (ck_reader_open_model(path, format, NULL, &m) == 0 &&
+                ck_model_infer_shapes(m, &sh) == 0)
+                ck_model_shapes_release(&sh);
+            ck_model_free(m);
+        }
     }
     ck_tensor_set_free(s);
     ck_error_clear();

@@ -102,6 +102,16 @@ def main(out):
     if snappy is not None:
         put(out, "tfbundle", "snappy", tf_seed(tmp, "s", ts, compress=True))
     nnp_seeds(out, shared)
+    put(out, "layers", "mlp", b"- {op: dense, weight: fc1.weight, bias: fc1.bias}\n"
+        b"- {op: relu, name: h}\n- {op: linear, weight: fc2.weight}\n"
+        b"- {op: add, from: [-1, -1]}\n- {op: softmax, axis: -1}\n")
+    put(out, "layers", "cnn", b"input: {name: x, shape: [-1, 2, 9, 9]}\noutput: y\nlayers:\n"
+        b"  - {op: conv2d, weight: c.weight, bias: c.bias, stride: [2, 1], padding: [1, 0, 1, 2]}\n"
+        b"  - {op: batchnorm, weight: bn, bias: bn, mean: bn, var: bn, eps: 1e-3}\n"
+        b"  - {op: maxpool, kernel: 2, ceil_mode: true}\n  - {op: flatten, axis: 1}\n"
+        b"  - {op: reshape, shape: [0, -1, 2]}\n  - {op: transpose, perm: [0, 2, 1]}\n"
+        b"  - {op: slice, slices: [[0, 9], [0, 1, 1]]}\n"
+        b"  - {op: split, axis: 2, outputs: 2}\n  - {op: concat, from: [-1, -1], axis: 1}\n")
     if shared and os.path.isdir(shared):
         for root, _, files in os.walk(shared):
             for f in files:

@@ -29,12 +29,18 @@ static void path_rules(void **state)
         assert_null(ck_mldef_path_rule(ok[i], why, sizeof why));
     struct {
         const char *path, *rule;
-    } bad[] = {{"Data/w.csv", "name.charset"},  {"data/w x.csv", "name.charset"},
-               {"abcdefghijklmnop", "name.length"}, {"a/b/c/d.csv", "path.depth"},
-               {"../w.csv", "path.escape"},      {"/etc/w.csv", "path.escape"},
-               {"a//w.csv", "path.escape"},      {"a\\w.csv", "path.escape"},
-               {"c:w.csv", "path.escape"},       {"./w.csv", "path.escape"},
-               {"", "path.escape"},              {"data/SIGNATURE", "name.charset"}};
+    } bad[] = {{"Data/w.csv", "name.charset"},
+               {"data/w x.csv", "name.charset"},
+               {"abcdefghijklmnop", "name.length"},
+               {"a/b/c/d.csv", "path.depth"},
+               {"../w.csv", "path.escape"},
+               {"/etc/w.csv", "path.escape"},
+               {"a//w.csv", "path.escape"},
+               {"a\\w.csv", "path.escape"},
+               {"c:w.csv", "path.escape"},
+               {"./w.csv", "path.escape"},
+               {"", "path.escape"},
+               {"data/SIGNATURE", "name.charset"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         const char *r = ck_mldef_path_rule(bad[i].path, why, sizeof why);
         assert_non_null(r);
@@ -137,8 +143,8 @@ static void add_tensor(struct ck_tensor_set *s, const char *name, enum ck_dtype 
     void *buf = NULL;
     assert_int_equal(ck_tensor_set_alloc(s, nbytes, &buf), 0);
     memcpy(buf, data, nbytes);
-    struct ck_tensor t = {.name = (char *)name, .dtype = dt, .rank = rank, .nbytes = nbytes,
-                          .data = buf};
+    struct ck_tensor t = {
+        .name = (char *)name, .dtype = dt, .rank = rank, .nbytes = nbytes, .data = buf};
     memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
     assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
 }

@@ -197,6 +197,20 @@ static void convert_integers_and_rounding(void **state)
     t = mk(CK_DT_U16, u16, 2, 1, d1);
     assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
     assert_true(out[0] == 65535.0f);
+    /* big-endian 16-bit: int16 fffe = -2, uint16 0100 = 256; little-endian int16 fffe = -257 */
+    unsigned char be16[] = {0xff, 0xfe};
+    t = mk(CK_DT_I16, be16, 2, 1, d1);
+    t.big_endian = true;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == -2.0f);
+    t.big_endian = false;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == -257.0f);
+    unsigned char b256[] = {0x01, 0x00};
+    t = mk(CK_DT_U16, b256, 2, 1, d1);
+    t.big_endian = true;
+    assert_int_equal(ck_tensor_read_f32(&t, 0, 1, out, NULL), 0);
+    assert_true(out[0] == 256.0f);
     /* quantized: the raw integer, said so by the kind */
     t = mk(CK_DT_QI8, u8, 2, 1, d2);
     assert_int_equal(ck_tensor_read_f32(&t, 0, 2, out, NULL), 0);
@@ -356,6 +370,14 @@ static void convert_f32_to_16_bits(void **state)
         float f;
         assert_int_equal(ck_tensor_read_f32(&t, 0, 1, &f, NULL), 0);
         assert_int_equal(ck_f32_to_f16(f), hb);
+        /* and equals IEEE 754's definition: (-1)^s 2^(e-15) 1.m, or 2^-14 0.m */
+        int e = (b >> 10) & 0x1f, mant = b & 0x3ff;
+        double want = e ? ldexp(1024 + mant, e - 25) : ldexp(mant, -24);
+        if (e == 31)
+            want = INFINITY;
+        if (b & 0x8000)
+            want = -want;
+        assert_true((double)f == want);
     }
 }
 
@@ -673,9 +695,30 @@ static void layers_conv_and_batchnorm_errors(void **state)
         {"input: {name: x, shape: [-1, 2, 8, 8]}\nlayers: [{op: conv2d, weight: c.weight, groups: "
          "3}]\n",
          "groups 3 does not divide the 4 output channels"},
+        /* hostile numbers: overflowing arithmetic is refused, never wrapped */
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: conv2d, weight: c.weight, padding: 9223372036854775807}]\n",
+         "height: kernel, stride, dilation or padding out of range"},
+        {"input: {name: x, shape: [-1, 2, 8, 8]}\n"
+         "layers: [{op: pad, pads: [0, 0, 9223372036854775807, 9223372036854775807]}]\n",
+         "padding overflows axis 1"},
+        {"input: {name: x, shape: [-1, 9223372036854775807]}\n"
+         "layers: [{op: concat, from: [x, x], axis: 1}]\n",
+         "axis 1 overflows"},
     };
+    struct ck_model *m;
+    struct ck_tensor_set *w = weights("d.safetensors", 0);
+    struct ck_tensor t;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)"nodata";
+    t.dtype = CK_DT_F32;
+    t.rank = 2;
+    t.dims[0] = t.dims[1] = 2;
+    assert_int_equal(ck_tensor_set_add(w, &t, NULL), 0);
+    assert_int_equal(build(w, "- {op: dense, weight: nodata}\n", &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "weight 'nodata' has no data in 'd.safetensors'"));
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        struct ck_model *m = NULL;
+        m = NULL;
         int err =
             build(weights("c.safetensors", 3, "c.weight", 4, 4, 2, 3, 3, "g", 1, 4, "v5", 1, 5),
                   cases[i].yaml, &m);
@@ -684,8 +727,24 @@ static void layers_conv_and_batchnorm_errors(void **state)
                      cases[i].msg);
         assert_null(m);
     }
+    /* slices as ONNX writes them: INT64_MAX ends, negative steps, huge steps */
+    assert_int_equal(build(weights("s", 0),
+                           "input: {name: x, shape: [4, 10]}\n"
+                           "layers: [{op: slice, slices: [[1, 9223372036854775807], "
+                           "[-1, -9223372036854775807, -3]]},\n"
+                           "         {op: slice, slices: [[0, 3, 9223372036854775807]], from: x,"
+                           " name: b}]\n",
+                           &m),
+                     0);
+    struct ck_model_shapes sl;
+    char sb[64];
+    assert_int_equal(ck_model_infer_shapes(m, &sl), 0);
+    /* rows 1..3 = 3; columns 9, 6, 3, 0 = 4; one row (0) of step 2^63-1 */
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sl, "layer0"), sb, sizeof sb), "[3, 4]");
+    assert_string_equal(ck_shape_text(ck_model_shape_of(&sl, "b"), sb, sizeof sb), "[1, 10]");
+    ck_model_shapes_release(&sl);
+    ck_model_free(m);
     /* pooling arithmetic: ceil_mode (torch's rule), explicit stride and padding */
-    struct ck_model *m;
     assert_int_equal(build(weights("p", 0),
                            "input: {name: x, shape: [1, 1, 5, 5]}\n"
                            "layers: [{op: maxpool, kernel: 2, ceil_mode: true, name: a},\n"
@@ -703,7 +762,43 @@ static void layers_conv_and_batchnorm_errors(void **state)
                         "[1, 1, 5, 5]");
     assert_string_equal(ck_shape_text(ck_model_shape_of(&sh, "output"), buf, sizeof buf),
                         "[1, 2, 3, 3]");
+    assert_true(m->nodes[1].p.count_include_pad); /* torch's default */
+    assert_false(m->nodes[0].p.count_include_pad);
     ck_model_shapes_release(&sh);
+    ck_model_free(m);
+}
+
+/* The complete example of docs/model.md builds, with the shapes its comments give. */
+static void docs_example_builds(void **state)
+{
+    (void)state;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/docs/model.md", CK_SOURCE_DIR);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char doc[200000];
+    size_t len = fread(doc, 1, sizeof doc - 1, f);
+    fclose(f);
+    doc[len] = 0;
+    char *start = strstr(doc, "```yaml\n");
+    assert_non_null(start);
+    start += 8;
+    char *end = strstr(start, "```");
+    assert_non_null(end);
+    *end = 0;
+    struct ck_tensor_set *w = weights(
+        "model.safetensors", 10, "conv1.weight", 4, 8, 1, 3, 3, "conv1.bias", 1, 8, "bn1.weight", 1,
+        8, "bn1.bias", 1, 8, "bn1.running_mean", 1, 8, "bn1.running_var", 1, 8, "conv2.weight", 4,
+        8, 8, 3, 3, "fc.weight", 2, 10, 1568, "fc.bias", 1, 10, "unused", 1, 1);
+    struct ck_model *m;
+    int err = build(w, start, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    assert_int_equal(m->nnodes, 10);
+    assert_string_equal(m->inputs[0].name, "x");
+    assert_string_equal(m->outputs[0].name, "logits");
+    assert_true(m->outputs[0].rank == 2 && m->outputs[0].dims[1] == 10);
+    assert_string_equal(m->nodes[5].inputs[1], "block_in");
     ck_model_free(m);
 }
 
@@ -775,6 +870,42 @@ static void nnp_real_lenet_maps_completely(void **state)
     ck_model_free(m);
 }
 
+/* A declared variable of a hand-made NNabla set (data NULL unless given). */
+static void var(struct ck_tensor_set *s, const char *name, const float *data, int rank, ...)
+{
+    struct ck_tensor t;
+    va_list ap;
+    memset(&t, 0, sizeof t);
+    t.name = (char *)name;
+    t.dtype = CK_DT_F32;
+    t.rank = rank;
+    t.role = data ? "parameter" : "buffer";
+    uint64_t n = 1;
+    va_start(ap, rank);
+    for (int i = 0; i < rank; i++)
+        n *= (uint64_t)(t.dims[i] = va_arg(ap, int));
+    va_end(ap);
+    t.data = (const unsigned char *)data;
+    t.nbytes = data ? n * 4 : 0;
+    assert_int_equal(ck_tensor_set_add(s, &t, NULL), 0);
+}
+
+static void fn(struct ck_graph *g, const char *name, const char *op, const char *ins,
+               const char *outs, const char *const *attrs)
+{
+    struct ck_graph_node *n;
+    char buf[256], *save, *tok;
+    assert_int_equal(ck_graph_add_node(g, name, op, &n), 0);
+    snprintf(buf, sizeof buf, "%s", ins);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_input(n, tok), 0);
+    snprintf(buf, sizeof buf, "%s", outs);
+    for (tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save))
+        assert_int_equal(ck_graph_node_add_output(n, tok), 0);
+    for (size_t i = 0; attrs && attrs[i]; i += 2)
+        assert_int_equal(ck_graph_node_add_attr(n, attrs[i], attrs[i + 1]), 0);
+}
+
 /* A hand-made NNabla set: variables as data-less tensors, a graph. */
 static struct ck_tensor_set *nnp_set(const char *op, const char *const *attrs, int64_t h,
                                      int64_t oh)
@@ -831,17 +962,90 @@ static void nnp_mapping_rules_and_errors(void **state)
     static const char *const bad[] = {"kernel", "[2,x]", NULL};
     assert_int_equal(ck_nnp_to_model(nnp_set("MaxPooling", bad, 4, 2), &m), CK_EFORMAT);
     assert_non_null(strstr(ck_error_msg(), "parameter kernel = '[2,x]'"));
+    /* a function with the wrong number of inputs */
+    assert_int_equal(ck_nnp_to_model(nnp_set("Add2", NULL, 4, 4), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 'Pool' (Add2): 1 inputs (expected 2)"));
+    assert_int_equal(ck_nnp_to_model(nnp_set("Affine", NULL, 4, 4), &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "node 'Pool' (Affine): 1 inputs (expected 2 to 3)"));
     /* every listed type is in the table (an unknown one would fail as above) */
     for (size_t i = 0; ck_nnp_mapped_types[i]; i++) {
         int err = ck_nnp_to_model(nnp_set(ck_nnp_mapped_types[i], NULL, 4, 4), &m);
         assert_true(err == 0 || !strstr(ck_error_msg(), "has no mapping"));
         ck_model_free(m);
     }
+    /* a network whose parameter has no values (a bare network.nntxt) */
+    struct ck_tensor_set *np = nnp_set("ReLU", NULL, 4, 4);
+    var(np, "w", NULL, 2, 2, 2);
+    np->tensors[np->ntensors - 1].role = "parameter";
+    assert_int_equal(ck_nnp_to_model(np, &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'t.nnp': parameter 'w' has no values"));
     /* parameters only: no network */
     struct ck_tensor_set *s = nnp_set("ReLU", NULL, 4, 4);
     ck_graph_free(s->graph);
     s->graph = NULL;
     assert_int_equal(ck_nnp_to_model(s, &m), CK_EUSAGE);
+}
+
+static void nnp_batchnorm_matmul_reshape_concat(void **state)
+{
+    (void)state;
+    static const float p4[4] = {1, 2, 3, 4}, w[4 * 6] = {0};
+    struct ck_tensor_set *s = ck_tensor_set_new("nnp", "net.nnp");
+    /* batch_size 32 written out in the declared shapes, as NNabla exports do */
+    var(s, "x", NULL, 4, 32, 4, 3, 2);
+    var(s, "bn/beta", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/gamma", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/mean", p4, 4, 1, 4, 1, 1);
+    var(s, "bn/var", p4, 4, 1, 4, 1, 1);
+    var(s, "w", w, 2, 4, 6);
+    var(s, "h", NULL, 4, 32, 4, 3, 2);
+    var(s, "r", NULL, 3, 32, 6, 4);
+    var(s, "m", NULL, 3, 32, 6, 6);
+    var(s, "c", NULL, 3, 32, 6, 10);
+    var(s, "y", NULL, 3, 32, 6, 10);
+    s->graph = ck_graph_new();
+    assert_int_equal(ck_graph_add_attr(s->graph, "batch_size", "32"), 0);
+    static const char *const bn[] = {"axes", "1", "eps", "1e-05", "batch_stat", "false", NULL};
+    static const char *const rs[] = {"shape", "[32,6,4]", NULL};
+    static const char *const mm[] = {"transpose_a", "false", "transpose_b", "true", NULL};
+    fn(s->graph, "BN", "BatchNormalization", "x bn/beta bn/gamma bn/mean bn/var", "h", bn);
+    fn(s->graph, "Reshape", "Reshape", "h", "r", rs);
+    fn(s->graph, "BatchMatmul", "BatchMatmul", "r r", "m", mm);
+    fn(s->graph, "Concat", "Concatenate", "m r", "c", NULL);
+    fn(s->graph, "Softmax", "Softmax", "c", "y", NULL);
+    assert_int_equal(ck_graph_add_io(s->graph, false, "x"), 0);
+    assert_int_equal(ck_graph_add_io(s->graph, true, "y"), 0);
+    struct ck_model *m;
+    int err = ck_nnp_to_model(s, &m);
+    if (err < 0)
+        fail_msg("%s", ck_error_msg());
+    /* NNabla's (x, beta, gamma, mean, variance) becomes (x, gamma, beta, mean, var) */
+    const struct ck_model_node *n = &m->nodes[0];
+    assert_int_equal(n->op, CK_OP_BATCHNORM);
+    assert_string_equal(n->inputs[1], "bn/gamma");
+    assert_string_equal(n->inputs[2], "bn/beta");
+    assert_string_equal(n->inputs[4], "bn/var");
+    assert_true(n->p.axis == 1 && fabsf(n->p.eps - 1e-5f) < 1e-12f);
+    /* the batch size in Reshape's shape becomes "copy the batch" */
+    n = &m->nodes[1];
+    assert_int_equal(n->op, CK_OP_RESHAPE);
+    assert_true(n->p.nints == 3 && n->p.ints[0] == 0 && n->p.ints[1] == 6 && n->p.ints[2] == 4);
+    /* transpose_b: a transpose of the last two axes, then the matmul */
+    assert_int_equal(m->nodes[2].op, CK_OP_TRANSPOSE);
+    assert_true(m->nodes[2].p.nints == 3 && m->nodes[2].p.ints[0] == 0 &&
+                m->nodes[2].p.ints[1] == 2 && m->nodes[2].p.ints[2] == 1);
+    assert_int_equal(m->nodes[3].op, CK_OP_MATMUL);
+    assert_string_equal(m->nodes[3].inputs[0], "r");
+    assert_string_equal(m->nodes[3].inputs[1], m->nodes[2].outputs[0]);
+    /* NNabla's default axes: the last */
+    assert_int_equal(m->nodes[4].op, CK_OP_CONCAT);
+    assert_int_equal(m->nodes[4].p.axis, -1);
+    assert_int_equal(m->nodes[5].op, CK_OP_SOFTMAX);
+    assert_int_equal(ck_op_axis(&m->nodes[5].p, -1), -1);
+    /* the declared batch 32 is "any batch" */
+    assert_true(m->inputs[0].dims[0] == -1 && m->outputs[0].dims[0] == -1);
+    assert_int_equal(m->weights->ntensors, 5);
+    ck_model_free(m);
 }
 
 static void open_model_weights_only_needs_a_graph(void **state)
@@ -884,6 +1088,16 @@ static void open_model_weights_only_needs_a_graph(void **state)
     assert_true(m->inputs[0].dims[1] == 2 && m->outputs[0].dims[1] == 3);
     ck_model_free(m);
     ck_yaml_release(&d);
+    /* the config's form kept as text */
+    const char *txt = "layers: [{op: dense, weight: W}]\n";
+    assert_int_equal(ck_reader_open_model_text(st, NULL, txt, strlen(txt), NULL, &m), 0);
+    assert_true(m->inputs[0].dims[1] == 3 && m->outputs[0].dims[1] == 2);
+    ck_model_free(m);
+    txt = "layers: [{op: dense, weight: V}]\n";
+    assert_int_equal(ck_reader_open_model_text(st, NULL, txt, strlen(txt), NULL, &m), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "'pack.graph' line 1: layer 0 (dense): weight 'V' is "
+                                           "not a tensor of"));
+    assert_int_equal(ck_reader_open_model_text(st, NULL, NULL, 0, NULL, &m), CK_EUSAGE);
     /* a graph file that is missing is named */
     assert_true(ck_reader_open_model(st, NULL, "/nonexistent/g.yaml", &m) < 0);
     assert_non_null(strstr(ck_error_msg(), "/nonexistent/g.yaml"));
@@ -904,8 +1118,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(layers_residual_block),
     cmocka_unit_test(layers_errors_name_layer_and_tensor),
     cmocka_unit_test(layers_conv_and_batchnorm_errors),
+    cmocka_unit_test(docs_example_builds),
     cmocka_unit_test(nnp_real_lenet_maps_completely),
     cmocka_unit_test(nnp_mapping_rules_and_errors),
+    cmocka_unit_test(nnp_batchnorm_matmul_reshape_concat),
     cmocka_unit_test(open_model_weights_only_needs_a_graph),
 };
 
