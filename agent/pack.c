@@ -38,6 +38,8 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     if ((err = ck_writer_open(ops, out, &o->w, &w)) < 0 || (err = ck_writer_add(w, m)) < 0 ||
         (err = ck_writer_finish(w)) < 0)
         goto out;
+    if (ck_samediff_last(w))
+        r->samediff = *ck_samediff_last(w);
     if (strcmp(ops->name, "mldef") == 0) {
         /* Read back what was written, with the same rules a device applies. */
         struct ck_mldef_report rep;

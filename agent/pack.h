@@ -8,6 +8,7 @@
 
 #include "model/model.h"
 #include "readers/mldefcheck.h"
+#include "writers/samediff.h"
 #include "writers/writer.h"
 
 #include <stdbool.h>
@@ -26,6 +27,7 @@ struct ck_pack_result {
     uint64_t size;   /* bytes of the archive written */
     char sha256[65]; /* of the archive */
     size_t nlayers;
+    struct ck_samediff_result samediff; /* samediff: the tag appended (tag "" otherwise) */
 };
 
 /* The canonical model of src: the reader's to_model, or the layer list. */

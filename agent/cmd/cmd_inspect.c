@@ -17,7 +17,7 @@
 #include <string.h>
 
 static const char help[] =
-    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME]\n"
+    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME] [--tag TAG]\n"
     "\n"
     "Detects the checkpoint format of PATH by content (a file, or a TensorFlow\n"
     "prefix such as DIR/variables), and prints every tensor: name, dtype, shape,\n"
@@ -31,12 +31,21 @@ static const char help[] =
     "      --format NAME     skip detection: safetensors, tf-bundle, npy, npz, nnp,\n"
     "                        samediff, mldef\n"
     "      --pubkey FILE     .mldef: the trusted key its SIGNATURE must be made with\n"
+    "      --tag TAG         a SameDiff archive's tag (default: the newest; also\n"
+    "                        written PATH#TAG)\n"
     "\n"
     "An .mldef archive (or a manifest.json) is first checked against every rule of\n"
     "docs/mldef.md, SIGNATURE included; each violation is listed with where it is,\n"
     "and the exit code is 1 when any rule is broken.\n" CK_CLI_HELP;
 
-enum { OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION, OPT_VERIFY, OPT_VALUES, OPT_FORMAT, OPT_PUBKEY };
+enum {
+    OPT_JSON = CK_OPT_FIRST_COMMAND_OPTION,
+    OPT_VERIFY,
+    OPT_VALUES,
+    OPT_FORMAT,
+    OPT_PUBKEY,
+    OPT_TAG
+};
 
 struct opts {
     bool json, verify;
@@ -44,6 +53,7 @@ struct opts {
     bool want_values;
     const char *format;
     const char *pubkey;
+    const char *tag;
 };
 
 /* The CRC-32C shown for t. After a successful --verify, a tensor whose
@@ -353,6 +363,7 @@ int ck_cmd_inspect(int argc, char **argv)
                                              {"values", required_argument, NULL, OPT_VALUES},
                                              {"format", required_argument, NULL, OPT_FORMAT},
                                              {"pubkey", required_argument, NULL, OPT_PUBKEY},
+                                             {"tag", required_argument, NULL, OPT_TAG},
                                              {NULL, 0, NULL, 0}};
     struct ck_cli cli;
     struct opts o = {0};
@@ -386,6 +397,9 @@ int ck_cmd_inspect(int argc, char **argv)
         case OPT_PUBKEY:
             o.pubkey = optarg;
             break;
+        case OPT_TAG:
+            o.tag = optarg;
+            break;
         }
     }
     if (cli.help) {
@@ -399,6 +413,13 @@ int ck_cmd_inspect(int argc, char **argv)
     const char *path = argv[optind];
     if ((rc = check_mldef(path, &o)) != -1)
         return rc;
+    char tagged[4096];
+    if (o.tag) {
+        /* The SameDiff reader takes a tag as "PATH#TAG". */
+        if (snprintf(tagged, sizeof tagged, "%s#%s", path, o.tag) >= (int)sizeof tagged)
+            return ck_cli_usage_error("inspect", "PATH and --tag are too long");
+        path = tagged;
+    }
     if ((err = ck_reader_open(path, o.format, &s)) < 0)
         return ck_cli_fail("inspect", err);
     if (o.verify && (err = ck_reader_verify(ck_reader_of(s), s)) < 0)

@@ -4,79 +4,98 @@
 #include "agent/cmd/commands.h"
 #include "agent/pack.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/log.h"
 #include "readers/reader.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void help(FILE *f)
-{
-    fprintf(f, "usage: ckptd pack SRC -o OUT [--format NAME] [--graph FILE] [-0..-9]\n"
-               "                  [--sign-key file:/path] [--src-format NAME]\n"
-               "\n"
-               "Packs the checkpoint SRC (anything `ckptd inspect` reads that has a network:\n"
-               ".nnp, SameDiff, .mldef; weight-only formats with --graph) into a deployment\n"
-               "archive. OUT is written to a temporary name, fsynced and renamed: it is\n"
-               "either the old file or the complete new one. An existing OUT that is not an\n"
-               "archive of that format is not replaced.\n"
-               "\n"
-               "  -o, --output FILE     the archive to write\n"
-               "      --format NAME     archive format (default mldef):");
-    for (size_t i = 0; ck_writers[i]; i++)
-        fprintf(f, " %s", ck_writers[i]->name);
-    fprintf(f, "\n"
-               "      --graph FILE      the layer list (YAML) of a weight-only checkpoint\n"
-               "  -0 .. -9              zip level: -0 stores data files uncompressed so a loader\n"
-               "                        can map them (the default); -1..-9 deflate\n"
-               "      --sign-key REF    sign with this Ed25519 private key (file:/path, made by\n"
-               "                        `ckptd keygen`)\n"
-               "      --src-format NAME skip detection of SRC's format\n" CK_CLI_HELP);
-}
+static const char head[] =
+    "usage: ckptd pack SRC -o OUT [--format mldef|samediff] [--graph FILE] [-0..-9]\n"
+    "                  [--sign-key file:/path] [--src-format NAME]\n"
+    "                  [--tag TAG] [--ref REF] [--dtype fp16|bf16|int8]\n"
+    "\n"
+    "Packs the checkpoint SRC (anything `ckptd inspect` reads that has a network:\n"
+    ".nnp, SameDiff, .mldef; weight-only formats with --graph) into a deployment\n"
+    "archive, through the writers table (writers/writer.h). OUT is written to a\n"
+    "temporary name, fsynced and renamed: it is either the old file or the complete\n"
+    "new one. An existing OUT that is not an archive of that format is not replaced.\n"
+    "\n"
+    "mldef: one model per archive (docs/mldef.md), optionally signed.\n"
+    "samediff: OUT is a tagged archive (DL4J ADR 0001) that SRC is appended to as\n"
+    "a new tag, in place and crash-safe; earlier tags stay byte for byte, and a\n"
+    "parameter identical to one an earlier tag stored is referenced, not copied.\n"
+    "\n";
 
-enum { O_FORMAT = CK_OPT_FIRST_COMMAND_OPTION, O_GRAPH, O_SIGN, O_SRCFMT };
+struct pack_flags {
+    const char *out, *format, *graph, *sign_key, *src_format, *tag, *ref, *dtype;
+    int level; /* -1: the format's default */
+};
+
+#define O(f) offsetof(struct pack_flags, f)
+#define LEVEL(d, h) {"level-" #d, (char)('0' + (d)), CK_OPT_VALUE, NULL, NULL, O(level), d, NULL, h}
+static const struct ck_opt options[] = {
+    {"output", 'o', CK_OPT_STR, NULL, NULL, O(out), 0, "FILE", "the archive to write"},
+    {"format", 0, CK_OPT_STR, NULL, NULL, O(format), 0, "NAME",
+     "archive format (default mldef; the list below)"},
+    {"graph", 0, CK_OPT_STR, NULL, NULL, O(graph), 0, "FILE",
+     "the layer list (YAML) of a weight-only checkpoint"},
+    LEVEL(0, "zip level: -0 stores data files uncompressed so a\n"
+             "loader can map them (the default); -1..-9 deflate"),
+    LEVEL(1, "deflate, fastest"),
+    LEVEL(2, ""),
+    LEVEL(3, ""),
+    LEVEL(4, ""),
+    LEVEL(5, ""),
+    LEVEL(6, ""),
+    LEVEL(7, ""),
+    LEVEL(8, ""),
+    LEVEL(9, "deflate, smallest"),
+    {"sign-key", 0, CK_OPT_STR, NULL, NULL, O(sign_key), 0, "REF",
+     "mldef: sign with this Ed25519 private key\n(file:/path, made by `ckptd keygen`)"},
+    {"src-format", 0, CK_OPT_STR, NULL, NULL, O(src_format), 0, "NAME",
+     "skip detection of SRC's format"},
+    {"tag", 0, CK_OPT_STR, NULL, NULL, O(tag), 0, "TAG",
+     "samediff: the new tag (default: REF made a valid\nfile name, plus -DTYPE with --dtype)"},
+    {"ref", 0, CK_OPT_STR, NULL, NULL, O(ref), 0, "REF",
+     "the checkpoint's reference, epoch or step\n(default: SRC's file name without its extension)"},
+    {"dtype", 0, CK_OPT_STR, NULL, NULL, O(dtype), 0, "D",
+     "samediff: convert floating-point weights: fp16,\nbf16 or int8 (symmetric, one scale per tensor)"},
+    {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
+};
 
 int ck_cmd_pack(int argc, char **argv)
 {
-    static const struct option longopts[] = {CK_CLI_LONGOPTS,
-                                             {"output", required_argument, NULL, 'o'},
-                                             {"format", required_argument, NULL, O_FORMAT},
-                                             {"graph", required_argument, NULL, O_GRAPH},
-                                             {"sign-key", required_argument, NULL, O_SIGN},
-                                             {"src-format", required_argument, NULL, O_SRCFMT},
-                                             {NULL, 0, NULL, 0}};
     struct ck_cli cli;
-    struct ck_pack_opts o = {.format = "mldef", .w = {.level = -1}};
-    const char *out = NULL;
-    int opt, rc;
+    struct pack_flags fl = {.format = "mldef", .level = -1};
+    int rc;
     ck_cli_init(&cli);
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "c:vqho:0123456789", longopts, NULL)) != -1) {
-        if ((rc = ck_cli_common(&cli, "pack", opt, optarg)) != 0) {
-            if (rc != 1)
-                return rc;
-            continue;
-        }
-        if (opt >= '0' && opt <= '9')
-            o.w.level = opt - '0';
-        else if (opt == 'o')
-            out = optarg;
-        else if (opt == O_FORMAT)
-            o.format = optarg;
-        else if (opt == O_GRAPH)
-            o.graph = optarg;
-        else if (opt == O_SIGN)
-            o.w.sign_key = optarg;
-        else if (opt == O_SRCFMT)
-            o.src_format = optarg;
-        else
-            return ck_cli_usage_error("pack", "unknown option");
-    }
+    if ((rc = ck_cli_parse("pack", argc, argv, options, &fl, &cli, true)) != 0)
+        return rc;
     if (cli.help) {
-        help(stdout);
+        /* the formats as the writers table has them, so a new writer shows up here */
+        char tail[512] = "\nformats:";
+        for (size_t i = 0; ck_writers[i]; i++)
+            snprintf(tail + strlen(tail), sizeof tail - strlen(tail), " %s (%s)", ck_writers[i]->name,
+                     ck_writers[i]->extension);
+        snprintf(tail + strlen(tail), sizeof tail - strlen(tail), "\n");
+        ck_cli_help(head, options, tail);
         return CK_EXIT_OK;
     }
+    const char *out = fl.out;
+    struct ck_pack_opts o = {
+        .format = fl.format,
+        .src_format = fl.src_format,
+        .graph = fl.graph,
+        .w = {.level = fl.level,
+              .sign_key = fl.sign_key,
+              .tag = fl.tag,
+              .ref = fl.ref,
+              .dtype = fl.dtype},
+    };
     ck_cli_setup_logging(&cli, -1, -1);
     if (argc - optind != 1 || !out)
         return ck_cli_usage_error("pack", "expected SRC and -o OUT");
@@ -85,10 +104,22 @@ int ck_cmd_pack(int argc, char **argv)
     if (o.src_format && !ck_reader_find(o.src_format))
         return ck_cli_usage_error("pack", "unknown --src-format '%s'", o.src_format);
     o.w.verbose = cli.log_level >= 0;
+    char ref[256];
+    if (!o.w.ref) {
+        /* The checkpoint's reference, for a tag: its file name without the extension. */
+        snprintf(ref, sizeof ref, "%s", ck_basename(argv[optind]));
+        char *dot = strrchr(ref, '.');
+        if (dot && dot != ref)
+            *dot = 0;
+        o.w.ref = ref;
+    }
     struct ck_pack_result r;
     int err = ck_pack(argv[optind], out, &o, &r);
     if (err < 0)
         return ck_cli_fail("pack", err);
+    if (r.samediff.tag[0])
+        printf("%s: tag %s: %zu parameters written, %zu shared with earlier tags\n", out,
+               r.samediff.tag, r.samediff.params, r.samediff.shared);
     ck_info("archive.packed", "path=\"%s\" format=%s size=%llu layers=%zu", out, o.format,
             (unsigned long long)r.size, r.nlayers);
     return CK_EXIT_OK;
