@@ -32,7 +32,10 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     struct ck_model *m = NULL;
     struct ck_writer *w = NULL;
     int err;
-    if ((err = ck_pack_load_model(src, o->src_format, o->graph, &m)) < 0)
+    err = o->graph_text ? ck_reader_open_model_text(src, o->src_format, o->graph_text,
+                                                    strlen(o->graph_text), "pack.graph", &m)
+                        : ck_pack_load_model(src, o->src_format, o->graph, &m);
+    if (err < 0)
         return err;
     r->nlayers = m->nnodes;
     if ((err = ck_writer_open(ops, out, &o->w, &w)) < 0 || (err = ck_writer_add(w, m)) < 0 ||
