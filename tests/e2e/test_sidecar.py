@@ -3,8 +3,10 @@ registered checkpoint packed into .mldef and a SameDiff tag, each archive
 run by the CPU engine, recorded in data/build_parameters.yaml and uploaded
 to the S3 test server. What arrived is listed and fetched with awscli and
 opened with zipfile/json/numpy; expected outputs come from numpy."""
+import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -102,7 +104,7 @@ class Sidecar(TmpDirCase):
                     f"    - url: s3://ckpt/runs/r1\n      endpoint: {s3.endpoint}\n")
             f.write(extra)
 
-    def check_uploaded(self, train, s3, good, bad):
+    def check_uploaded(self, train, s3, good, bad, one_pass=True):
         keys = s3.keys()
         for e in good + bad:
             # every checkpoint is registered and uploaded, damaged or not
@@ -119,16 +121,23 @@ class Sidecar(TmpDirCase):
             rec = archives(train)[f"epoch_{e}.safetensors.mldef"]
             self.assertEqual(rec["verification"], "passed")
             self.assertEqual(rec["size"], os.path.getsize(got))
-            import hashlib
-            self.assertEqual(rec["sha256"], hashlib.sha256(open(got, "rb").read()).hexdigest())
+            with open(got, "rb") as f:
+                self.assertEqual(rec["sha256"], hashlib.sha256(f.read()).hexdigest())
         for e in bad:
             self.assertNotIn(f"runs/r1/data/deploy/epoch_{e}.safetensors.mldef", keys)
             rec = archives(train)[f"epoch_{e}.safetensors.mldef"]
             self.assertEqual(rec["verification"], "failed")
             self.assertIn("not finite", rec["verification_error"])
             self.assertEqual(rec["uploaded"], "held")
-        # metadata.yaml last, the tree valid for the PMF validator
-        self.assertIn("runs/r1/metadata.yaml", keys)
+        # the archives after the checkpoint data, metadata.yaml last; the
+        # tree valid for the PMF validator
+        with open(os.path.join(s3.tmp, "s3rver.log"), errors="replace") as f:
+            order = re.findall(r'Stored object "([^"]+)" in bucket', f.read())
+        self.assertEqual(order[-1], "runs/r1/metadata.yaml", order)
+        if one_pass:
+            first_archive = min(i for i, k in enumerate(order) if "/data/deploy/" in k)
+            last_ckpt = max(i for i, k in enumerate(order) if "/data/checkpoints/" in k)
+            self.assertLess(last_ckpt, first_archive, order)
         validate_tree(train)
 
     def test_scan_packs_verifies_and_uploads(self):
@@ -228,7 +237,35 @@ class Sidecar(TmpDirCase):
             want = "runs/r1/data/deploy/epoch_3.safetensors.mldef"
             while want not in s3.keys() and time.time() < deadline:
                 time.sleep(1)
-            self.check_uploaded(train, s3, good=[1, 3], bad=[2])
+            self.check_uploaded(train, s3, good=[1, 3], bad=[2], one_pass=False)
+
+
+class RealLenet(TmpDirCase):
+    def test_lenet_nnp_per_epoch(self):
+        """The real NNabla LeNet copied as two epochs: both formats packed from
+        the .nnp's own network (no layer list), verified and recorded."""
+        nnp = shared("nnabla", "lenet_010000.nnp")
+        train = os.path.join(self.dir, "train")
+        for e in (1, 2):
+            dst = os.path.join(train, f"lenet_epoch_{e}.nnp")
+            os.makedirs(train, exist_ok=True)
+            with open(nnp, "rb") as f, open(dst, "wb") as g:
+                g.write(f.read())
+            t = time.time() - 60
+            os.utime(dst, (t, t))
+        with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+            f.write("pack:\n  formats: [mldef, samediff]\n")
+        p = run("scan", train, check=0, timeout=300)
+        rec = archives(train)
+        for e in (1, 2):
+            r = rec[f"lenet_epoch_{e}.nnp.mldef"]
+            self.assertEqual(r["verification"], "passed", p.stderr)
+            path = os.path.join(train, r["path"])
+            with zipfile.ZipFile(path) as z:
+                self.assertIsNone(z.testzip())
+        self.assertEqual(rec["train.zip"]["verification"], "passed", p.stderr)
+        with zipfile.ZipFile(os.path.join(train, "data", "deploy", "train.zip")) as z:
+            self.assertEqual(len(z.read("tags.txt").decode().split()), 2)
 
 
 if __name__ == "__main__":
