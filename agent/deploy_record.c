@@ -120,7 +120,10 @@ int ck_deploy_record(const char *dir, const char *name, const char *const *field
     ck_yaml_map_end(&o);
     if ((err = ck_yaml_out_end(&o)) < 0)
         goto out;
-    err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
+    char data[PATH_MAX];
+    ck_dirname(data, sizeof data, path);
+    if ((err = ck_mkdirs(data, 0755)) == 0)
+        err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
 out:
     ck_yaml_release(&doc);
     ck_buf_release(&old);

@@ -210,6 +210,31 @@ class Sidecar(TmpDirCase):
             self.assertIn("runs/r1/data/checkpoints/epoch_4.safetensors", keys)
             self.assertNotIn("epoch_4.safetensors.mldef", archives(train))
 
+    def test_upload_marked(self):
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        np.save(os.path.join(self.dir, "x.npy"), np.ones((1, 12), np.float32))
+        damaged = weights(1)
+        damaged["fc1.bias"][0] = np.inf
+        write_ckpt(os.path.join(train, "ckpts", "epoch_1.safetensors"), damaged)
+        with S3Server(self.dir) as s3:
+            self.config(train, s3)
+            with open(os.path.join(train, "ckptd.yaml")) as f:
+                text = f.read().replace("on_failure: hold", "on_failure: upload_marked")
+            text = text.replace("formats: [mldef, samediff]", "formats: [mldef]")
+            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", s3.keys(), p.stderr)
+            rec = archives(train)["epoch_1.safetensors.mldef"]
+            self.assertEqual((rec["verification"], rec["uploaded"]), ("failed", "yes"))
+            # the uploaded build_parameters.yaml says so too
+            got = os.path.join(self.dir, "bp.yaml")
+            s3.get("runs/r1/data/build_parameters.yaml", got)
+            with open(got) as f:
+                up = yaml.safe_load(f)["archives"]["epoch_1.safetensors.mldef"]
+            self.assertEqual(up["verification"], "failed")
+
     def test_watch_wraps_a_trainer(self):
         need("aws", "checking S3 uploads needs awscli")
         train = os.path.join(self.dir, "train")
