@@ -413,7 +413,7 @@ static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const cha
 /* pack.formats: a list of writer names, each checked against the writers table */
 static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *key)
 {
-    const char *s;
+    const char *s = NULL;
     int err;
     if (n->type != YAML_SEQUENCE_NODE)
         return bad(c, n, key, "must be a list of formats, like [mldef, samediff]");
@@ -440,7 +440,7 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
     free(cfg->pack_graph_file);
     cfg->pack_graph_yaml = cfg->pack_graph_file = NULL;
     if (n->type == YAML_SCALAR_NODE) {
-        const char *s;
+        const char *s = NULL;
         int err = scalar_str(c, n, key, &s);
         if (err < 0)
             return err;
@@ -467,7 +467,7 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
 static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key)
 {
     struct ck_config *cfg = c->cfg;
-    const char *s;
+    const char *s = NULL;
     int err = scalar_str(c, n, key, &s);
     if (err < 0)
         return err;
