@@ -265,6 +265,27 @@ class Sidecar(TmpDirCase):
             self.check_uploaded(train, s3, good=[1, 3], bad=[2], one_pass=False)
 
 
+class Config(TmpDirCase):
+    def test_config_errors_name_key_and_line(self):
+        cases = [("pack:\n  formats: [mldef, tar]\n", "'pack.formats' names an unknown format"),
+                 ("pack:\n  formats: mldef\n", "'pack.formats' must be a list"),
+                 ("pack:\n  graph: /x.yaml\n", "'pack.graph' must be a layer list or file:/path"),
+                 ("verify:\n  on_failure: drop\n", "'verify.on_failure' must be hold or upload_marked"),
+                 ("verify:\n  atol: -1\n", "'verify.atol' must be a number >= 0"),
+                 ("verify:\n  max_memory: lots\n", "'verify.max_memory' must be a size")]
+        for text, msg in cases:
+            path = os.path.join(self.dir, "c.yaml")
+            with open(path, "w") as f:
+                f.write(text)
+            p = run("config", "-c", path, check=2)
+            self.assertIn("line 2: " + msg, p.stderr)
+        keys = run("config", "--keys", check=0).stdout
+        for k in ("pack.formats", "pack.graph", "pack.dir", "pack.sign_key", "verify.inputs",
+                  "verify.expected", "verify.atol", "verify.rtol", "verify.timeout",
+                  "verify.max_memory", "verify.on_failure"):
+            self.assertIn(k, keys)
+
+
 class RealLenet(TmpDirCase):
     def test_lenet_nnp_per_epoch(self):
         """The real NNabla LeNet copied as two epochs: both formats packed from
