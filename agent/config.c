@@ -129,7 +129,7 @@ static const struct key keys[] = {
     {"verify.inputs", T_STRLIST, F(verify_inputs), NULL,
      "input .npy files, one per network input (default: the engine's fixed inputs)"},
     {"verify.expected", T_STRLIST, F(verify_expected), NULL,
-     "expected output .npy files, one per output (default: outputs must be finite)"},
+     "expected output .npy files, one per output (default: the checkpoint's own outputs)"},
     {"verify.atol", T_CUSTOM, 0, parse_verify_opt, "absolute tolerance (default 1e-4)"},
     {"verify.rtol", T_CUSTOM, 0, parse_verify_opt, "relative tolerance (default 1e-5)"},
     {"verify.timeout", T_DURATION, F(verify_timeout), NULL,

@@ -21,11 +21,13 @@
  * gets only the archive): the checkpoint and how to open what was written. */
 struct packed {
     char *path, *ref, *format, *spec; /* spec: path, or "path#TAG" for a SameDiff tag */
+    char *src;                        /* the checkpoint it was packed from */
 };
 static struct packed *packed;
 static size_t npacked;
 
-static int remember(const char *path, const char *ref, const char *format, const char *tag)
+static int remember(const char *path, const char *ref, const char *format, const char *tag,
+                    const char *src)
 {
     struct packed *v = realloc(packed, (npacked + 1) * sizeof *v);
     if (!v)
@@ -38,8 +40,9 @@ static int remember(const char *path, const char *ref, const char *format, const
     e->ref = strdup(ref);
     e->format = strdup(format);
     e->spec = strdup(spec);
-    if (!e->path || !e->ref || !e->format || !e->spec) {
-        free(e->path), free(e->ref), free(e->format), free(e->spec);
+    e->src = strdup(src);
+    if (!e->path || !e->ref || !e->format || !e->spec || !e->src) {
+        free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
         return ck_error(CK_ENOMEM, "out of memory");
     }
     npacked++;
@@ -60,7 +63,7 @@ static bool take(const char *path, struct packed *out)
 
 static void packed_free(struct packed *e)
 {
-    free(e->path), free(e->ref), free(e->format), free(e->spec);
+    free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
 }
 
 static const char *model_name(const struct ck_pipeline *p, char *buf, size_t n)
@@ -158,7 +161,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
     FIELD("verification", "pending");
 #undef FIELD
     if ((err = ck_deploy_record(p->dir, name, fields, nf)) < 0 ||
-        (err = remember(path, ref, format, r.samediff.tag)) < 0)
+        (err = remember(path, ref, format, r.samediff.tag, src)) < 0)
         return err;
     /* a SameDiff archive gets a tag per checkpoint: one upload of it per pass */
     bool listed = false;
@@ -248,9 +251,10 @@ static int inputs_for(const struct ck_pipeline *p, const struct ck_model *m,
     return 0;
 }
 
-/* 0, or CK_ERR with the output, the index and by how much it deviated */
+/* 0, or CK_ERR with the output, the index and by how much it deviated from
+ * want (NULL: only finite values are asked for); what names the reference */
 static int check_output(const struct ck_pipeline *p, const struct ck_infer_array *got,
-                        const char *want_path)
+                        const struct ck_infer_array *want, const char *what)
 {
     const char *name = got->name ? got->name : "?";
     uint64_t n = ck_infer_array_numel(got);
@@ -258,23 +262,17 @@ static int check_output(const struct ck_pipeline *p, const struct ck_infer_array
         if (!isfinite(got->data[i]))
             return ck_error(CK_ERR, "output '%s': value %llu is %g (not finite)", name,
                             (unsigned long long)i, (double)got->data[i]);
-    if (!want_path)
+    if (!want)
         return 0;
-    struct ck_infer_array want = {0};
-    int err = ck_npyio_load(want_path, &want);
-    if (err < 0)
-        return err;
-    bool same = want.rank == got->rank;
+    bool same = want->rank == got->rank;
     for (int d = 0; same && d < got->rank; d++)
-        same = want.dims[d] == got->dims[d];
-    if (!same) {
-        ck_infer_array_release(&want);
-        return ck_error(CK_ERR, "output '%s': shape differs from '%s'", name, want_path);
-    }
+        same = want->dims[d] == got->dims[d];
+    if (!same)
+        return ck_error(CK_ERR, "output '%s': shape differs from %s", name, what);
     double atol = p->cfg->verify_atol, rtol = p->cfg->verify_rtol, worst = -1;
     uint64_t bad = 0, at = 0;
     for (uint64_t i = 0; i < n; i++) {
-        double g = got->data[i], w = want.data[i], diff = fabs(g - w);
+        double g = got->data[i], w = want->data[i], diff = fabs(g - w);
         if (diff > atol + rtol * fabs(w) || isnan(w)) {
             if (diff > worst || bad == 0) {
                 worst = diff;
@@ -284,46 +282,78 @@ static int check_output(const struct ck_pipeline *p, const struct ck_infer_array
         }
     }
     if (bad)
-        err = ck_error(CK_ERR,
-                       "output '%s': %llu of %llu values outside atol %g rtol %g; largest "
-                       "deviation %.6g at index %llu: got %.9g, expected %.9g ('%s')",
-                       name, (unsigned long long)bad, (unsigned long long)n, atol, rtol, worst,
-                       (unsigned long long)at, (double)got->data[at], (double)want.data[at],
-                       want_path);
-    ck_infer_array_release(&want);
+        return ck_error(CK_ERR,
+                        "output '%s': %llu of %llu values outside atol %g rtol %g; largest "
+                        "deviation %.6g at index %llu: got %.9g, expected %.9g (%s)",
+                        name, (unsigned long long)bad, (unsigned long long)n, atol, rtol, worst,
+                        (unsigned long long)at, (double)got->data[at], (double)want->data[at],
+                        what);
+    return 0;
+}
+
+/* spec's network on the inputs, in the sandbox: *out, *nout as ck_infer_run's */
+static int run_model(const struct ck_pipeline *p, const char *spec, const char *graph,
+                     const char *graph_text, struct ck_infer_array **outv, size_t *nout,
+                     double *seconds)
+{
+    struct ck_model *m = NULL;
+    struct ck_infer_array *in = NULL;
+    size_t nin = 0;
+    enum ck_sandbox_status st;
+    struct ck_infer_stats stats = {0};
+    int err = graph_text ? ck_reader_open_model_text(spec, NULL, graph_text, strlen(graph_text),
+                                                     "pack.graph", &m)
+                         : ck_reader_open_model(spec, NULL, graph, &m);
+    if (err < 0)
+        return err;
+    if ((err = inputs_for(p, m, &in, &nin)) == 0) {
+        struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory};
+        struct ck_sandbox_limits lim = {.max_memory = p->cfg->verify_max_memory,
+                                        .timeout = p->cfg->verify_timeout};
+        err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, 1, outv, nout, &st, &stats);
+        *seconds = stats.median_s;
+    }
+    ck_infer_arrays_free(in, nin);
+    ck_model_free(m);
     return err;
 }
 
-static int run_engine(const struct ck_pipeline *p, const char *spec, double *seconds)
+/* The archive's outputs: finite, and within the tolerances of
+ * verify.expected, or else of the checkpoint's own network run on the same
+ * inputs (what the archive was packed from: a packing mistake shows here). */
+static int run_engine(const struct ck_pipeline *p, const struct packed *e, double *seconds)
 {
-    struct ck_model *m = NULL;
-    struct ck_infer_array *in = NULL, *outv = NULL;
-    size_t nin = 0, nout = 0;
-    enum ck_sandbox_status st;
-    struct ck_infer_stats stats = {0};
-    int err = ck_reader_open_model(spec, NULL, NULL, &m);
+    struct ck_infer_array *outv = NULL, *ref = NULL;
+    size_t nout = 0, nref = 0;
+    const struct ck_strlist *exp = &p->cfg->verify_expected;
+    double ignored;
+    int err = run_model(p, e->spec, NULL, NULL, &outv, &nout, seconds);
     if (err < 0)
         return err;
-    if ((err = inputs_for(p, m, &in, &nin)) < 0)
-        goto out;
-    struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory};
-    struct ck_sandbox_limits lim = {.max_memory = p->cfg->verify_max_memory,
-                                    .timeout = p->cfg->verify_timeout};
-    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, 1, &outv, &nout, &st, &stats)) < 0)
-        goto out;
-    *seconds = stats.median_s;
-    const struct ck_strlist *exp = &p->cfg->verify_expected;
-    if (exp->n && exp->n != nout) {
+    for (size_t k = 0; k < nout && err == 0; k++)
+        err = check_output(p, &outv[k], NULL, NULL);
+    if (err == 0 && exp->n && exp->n != nout)
         err = ck_error(CK_EUSAGE, "verify.expected names %zu files, the network has %zu outputs",
                        exp->n, nout);
-        goto out;
+    if (err == 0 && !exp->n &&
+        (err = run_model(p, e->src, p->cfg->pack_graph_file, p->cfg->pack_graph_yaml, &ref, &nref,
+                         &ignored)) == 0 &&
+        nref != nout)
+        err = ck_error(CK_ERR, "the archive has %zu outputs, its checkpoint %zu", nout, nref);
+    for (size_t k = 0; k < nout && err == 0; k++) {
+        if (exp->n) {
+            struct ck_infer_array want = {0};
+            char what[PATH_MAX + 8];
+            snprintf(what, sizeof what, "'%s'", exp->items[k]);
+            if ((err = ck_npyio_load(exp->items[k], &want)) == 0)
+                err = check_output(p, &outv[k], &want, what);
+            ck_infer_array_release(&want);
+        } else {
+            err = check_output(p, &outv[k], &ref[k], "the checkpoint's own output");
+        }
     }
-    for (size_t k = 0; k < nout && err == 0; k++)
-        err = check_output(p, &outv[k], exp->n ? exp->items[k] : NULL);
-out:
-    ck_infer_arrays_free(in, nin);
     ck_infer_arrays_free(outv, nout);
-    ck_model_free(m);
+    ck_infer_arrays_free(ref, nref);
     return err;
 }
 
@@ -334,7 +364,7 @@ static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
     char mbuf[256], secs[32];
     const char *name = ck_basename(a->path), *model = model_name(p, mbuf, sizeof mbuf);
     double seconds = 0;
-    int err = run_engine(p, e->spec, &seconds);
+    int err = run_engine(p, e, &seconds);
     const char *tag = strchr(e->spec + strlen(e->path), '#');
     if (err < 0)
         snprintf(why, whysz, "%s%s%s", tag ? "tag " : "", tag ? tag + 1 : "", tag ? ": " : "");
