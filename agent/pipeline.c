@@ -88,7 +88,8 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
         int q = 0;
         if (!realpath(p->dir, root))
             snprintf(root, sizeof root, "%s", p->dir);
-        err = ck_uploader_enqueue_pmf(p->st->db, cfg->upload_stores, cfg->n_upload_stores, root, &q);
+        err =
+            ck_uploader_enqueue_pmf(p->st->db, cfg->upload_stores, cfg->n_upload_stores, root, &q);
         queued += (size_t)q;
     }
     for (size_t i = 0; err == 0 && i < a->n; i++)

@@ -36,7 +36,10 @@ struct pack_flags {
 };
 
 #define O(f) offsetof(struct pack_flags, f)
-#define LEVEL(d, h) {"level-" #d, (char)('0' + (d)), CK_OPT_VALUE, NULL, NULL, O(level), d, NULL, h}
+#define LEVEL(d, h)                                                                                \
+    {                                                                                              \
+        "level-" #d, (char)('0' + (d)), CK_OPT_VALUE, NULL, NULL, O(level), d, NULL, h             \
+    }
 static const struct ck_opt options[] = {
     {"output", 'o', CK_OPT_STR, NULL, NULL, O(out), 0, "FILE", "the archive to write"},
     {"format", 0, CK_OPT_STR, NULL, NULL, O(format), 0, "NAME",
@@ -63,7 +66,8 @@ static const struct ck_opt options[] = {
     {"ref", 0, CK_OPT_STR, NULL, NULL, O(ref), 0, "REF",
      "the checkpoint's reference, epoch or step\n(default: SRC's file name without its extension)"},
     {"dtype", 0, CK_OPT_STR, NULL, NULL, O(dtype), 0, "D",
-     "samediff: convert floating-point weights: fp16,\nbf16 or int8 (symmetric, one scale per tensor)"},
+     "samediff: convert floating-point weights: fp16,\nbf16 or int8 (symmetric, one scale per "
+     "tensor)"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -79,8 +83,8 @@ int ck_cmd_pack(int argc, char **argv)
         /* the formats as the writers table has them, so a new writer shows up here */
         char tail[512] = "\nformats:";
         for (size_t i = 0; ck_writers[i]; i++)
-            snprintf(tail + strlen(tail), sizeof tail - strlen(tail), " %s (%s)", ck_writers[i]->name,
-                     ck_writers[i]->extension);
+            snprintf(tail + strlen(tail), sizeof tail - strlen(tail), " %s (%s)",
+                     ck_writers[i]->name, ck_writers[i]->extension);
         snprintf(tail + strlen(tail), sizeof tail - strlen(tail), "\n");
         ck_cli_help(head, options, tail);
         return CK_EXIT_OK;
