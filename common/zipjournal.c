@@ -124,8 +124,8 @@ int ck_zipjournal_recover(const char *path, int fd, bool *rolled_back)
     tl = get(b + 24, 8);
     if (tl != j.len - HDR || off > old_len || old_len - off != tl ||
         ck_crc32c(b + HDR, (size_t)tl) != (uint32_t)get(b + 32, 4)) {
-        err = ck_error(CK_EFORMAT, "'%s': append journal is inconsistent; '%s' left alone", jp,
-                       path);
+        err =
+            ck_error(CK_EFORMAT, "'%s': append journal is inconsistent; '%s' left alone", jp, path);
         goto out;
     }
     if (pwrite_all(fd, b + HDR, tl, off) < 0 || ftruncate(fd, (off_t)old_len) < 0 ||

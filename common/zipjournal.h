@@ -28,8 +28,8 @@
 /* "<path>.journal" into out. */
 int ck_zipjournal_path(const char *path, char *out, size_t outsz);
 /* Records the roll-back state (atomic write, fsync, folder fsync). */
-int ck_zipjournal_write(const char *path, uint64_t old_len, uint64_t tail_off,
-                        const void *tail, uint64_t tail_len);
+int ck_zipjournal_write(const char *path, uint64_t old_len, uint64_t tail_off, const void *tail,
+                        uint64_t tail_len);
 /* fd: the archive opened read-write and locked exclusively. Rolls a torn
  * append back when a journal exists (*rolled_back true), and removes the
  * journal. A journal that does not check out is CK_EFORMAT naming it: the

@@ -8,17 +8,24 @@
 #include <string.h>
 #include <strings.h>
 
-#define NOIN {-1}
-#define SAME_ORDER {-1}
+#define NOIN                                                                                       \
+    {                                                                                              \
+        -1                                                                                         \
+    }
+#define SAME_ORDER                                                                                 \
+    {                                                                                              \
+        -1                                                                                         \
+    }
 /* conv2d / pooling iArgs, in DL4J's order (Conv2DConfig / Pooling2DConfig). */
 #define K_S_P_D                                                                                    \
-    {"kH", 'i', CK_DF_KH, 1}, {"kW", 'i', CK_DF_KW, 1}, {"sH", 'i', CK_DF_SH, 1},                \
-        {"sW", 'i', CK_DF_SW, 1}, {"pH", 'i', CK_DF_PH, 0}, {"pW", 'i', CK_DF_PW, 0},            \
-        {"dH", 'i', CK_DF_DH, 1}, {"dW", 'i', CK_DF_DW, 1},                                      \
+    {"kH", 'i', CK_DF_KH, 1}, {"kW", 'i', CK_DF_KW, 1}, {"sH", 'i', CK_DF_SH, 1},                  \
+        {"sW", 'i', CK_DF_SW, 1}, {"pH", 'i', CK_DF_PH, 0}, {"pW", 'i', CK_DF_PW, 0},              \
+        {"dH", 'i', CK_DF_DH, 1}, {"dW", 'i', CK_DF_DW, 1},                                        \
     {                                                                                              \
         "isSameMode", 'i', CK_DF_CONST, 0                                                          \
     }
 
+/* clang-format off */
 const struct ck_dl4j_op ck_dl4j_ops[] = {
     {CK_OP_IDENTITY, "identity", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
     {CK_OP_DENSE, "xw_plus_b", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
@@ -111,6 +118,7 @@ const struct ck_dl4j_op ck_dl4j_ops[] = {
       {"paddings", 'i', CK_DF_INTS, 0}}},
     {CK_OP_INVALID, NULL, CK_DV_PLAIN, false, NOIN, -1, -1, {{0}}},
 };
+/* clang-format on */
 
 const struct ck_dl4j_op *ck_dl4j_by_name(const char *name)
 {
@@ -172,59 +180,112 @@ int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **ou
 double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p)
 {
     switch (a->field) {
-    case CK_DF_KH: return (double)p->kernel[0];
-    case CK_DF_KW: return (double)p->kernel[1];
-    case CK_DF_SH: return (double)p->stride[0];
-    case CK_DF_SW: return (double)p->stride[1];
-    case CK_DF_PH: return (double)p->pad[0];
-    case CK_DF_PW: return (double)p->pad[1];
-    case CK_DF_DH: return (double)p->dilation[0];
-    case CK_DF_DW: return (double)p->dilation[1];
-    case CK_DF_AXIS: return p->axis == CK_AXIS_DEFAULT ? a->def : (double)p->axis;
-    case CK_DF_TRANS_W: return p->trans_w;
-    case CK_DF_COUNT_PAD: return p->count_include_pad;
-    case CK_DF_KEEPDIMS: return p->keepdims;
-    case CK_DF_SCALAR: return p->scalar;
-    case CK_DF_ALPHA: return p->alpha;
-    case CK_DF_EPS: return p->eps;
-    case CK_DF_MIN: return p->min;
-    case CK_DF_MAX: return p->max;
+    case CK_DF_KH:
+        return (double)p->kernel[0];
+    case CK_DF_KW:
+        return (double)p->kernel[1];
+    case CK_DF_SH:
+        return (double)p->stride[0];
+    case CK_DF_SW:
+        return (double)p->stride[1];
+    case CK_DF_PH:
+        return (double)p->pad[0];
+    case CK_DF_PW:
+        return (double)p->pad[1];
+    case CK_DF_DH:
+        return (double)p->dilation[0];
+    case CK_DF_DW:
+        return (double)p->dilation[1];
+    case CK_DF_AXIS:
+        return p->axis == CK_AXIS_DEFAULT ? a->def : (double)p->axis;
+    case CK_DF_TRANS_W:
+        return p->trans_w;
+    case CK_DF_COUNT_PAD:
+        return p->count_include_pad;
+    case CK_DF_KEEPDIMS:
+        return p->keepdims;
+    case CK_DF_SCALAR:
+        return p->scalar;
+    case CK_DF_ALPHA:
+        return p->alpha;
+    case CK_DF_EPS:
+        return p->eps;
+    case CK_DF_MIN:
+        return p->min;
+    case CK_DF_MAX:
+        return p->max;
     case CK_DF_CONST:
     case CK_DF_INTS:
-    default: return a->def;
+    default:
+        return a->def;
     }
 }
 
 void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, double v)
 {
     switch (a->field) {
-    case CK_DF_KH: p->kernel[0] = (int64_t)v; break;
-    case CK_DF_KW: p->kernel[1] = (int64_t)v; break;
-    case CK_DF_SH: p->stride[0] = (int64_t)v; break;
-    case CK_DF_SW: p->stride[1] = (int64_t)v; break;
-    case CK_DF_PH: p->pad[0] = p->pad[2] = (int64_t)v; break;
-    case CK_DF_PW: p->pad[1] = p->pad[3] = (int64_t)v; break;
-    case CK_DF_DH: p->dilation[0] = (int64_t)v; break;
-    case CK_DF_DW: p->dilation[1] = (int64_t)v; break;
-    case CK_DF_AXIS: p->axis = (int64_t)v; break;
-    case CK_DF_TRANS_W: p->trans_w = v != 0; break;
-    case CK_DF_COUNT_PAD: p->count_include_pad = v != 0; break;
-    case CK_DF_KEEPDIMS: p->keepdims = v != 0; break;
-    case CK_DF_SCALAR: p->scalar = (float)v; break;
-    case CK_DF_ALPHA: p->alpha = (float)v; break;
-    case CK_DF_EPS: p->eps = (float)v; break;
-    case CK_DF_MIN: p->min = (float)v; break;
-    case CK_DF_MAX: p->max = (float)v; break;
+    case CK_DF_KH:
+        p->kernel[0] = (int64_t)v;
+        break;
+    case CK_DF_KW:
+        p->kernel[1] = (int64_t)v;
+        break;
+    case CK_DF_SH:
+        p->stride[0] = (int64_t)v;
+        break;
+    case CK_DF_SW:
+        p->stride[1] = (int64_t)v;
+        break;
+    case CK_DF_PH:
+        p->pad[0] = p->pad[2] = (int64_t)v;
+        break;
+    case CK_DF_PW:
+        p->pad[1] = p->pad[3] = (int64_t)v;
+        break;
+    case CK_DF_DH:
+        p->dilation[0] = (int64_t)v;
+        break;
+    case CK_DF_DW:
+        p->dilation[1] = (int64_t)v;
+        break;
+    case CK_DF_AXIS:
+        p->axis = (int64_t)v;
+        break;
+    case CK_DF_TRANS_W:
+        p->trans_w = v != 0;
+        break;
+    case CK_DF_COUNT_PAD:
+        p->count_include_pad = v != 0;
+        break;
+    case CK_DF_KEEPDIMS:
+        p->keepdims = v != 0;
+        break;
+    case CK_DF_SCALAR:
+        p->scalar = (float)v;
+        break;
+    case CK_DF_ALPHA:
+        p->alpha = (float)v;
+        break;
+    case CK_DF_EPS:
+        p->eps = (float)v;
+        break;
+    case CK_DF_MIN:
+        p->min = (float)v;
+        break;
+    case CK_DF_MAX:
+        p->max = (float)v;
+        break;
     case CK_DF_CONST:
     case CK_DF_INTS:
-    default: break;
+    default:
+        break;
     }
 }
 
 void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p)
 {
-    p->has_scalar = row->variant == CK_DV_SCALAR || row->variant == CK_DV_RSCALAR ||
-                    (row->op == CK_OP_PAD);
+    p->has_scalar =
+        row->variant == CK_DV_SCALAR || row->variant == CK_DV_RSCALAR || (row->op == CK_OP_PAD);
     p->scalar_first = row->variant == CK_DV_RSCALAR;
     p->approx_tanh = row->variant == CK_DV_APPROX;
 }

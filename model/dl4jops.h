@@ -19,13 +19,25 @@
 
 /* Which ck_op_params field an argument carries. */
 enum ck_dl4j_field {
-    CK_DF_CONST,   /* a fixed value (def): written, not read back */
-    CK_DF_KH, CK_DF_KW, CK_DF_SH, CK_DF_SW,
-    CK_DF_PH, CK_DF_PW, /* symmetric pads: pad[0]==pad[2], pad[1]==pad[3] */
-    CK_DF_DH, CK_DF_DW,
-    CK_DF_AXIS, CK_DF_TRANS_W, CK_DF_COUNT_PAD, CK_DF_KEEPDIMS,
-    CK_DF_SCALAR, CK_DF_ALPHA, CK_DF_EPS, CK_DF_MIN, CK_DF_MAX,
-    CK_DF_INTS,    /* p.ints as a list of longs */
+    CK_DF_CONST, /* a fixed value (def): written, not read back */
+    CK_DF_KH,
+    CK_DF_KW,
+    CK_DF_SH,
+    CK_DF_SW,
+    CK_DF_PH,
+    CK_DF_PW, /* symmetric pads: pad[0]==pad[2], pad[1]==pad[3] */
+    CK_DF_DH,
+    CK_DF_DW,
+    CK_DF_AXIS,
+    CK_DF_TRANS_W,
+    CK_DF_COUNT_PAD,
+    CK_DF_KEEPDIMS,
+    CK_DF_SCALAR,
+    CK_DF_ALPHA,
+    CK_DF_EPS,
+    CK_DF_MIN,
+    CK_DF_MAX,
+    CK_DF_INTS, /* p.ints as a list of longs */
 };
 
 /* Which flags of ck_op_params select a row (the same DL4J op cannot carry them). */
@@ -40,7 +52,7 @@ struct ck_dl4j_arg {
     const char *name; /* DL4J's argument name */
     char kind;        /* 'i' long (iArg), 't' double (tArg), 'b' bool (bArg) */
     enum ck_dl4j_field field;
-    double def;       /* CK_DF_CONST's value, and the default when a file omits it */
+    double def; /* CK_DF_CONST's value, and the default when a file omits it */
 };
 
 #define CK_DL4J_MAX_ARGS 12
@@ -48,9 +60,9 @@ struct ck_dl4j_arg {
 
 struct ck_dl4j_op {
     enum ck_op op;
-    const char *name;   /* FlatNode.opName */
+    const char *name; /* FlatNode.opName */
     enum ck_dl4j_variant variant;
-    bool read_only;     /* an alias a reader accepts; the writer uses the first row */
+    bool read_only; /* an alias a reader accepts; the writer uses the first row */
     /* DL4J input k is canonical input inputs[k]; -1 ends the list (an empty
      * list means the same order). */
     int8_t inputs[CK_DL4J_MAX_INPUTS];

@@ -159,9 +159,9 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
             mn->p.scalar = (float)ck_tensor_get_f64(t, 0);
             continue;
         }
-        size_t slot = row->inputs[0] < 0 ? k
+        size_t slot = row->inputs[0] < 0                              ? k
                       : k < CK_DL4J_MAX_INPUTS && row->inputs[k] >= 0 ? (size_t)row->inputs[k]
-                                                                       : 64;
+                                                                      : 64;
         if (slot >= 64 || slots[slot])
             return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' does not take input %zu",
                             file, gn->name, gn->op, k);

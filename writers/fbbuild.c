@@ -148,8 +148,8 @@ static void point(struct ck_fbb *b, uint32_t at, uint32_t target)
     if (b->err)
         return;
     if (target <= at || target >= b->len) {
-        b->err = ck_error(CK_ERR, "flatbuffers: offset at %u to %u does not point forward", at,
-                          target);
+        b->err =
+            ck_error(CK_ERR, "flatbuffers: offset at %u to %u does not point forward", at, target);
         return;
     }
     put32(b->p + at, target - at);

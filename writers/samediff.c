@@ -204,8 +204,7 @@ static int choose_tag(struct sd_writer *w, const struct ck_model *m, char *tag, 
         if (!src || !ck_sd_tag_from(src, base, sizeof(base)))
             return ck_error(CK_EUSAGE, "'%s': no tag: the checkpoint has no reference; pass --tag",
                             path);
-        int n = snprintf(tag, tagsz, "%s%s%s", base, w->dtype ? "-" : "",
-                         w->dtype ? w->dtype : "");
+        int n = snprintf(tag, tagsz, "%s%s%s", base, w->dtype ? "-" : "", w->dtype ? w->dtype : "");
         if (n < 0 || (size_t)n >= tagsz || !ck_sd_tag_is_valid(tag))
             return ck_error(CK_EUSAGE, "'%s': tag '%s' is not a valid file name", path, tag);
     }
@@ -416,8 +415,7 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
         goto out;
     ck_fbb_init(&b);
     snprintf(member, sizeof(member), "%s/graph.fb", tag);
-    if ((err = ck_sdgraph_build(&b, m, ws, nws, label)) < 0 ||
-        (err = write_fb(w, member, &b)) < 0)
+    if ((err = ck_sdgraph_build(&b, m, ws, nws, label)) < 0 || (err = write_fb(w, member, &b)) < 0)
         goto out;
     /* Optimizer state, and the training configuration naming its keys. */
     ck_buf_reset(&txt);

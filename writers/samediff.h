@@ -15,10 +15,10 @@ extern const struct ck_writer_ops ck_writer_samediff;
 /* What an append did, for logs and the sidecar's build_parameters. */
 struct ck_samediff_result {
     char tag[256];
-    size_t params;      /* parameter files written under the new tag */
-    size_t shared;      /* parameters pointing at an earlier tag's file */
-    uint64_t written;   /* bytes appended (members, central directory) */
-    uint64_t saved;     /* bytes not written thanks to sharing */
+    size_t params;    /* parameter files written under the new tag */
+    size_t shared;    /* parameters pointing at an earlier tag's file */
+    uint64_t written; /* bytes appended (members, central directory) */
+    uint64_t saved;   /* bytes not written thanks to sharing */
 };
 
 /* The library entry point the sidecar calls: appends m to archive as one

@@ -15,13 +15,20 @@ static const struct {
     int dl4j;
     int64_t flags; /* ND4J ArrayOptions bits for the extras word */
 } dtypes[] = {
-    {CK_DT_BOOL, 1, 524288},         {CK_DT_F16, 3, 4096},
-    {CK_DT_F32, 5, 8192},            {CK_DT_F64, 6, 16384},
-    {CK_DT_I8, 7, 32768},            {CK_DT_I16, 8, 65536},
-    {CK_DT_I32, 9, 131072},          {CK_DT_I64, 10, 262144},
-    {CK_DT_U8, 11, 32768 | 8388608}, {CK_DT_U16, 12, 65536 | 8388608},
-    {CK_DT_U32, 13, 131072 | 8388608}, {CK_DT_U64, 14, 262144 | 8388608},
-    {CK_DT_QI8, 15, 32768 | 1024},   {CK_DT_QI16, 16, 65536 | 1024},
+    {CK_DT_BOOL, 1, 524288},
+    {CK_DT_F16, 3, 4096},
+    {CK_DT_F32, 5, 8192},
+    {CK_DT_F64, 6, 16384},
+    {CK_DT_I8, 7, 32768},
+    {CK_DT_I16, 8, 65536},
+    {CK_DT_I32, 9, 131072},
+    {CK_DT_I64, 10, 262144},
+    {CK_DT_U8, 11, 32768 | 8388608},
+    {CK_DT_U16, 12, 65536 | 8388608},
+    {CK_DT_U32, 13, 131072 | 8388608},
+    {CK_DT_U64, 14, 262144 | 8388608},
+    {CK_DT_QI8, 15, 32768 | 1024},
+    {CK_DT_QI16, 16, 65536 | 1024},
     {CK_DT_BF16, 17, 2048},
 };
 
@@ -107,8 +114,8 @@ int ck_sdarray_write(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype 
         return ck_error(CK_EFORMAT, "'%s': tensor '%s': shape and size disagree", file, t->name);
     size_t es = ck_dtype_size(dt);
     if (numel > (UINT64_C(1) << 31) / es)
-        return ck_error(CK_ESIZE, "'%s': tensor '%s' is over the 2 GiB of a FlatBuffers file",
-                        file, t->name);
+        return ck_error(CK_ESIZE, "'%s': tensor '%s' is over the 2 GiB of a FlatBuffers file", file,
+                        t->name);
     /* ND4J shape info. Converted data is written in C order. */
     bool f = t->fortran_order && !conv;
     int64_t si[2 * CK_TENSOR_MAX_RANK + 4];
@@ -145,8 +152,8 @@ int ck_sdarray_write(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype 
     return b->err;
 }
 
-int ck_sdarray_file(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype to,
-                    const char *file, float *scale)
+int ck_sdarray_file(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype to, const char *file,
+                    float *scale)
 {
     uint32_t root;
     int err = ck_sdarray_write(b, t, to, file, &root, scale);

@@ -22,7 +22,7 @@ bool ck_sdarray_converts(const struct ck_tensor *t, enum ck_dtype to);
 int ck_sdarray_write(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype to,
                      const char *file, uint32_t *table, float *scale);
 /* A whole .fb whose root is the FlatArray (b initialised by the caller). */
-int ck_sdarray_file(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype to,
-                    const char *file, float *scale);
+int ck_sdarray_file(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype to, const char *file,
+                    float *scale);
 
 #endif

@@ -8,12 +8,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { FG_ID, FG_VARIABLES, FG_NODES, FG_OUTPUTS, FG_CONFIG, FG_PLACEHOLDERS, FG_LOSS,
-       FG_TRAINING, FG_NSLOTS };
+enum {
+    FG_ID,
+    FG_VARIABLES,
+    FG_NODES,
+    FG_OUTPUTS,
+    FG_CONFIG,
+    FG_PLACEHOLDERS,
+    FG_LOSS,
+    FG_TRAINING,
+    FG_NSLOTS
+};
 enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE, FV_NSLOTS };
-enum { FN_ID, FN_NAME, FN_OPTYPE, FN_OPNUM, FN_PROPS, FN_INPUT, FN_INPUTPAIRED, FN_OUTPUT,
-       FN_EXTRAPARAMS, FN_EXTRAINT, FN_EXTRABOOLS, FN_DIMENSIONS, FN_DEVICE, FN_SCOPEID,
-       FN_SCOPENAME, FN_OUTPUTNAMES, FN_OPNAME, FN_NSLOTS };
+enum {
+    FN_ID,
+    FN_NAME,
+    FN_OPTYPE,
+    FN_OPNUM,
+    FN_PROPS,
+    FN_INPUT,
+    FN_INPUTPAIRED,
+    FN_OUTPUT,
+    FN_EXTRAPARAMS,
+    FN_EXTRAINT,
+    FN_EXTRABOOLS,
+    FN_DIMENSIONS,
+    FN_DEVICE,
+    FN_SCOPEID,
+    FN_SCOPENAME,
+    FN_OUTPUTNAMES,
+    FN_OPNAME,
+    FN_NSLOTS
+};
 enum { FP_NAME, FP_I, FP_L, FP_D, FP_A, FP_B, FP_S, FP_SHAPE, FP_NSLOTS };
 enum { VT_VARIABLE = 0, VT_CONSTANT = 1, VT_ARRAY = 2, VT_PLACEHOLDER = 3 };
 enum { OPTYPE_CUSTOM = 21, DT_FLOAT = 5 };
@@ -144,9 +170,9 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
             s.data = be;
             s.big_endian = true;
             s.role = "constant";
-            ck_fbb_vec_set_off(b, vec, k++,
-                               variable(g, name, next_scale++, 0, DT_FLOAT, VT_CONSTANT, 0, NULL,
-                                        &s, &err));
+            ck_fbb_vec_set_off(
+                b, vec, k++,
+                variable(g, name, next_scale++, 0, DT_FLOAT, VT_CONSTANT, 0, NULL, &s, &err));
         }
         if (err < 0)
             return err;
@@ -157,8 +183,8 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
         const struct var *v = lookup(g, io->name);
         int dt = ck_sdarray_dtype(io->dtype);
         ck_fbb_vec_set_off(b, vec, k++,
-                           variable(g, io->name, v->a, v->b, dt < 0 ? DT_FLOAT : dt,
-                                    VT_PLACEHOLDER, io->rank, io->dims, NULL, &err));
+                           variable(g, io->name, v->a, v->b, dt < 0 ? DT_FLOAT : dt, VT_PLACEHOLDER,
+                                    io->rank, io->dims, NULL, &err));
     }
     for (size_t i = 0; i < m->nnodes; i++)
         for (size_t o = 0; o < m->nodes[i].noutputs; o++)
@@ -168,7 +194,8 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
     return err;
 }
 
-static uint32_t property(struct ck_fbb *b, const struct ck_dl4j_arg *a, const struct ck_op_params *p)
+static uint32_t property(struct ck_fbb *b, const struct ck_dl4j_arg *a,
+                         const struct ck_op_params *p)
 {
     int slot = a->field == CK_DF_INTS || a->kind == 'i' ? FP_L : a->kind == 't' ? FP_D : FP_B;
     uint8_t sz[FP_NSLOTS] = {4};
@@ -268,8 +295,7 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     }
     int32_t outs[256];
     if (n->noutputs > 256)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': %zu outputs", g->label, n->name,
-                        n->noutputs);
+        return ck_error(CK_EFORMAT, "'%s': node '%s': %zu outputs", g->label, n->name, n->noutputs);
     for (size_t i = 0; i < n->noutputs; i++)
         outs[i] = (int32_t)i;
     ck_fbb_set_off(b, &t, FN_OUTPUT, ck_fbb_vec_i32(b, outs, (uint32_t)n->noutputs));
@@ -313,8 +339,8 @@ int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck
     for (size_t i = 0; i < m->noutputs; i++) {
         const struct var *v = lookup(&g, m->outputs[i].name);
         if (!v) {
-            err = ck_error(CK_EFORMAT, "'%s': output '%s' is not defined", label,
-                           m->outputs[i].name);
+            err =
+                ck_error(CK_EFORMAT, "'%s': output '%s' is not defined", label, m->outputs[i].name);
             goto out;
         }
         ck_fbb_vec_set_off(b, ov, (uint32_t)i, int_pair(b, v->a, v->b));

@@ -119,8 +119,8 @@ static int find_end(struct ck_zipapp *z, uint64_t size, uint64_t *cd_off, uint64
             break;
         }
     if (at < 0) {
-        err = ck_error(CK_EFORMAT, "'%s': not a zip archive (no end of central directory)",
-                       z->path);
+        err =
+            ck_error(CK_EFORMAT, "'%s': not a zip archive (no end of central directory)", z->path);
         goto out;
     }
     const unsigned char *e = b + at;
@@ -146,8 +146,9 @@ static int find_end(struct ck_zipapp *z, uint64_t size, uint64_t *cd_off, uint64
         eocd = get(loc + 8, 8);
     }
     if (*cd_off > eocd || *cd_size > eocd - *cd_off || *cd_size > MAX_CD)
-        err = ck_error(CK_EFORMAT, "'%s': central directory at %" PRIu64 " (%" PRIu64
-                                   " bytes) lies outside the archive",
+        err = ck_error(CK_EFORMAT,
+                       "'%s': central directory at %" PRIu64 " (%" PRIu64
+                       " bytes) lies outside the archive",
                        z->path, *cd_off, *cd_size);
 out:
     free(b);
@@ -227,7 +228,9 @@ static int open_existing(struct ck_zipapp *z)
     if ((err = find_end(z, z->old_len, &cd_off, &cd_size, &count)) < 0)
         return err;
     if (count > cd_size / 46 + 1)
-        return ck_error(CK_EFORMAT, "'%s': %" PRIu64 " members cannot fit a central directory of %" PRIu64 " bytes",
+        return ck_error(CK_EFORMAT,
+                        "'%s': %" PRIu64 " members cannot fit a central directory of %" PRIu64
+                        " bytes",
                         z->path, count, cd_size);
     unsigned char *cd = malloc(cd_size ? (size_t)cd_size : 1);
     if (!cd)
@@ -281,8 +284,7 @@ static int data_at(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_
         return ck_error(CK_EFORMAT, "'%s': member '%s': bad local header", z->path, e->name);
     uint64_t at = e->local + 30 + get(h + 26, 2) + get(h + 28, 2);
     if (at > z->start || e->csize > z->start - at)
-        return ck_error(CK_EFORMAT, "'%s': member '%s' lies outside the archive", z->path,
-                        e->name);
+        return ck_error(CK_EFORMAT, "'%s': member '%s' lies outside the archive", z->path, e->name);
     *out = at;
     return 0;
 }
@@ -308,9 +310,9 @@ int ck_zipapp_read(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_
         return ck_error_os(CK_EIO, "cannot read '%s'", z->path);
     }
     if (e->method == 0) {
-        err = e->csize == e->usize ? ck_buf_append(out, c, (size_t)e->csize)
-                                   : ck_error(CK_EFORMAT, "'%s': member '%s': sizes disagree",
-                                              z->path, e->name);
+        err = e->csize == e->usize
+                  ? ck_buf_append(out, c, (size_t)e->csize)
+                  : ck_error(CK_EFORMAT, "'%s': member '%s': sizes disagree", z->path, e->name);
     } else if ((err = ck_buf_reserve(out, (size_t)e->usize + 1)) >= 0) {
         z_stream s;
         memset(&s, 0, sizeof(s));

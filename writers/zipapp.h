@@ -35,16 +35,16 @@ struct ck_zipapp_entry {
 };
 
 struct ck_zipapp {
-    char *path;            /* owned */
-    int fd;                /* the archive (or the temporary of a new one) */
-    int lockfd;            /* the archive, locked; -1 for a new archive */
-    bool fresh;            /* a new archive (written to tmp) */
-    bool journaled;        /* the journal exists: abort must roll back */
+    char *path;     /* owned */
+    int fd;         /* the archive (or the temporary of a new one) */
+    int lockfd;     /* the archive, locked; -1 for a new archive */
+    bool fresh;     /* a new archive (written to tmp) */
+    bool journaled; /* the journal exists: abort must roll back */
     struct ck_atomic_file tmp;
     uint64_t old_len, start, pos;
     struct ck_zipapp_entry *ents;
     size_t nents, cap;
-    struct ck_buf cd;      /* central records of every entry, in order */
+    struct ck_buf cd; /* central records of every entry, in order */
 };
 
 /* Opens path for appending: recovers a torn earlier append, checks that an

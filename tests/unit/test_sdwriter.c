@@ -106,8 +106,8 @@ static void half_and_bfloat16_rounding(void **state)
     /* IEEE 754 binary16 values */
     assert_int_equal(ck_f32_to_f16(1.0f), 0x3c00);
     assert_int_equal(ck_f32_to_f16(-2.0f), 0xc000);
-    assert_int_equal(ck_f32_to_f16(65504.0f), 0x7bff);   /* largest finite */
-    assert_int_equal(ck_f32_to_f16(65520.0f), 0x7c00);   /* rounds to inf */
+    assert_int_equal(ck_f32_to_f16(65504.0f), 0x7bff); /* largest finite */
+    assert_int_equal(ck_f32_to_f16(65520.0f), 0x7c00); /* rounds to inf */
     assert_int_equal(ck_f32_to_f16(0.1f), 0x2e66);
     assert_int_equal(ck_f32_to_f16(5.9604645e-8f), 0x0001); /* smallest subnormal */
     assert_int_equal(ck_f32_to_f16(1e-9f), 0x0000);
@@ -126,8 +126,8 @@ static void tag_names(void **state)
 {
     (void)state;
     const char *good[] = {"epoch-3", "step_1200", "Best", "fp32.int8", "ünïcode"};
-    const char *bad[] = {"", ".", "..", "a/b", "a\\b", "a b", "x:y", "tags.txt", "TAGS.TXT",
-                         "end.", ".start", "a\nb", "\xff"};
+    const char *bad[] = {"",         ".",        "..",   "a/b",    "a\\b", "a b", "x:y",
+                         "tags.txt", "TAGS.TXT", "end.", ".start", "a\nb", "\xff"};
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
         assert_true(ck_sd_tag_is_valid(good[i]));
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -330,10 +330,20 @@ static struct ck_model *tiny_model(float wscale)
     float *f = mem;
     for (int i = 0; i < 9; i++)
         f[i] = (float)i * (i < 6 ? wscale : 1.0f);
-    struct ck_tensor w = {.name = "W", .dtype = CK_DT_F32, .rank = 2, .dims = {2, 3},
-                          .nbytes = 24, .data = (const unsigned char *)f, .role = "parameter"};
-    struct ck_tensor b = {.name = "b", .dtype = CK_DT_F32, .rank = 1, .dims = {3},
-                          .nbytes = 12, .data = (const unsigned char *)(f + 6), .role = "parameter"};
+    struct ck_tensor w = {.name = "W",
+                          .dtype = CK_DT_F32,
+                          .rank = 2,
+                          .dims = {2, 3},
+                          .nbytes = 24,
+                          .data = (const unsigned char *)f,
+                          .role = "parameter"};
+    struct ck_tensor b = {.name = "b",
+                          .dtype = CK_DT_F32,
+                          .rank = 1,
+                          .dims = {3},
+                          .nbytes = 12,
+                          .data = (const unsigned char *)(f + 6),
+                          .role = "parameter"};
     assert_int_equal(ck_tensor_set_add(s, &w, NULL), 0);
     assert_int_equal(ck_tensor_set_add(s, &b, NULL), 0);
     assert_int_equal(ck_model_new(s, "test", &m), 0);
