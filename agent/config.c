@@ -7,7 +7,9 @@
 #include "common/log.h"
 #include "common/yamlutil.h"
 #include "hooks/hooks.h"
+#include "writers/writer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +43,9 @@ static int parse_retry_schedule(struct parse_ctx *c, yaml_node_t *n, const char 
 static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
@@ -115,6 +120,25 @@ static const struct key keys[] = {
      "after SIGTERM, time to finish uploads in flight (default 20s)"},
     {"upload.timeout", T_CUSTOM, 0, parse_upload_opt,
      "a transfer that moves nothing this long fails and is retried (default 60s)"},
+    {"pack.formats", T_CUSTOM, 0, parse_pack_formats,
+     "archives made of every new checkpoint: [mldef], [samediff] or both (default: none)"},
+    {"pack.graph", T_CUSTOM, 0, parse_pack_graph,
+     "the layer list of weight-only checkpoints: inline (YAML) or file:/path"},
+    {"pack.dir", T_STR, F(pack_dir), NULL, "where archives are written (default DIR/data/deploy)"},
+    {"pack.sign_key", T_STR, F(pack_sign_key), NULL,
+     "mldef: sign archives with this Ed25519 private key (file:/path)"},
+    {"verify.inputs", T_STRLIST, F(verify_inputs), NULL,
+     "input .npy files, one per network input (default: the engine's fixed inputs)"},
+    {"verify.expected", T_STRLIST, F(verify_expected), NULL,
+     "expected output .npy files, one per output (default: the checkpoint's own outputs)"},
+    {"verify.atol", T_CUSTOM, 0, parse_verify_opt, "absolute tolerance (default 1e-4)"},
+    {"verify.rtol", T_CUSTOM, 0, parse_verify_opt, "relative tolerance (default 1e-5)"},
+    {"verify.timeout", T_DURATION, F(verify_timeout), NULL,
+     "CPU time the engine may use per archive (default 300s)"},
+    {"verify.max_memory", T_CUSTOM, 0, parse_verify_opt,
+     "address space of the engine's child (default 8GiB; 0: no limit)"},
+    {"verify.on_failure", T_CUSTOM, 0, parse_verify_opt,
+     "hold (not uploaded, the default) or upload_marked"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -168,6 +192,11 @@ void ck_config_init(struct ck_config *cfg)
     cfg->log_format = -1;
     cfg->log_level = -1;
     ck_upload_opts_init(&cfg->upload);
+    cfg->verify_atol = 1e-4;
+    cfg->verify_rtol = 1e-5;
+    cfg->verify_timeout = 300;
+    cfg->verify_max_memory = 8ull << 30;
+    cfg->verify_on_failure = CK_VERIFY_HOLD;
 }
 
 void ck_config_release(struct ck_config *cfg)
@@ -183,6 +212,9 @@ void ck_config_release(struct ck_config *cfg)
     free(cfg->init_name);
     free(cfg->init_checkpoint);
     free(cfg->build_parameters_yaml);
+    ck_strlist_release(&cfg->pack_formats);
+    free(cfg->pack_graph_yaml);
+    free(cfg->pack_graph_file);
     ck_hooks_conf_release(&cfg->hooks);
     free(cfg->listen);
     free(cfg->source);
@@ -376,6 +408,90 @@ static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const cha
     }
     free(c->cfg->build_parameters_yaml);
     c->cfg->build_parameters_yaml = ck_buf_detach(&b);
+    return 0;
+}
+
+/* pack.formats: a list of writer names, each checked against the writers table */
+static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    const char *s = NULL;
+    int err;
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of formats, like [mldef, samediff]");
+    ck_strlist_release(&c->cfg->pack_formats);
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+        yaml_node_t *item = ck_yaml_node(c->doc, *it);
+        if ((err = scalar_str(c, item, key, &s)) < 0)
+            return err;
+        if (!ck_writer_find(s))
+            return bad(c, item, key, "names an unknown format (known: mldef, samediff)");
+        if ((err = ck_strlist_add(&c->cfg->pack_formats, s)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+/* pack.graph: a layer list (mapping or bare list, kept as YAML text and
+ * checked when a checkpoint is packed) or file:/path */
+static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_config *cfg = c->cfg;
+    free(cfg->pack_graph_yaml);
+    free(cfg->pack_graph_file);
+    cfg->pack_graph_yaml = cfg->pack_graph_file = NULL;
+    if (n->type == YAML_SCALAR_NODE) {
+        const char *s = NULL;
+        int err = scalar_str(c, n, key, &s);
+        if (err < 0)
+            return err;
+        if (strncmp(s, "file:", 5) != 0 || !s[5])
+            return bad(c, n, key, "must be a layer list or file:/path");
+        if (!(cfg->pack_graph_file = strdup(s + 5)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        return 0;
+    }
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_yaml_out o;
+    int err = ck_yaml_out_begin(&o, &b);
+    ck_yaml_copy(&o, c->doc, n);
+    if (err == 0)
+        err = ck_yaml_out_end(&o);
+    if (err < 0) {
+        ck_buf_release(&b);
+        return err;
+    }
+    cfg->pack_graph_yaml = ck_buf_detach(&b);
+    return 0;
+}
+
+static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_config *cfg = c->cfg;
+    const char *s = NULL;
+    int err = scalar_str(c, n, key, &s);
+    if (err < 0)
+        return err;
+    if (!strcmp(key, "verify.on_failure")) {
+        if (!strcmp(s, "hold"))
+            cfg->verify_on_failure = CK_VERIFY_HOLD;
+        else if (!strcmp(s, "upload_marked"))
+            cfg->verify_on_failure = CK_VERIFY_UPLOAD_MARKED;
+        else
+            return bad(c, n, key, "must be hold or upload_marked");
+        return 0;
+    }
+    if (!strcmp(key, "verify.max_memory")) {
+        if (ck_parse_size(s, &cfg->verify_max_memory) < 0)
+            return bad(c, n, key, "must be a size like 512MiB or 8G (0: no limit)");
+        return 0;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !isfinite(v) || v < 0)
+        return bad(c, n, key, "must be a number >= 0");
+    *(!strcmp(key, "verify.atol") ? &cfg->verify_atol : &cfg->verify_rtol) = v;
     return 0;
 }
 

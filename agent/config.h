@@ -18,6 +18,12 @@
 
 enum ck_init_kind { CK_INIT_NONE, CK_INIT_FILE, CK_INIT_PMF };
 
+/* verify.on_failure: what happens to an archive that fails verification */
+enum ck_verify_on_failure {
+    CK_VERIFY_HOLD,          /* not uploaded (the default) */
+    CK_VERIFY_UPLOAD_MARKED, /* uploaded, marked failed in data/build_parameters.yaml */
+};
+
 struct ck_config {
     char *source;                 /* the file it came from, or NULL for defaults */
 
@@ -63,6 +69,19 @@ struct ck_config {
     struct ck_store_spec *upload_stores; /* owned: upload.stores, in order */
     size_t n_upload_stores;
     struct ck_upload_opts upload;        /* upload.concurrency, .max_rate, .part_size, ... */
+
+    /* pack / verify: the deployment stages of the pipeline (agent/stages.c) */
+    struct ck_strlist pack_formats; /* writer names (writers/writer.h); empty: no packing */
+    char *pack_graph_yaml;          /* pack.graph given inline: the layer list as YAML text */
+    char *pack_graph_file;          /* pack.graph: file:/path */
+    char *pack_dir;                 /* where archives go; NULL: DIR/data/deploy */
+    char *pack_sign_key;            /* mldef: sign with this key (file:/path) */
+    struct ck_strlist verify_inputs;   /* .npy inputs; empty: the engine's default inputs */
+    struct ck_strlist verify_expected; /* .npy expected outputs; empty: finite outputs only */
+    double verify_atol, verify_rtol;
+    double verify_timeout;        /* CPU seconds of the engine's child */
+    uint64_t verify_max_memory;   /* bytes of address space of the child; 0: no limit */
+    enum ck_verify_on_failure verify_on_failure;
 };
 
 /* Defaults only. */

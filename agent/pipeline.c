@@ -80,6 +80,18 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
     const struct ck_config *cfg = p->cfg;
     size_t queued = 0;
     int err = ck_queue_init(p->st->db);
+    /* The tree first, so that the archives go after the checkpoint data and
+     * before metadata.yaml (the queue runs by phase, then order; the round
+     * queues the tree again and finds it queued). */
+    if (err == 0 && a->n) {
+        char root[PATH_MAX];
+        int q = 0;
+        if (!realpath(p->dir, root))
+            snprintf(root, sizeof root, "%s", p->dir);
+        err =
+            ck_uploader_enqueue_pmf(p->st->db, cfg->upload_stores, cfg->n_upload_stores, root, &q);
+        queued += (size_t)q;
+    }
     for (size_t i = 0; err == 0 && i < a->n; i++)
         for (size_t s = 0; err == 0 && s < cfg->n_upload_stores; s++) {
             bool added = false;

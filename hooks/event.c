@@ -12,6 +12,7 @@
 static const char *const type_names[CK_EV__COUNT] = {
     [CK_EV_CHECKPOINT_REGISTERED] = "checkpoint.registered",
     [CK_EV_ARCHIVE_PACKED] = "archive.packed",
+    [CK_EV_ARCHIVE_FAILED] = "archive.failed",
     [CK_EV_VERIFICATION_PASSED] = "verification.passed",
     [CK_EV_VERIFICATION_FAILED] = "verification.failed",
     [CK_EV_UPLOAD_COMPLETED] = "upload.completed",

@@ -1,4 +1,5 @@
-/* libzip's functions that ckptd calls (reading .nnp, .npz and SameDiff zips),
+/* libzip's functions that ckptd calls (reading .nnp, .npz and SameDiff zips,
+ * reading and writing .mldef archives),
  * loaded on first use (see lazy.h). */
 #include <zip.h>
 
@@ -23,7 +24,17 @@
     F(zip_file_t *, zip_fopen_index, (zip_t * z, zip_uint64_t i, zip_flags_t fl), (z, i, fl))      \
     F(zip_int64_t, zip_fread, (zip_file_t * f, void *buf, zip_uint64_t n), (f, buf, n))            \
     F(int, zip_fclose, (zip_file_t * f), (f))                                                      \
-    F(const char *, zip_file_strerror, (zip_file_t * f), (f))
+    F(const char *, zip_file_strerror, (zip_file_t * f), (f))                                      \
+    F(zip_source_t *, zip_source_function, (zip_t * z, zip_source_callback cb, void *ud),          \
+      (z, cb, ud))                                                                                 \
+    V(zip_source_free, (zip_source_t * s), (s))                                                    \
+    F(zip_int64_t, zip_file_add, (zip_t * z, const char *name, zip_source_t *s, zip_flags_t fl),   \
+      (z, name, s, fl))                                                                            \
+    F(int, zip_set_file_compression, (zip_t * z, zip_uint64_t i, zip_int32_t m, zip_uint32_t l),   \
+      (z, i, m, l))                                                                                \
+    F(int, zip_close, (zip_t * z), (z))                                                            \
+    F(zip_error_t *, zip_get_error, (zip_t * z), (z))                                              \
+    F(int, zip_error_code_zip, (const zip_error_t *e), (e))
 #define HANDWRITTEN(F, V)
 
 CK_LAZY_LIBRARY(FUNCS, HANDWRITTEN)

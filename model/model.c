@@ -370,3 +370,8 @@ static int check_nodes(const struct ck_model *m, struct nameset *ns)
                             m->outputs[i].name);
     return 0;
 }
+
+void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi)
+{
+    op_arity(op, p, lo, hi);
+}

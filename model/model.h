@@ -152,6 +152,10 @@ int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_d
 /* The weight named value, or NULL when value is not a weight. */
 const struct ck_tensor *ck_model_weight(const struct ck_model *m, const char *value);
 
+/* The number of inputs op takes with these parameters: [*lo, *hi]; *hi == 0
+ * means any number. (For checkers of other forms of the graph: mldef.) */
+void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi);
+
 /* Structural checks: every node input is a weight, a graph input or an
  * earlier node's output; every graph output is produced; the op's input
  * count fits. CK_EFORMAT naming the node (and its index) otherwise. */

@@ -18,6 +18,7 @@ const struct ck_reader_ops *const ck_readers[] = {
     &ck_reader_npy,
     &ck_reader_npz,
     &ck_reader_tfbundle,
+    &ck_reader_mldef, /* before nnp: an .mldef is a zip too */
     &ck_reader_nnp,
     &ck_reader_samediff,
     &ck_reader_pt,

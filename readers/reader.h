@@ -48,6 +48,7 @@ extern const struct ck_reader_ops ck_reader_nnp;
 extern const struct ck_reader_ops ck_reader_samediff;
 extern const struct ck_reader_ops ck_reader_pt;
 extern const struct ck_reader_ops ck_reader_onnx;
+extern const struct ck_reader_ops ck_reader_mldef;
 
 /* The most head bytes detection reads and passes to probe(). */
 #define CK_READER_HEAD_MAX 4096

@@ -28,15 +28,24 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/zipjournal.h"
 #include "readers/flatbuf.h"
+#include "readers/jsonin.h"
 #include "readers/nameidx.h"
+#include "readers/sdmodel.h"
 #include "readers/zipin.h"
 #include "common/text.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum {
     FG_ID,
@@ -46,8 +55,10 @@ enum {
     FG_CONFIG,
     FG_PLACEHOLDERS,
     FG_LOSS,
-    FG_TRAINING
+    FG_TRAINING,
+    FG_UPDATER
 };
+enum { US_PARAM, US_KEYS, US_VALUES };
 enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE };
 enum { FA_SHAPE, FA_BUFFER, FA_DTYPE, FA_BYTEORDER };
 enum {
@@ -69,6 +80,7 @@ enum {
     FN_OUTPUTNAMES,
     FN_OPNAME
 };
+enum { FP_NAME, FP_I, FP_L, FP_D, FP_A, FP_B, FP_S, FP_SHAPE };
 enum { SD_UTF8 = 50, SD_UTF16 = 51, SD_UTF32 = 52 };
 enum { SD_ORDER_C = 99, SD_ORDER_F = 102, SD_FLAG_EMPTY = 8 };
 
@@ -419,6 +431,45 @@ static int vec_attr(struct ctx *c, struct ck_graph_node *n, const char *key,
                    : 0;
 }
 
+/* FlatProperties (ADR 0001's named arguments): each becomes the attribute
+ * "arg.<name>" holding its first non-empty value list as text. */
+static int node_props(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t)
+{
+    static const struct {
+        int slot;
+        uint32_t elem;
+        char kind;
+    } kinds[] = {{FP_L, 8, 'l'}, {FP_I, 4, 'i'}, {FP_D, 8, 'd'}, {FP_B, 1, 'b'}};
+    struct ck_fb_vec pv;
+    int err;
+    if ((err = ck_fb_vector(t, FN_PROPS, 4, &pv)) < 0)
+        return ck_error_wrap(err, "'%s': node '%s': properties", c->file, n->name);
+    for (uint32_t i = 0; i < pv.n; i++) {
+        struct ck_fb_table p;
+        const char *np;
+        uint32_t nl;
+        char key[160];
+        if ((err = ck_fb_vec_table(&pv, i, &p)) < 0 || (err = ck_fb_string(&p, FP_NAME, &np, &nl)) < 0)
+            return ck_error_wrap(err, "'%s': node '%s': property %u", c->file, n->name, i);
+        if (nl == 0 || nl > 128 || memchr(np, 0, nl))
+            return ck_error(CK_EFORMAT, "'%s': node '%s': property %u has a bad name", c->file,
+                            n->name, i);
+        snprintf(key, sizeof(key), "arg.%.*s", (int)nl, np);
+        for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+            struct ck_fb_vec v;
+            if ((err = ck_fb_vector(&p, kinds[k].slot, kinds[k].elem, &v)) < 0)
+                return ck_error_wrap(err, "'%s': node '%s': property '%s'", c->file, n->name,
+                                     key + 4);
+            if (err == 1 && v.n) {
+                if ((err = vec_attr(c, n, key, &v, kinds[k].kind)) < 0)
+                    return err;
+                break;
+            }
+        }
+    }
+    return 0;
+}
+
 static int node_attrs(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t)
 {
     static const struct {
@@ -452,7 +503,7 @@ static int node_attrs(struct ctx *c, struct ck_graph_node *n, const struct ck_fb
         if (err == 1 && v.n && (err = vec_attr(c, n, vecs[k].key, &v, vecs[k].kind)) < 0)
             return err;
     }
-    return 0;
+    return node_props(c, n, t);
 }
 
 static int node_io(struct ctx *c, struct ck_graph_node *n, const struct ck_fb_table *t, int32_t id)
@@ -629,6 +680,65 @@ static int read_io(struct ctx *c, const struct ck_fb_table *g, struct ck_graph *
     return 0;
 }
 
+/* The name an optimizer-state array takes in the set: "<param>/updater/<key>". */
+static int updater_name(struct ck_pool *pool, const char *file, const char *param,
+                        const char *key, size_t keylen, char **out)
+{
+    char buf[8192];
+    int n = snprintf(buf, sizeof(buf), "%s/updater/%.*s", param, (int)keylen, key);
+    if (n < 0 || (size_t)n >= sizeof(buf) || keylen == 0 || memchr(key, 0, keylen))
+        return ck_error(CK_EFORMAT, "'%s': updater state of '%s': bad key", file, param);
+    if (!(*out = ck_pool_strdup(pool, buf, (size_t)n)))
+        return ck_error(CK_ENOMEM, "'%s': out of memory", file);
+    return 0;
+}
+
+/* FlatGraph.updaterState (what SameDiff.save(file, true) writes): each
+ * state array is a tensor "<param>/updater/<key>" with role "updater". */
+static int read_updater(struct ctx *c, const struct ck_fb_table *g)
+{
+    struct ck_fb_vec uv;
+    int err;
+    if ((err = ck_fb_vector(g, FG_UPDATER, 4, &uv)) < 0)
+        return ck_error_wrap(err, "'%s': updater state", c->file);
+    for (uint32_t i = 0; i < uv.n; i++) {
+        struct ck_fb_table u;
+        struct ck_fb_vec keys, vals;
+        const char *pp;
+        uint32_t pl;
+        char *param;
+        if ((err = ck_fb_vec_table(&uv, i, &u)) < 0 ||
+            (err = ck_fb_string(&u, US_PARAM, &pp, &pl)) < 0 ||
+            (err = ck_fb_vector(&u, US_KEYS, 4, &keys)) < 0 ||
+            (err = ck_fb_vector(&u, US_VALUES, 4, &vals)) < 0)
+            return ck_error_wrap(err, "'%s': updater state %u", c->file, i);
+        if ((err = fb_name(c, pp, pl, "an updater state", &param)) < 0)
+            return err;
+        if (keys.n != vals.n)
+            return ck_error(CK_EFORMAT, "'%s': updater state of '%s': %u keys for %u arrays",
+                            c->file, param, keys.n, vals.n);
+        for (uint32_t k = 0; k < keys.n; k++) {
+            struct ck_fb_table arr;
+            const char *kp;
+            uint32_t kl;
+            char *name;
+            struct ck_tensor t;
+            memset(&t, 0, sizeof(t));
+            if ((err = ck_fb_vec_string(&keys, k, &kp, &kl)) < 0 ||
+                (err = ck_fb_vec_table(&vals, k, &arr)) < 0)
+                return ck_error_wrap(err, "'%s': updater state of '%s'", c->file, param);
+            if ((err = updater_name(c->pool, c->file, param, kp, kl, &name)) < 0 ||
+                (err = read_array(c, name, &arr, &t)) < 0)
+                return err;
+            t.name = name;
+            t.role = "updater";
+            if ((err = ck_tensor_set_add(c->s, &t, NULL)) < 0)
+                return err;
+        }
+    }
+    return 0;
+}
+
 /* Reads a FlatGraph held in p (memory of the set) into c->s. */
 static int read_graph(struct ck_tensor_set *s, struct ck_pool *pool, const char *file,
                       const unsigned char *p, uint64_t len)
@@ -654,7 +764,8 @@ static int read_graph(struct ck_tensor_set *s, struct ck_pool *pool, const char 
         err = ck_error(CK_ENOMEM, "'%s': out of memory", file);
         goto out;
     }
-    if ((err = read_nodes(&c, &g, gr)) < 0 || (err = read_io(&c, &g, gr)) < 0)
+    if ((err = read_nodes(&c, &g, gr)) < 0 || (err = read_io(&c, &g, gr)) < 0 ||
+        (err = read_updater(&c, &g)) < 0)
         goto out;
     snprintf(num, sizeof(num), "%" PRId64, id);
     if ((err = ck_tensor_set_add_meta(s, "graph_id", num)) < 0)
@@ -703,8 +814,10 @@ struct zipctx {
     char **tags;
     size_t ntags;
     const char *tag;
+    size_t tagidx;
     struct ck_nameidx tensors; /* built before params.txt is read */
     struct ck_pool pool;
+    const struct ck_jin *ukeys; /* trainingConfig's "updaterStateKeys" object, or NULL */
 };
 
 static int read_text(struct zipctx *z, const char *member, char **out, uint64_t *len)
@@ -752,7 +865,7 @@ static int is_digits(const char *p)
 static int add_param(void *arg, char *line, unsigned lineno)
 {
     struct zipctx *z = arg;
-    char member[600], label[900];
+    char member[600], label[4800];
     const char *tag = z->tag, *num;
     char *sp = strrchr(line, ' ');
     int err;
@@ -772,6 +885,13 @@ static int add_param(void *arg, char *line, unsigned lineno)
         if (i == z->ntags)
             return ck_error(CK_EFORMAT, "'%s': %s/params.txt line %u: unknown tag '%s'", z->path,
                             z->tag, lineno, tag);
+        /* A reference points at a file an older tag stored; one to this tag
+         * or a newer one could close a cycle once tags refer to each other. */
+        if (i >= z->tagidx)
+            return ck_error(CK_EFORMAT,
+                            "'%s': %s/params.txt line %u: reference to tag '%s' is circular or "
+                            "forward (only older tags can be referenced)",
+                            z->path, z->tag, lineno, tag);
         tag = z->tags[i];
     }
     if (!is_digits(num))
@@ -786,8 +906,9 @@ static int add_param(void *arg, char *line, unsigned lineno)
     snprintf(label, sizeof(label), "%s: %s", z->path, member);
     uint64_t idx, len;
     const unsigned char *d;
-    if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0 ||
-        (err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
+    if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0)
+        return ck_error_wrap(CK_EFORMAT, "%s/params.txt line %u", z->tag, lineno);
+    if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
         return err;
     struct ck_fb fb;
     struct ck_fb_table arr;
@@ -809,10 +930,180 @@ static int add_param(void *arg, char *line, unsigned lineno)
     return 0;
 }
 
-static int open_zip(struct ck_tensor_set *s, const char *path)
+/* tags.txt and the folders agree: every member is tags.txt or sits under a
+ * listed tag (spelled as listed), and every listed tag has its graph. */
+static int check_folders(struct zipctx *z)
+{
+    bool *seen = calloc(z->ntags, 1);
+    int err = 0;
+    if (!seen)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    for (uint64_t i = 0; i < z->zi.nentries && err >= 0; i++) {
+        const char *name = ck_zipin_name(&z->zi, i);
+        if (!name || !strcmp(name, "tags.txt"))
+            continue;
+        const char *slash = strchr(name, '/');
+        size_t k = z->ntags;
+        if (slash)
+            for (k = 0; k < z->ntags; k++)
+                if (strlen(z->tags[k]) == (size_t)(slash - name) &&
+                    !strncmp(z->tags[k], name, (size_t)(slash - name)))
+                    break;
+        if (k == z->ntags)
+            err = ck_error(CK_EFORMAT,
+                           "'%s': member '%s' is not under a tag tags.txt lists (tags.txt "
+                           "disagrees with the folders)",
+                           z->path, name);
+        else if (!strcmp(slash + 1, "graph.fb"))
+            seen[k] = true;
+    }
+    for (size_t k = 0; k < z->ntags && err >= 0; k++)
+        if (!seen[k])
+            err = ck_error(CK_EFORMAT, "'%s': tags.txt lists '%s' but '%s/graph.fb' is missing",
+                           z->path, z->tags[k], z->tags[k]);
+    free(seen);
+    return err;
+}
+
+/* Resolves "<N>" or "<tag>/<N>" of the current tag's list file to a member
+ * "<tag>/<folder>/<N>.fb" (references only to older tags). */
+static int ref_member(struct zipctx *z, const char *list, unsigned lineno, char *ref,
+                      const char *folder, char *member, size_t msz)
+{
+    const char *tag = z->tag, *num = ref;
+    char *slash = strchr(ref, '/');
+    if (slash) {
+        *slash = 0;
+        size_t i;
+        for (i = 0; i < z->ntags && strcasecmp(z->tags[i], ref); i++)
+            ;
+        if (i == z->ntags)
+            return ck_error(CK_EFORMAT, "'%s': %s/%s line %u: unknown tag '%s'", z->path, z->tag,
+                            list, lineno, ref);
+        if (i >= z->tagidx)
+            return ck_error(CK_EFORMAT,
+                            "'%s': %s/%s line %u: reference to tag '%s' is circular or forward "
+                            "(only older tags can be referenced)",
+                            z->path, z->tag, list, lineno, ref);
+        tag = z->tags[i];
+        num = slash + 1;
+    }
+    if (!is_digits(num))
+        return ck_error(CK_EFORMAT, "'%s': %s/%s line %u: '%s' is not a file number", z->path,
+                        z->tag, list, lineno, num);
+    snprintf(member, msz, "%s/%s/%s.fb", tag, folder, num);
+    return 0;
+}
+
+/* updater.txt: "<param> <i> <j> ..." (one file per state array, keys in the
+ * order trainingConfig's "updaterStateKeys" lists, else "0", "1", ...). */
+static int add_updater(void *arg, char *line, unsigned lineno)
+{
+    struct zipctx *z = arg;
+    char *refs[64];
+    int nrefs = 0, err;
+    const struct ck_jin *keys;
+    /* The references are the trailing words that look like one. */
+    char *end = line + strlen(line);
+    while (nrefs < 64) {
+        char *sp = memrchr(line, ' ', (size_t)(end - line));
+        if (!sp || sp == line || !sp[1] || !isdigit((unsigned char)end[-1]))
+            break;
+        refs[nrefs++] = sp + 1;
+        *sp = 0;
+        end = sp;
+    }
+    if (nrefs == 0)
+        return ck_error(CK_EFORMAT, "'%s': %s/updater.txt line %u: expected '<name> <file>...'",
+                        z->path, z->tag, lineno);
+    keys = z->ukeys ? ck_jin_get(z->ukeys, line) : NULL;
+    if (keys && (keys->type != CK_JIN_ARRAY || keys->n != (size_t)nrefs))
+        return ck_error(CK_EFORMAT, "'%s': %s/updater.txt line %u: '%s' has %d files but %zu keys",
+                        z->path, z->tag, lineno, line, nrefs, keys ? keys->n : 0);
+    const struct ck_jin *key = keys ? keys->first : NULL;
+    for (int k = nrefs - 1; k >= 0; k--) {
+        char member[600], label[4800], kbuf[24], *name;
+        uint64_t idx, len;
+        const unsigned char *d;
+        struct ck_fb fb;
+        struct ck_fb_table arr;
+        struct ck_tensor t;
+        if ((err = ref_member(z, "updater.txt", lineno, refs[k], "updater", member,
+                              sizeof(member))) < 0)
+            return err;
+        snprintf(label, sizeof(label), "%s: %s", z->path, member);
+        const char *kname = kbuf;
+        if (key && key->type == CK_JIN_STRING)
+            kname = key->str;
+        else
+            snprintf(kbuf, sizeof(kbuf), "%d", nrefs - 1 - k);
+        if (key)
+            key = key->next;
+        if ((err = ck_zipin_find(&z->zi, member, &idx)) < 0)
+            return ck_error_wrap(CK_EFORMAT, "%s/updater.txt line %u", z->tag, lineno);
+        if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_MEMBER, &d, &len)) < 0)
+            return err;
+        struct ctx c = {z->s, label, NULL, 0, &z->pool};
+        if ((err = ck_fb_init(&fb, d, len)) < 0 || (err = ck_fb_root(&fb, &arr)) < 0)
+            return ck_error_wrap(err, "'%s'", label);
+        if ((err = updater_name(&z->pool, label, line, kname, strlen(kname), &name)) < 0)
+            return err;
+        memset(&t, 0, sizeof(t));
+        if ((err = read_array(&c, name, &arr, &t)) < 0)
+            return err;
+        t.name = name;
+        t.role = "updater";
+        if ((err = ck_tensor_set_add(z->s, &t, NULL)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+/* The tag's updater state, when it has one. */
+static int read_updater_zip(struct zipctx *z)
+{
+    char member[600], *text = NULL;
+    uint64_t idx, len = 0;
+    const unsigned char *d;
+    struct ck_jin_doc *doc = NULL;
+    int err;
+    snprintf(member, sizeof(member), "%s/updater.txt", z->tag);
+    if (ck_zipin_find(&z->zi, member, &idx) < 0) {
+        ck_error_clear();
+        return 0;
+    }
+    snprintf(member, sizeof(member), "%s/trainingConfig.fb", z->tag);
+    if (ck_zipin_find(&z->zi, member, &idx) == 0) {
+        struct ck_fb fb;
+        struct ck_fb_table g;
+        const char *tc;
+        uint32_t tcl = 0;
+        const struct ck_jin *root;
+        if ((err = ck_zipin_read(&z->zi, z->s, idx, SD_MAX_TEXT, &d, &len)) < 0)
+            return err;
+        if ((err = ck_fb_init(&fb, d, len)) < 0 || (err = ck_fb_root(&fb, &g)) < 0 ||
+            (err = ck_fb_string(&g, FG_TRAINING, &tc, &tcl)) < 0)
+            return ck_error_wrap(err, "'%s': %s", z->path, member);
+        if (tcl) {
+            if ((err = ck_jin_parse(tc, tcl, &doc, &root)) < 0)
+                return ck_error_wrap(err, "'%s': %s: trainingConfig", z->path, member);
+            z->ukeys = ck_jin_get(root, "updaterStateKeys");
+        }
+    } else {
+        ck_error_clear();
+    }
+    snprintf(member, sizeof(member), "%s/updater.txt", z->tag);
+    if ((err = read_text(z, member, &text, &len)) >= 0)
+        err = each_line(text, len, add_updater, z);
+    z->ukeys = NULL;
+    ck_jin_free(doc);
+    return err;
+}
+
+static int open_zip(struct ck_tensor_set *s, const char *path, const char *want)
 {
     struct zipctx z;
-    char member[600], label[900], *text = NULL;
+    char member[600], label[4800], *text = NULL;
     uint64_t len, idx;
     const unsigned char *d;
     struct ck_buf all = CK_BUF_INIT;
@@ -830,7 +1121,19 @@ static int open_zip(struct ck_tensor_set *s, const char *path)
         err = ck_error(CK_EFORMAT, "'%s': tags.txt lists no tag", path);
         goto out;
     }
-    z.tag = z.tags[z.ntags - 1];
+    if ((err = check_folders(&z)) < 0)
+        goto out;
+    z.tagidx = z.ntags - 1;
+    if (want) {
+        for (z.tagidx = 0; z.tagidx < z.ntags && strcasecmp(z.tags[z.tagidx], want); z.tagidx++)
+            ;
+        if (z.tagidx == z.ntags) {
+            err = ck_error(CK_ENOENT, "'%s': no tag '%s' (tags.txt lists %zu)", path, want,
+                           z.ntags);
+            goto out;
+        }
+    }
+    z.tag = z.tags[z.tagidx];
     snprintf(member, sizeof(member), "%s/graph.fb", z.tag);
     snprintf(label, sizeof(label), "%s: %s", path, member);
     if ((err = ck_zipin_find(&z.zi, member, &idx)) < 0 ||
@@ -846,6 +1149,8 @@ static int open_zip(struct ck_tensor_set *s, const char *path)
     } else {
         ck_error_clear();
     }
+    if ((err = read_updater_zip(&z)) < 0)
+        goto out;
     for (size_t i = 0; i < z.ntags && err >= 0; i++)
         err = ck_buf_printf(&all, "%s%s", i ? "," : "", z.tags[i]);
     if (err < 0 || (err = ck_tensor_set_add_meta(s, "tag", z.tag)) < 0 ||
@@ -859,9 +1164,39 @@ out:
     return err;
 }
 
-static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
+/* "RUN.zip#TAG" names a tag of an archive (when no file has that whole name). */
+static bool split_tag(const char *path, char *file, size_t filesz, const char **tag)
 {
+    const char *hash = strrchr(path, '#');
+    struct stat st;
+    *tag = NULL;
+    if (!hash || stat(path, &st) == 0 || (size_t)(hash - path) >= filesz || !hash[1])
+        return false;
+    snprintf(file, filesz, "%.*s", (int)(hash - path), path);
+    *tag = hash + 1;
+    return true;
+}
+
+static int sd_probe(const char *full, const unsigned char *head, size_t headlen)
+{
+    char file[4096], h2[64];
+    const char *want, *path = full;
+    if (headlen == 0 && split_tag(full, file, sizeof(file), &want)) {
+        /* "RUN.zip#TAG": probe the archive itself. */
+        FILE *f = fopen(file, "rb");
+        if (!f)
+            return CK_PROBE_NO;
+        headlen = fread(h2, 1, sizeof(h2), f);
+        fclose(f);
+        head = (const unsigned char *)h2;
+        path = file;
+    }
     if (ck_zipin_is_zip(head, headlen)) {
+        char jp[4096];
+        struct stat st;
+        /* An append a crash interrupted: open() rolls it back first. */
+        if (ck_zipjournal_path(path, jp, sizeof(jp)) == 0 && stat(jp, &st) == 0)
+            return CK_PROBE_CONTENT;
         struct ck_zipin zi;
         uint64_t idx;
         int score = CK_PROBE_NO;
@@ -869,6 +1204,8 @@ static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
             if (ck_zipin_find(&zi, "tags.txt", &idx) == 0)
                 score = CK_PROBE_CONTENT;
             ck_zipin_close(&zi);
+        } else if (ck_text_ends_with_icase(path, ".zip")) {
+            score = CK_PROBE_NAME; /* a broken archive: open() says what is wrong */
         }
         ck_error_clear();
         return score;
@@ -878,18 +1215,40 @@ static int sd_probe(const char *path, const unsigned char *head, size_t headlen)
     return ck_fb_looks_valid(head, headlen) ? CK_PROBE_CONTENT : CK_PROBE_NAME;
 }
 
-static int sd_open(const char *path, struct ck_tensor_set **out)
+/* Reads an archive under a shared lock, after rolling back an append a
+ * crash interrupted (common/zipjournal.h), so a reader never sees one half
+ * done. */
+static int open_zip_locked(struct ck_tensor_set *s, const char *path, const char *want)
 {
+    int err, fd;
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", path);
+    while (flock(fd, LOCK_SH) < 0 && errno == EINTR)
+        ;
+    err = open_zip(s, path, want);
+    close(fd);
+    return err;
+}
+
+static int sd_open(const char *full, struct ck_tensor_set **out)
+{
+    char file[4096];
+    const char *want = NULL, *path = full;
+    if (split_tag(full, file, sizeof(file), &want))
+        path = file;
     struct ck_tensor_set *s = ck_tensor_set_new("samediff", path);
     const unsigned char *p;
     uint64_t len;
     int err;
     if (!s)
         return ck_error(CK_ENOMEM, "'%s': out of memory", path);
-    if ((err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
+    if ((err = ck_zipjournal_recover_path(path)) < 0 ||
+        (err = ck_tensor_set_map_file(s, path, &p, &len)) < 0)
         goto out;
     if (ck_zipin_is_zip(p, len)) {
-        err = open_zip(s, path);
+        err = open_zip_locked(s, path, want);
+    } else if (want) {
+        err = ck_error(CK_EFORMAT, "'%s': not a zip archive: it has no tag '%s'", path, want);
     } else {
         struct ck_pool pool;
         ck_pool_init(&pool, s);
@@ -910,4 +1269,5 @@ const struct ck_reader_ops ck_reader_samediff = {
     .probe = sd_probe,
     .open = sd_open,
     .verify = NULL,
+    .to_model = ck_samediff_to_model,
 };

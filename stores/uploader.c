@@ -215,6 +215,16 @@ static int pmf_files(const char *root, struct ck_strlist *files)
     snprintf(data, sizeof data, "%s/data", root);
     if (ck_is_dir(data) && (err = list_tree(root, "data", files, 0)) < 0)
         return err;
+    /* data/deploy/ holds the pipeline's deployment archives: it queues them
+     * itself, each once it passed verification (agent/deploy.h) */
+    size_t kept = 0;
+    for (size_t i = 0; i < files->n; i++) {
+        if (!strncmp(files->items[i], "data/deploy/", 12))
+            free(files->items[i]);
+        else
+            files->items[kept++] = files->items[i];
+    }
+    files->n = kept;
     qsort(files->items, files->n, sizeof *files->items, cmp_str);
     pmf_config_path(root, cfgrel, sizeof cfgrel);
     snprintf(full, sizeof full, "%s/%s", root, cfgrel);

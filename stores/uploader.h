@@ -34,7 +34,9 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
 /* Queues the PMF tree at root the way scan and watch need it: every file
  * under data/ (registered checkpoints are complete files there), the
  * training configuration named by metadata.yaml, then metadata.yaml last.
- * Files of the training folder that are not part of the tree are left out. */
+ * Files of the training folder that are not part of the tree are left out,
+ * and so is data/deploy/: the pipeline queues the archives there itself,
+ * only those that passed verification. */
 int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                             const char *root, int *queued);
 

@@ -1,11 +1,15 @@
 #include "writers/writer.h"
+#include "writers/mldef.h"
 #include "common/error.h"
+#include "writers/samediff.h"
 
 #include <stddef.h>
 #include <string.h>
 
 /* One row per deployment format (writers/<name>.c). */
 const struct ck_writer_ops *const ck_writers[] = {
+    &ck_writer_mldef,
+    &ck_writer_samediff,
     NULL,
 };
 

@@ -3,9 +3,11 @@
  * "ckptd inspect --json"). */
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
+#include "agent/pack.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "common/sign.h"
 #include "readers/reader.h"
 
 #include <inttypes.h>
@@ -15,12 +17,16 @@
 #include <string.h>
 
 static const char head[] =
-    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME]\n"
+    "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME] [--tag TAG]\n"
     "\n"
     "Detects the checkpoint format of PATH by content (a file, or a TensorFlow\n"
     "prefix such as DIR/variables), and prints every tensor: name, dtype, shape,\n"
     "bytes and the CRC-32C of its data (for strings: of each string's 8-byte\n"
     "little-endian length and bytes), then the metadata and the graph.\n"
+    "\n"
+    "An .mldef archive (or a manifest.json) is first checked against every rule of\n"
+    "docs/mldef.md, SIGNATURE included; each violation is listed with where it is,\n"
+    "and the exit code is 1 when any rule is broken.\n"
     "\n";
 
 struct opts {
@@ -29,6 +35,8 @@ struct opts {
     uint64_t values;
     bool want_values;
     const char *format;
+    const char *pubkey;
+    const char *tag;
 };
 
 #define O(f) offsetof(struct opts, f)
@@ -40,7 +48,11 @@ static const struct ck_opt options[] = {
     {"values", 0, CK_OPT_STR, NULL, NULL, O(values_arg), 0, "N",
      "also print the values of tensors of at most N elements"},
     {"format", 0, CK_OPT_STR, NULL, NULL, O(format), 0, "NAME",
-     "skip detection: safetensors, tf-bundle, npy, npz, nnp,\nsamediff, pt, onnx"},
+     "skip detection: safetensors, tf-bundle, npy, npz, nnp,\nsamediff, pt, onnx, mldef"},
+    {"pubkey", 0, CK_OPT_STR, NULL, NULL, O(pubkey), 0, "FILE",
+     ".mldef: the trusted key its SIGNATURE must be made with"},
+    {"tag", 0, CK_OPT_STR, NULL, NULL, O(tag), 0, "TAG",
+     "a SameDiff archive's tag (default: the newest; also\nwritten PATH#TAG)"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -328,6 +340,41 @@ static int inspect(void *arg)
     return err;
 }
 
+/* An .mldef or a manifest.json: the validator's report first; -1 when path
+ * is neither, or it is valid and the listing follows. */
+static int check_mldef(const char *path, const struct opts *o)
+{
+    const struct ck_reader_ops *ops = NULL;
+    size_t len = strlen(path);
+    bool manifest = len >= 5 && strcmp(path + len - 5, ".json") == 0;
+    if (!manifest && (o->format ? strcmp(o->format, "mldef") != 0
+                                : ck_reader_detect(path, &ops) < 0 || ops != &ck_reader_mldef)) {
+        ck_error_clear();
+        return -1;
+    }
+    struct ck_mldef_check_opts co = {0};
+    struct ck_sign_key pub;
+    int err;
+    if (o->pubkey) {
+        if ((err = ck_sign_load(o->pubkey, &pub)) < 0)
+            return ck_cli_fail("inspect", err);
+        co.trusted_pub = pub.pub;
+        co.require_signature = true;
+    }
+    struct ck_mldef_report r;
+    if ((err = ck_mldef_check(path, &co, &r, NULL)) < 0)
+        return ck_cli_fail("inspect", err);
+    bool bad = r.n || r.dropped;
+    if (bad || manifest || o->json)
+        ck_pack_print_report(bad ? stderr : stdout, path, &r, o->json);
+    else
+        ck_pack_print_report(stdout, path, &r, false);
+    ck_mldef_report_release(&r);
+    if (bad)
+        return CK_EXIT_FAILED;
+    return manifest || o->json ? CK_EXIT_OK : -1;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
     struct ck_cli cli;
@@ -350,7 +397,17 @@ int ck_cmd_inspect(int argc, char **argv)
     if (optind + 1 != argc)
         return ck_cli_usage_error("inspect", "expected one PATH");
     ck_cli_setup_logging(&cli, -1, -1);
-    struct run r = {.path = argv[optind], .o = &o};
+    const char *path = argv[optind];
+    if ((rc = check_mldef(path, &o)) != -1)
+        return rc;
+    char tagged[4096];
+    if (o.tag) {
+        /* The SameDiff reader takes a tag as "PATH#TAG". */
+        if (snprintf(tagged, sizeof tagged, "%s#%s", path, o.tag) >= (int)sizeof tagged)
+            return ck_cli_usage_error("inspect", "PATH and --tag are too long");
+        path = tagged;
+    }
+    struct run r = {.path = path, .o = &o};
     /* the file truncated under us while mapped is an error, not a crash */
     err = ck_tensor_guarded(inspect, &r);
     if (fflush(stdout) != 0 && err == 0)

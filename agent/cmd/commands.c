@@ -10,6 +10,8 @@ const struct ck_command ck_commands[] = {
     {"config", ck_cmd_config, "check a config file, or list every config key"},
     {"hooks", ck_cmd_hooks, "test a webhook; emit, deliver or replay events; hook status"},
     {"inspect", ck_cmd_inspect, "list a checkpoint's tensors, metadata, graph; check checksums"},
+    {"keygen", ck_cmd_keygen, "write an Ed25519 key pair for signing archives"},
+    {"pack", ck_cmd_pack, "pack a checkpoint into a deployment archive (.mldef; samediff: a tag per checkpoint)"},
     {"queue", ck_cmd_queue, "list the upload queue; retry failed jobs; run it now"},
     {"scan", ck_cmd_scan, "bring DIR's PMF tree up to date once, then exit (for cron)"},
     {"status", ck_cmd_status, "show DIR's training status; end the training (--finished, --failed)"},

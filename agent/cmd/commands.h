@@ -6,6 +6,8 @@ int ck_cmd_scan(int argc, char **argv);
 int ck_cmd_config(int argc, char **argv);
 int ck_cmd_inspect(int argc, char **argv);
 int ck_cmd_verify(int argc, char **argv);
+int ck_cmd_keygen(int argc, char **argv);
+int ck_cmd_pack(int argc, char **argv);
 int ck_cmd_hooks(int argc, char **argv);
 int ck_cmd_watch(int argc, char **argv);
 int ck_cmd_status(int argc, char **argv);

@@ -1,5 +1,7 @@
 /* ckptd: the agent beside a training job. See README.md. */
 #include "agent/cmd/cli.h"
+#include "agent/cmd/cmd_mldef.h"
+#include "common/fsutil.h"
 #include "common/error.h"
 
 #include <stdio.h>
@@ -17,6 +19,9 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* Started as "mldef" (a link to ckptd): the mldef tool. */
+    if (argc > 0 && strcmp(ck_basename(argv[0]), "mldef") == 0)
+        return ck_mldef_main(argc, argv);
     if (argc < 2) {
         usage(stderr);
         return CK_EXIT_USAGE;

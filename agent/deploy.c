@@ -1,0 +1,433 @@
+/* The pack and verify stages (agent/deploy.h). */
+#include "agent/deploy.h"
+#include "agent/npyio.h"
+#include "agent/pack.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/text.h"
+#include "infer/sandbox.h"
+#include "readers/reader.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What the pack stage made, for the verify stage of the same pass (which
+ * gets only the archive): the checkpoint and how to open what was written. */
+struct packed {
+    char *path, *ref, *format, *spec; /* spec: path, or "path#TAG" for a SameDiff tag */
+    char *src;                        /* the checkpoint it was packed from */
+};
+static struct packed *packed;
+static size_t npacked;
+
+static int remember(const char *path, const char *ref, const char *format, const char *tag,
+                    const char *src)
+{
+    struct packed *v = realloc(packed, (npacked + 1) * sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    packed = v;
+    char spec[PATH_MAX + 300];
+    snprintf(spec, sizeof spec, tag && tag[0] ? "%s#%s" : "%s", path, tag);
+    struct packed *e = &packed[npacked];
+    e->path = strdup(path);
+    e->ref = strdup(ref);
+    e->format = strdup(format);
+    e->spec = strdup(spec);
+    e->src = strdup(src);
+    if (!e->path || !e->ref || !e->format || !e->spec || !e->src) {
+        free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    npacked++;
+    return 0;
+}
+
+/* Takes the entry of path out of the table (the caller frees it). */
+static bool take(const char *path, struct packed *out)
+{
+    for (size_t i = 0; i < npacked; i++)
+        if (!strcmp(packed[i].path, path)) {
+            *out = packed[i];
+            packed[i] = packed[--npacked];
+            return true;
+        }
+    return false;
+}
+
+static void packed_free(struct packed *e)
+{
+    free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
+}
+
+static const char *model_name(const struct ck_pipeline *p, char *buf, size_t n)
+{
+    if (p->cfg->model_name)
+        return p->cfg->model_name;
+    char real[PATH_MAX];
+    snprintf(buf, n, "%s", ck_basename(realpath(p->dir, real) ? real : p->dir));
+    return buf;
+}
+
+/* a reference as a file name: what is not [A-Za-z0-9._-] becomes '_' */
+static void safe_name(char *out, size_t n, const char *s)
+{
+    size_t i = 0;
+    for (; s[i] && i + 1 < n; i++) {
+        char c = s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_';
+        out[i] = ok && !(i == 0 && c == '.') ? c : '_';
+    }
+    out[i] = '\0';
+}
+
+static int deploy_dir(const struct ck_pipeline *p, char *out, size_t n)
+{
+    const char *d = p->cfg->pack_dir ? p->cfg->pack_dir : "data/deploy";
+    if (d[0] == '/')
+        return snprintf(out, n, "%s", d) < (int)n ? 0 : ck_error(CK_EUSAGE, "pack.dir too long");
+    return ck_path_join(out, n, p->dir, d);
+}
+
+static void emit(const struct ck_pipeline *p, struct ck_event *ev)
+{
+    if (p->hooks && ck_hooks_emit(p->hooks, p->st->db, ev) < 0)
+        ck_warn("hooks.emit_failed", "type=%s: %s", ck_event_type_name(ev->type), ck_error_msg());
+}
+
+static void event_base(const struct ck_pipeline *p, struct ck_event *ev, const char *ref,
+                       const char *model)
+{
+    ev->dir = p->dir;
+    ev->model_name = model;
+    ev->checkpoint = ref;
+}
+
+/* One format of one checkpoint: the archive written, recorded, announced. */
+static int pack_one(const struct ck_pipeline *p, const char *ref, const char *src,
+                    const char *format, struct ck_archives *out)
+{
+    char dir[PATH_MAX], path[PATH_MAX], name[512], mbuf[256], key[PATH_MAX];
+    const char *model = model_name(p, mbuf, sizeof mbuf);
+    const struct ck_writer_ops *ops = ck_writer_find(format);
+    int err;
+    if (!ops)
+        return ck_error(CK_EUSAGE, "unknown archive format '%s'", format);
+    if (!strcmp(format, "samediff"))
+        safe_name(name, sizeof name - 8, model);
+    else
+        safe_name(name, sizeof name - 8, ref);
+    strcat(name, ops->extension);
+    if ((err = deploy_dir(p, dir, sizeof dir)) < 0 || (err = ck_mkdirs(dir, 0755)) < 0 ||
+        (err = ck_path_join(path, sizeof path, dir, name)) < 0)
+        return err;
+    struct ck_pack_opts o = {
+        .format = format,
+        .graph = p->cfg->pack_graph_file,
+        .graph_text = p->cfg->pack_graph_yaml,
+        .digest = true,
+        .w = {.level = -1, .ref = ref},
+    };
+    if (!strcmp(format, "mldef"))
+        o.w.sign_key = p->cfg->pack_sign_key;
+    struct ck_pack_result r;
+    if ((err = ck_pack(src, path, &o, &r)) < 0)
+        return err;
+    /* the store key: where the archive is in the tree, else deploy/NAME */
+    size_t dl = strlen(p->dir);
+    if (!strncmp(path, p->dir, dl) && path[dl] == '/')
+        snprintf(key, sizeof key, "%s", path + dl + 1);
+    else
+        snprintf(key, sizeof key, "deploy/%s", name);
+    char size[32];
+    snprintf(size, sizeof size, "%llu", (unsigned long long)r.size);
+    const char *fields[14];
+    size_t nf = 0;
+#define FIELD(k, v) (fields[2 * nf] = (k), fields[2 * nf + 1] = (v), nf++)
+    FIELD("format", format);
+    FIELD("checkpoint", ref);
+    FIELD("path", key);
+    FIELD("size", size);
+    FIELD("sha256", r.sha256);
+    if (r.samediff.tag[0])
+        FIELD("tag", r.samediff.tag);
+    FIELD("verification", "pending");
+#undef FIELD
+    if ((err = ck_deploy_record(p->dir, name, fields, nf)) < 0 ||
+        (err = remember(path, ref, format, r.samediff.tag, src)) < 0)
+        return err;
+    /* a SameDiff archive gets a tag per checkpoint: one upload of it per pass */
+    bool listed = false;
+    for (size_t i = 0; i < out->n && !listed; i++)
+        listed = !strcmp(out->v[i].path, path);
+    if (!listed && (err = ck_archives_add(out, path, key)) < 0)
+        return err;
+    ck_metrics_add(CK_M_ARCHIVES_PACKED, 1);
+    ck_info("archive.packed", "checkpoint='%s' format=%s path='%s' size=%llu sha256=%s%s%s", ref,
+            format, path, (unsigned long long)r.size, r.sha256, r.samediff.tag[0] ? " tag=" : "",
+            r.samediff.tag);
+    struct ck_event ev;
+    if (ck_event_init(&ev, CK_EV_ARCHIVE_PACKED) == 0) {
+        event_base(p, &ev, ref, model);
+        ev.archive_format = format;
+        ev.archive_path = path;
+        ev.archive_sha256 = r.sha256;
+        ev.size = (int64_t)r.size;
+        emit(p, &ev);
+    }
+    return 0;
+}
+
+int ck_deploy_pack(const struct ck_pipeline *p, const char *ref, struct ck_archives *out)
+{
+    const struct ck_strlist *f = &p->cfg->pack_formats;
+    if (f->n == 0)
+        return 0;
+    struct ck_ckpt_record rec;
+    char src[PATH_MAX], mbuf[256], why[1024] = "";
+    int err = ck_state_ckpt_get(p->st, ref, &rec);
+    if (err == 0)
+        err = rec.tree_path[0] == '/' ? (snprintf(src, sizeof src, "%s", rec.tree_path), 0)
+                                      : ck_path_join(src, sizeof src, p->dir, rec.tree_path);
+    for (size_t i = 0; i < f->n; i++) {
+        int e = err < 0 ? err : pack_one(p, ref, src, f->items[i], out);
+        if (e < 0) {
+            ck_metrics_add(CK_M_FAILURES_PACK, 1);
+            ck_err("archive.failed", "checkpoint='%s' format=%s: %s", ref, f->items[i],
+                   ck_error_msg());
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s: %s", why[0] ? "; " : "",
+                     f->items[i], ck_error_msg());
+        }
+    }
+    if (why[0]) {
+        /* once per checkpoint, whichever formats failed */
+        struct ck_event ev;
+        if (ck_event_init(&ev, CK_EV_ARCHIVE_FAILED) == 0) {
+            event_base(p, &ev, ref, model_name(p, mbuf, sizeof mbuf));
+            ev.error = why;
+            emit(p, &ev);
+        }
+    }
+    return 0; /* logged and announced here; the checkpoint goes on */
+}
+
+/* ---- verify ---- */
+
+static int inputs_for(const struct ck_pipeline *p, const struct ck_model *m,
+                      struct ck_infer_array **in, size_t *nin)
+{
+    const struct ck_strlist *l = &p->cfg->verify_inputs;
+    *nin = l->n ? l->n : m->ninputs;
+    if (!(*in = calloc(*nin ? *nin : 1, sizeof **in)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t k = 0; k < *nin; k++) {
+        if (l->n) {
+            int err = ck_npyio_load(l->items[k], &(*in)[k]);
+            if (err < 0)
+                return err;
+            continue;
+        }
+        /* the same fixed inputs as `ckptd verify` without --inputs */
+        const struct ck_model_io *io = &m->inputs[k];
+        int64_t dims[CK_INFER_MAX_RANK];
+        if (io->rank > CK_INFER_MAX_RANK)
+            return ck_error(CK_EFORMAT, "input '%s': rank %d", io->name, io->rank);
+        for (int d = 0; d < io->rank; d++)
+            dims[d] = io->dims[d] < 0 ? 1 : io->dims[d];
+        int err = ck_infer_array_init(&(*in)[k], io->name, io->rank, dims);
+        if (err < 0)
+            return err;
+        uint64_t n = ck_infer_array_numel(&(*in)[k]);
+        for (uint64_t i = 0; i < n; i++)
+            (*in)[k].data[i] = (float)sin(0.5 * (double)i + (double)k);
+    }
+    return 0;
+}
+
+/* 0, or CK_ERR with the output, the index and by how much it deviated from
+ * want (NULL: only finite values are asked for); what names the reference */
+static int check_output(const struct ck_pipeline *p, const struct ck_infer_array *got,
+                        const struct ck_infer_array *want, const char *what)
+{
+    const char *name = got->name ? got->name : "?";
+    uint64_t n = ck_infer_array_numel(got);
+    for (uint64_t i = 0; i < n; i++)
+        if (!isfinite(got->data[i]))
+            return ck_error(CK_ERR, "output '%s': value %llu is %g (not finite)", name,
+                            (unsigned long long)i, (double)got->data[i]);
+    if (!want)
+        return 0;
+    bool same = want->rank == got->rank;
+    for (int d = 0; same && d < got->rank; d++)
+        same = want->dims[d] == got->dims[d];
+    if (!same)
+        return ck_error(CK_ERR, "output '%s': shape differs from %s", name, what);
+    double atol = p->cfg->verify_atol, rtol = p->cfg->verify_rtol, worst = -1;
+    uint64_t bad = 0, at = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double g = got->data[i], w = want->data[i], diff = fabs(g - w);
+        if (diff > atol + rtol * fabs(w) || isnan(w)) {
+            if (diff > worst || bad == 0) {
+                worst = diff;
+                at = i;
+            }
+            bad++;
+        }
+    }
+    if (bad)
+        return ck_error(CK_ERR,
+                        "output '%s': %llu of %llu values outside atol %g rtol %g; largest "
+                        "deviation %.6g at index %llu: got %.9g, expected %.9g (%s)",
+                        name, (unsigned long long)bad, (unsigned long long)n, atol, rtol, worst,
+                        (unsigned long long)at, (double)got->data[at], (double)want->data[at],
+                        what);
+    return 0;
+}
+
+/* spec's network on the inputs, in the sandbox: *out, *nout as ck_infer_run's */
+static int run_model(const struct ck_pipeline *p, const char *spec, const char *graph,
+                     const char *graph_text, struct ck_infer_array **outv, size_t *nout,
+                     double *seconds)
+{
+    struct ck_model *m = NULL;
+    struct ck_infer_array *in = NULL;
+    size_t nin = 0;
+    enum ck_sandbox_status st;
+    struct ck_infer_stats stats = {0};
+    int err = graph_text ? ck_reader_open_model_text(spec, NULL, graph_text, strlen(graph_text),
+                                                     "pack.graph", &m)
+                         : ck_reader_open_model(spec, NULL, graph, &m);
+    if (err < 0)
+        return err;
+    if ((err = inputs_for(p, m, &in, &nin)) == 0) {
+        struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory};
+        struct ck_sandbox_limits lim = {.max_memory = p->cfg->verify_max_memory,
+                                        .timeout = p->cfg->verify_timeout};
+        err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, 1, outv, nout, &st, &stats);
+        *seconds = stats.median_s;
+    }
+    ck_infer_arrays_free(in, nin);
+    ck_model_free(m);
+    return err;
+}
+
+/* The archive's outputs: finite, and within the tolerances of
+ * verify.expected, or else of the checkpoint's own network run on the same
+ * inputs (what the archive was packed from: a packing mistake shows here). */
+static int run_engine(const struct ck_pipeline *p, const struct packed *e, double *seconds)
+{
+    struct ck_infer_array *outv = NULL, *ref = NULL;
+    size_t nout = 0, nref = 0;
+    const struct ck_strlist *exp = &p->cfg->verify_expected;
+    double ignored;
+    int err = run_model(p, e->spec, NULL, NULL, &outv, &nout, seconds);
+    if (err < 0)
+        return err;
+    for (size_t k = 0; k < nout && err == 0; k++)
+        err = check_output(p, &outv[k], NULL, NULL);
+    if (err == 0 && exp->n && exp->n != nout)
+        err = ck_error(CK_EUSAGE, "verify.expected names %zu files, the network has %zu outputs",
+                       exp->n, nout);
+    if (err == 0 && !exp->n &&
+        (err = run_model(p, e->src, p->cfg->pack_graph_file, p->cfg->pack_graph_yaml, &ref, &nref,
+                         &ignored)) == 0 &&
+        nref != nout)
+        err = ck_error(CK_ERR, "the archive has %zu outputs, its checkpoint %zu", nout, nref);
+    for (size_t k = 0; k < nout && err == 0; k++) {
+        if (exp->n) {
+            struct ck_infer_array want = {0};
+            char what[PATH_MAX + 8];
+            snprintf(what, sizeof what, "'%s'", exp->items[k]);
+            if ((err = ck_npyio_load(exp->items[k], &want)) == 0)
+                err = check_output(p, &outv[k], &want, what);
+            ck_infer_array_release(&want);
+        } else {
+            err = check_output(p, &outv[k], &ref[k], "the checkpoint's own output");
+        }
+    }
+    ck_infer_arrays_free(outv, nout);
+    ck_infer_arrays_free(ref, nref);
+    return err;
+}
+
+/* One packed model (a .mldef, or a tag of a SameDiff archive): run, recorded, announced. */
+static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
+                      const struct packed *e, char *why, size_t whysz)
+{
+    char mbuf[256], secs[32];
+    const char *name = ck_basename(a->path), *model = model_name(p, mbuf, sizeof mbuf);
+    double seconds = 0;
+    int err = run_engine(p, e, &seconds);
+    const char *tag = strchr(e->spec + strlen(e->path), '#');
+    if (err < 0)
+        snprintf(why, whysz, "%s%s%s", tag ? "tag " : "", tag ? tag + 1 : "", tag ? ": " : "");
+    snprintf(why + strlen(why), whysz - strlen(why), "%s", err < 0 ? ck_error_msg() : "");
+    snprintf(secs, sizeof secs, "%.6f", seconds);
+    bool hold = err < 0 && p->cfg->verify_on_failure == CK_VERIFY_HOLD;
+    const char *fields[] = {
+        "verification",       err < 0 ? "failed" : "passed", "verification_error",
+        err < 0 ? why : NULL, "verification_seconds",        err < 0 ? NULL : secs,
+        "uploaded",           hold ? "held" : "yes"};
+    if (ck_deploy_record(p->dir, name, fields, 4) < 0)
+        ck_warn("archive.record_failed", "'%s': %s", name, ck_error_msg());
+    struct ck_event ev;
+    if (ck_event_init(&ev, err < 0 ? CK_EV_VERIFICATION_FAILED : CK_EV_VERIFICATION_PASSED) == 0) {
+        event_base(p, &ev, e->ref, model);
+        ev.archive_format = e->format;
+        ev.archive_path = a->path;
+        ev.seconds = err < 0 ? -1 : seconds;
+        ev.error = err < 0 ? why : NULL;
+        emit(p, &ev);
+    }
+    if (err < 0) {
+        ck_metrics_add(CK_M_FAILURES_VERIFY, 1);
+        ck_err("verification.failed", "checkpoint='%s' archive='%s': %s: %s", e->ref, e->spec, why,
+               hold ? "held back (verify.on_failure: hold)" : "uploaded marked failed");
+    } else {
+        ck_info("verification.passed", "checkpoint='%s' archive='%s' seconds=%.6f", e->ref, e->spec,
+                seconds);
+    }
+    return err;
+}
+
+int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a)
+{
+    struct packed e;
+    char why[1024] = "", one[1024];
+    const char *name = ck_basename(a->path);
+    bool failed = false;
+    /* a SameDiff archive may have got several tags this pass: each is run */
+    while (take(a->path, &e)) {
+        one[0] = '\0';
+        if (verify_one(p, a, &e, one, sizeof one) < 0) {
+            failed = true;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", why[0] ? "; " : "", one);
+        }
+        packed_free(&e);
+    }
+    bool hold = failed && p->cfg->verify_on_failure == CK_VERIFY_HOLD;
+    if (failed) { /* the archive's record says failed when any of its tags did */
+        const char *fields[] = {
+            "verification",         "failed", "verification_error", why,
+            "verification_seconds", NULL,     "uploaded",           hold ? "held" : "yes"};
+        if (ck_deploy_record(p->dir, name, fields, 4) < 0)
+            ck_warn("archive.record_failed", "'%s': %s", name, ck_error_msg());
+    }
+    if (!hold)
+        return 0;
+    /* Held: out of data/, or the tree's upload would take it along. A
+     * SameDiff archive holds every earlier tag too and stays (README). */
+    char held[PATH_MAX], to[PATH_MAX];
+    if (ck_text_ends_with(name, ".zip") ||
+        ck_path_join(held, sizeof held, p->st->dir, "held") < 0 || ck_mkdirs(held, 0700) < 0 ||
+        ck_path_join(to, sizeof to, held, name) < 0 || rename(a->path, to) < 0)
+        ck_warn("archive.hold_failed", "'%s' stays where it is", a->path);
+    return ck_error(CK_ERR, "%s", why);
+}

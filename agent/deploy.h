@@ -1,0 +1,32 @@
+/* The deployment stages of the pipeline (rows of agent/stages.c):
+ *
+ *   ck_deploy_pack    each newly registered checkpoint -> one archive per
+ *                     pack.formats entry (mldef: DIR/data/deploy/<ref>.mldef;
+ *                     samediff: a new tag in DIR/data/deploy/<model>.zip),
+ *                     recorded under `archives:` in data/build_parameters.yaml,
+ *                     archive.packed / archive.failed, the metrics.
+ *   ck_deploy_verify  the archive as written, run by the CPU engine in its
+ *                     sandbox on verify.inputs (or fixed inputs): outputs
+ *                     finite, and within atol/rtol of verify.expected, or
+ *                     else of the source checkpoint's own network's outputs;
+ *                     verification.passed / .failed, the record updated; a
+ *                     failure holds the archive back (verify.on_failure: hold)
+ *                     or lets it go marked (upload_marked).
+ *
+ * A checkpoint that cannot be packed stays registered and uploaded: these
+ * stages log and emit their failures and never fail the pass. */
+#ifndef CK_DEPLOY_H
+#define CK_DEPLOY_H
+
+#include "agent/pipeline.h"
+
+int ck_deploy_pack(const struct ck_pipeline *p, const char *ref, struct ck_archives *out);
+int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a);
+
+/* Records (or replaces) the entry `name` under `archives:` of
+ * DIR/data/build_parameters.yaml, keeping every other key. fields are
+ * key/value text pairs (values written as strings, except "size" as an
+ * integer; a NULL value removes the key); n pairs. */
+int ck_deploy_record(const char *dir, const char *name, const char *const *fields, size_t n);
+
+#endif

@@ -1,0 +1,132 @@
+/* data/build_parameters.yaml, `archives:`: one entry per archive the pack
+ * stage wrote (format, checkpoint, size, sha256, verification). The file is
+ * free-form YAML others write too (agent/layout.c keeps every key it does
+ * not own, and owns only `ckptd:`), so everything else is copied as read and
+ * the result stays one mapping. */
+#include "agent/deploy.h"
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/yamlutil.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <stdbool.h>
+#include <string.h>
+
+static const char *scalar(yaml_node_t *n)
+{
+    return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
+}
+
+static bool in_fields(const char *k, const char *const *fields, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(fields[2 * i], k))
+            return true;
+    return false;
+}
+
+static void put_fields(struct ck_yaml_out *o, const char *const *fields, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!fields[2 * i + 1])
+            continue; /* NULL: the key goes */
+        ck_yaml_str(o, fields[2 * i]);
+        char *end;
+        long long v = strcmp(fields[2 * i], "size") ? -1 : strtoll(fields[2 * i + 1], &end, 10);
+        if (v >= 0 && !*end)
+            ck_yaml_int(o, v);
+        else
+            ck_yaml_str(o, fields[2 * i + 1]);
+    }
+}
+
+/* the entry `name`: what it had that fields do not replace, then fields */
+static void put_entry(struct ck_yaml_out *o, struct ck_yaml_doc *d, yaml_node_t *old,
+                      const char *const *fields, size_t n)
+{
+    ck_yaml_map_begin(o);
+    if (old && old->type == YAML_MAPPING_NODE)
+        for (yaml_node_pair_t *p = old->data.mapping.pairs.start; p < old->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *k = ck_yaml_node(d, p->key);
+            if (in_fields(scalar(k), fields, n))
+                continue;
+            ck_yaml_copy(o, d, k);
+            ck_yaml_copy(o, d, ck_yaml_node(d, p->value));
+        }
+    put_fields(o, fields, n);
+    ck_yaml_map_end(o);
+}
+
+static void put_archives(struct ck_yaml_out *o, struct ck_yaml_doc *d, yaml_node_t *old,
+                         const char *name, const char *const *fields, size_t n)
+{
+    yaml_node_t *mine = NULL;
+    ck_yaml_map_begin(o);
+    if (old && old->type == YAML_MAPPING_NODE)
+        for (yaml_node_pair_t *p = old->data.mapping.pairs.start; p < old->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *k = ck_yaml_node(d, p->key);
+            if (!strcmp(scalar(k), name)) {
+                mine = ck_yaml_node(d, p->value);
+                continue;
+            }
+            ck_yaml_copy(o, d, k);
+            ck_yaml_copy(o, d, ck_yaml_node(d, p->value));
+        }
+    ck_yaml_str(o, name);
+    put_entry(o, d, mine, fields, n);
+    ck_yaml_map_end(o);
+}
+
+int ck_deploy_record(const char *dir, const char *name, const char *const *fields, size_t n)
+{
+    char path[PATH_MAX];
+    struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT;
+    struct ck_yaml_doc doc = {0};
+    struct ck_yaml_out o;
+    int err;
+    if ((err = ck_path_join(path, sizeof path, dir, "data/build_parameters.yaml")) < 0)
+        return err;
+    bool exists = ck_exists(path);
+    if (exists && (err = ck_read_file(path, 64u << 20, &old)) < 0)
+        return err;
+    if (exists && old.len && (err = ck_yaml_load(&doc, path, ck_buf_str(&old), old.len)) < 0)
+        goto out;
+    yaml_node_t *root = doc.loaded ? ck_yaml_root(&doc) : NULL;
+    if (root && root->type != YAML_MAPPING_NODE) {
+        err = ck_error(CK_EFORMAT, "'%s' line %d: expected a mapping", path, ck_yaml_line(root));
+        goto out;
+    }
+    if ((err = ck_yaml_out_begin(&o, &out)) < 0)
+        goto out;
+    ck_yaml_map_begin(&o);
+    yaml_node_t *archives = NULL;
+    if (root)
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *k = ck_yaml_node(&doc, p->key);
+            if (!strcmp(scalar(k), "archives")) {
+                archives = ck_yaml_node(&doc, p->value);
+                continue;
+            }
+            ck_yaml_copy(&o, &doc, k);
+            ck_yaml_copy(&o, &doc, ck_yaml_node(&doc, p->value));
+        }
+    ck_yaml_str(&o, "archives");
+    put_archives(&o, &doc, archives, name, fields, n);
+    ck_yaml_map_end(&o);
+    if ((err = ck_yaml_out_end(&o)) < 0)
+        goto out;
+    char data[PATH_MAX];
+    ck_dirname(data, sizeof data, path);
+    if ((err = ck_mkdirs(data, 0755)) == 0)
+        err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
+out:
+    ck_yaml_release(&doc);
+    ck_buf_release(&old);
+    ck_buf_release(&out);
+    return err;
+}

@@ -1,0 +1,165 @@
+#include "agent/pack.h"
+
+#include "common/buf.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/hash.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/sign.h"
+#include "model/mldef.h"
+#include "readers/reader.h"
+#include "writers/mldefzip.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
+                       struct ck_model **out)
+{
+    return ck_reader_open_model(src, src_format, graph, out);
+}
+
+int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
+            struct ck_pack_result *r)
+{
+    memset(r, 0, sizeof *r);
+    const struct ck_writer_ops *ops = ck_writer_find(o->format);
+    if (!ops)
+        return ck_error(CK_EUSAGE, "unknown archive format '%s'", o->format);
+    struct ck_model *m = NULL;
+    struct ck_writer *w = NULL;
+    int err;
+    err = o->graph_text ? ck_reader_open_model_text(src, o->src_format, o->graph_text,
+                                                    strlen(o->graph_text), "pack.graph", &m)
+                        : ck_pack_load_model(src, o->src_format, o->graph, &m);
+    if (err < 0)
+        return err;
+    r->nlayers = m->nnodes;
+    if ((err = ck_writer_open(ops, out, &o->w, &w)) < 0 || (err = ck_writer_add(w, m)) < 0 ||
+        (err = ck_writer_finish(w)) < 0)
+        goto out;
+    if (ck_samediff_last(w))
+        r->samediff = *ck_samediff_last(w);
+    if (strcmp(ops->name, "mldef") == 0) {
+        /* Read back what was written, with the same rules a device applies. */
+        struct ck_mldef_report rep;
+        if ((err = ck_mldef_check(out, NULL, &rep, NULL)) == 0 && rep.n)
+            err = ck_error(CK_ERR, "'%s' breaks rule %s at %s: %s (a ckptd bug: please report)",
+                           out, rep.v[0].rule, rep.v[0].where, rep.v[0].msg);
+        ck_mldef_report_release(&rep);
+        if (err < 0)
+            goto out;
+    }
+    struct stat st;
+    if (stat(out, &st) < 0) {
+        err = ck_error_os(CK_EIO, "cannot stat '%s'", out);
+        goto out;
+    }
+    r->size = (uint64_t)st.st_size;
+    if (o->digest) {
+        struct ck_digests d;
+        if ((err = ck_hash_file(out, CK_HASH_SHA256, &d, NULL)) < 0)
+            goto out;
+        memcpy(r->sha256, d.sha256, sizeof r->sha256);
+    }
+out:
+    ck_writer_free(w);
+    ck_model_free(m);
+    return err;
+}
+
+void ck_pack_print_report(FILE *f, const char *path, const struct ck_mldef_report *r, bool json)
+{
+    if (json) {
+        struct ck_buf b = CK_BUF_INIT;
+        struct ck_json j;
+        ck_json_init(&j, &b, true);
+        ck_json_begin_object(&j);
+        ck_json_kstr(&j, "path", path);
+        ck_json_kbool(&j, "valid", r->n == 0 && r->dropped == 0);
+        ck_json_kint(&j, "files", (int64_t)r->nfiles);
+        ck_json_kint(&j, "layers", (int64_t)r->nlayers);
+        ck_json_kbool(&j, "signed", r->has_signature);
+        if (r->has_signature) {
+            ck_json_kbool(&j, "signature_ok", r->signature_ok);
+            ck_json_kstr(&j, "signer", r->signer);
+        }
+        ck_json_key(&j, "violations");
+        ck_json_begin_array(&j);
+        for (size_t i = 0; i < r->n; i++) {
+            ck_json_begin_object(&j);
+            ck_json_kstr(&j, "rule", r->v[i].rule);
+            ck_json_kstr(&j, "where", r->v[i].where);
+            ck_json_kstr(&j, "message", r->v[i].msg);
+            ck_json_end_object(&j);
+        }
+        ck_json_end_array(&j);
+        ck_json_end_object(&j);
+        if (b.data)
+            fprintf(f, "%s\n", b.data);
+        ck_buf_release(&b);
+        return;
+    }
+    for (size_t i = 0; i < r->n; i++)
+        fprintf(f, "%s: %s: %s [%s]\n", path, r->v[i].where, r->v[i].msg, r->v[i].rule);
+    if (r->dropped)
+        fprintf(f, "%s: ... and %zu more violations\n", path, r->dropped);
+    if (r->n == 0 && r->dropped == 0)
+        fprintf(f, "%s: valid mldef: %zu files, %zu layers%s%s%s\n", path, r->nfiles, r->nlayers,
+                r->has_signature ? ", signed by " : ", not signed",
+                r->has_signature ? r->signer : "", r->has_signature ? " (signature good)" : "");
+    else
+        fprintf(f, "%s: %zu violation%s\n", path, r->n + r->dropped,
+                r->n + r->dropped == 1 ? "" : "s");
+}
+
+int ck_pack_mldef_from_manifest(const char *manifest, const char *out, int level,
+                                const char *sign_key, FILE *errf)
+{
+    struct ck_mldef_report rep;
+    int err = ck_mldef_check(manifest, NULL, &rep, NULL);
+    if (err < 0)
+        return err;
+    if (rep.n || rep.dropped) {
+        ck_pack_print_report(errf, manifest, &rep, false);
+        err = ck_error(CK_EFORMAT, "'%s': %zu rule%s broken: nothing written", manifest,
+                       rep.n + rep.dropped, rep.n + rep.dropped == 1 ? "" : "s");
+        ck_mldef_report_release(&rep);
+        return err;
+    }
+    ck_mldef_report_release(&rep);
+    char **names = NULL;
+    size_t n = 0;
+    struct ck_sign_key key;
+    bool have_key = false;
+    struct ck_mldef_zip *z = NULL;
+    if ((err = ck_mldef_manifest_files(manifest, &names, &n)) < 0)
+        return err;
+    if (sign_key) {
+        if ((err = ck_sign_load(sign_key, &key)) < 0)
+            goto out;
+        have_key = true;
+    }
+    char dir[4096], p[4096];
+    ck_dirname(dir, sizeof dir, manifest);
+    if ((err = ck_mldef_zip_open(out, level, have_key ? &key : NULL, &z)) < 0 ||
+        (err = ck_mldef_zip_add_file(z, CK_MLDEF_MANIFEST, manifest)) < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if ((err = ck_path_join(p, sizeof p, dir, names[i])) < 0 ||
+            (err = ck_mldef_zip_add_file(z, names[i], p)) < 0)
+            goto out;
+    }
+    err = ck_mldef_zip_finish(z);
+out:
+    ck_mldef_zip_free(z);
+    if (have_key)
+        ck_sign_key_wipe(&key);
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return err;
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Issue 11's figures: `ckptd pack --format mldef -0` of a 1 GiB safetensors
+# checkpoint (16 float32 tensors of 4096x4096 and a layer list of 16 dense
+# layers), page-cached, against `cp` of the same file and Info-ZIP `zip -0`
+# (Debian's zip) in the same run, on a release build. Best of 3 wall times;
+# max RSS from /usr/bin/time -v. Goals: at most 1.2x cp's time, at least
+# zip -0's speed, RSS under 64 MiB.
+# Usage: bench/pack.sh [BUILD_DIR] [SIZE_MIB]
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$here/build-bench}
+size_mib=${2:-1024}
+cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCKPTD_SANITIZE=OFF -DCKPTD_WERROR=OFF >/dev/null
+cmake --build "$build" -j"$(nproc)" --target ckptd >/dev/null
+ckptd=$build/agent/ckptd
+work=$(mktemp -d "${TMPDIR:-/tmp}/ckptd-bench.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+best() { # best wall time in seconds of 3 runs of "$@" (the output removed before each)
+    local b=999999 t0 t1
+    for _ in 1 2 3; do
+        rm -f "$work"/out.*
+        sync
+        t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
+        b=$(awk -v a="$t0" -v z="$t1" -v b="$b" 'BEGIN { t = z - a; print (t < b ? t : b) }')
+    done
+    printf '%.4f' "$b"
+}
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+mbps() { awk -v mb="$1" -v t="$2" 'BEGIN { printf "%.0f", mb * 1.048576 / t }'; }
+# "RSS_KIB CPU_S" of one run: max RSS, and user + system CPU seconds (on a
+# shared machine the CPU a tool needs says more than its wall time).
+rss_cpu() {
+    rm -f "$work"/out.*
+    /usr/bin/time -f '%M %U %S' -o "$work/time" "$@" >/dev/null 2>&1
+    awk '{ printf "%s %.2f\n", $1, $2 + $3 }' "$work/time"
+}
+
+# The checkpoint: safetensors written by the test writer, streamed to disk.
+n=$((size_mib / 64))
+PYTHONPATH=$here/tests/lib /usr/bin/python3 - "$work" "$n" <<'PY'
+import json, struct, sys
+import numpy as np
+work, n = sys.argv[1], int(sys.argv[2])
+dim = 4096
+size = dim * dim * 4
+hdr, off = {}, 0
+for i in range(n):
+    hdr[f"fc{i}.weight"] = {"dtype": "F32", "shape": [dim, dim], "data_offsets": [off, off + size]}
+    off += size
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+rng = np.random.default_rng(0)
+block = rng.standard_normal(dim * dim, dtype=np.float32).tobytes()
+with open(f"{work}/model.safetensors", "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for i in range(n):
+        f.write(block)
+with open(f"{work}/graph.yaml", "w") as f:
+    f.write("input: {name: x, shape: [-1, %d]}\nlayers:\n" % dim)
+    for i in range(n):
+        f.write("  - {op: dense, weight: fc%d.weight}\n" % i)
+PY
+src=$work/model.safetensors
+cat "$src" > /dev/null # page-cached for every contender
+mib=$(( $(stat -c %s "$src") >> 20 ))
+
+t_cp=$(best cp "$src" "$work/out.cp")
+t_zip=$(best zip -0 -q -j "$work/out.zip" "$src")
+t_pack=$(best "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
+read -r rss_pack cpu_pack < <(rss_cpu "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
+read -r rss_zip cpu_zip < <(rss_cpu zip -0 -q -j "$work/out.zip" "$src")
+read -r rss_cp cpu_cp < <(rss_cpu cp "$src" "$work/out.cp")
+
+printf 'checkpoint: %d MiB safetensors, %d tensors of 4096x4096 float32\n' "$mib" "$n"
+printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "cp" "$t_cp" "$(mbps "$mib" "$t_cp")" "$cpu_cp" "$rss_cp"
+printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "zip -0" "$t_zip" "$(mbps "$mib" "$t_zip")" "$cpu_zip" "$rss_zip"
+printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "ckptd pack --format mldef -0" "$t_pack" \
+    "$(mbps "$mib" "$t_pack")" "$cpu_pack" "$rss_pack"
+printf 'pack / cp time: %sx (goal <= 1.2)   zip -0 / pack time: %sx (goal >= 1.0)   rss goal < 65536 KiB\n' \
+    "$(ratio "$t_pack" "$t_cp")" "$(ratio "$t_zip" "$t_pack")"
+printf 'cpu: pack / cp %sx, zip -0 / pack %sx; load average %s\n' "$(ratio "$cpu_pack" "$cpu_cp")" \
+    "$(ratio "$cpu_zip" "$cpu_pack")" "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,0 +1,351 @@
+#include "model/dl4jops.h"
+
+#include "common/error.h"
+#include "common/utf8.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+#include <strings.h>
+
+#define NOIN                                                                                       \
+    {                                                                                              \
+        -1                                                                                         \
+    }
+#define SAME_ORDER                                                                                 \
+    {                                                                                              \
+        -1                                                                                         \
+    }
+/* conv2d / pooling iArgs, in DL4J's order (Conv2DConfig / Pooling2DConfig). */
+#define K_S_P_D                                                                                    \
+    {"kH", 'i', CK_DF_KH, 1}, {"kW", 'i', CK_DF_KW, 1}, {"sH", 'i', CK_DF_SH, 1},                  \
+        {"sW", 'i', CK_DF_SW, 1}, {"pH", 'i', CK_DF_PH, 0}, {"pW", 'i', CK_DF_PW, 0},              \
+        {"dH", 'i', CK_DF_DH, 1}, {"dW", 'i', CK_DF_DW, 1},                                        \
+    {                                                                                              \
+        "isSameMode", 'i', CK_DF_CONST, 0                                                          \
+    }
+
+/* clang-format off */
+const struct ck_dl4j_op ck_dl4j_ops[] = {
+    {CK_OP_IDENTITY, "identity", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_DENSE, "xw_plus_b", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"transposeW", 'b', CK_DF_TRANS_W, 0}, {"axis", 'i', CK_DF_AXIS, 1}}},
+    {CK_OP_CONV2D, "conv2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {K_S_P_D, {"dataFormat", 'i', CK_DF_CONST, 0}, {"wFormat", 'i', CK_DF_CONST, 1}}},
+    {CK_OP_MAXPOOL, "maxpool2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {K_S_P_D, {"extraParam0", 'i', CK_DF_CONST, 0}, {"isNHWC", 'i', CK_DF_CONST, 0}}},
+    {CK_OP_AVGPOOL, "avgpool2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {K_S_P_D, {"extraParam0", 'i', CK_DF_COUNT_PAD, 0}, {"isNHWC", 'i', CK_DF_CONST, 0}}},
+    {CK_OP_GLOBAL_AVGPOOL, "global_avg_pool", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_GLOBAL_MAXPOOL, "global_max_pool", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_RELU, "relu", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"cutoff", 't', CK_DF_CONST, 0}}},
+    {CK_OP_LEAKY_RELU, "leakyrelu", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"alpha", 't', CK_DF_ALPHA, 0.01}}},
+    {CK_OP_SIGMOID, "sigmoid", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_TANH, "tanh", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_GELU, "precise_gelu", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_GELU, "gelu", CK_DV_APPROX, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_SOFTMAX, "softmax", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"dimension", 'i', CK_DF_AXIS, -1}}},
+    {CK_OP_LOG_SOFTMAX, "log_softmax", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"dimension", 'i', CK_DF_AXIS, -1}}},
+    {CK_OP_ADD, "add", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_ADD, "add_scalar", CK_DV_SCALAR, false, SAME_ORDER, -1, -1,
+     {{"scalar", 't', CK_DF_SCALAR, 0}}},
+    {CK_OP_SUB, "subtract", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_SUB, "sub_scalar", CK_DV_SCALAR, false, SAME_ORDER, -1, -1,
+     {{"scalar", 't', CK_DF_SCALAR, 0}}},
+    {CK_OP_SUB, "rsub_scalar", CK_DV_RSCALAR, false, SAME_ORDER, -1, -1,
+     {{"scalar", 't', CK_DF_SCALAR, 0}}},
+    {CK_OP_MUL, "multiply", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_MUL, "mul_scalar", CK_DV_SCALAR, false, SAME_ORDER, -1, -1,
+     {{"scalar", 't', CK_DF_SCALAR, 0}}},
+    {CK_OP_DIV, "divide", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_DIV, "div_scalar", CK_DV_SCALAR, false, SAME_ORDER, -1, -1,
+     {{"scalar", 't', CK_DF_SCALAR, 0}}},
+    {CK_OP_DIV, "rdiv_scalar", CK_DV_RSCALAR, false, SAME_ORDER, -1, -1,
+     {{"scalar", 't', CK_DF_SCALAR, 0}}},
+    {CK_OP_POW, "Pow", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_POW, "pow", CK_DV_SCALAR, false, SAME_ORDER, -1, -1,
+     {{"pow", 't', CK_DF_SCALAR, 1}}},
+    {CK_OP_MATMUL, "matmul", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"transX", 'i', CK_DF_CONST, 0},
+      {"transY", 'i', CK_DF_CONST, 0},
+      {"transZ", 'i', CK_DF_CONST, 0}}},
+    {CK_OP_MATMUL, "mmul", CK_DV_PLAIN, true, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_TRANSPOSE, "permute", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"permuteDims", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_RESHAPE, "reshape", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"shape", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_FLATTEN, "flatten_2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"dimension", 'i', CK_DF_AXIS, 1}}},
+    {CK_OP_SQUEEZE, "squeeze", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"axis", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_UNSQUEEZE, "expand_dims", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"axis", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_CONCAT, "concat", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"concatDimension", 'i', CK_DF_AXIS, 0}}},
+    {CK_OP_SPLIT, "split_v", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"dimensions", 'i', CK_DF_AXIS, 0}, {"sizes", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_SLICE, "strided_slice", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"beginEndStride", 'i', CK_DF_INTS, 0}}},
+    /* DL4J's batchnorm takes (input, mean, variance, gamma, beta). */
+    {CK_OP_BATCHNORM, "batchnorm", CK_DV_PLAIN, false, {0, 3, 4, 1, 2, -1}, -1, -1,
+     {{"epsilon", 't', CK_DF_EPS, 1e-5},
+      {"applyGamma", 'i', CK_DF_CONST, 1},
+      {"applyBeta", 'i', CK_DF_CONST, 1},
+      {"axis", 'i', CK_DF_AXIS, 1}}},
+    {CK_OP_LAYERNORM, "layer_norm", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"epsilon", 't', CK_DF_EPS, 1e-5}, {"axis", 'i', CK_DF_AXIS, -1}}},
+    {CK_OP_GATHER, "gather", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"dimensions", 'i', CK_DF_AXIS, 0}}},
+    {CK_OP_REDUCE_MEAN, "reduce_mean", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"keepDims", 'b', CK_DF_KEEPDIMS, 0}, {"dimensions", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_REDUCE_SUM, "reduce_sum", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"keepDims", 'b', CK_DF_KEEPDIMS, 0}, {"dimensions", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_SQRT, "sqrt", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_EXP, "exp", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_LOG, "log", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_NEG, "neg", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_ERF, "erf", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_CLIP, "clipbyvalue", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"clipValueMin", 't', CK_DF_MIN, -INFINITY}, {"clipValueMax", 't', CK_DF_MAX, INFINITY}}},
+    /* DL4J's pad takes (input, paddings[rank, 2], value) and a mode iArg. */
+    {CK_OP_PAD, "pad", CK_DV_PLAIN, false, SAME_ORDER, 1, 2,
+     {{"mode", 'i', CK_DF_CONST, 0},
+      {"padValue", 't', CK_DF_SCALAR, 0},
+      {"paddings", 'i', CK_DF_INTS, 0}}},
+    {CK_OP_INVALID, NULL, CK_DV_PLAIN, false, NOIN, -1, -1, {{0}}},
+};
+/* clang-format on */
+
+const struct ck_dl4j_op *ck_dl4j_by_name(const char *name)
+{
+    for (const struct ck_dl4j_op *r = ck_dl4j_ops; name && r->name; r++)
+        if (!strcasecmp(r->name, name))
+            return r;
+    return NULL;
+}
+
+static enum ck_dl4j_variant variant_of(const struct ck_op_params *p)
+{
+    if (p->has_scalar)
+        return p->scalar_first ? CK_DV_RSCALAR : CK_DV_SCALAR;
+    return p->approx_tanh ? CK_DV_APPROX : CK_DV_PLAIN;
+}
+
+/* Whether DL4J can say what p says for this op (symmetric pads, no groups, ...). */
+static int expressible(const struct ck_model_node *n, const struct ck_dl4j_op *r)
+{
+    const struct ck_op_params *p = &n->p;
+    const char *why = NULL;
+    if (r->op == CK_OP_CONV2D || r->op == CK_OP_MAXPOOL || r->op == CK_OP_AVGPOOL) {
+        if (p->pad[0] != p->pad[2] || p->pad[1] != p->pad[3])
+            why = "asymmetric padding";
+        else if (r->op == CK_OP_CONV2D && p->groups != 1)
+            why = "grouped convolution";
+        else if (p->ceil_mode)
+            why = "ceil mode";
+    }
+    if (why)
+        return ck_error(CK_EFORMAT, "node '%s': op '%s' with %s has no DL4J equivalent", n->name,
+                        ck_op_name(n->op), why);
+    return 0;
+}
+
+int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **out)
+{
+    enum ck_dl4j_variant v = variant_of(&n->p);
+    const struct ck_dl4j_op *plain = NULL, *exact = NULL;
+    bool has_variants = false;
+    for (const struct ck_dl4j_op *r = ck_dl4j_ops; r->name; r++) {
+        if (r->op != n->op || r->read_only)
+            continue;
+        has_variants |= r->variant != CK_DV_PLAIN;
+        if (r->variant == v && !exact)
+            exact = r;
+        if (r->variant == CK_DV_PLAIN && !plain)
+            plain = r;
+    }
+    /* Flags that select no row of an op without variants are its own
+     * parameters (pad's constant), not a different DL4J op. */
+    *out = exact ? exact : has_variants ? NULL : plain;
+    if (!*out)
+        return ck_error(CK_EFORMAT, "node '%s': op '%s'%s has no DL4J equivalent", n->name,
+                        ck_op_name(n->op), v == CK_DV_PLAIN ? "" : " in this form");
+    return expressible(n, *out);
+}
+
+double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p)
+{
+    switch (a->field) {
+    case CK_DF_KH:
+        return (double)p->kernel[0];
+    case CK_DF_KW:
+        return (double)p->kernel[1];
+    case CK_DF_SH:
+        return (double)p->stride[0];
+    case CK_DF_SW:
+        return (double)p->stride[1];
+    case CK_DF_PH:
+        return (double)p->pad[0];
+    case CK_DF_PW:
+        return (double)p->pad[1];
+    case CK_DF_DH:
+        return (double)p->dilation[0];
+    case CK_DF_DW:
+        return (double)p->dilation[1];
+    case CK_DF_AXIS:
+        return p->axis == CK_AXIS_DEFAULT ? a->def : (double)p->axis;
+    case CK_DF_TRANS_W:
+        return p->trans_w;
+    case CK_DF_COUNT_PAD:
+        return p->count_include_pad;
+    case CK_DF_KEEPDIMS:
+        return p->keepdims;
+    case CK_DF_SCALAR:
+        return p->scalar;
+    case CK_DF_ALPHA:
+        return p->alpha;
+    case CK_DF_EPS:
+        return p->eps;
+    case CK_DF_MIN:
+        return p->min;
+    case CK_DF_MAX:
+        return p->max;
+    case CK_DF_CONST:
+    case CK_DF_INTS:
+    default:
+        return a->def;
+    }
+}
+
+void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, double v)
+{
+    switch (a->field) {
+    case CK_DF_KH:
+        p->kernel[0] = (int64_t)v;
+        break;
+    case CK_DF_KW:
+        p->kernel[1] = (int64_t)v;
+        break;
+    case CK_DF_SH:
+        p->stride[0] = (int64_t)v;
+        break;
+    case CK_DF_SW:
+        p->stride[1] = (int64_t)v;
+        break;
+    case CK_DF_PH:
+        p->pad[0] = p->pad[2] = (int64_t)v;
+        break;
+    case CK_DF_PW:
+        p->pad[1] = p->pad[3] = (int64_t)v;
+        break;
+    case CK_DF_DH:
+        p->dilation[0] = (int64_t)v;
+        break;
+    case CK_DF_DW:
+        p->dilation[1] = (int64_t)v;
+        break;
+    case CK_DF_AXIS:
+        p->axis = (int64_t)v;
+        break;
+    case CK_DF_TRANS_W:
+        p->trans_w = v != 0;
+        break;
+    case CK_DF_COUNT_PAD:
+        p->count_include_pad = v != 0;
+        break;
+    case CK_DF_KEEPDIMS:
+        p->keepdims = v != 0;
+        break;
+    case CK_DF_SCALAR:
+        p->scalar = (float)v;
+        break;
+    case CK_DF_ALPHA:
+        p->alpha = (float)v;
+        break;
+    case CK_DF_EPS:
+        p->eps = (float)v;
+        break;
+    case CK_DF_MIN:
+        p->min = (float)v;
+        break;
+    case CK_DF_MAX:
+        p->max = (float)v;
+        break;
+    case CK_DF_CONST:
+    case CK_DF_INTS:
+    default:
+        break;
+    }
+}
+
+void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p)
+{
+    p->has_scalar =
+        row->variant == CK_DV_SCALAR || row->variant == CK_DV_RSCALAR || (row->op == CK_OP_PAD);
+    p->scalar_first = row->variant == CK_DV_RSCALAR;
+    p->approx_tanh = row->variant == CK_DV_APPROX;
+}
+
+int ck_dl4j_input(const struct ck_dl4j_op *row, int k, int ncanonical)
+{
+    if (k < 0 || k >= CK_DL4J_MAX_INPUTS)
+        return -1;
+    if (row->inputs[0] < 0)
+        return k < ncanonical ? k : -1;
+    for (int i = 0; i <= k; i++)
+        if (row->inputs[i] < 0)
+            return -1;
+    return row->inputs[k] < ncanonical ? row->inputs[k] : -1;
+}
+
+static bool tag_char_bad(unsigned char c)
+{
+    return c <= 0x20 || c == 0x7f || strchr("/\\:*?\"<>|", c) != NULL;
+}
+
+bool ck_sd_tag_is_valid(const char *tag)
+{
+    size_t n = tag ? strlen(tag) : 0;
+    if (n == 0 || n > CK_SD_TAG_MAX || !ck_utf8_is_valid(tag, n))
+        return false;
+    if (!strcmp(tag, ".") || !strcmp(tag, "..") || !strcasecmp(tag, "tags.txt"))
+        return false;
+    if (tag[0] == ' ' || tag[0] == '.' || tag[n - 1] == ' ' || tag[n - 1] == '.')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (tag_char_bad((unsigned char)tag[i]))
+            return false;
+    return true;
+}
+
+bool ck_sd_tag_from(const char *text, char *out, size_t outsz)
+{
+    size_t o = 0, n = text ? strlen(text) : 0;
+    if (outsz < 2)
+        return false;
+    for (size_t i = 0; i < n && o + 4 < outsz && o < CK_SD_TAG_MAX - 3;) {
+        size_t cl = ck_utf8_char_len(text + i, n - i);
+        if (cl == 0 || (cl == 1 && tag_char_bad((unsigned char)text[i]))) {
+            out[o++] = '_';
+            i += cl ? cl : 1;
+        } else {
+            memcpy(out + o, text + i, cl);
+            o += cl;
+            i += cl;
+        }
+    }
+    out[o] = 0;
+    /* Trim leading and trailing spaces and dots. */
+    size_t a = 0;
+    while (out[a] == ' ' || out[a] == '.')
+        a++;
+    memmove(out, out + a, o - a + 1);
+    o -= a;
+    while (o && (out[o - 1] == ' ' || out[o - 1] == '.'))
+        out[--o] = 0;
+    return ck_sd_tag_is_valid(out);
+}

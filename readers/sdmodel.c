@@ -1,0 +1,272 @@
+#include "readers/sdmodel.h"
+
+#include "common/error.h"
+#include "model/dl4jops.h"
+#include "readers/nameidx.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_VALUES 256
+
+static const char *attr(const struct ck_graph_node *n, const char *key)
+{
+    for (size_t i = 0; i < n->nattrs; i++)
+        if (!strcmp(n->attrs[i].key, key))
+            return n->attrs[i].value;
+    return NULL;
+}
+
+/* "[1,2,3]" or "[true,false]" into v (at most max); the count, or -1. */
+static int parse_list(const char *s, double *v, int max)
+{
+    int n = 0;
+    if (!s || *s++ != '[')
+        return -1;
+    while (*s && *s != ']') {
+        char *end;
+        if (n == max)
+            return -1;
+        if (!strncmp(s, "true", 4)) {
+            v[n++] = 1;
+            s += 4;
+        } else if (!strncmp(s, "false", 5)) {
+            v[n++] = 0;
+            s += 5;
+        } else {
+            errno = 0;
+            v[n++] = strtod(s, &end);
+            if (end == s || errno)
+                return -1;
+            s = end;
+        }
+        if (*s == ',')
+            s++;
+    }
+    return *s == ']' ? n : -1;
+}
+
+struct positional {
+    double v[MAX_VALUES];
+    int n, next;
+};
+
+static int load_pos(const struct ck_graph_node *n, const char *key, struct positional *p,
+                    const char *file)
+{
+    const char *s = attr(n, key);
+    p->next = 0;
+    p->n = s ? parse_list(s, p->v, MAX_VALUES) : 0;
+    if (p->n < 0)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': bad %s", file, n->name, key);
+    return 0;
+}
+
+/* Sets the node's parameters from named arguments, else positional ones. */
+static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn,
+                    struct ck_model_node *mn, const char *file)
+{
+    struct positional pi, pt, pb;
+    double v[MAX_VALUES];
+    int err;
+    if ((err = load_pos(gn, "extraInteger", &pi, file)) < 0 ||
+        (err = load_pos(gn, "extraParams", &pt, file)) < 0 ||
+        (err = load_pos(gn, "extraBools", &pb, file)) < 0)
+        return err;
+    for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
+        char key[160];
+        snprintf(key, sizeof(key), "arg.%s", a->name);
+        const char *named = attr(gn, key);
+        struct positional *pos = a->kind == 'i' ? &pi : a->kind == 't' ? &pt : &pb;
+        int n;
+        if (named) {
+            if ((n = parse_list(named, v, MAX_VALUES)) < 0)
+                return ck_error(CK_EFORMAT, "'%s': node '%s': bad argument '%s'", file, gn->name,
+                                a->name);
+        } else if (a->field == CK_DF_INTS) {
+            n = pos->n - pos->next; /* the rest of the iArgs */
+            memcpy(v, pos->v + pos->next, (size_t)(n > 0 ? n : 0) * sizeof(double));
+            pos->next = pos->n;
+        } else if (pos->next < pos->n) {
+            v[0] = pos->v[pos->next++];
+            n = 1;
+        } else {
+            v[0] = a->def;
+            n = a->field == CK_DF_CONST ? 0 : 1;
+        }
+        if (a->field == CK_DF_INTS) {
+            int64_t iv[MAX_VALUES];
+            for (int k = 0; k < n; k++)
+                iv[k] = (int64_t)v[k];
+            if (n > 0 && (err = ck_model_node_set_ints(mn, iv, (size_t)n)) < 0)
+                return err;
+        } else if (n >= 1 && a->field != CK_DF_CONST) {
+            ck_dl4j_arg_set(a, &mn->p, v[0]);
+        }
+    }
+    return 0;
+}
+
+/* A constant input's values (paddings, shape) as ints or a scalar. */
+static int const_values(const struct ck_tensor_set *s, const struct ck_nameidx *ix,
+                        const char *name, int64_t *out, size_t max, size_t *n)
+{
+    const struct ck_nameidx_entry *e = ck_nameidx_find(ix, name);
+    uint64_t numel;
+    if (!e)
+        return CK_ENOENT;
+    const struct ck_tensor *t = &s->tensors[e->index];
+    if (!t->data || ck_tensor_numel(t, &numel) < 0 || numel > max)
+        return CK_ENOENT;
+    for (uint64_t i = 0; i < numel; i++)
+        out[i] = (int64_t)ck_tensor_get_f64(t, i);
+    *n = (size_t)numel;
+    return 0;
+}
+
+static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const struct ck_nameidx *ix,
+                    const struct ck_graph_node *gn, const char *file)
+{
+    const struct ck_dl4j_op *row = ck_dl4j_by_name(gn->op);
+    struct ck_model_node *mn;
+    int err;
+    if (!row)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' has no canonical mapping", file,
+                        gn->name, gn->op);
+    if ((err = ck_model_add_node(m, gn->name, row->op, &mn)) < 0)
+        return err;
+    ck_dl4j_apply_variant(row, &mn->p);
+    if ((err = set_args(row, gn, mn, file)) < 0)
+        return err;
+    /* DL4J input k goes to canonical slot row->inputs[k] (same order when unset). */
+    const char *slots[64] = {0};
+    size_t nslots = 0;
+    for (size_t k = 0; k < gn->ninputs; k++) {
+        int64_t vals[CK_MODEL_MAX_INTS];
+        size_t nv;
+        if ((int)k == row->ints_input &&
+            const_values(s, ix, gn->inputs[k], vals, CK_MODEL_MAX_INTS, &nv) == 0) {
+            if ((err = ck_model_node_set_ints(mn, vals, nv)) < 0)
+                return err;
+            continue;
+        }
+        if ((int)k == row->scalar_input && const_values(s, ix, gn->inputs[k], vals, 1, &nv) == 0) {
+            const struct ck_tensor *t = &s->tensors[ck_nameidx_find(ix, gn->inputs[k])->index];
+            mn->p.scalar = (float)ck_tensor_get_f64(t, 0);
+            continue;
+        }
+        size_t slot = row->inputs[0] < 0                              ? k
+                      : k < CK_DL4J_MAX_INPUTS && row->inputs[k] >= 0 ? (size_t)row->inputs[k]
+                                                                      : 64;
+        if (slot >= 64 || slots[slot])
+            return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' does not take input %zu",
+                            file, gn->name, gn->op, k);
+        slots[slot] = gn->inputs[k];
+        if (slot + 1 > nslots)
+            nslots = slot + 1;
+    }
+    for (size_t k = 0; k < nslots; k++) {
+        if (!slots[k])
+            return ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);
+        if ((err = ck_model_node_add_input(mn, slots[k])) < 0)
+            return err;
+    }
+    for (size_t k = 0; k < gn->noutputs; k++)
+        if ((err = ck_model_node_add_output(mn, gn->outputs[k])) < 0)
+            return err;
+    return 0;
+}
+
+/* int8 weights stored with a "<name>/scale" constant become float32. */
+static int dequantize(struct ck_tensor_set *s, const struct ck_nameidx *ix, bool *drop)
+{
+    char name[4096];
+    int err;
+    for (size_t i = 0; i < s->ntensors; i++) {
+        struct ck_tensor *t = &s->tensors[i];
+        uint64_t numel;
+        if ((t->dtype != CK_DT_QI8 && t->dtype != CK_DT_I8) || !t->data)
+            continue;
+        snprintf(name, sizeof(name), "%s/scale", t->name);
+        const struct ck_nameidx_entry *e = ck_nameidx_find(ix, name);
+        if (!e || !s->tensors[e->index].data || ck_tensor_numel(t, &numel) < 0)
+            continue;
+        float scale = (float)ck_tensor_get_f64(&s->tensors[e->index], 0);
+        void *mem;
+        if ((err = ck_tensor_set_alloc(s, numel * 4, &mem)) < 0)
+            return err;
+        float *f = mem;
+        for (uint64_t k = 0; k < numel; k++)
+            f[k] = (float)(int8_t)t->data[k] * scale;
+        t->dtype = CK_DT_F32;
+        t->data = mem;
+        t->nbytes = numel * 4;
+        t->big_endian = false;
+        drop[e->index] = true;
+    }
+    return 0;
+}
+
+static int build(struct ck_model *m, struct ck_tensor_set *s, const char *file)
+{
+    static const int64_t none[1] = {0};
+    const struct ck_graph *g = s->graph;
+    struct ck_nameidx ix;
+    bool *drop = calloc(s->ntensors + 1, 1);
+    int err;
+    if (!drop)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = ck_nameidx_tensors(&ix, s)) < 0) {
+        free(drop);
+        return err;
+    }
+    for (size_t i = 0; i < g->ninputs && err >= 0; i++) {
+        const struct ck_nameidx_entry *e = ck_nameidx_find(&ix, g->inputs[i]);
+        const struct ck_tensor *t = e ? &s->tensors[e->index] : NULL;
+        err = ck_model_add_io(m, false, g->inputs[i], t ? t->dtype : CK_DT_F32, t ? t->rank : 0,
+                              t ? t->dims : none);
+    }
+    for (size_t i = 0; i < g->noutputs && err >= 0; i++)
+        err = ck_model_add_io(m, true, g->outputs[i], CK_DT_F32, 0, none);
+    for (size_t i = 0; i < g->nnodes && err >= 0; i++)
+        err = map_node(m, s, &ix, &g->nodes[i], file);
+    if (err >= 0)
+        err = dequantize(s, &ix, drop);
+    ck_nameidx_release(&ix);
+    /* Weights are values with data; the rest (placeholders, declared-only) leave. */
+    size_t o = 0;
+    for (size_t i = 0; i < s->ntensors; i++) {
+        if (s->tensors[i].data && !drop[i])
+            s->tensors[o++] = s->tensors[i];
+        else
+            free(s->tensors[i].name);
+    }
+    s->ntensors = o;
+    free(drop);
+    return err;
+}
+
+int ck_samediff_to_model(struct ck_tensor_set *s, struct ck_model **out)
+{
+    struct ck_model *m = NULL;
+    char file[4096];
+    int err;
+    *out = NULL;
+    snprintf(file, sizeof(file), "%s", s->path ? s->path : "");
+    if (!s->graph) {
+        ck_tensor_set_free(s);
+        return ck_error(CK_EFORMAT, "'%s': no graph", file);
+    }
+    if ((err = ck_model_new(s, "samediff", &m)) < 0)
+        return err;
+    if ((err = build(m, s, file)) < 0 || (err = ck_model_check(m)) < 0) {
+        ck_model_free(m);
+        return err;
+    }
+    *out = m;
+    return 0;
+}

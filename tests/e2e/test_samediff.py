@@ -1,0 +1,395 @@
+"""ckptd pack --format samediff: the ADR-0001 tagged archive, end to end.
+Independent checks: zipfile reads the archive, Python code that Debian's
+flatc generates from tests/lib/samediff.fbs (DL4J's schema, FORMAT-FACTS.md
+field ids) decodes every graph.fb and params/N.fb, numpy compares each tensor
+with the source it was packed from (source graphs are written here with
+python3-flatbuffers as SameDiff.save writes them)."""
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import unittest
+import zipfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, run, shared  # noqa: E402
+import sdfb  # noqa: E402
+
+
+def weights(seed, n_in=4, hidden=8, n_out=3):
+    rng = np.random.default_rng(seed)
+    return {"W1": rng.standard_normal((n_in, hidden)).astype(np.float32),
+            "b1": rng.standard_normal(hidden).astype(np.float32),
+            "W2": rng.standard_normal((hidden, n_out)).astype(np.float32),
+            "b2": rng.standard_normal(n_out).astype(np.float32)}
+
+
+def inspect(path, *args, check=0):
+    p = run("inspect", path, "--json", "--values", 10 ** 8, *args, check=check)
+    return json.loads(p.stdout) if check == 0 else p
+
+
+def pack(src, out, *args, check=0):
+    return run("pack", "--format", "samediff", src, "-o", out, *args, check=check)
+
+
+class Pack(TmpDirCase):
+    def src(self, name, w):
+        p = os.path.join(self.dir, name)
+        sdfb.mlp(p, w)
+        return p
+
+    def test_round_trip_tags_share_parameters(self):
+        w1 = weights(1)
+        w2 = dict(w1, W2=w1["W2"] * 2)          # fine-tuning changed W2 only
+        w3 = dict(w2, b1=w2["b1"] + 1)          # then b1
+        srcs = {"ep1": w1, "ep2": w2, "ep3": w3}
+        out = os.path.join(self.dir, "run.zip")
+        sizes = []
+        for tag, w in srcs.items():
+            before = open(out, "rb").read() if os.path.exists(out) else b""
+            pack(self.src(tag + ".fb", w), out)
+            after = open(out, "rb").read()
+            if before:
+                # every earlier member stays byte for byte where it was
+                with zipfile.ZipFile(out) as z:
+                    for info in z.infolist():
+                        if not info.filename.startswith(tag + "/") and info.filename != "tags.txt":
+                            end = info.header_offset + 30 + len(info.filename) + info.compress_size
+                            self.assertEqual(before[info.header_offset:end],
+                                             after[info.header_offset:end], info.filename)
+            sizes.append(len(after) - len(before))
+        tags, a = sdfb.read_archive(out)
+        self.assertEqual(tags, ["ep1", "ep2", "ep3"])
+        for tag, w in srcs.items():
+            self.assertEqual(sorted(a[tag]["params"]), sorted(w))
+            for name, arr in w.items():
+                np.testing.assert_array_equal(a[tag]["params"][name].astype(np.float32), arr,
+                                              err_msg=f"{tag}/{name}")
+        self.assertEqual(a["ep1"]["refs"], {})
+        self.assertEqual(sorted(a["ep2"]["refs"]), ["W1", "b1", "b2"])
+        self.assertEqual(a["ep3"]["refs"]["W2"], "ep2/0")   # the newest identical copy's tag
+        self.assertEqual(sorted(a["ep3"]["refs"]), ["W1", "W2", "b2"])
+        with zipfile.ZipFile(out) as z:
+            names = z.namelist()
+        self.assertEqual(len([n for n in names if "/params/" in n]), 4 + 1 + 1)
+        # the project's reader: newest tag by default, any tag on request
+        doc = inspect(out)
+        self.assertEqual(doc["metadata"]["tag"], "ep3")
+        self.assertEqual(doc["metadata"]["tags"], "ep1,ep2,ep3")
+        for tag in tags:
+            t = {x["name"]: x for x in inspect(out, "--tag", tag)["tensors"]}
+            for name, arr in srcs[tag].items():
+                np.testing.assert_allclose(t[name]["values"], arr.ravel(), rtol=0, atol=0)
+        self.assertEqual(inspect(out + "#EP2")["metadata"]["tag"], "ep2")
+
+    def test_graph_has_dl4j_ops_and_named_arguments(self):
+        out = os.path.join(self.dir, "run.zip")
+        pack(self.src("ep1.fb", weights(2)), out)
+        _, a = sdfb.read_archive(out)
+        g = a["ep1"]["graph"]
+        nodes = sdfb.graph_nodes(g)
+        self.assertEqual([n[0] for n in nodes], ["matmul", "add", "relu", "xw_plus_b", "softmax"])
+        self.assertEqual(nodes[4][2], {"dimension": [-1]})
+        self.assertEqual(nodes[3][2]["transposeW"], [False])
+        v = sdfb.graph_variables(g)
+        self.assertEqual(v["input"].Variabletype(), 3)
+        self.assertEqual([v["input"].Shape(i) for i in range(2)], [-1, 4])
+        self.assertEqual(v["W1"].Dtype(), 5)
+        self.assertEqual([v["W1"].Shape(i) for i in range(2)], [4, 8])
+        ph = [g.Placeholders(i).decode() for i in range(g.PlaceholdersLength())]
+        self.assertEqual(ph, ["input"])
+        ids = {(x.Id().First(), x.Id().Second()): n for n, x in v.items()}
+        self.assertEqual([ids[(g.Outputs(i).First(), g.Outputs(i).Second())]
+                          for i in range(g.OutputsLength())], ["out"])
+        # node inputs point at the right variables
+        self.assertEqual([ids[p] for p in nodes[3][3]], ["relu1", "W2", "b2"])
+        # every params file is a FlatArray as Java writes it: full shape info, BE
+        with zipfile.ZipFile(out) as z:
+            for n in z.namelist():
+                if "/params/" in n:
+                    arr = sdfb.sd().FlatArray.FlatArray.GetRootAs(z.read(n), 0)
+                    self.assertEqual(arr.ByteOrder(), 1)
+                    si = [arr.Shape(i) for i in range(arr.ShapeLength())]
+                    self.assertEqual(si[-1], 99)
+                    self.assertEqual(si[-3], 8192)
+                    self.assertEqual(len(si), 2 * si[0] + 4)
+        # and the archive's tag re-packs (reader to_model -> writer) to the same graph
+        out2 = os.path.join(self.dir, "again.zip")
+        pack(out, out2, "--tag", "copy")
+        _, b = sdfb.read_archive(out2)
+        self.assertEqual([n[:3] for n in sdfb.graph_nodes(b["copy"]["graph"])],
+                         [n[:3] for n in nodes])
+
+    def test_optimizer_state_as_updater_files(self):
+        w1 = weights(6)
+        rng = np.random.default_rng(60)
+        u1 = {"W1": {"M": rng.standard_normal((4, 8)).astype(np.float32),
+                     "V": rng.random((4, 8)).astype(np.float32)},
+              "b2": {"M": rng.standard_normal(3).astype(np.float32),
+                     "V": rng.random(3).astype(np.float32)}}
+        u2 = {"W1": {"M": u1["W1"]["M"] + 1, "V": u1["W1"]["V"]}, "b2": u1["b2"]}
+        out = os.path.join(self.dir, "run.zip")
+        for tag, u in (("ep1", u1), ("ep2", u2)):
+            src = os.path.join(self.dir, tag + ".fb")
+            sdfb.mlp(src, w1, updater=u)
+            pack(src, out)
+        tags, a = sdfb.read_archive(out)
+        for tag, u in (("ep1", u1), ("ep2", u2)):
+            self.assertEqual(a[tag]["config"]["updaterStateKeys"], {"W1": ["M", "V"], "b2": ["M", "V"]})
+            for p, kv in u.items():
+                for k, arr in kv.items():
+                    np.testing.assert_array_equal(a[tag]["updater"][p][k], arr, err_msg=f"{tag} {p} {k}")
+        with zipfile.ZipFile(out) as z:
+            self.assertEqual(z.read("ep2/updater.txt").decode(), "W1 0 ep1/1\nb2 ep1/2 ep1/3\n")
+            self.assertFalse(any(n.startswith("ep2/params/") for n in z.namelist()))
+        # the project's reader gives them back as role "updater"
+        t = {x["name"]: x for x in inspect(out)["tensors"]}
+        self.assertEqual(t["W1/updater/M"]["role"], "updater")
+        np.testing.assert_array_equal(t["W1/updater/M"]["values"], u2["W1"]["M"].ravel())
+        np.testing.assert_array_equal(t["b2/updater/V"]["values"], u2["b2"]["V"].ravel())
+
+    def test_default_tag_and_explicit_tags(self):
+        out = os.path.join(self.dir, "run.zip")
+        src = self.src("epoch 7.fb", weights(3))
+        p = pack(src, out)
+        self.assertIn("tag epoch_7:", p.stdout)
+        pack(src, out, "--ref", "step:1200/final")
+        pack(src, out, "--tag", "Best")
+        tags, _ = sdfb.read_archive(out)
+        self.assertEqual(tags, ["epoch_7", "step_1200_final", "Best"])
+        before = open(out, "rb").read()
+        for bad, why in (("best", "already exists"), ("EPOCH_7", "already exists"),
+                         ("a/b", "not a valid"), ("..", "not a valid"), ("tags.txt", "not a valid"),
+                         ("x:y", "not a valid"), ("a b", "not a valid")):
+            p = pack(src, out, "--tag", bad, check=None)
+            self.assertNotEqual(p.returncode, 0, bad)
+            self.assertIn(why, p.stderr)
+            self.assertIn("run.zip", p.stderr)
+        self.assertEqual(open(out, "rb").read(), before)
+
+    def test_dtype_tags_within_tolerance(self):
+        out = os.path.join(self.dir, "run.zip")
+        w = weights(4, n_in=16, hidden=64, n_out=10)
+        src = self.src("ep5.fb", w)
+        pack(src, out)
+        for d in ("fp16", "bf16", "int8"):
+            pack(src, out, "--dtype", d)
+        tags, a = sdfb.read_archive(out)
+        self.assertEqual(tags, ["ep5", "ep5-fp16", "ep5-bf16", "ep5-int8"])
+        g = a["ep5-int8"]["graph"]
+        v = sdfb.graph_variables(g)
+        for name, ref in w.items():
+            fp32 = a["ep5"]["params"][name].astype(np.float64)
+            np.testing.assert_array_equal(fp32, ref)
+            h = a["ep5-fp16"]["params"][name]
+            self.assertEqual(h.dtype, np.dtype(">f2"))
+            np.testing.assert_array_equal(h.astype(np.float32), ref.astype(np.float16))
+            bf = a["ep5-bf16"]["params"][name].astype(np.float64)
+            np.testing.assert_allclose(bf, fp32, rtol=2 ** -8, atol=0)
+            self.assertEqual(v[name].Dtype(), 15)           # QINT8
+            q = a["ep5-int8"]["params"][name].astype(np.float64)
+            sv = v[name + "/scale"]
+            scale = sdfb.array_from_fb(sv.Ndarray()).astype(np.float64).item()
+            self.assertAlmostEqual(scale, np.abs(ref).max() / 127, places=6)
+            np.testing.assert_allclose(q * scale, fp32, rtol=0, atol=scale / 2 + 1e-7)
+        # the reader dequantizes int8 for the model; inspect shows the stored int8
+        t = {x["name"]: x for x in inspect(out)["tensors"]}
+        self.assertEqual(t["W1"]["dtype"], "qint8")
+
+    def test_pack_rejects_unmapped_ops_and_non_zip_targets(self):
+        src = shared("samediff", "simplewhile_1.fb")
+        out = os.path.join(self.dir, "run.zip")
+        p = pack(src, out, check=1)
+        self.assertRegex(p.stderr, r"node '.+': DL4J op '.+' has no canonical mapping")
+        self.assertFalse(os.path.exists(out))
+        notzip = os.path.join(self.dir, "notes.zip")
+        with open(notzip, "wb") as f:
+            f.write(b"this is not a zip archive at all, just some text\n" * 3)
+        before = open(notzip, "rb").read()
+        p = pack(self.src("ep1.fb", weights(5)), notzip, check=1)
+        self.assertIn("'%s': not a zip archive" % notzip, p.stderr)
+        self.assertEqual(open(notzip, "rb").read(), before)
+        # a zip that is not a SameDiff archive
+        other = os.path.join(self.dir, "other.zip")
+        with zipfile.ZipFile(other, "w") as z:
+            z.writestr("readme.txt", "hi")
+        p = pack(self.src("ep1.fb", weights(5)), other, check=1)
+        self.assertIn("without tags.txt", p.stderr)
+
+    def test_dl4j_constant_inputs_and_positional_args(self):
+        # As DL4J writes pad (FORMAT-FACTS 3.2, pad_1D.fb): paddings and the value
+        # are constant input arrays; conv-style ops carry positional iArgs.
+        x = np.arange(6, dtype=np.float32)
+        w = {"paddings": np.array([[1, 2]], dtype=np.int32),
+             "value": np.array(10.0, dtype=np.float32),
+             "bias": x + 1}
+        nodes = [("pad", "PadV2", ["input", "paddings", "value"], ["padded"], {}),
+                 ("add", "plus", ["padded", "bias9"], ["sum"], {}),
+                 ("log_softmax", "lsm", ["sum"], ["out"], {"__extraInteger": [0]})]
+        w["bias9"] = np.arange(9, dtype=np.float32)
+        src = os.path.join(self.dir, "pad.fb")
+        sdfb.write_graph(src, w, {"input": [6]}, nodes, ["out"])
+        out = os.path.join(self.dir, "pad.zip")
+        pack(src, out, "--tag", "t1")
+        _, a = sdfb.read_archive(out)
+        got = sdfb.graph_nodes(a["t1"]["graph"])
+        self.assertEqual([n[0] for n in got], ["pad", "add", "log_softmax"])
+        self.assertEqual(got[0][2]["paddings"], [1, 2])
+        self.assertEqual(got[0][2]["padValue"], [10.0])
+        self.assertEqual(got[2][2]["dimension"], [0])
+        np.testing.assert_array_equal(a["t1"]["params"]["bias9"], w["bias9"])
+        # the real DL4J file has no placeholder: the canonical model refuses it by name
+        p = pack(shared("samediff", "pad_1D.fb"), out, "--tag", "t2", check=1)
+        self.assertIn("no graph input", p.stderr)
+
+    def test_real_nnabla_lenet_as_tags(self):
+        src = shared("nnabla", "lenet_010000.nnp")
+        out = os.path.join(self.dir, "lenet.zip")
+        pack(src, out)
+        pack(src, out, "--dtype", "int8")
+        tags, a = sdfb.read_archive(out)
+        self.assertEqual(tags, ["lenet_010000", "lenet_010000-int8"])
+        ref = {t["name"]: t for t in inspect(src)["tensors"] if t["has_data"]}
+        self.assertEqual(sorted(a[tags[0]]["params"]), sorted(ref))
+        v = sdfb.graph_variables(a[tags[1]]["graph"])
+        for name, t in ref.items():
+            got = a[tags[0]]["params"][name]
+            self.assertEqual(list(got.shape), t["shape"])
+            np.testing.assert_array_equal(got.ravel(), np.array(t["values"], np.float32))
+            scale = sdfb.array_from_fb(v[name + "/scale"].Ndarray()).item()
+            q = a[tags[1]]["params"][name].astype(np.float64).ravel()
+            np.testing.assert_allclose(q * scale, t["values"], atol=scale / 2 + 1e-7)
+        ops = [n[0] for n in sdfb.graph_nodes(a[tags[0]]["graph"])]
+        self.assertEqual(ops, ["mul_scalar", "conv2d", "maxpool2d", "relu", "conv2d", "maxpool2d",
+                               "relu", "xw_plus_b", "relu", "xw_plus_b"])
+
+    def test_real_dl4j_files_read(self):
+        files = sorted(glob.glob(os.path.join(shared("samediff"), "*.fb")))
+        self.assertGreater(len(files), 10)
+        for f in files:
+            doc = inspect(f)
+            self.assertEqual(doc["format"], "samediff", f)
+            g = sdfb.sd().FlatGraph.FlatGraph.GetRootAs(open(f, "rb").read(), 0)
+            with_arrays = {g.Variables(i).Name().decode() for i in range(g.VariablesLength())
+                           if g.Variables(i).Ndarray() is not None}
+            names = {t["name"] for t in doc["tensors"]}
+            self.assertTrue(with_arrays <= names, f)
+
+
+class Bad(TmpDirCase):
+    def archive(self, members):
+        p = os.path.join(self.dir, "bad.zip")
+        with zipfile.ZipFile(p, "w") as z:
+            for n, d in members.items():
+                z.writestr(n, d)
+        return p
+
+    def good_members(self):
+        src = os.path.join(self.dir, "src.fb")
+        sdfb.mlp(src, weights(9))
+        out = os.path.join(self.dir, "good.zip")
+        pack(src, out, "--tag", "a")
+        pack(src, out, "--tag", "b")
+        with zipfile.ZipFile(out) as z:
+            return {n: z.read(n) for n in z.namelist()}
+
+    def expect(self, members, *needles, tag=None):
+        p = inspect(self.archive(members) + ("#" + tag if tag else ""), check=1)
+        for n in needles:
+            self.assertIn(n, p.stderr)
+        self.assertIn("bad.zip", p.stderr)
+
+    def test_every_bad_archive_is_named(self):
+        m = self.good_members()
+        self.assertEqual(m["b/params.txt"], b"W1 a/0\nb1 a/1\nW2 a/2\nb2 a/3\n")
+        self.expect(dict(m, **{"c/graph.fb": m["a/graph.fb"]}), "'c/graph.fb'", "tags.txt")
+        x = dict(m)
+        del x["a/graph.fb"]
+        self.expect(x, "'a/graph.fb' is missing")
+        self.expect(dict(m, **{"tags.txt": b"a\nb\nA\n"}), "appears twice")
+        self.expect(dict(m, **{"b/params.txt": b"W1 a/9\n"}), "a/params/9.fb", "no member")
+        self.expect(dict(m, **{"b/params.txt": b"W1 zz/0\n"}), "unknown tag 'zz'")
+        self.expect(dict(m, **{"tags.txt": b"b\na\n"}), "circular or forward", tag="b")
+        self.expect(dict(m, **{"b/params.txt": b"W1 b/0\n"}), "circular or forward")
+        self.expect(dict(m, **{"b/graph.fb": m["b/graph.fb"][:40]}), "b/graph.fb")
+        self.expect(dict(m, **{"a/params/0.fb": b"\x01\x02"}), "a/params/0.fb")  # via b's reference
+        self.expect(dict(m, **{"../evil": b"x"}), "../evil")
+        self.expect(dict(m, **{"tags.txt": b"a/x\n"}), "not a valid tag")
+        p = inspect(self.archive(m) + "#zzz", check=1)
+        self.assertIn("no tag 'zzz'", p.stderr)
+        # a truncated archive and a file that is not a zip
+        good = os.path.join(self.dir, "good.zip")
+        data = open(good, "rb").read()
+        trunc = os.path.join(self.dir, "trunc.zip")
+        with open(trunc, "wb") as f:
+            f.write(data[: len(data) // 2])
+        self.assertNotEqual(inspect(trunc, check=None).returncode, 0)
+        p = pack(os.path.join(self.dir, "src.fb"), trunc, check=1)
+        self.assertIn("trunc.zip", p.stderr)
+
+
+class Crash(TmpDirCase):
+    """kill -9 at random instants of an append: the archive always opens with
+    every tag committed before, each still byte-identical to its source."""
+
+    ROUNDS = 50
+
+    def test_kill_9_during_appends(self):
+        rng = np.random.default_rng(12)
+        srcs = []
+        for i in range(4):
+            # ~6 MiB per checkpoint so an append takes long enough to be hit
+            w = {"W1": rng.standard_normal((256, 2048)).astype(np.float32),
+                 "b1": rng.standard_normal(2048).astype(np.float32),
+                 "W2": rng.standard_normal((2048, 512)).astype(np.float32),
+                 "b2": rng.standard_normal(512).astype(np.float32)}
+            p = os.path.join(self.dir, f"c{i}.fb")
+            sdfb.mlp(p, w)
+            srcs.append((p, w))
+        out = os.path.join(self.dir, "run.zip")
+        t0 = time.monotonic()
+        pack(srcs[0][0], out, "--tag", "t0")
+        span = time.monotonic() - t0
+        committed = {"t0": 0}
+        rnd = random.Random(7)
+        kills = 0
+        for r in range(1, self.ROUNDS + 1):
+            k = r % len(srcs)
+            tag = f"t{r}"
+            proc = subprocess.Popen([CKPTD, "pack", "--format", "samediff", srcs[k][0], "-o", out,
+                                     "--tag", tag], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            time.sleep(rnd.uniform(0, span * 1.3))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                kills += 1
+            proc.communicate()
+            if proc.returncode == 0:
+                committed[tag] = k
+            doc = json.loads(run("inspect", out, "--json", check=0).stdout)  # rolls back, reads
+            tags = doc["metadata"]["tags"].split(",")
+            for t in committed:
+                self.assertIn(t, tags, f"round {r}")
+            if tag in tags:
+                committed[tag] = k
+        self.assertGreater(kills, self.ROUNDS // 4)
+        self.assertFalse(os.path.exists(out + ".journal"))
+        tags, a = sdfb.read_archive(out)
+        self.assertEqual(sorted(tags), sorted(committed))
+        for t, k in committed.items():
+            for name, arr in srcs[k][1].items():
+                np.testing.assert_array_equal(a[t]["params"][name], arr, err_msg=f"{t}/{name}")
+        # one more append after all that works and shares everything
+        p = pack(srcs[1][0], out, "--tag", "final")
+        self.assertIn("0 parameters written, 4 shared", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

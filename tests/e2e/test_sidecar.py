@@ -1,0 +1,318 @@
+"""The sidecar's deployment stages end to end (agent/deploy.h): every newly
+registered checkpoint packed into .mldef and a SameDiff tag, each archive
+run by the CPU engine, recorded in data/build_parameters.yaml and uploaded
+to the S3 test server. What arrived is listed and fetched with awscli and
+opened with zipfile/json/numpy; expected outputs come from numpy."""
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+import zipfile
+
+import numpy as np
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, run, shared  # noqa: E402
+from ckpt_formats import safetensors_from_numpy  # noqa: E402
+from pmf_validate import validate_tree  # noqa: E402
+from servers import S3Server, need  # noqa: E402
+
+GRAPH = """  graph:
+    input: {name: x, shape: [-1, 12]}
+    layers:
+      - {op: dense, weight: fc1.weight, bias: fc1.bias}
+      - {op: relu}
+      - {op: dense, weight: fc2.weight, bias: fc2.bias}
+"""
+
+# The trainer the watcher wraps: one MLP checkpoint per epoch (renamed into
+# place as frameworks do); epoch BAD gets a NaN weight.
+TRAINER = r"""
+import json, os, struct, sys, time
+import numpy as np
+out, epochs, bad = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+os.makedirs(out, exist_ok=True)
+for e in range(1, epochs + 1):
+    a = weights(e)
+    if e == bad:
+        a["fc2.weight"][1, 2] = np.nan
+    tmp = os.path.join(out, f"epoch_{e}.safetensors.tmp")
+    with open(tmp, "wb") as f:
+        f.write(safetensors(a))
+        f.flush(); os.fsync(f.fileno())
+    os.rename(tmp, os.path.join(out, f"epoch_{e}.safetensors"))
+    time.sleep(0.5)
+"""
+
+
+def weights(epoch):
+    rng = np.random.default_rng(epoch)
+    return {"fc1.weight": rng.standard_normal((8, 12)).astype(np.float32),
+            "fc1.bias": rng.standard_normal(8).astype(np.float32),
+            "fc2.weight": rng.standard_normal((4, 8)).astype(np.float32),
+            "fc2.bias": rng.standard_normal(4).astype(np.float32)}
+
+
+def numpy_forward(a, x):
+    h = np.maximum(x @ a["fc1.weight"].T + a["fc1.bias"], 0)
+    return h @ a["fc2.weight"].T + a["fc2.bias"]
+
+
+def write_ckpt(path, arrays, age=60):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(safetensors_from_numpy(arrays))
+    t = time.time() - age
+    os.utime(path, (t, t))
+
+
+def archives(train):
+    with open(os.path.join(train, "data", "build_parameters.yaml")) as f:
+        doc = yaml.safe_load(f)
+    assert isinstance(doc, dict)
+    return doc.get("archives", {})
+
+
+def events(train):
+    """The events the exec hooks got on stdin, one file each (they run concurrently)."""
+    d = os.path.join(os.path.dirname(train), "events")
+    out = []
+    for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        with open(os.path.join(d, name)) as f:
+            out.append(json.loads(f.read()))
+    return out
+
+
+class Sidecar(TmpDirCase):
+    def config(self, train, s3, extra=""):
+        log = os.path.join(self.dir, "events")
+        os.makedirs(log, exist_ok=True)
+        with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+            f.write("pack:\n  formats: [mldef, samediff]\n" + GRAPH)
+            f.write("verify:\n  inputs: [%s]\n  atol: 1e-5\n  on_failure: hold\n"
+                    % os.path.join(self.dir, "x.npy"))
+            f.write("hooks:\n  exec:\n")
+            for ev in ("archive.*", "verification.*"):
+                f.write(f"    - event: \"{ev}\"\n      command: [/bin/sh, -c, 'cat > {log}/$$.json']\n")
+            f.write("upload:\n  retries: 1\n  retry_base: 100ms\n  stores:\n"
+                    f"    - url: s3://ckpt/runs/r1\n      endpoint: {s3.endpoint}\n")
+            f.write(extra)
+
+    def check_uploaded(self, train, s3, good, bad, one_pass=True):
+        keys = s3.keys()
+        for e in good + bad:
+            # every checkpoint is registered and uploaded, damaged or not
+            self.assertIn(f"runs/r1/data/checkpoints/epoch_{e}.safetensors", keys)
+        for e in good:
+            key = f"runs/r1/data/deploy/epoch_{e}.safetensors.mldef"
+            self.assertIn(key, keys)
+            got = os.path.join(self.dir, f"got_{e}.mldef")
+            s3.get(key, got)
+            with zipfile.ZipFile(got) as z:
+                self.assertIsNone(z.testzip())
+                manifest = json.loads(z.read("manifest.json"))
+                self.assertTrue(manifest)
+            rec = archives(train)[f"epoch_{e}.safetensors.mldef"]
+            self.assertEqual(rec["verification"], "passed")
+            self.assertEqual(rec["size"], os.path.getsize(got))
+            with open(got, "rb") as f:
+                self.assertEqual(rec["sha256"], hashlib.sha256(f.read()).hexdigest())
+        for e in bad:
+            self.assertNotIn(f"runs/r1/data/deploy/epoch_{e}.safetensors.mldef", keys)
+            rec = archives(train)[f"epoch_{e}.safetensors.mldef"]
+            self.assertEqual(rec["verification"], "failed")
+            self.assertIn("not finite", rec["verification_error"])
+            self.assertEqual(rec["uploaded"], "held")
+        # the archives after the checkpoint data, metadata.yaml last; the
+        # tree valid for the PMF validator
+        with open(os.path.join(s3.tmp, "s3rver.log"), errors="replace") as f:
+            order = re.findall(r'Stored object "([^"]+)" in bucket', f.read())
+        self.assertEqual(order[-1], "runs/r1/metadata.yaml", order)
+        if one_pass:
+            first_archive = min(i for i, k in enumerate(order) if "/data/deploy/" in k)
+            last_ckpt = max(i for i, k in enumerate(order) if "/data/checkpoints/" in k)
+            self.assertLess(last_ckpt, first_archive, order)
+        validate_tree(train)
+
+    def test_scan_packs_verifies_and_uploads(self):
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12)
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        for e in (1, 2):
+            write_ckpt(os.path.join(train, "ckpts", f"epoch_{e}.safetensors"), weights(e))
+        damaged = weights(3)
+        damaged["fc2.weight"][1, 2] = np.nan
+        write_ckpt(os.path.join(train, "ckpts", "epoch_3.safetensors"), damaged)
+        with S3Server(self.dir) as s3:
+            self.config(train, s3)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            self.check_uploaded(train, s3, good=[1, 2], bad=[3])
+            ev = events(train)
+            types = [e["type"] for e in ev]
+            self.assertEqual(types.count("archive.packed"), 6, p.stderr)  # 3 checkpoints x 2
+            failed = [e for e in ev if e["type"] == "verification.failed"]
+            self.assertTrue(any("epoch_3" in json.dumps(e) for e in failed), failed)
+            self.assertIn("verification.passed", types)
+            # the SameDiff archive got a tag per checkpoint; its record is failed
+            # (a tag of it is damaged) and it was held back
+            rec = archives(train)["train.zip"]
+            self.assertEqual(rec["format"], "samediff")
+            self.assertEqual(rec["verification"], "failed")
+            self.assertNotIn("runs/r1/data/deploy/train.zip", s3.keys())
+            with zipfile.ZipFile(os.path.join(train, "data", "deploy", "train.zip")) as z:
+                tags = z.read("tags.txt").decode().split()
+                self.assertEqual(len(tags), 3, tags)
+            # a second scan with nothing new packs nothing
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            self.assertNotIn("archive.packed", p.stderr)
+
+    def test_expected_outputs_and_unsupported_graph(self):
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12)
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), numpy_forward(weights(1), x).astype(np.float32))
+        write_ckpt(os.path.join(train, "ckpts", "epoch_1.safetensors"), weights(1))
+        write_ckpt(os.path.join(train, "ckpts", "epoch_2.safetensors"), weights(2))
+        # a checkpoint whose weights do not fit the layer list: packing fails
+        odd = weights(4)
+        odd["fc2.weight"] = np.zeros((4, 5), np.float32)
+        write_ckpt(os.path.join(train, "ckpts", "epoch_4.safetensors"), odd)
+        with S3Server(self.dir) as s3:
+            self.config(train, s3, extra="")
+            with open(os.path.join(train, "ckptd.yaml")) as f:
+                text = f.read()
+            text = text.replace("  atol: 1e-5\n", "  atol: 1e-5\n  expected: [%s]\n"
+                                % os.path.join(self.dir, "y.npy"))
+            text = text.replace("formats: [mldef, samediff]", "formats: [mldef]")
+            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            keys = s3.keys()
+            self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", keys, p.stderr)
+            # epoch 2 has other weights: its outputs deviate from y.npy
+            self.assertNotIn("runs/r1/data/deploy/epoch_2.safetensors.mldef", keys)
+            rec = archives(train)["epoch_2.safetensors.mldef"]
+            self.assertIn("largest deviation", rec["verification_error"])
+            self.assertIn("output", rec["verification_error"])
+            # epoch 4 could not be packed: archive.failed once, still registered/uploaded
+            ev = events(train)
+            af = [e for e in ev if e["type"] == "archive.failed"]
+            self.assertEqual(len(af), 1, af)
+            self.assertIn("epoch_4", json.dumps(af[0]))
+            self.assertIn("runs/r1/data/checkpoints/epoch_4.safetensors", keys)
+            self.assertNotIn("epoch_4.safetensors.mldef", archives(train))
+
+    def test_upload_marked(self):
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        np.save(os.path.join(self.dir, "x.npy"), np.ones((1, 12), np.float32))
+        damaged = weights(1)
+        damaged["fc1.bias"][0] = np.inf
+        write_ckpt(os.path.join(train, "ckpts", "epoch_1.safetensors"), damaged)
+        with S3Server(self.dir) as s3:
+            self.config(train, s3)
+            with open(os.path.join(train, "ckptd.yaml")) as f:
+                text = f.read().replace("on_failure: hold", "on_failure: upload_marked")
+            text = text.replace("formats: [mldef, samediff]", "formats: [mldef]")
+            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", s3.keys(), p.stderr)
+            rec = archives(train)["epoch_1.safetensors.mldef"]
+            self.assertEqual((rec["verification"], rec["uploaded"]), ("failed", "yes"))
+            # the uploaded build_parameters.yaml says so too
+            got = os.path.join(self.dir, "bp.yaml")
+            s3.get("runs/r1/data/build_parameters.yaml", got)
+            with open(got) as f:
+                up = yaml.safe_load(f)["archives"]["epoch_1.safetensors.mldef"]
+            self.assertEqual(up["verification"], "failed")
+
+    def test_watch_wraps_a_trainer(self):
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        os.makedirs(train)
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12)
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        script = os.path.join(self.dir, "trainer.py")
+        with open(script, "w") as f:
+            f.write("import numpy as np, sys\nsys.path.insert(0, %r)\n" % os.path.join(HERE, "..", "lib"))
+            f.write("from ckpt_formats import safetensors_from_numpy as safetensors\n")
+            f.write("def weights(epoch):\n    rng = np.random.default_rng(epoch)\n"
+                    "    return {'fc1.weight': rng.standard_normal((8, 12)).astype(np.float32),\n"
+                    "            'fc1.bias': rng.standard_normal(8).astype(np.float32),\n"
+                    "            'fc2.weight': rng.standard_normal((4, 8)).astype(np.float32),\n"
+                    "            'fc2.bias': rng.standard_normal(4).astype(np.float32)}\n")
+            f.write(TRAINER)
+        with S3Server(self.dir) as s3:
+            self.config(train, s3, extra="checkpoints:\n  min_age: 0s\n")
+            env = dict(os.environ, **s3.env())
+            p = subprocess.run([CKPTD, "watch", train, "--", "/usr/bin/python3", script,
+                                os.path.join(train, "ckpts"), "3", "2"],
+                               capture_output=True, text=True, env=env, timeout=300)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            deadline = time.time() + 60
+            want = "runs/r1/data/deploy/epoch_3.safetensors.mldef"
+            while want not in s3.keys() and time.time() < deadline:
+                time.sleep(1)
+            self.check_uploaded(train, s3, good=[1, 3], bad=[2], one_pass=False)
+
+
+class Config(TmpDirCase):
+    def test_config_errors_name_key_and_line(self):
+        cases = [("pack:\n  formats: [mldef, tar]\n", "'pack.formats' names an unknown format"),
+                 ("pack:\n  formats: mldef\n", "'pack.formats' must be a list"),
+                 ("pack:\n  graph: /x.yaml\n", "'pack.graph' must be a layer list or file:/path"),
+                 ("verify:\n  on_failure: drop\n", "'verify.on_failure' must be hold or upload_marked"),
+                 ("verify:\n  atol: -1\n", "'verify.atol' must be a number >= 0"),
+                 ("verify:\n  max_memory: lots\n", "'verify.max_memory' must be a size")]
+        for text, msg in cases:
+            path = os.path.join(self.dir, "c.yaml")
+            with open(path, "w") as f:
+                f.write(text)
+            p = run("config", "-c", path, check=2)
+            self.assertIn("line 2: " + msg, p.stderr)
+        keys = run("config", "--keys", check=0).stdout
+        for k in ("pack.formats", "pack.graph", "pack.dir", "pack.sign_key", "verify.inputs",
+                  "verify.expected", "verify.atol", "verify.rtol", "verify.timeout",
+                  "verify.max_memory", "verify.on_failure"):
+            self.assertIn(k, keys)
+
+
+class RealLenet(TmpDirCase):
+    def test_lenet_nnp_per_epoch(self):
+        """The real NNabla LeNet copied as two epochs: both formats packed from
+        the .nnp's own network (no layer list), verified and recorded."""
+        nnp = shared("nnabla", "lenet_010000.nnp")
+        train = os.path.join(self.dir, "train")
+        for e in (1, 2):
+            dst = os.path.join(train, f"lenet_epoch_{e}.nnp")
+            os.makedirs(train, exist_ok=True)
+            with open(nnp, "rb") as f, open(dst, "wb") as g:
+                g.write(f.read())
+            t = time.time() - 60
+            os.utime(dst, (t, t))
+        with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+            f.write("pack:\n  formats: [mldef, samediff]\n")
+        p = run("scan", train, check=0, timeout=300)
+        rec = archives(train)
+        for e in (1, 2):
+            r = rec[f"lenet_epoch_{e}.nnp.mldef"]
+            self.assertEqual(r["verification"], "passed", p.stderr)
+            path = os.path.join(train, r["path"])
+            with zipfile.ZipFile(path) as z:
+                self.assertIsNone(z.testzip())
+        self.assertEqual(rec["train.zip"]["verification"], "passed", p.stderr)
+        with zipfile.ZipFile(os.path.join(train, "data", "deploy", "train.zip")) as z:
+            self.assertEqual(len(z.read("tags.txt").decode().split()), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,52 @@
+/* The zip half of writing an .mldef (docs/mldef.md sections 1 and 7): an
+ * archive built at a temporary name beside the destination, entries streamed
+ * through libzip source callbacks (never a whole entry in memory), each
+ * entry's SHA-256 taken as its bytes pass, an optional signed SIGNATURE last,
+ * then fsync and rename. A kill -9 at any instant leaves the old archive (or
+ * none) under the final name, plus at most a dot-named temporary.
+ *
+ * Used by the model writer (writers/mldef.c) and by `mldef -c`, which zips a
+ * manifest.json and the files beside it. Entries are checked against the
+ * name rules (model/mldef.h) as they are added. */
+#ifndef CK_MLDEFZIP_H
+#define CK_MLDEFZIP_H
+
+#include "common/sign.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ck_mldef_zip;
+
+/* Fills buf with up to len bytes of the entry (returns the count, 0 at the
+ * end, negative ck error). Called again from the start after rewind. */
+struct ck_mldef_stream {
+    uint64_t size; /* exact number of bytes the entry has */
+    int (*rewind)(void *ctx);
+    int64_t (*read)(void *ctx, void *buf, size_t len);
+    void *ctx; /* borrowed: must live until finish or free */
+};
+
+/* Prepares path (the destination; "-" is not accepted: the caller copies a
+ * finished temporary to stdout). level: 0 stored, 1..9 deflate, -1 stored.
+ * key (borrowed, may be NULL) signs at finish. An existing path that is not
+ * an .mldef (a zip with manifest.json at its root) is refused (CK_EEXIST). */
+int ck_mldef_zip_open(const char *path, int level, const struct ck_sign_key *key,
+                      struct ck_mldef_zip **out);
+/* Adds name with a copy of data. */
+int ck_mldef_zip_add_buffer(struct ck_mldef_zip *z, const char *name, const void *data, size_t len);
+/* Adds name streamed from the file src (its size taken now; a file that
+ * changes before finish is an error naming it). */
+int ck_mldef_zip_add_file(struct ck_mldef_zip *z, const char *name, const char *src);
+/* Adds name streamed from s (copied; s->ctx borrowed). */
+int ck_mldef_zip_add_stream(struct ck_mldef_zip *z, const char *name,
+                            const struct ck_mldef_stream *s);
+/* Writes everything (SIGNATURE last when signing), fsyncs, renames into place. */
+int ck_mldef_zip_finish(struct ck_mldef_zip *z);
+/* Frees; removes the temporary when finish did not succeed. Accepts NULL. */
+void ck_mldef_zip_free(struct ck_mldef_zip *z);
+/* Bytes of the finished archive (after finish). */
+uint64_t ck_mldef_zip_size(const struct ck_mldef_zip *z);
+
+#endif

@@ -1,0 +1,366 @@
+#include "writers/sdgraph.h"
+
+#include "common/error.h"
+#include "model/dl4jops.h"
+#include "writers/sdarray.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    FG_ID,
+    FG_VARIABLES,
+    FG_NODES,
+    FG_OUTPUTS,
+    FG_CONFIG,
+    FG_PLACEHOLDERS,
+    FG_LOSS,
+    FG_TRAINING,
+    FG_NSLOTS
+};
+enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE, FV_NSLOTS };
+enum {
+    FN_ID,
+    FN_NAME,
+    FN_OPTYPE,
+    FN_OPNUM,
+    FN_PROPS,
+    FN_INPUT,
+    FN_INPUTPAIRED,
+    FN_OUTPUT,
+    FN_EXTRAPARAMS,
+    FN_EXTRAINT,
+    FN_EXTRABOOLS,
+    FN_DIMENSIONS,
+    FN_DEVICE,
+    FN_SCOPEID,
+    FN_SCOPENAME,
+    FN_OUTPUTNAMES,
+    FN_OPNAME,
+    FN_NSLOTS
+};
+enum { FP_NAME, FP_I, FP_L, FP_D, FP_A, FP_B, FP_S, FP_SHAPE, FP_NSLOTS };
+enum { VT_VARIABLE = 0, VT_CONSTANT = 1, VT_ARRAY = 2, VT_PLACEHOLDER = 3 };
+enum { OPTYPE_CUSTOM = 21, DT_FLOAT = 5 };
+
+struct var {
+    const char *name;
+    int32_t a, b;
+};
+
+struct gctx {
+    struct ck_fbb *b;
+    const struct ck_model *m;
+    const char *label;
+    struct var *vars; /* sorted by name after collection */
+    size_t nvars, cap;
+};
+
+static int var_cmp(const void *x, const void *y)
+{
+    return strcmp(((const struct var *)x)->name, ((const struct var *)y)->name);
+}
+
+static int add_var(struct gctx *g, const char *name, int32_t a, int32_t b)
+{
+    if (g->nvars == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 64;
+        struct var *n = realloc(g->vars, cap * sizeof(*n));
+        if (!n)
+            return ck_error(CK_ENOMEM, "out of memory");
+        g->vars = n;
+        g->cap = cap;
+    }
+    g->vars[g->nvars++] = (struct var){name, a, b};
+    return 0;
+}
+
+static const struct var *lookup(const struct gctx *g, const char *name)
+{
+    struct var key = {name, 0, 0};
+    return g->nvars ? bsearch(&key, g->vars, g->nvars, sizeof(key), var_cmp) : NULL;
+}
+
+static uint32_t int_pair(struct ck_fbb *b, int32_t x, int32_t y)
+{
+    static const uint8_t sz[2] = {4, 4};
+    struct ck_fbb_table t;
+    ck_fbb_table(b, &t, sz, 2);
+    ck_fbb_set_i32(b, &t, 0, x);
+    ck_fbb_set_i32(b, &t, 1, y);
+    return t.pos;
+}
+
+/* One FlatVariable; arr: an inline ndarray (or NULL), shape from dims. */
+static uint32_t variable(struct gctx *g, const char *name, int32_t a, int32_t bb, int dtype,
+                         int vartype, int rank, const int64_t *dims, const struct ck_tensor *arr,
+                         int *err)
+{
+    struct ck_fbb *b = g->b;
+    uint8_t sz[FV_NSLOTS] = {4, 4, 1, rank >= 0 ? 4 : 0, arr ? 4 : 0, 0, 1};
+    struct ck_fbb_table t;
+    ck_fbb_table(b, &t, sz, FV_NSLOTS);
+    ck_fbb_set_u8(b, &t, FV_DTYPE, (uint8_t)dtype);
+    ck_fbb_set_u8(b, &t, FV_VARTYPE, (uint8_t)vartype);
+    ck_fbb_set_off(b, &t, FV_ID, int_pair(b, a, bb));
+    ck_fbb_set_off(b, &t, FV_NAME, ck_fbb_cstring(b, name));
+    if (rank >= 0)
+        ck_fbb_set_off(b, &t, FV_SHAPE, ck_fbb_vec_i64(b, dims, (uint32_t)rank));
+    if (arr) {
+        uint32_t at;
+        float unused;
+        if ((*err = ck_sdarray_write(b, arr, CK_DT_INVALID, g->label, &at, &unused)) < 0)
+            return 0;
+        ck_fbb_set_off(b, &t, FV_NDARRAY, at);
+    }
+    return t.pos;
+}
+
+static int collect(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw)
+{
+    const struct ck_model *m = g->m;
+    int32_t next = (int32_t)m->nnodes + 1;
+    int err = 0;
+    for (size_t i = 0; i < nw && err >= 0; i++)
+        err = add_var(g, w[i].t->name, next++, 0);
+    for (size_t i = 0; i < m->ninputs && err >= 0; i++)
+        err = add_var(g, m->inputs[i].name, next++, 0);
+    for (size_t i = 0; i < m->nnodes && err >= 0; i++)
+        for (size_t k = 0; k < m->nodes[i].noutputs && err >= 0; k++)
+            err = add_var(g, m->nodes[i].outputs[k], (int32_t)i + 1, (int32_t)k);
+    if (err < 0)
+        return err;
+    qsort(g->vars, g->nvars, sizeof(*g->vars), var_cmp);
+    for (size_t i = 1; i < g->nvars; i++)
+        if (!strcmp(g->vars[i - 1].name, g->vars[i].name))
+            return ck_error(CK_EFORMAT, "'%s': value '%s' is defined twice", g->label,
+                            g->vars[i].name);
+    return 0;
+}
+
+static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw,
+                           uint32_t vec, size_t nscales)
+{
+    const struct ck_model *m = g->m;
+    struct ck_fbb *b = g->b;
+    uint32_t k = 0;
+    int err = 0;
+    int32_t next_scale = (int32_t)(m->nnodes + 1 + nw + m->ninputs);
+    for (size_t i = 0; i < nw; i++) {
+        const struct ck_tensor *t = w[i].t;
+        const struct var *v = lookup(g, t->name);
+        int vt = t->role && !strcmp(t->role, "constant") ? VT_CONSTANT : VT_VARIABLE;
+        ck_fbb_vec_set_off(b, vec, k++,
+                           variable(g, t->name, v->a, v->b, ck_sdarray_dtype(w[i].stored), vt,
+                                    t->rank, t->dims, NULL, &err));
+        if (w[i].stored == CK_DT_QI8) {
+            char name[4096];
+            struct ck_tensor s;
+            unsigned char be[4];
+            uint32_t u;
+            memcpy(&u, &w[i].scale, 4);
+            for (int q = 0; q < 4; q++)
+                be[q] = (unsigned char)(u >> (24 - 8 * q));
+            memset(&s, 0, sizeof(s));
+            snprintf(name, sizeof(name), "%s/scale", t->name);
+            s.name = name;
+            s.dtype = CK_DT_F32;
+            s.nbytes = 4;
+            s.data = be;
+            s.big_endian = true;
+            s.role = "constant";
+            ck_fbb_vec_set_off(
+                b, vec, k++,
+                variable(g, name, next_scale++, 0, DT_FLOAT, VT_CONSTANT, 0, NULL, &s, &err));
+        }
+        if (err < 0)
+            return err;
+    }
+    (void)nscales;
+    for (size_t i = 0; i < m->ninputs; i++) {
+        const struct ck_model_io *io = &m->inputs[i];
+        const struct var *v = lookup(g, io->name);
+        int dt = ck_sdarray_dtype(io->dtype);
+        ck_fbb_vec_set_off(b, vec, k++,
+                           variable(g, io->name, v->a, v->b, dt < 0 ? DT_FLOAT : dt, VT_PLACEHOLDER,
+                                    io->rank, io->dims, NULL, &err));
+    }
+    for (size_t i = 0; i < m->nnodes; i++)
+        for (size_t o = 0; o < m->nodes[i].noutputs; o++)
+            ck_fbb_vec_set_off(b, vec, k++,
+                               variable(g, m->nodes[i].outputs[o], (int32_t)i + 1, (int32_t)o,
+                                        DT_FLOAT, VT_ARRAY, -1, NULL, NULL, &err));
+    return err;
+}
+
+static uint32_t property(struct ck_fbb *b, const struct ck_dl4j_arg *a,
+                         const struct ck_op_params *p)
+{
+    int slot = a->field == CK_DF_INTS || a->kind == 'i' ? FP_L : a->kind == 't' ? FP_D : FP_B;
+    uint8_t sz[FP_NSLOTS] = {4};
+    sz[slot] = 4;
+    struct ck_fbb_table t;
+    ck_fbb_table(b, &t, sz, FP_NSLOTS);
+    ck_fbb_set_off(b, &t, FP_NAME, ck_fbb_cstring(b, a->name));
+    double v = ck_dl4j_arg_get(a, p);
+    uint32_t vec;
+    if (a->field == CK_DF_INTS) {
+        vec = ck_fbb_vec_i64(b, p->ints, (uint32_t)p->nints);
+    } else if (slot == FP_L) {
+        int64_t l = (int64_t)v;
+        vec = ck_fbb_vec_i64(b, &l, 1);
+    } else if (slot == FP_D) {
+        vec = ck_fbb_vec_f64(b, &v, 1);
+    } else {
+        uint8_t x = v != 0;
+        vec = ck_fbb_vec_bool(b, &x, 1);
+    }
+    ck_fbb_set_off(b, &t, slot, vec);
+    return t.pos;
+}
+
+static int write_node(struct gctx *g, size_t idx, uint32_t *out)
+{
+    const struct ck_model_node *n = &g->m->nodes[idx];
+    const struct ck_dl4j_op *row;
+    struct ck_fbb *b = g->b;
+    int err;
+    if ((err = ck_dl4j_for_node(n, &row)) < 0)
+        return ck_error_wrap(err, "'%s'", g->label);
+    int64_t ia[CK_DL4J_MAX_ARGS + CK_MODEL_MAX_INTS];
+    double ta[CK_DL4J_MAX_ARGS];
+    uint8_t ba[CK_DL4J_MAX_ARGS];
+    uint32_t ni = 0, nt = 0, nb = 0, nargs = 0;
+    const struct ck_dl4j_arg *ints = NULL;
+    for (const struct ck_dl4j_arg *a = row->args; a->name; a++, nargs++) {
+        double v = ck_dl4j_arg_get(a, &n->p);
+        if (a->field == CK_DF_INTS)
+            ints = a;
+        else if (a->kind == 'i')
+            ia[ni++] = (int64_t)v;
+        else if (a->kind == 't')
+            ta[nt++] = v;
+        else
+            ba[nb++] = v != 0;
+    }
+    if (ints) {
+        if (n->p.nints > CK_MODEL_MAX_INTS)
+            return ck_error(CK_EFORMAT, "'%s': node '%s': %zu ints", g->label, n->name, n->p.nints);
+        for (size_t i = 0; i < n->p.nints; i++)
+            ia[ni++] = n->p.ints[i];
+    }
+    int dl4j_in[CK_DL4J_MAX_INPUTS + 64];
+    size_t nin = 0;
+    for (int k = 0; k < (int)(sizeof(dl4j_in) / sizeof(dl4j_in[0])); k++) {
+        int c = ck_dl4j_input(row, k, (int)n->ninputs);
+        if (c < 0 && row->inputs[0] < 0 && k < (int)n->ninputs)
+            c = k; /* same order: every input, also past CK_DL4J_MAX_INPUTS (concat) */
+        if (c < 0)
+            break;
+        dl4j_in[nin++] = c;
+    }
+    uint8_t sz[FN_NSLOTS] = {0};
+    sz[FN_ID] = 4;
+    sz[FN_NAME] = 4;
+    sz[FN_OPTYPE] = 1;
+    sz[FN_OPNUM] = 8;
+    sz[FN_PROPS] = 4;
+    sz[FN_INPUTPAIRED] = 4;
+    sz[FN_OUTPUT] = 4;
+    sz[FN_EXTRAPARAMS] = 4;
+    sz[FN_EXTRAINT] = 4;
+    sz[FN_EXTRABOOLS] = 4;
+    sz[FN_OUTPUTNAMES] = 4;
+    sz[FN_OPNAME] = 4;
+    struct ck_fbb_table t;
+    ck_fbb_table(b, &t, sz, FN_NSLOTS);
+    ck_fbb_set_i32(b, &t, FN_ID, (int32_t)idx + 1);
+    ck_fbb_set_u8(b, &t, FN_OPTYPE, OPTYPE_CUSTOM);
+    ck_fbb_set_i64(b, &t, FN_OPNUM, 0);
+    ck_fbb_set_off(b, &t, FN_NAME, ck_fbb_cstring(b, n->name));
+    ck_fbb_set_off(b, &t, FN_OPNAME, ck_fbb_cstring(b, row->name));
+    uint32_t pv = ck_fbb_vec_offsets(b, nargs);
+    ck_fbb_set_off(b, &t, FN_PROPS, pv);
+    for (uint32_t i = 0; i < nargs; i++)
+        ck_fbb_vec_set_off(b, pv, i, property(b, &row->args[i], &n->p));
+    uint32_t iv = ck_fbb_vec_offsets(b, (uint32_t)nin);
+    ck_fbb_set_off(b, &t, FN_INPUTPAIRED, iv);
+    for (size_t i = 0; i < nin; i++) {
+        const struct var *v = lookup(g, n->inputs[dl4j_in[i]]);
+        if (!v)
+            return ck_error(CK_EFORMAT, "'%s': node '%s': input '%s' is not defined", g->label,
+                            n->name, n->inputs[dl4j_in[i]]);
+        ck_fbb_vec_set_off(b, iv, (uint32_t)i, int_pair(b, v->a, v->b));
+    }
+    int32_t outs[256];
+    if (n->noutputs > 256)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': %zu outputs", g->label, n->name, n->noutputs);
+    for (size_t i = 0; i < n->noutputs; i++)
+        outs[i] = (int32_t)i;
+    ck_fbb_set_off(b, &t, FN_OUTPUT, ck_fbb_vec_i32(b, outs, (uint32_t)n->noutputs));
+    ck_fbb_set_off(b, &t, FN_EXTRAPARAMS, ck_fbb_vec_f64(b, ta, nt));
+    ck_fbb_set_off(b, &t, FN_EXTRAINT, ck_fbb_vec_i64(b, ia, ni));
+    ck_fbb_set_off(b, &t, FN_EXTRABOOLS, ck_fbb_vec_bool(b, ba, nb));
+    ck_fbb_set_off(b, &t, FN_OUTPUTNAMES, ck_fbb_vec_strings(b, n->outputs, (uint32_t)n->noutputs));
+    *out = t.pos;
+    return b->err;
+}
+
+int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck_sdgraph_weight *w,
+                     size_t nw, const char *label)
+{
+    struct gctx g = {b, m, label, NULL, 0, 0};
+    size_t nscales = 0, nvars;
+    int err;
+    if ((err = collect(&g, w, nw)) < 0)
+        goto out;
+    for (size_t i = 0; i < nw; i++)
+        nscales += w[i].stored == CK_DT_QI8;
+    nvars = g.nvars + nscales;
+    static const uint8_t sz[FG_NSLOTS] = {8, 4, 4, 4, 0, 4, 0, 0};
+    struct ck_fbb_table t;
+    ck_fbb_table(b, &t, sz, FG_NSLOTS);
+    ck_fbb_set_i64(b, &t, FG_ID, 0);
+    uint32_t vv = ck_fbb_vec_offsets(b, (uint32_t)nvars);
+    ck_fbb_set_off(b, &t, FG_VARIABLES, vv);
+    if ((err = write_variables(&g, w, nw, vv, nscales)) < 0)
+        goto out;
+    uint32_t nv = ck_fbb_vec_offsets(b, (uint32_t)m->nnodes);
+    ck_fbb_set_off(b, &t, FG_NODES, nv);
+    for (size_t i = 0; i < m->nnodes; i++) {
+        uint32_t at;
+        if ((err = write_node(&g, i, &at)) < 0)
+            goto out;
+        ck_fbb_vec_set_off(b, nv, (uint32_t)i, at);
+    }
+    uint32_t ov = ck_fbb_vec_offsets(b, (uint32_t)m->noutputs);
+    ck_fbb_set_off(b, &t, FG_OUTPUTS, ov);
+    for (size_t i = 0; i < m->noutputs; i++) {
+        const struct var *v = lookup(&g, m->outputs[i].name);
+        if (!v) {
+            err =
+                ck_error(CK_EFORMAT, "'%s': output '%s' is not defined", label, m->outputs[i].name);
+            goto out;
+        }
+        ck_fbb_vec_set_off(b, ov, (uint32_t)i, int_pair(b, v->a, v->b));
+    }
+    uint32_t pv = ck_fbb_vec_offsets(b, (uint32_t)m->ninputs);
+    ck_fbb_set_off(b, &t, FG_PLACEHOLDERS, pv);
+    for (size_t i = 0; i < m->ninputs; i++)
+        ck_fbb_vec_set_off(b, pv, (uint32_t)i, ck_fbb_cstring(b, m->inputs[i].name));
+    err = ck_fbb_finish(b, t.pos);
+out:
+    free(g.vars);
+    return err;
+}
+
+int ck_sdgraph_training_config(struct ck_fbb *b, const char *json)
+{
+    static const uint8_t sz[FG_NSLOTS] = {8, 0, 0, 0, 0, 0, 0, 4};
+    struct ck_fbb_table t;
+    ck_fbb_table(b, &t, sz, FG_NSLOTS);
+    ck_fbb_set_i64(b, &t, FG_ID, 0);
+    ck_fbb_set_off(b, &t, FG_TRAINING, ck_fbb_cstring(b, json));
+    return ck_fbb_finish(b, t.pos);
+}

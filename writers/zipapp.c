@@ -1,0 +1,561 @@
+#include "writers/zipapp.h"
+
+#include "common/error.h"
+#include "common/zipjournal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define SIG_LOCAL 0x04034b50u
+#define SIG_CENTRAL 0x02014b50u
+#define SIG_EOCD 0x06054b50u
+#define SIG_EOCD64 0x06064b50u
+#define SIG_LOC64 0x07064b50u
+#define U32MAX 0xffffffffu
+#define U16MAX 0xffffu
+#define EOCD_LEN 22
+#define MAX_COMMENT 65535
+#define MAX_CD (UINT64_C(1) << 30)
+#define FLAG_UTF8 0x0800
+
+static uint64_t get(const unsigned char *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++)
+        v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put(unsigned char *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static int pread_all(int fd, void *buf, uint64_t len, uint64_t off)
+{
+    unsigned char *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (uint64_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const void *buf, uint64_t len, uint64_t off)
+{
+    const unsigned char *p = buf;
+    while (len) {
+        ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (uint64_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+static uint32_t dos_time(void)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    if (tm.tm_year < 80)
+        return (1 << 21) | (1 << 16); /* 1980-01-01 */
+    uint32_t date = (uint32_t)((tm.tm_year - 80) << 9 | (tm.tm_mon + 1) << 5 | tm.tm_mday);
+    uint32_t t = (uint32_t)(tm.tm_hour << 11 | tm.tm_min << 5 | tm.tm_sec / 2);
+    return date << 16 | t;
+}
+
+static int add_entry(struct ck_zipapp *z, struct ck_zipapp_entry **out)
+{
+    if (z->nents == z->cap) {
+        size_t cap = z->cap ? 2 * z->cap : 64;
+        struct ck_zipapp_entry *n = realloc(z->ents, cap * sizeof(*n));
+        if (!n)
+            return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+        z->ents = n;
+        z->cap = cap;
+    }
+    *out = &z->ents[z->nents++];
+    memset(*out, 0, sizeof(**out));
+    return 0;
+}
+
+/* Finds the end records; fills the central directory's offset, size and count. */
+static int find_end(struct ck_zipapp *z, uint64_t size, uint64_t *cd_off, uint64_t *cd_size,
+                    uint64_t *count)
+{
+    uint64_t tail = size < EOCD_LEN + MAX_COMMENT ? size : EOCD_LEN + MAX_COMMENT;
+    unsigned char *b = malloc(tail ? (size_t)tail : 1);
+    int err = 0;
+    if (!b)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    if (size < EOCD_LEN || pread_all(z->fd, b, tail, size - tail) < 0) {
+        err = ck_error(CK_EFORMAT, "'%s': not a zip archive (too short)", z->path);
+        goto out;
+    }
+    int64_t at = -1;
+    for (int64_t i = (int64_t)tail - EOCD_LEN; i >= 0; i--)
+        if (get(b + i, 4) == SIG_EOCD && (uint64_t)i + EOCD_LEN + get(b + i + 20, 2) == tail) {
+            at = i;
+            break;
+        }
+    if (at < 0) {
+        err =
+            ck_error(CK_EFORMAT, "'%s': not a zip archive (no end of central directory)", z->path);
+        goto out;
+    }
+    const unsigned char *e = b + at;
+    uint64_t eocd = size - tail + (uint64_t)at;
+    *count = get(e + 10, 2);
+    *cd_size = get(e + 12, 4);
+    *cd_off = get(e + 16, 4);
+    if (get(e + 4, 2) != 0 || get(e + 6, 2) != 0) {
+        err = ck_error(CK_EFORMAT, "'%s': multi-disk zip archives are not supported", z->path);
+        goto out;
+    }
+    if (*count == U16MAX || *cd_size == U32MAX || *cd_off == U32MAX) {
+        unsigned char loc[20], r[56];
+        if (eocd < 20 || pread_all(z->fd, loc, 20, eocd - 20) < 0 || get(loc, 4) != SIG_LOC64 ||
+            get(loc + 8, 8) + 56 > eocd || pread_all(z->fd, r, 56, get(loc + 8, 8)) < 0 ||
+            get(r, 4) != SIG_EOCD64) {
+            err = ck_error(CK_EFORMAT, "'%s': zip64 end records are missing or corrupt", z->path);
+            goto out;
+        }
+        *count = get(r + 32, 8);
+        *cd_size = get(r + 40, 8);
+        *cd_off = get(r + 48, 8);
+        eocd = get(loc + 8, 8);
+    }
+    if (*cd_off > eocd || *cd_size > eocd - *cd_off || *cd_size > MAX_CD)
+        err = ck_error(CK_EFORMAT,
+                       "'%s': central directory at %" PRIu64 " (%" PRIu64
+                       " bytes) lies outside the archive",
+                       z->path, *cd_off, *cd_size);
+out:
+    free(b);
+    return err;
+}
+
+static int parse_cd(struct ck_zipapp *z, const unsigned char *cd, uint64_t len, uint64_t count,
+                    uint64_t cd_off)
+{
+    uint64_t p = 0;
+    int err;
+    for (uint64_t i = 0; i < count; i++) {
+        if (len - p < 46 || get(cd + p, 4) != SIG_CENTRAL)
+            return ck_error(CK_EFORMAT, "'%s': central directory record %" PRIu64 " is corrupt",
+                            z->path, i);
+        const unsigned char *r = cd + p;
+        uint64_t nl = get(r + 28, 2), xl = get(r + 30, 2), cl = get(r + 32, 2);
+        if (len - p - 46 < nl + xl + cl || nl == 0)
+            return ck_error(CK_EFORMAT, "'%s': central directory record %" PRIu64 " is truncated",
+                            z->path, i);
+        struct ck_zipapp_entry *e = NULL;
+        if ((err = add_entry(z, &e)) < 0)
+            return err;
+        if (!(e->name = strndup((const char *)r + 46, (size_t)nl)) || strlen(e->name) != nl)
+            return ck_error(CK_EFORMAT, "'%s': member %" PRIu64 " has a bad name", z->path, i);
+        e->method = (uint16_t)get(r + 10, 2);
+        e->crc = (uint32_t)get(r + 16, 4);
+        e->csize = get(r + 20, 4);
+        e->usize = get(r + 24, 4);
+        e->local = get(r + 42, 4);
+        const unsigned char *x = r + 46 + nl, *xe = x + xl;
+        while (xe - x >= 4) {
+            uint64_t id = get(x, 2), sz = get(x + 2, 2);
+            if ((uint64_t)(xe - x - 4) < sz)
+                break;
+            if (id == 1) {
+                const unsigned char *q = x + 4, *qe = q + sz;
+                uint64_t *f[3] = {&e->usize, &e->csize, &e->local};
+                for (int k = 0; k < 3; k++)
+                    if (*f[k] == U32MAX && qe - q >= 8) {
+                        *f[k] = get(q, 8);
+                        q += 8;
+                    }
+            }
+            x += 4 + sz;
+        }
+        if (e->local >= cd_off || e->csize > cd_off - e->local)
+            return ck_error(CK_EFORMAT, "'%s': member '%s' lies outside the archive", z->path,
+                            e->name);
+        e->rec = z->cd.len;
+        e->reclen = (size_t)(46 + nl + xl + cl);
+        if ((err = ck_buf_append(&z->cd, r, e->reclen)) < 0)
+            return err;
+        p += e->reclen;
+    }
+    return 0;
+}
+
+static int open_existing(struct ck_zipapp *z)
+{
+    struct stat st;
+    uint64_t cd_off = 0, cd_size = 0, count = 0;
+    bool rolled;
+    int err;
+    if (flock(z->fd, LOCK_EX | LOCK_NB) < 0)
+        return errno == EWOULDBLOCK
+                   ? ck_error(CK_ELOCKED, "'%s': another process is appending to it", z->path)
+                   : ck_error_os(CK_EIO, "'%s': cannot lock", z->path);
+    z->lockfd = z->fd;
+    if ((err = ck_zipjournal_recover(z->path, z->fd, &rolled)) < 0)
+        return err;
+    if (fstat(z->fd, &st) < 0)
+        return ck_error_os(CK_EIO, "cannot stat '%s'", z->path);
+    if (!S_ISREG(st.st_mode))
+        return ck_error(CK_EFORMAT, "'%s': not a regular file", z->path);
+    z->old_len = (uint64_t)st.st_size;
+    if ((err = find_end(z, z->old_len, &cd_off, &cd_size, &count)) < 0)
+        return err;
+    if (count > cd_size / 46 + 1)
+        return ck_error(CK_EFORMAT,
+                        "'%s': %" PRIu64 " members cannot fit a central directory of %" PRIu64
+                        " bytes",
+                        z->path, count, cd_size);
+    unsigned char *cd = malloc(cd_size ? (size_t)cd_size : 1);
+    if (!cd)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    if (pread_all(z->fd, cd, cd_size, cd_off) < 0)
+        err = ck_error_os(CK_EIO, "cannot read '%s'", z->path);
+    else
+        err = parse_cd(z, cd, cd_size, count, cd_off);
+    free(cd);
+    z->start = z->pos = cd_off;
+    return err;
+}
+
+int ck_zipapp_open(struct ck_zipapp *z, const char *path)
+{
+    int err;
+    memset(z, 0, sizeof(*z));
+    z->fd = z->lockfd = -1;
+    z->tmp.fd = -1;
+    ck_buf_init(&z->cd, (size_t)MAX_CD);
+    if (!(z->path = strdup(path)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    z->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (z->fd >= 0) {
+        err = open_existing(z);
+    } else if (errno == ENOENT) {
+        z->fresh = true;
+        if ((err = ck_atomic_open(&z->tmp, path, 0644)) >= 0)
+            z->fd = z->tmp.fd;
+    } else {
+        err = ck_error_os(CK_EIO, "cannot open '%s'", path);
+    }
+    if (err < 0)
+        ck_zipapp_abort(z);
+    return err;
+}
+
+struct ck_zipapp_entry *ck_zipapp_find(struct ck_zipapp *z, const char *name)
+{
+    for (size_t i = 0; i < z->nents; i++)
+        if (!z->ents[i].dropped && !strcmp(z->ents[i].name, name))
+            return &z->ents[i];
+    return NULL;
+}
+
+/* The offset of an existing entry's data, checked against the old archive. */
+static int data_at(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_t *out)
+{
+    unsigned char h[30];
+    if (pread_all(z->fd, h, 30, e->local) < 0 || get(h, 4) != SIG_LOCAL)
+        return ck_error(CK_EFORMAT, "'%s': member '%s': bad local header", z->path, e->name);
+    uint64_t at = e->local + 30 + get(h + 26, 2) + get(h + 28, 2);
+    if (at > z->start || e->csize > z->start - at)
+        return ck_error(CK_EFORMAT, "'%s': member '%s' lies outside the archive", z->path, e->name);
+    *out = at;
+    return 0;
+}
+
+int ck_zipapp_read(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_t max,
+                   struct ck_buf *out)
+{
+    uint64_t at;
+    int err;
+    if (e->usize > max)
+        return ck_error(CK_ESIZE, "'%s': member '%s' is over %" PRIu64 " bytes", z->path, e->name,
+                        max);
+    if ((err = data_at(z, e, &at)) < 0)
+        return err;
+    if (e->method != 0 && e->method != 8)
+        return ck_error(CK_EFORMAT, "'%s': member '%s': compression method %u", z->path, e->name,
+                        e->method);
+    unsigned char *c = malloc(e->csize ? (size_t)e->csize : 1);
+    if (!c)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    if (pread_all(z->fd, c, e->csize, at) < 0) {
+        free(c);
+        return ck_error_os(CK_EIO, "cannot read '%s'", z->path);
+    }
+    if (e->method == 0) {
+        err = e->csize == e->usize
+                  ? ck_buf_append(out, c, (size_t)e->csize)
+                  : ck_error(CK_EFORMAT, "'%s': member '%s': sizes disagree", z->path, e->name);
+    } else if ((err = ck_buf_reserve(out, (size_t)e->usize + 1)) >= 0) {
+        z_stream s;
+        memset(&s, 0, sizeof(s));
+        s.next_in = c;
+        s.avail_in = (uInt)e->csize;
+        s.next_out = (unsigned char *)out->data + out->len;
+        s.avail_out = (uInt)e->usize;
+        int zr = inflateInit2(&s, -MAX_WBITS);
+        if (zr == Z_OK)
+            zr = inflate(&s, Z_FINISH);
+        if (zr != Z_STREAM_END || s.total_out != e->usize)
+            err = ck_error(CK_EFORMAT, "'%s': member '%s' does not inflate", z->path, e->name);
+        inflateEnd(&s);
+        if (err >= 0) {
+            out->len += (size_t)e->usize;
+            out->data[out->len] = 0;
+        }
+    }
+    free(c);
+    if (err >= 0 && (uint32_t)crc32(0, (const unsigned char *)out->data + out->len - e->usize,
+                                    (uInt)e->usize) != e->crc)
+        err = ck_error(CK_EFORMAT, "'%s': member '%s': CRC mismatch", z->path, e->name);
+    return err;
+}
+
+bool ck_zipapp_same(struct ck_zipapp *z, const struct ck_zipapp_entry *e, const void *data,
+                    uint64_t len, uint32_t crc)
+{
+    uint64_t at;
+    if (e->added || e->method != 0 || e->crc != crc || e->usize != len || e->csize != len)
+        return false;
+    if (data_at(z, e, &at) < 0) {
+        ck_error_clear();
+        return false;
+    }
+    unsigned char buf[65536];
+    const unsigned char *p = data;
+    for (uint64_t off = 0; off < len;) {
+        uint64_t n = len - off < sizeof(buf) ? len - off : sizeof(buf);
+        if (pread_all(z->fd, buf, n, at + off) < 0 || memcmp(buf, p + off, (size_t)n))
+            return false;
+        off += n;
+    }
+    return true;
+}
+
+void ck_zipapp_drop(struct ck_zipapp *z, struct ck_zipapp_entry *e)
+{
+    (void)z;
+    e->dropped = true;
+}
+
+/* Before the first byte of the old archive is overwritten. */
+static int ensure_journal(struct ck_zipapp *z)
+{
+    if (z->fresh || z->journaled)
+        return 0;
+    uint64_t tl = z->old_len - z->start;
+    unsigned char *tail = malloc(tl ? (size_t)tl : 1);
+    int err;
+    if (!tail)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
+    if (pread_all(z->fd, tail, tl, z->start) < 0)
+        err = ck_error_os(CK_EIO, "cannot read '%s'", z->path);
+    else
+        err = ck_zipjournal_write(z->path, z->old_len, z->start, tail, tl);
+    free(tail);
+    if (err >= 0)
+        z->journaled = true;
+    return err;
+}
+
+int ck_zipapp_add(struct ck_zipapp *z, const char *name, const void *data, uint64_t len,
+                  uint32_t crc)
+{
+    size_t nl = strlen(name);
+    struct ck_zipapp_entry *e = NULL;
+    int err;
+    if (nl == 0 || nl > U16MAX)
+        return ck_error(CK_EUSAGE, "'%s': bad member name '%s'", z->path, name);
+    if (len >= U32MAX)
+        return ck_error(CK_ESIZE, "'%s': member '%s' of %" PRIu64 " bytes is over 4 GiB", z->path,
+                        name, len);
+    if ((err = ensure_journal(z)) < 0)
+        return err;
+    unsigned char h[30];
+    uint32_t dt = dos_time();
+    put(h, SIG_LOCAL, 4);
+    put(h + 4, 20, 2);
+    put(h + 6, FLAG_UTF8, 2);
+    put(h + 8, 0, 2);
+    put(h + 10, dt, 4);
+    put(h + 14, crc, 4);
+    put(h + 18, len, 4);
+    put(h + 22, len, 4);
+    put(h + 26, nl, 2);
+    put(h + 28, 0, 2);
+    uint64_t local = z->pos;
+    if (pwrite_all(z->fd, h, 30, local) < 0 || pwrite_all(z->fd, name, nl, local + 30) < 0 ||
+        pwrite_all(z->fd, data, len, local + 30 + nl) < 0)
+        return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
+    z->pos = local + 30 + nl + len;
+    /* The central record: zip64 extra only for an offset past 4 GiB. */
+    bool big = local >= U32MAX;
+    unsigned char r[46 + 12];
+    put(r, SIG_CENTRAL, 4);
+    put(r + 4, 3 << 8 | (big ? 45 : 20), 2); /* made by unix */
+    put(r + 6, big ? 45 : 20, 2);
+    put(r + 8, FLAG_UTF8, 2);
+    put(r + 10, 0, 2);
+    put(r + 12, dt, 4);
+    put(r + 16, crc, 4);
+    put(r + 20, len, 4);
+    put(r + 24, len, 4);
+    put(r + 28, nl, 2);
+    put(r + 30, big ? 12 : 0, 2);
+    put(r + 32, 0, 2);
+    put(r + 34, 0, 2);
+    put(r + 36, 0, 2);
+    put(r + 38, (uint64_t)0100644 << 16, 4);
+    put(r + 42, big ? U32MAX : local, 4);
+    if ((err = add_entry(z, &e)) < 0)
+        return err;
+    if (!(e->name = strdup(name)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    e->crc = crc;
+    e->csize = e->usize = len;
+    e->local = local;
+    e->added = true;
+    e->rec = z->cd.len;
+    e->reclen = 46 + nl + (big ? 12 : 0);
+    if ((err = ck_buf_append(&z->cd, r, 46)) < 0 || (err = ck_buf_append(&z->cd, name, nl)) < 0)
+        return err;
+    if (big) {
+        unsigned char x[12];
+        put(x, 1, 2);
+        put(x + 2, 8, 2);
+        put(x + 4, local, 8);
+        if ((err = ck_buf_append(&z->cd, x, 12)) < 0)
+            return err;
+    }
+    return 0;
+}
+
+static int write_end(struct ck_zipapp *z)
+{
+    struct ck_buf out = CK_BUF_INIT;
+    uint64_t count = 0;
+    int err = 0;
+    ck_buf_init(&out, (size_t)MAX_CD + 256);
+    for (size_t i = 0; i < z->nents && err >= 0; i++)
+        if (!z->ents[i].dropped) {
+            err = ck_buf_append(&out, z->cd.data + z->ents[i].rec, z->ents[i].reclen);
+            count++;
+        }
+    uint64_t cd_off = z->pos, cd_size = out.len;
+    bool z64 = count >= U16MAX || cd_off >= U32MAX || cd_size >= U32MAX;
+    unsigned char e[56 + 20 + 22];
+    size_t el = 0;
+    if (z64) {
+        uint64_t at = cd_off + cd_size;
+        put(e, SIG_EOCD64, 4);
+        put(e + 4, 44, 8);
+        put(e + 12, 3 << 8 | 45, 2);
+        put(e + 14, 45, 2);
+        put(e + 16, 0, 4);
+        put(e + 20, 0, 4);
+        put(e + 24, count, 8);
+        put(e + 32, count, 8);
+        put(e + 40, cd_size, 8);
+        put(e + 48, cd_off, 8);
+        put(e + 56, SIG_LOC64, 4);
+        put(e + 60, 0, 4);
+        put(e + 64, at, 8);
+        put(e + 72, 1, 4);
+        el = 76;
+    }
+    put(e + el, SIG_EOCD, 4);
+    put(e + el + 4, 0, 4);
+    put(e + el + 8, z64 ? U16MAX : count, 2);
+    put(e + el + 10, z64 ? U16MAX : count, 2);
+    put(e + el + 12, z64 ? U32MAX : cd_size, 4);
+    put(e + el + 16, z64 ? U32MAX : cd_off, 4);
+    put(e + el + 20, 0, 2);
+    el += 22;
+    if (err >= 0 && (err = ck_buf_append(&out, e, el)) >= 0) {
+        if (pwrite_all(z->fd, out.data, out.len, cd_off) < 0 ||
+            ftruncate(z->fd, (off_t)(cd_off + out.len)) < 0)
+            err = ck_error_os(CK_EIO, "cannot write '%s'", z->path);
+    }
+    ck_buf_release(&out);
+    return err;
+}
+
+static void release(struct ck_zipapp *z)
+{
+    if (z->fresh)
+        ck_atomic_abort(&z->tmp);
+    else if (z->fd >= 0)
+        close(z->fd); /* also drops the lock */
+    for (size_t i = 0; i < z->nents; i++)
+        free(z->ents[i].name);
+    free(z->ents);
+    ck_buf_release(&z->cd);
+    free(z->path);
+    memset(z, 0, sizeof(*z));
+    z->fd = z->lockfd = z->tmp.fd = -1;
+}
+
+int ck_zipapp_commit(struct ck_zipapp *z)
+{
+    int err;
+    if ((err = ensure_journal(z)) < 0 || (err = write_end(z)) < 0)
+        goto fail;
+    if (z->fresh) {
+        err = ck_atomic_commit(&z->tmp); /* fsync, rename, folder fsync */
+        z->fresh = false;
+        z->fd = -1;
+        release(z);
+        return err;
+    }
+    if (fsync(z->fd) < 0) {
+        err = ck_error_os(CK_EIO, "cannot fsync '%s'", z->path);
+        goto fail;
+    }
+    /* Durable: from here the journal would only undo a complete append. */
+    err = ck_zipjournal_remove(z->path);
+    z->journaled = false;
+    release(z);
+    return err;
+fail:
+    ck_zipapp_abort(z);
+    return err;
+}
+
+void ck_zipapp_abort(struct ck_zipapp *z)
+{
+    if (!z->path)
+        return;
+    if (z->journaled && z->fd >= 0) {
+        bool rolled;
+        if (ck_zipjournal_recover(z->path, z->fd, &rolled) < 0)
+            ck_error_clear(); /* the journal stays: the next open rolls back */
+    }
+    release(z);
+}

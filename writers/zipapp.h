@@ -1,0 +1,75 @@
+/* Appending members to a zip archive in place, crash-safe (libzip rewrites
+ * whole archives on close; a 100-checkpoint archive must not be copied for
+ * the 101st).
+ *
+ * New members are written where the old central directory began; then a new
+ * central directory (the kept old records verbatim plus the new ones) and
+ * the end records (zip64 when an offset, a size or the count needs it).
+ * Before the first byte is overwritten, common/zipjournal records the old
+ * length and the bytes from the old central directory to the end, so a kill
+ * at any instant rolls back to the old archive on the next open. A member
+ * replaced by name (tags.txt) stays in the file as dead bytes: earlier
+ * members are never moved or rewritten. A new archive is written to a
+ * temporary and renamed into place.
+ *
+ * Members are stored (method 0); existing members may be stored or deflated.
+ * The archive is flock()ed exclusively from open to commit/abort. */
+#ifndef CK_ZIPAPP_H
+#define CK_ZIPAPP_H
+
+#include "common/buf.h"
+#include "common/fsutil.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ck_zipapp_entry {
+    char *name; /* owned */
+    uint32_t crc;
+    uint64_t csize, usize, local; /* compressed, uncompressed size; local header offset */
+    uint16_t method;
+    bool dropped; /* left out of the new central directory */
+    bool added;   /* written by this append */
+    size_t rec;   /* offset of its central record in cd */
+    size_t reclen;
+};
+
+struct ck_zipapp {
+    char *path;     /* owned */
+    int fd;         /* the archive (or the temporary of a new one) */
+    int lockfd;     /* the archive, locked; -1 for a new archive */
+    bool fresh;     /* a new archive (written to tmp) */
+    bool journaled; /* the journal exists: abort must roll back */
+    struct ck_atomic_file tmp;
+    uint64_t old_len, start, pos;
+    struct ck_zipapp_entry *ents;
+    size_t nents, cap;
+    struct ck_buf cd; /* central records of every entry, in order */
+};
+
+/* Opens path for appending: recovers a torn earlier append, checks that an
+ * existing file is a zip (CK_EFORMAT naming it otherwise) and reads its
+ * central directory; a missing file starts a new archive. CK_ELOCKED when
+ * another process is appending. */
+int ck_zipapp_open(struct ck_zipapp *z, const char *path);
+/* The entry named name, or NULL (dropped entries are not found). */
+struct ck_zipapp_entry *ck_zipapp_find(struct ck_zipapp *z, const char *name);
+/* Reads an existing entry whole (at most max bytes) into out. */
+int ck_zipapp_read(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_t max,
+                   struct ck_buf *out);
+/* Whether an existing stored entry holds exactly these bytes (by CRC, size, then content). */
+bool ck_zipapp_same(struct ck_zipapp *z, const struct ck_zipapp_entry *e, const void *data,
+                    uint64_t len, uint32_t crc);
+/* Leaves an existing entry out of the new central directory. */
+void ck_zipapp_drop(struct ck_zipapp *z, struct ck_zipapp_entry *e);
+/* Writes a new stored member (crc: its zlib CRC-32). */
+int ck_zipapp_add(struct ck_zipapp *z, const char *name, const void *data, uint64_t len,
+                  uint32_t crc);
+/* Writes the central directory and end records, makes the archive durable
+ * and removes the journal (or renames the new archive into place). z is
+ * released in every case; on failure the old archive is restored. */
+int ck_zipapp_commit(struct ck_zipapp *z);
+/* Rolls back and releases (accepts a released z). */
+void ck_zipapp_abort(struct ck_zipapp *z);
+
+#endif
