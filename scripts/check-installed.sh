@@ -14,6 +14,8 @@ trap '$sudo dpkg --purge ckptd >/dev/null 2>&1 || true' EXIT
 want=$(dpkg-deb -f "$deb" Version)
 got=$(/usr/bin/ckptd --version)
 [ "$got" = "ckptd $want" ] || fail "'ckptd --version' says '$got', the package is $want"
+[ "$(command -v mldef)" = /usr/bin/mldef ] || fail "mldef is not /usr/bin/mldef on PATH"
+/usr/bin/mldef --help >/dev/null || fail "'mldef --help' failed"
 unit=/usr/lib/systemd/system/ckptd@.service
 [ -f "$unit" ] || fail "$unit is missing"
 grep -q '^ExecStart=/usr/bin/ckptd watch ' "$unit" || fail "$unit does not run /usr/bin/ckptd"
