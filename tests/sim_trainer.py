@@ -13,6 +13,9 @@ Modes (one checkpoint per epoch, epochs numbered from --start, default 1):
   crash-partial  like rename, but the last epoch's .tmp is left half written and
                  the process dies (exit 3) as a crash would
   burst          every epoch at once, as fast as possible (rename, no fsync), no interval
+  mlp            like rename, but the file is a real network's weights: a two-layer
+                 MLP (fc1 [H, 16], fc2 [4, H], with biases; H from --size), its
+                 weights drifting a little each epoch as training would move them
 
 Files are valid safetensors (8-byte little-endian header length, JSON
 header, data); TF bundle parts are random bytes with the right names. A
@@ -41,6 +44,28 @@ def safetensors_bytes(epoch, size):
     return struct.pack("<Q", len(h)) + h + os.urandom(4 * n)
 
 
+def mlp_safetensors_bytes(epoch, size):
+    """fc1.weight [H, 16], fc1.bias [H], fc2.weight [4, H], fc2.bias [4], float32,
+    deterministic per epoch (no numpy: the demo needs only Python)."""
+    import math
+    import random
+    hidden = max(4, min(4096, size // (4 * 21)))
+    rng = random.Random(1)
+    shapes = {"fc1.weight": [hidden, 16], "fc1.bias": [hidden],
+              "fc2.weight": [4, hidden], "fc2.bias": [4]}
+    header, blobs, off = {"__metadata__": {"epoch": str(epoch), "producer": "sim_trainer"}}, [], 0
+    for name, shape in shapes.items():
+        n = math.prod(shape)
+        scale = 1 / math.sqrt(shape[-1])
+        vals = [rng.gauss(0, scale) * (1 + 0.05 * epoch) for _ in range(n)]
+        blobs.append(struct.pack(f"<{n}f", *vals))
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + 4 * n]}
+        off += 4 * n
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + b"".join(blobs)
+
+
 def fsync_write(path, data, sync=True):
     with open(path, "wb") as f:
         f.write(data)
@@ -66,10 +91,10 @@ def write_direct(out, epoch, size, pause):
     announce(path)
 
 
-def write_rename(out, epoch, size, partial=False, sync=True):
+def write_rename(out, epoch, size, partial=False, sync=True, mlp=False):
     path = os.path.join(out, f"epoch_{epoch}.safetensors")
     tmp = path + ".tmp"
-    data = safetensors_bytes(epoch, size)
+    data = mlp_safetensors_bytes(epoch, size) if mlp else safetensors_bytes(epoch, size)
     if partial:
         with open(tmp, "wb") as f:
             f.write(data[: len(data) // 2])
@@ -111,7 +136,7 @@ def main():
     ap.add_argument("--start", type=int, default=1)
     ap.add_argument("--mode", default="direct",
                     choices=["direct", "rename", "tfbundle", "folder", "folder-rename",
-                             "crash-partial", "burst"])
+                             "crash-partial", "burst", "mlp"])
     ap.add_argument("--interval", type=float, default=0.2, help="seconds between epochs")
     ap.add_argument("--size", type=int, default=64 * 1024, help="bytes of tensor data")
     ap.add_argument("--fail-at", type=int, default=None, help="exit 1 when this epoch comes")
@@ -132,8 +157,8 @@ def main():
             return 1
         if a.mode == "direct":
             write_direct(a.outdir, epoch, a.size, a.pause)
-        elif a.mode in ("rename", "burst"):
-            write_rename(a.outdir, epoch, a.size, sync=a.mode == "rename")
+        elif a.mode in ("rename", "burst", "mlp"):
+            write_rename(a.outdir, epoch, a.size, sync=a.mode != "burst", mlp=a.mode == "mlp")
         elif a.mode == "crash-partial":
             write_rename(a.outdir, epoch, a.size, partial=epoch == last)
         elif a.mode == "tfbundle":
