@@ -33,12 +33,23 @@ static void put_fields(struct ck_yaml_out *o, const char *const *fields, size_t 
         if (!fields[2 * i + 1])
             continue; /* NULL: the key goes */
         ck_yaml_str(o, fields[2 * i]);
+        /* sizes and durations are numbers to whoever reads the file */
         char *end;
-        long long v = strcmp(fields[2 * i], "size") ? -1 : strtoll(fields[2 * i + 1], &end, 10);
-        if (v >= 0 && !*end)
-            ck_yaml_int(o, v);
-        else
-            ck_yaml_str(o, fields[2 * i + 1]);
+        const char *k = fields[2 * i], *v = fields[2 * i + 1];
+        if (!strcmp(k, "size")) {
+            long long iv = strtoll(v, &end, 10);
+            if (iv >= 0 && *v && !*end) {
+                ck_yaml_int(o, iv);
+                continue;
+            }
+        } else if (!strcmp(k, "verification_seconds")) {
+            double d = strtod(v, &end);
+            if (*v && !*end && d >= 0) {
+                ck_yaml_float(o, d);
+                continue;
+            }
+        }
+        ck_yaml_str(o, v);
     }
 }
 
