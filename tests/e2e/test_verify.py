@@ -225,11 +225,20 @@ class Lenet(TmpDirCase):
         img = np.frombuffer(data[pos:pos + w * h], np.uint8).reshape(1, 1, h, w)
         x = os.path.join(self.dir, "x.npy")
         np.save(x, img.astype("f4"))
-        run("verify", nnp, "--inputs", x, "--save-outputs", self.dir, check=0)
-        outs = [f for f in os.listdir(self.dir) if f.endswith(".npy") and f != "x.npy"]
-        self.assertEqual(len(outs), 1, outs)
-        y = np.load(os.path.join(self.dir, outs[0]))
-        self.assertEqual(int(np.argmax(y.reshape(-1))), 5, y)
+        # the .nnp itself, and the archives ckptd packs from it, as written
+        mldef = os.path.join(self.dir, "lenet.mldef")
+        run("pack", "--format", "mldef", nnp, "-o", mldef, check=0)
+        sd = os.path.join(self.dir, "run.zip")
+        run("pack", "--format", "samediff", nnp, "-o", sd, "--tag", "e10000", check=0)
+        for model in (nnp, mldef, sd, sd + "#e10000"):
+            with self.subTest(model=os.path.basename(model)):
+                outdir = os.path.join(self.dir, "out-" + os.path.basename(model).replace("#", "-"))
+                os.makedirs(outdir)
+                run("verify", model, "--inputs", x, "--save-outputs", outdir, check=0)
+                outs = [f for f in os.listdir(outdir) if f.endswith(".npy")]
+                self.assertEqual(len(outs), 1, outs)
+                y = np.load(os.path.join(outdir, outs[0]))
+                self.assertEqual(int(np.argmax(y.reshape(-1))), 5, y)
 
 
 if __name__ == "__main__":
