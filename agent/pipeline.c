@@ -89,7 +89,7 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
         if (!realpath(p->dir, root))
             snprintf(root, sizeof root, "%s", p->dir);
         err =
-            ck_uploader_enqueue_pmf(p->st->db, cfg->upload_stores, cfg->n_upload_stores, root, &q);
+            ck_uploader_enqueue_pmf(p->st->db, cfg->upload_stores, cfg->n_upload_stores, root, false, &q);
         queued += (size_t)q;
     }
     for (size_t i = 0; err == 0 && i < a->n; i++)

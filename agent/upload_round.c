@@ -16,7 +16,7 @@ int ck_upload_round_run(sqlite3 *db, const struct ck_upload_round *r, struct ck_
         return err;
     if (r->root) {
         if ((err = ck_uploader_enqueue_pmf(db, cfg->upload_stores, cfg->n_upload_stores, r->root,
-                                           &queued)) < 0)
+                                           false, &queued)) < 0)
             return err;
         if (queued)
             ck_info("upload.queued_tree", "dir=\"%s\" jobs=%d", r->root, queued);

@@ -114,7 +114,7 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
     snprintf(meta, sizeof meta, "%s/metadata.yaml", root);
     snprintf(data, sizeof data, "%s/data", root);
     if (!changed && ck_exists(meta) && ck_is_dir(data))
-        return ck_uploader_enqueue_pmf(db, stores, nstores, root, queued);
+        return ck_uploader_enqueue_pmf(db, stores, nstores, root, true, queued);
     return enqueue(db, stores, nstores, root, changed, nchanged, CK_JOB_BUNDLE, queued);
 }
 
@@ -207,19 +207,20 @@ static void pmf_config_path(const char *root, char *out, size_t outsz)
     ck_buf_release(&b);
 }
 
-/* The files of the PMF tree at root, metadata.yaml not included. */
-static int pmf_files(const char *root, struct ck_strlist *files)
+/* The files of the PMF tree at root, metadata.yaml not included; data/deploy/
+ * only when with_deploy (see ck_uploader_enqueue_pmf). */
+static int pmf_files(const char *root, bool with_deploy, struct ck_strlist *files)
 {
     char data[4200], cfgrel[4096], full[8300];
     int err = 0;
     snprintf(data, sizeof data, "%s/data", root);
     if (ck_is_dir(data) && (err = list_tree(root, "data", files, 0)) < 0)
         return err;
-    /* data/deploy/ holds the pipeline's deployment archives: it queues them
-     * itself, each once it passed verification (agent/deploy.h) */
+    /* data/deploy/ holds the pipeline's deployment archives: the pipeline
+     * queues them itself, each once it passed verification (agent/deploy.h) */
     size_t kept = 0;
     for (size_t i = 0; i < files->n; i++) {
-        if (!strncmp(files->items[i], "data/deploy/", 12))
+        if (!with_deploy && !strncmp(files->items[i], "data/deploy/", 12))
             free(files->items[i]);
         else
             files->items[kept++] = files->items[i];
@@ -234,7 +235,7 @@ static int pmf_files(const char *root, struct ck_strlist *files)
 }
 
 int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
-                            const char *root, int *queued)
+                            const char *root, bool with_deploy, int *queued)
 {
     struct ck_strlist files = {0};
     int err;
@@ -248,7 +249,7 @@ int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, siz
     } else if (wrote) {
         ck_info("upload.init_readme", "path=\"%s/%s\"", root, CK_PMFTREE_INIT_README);
     }
-    if ((err = pmf_files(root, &files)) < 0)
+    if ((err = pmf_files(root, with_deploy, &files)) < 0)
         goto out;
     err = enqueue(db, stores, nstores, root, (const char *const *)files.items, files.n,
                   CK_JOB_BUNDLE_PMF, queued);
@@ -450,7 +451,7 @@ static int prepare_spool(struct run *r, struct ck_job *j)
             struct ck_strlist files = {0};
             char meta[4200];
             snprintf(meta, sizeof meta, "%s/metadata.yaml", j->src);
-            if ((err = pmf_files(j->src, &files)) == 0 &&
+            if ((err = pmf_files(j->src, false, &files)) == 0 &&
                 (!ck_exists(meta) || (err = names_add(&files, "metadata.yaml")) == 0))
                 err = ck_bundle_write_files(j->src, (const char *const *)files.items, files.n, path, 3,
                                             0, &n);

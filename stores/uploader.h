@@ -31,14 +31,15 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
                              const char *root, const char *const *changed, size_t nchanged,
                              int *queued);
 
-/* Queues the PMF tree at root the way scan and watch need it: every file
- * under data/ (registered checkpoints are complete files there), the
- * training configuration named by metadata.yaml, then metadata.yaml last.
- * Files of the training folder that are not part of the tree are left out,
- * and so is data/deploy/: the pipeline queues the archives there itself,
- * only those that passed verification. */
+/* Queues the PMF tree at root: every file under data/ (registered
+ * checkpoints are complete files there), the training configuration named by
+ * metadata.yaml, then metadata.yaml last. Files of the training folder that
+ * are not part of the tree are left out. data/deploy/ (the deployment
+ * archives, held ones excluded: those are in DIR/.ckptd/held/) goes with the
+ * tree when with_deploy: a user's `ckptd upload DIR`; the pipeline passes
+ * false and queues each archive itself once it passed verification. */
 int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
-                            const char *root, int *queued);
+                            const char *root, bool with_deploy, int *queued);
 
 /* How one job ended, for ck_uploader_run_opts.on_job. Borrowed for the call. */
 struct ck_upload_outcome {
