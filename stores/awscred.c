@@ -268,6 +268,25 @@ static int set_keys(struct ck_awskeys *k, const char *id, const char *sec, const
 
 /* ---- the sources that fetch ---- */
 
+/* Tokens and keys do not outlive the request in memory: headers and buffers
+ * are zeroed before they are freed. */
+static void wipe_headers(struct curl_slist *hd)
+{
+    for (struct curl_slist *i = hd; i; i = i->next)
+        explicit_bzero(i->data, strlen(i->data));
+    curl_slist_free_all(hd);
+}
+
+static void wipe_bufs(struct ck_buf *a, struct ck_buf *b, struct ck_buf *c)
+{
+    struct ck_buf *v[] = {a, b, c};
+    for (size_t i = 0; i < 3; i++) {
+        if (v[i]->data)
+            explicit_bzero(v[i]->data, v[i]->len);
+        ck_buf_release(v[i]);
+    }
+}
+
 /* STS AssumeRoleWithWebIdentity: the token file is read again each time (it rotates). */
 static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
@@ -331,15 +350,7 @@ out:
         explicit_bzero(enc, strlen(enc));
         free(enc);
     }
-    if (tok.data)
-        explicit_bzero(tok.data, tok.len);
-    if (body.data)
-        explicit_bzero(body.data, body.len);
-    if (resp.data)
-        explicit_bzero(resp.data, resp.len);
-    ck_buf_release(&tok);
-    ck_buf_release(&body);
-    ck_buf_release(&resp);
+    wipe_bufs(&tok, &body, &resp);
     return err;
 }
 
@@ -408,20 +419,8 @@ static int fetch_container(struct ck_awscred *c, struct ck_awskeys *k, long long
     }
     err = parse_json_creds(ck_buf_str(&resp), what, k, expiry);
 out:
-    if (hd) {
-        for (struct curl_slist *i = hd; i; i = i->next)
-            explicit_bzero(i->data, strlen(i->data));
-        curl_slist_free_all(hd);
-    }
-    if (tok.data)
-        explicit_bzero(tok.data, tok.len);
-    if (hdr.data)
-        explicit_bzero(hdr.data, hdr.len);
-    if (resp.data)
-        explicit_bzero(resp.data, resp.len);
-    ck_buf_release(&tok);
-    ck_buf_release(&hdr);
-    ck_buf_release(&resp);
+    wipe_headers(hd);
+    wipe_bufs(&tok, &hdr, &resp);
     return err;
 }
 
@@ -468,19 +467,8 @@ static int fetch_imds(struct ck_awscred *c, struct ck_awskeys *k, long long *exp
     }
     err = parse_json_creds(ck_buf_str(&resp), what, k, expiry);
 out:
-    if (hd) {
-        explicit_bzero(hd->data, strlen(hd->data));
-        curl_slist_free_all(hd);
-    }
-    if (tok.data)
-        explicit_bzero(tok.data, tok.len);
-    if (hdr.data)
-        explicit_bzero(hdr.data, hdr.len);
-    if (resp.data)
-        explicit_bzero(resp.data, resp.len);
-    ck_buf_release(&tok);
-    ck_buf_release(&hdr);
-    ck_buf_release(&resp);
+    wipe_headers(hd);
+    wipe_bufs(&tok, &hdr, &resp);
     return err;
 }
 
