@@ -26,11 +26,11 @@ set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
 set(CPACK_PACKAGING_INSTALL_PREFIX ${CMAKE_INSTALL_PREFIX})
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION utils)
-# The linked libraries come from dpkg-shlibdeps; the five ckptd loads on first
+# The linked libraries come from dpkg-shlibdeps; the six ckptd loads on first
 # use (lazy/) are not linked, so they are named here (Debian 12's names).
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS
-    "libcurl4 (>= 7.88), libzip4, libarchive13, libhdf5-103-1, libsnappy1v5")
+    "libcurl4 (>= 7.88), libzip4, libarchive13, libhdf5-103-1, libsnappy1v5, libopenblas0, adduser")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_SOURCE_DIR}/contrib/debian/postinst)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)
