@@ -32,8 +32,8 @@ static int read_entry(const struct ck_zipin *zi, const char *name, uint64_t max,
     if (zip_stat_index(zi->z, i, 0, &st) < 0 || !(st.valid & ZIP_STAT_SIZE))
         return ck_error(CK_EFORMAT, "'%s': cannot read '%s'", zi->path, name);
     if (st.size > max)
-        return ck_error(CK_ESIZE, "'%s': '%s' is %" PRIu64 " bytes, more than %" PRIu64,
-                        zi->path, name, (uint64_t)st.size, max);
+        return ck_error(CK_ESIZE, "'%s': '%s' is %" PRIu64 " bytes, more than %" PRIu64, zi->path,
+                        name, (uint64_t)st.size, max);
     unsigned char *d = malloc(st.size + 1);
     zip_file_t *f = d ? zip_fopen_index(zi->z, i, 0) : NULL;
     if (!f) {
@@ -52,8 +52,8 @@ static int read_entry(const struct ck_zipin *zi, const char *name, uint64_t max,
     return 0;
 }
 
-static int read_manifest(const struct ck_zipin *zi, unsigned char **text,
-                         struct ck_jin_doc **doc, const struct ck_jin **root)
+static int read_manifest(const struct ck_zipin *zi, unsigned char **text, struct ck_jin_doc **doc,
+                         const struct ck_jin **root)
 {
     size_t len;
     int err = read_entry(zi, "manifest.json", MANIFEST_MAX, text, &len);
@@ -73,14 +73,18 @@ bool ck_mldefrec_is_mldef(const char *path)
     struct ck_jin_doc *doc = NULL;
     const struct ck_jin *root, *f;
     bool yes = false;
-    if (ck_zipin_open(&zi, path) < 0)
+    if (ck_zipin_open(&zi, path) < 0) {
+        ck_error_clear();
         return false;
+    }
     if (read_manifest(&zi, &text, &doc, &root) == 0 && (f = ck_jin_get(root, "Format")) &&
         f->type == CK_JIN_STRING && strcmp(f->str, "mldef") == 0)
         yes = true;
     ck_jin_free(doc);
     free(text);
     ck_zipin_close(&zi);
+    if (!yes)
+        ck_error_clear(); /* not an .mldef is an answer, not an error */
     return yes;
 }
 
@@ -115,8 +119,10 @@ static int load_values(const struct ck_zipin *zi, const char *set, const char *p
 {
     bool f64 = ends_with(path, ".float64");
     if (!f64 && !ends_with(path, ".float32"))
-        return ck_error(CK_EFORMAT, "'%s': test '%s': '%s': only .float32 and .float64 test "
-                        "files are run", zi->path, set, path);
+        return ck_error(CK_EFORMAT,
+                        "'%s': test '%s': '%s': only .float32 and .float64 test "
+                        "files are run",
+                        zi->path, set, path);
     unsigned char *d;
     size_t len;
     int err = read_entry(zi, path, TESTFILE_MAX, &d, &len);
@@ -125,8 +131,10 @@ static int load_values(const struct ck_zipin *zi, const char *set, const char *p
     size_t pt = f64 ? 8 : 4;
     if (len % pt) {
         free(d);
-        return ck_error(CK_EFORMAT, "'%s': test '%s': '%s' is %zu bytes, not a whole number "
-                        "of values", zi->path, set, path, len);
+        return ck_error(CK_EFORMAT,
+                        "'%s': test '%s': '%s' is %zu bytes, not a whole number "
+                        "of values",
+                        zi->path, set, path, len);
     }
     int64_t n = (int64_t)(len / pt);
     if ((err = ck_infer_array_init(a, path, 1, &n)) < 0) {
@@ -162,12 +170,16 @@ static int shape_input(const char *archive, const char *set, const struct ck_mod
     for (int d = 1; d < io->rank; d++)
         per *= io->dims[d] < 0 ? 0 : io->dims[d];
     if (per <= 0 || a->dims[0] % per)
-        return ck_error(CK_EFORMAT, "'%s': test '%s': '%s' does not hold a whole number of "
-                        "samples of input '%s'", archive, set, a->name, io->name);
+        return ck_error(CK_EFORMAT,
+                        "'%s': test '%s': '%s' does not hold a whole number of "
+                        "samples of input '%s'",
+                        archive, set, a->name, io->name);
     int64_t b = a->dims[0] / per;
     if (*batch >= 0 && b != *batch)
-        return ck_error(CK_EFORMAT, "'%s': test '%s': '%s' holds %" PRId64 " samples, the "
-                        "set's first input %" PRId64, archive, set, a->name, b, *batch);
+        return ck_error(CK_EFORMAT,
+                        "'%s': test '%s': '%s' holds %" PRId64 " samples, the "
+                        "set's first input %" PRId64,
+                        archive, set, a->name, b, *batch);
     *batch = b;
     a->rank = io->rank;
     a->dims[0] = b;
@@ -197,8 +209,8 @@ static int load_set(const struct ck_zipin *zi, const struct ck_model *m, const s
     for (size_t k = 0; k < m->ninputs; k++) {
         const char *p = path_for(ck_jin_get(t, "Inputs"), m->inputs[k].name);
         if (!p)
-            return ck_error(CK_EFORMAT, "'%s': test '%s' gives no values for input '%s'",
-                            zi->path, s->name, m->inputs[k].name);
+            return ck_error(CK_EFORMAT, "'%s': test '%s' gives no values for input '%s'", zi->path,
+                            s->name, m->inputs[k].name);
         if ((err = load_values(zi, s->name, p, &s->in[k])) < 0 ||
             (err = shape_input(zi->path, s->name, &m->inputs[k], &s->in[k], &batch)) < 0)
             return err;
@@ -206,8 +218,10 @@ static int load_set(const struct ck_zipin *zi, const struct ck_model *m, const s
     for (size_t i = 0; i < m->noutputs; i++) {
         const char *p = path_for(ck_jin_get(t, "Outputs"), m->outputs[i].name);
         if (!p)
-            return ck_error(CK_EFORMAT, "'%s': test '%s' has no known-good values for "
-                            "output '%s'", zi->path, s->name, m->outputs[i].name);
+            return ck_error(CK_EFORMAT,
+                            "'%s': test '%s' has no known-good values for "
+                            "output '%s'",
+                            zi->path, s->name, m->outputs[i].name);
         if (!(s->want_paths[i] = strdup(p)))
             return ck_error(CK_ENOMEM, "out of memory");
         if ((err = load_values(zi, s->name, p, &s->want[i])) < 0)
@@ -314,8 +328,8 @@ static void emit_value(struct ck_buf *b, const struct ck_jin *v, int depth)
     }
 }
 
-static void emit_entries(struct ck_buf *b, const char *kind, const struct ck_model_io *io,
-                         size_t n, const char *set, char c)
+static void emit_entries(struct ck_buf *b, const char *kind, const struct ck_model_io *io, size_t n,
+                         const char *set, char c)
 {
     ck_buf_printf(b, "\"%s\": [", kind);
     for (size_t i = 0; i < n; i++) {
@@ -436,8 +450,11 @@ static int check_signature(const char *path)
         return err;
     bool ok = r.signature_ok && r.n == 0 && r.dropped == 0;
     ck_mldef_report_release(&r);
-    return ok ? 0 : ck_error(CK_ESTATE, "'%s': the archive breaks a rule or its signature does "
-                             "not verify (mldef -i -s names why): not re-signing it", path);
+    return ok ? 0
+              : ck_error(CK_ESTATE,
+                         "'%s': the archive breaks a rule or its signature does "
+                         "not verify (mldef -i -s names why): not re-signing it",
+                         path);
 }
 
 static int rewrite(const struct ck_zipin *zi, const struct ck_buf *man, const char *set,
@@ -446,7 +463,8 @@ static int rewrite(const struct ck_zipin *zi, const struct ck_buf *man, const ch
 {
     struct ck_mldef_zip *z = NULL;
     struct entry_stream *es = calloc(zi->nentries + 1, sizeof *es);
-    int err = es ? ck_mldef_zip_open(zi->path, level, key, &z) : ck_error(CK_ENOMEM, "out of memory");
+    int err =
+        es ? ck_mldef_zip_open(zi->path, level, key, &z) : ck_error(CK_ENOMEM, "out of memory");
     if (err == 0)
         err = ck_mldef_zip_add_buffer(z, "manifest.json", man->data, man->len);
     for (uint64_t i = 0; err == 0 && i < zi->nentries; i++) {
@@ -460,8 +478,8 @@ static int rewrite(const struct ck_zipin *zi, const struct ck_buf *man, const ch
             break;
         }
         es[i] = (struct entry_stream){.z = zi->z, .index = i};
-        struct ck_mldef_stream s = {.size = st.size, .rewind = es_rewind, .read = es_read,
-                                    .ctx = &es[i]};
+        struct ck_mldef_stream s = {
+            .size = st.size, .rewind = es_rewind, .read = es_read, .ctx = &es[i]};
         err = ck_mldef_zip_add_stream(z, name, &s);
     }
     if (err == 0)
@@ -496,14 +514,16 @@ static int count_files(const struct ck_zipin *zi, const struct ck_model *m, bool
     }
     files += m->ninputs + m->noutputs + (sign ? 1 : 0);
     if (files > 100)
-        return ck_error(CK_ESIZE, "'%s': recording would make %" PRIu64 " files, more than the "
-                        "100 an .mldef may hold [files.count]", zi->path, files);
+        return ck_error(CK_ESIZE,
+                        "'%s': recording would make %" PRIu64 " files, more than the "
+                        "100 an .mldef may hold [files.count]",
+                        zi->path, files);
     return 0;
 }
 
-int ck_mldefrec_record(const char *path, const struct ck_model *m,
-                       const struct ck_infer_array *in, const struct ck_infer_array *out,
-                       double tolerance, const char *keyfile, char **set_name)
+int ck_mldefrec_record(const char *path, const struct ck_model *m, const struct ck_infer_array *in,
+                       const struct ck_infer_array *out, double tolerance, const char *keyfile,
+                       char **set_name)
 {
     struct ck_zipin zi;
     unsigned char *text = NULL;
@@ -518,16 +538,20 @@ int ck_mldefrec_record(const char *path, const struct ck_model *m,
     *set_name = NULL;
     ck_buf_init(&man, 0);
     if (m->ninputs > 10 || m->noutputs > 10)
-        return ck_error(CK_ESIZE, "'%s': recording takes models of at most 10 inputs and 10 "
-                        "outputs (file names of 15 characters)", path);
+        return ck_error(CK_ESIZE,
+                        "'%s': recording takes models of at most 10 inputs and 10 "
+                        "outputs (file names of 15 characters)",
+                        path);
     int err = ck_zipin_open(&zi, path);
     if (err < 0)
         return err;
     bool is_signed = ck_zipin_find(&zi, "SIGNATURE", &sig) == 0;
     ck_error_clear();
     if (is_signed && !keyfile) {
-        err = ck_error(CK_ESTATE, "'%s' is signed: recording adds files, so its SIGNATURE "
-                       "would no longer verify; give --sign-key FILE to sign it again", path);
+        err = ck_error(CK_ESTATE,
+                       "'%s' is signed: recording adds files, so its SIGNATURE "
+                       "would no longer verify; give --sign-key FILE to sign it again",
+                       path);
         goto out;
     }
     if ((err = read_manifest(&zi, &text, &doc, &root)) < 0 ||
@@ -540,8 +564,10 @@ int ck_mldefrec_record(const char *path, const struct ck_model *m,
             goto out;
         have_key = true;
         if (!key.has_priv) {
-            err = ck_error(CK_ECONFIG, "'%s': a public key cannot sign: --sign-key takes the "
-                           "private key file", keyfile);
+            err = ck_error(CK_ECONFIG,
+                           "'%s': a public key cannot sign: --sign-key takes the "
+                           "private key file",
+                           keyfile);
             goto out;
         }
     }

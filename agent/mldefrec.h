@@ -34,8 +34,8 @@ void ck_mldefrec_free(const struct ck_model *m, struct ck_mldefrec_set *sets, si
  * keyfile (may be NULL) re-signs; a signed archive without keyfile is
  * refused (CK_ESTATE), as is a signed one whose signature does not verify.
  * *set_name receives the new set's name (owned by the caller). */
-int ck_mldefrec_record(const char *path, const struct ck_model *m,
-                       const struct ck_infer_array *in, const struct ck_infer_array *out,
-                       double tolerance, const char *keyfile, char **set_name);
+int ck_mldefrec_record(const char *path, const struct ck_model *m, const struct ck_infer_array *in,
+                       const struct ck_infer_array *out, double tolerance, const char *keyfile,
+                       char **set_name);
 
 #endif

@@ -117,8 +117,9 @@ static int parse_csv(const struct buf *b, const char *label, uint64_t ss, float 
             double d = strtod(s, &e);
             if (e == s) {
                 free(v);
-                return ck_error(CK_EFORMAT, "'%s' line %" PRIu64 ": value %" PRIu64
-                                " is not a number", label, line, got + 1);
+                return ck_error(CK_EFORMAT,
+                                "'%s' line %" PRIu64 ": value %" PRIu64 " is not a number", label,
+                                line, got + 1);
             }
             if (n == cap) {
                 size_t nc = cap ? cap * 2 : 1024;
@@ -139,14 +140,16 @@ static int parse_csv(const struct buf *b, const char *label, uint64_t ss, float 
                 break;
             if (*s != ',') {
                 free(v);
-                return ck_error(CK_EFORMAT, "'%s' line %" PRIu64 ": expected ',' after value %"
-                                PRIu64, label, line, got);
+                return ck_error(CK_EFORMAT,
+                                "'%s' line %" PRIu64 ": expected ',' after value %" PRIu64, label,
+                                line, got);
             }
             s++;
         }
         if (got != ss) {
             free(v);
-            return ck_error(CK_EFORMAT, "'%s' line %" PRIu64 ": %" PRIu64
+            return ck_error(CK_EFORMAT,
+                            "'%s' line %" PRIu64 ": %" PRIu64
                             " values, the model's inputs take %" PRIu64 " per sample",
                             label, line, got, ss);
         }
@@ -159,8 +162,7 @@ static int parse_csv(const struct buf *b, const char *label, uint64_t ss, float 
 
 static float f32le(const unsigned char *p)
 {
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                 (uint32_t)p[3] << 24;
+    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
@@ -170,8 +172,10 @@ static int parse_binary(const struct buf *b, const char *label, uint64_t ss, flo
                         uint64_t *nsamples)
 {
     if (b->len % (4 * ss))
-        return ck_error(CK_EFORMAT, "'%s': %zu bytes is not a whole number of samples "
-                        "(%" PRIu64 " float32 values each)", label, b->len, ss);
+        return ck_error(CK_EFORMAT,
+                        "'%s': %zu bytes is not a whole number of samples "
+                        "(%" PRIu64 " float32 values each)",
+                        label, b->len, ss);
     size_t n = b->len / 4;
     float *v = malloc((n ? n : 1) * sizeof *v);
     if (!v)
@@ -185,16 +189,17 @@ static int parse_binary(const struct buf *b, const char *label, uint64_t ss, flo
 
 /* Splits the samples (all inputs back to back per sample) into one batch
  * array per input. */
-static int make_inputs(const struct ck_model *m, const uint64_t *per, uint64_t ss,
-                       const float *v, uint64_t ns, struct ck_infer_array *in)
+static int make_inputs(const struct ck_model *m, const uint64_t *per, uint64_t ss, const float *v,
+                       uint64_t ns, struct ck_infer_array *in)
 {
     uint64_t off = 0;
     for (size_t k = 0; k < m->ninputs; k++) {
         const struct ck_model_io *io = &m->inputs[k];
         if (io->dims[0] >= 0 && (uint64_t)io->dims[0] != ns)
-            return ck_error(CK_EFORMAT, "input '%s' takes a batch of %" PRId64
-                            ", the test data holds %" PRIu64 " samples", io->name, io->dims[0],
-                            ns);
+            return ck_error(CK_EFORMAT,
+                            "input '%s' takes a batch of %" PRId64 ", the test data holds %" PRIu64
+                            " samples",
+                            io->name, io->dims[0], ns);
         int64_t dims[CK_INFER_MAX_RANK];
         memcpy(dims, io->dims, sizeof dims[0] * (size_t)io->rank);
         dims[0] = (int64_t)ns;
@@ -223,8 +228,8 @@ static int write_outputs(FILE *f, const struct ck_infer_array *out, size_t nout,
 {
     for (size_t i = 0; i < nout; i++)
         if (ns == 0 || ck_infer_array_numel(&out[i]) % ns)
-            return ck_error(CK_EFORMAT, "output '%s': %" PRIu64
-                            " values do not split into %" PRIu64 " samples",
+            return ck_error(CK_EFORMAT,
+                            "output '%s': %" PRIu64 " values do not split into %" PRIu64 " samples",
                             out[i].name ? out[i].name : "?", ck_infer_array_numel(&out[i]), ns);
     for (uint64_t s = 0; s < ns; s++) {
         bool first = true;
@@ -262,8 +267,10 @@ static void print_timing(const struct ck_model *m, const struct ck_infer *e, dou
                 ck_op_name(m->nodes[i].op), sec[i] * 1e3);
         sum += sec[i];
     }
-    fprintf(stderr, "total: %" PRIu64 " sample%s, %zu layers %.3f ms, run %.3f ms, "
-            "activations %.1f KiB\n", ns, ns == 1 ? "" : "s", m->nnodes, sum * 1e3, total * 1e3,
+    fprintf(stderr,
+            "total: %" PRIu64 " sample%s, %zu layers %.3f ms, run %.3f ms, "
+            "activations %.1f KiB\n",
+            ns, ns == 1 ? "" : "s", m->nnodes, sum * 1e3, total * 1e3,
             (double)ck_infer_peak_activation_bytes(e) / 1024);
 }
 
