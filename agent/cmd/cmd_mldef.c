@@ -266,7 +266,8 @@ int ck_mldef_main(int argc, char **argv)
             .verbose = o.verbose,
         };
         if (!o.file && !ro.csv_out && isatty(STDOUT_FILENO))
-            return usage("%s", "not writing binary outputs to a terminal: redirect stdout or use -f");
+            return usage("%s",
+                         "not writing binary outputs to a terminal: redirect stdout or use -f");
         int err = ck_mldef_run(path, &ro);
         return err < 0 ? fail(err) : CK_EXIT_OK;
     }
