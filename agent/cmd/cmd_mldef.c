@@ -1,6 +1,7 @@
 /* The `mldef` command line (the seed's option table; docs/mldef.md), a
  * second executable beside ckptd (also reached as ckptd's argv[0] alias). */
 #include "agent/cmd/cmd_mldef.h"
+#include "agent/cmd/mldef_run.h"
 #include "agent/pack.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -33,17 +34,22 @@ static const char help[] =
     "                          its SIGNATURE (with --pubkey: also that this key signed it)\n"
     "  -i, --inspect           check every rule of the manifest (outside a zip: against the\n"
     "                          files beside it) or the .mldef, listing every violation\n"
-    "  -r, --run TESTDATA      run the model on TESTDATA ('-' for stdin), output on stdout\n"
-    "                          or -f FILE (the inference engine is not built yet: exit 2)\n"
-    "  -o, --output-format F   -r output: csv or binary (float32 little-endian)\n"
-    "      --input-format F    -r input: csv or binary. Long form only: the seed gives -i to\n"
+    "  -r, --run TESTDATA      run the model of the .mldef on TESTDATA ('-' for stdin),\n"
+    "                          outputs on stdout or -f FILE; one sample = the values of\n"
+    "                          every input (model order, C order, no batch dimension);\n"
+    "                          output: per sample, every output's values. With -v: each\n"
+    "                          layer's time and the totals on stderr\n"
+    "  -o, --output-format F   -r output: csv (default: one sample per line, values\n"
+    "                          comma separated) or binary (float32 little-endian)\n"
+    "      --input-format F    -r input: csv or binary (default: csv when TESTDATA ends in\n"
+    "                          .csv, else binary). Long form only: the seed gives -i to\n"
     "                          both --inspect and --input-format; -i means --inspect here\n"
     "      --key FILE          the Ed25519 private key for -c -s (from `ckptd keygen`)\n"
     "      --pubkey FILE       the trusted public key for -s or -i\n"
     "      --json              -i and -s: the report as one JSON document\n"
     "\n"
     "exit codes: 0 ok, 1 invalid (a rule broken, a bad signature) or the work failed,\n"
-    "            2 usage error (or -r before the engine is built)\n"
+    "            2 usage error\n"
     "The format: docs/mldef.md.\n";
 
 enum { O_INFMT = 1000, O_KEY, O_PUBKEY, O_JSON };
@@ -250,9 +256,20 @@ int ck_mldef_main(int argc, char **argv)
     if (o.run) {
         if (strcmp(o.run, "-") != 0 && !ck_exists(o.run))
             return usage("-r: test data '%s' does not exist", o.run);
-        fprintf(stderr, "mldef: -r: running a model is not built yet (the inference engine "
-                        "arrives with ckptd's verification stage)\n");
-        return CK_EXIT_USAGE;
+        size_t tl = strlen(o.run);
+        struct ck_mldef_run_opts ro = {
+            .testdata = o.run,
+            .file = o.file,
+            .csv_in = o.infmt ? strcmp(o.infmt, "csv") == 0
+                              : tl >= 4 && strcmp(o.run + tl - 4, ".csv") == 0,
+            .csv_out = !o.outfmt || strcmp(o.outfmt, "csv") == 0,
+            .verbose = o.verbose,
+        };
+        if (!o.file && !ro.csv_out && isatty(STDOUT_FILENO))
+            return usage("%s",
+                         "not writing binary outputs to a terminal: redirect stdout or use -f");
+        int err = ck_mldef_run(path, &ro);
+        return err < 0 ? fail(err) : CK_EXIT_OK;
     }
     return check(&o, path, o.sign && !o.inspect);
 }

@@ -4,6 +4,7 @@
  * lost bias, a truncated data file) is caught before it is shipped. */
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
+#include "agent/mldefrec.h"
 #include "agent/npyio.h"
 #include "common/error.h"
 #include "infer/infer.h"
@@ -20,7 +21,7 @@
 static const char help[] =
     "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
     "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
-    "                   [--max-memory BYTES]\n"
+    "                   [--max-memory BYTES] [--record [--sign-key file:KEY]]\n"
     "\n"
     "Runs MODEL's network on the CPU in float32 and checks what it computes.\n"
     "MODEL is any checkpoint the readers read: an .nnp runs its executor's\n"
@@ -47,6 +48,18 @@ static const char help[] =
     "      --naive-gemm      matrix products as plain loops instead of OpenBLAS\n"
     "                        (to measure what BLAS buys)\n"
     "      --repeat N        run N times (timing; outputs of the last run)\n"
+    "      --record          MODEL is an .mldef (only: SameDiff archives are not\n"
+    "                        recorded into yet): store the --inputs and the outputs\n"
+    "                        computed on them in the archive as a test data set\n"
+    "                        (tests/recN*.float32, manifest Tests, Tolerance = atol),\n"
+    "                        rewritten atomically; with --expected, only when they match\n"
+    "      --sign-key KEY    re-sign the archive after --record (a private key from\n"
+    "                        ckptd keygen, 'file:PATH' or PATH). A signed archive is\n"
+    "                        refused without it (its signature would break)\n"
+    "\n"
+    "Without --inputs, an .mldef holding test data sets (recorded or written by\n"
+    "its author) re-runs every set and compares with its known-good outputs:\n"
+    "|got - want| <= Tolerance + rtol*|want| (Tolerance: the set's, else --atol).\n"
     "\n"
     "End a list of files with -- or another option when MODEL follows it. The\n"
     "engine runs in a child process: a model that loops, exhausts its memory or\n"
@@ -68,10 +81,13 @@ enum {
     OPT_MAXMEM,
     OPT_NAIVE,
     OPT_REPEAT,
+    OPT_RECORD,
+    OPT_SIGNKEY,
 };
 
 struct opts {
-    const char *model, *graph, *save;
+    const char *model, *graph, *save, *sign_key;
+    bool record;
     const char **inputs, **expected;
     size_t ninputs, nexpected;
     double atol, rtol, timeout;
@@ -161,6 +177,8 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
                                              {"max-memory", required_argument, NULL, OPT_MAXMEM},
                                              {"naive-gemm", no_argument, NULL, OPT_NAIVE},
                                              {"repeat", required_argument, NULL, OPT_REPEAT},
+                                             {"record", no_argument, NULL, OPT_RECORD},
+                                             {"sign-key", required_argument, NULL, OPT_SIGNKEY},
                                              {NULL, 0, NULL, 0}};
     int opt, rc;
     optind = 1;
@@ -209,6 +227,12 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
             o->repeat = (unsigned)r;
             break;
         }
+        case OPT_RECORD:
+            o->record = true;
+            break;
+        case OPT_SIGNKEY:
+            o->sign_key = optarg;
+            break;
         default:
             return ck_cli_usage_error("verify", "unknown option");
         }
@@ -218,6 +242,12 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
     if (optind + 1 != argc)
         return ck_cli_usage_error("verify", "expected one MODEL");
     o->model = argv[optind];
+    if (o->sign_key && !o->record)
+        return ck_cli_usage_error("verify", "--sign-key is only valid with --record");
+    if (o->record && !o->ninputs)
+        return ck_cli_usage_error("verify", "--record needs --inputs FILE...");
+    if (o->record && o->graph)
+        return ck_cli_usage_error("verify", "--record takes an .mldef archive, not --graph");
     return 0;
 }
 
@@ -272,10 +302,13 @@ static void shape_text(const struct ck_infer_array *a, char *buf, size_t size)
 }
 
 /* Checks every value of got; compares with want when given. 0 pass, 1 fail. */
-static int compare(const struct opts *o, const char *name, const struct ck_infer_array *got,
-                   const struct ck_infer_array *want, const char *want_path)
+static int compare(const struct opts *o, const char *set, const char *name,
+                   const struct ck_infer_array *got, const struct ck_infer_array *want,
+                   const char *want_path)
 {
     char shape[256], ix[256];
+    if (set) /* every path below prints exactly one line */
+        printf("test '%s': ", set);
     uint64_t n = ck_infer_array_numel(got);
     shape_text(got, shape, sizeof shape);
     for (uint64_t i = 0; i < n; i++)
@@ -364,6 +397,67 @@ static int load_all(const char **paths, size_t n, struct ck_infer_array *arrays)
     return 0;
 }
 
+/* Every test data set of an .mldef, run and compared with its known-good
+ * outputs; -1 when the archive has none (the caller runs default inputs). */
+static int replay(const struct opts *o, const struct ck_model *m)
+{
+    struct ck_mldefrec_set *sets;
+    size_t n;
+    int err = ck_mldefrec_load(o->model, m, &sets, &n);
+    if (err < 0)
+        return ck_cli_fail("verify", err);
+    if (n == 0)
+        return -1;
+    int rc = CK_EXIT_OK;
+    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
+    struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
+    for (size_t s = 0; s < n && rc != CK_EXIT_USAGE; s++) {
+        struct ck_infer_array *out = NULL;
+        size_t nout = 0;
+        enum ck_sandbox_status st;
+        struct opts so = *o;
+        if (sets[s].tolerance >= 0)
+            so.atol = sets[s].tolerance;
+        err = ck_infer_run_sandboxed(m, &io, &lim, sets[s].in, m->ninputs, 1, &out, &nout, &st,
+                                     NULL);
+        if (err < 0) {
+            printf("test '%s': FAILED: %s (%s)\n", sets[s].name, ck_error_msg(),
+                   ck_sandbox_status_name(st));
+            rc = CK_EXIT_FAILED;
+            continue;
+        }
+        for (size_t i = 0; i < nout && i < m->noutputs; i++) {
+            struct ck_infer_array *w = &sets[s].want[i];
+            if (ck_infer_array_numel(w) == ck_infer_array_numel(&out[i])) {
+                w->rank = out[i].rank; /* the known-good file is flat: take the shape */
+                memcpy(w->dims, out[i].dims, sizeof w->dims);
+            }
+            if (compare(&so, sets[s].name, m->outputs[i].name, &out[i], w,
+                        sets[s].want_paths[i]))
+                rc = CK_EXIT_FAILED;
+        }
+        ck_infer_arrays_free(out, nout);
+    }
+    printf("verify: '%s': %zu test set%s %s\n", o->model, n, n == 1 ? "" : "s",
+           rc == CK_EXIT_OK ? "ok" : "FAILED");
+    ck_mldefrec_free(m, sets, n);
+    return rc;
+}
+
+static int record(const struct opts *o, const struct ck_model *m,
+                  const struct ck_infer_array *in, const struct ck_infer_array *out)
+{
+    char *set = NULL;
+    int err = ck_mldefrec_record(o->model, m, in, out, o->atol, o->sign_key, &set);
+    if (err < 0)
+        return ck_cli_fail("verify", ck_error_wrap(err, "--record"));
+    printf("verify: '%s': recorded test '%s' (%zu input%s, %zu output%s)%s\n", o->model, set,
+           m->ninputs, m->ninputs == 1 ? "" : "s", m->noutputs, m->noutputs == 1 ? "" : "s",
+           o->sign_key ? ", signed again" : "");
+    free(set);
+    return CK_EXIT_OK;
+}
+
 static int run(const struct opts *o)
 {
     struct ck_model *m = NULL;
@@ -373,6 +467,16 @@ static int run(const struct opts *o)
     int err, rc = CK_EXIT_FAILED;
     if ((err = open_model(o, &m)) < 0)
         return ck_cli_fail("verify", err);
+    if (o->record && !ck_mldefrec_is_mldef(o->model)) {
+        rc = ck_cli_usage_error("verify", "--record takes an .mldef archive only, and '%s' is "
+                                "not one", o->model);
+        goto done;
+    }
+    if (!o->ninputs && !o->nexpected && !o->graph && ck_mldefrec_is_mldef(o->model)) {
+        if ((rc = replay(o, m)) >= 0)
+            goto done;
+        rc = CK_EXIT_FAILED;
+    }
     nin = m->ninputs;
     in = calloc(nin + 1, sizeof *in);
     want = calloc(o->nexpected + 1, sizeof *want);
@@ -406,7 +510,7 @@ static int run(const struct opts *o)
         goto out;
     rc = CK_EXIT_OK;
     for (size_t i = 0; i < nout; i++)
-        if (compare(o, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
+        if (compare(o, NULL, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
                     o->nexpected ? o->expected[i] : NULL))
             rc = CK_EXIT_FAILED;
     printf("engine: %u run%s, median %.3f ms (min %.3f ms), median CPU %.3f ms, activations "
@@ -419,6 +523,11 @@ static int run(const struct opts *o)
         printf("verify: '%s': FAILED\n", o->model);
     else if (o->nexpected)
         printf("verify: '%s': ok\n", o->model);
+    if (rc == CK_EXIT_OK && o->record) {
+        if (fflush(stdout) != 0)
+            goto done;
+        rc = record(o, m, in, out);
+    }
     goto done;
 out:
     rc = ck_cli_fail("verify", err);

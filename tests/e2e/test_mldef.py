@@ -159,14 +159,29 @@ class Cli(TmpDirCase):
         self.assertIn("--input-format", p.stdout)
         self.assertIn("-i means --inspect", p.stdout)
 
-    def test_run_is_parsed_but_not_built(self):
+    def test_run_shapes_and_usage(self):
+        """-r runs the doc's example (3 samples of 784 values, 10 outputs each);
+        torch-checked values are in test_record.py."""
         write_example(self.dir)
         out = os.path.join(self.dir, "a.mldef")
         mldef("-c", "-f", out, os.path.join(self.dir, "manifest.json"), check=0)
-        p = mldef("-r", os.path.join(self.dir, "tests", "case0x.float32"), "-o", "csv",
-                  "--input-format", "binary", out)
-        self.assertEqual(p.returncode, 2)
-        self.assertIn("not built yet", p.stderr)
+        x = os.path.join(self.dir, "tests", "case0x.float32")
+        p = mldef("-r", x, "-o", "csv", "--input-format", "binary", out, check=0)
+        rows = [r.split(",") for r in p.stdout.splitlines()]
+        self.assertEqual([len(r) for r in rows], [10, 10, 10])
+        self.assertTrue(all(np.isfinite(float(v)) for r in rows for v in r))
+        p = mldef("-r", x, "-o", "binary", out, binary=True, check=0)
+        self.assertEqual(len(p.stdout), 3 * 10 * 4)
+        np.testing.assert_allclose(np.frombuffer(p.stdout, "<f4").reshape(3, 10),
+                                   np.array(rows, dtype=np.float64), rtol=1e-6)
+        self.assertEqual(mldef("-r", x + ".none", out).returncode, 2)
+        self.assertEqual(mldef("-r", x, "-o", "npy", out).returncode, 2)
+        short = os.path.join(self.dir, "short.float32")
+        with open(short, "wb") as f:
+            f.write(b"\0" * 100)
+        p = mldef("-r", short, out, check=1)
+        self.assertIn("short.float32", p.stderr)
+        self.assertIn("whole number of samples", p.stderr)
 
     def test_argv0_alias(self):
         link = os.path.join(self.dir, "mldef")
