@@ -378,3 +378,35 @@ int ck_sweep_temporaries(const char *dir, size_t *removed)
     closedir(d);
     return err;
 }
+
+int ck_pread_all(int fd, void *buf, uint64_t len, uint64_t off)
+{
+    unsigned char *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (uint64_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}
+
+int ck_pwrite_all(int fd, const void *buf, uint64_t len, uint64_t off)
+{
+    const unsigned char *p = buf;
+    while (len) {
+        ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (uint64_t)n;
+        off += (uint64_t)n;
+    }
+    return 0;
+}

@@ -7,6 +7,7 @@
 #include "common/buf.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -30,6 +31,11 @@ int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t 
 /* Writes all of data to fd (again after EINTR and short writes): 0, or -1
  * with errno set. Sets no error message: usable in a forked helper. */
 int ck_write_all(int fd, const void *data, size_t len);
+/* pread/pwrite of exactly len bytes at off (retried on EINTR and short
+ * transfers, in pieces of at most 1 GiB); -1 with errno on failure or when
+ * the file ends first. Raw: the callers word their own errors. */
+int ck_pread_all(int fd, void *buf, uint64_t len, uint64_t off);
+int ck_pwrite_all(int fd, const void *buf, uint64_t len, uint64_t off);
 /* Reads up to bufsz-1 bytes of name (relative to dirfd; O_NOFOLLOW when
  * nofollow) into buf and terminates it: the byte count, or -1 when it cannot
  * be opened or read or is empty. For small files read in passing (a

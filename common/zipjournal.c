@@ -81,21 +81,6 @@ int ck_zipjournal_remove(const char *path)
     return ck_fsync_dir(dir);
 }
 
-static int pwrite_all(int fd, const unsigned char *p, uint64_t len, uint64_t off)
-{
-    while (len) {
-        ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (uint64_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
 int ck_zipjournal_recover(const char *path, int fd, bool *rolled_back)
 {
     char jp[4096];
@@ -128,7 +113,7 @@ int ck_zipjournal_recover(const char *path, int fd, bool *rolled_back)
             ck_error(CK_EFORMAT, "'%s': append journal is inconsistent; '%s' left alone", jp, path);
         goto out;
     }
-    if (pwrite_all(fd, b + HDR, tl, off) < 0 || ftruncate(fd, (off_t)old_len) < 0 ||
+    if (ck_pwrite_all(fd, b + HDR, tl, off) < 0 || ftruncate(fd, (off_t)old_len) < 0 ||
         fsync(fd) < 0) {
         err = ck_error_os(CK_EIO, "'%s': cannot roll back the interrupted append", path);
         goto out;

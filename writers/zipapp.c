@@ -1,6 +1,7 @@
 #include "writers/zipapp.h"
 
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/zipjournal.h"
 
 #include <errno.h>
@@ -40,38 +41,6 @@ static void put(unsigned char *p, uint64_t v, int n)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-static int pread_all(int fd, void *buf, uint64_t len, uint64_t off)
-{
-    unsigned char *p = buf;
-    while (len) {
-        ssize_t n = pread(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (uint64_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
-static int pwrite_all(int fd, const void *buf, uint64_t len, uint64_t off)
-{
-    const unsigned char *p = buf;
-    while (len) {
-        ssize_t n = pwrite(fd, p, len > (1u << 30) ? (1u << 30) : (size_t)len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (uint64_t)n;
-        off += (uint64_t)n;
-    }
-    return 0;
-}
-
 static uint32_t dos_time(void)
 {
     time_t now = time(NULL);
@@ -108,7 +77,7 @@ static int find_end(struct ck_zipapp *z, uint64_t size, uint64_t *cd_off, uint64
     int err = 0;
     if (!b)
         return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
-    if (size < EOCD_LEN || pread_all(z->fd, b, tail, size - tail) < 0) {
+    if (size < EOCD_LEN || ck_pread_all(z->fd, b, tail, size - tail) < 0) {
         err = ck_error(CK_EFORMAT, "'%s': not a zip archive (too short)", z->path);
         goto out;
     }
@@ -134,8 +103,8 @@ static int find_end(struct ck_zipapp *z, uint64_t size, uint64_t *cd_off, uint64
     }
     if (*count == U16MAX || *cd_size == U32MAX || *cd_off == U32MAX) {
         unsigned char loc[20], r[56];
-        if (eocd < 20 || pread_all(z->fd, loc, 20, eocd - 20) < 0 || get(loc, 4) != SIG_LOC64 ||
-            get(loc + 8, 8) + 56 > eocd || pread_all(z->fd, r, 56, get(loc + 8, 8)) < 0 ||
+        if (eocd < 20 || ck_pread_all(z->fd, loc, 20, eocd - 20) < 0 || get(loc, 4) != SIG_LOC64 ||
+            get(loc + 8, 8) + 56 > eocd || ck_pread_all(z->fd, r, 56, get(loc + 8, 8)) < 0 ||
             get(r, 4) != SIG_EOCD64) {
             err = ck_error(CK_EFORMAT, "'%s': zip64 end records are missing or corrupt", z->path);
             goto out;
@@ -235,7 +204,7 @@ static int open_existing(struct ck_zipapp *z)
     unsigned char *cd = malloc(cd_size ? (size_t)cd_size : 1);
     if (!cd)
         return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
-    if (pread_all(z->fd, cd, cd_size, cd_off) < 0)
+    if (ck_pread_all(z->fd, cd, cd_size, cd_off) < 0)
         err = ck_error_os(CK_EIO, "cannot read '%s'", z->path);
     else
         err = parse_cd(z, cd, cd_size, count, cd_off);
@@ -280,7 +249,7 @@ struct ck_zipapp_entry *ck_zipapp_find(struct ck_zipapp *z, const char *name)
 static int data_at(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_t *out)
 {
     unsigned char h[30];
-    if (pread_all(z->fd, h, 30, e->local) < 0 || get(h, 4) != SIG_LOCAL)
+    if (ck_pread_all(z->fd, h, 30, e->local) < 0 || get(h, 4) != SIG_LOCAL)
         return ck_error(CK_EFORMAT, "'%s': member '%s': bad local header", z->path, e->name);
     uint64_t at = e->local + 30 + get(h + 26, 2) + get(h + 28, 2);
     if (at > z->start || e->csize > z->start - at)
@@ -305,7 +274,7 @@ int ck_zipapp_read(struct ck_zipapp *z, const struct ck_zipapp_entry *e, uint64_
     unsigned char *c = malloc(e->csize ? (size_t)e->csize : 1);
     if (!c)
         return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
-    if (pread_all(z->fd, c, e->csize, at) < 0) {
+    if (ck_pread_all(z->fd, c, e->csize, at) < 0) {
         free(c);
         return ck_error_os(CK_EIO, "cannot read '%s'", z->path);
     }
@@ -352,7 +321,7 @@ bool ck_zipapp_same(struct ck_zipapp *z, const struct ck_zipapp_entry *e, const 
     const unsigned char *p = data;
     for (uint64_t off = 0; off < len;) {
         uint64_t n = len - off < sizeof(buf) ? len - off : sizeof(buf);
-        if (pread_all(z->fd, buf, n, at + off) < 0 || memcmp(buf, p + off, (size_t)n))
+        if (ck_pread_all(z->fd, buf, n, at + off) < 0 || memcmp(buf, p + off, (size_t)n))
             return false;
         off += n;
     }
@@ -375,7 +344,7 @@ static int ensure_journal(struct ck_zipapp *z)
     int err;
     if (!tail)
         return ck_error(CK_ENOMEM, "'%s': out of memory", z->path);
-    if (pread_all(z->fd, tail, tl, z->start) < 0)
+    if (ck_pread_all(z->fd, tail, tl, z->start) < 0)
         err = ck_error_os(CK_EIO, "cannot read '%s'", z->path);
     else
         err = ck_zipjournal_write(z->path, z->old_len, z->start, tail, tl);
@@ -411,8 +380,8 @@ int ck_zipapp_add(struct ck_zipapp *z, const char *name, const void *data, uint6
     put(h + 26, nl, 2);
     put(h + 28, 0, 2);
     uint64_t local = z->pos;
-    if (pwrite_all(z->fd, h, 30, local) < 0 || pwrite_all(z->fd, name, nl, local + 30) < 0 ||
-        pwrite_all(z->fd, data, len, local + 30 + nl) < 0)
+    if (ck_pwrite_all(z->fd, h, 30, local) < 0 || ck_pwrite_all(z->fd, name, nl, local + 30) < 0 ||
+        ck_pwrite_all(z->fd, data, len, local + 30 + nl) < 0)
         return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
     z->pos = local + 30 + nl + len;
     /* The central record: zip64 extra only for an offset past 4 GiB. */
@@ -499,7 +468,7 @@ static int write_end(struct ck_zipapp *z)
     put(e + el + 20, 0, 2);
     el += 22;
     if (err >= 0 && (err = ck_buf_append(&out, e, el)) >= 0) {
-        if (pwrite_all(z->fd, out.data, out.len, cd_off) < 0 ||
+        if (ck_pwrite_all(z->fd, out.data, out.len, cd_off) < 0 ||
             ftruncate(z->fd, (off_t)(cd_off + out.len)) < 0)
             err = ck_error_os(CK_EIO, "cannot write '%s'", z->path);
     }
