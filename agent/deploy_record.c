@@ -4,6 +4,7 @@
  * not own, and owns only `ckptd:`), so everything else is copied as read and
  * the result stays one mapping. */
 #include "agent/deploy.h"
+#include "agent/layout.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -99,18 +100,9 @@ int ck_deploy_record(const char *dir, const char *name, const char *const *field
     struct ck_yaml_doc doc = {0};
     struct ck_yaml_out o;
     int err;
-    if ((err = ck_path_join(path, sizeof path, dir, "data/build_parameters.yaml")) < 0)
-        return err;
-    bool exists = ck_exists(path);
-    if (exists && (err = ck_read_file(path, 64u << 20, &old)) < 0)
-        return err;
-    if (exists && old.len && (err = ck_yaml_load(&doc, path, ck_buf_str(&old), old.len)) < 0)
+    yaml_node_t *root = NULL;
+    if ((err = ck_layout_read_build_parameters(dir, path, &old, &doc, &root)) < 0)
         goto out;
-    yaml_node_t *root = doc.loaded ? ck_yaml_root(&doc) : NULL;
-    if (root && root->type != YAML_MAPPING_NODE) {
-        err = ck_error(CK_EFORMAT, "'%s' line %d: expected a mapping", path, ck_yaml_line(root));
-        goto out;
-    }
     if ((err = ck_yaml_out_begin(&o, &out)) < 0)
         goto out;
     ck_yaml_map_begin(&o);

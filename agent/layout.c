@@ -20,9 +20,9 @@
 
 /* Names a training configuration file commonly has, most specific first. */
 static const char *const config_names[] = {
-    "config.yaml", "config.yml", "config.json", "hparams.yaml", "hparams.yml", "hparams.json",
-    "config.py", "config.toml", "training_args.json", "train_config.yaml", "params.yaml",
-    "args.json", "args.yaml",
+    "config.yaml",  "config.yml", "config.json", "hparams.yaml",       "hparams.yml",
+    "hparams.json", "config.py",  "config.toml", "training_args.json", "train_config.yaml",
+    "params.yaml",  "args.json",  "args.yaml",
 };
 
 #define FALLBACK_CONFIG "configuration.yaml"
@@ -160,7 +160,8 @@ int ck_layout_configuration(const struct ck_layout *l)
     if (!m->config_path || strcmp(m->config_path, name) || strcmp(m->config_md5, h.md5)) {
         if (m->config_path)
             ck_info("configuration.changed", "path=%s md5=%s", name, h.md5);
-        if (m->config_path && !strcmp(m->config_path, FALLBACK_CONFIG) && strcmp(name, FALLBACK_CONFIG))
+        if (m->config_path && !strcmp(m->config_path, FALLBACK_CONFIG) &&
+            strcmp(name, FALLBACK_CONFIG))
             remove_fallback_config(l);
         if ((err = set_str(&m->config_path, name)) < 0)
             return err;
@@ -249,7 +250,8 @@ static int init_pmf(const struct ck_layout *l)
     struct ck_pmf_init fresh = {0};
     fresh.kind = CK_PMF_INIT_PMF;
     if ((err = ck_pmf_ref_copy(&fresh.checkpoint, &other.checkpoints[at].ref)) < 0 ||
-        (err = set_str(&fresh.id, other.id)) < 0 || (err = set_str(&fresh.path, "data/initialisation")) < 0 ||
+        (err = set_str(&fresh.id, other.id)) < 0 ||
+        (err = set_str(&fresh.path, "data/initialisation")) < 0 ||
         (err = set_str(&fresh.name, cfg->init_name ? cfg->init_name : other.name)) < 0) {
         ck_pmf_meta_release(&other);
         return err;
@@ -302,6 +304,24 @@ static int copy_tree(const char *src, const char *dst, int depth, bool skip_chec
 
 /* ---- build_parameters.yaml ---- */
 
+int ck_layout_read_build_parameters(const char *dir, char *path, struct ck_buf *text,
+                                    struct ck_yaml_doc *doc, yaml_node_t **root)
+{
+    int err;
+    *root = NULL;
+    if ((err = ck_path_join(path, PATH_MAX, dir, "data/build_parameters.yaml")) < 0)
+        return err;
+    bool exists = ck_exists(path);
+    if (exists && (err = ck_read_file(path, 64u << 20, text)) < 0)
+        return err;
+    if (exists && text->len && (err = ck_yaml_load(doc, path, ck_buf_str(text), text->len)) < 0)
+        return err;
+    *root = doc->loaded ? ck_yaml_root(doc) : NULL;
+    if (*root && (*root)->type != YAML_MAPPING_NODE)
+        return ck_error(CK_EFORMAT, "'%s' line %d: expected a mapping", path, ck_yaml_line(*root));
+    return 0;
+}
+
 /* Keeps every key someone else put there, the keys of model.build_parameters
  * from the config, and ckptd's own section (sha256 and size of each checkpoint). */
 int ck_layout_build_parameters(const struct ck_layout *l)
@@ -311,20 +331,12 @@ int ck_layout_build_parameters(const struct ck_layout *l)
     struct ck_yaml_doc doc = {0}, cdoc = {0};
     struct ck_yaml_out o;
     int err;
-    if ((err = path_in(l, path, "data/build_parameters.yaml")) < 0)
-        return err;
-    bool exists = ck_exists(path);
-    if (exists && (err = ck_read_file(path, 64u << 20, &old)) < 0)
-        return err;
-    if (exists && old.len && (err = ck_yaml_load(&doc, path, ck_buf_str(&old), old.len)) < 0)
+    yaml_node_t *root = NULL;
+    if ((err = ck_layout_read_build_parameters(l->dir, path, &old, &doc, &root)) < 0)
         goto out;
-    yaml_node_t *root = doc.loaded ? ck_yaml_root(&doc) : NULL;
-    if (root && root->type != YAML_MAPPING_NODE) {
-        err = ck_error(CK_EFORMAT, "'%s' line %d: expected a mapping", path, ck_yaml_line(root));
-        goto out;
-    }
     const char *cfg_yaml = l->cfg->build_parameters_yaml;
-    if (cfg_yaml && (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
+    if (cfg_yaml &&
+        (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
         goto out;
     yaml_node_t *croot = cdoc.loaded ? ck_yaml_root(&cdoc) : NULL;
 
@@ -333,7 +345,8 @@ int ck_layout_build_parameters(const struct ck_layout *l)
     ck_yaml_map_begin(&o);
     /* existing keys, unless the config or ckptd overrides them */
     if (root) {
-        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+             p++) {
             yaml_node_t *k = ck_yaml_node(&doc, p->key);
             const char *ks = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
             bool overridden = !strcmp(ks, "ckptd");
@@ -341,7 +354,8 @@ int ck_layout_build_parameters(const struct ck_layout *l)
                 for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
                      q < croot->data.mapping.pairs.top; q++) {
                     yaml_node_t *ck = ck_yaml_node(&cdoc, q->key);
-                    if (ck->type == YAML_SCALAR_NODE && !strcmp((const char *)ck->data.scalar.value, ks))
+                    if (ck->type == YAML_SCALAR_NODE &&
+                        !strcmp((const char *)ck->data.scalar.value, ks))
                         overridden = true;
                 }
             if (overridden)
@@ -351,7 +365,8 @@ int ck_layout_build_parameters(const struct ck_layout *l)
         }
     }
     if (croot)
-        for (yaml_node_pair_t *q = croot->data.mapping.pairs.start; q < croot->data.mapping.pairs.top; q++) {
+        for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
+             q < croot->data.mapping.pairs.top; q++) {
             ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->key));
             ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->value));
         }
@@ -384,7 +399,8 @@ int ck_layout_build_parameters(const struct ck_layout *l)
     ck_yaml_map_end(&o);
     if ((err = ck_yaml_out_end(&o)) < 0)
         goto out;
-    if (!exists || old.len != out.len || memcmp(ck_buf_str(&old), ck_buf_str(&out), out.len))
+    /* unchanged: not rewritten (an absent file reads as empty, and out never is) */
+    if (old.len != out.len || memcmp(ck_buf_str(&old), ck_buf_str(&out), out.len))
         err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
 out:
     ck_yaml_release(&doc);
@@ -404,7 +420,6 @@ int ck_layout_ensure(const struct ck_layout *l)
         return err;
     return 0;
 }
-
 
 int ck_layout_initialisation(const struct ck_layout *l)
 {

@@ -10,6 +10,8 @@
 
 #include "agent/config.h"
 #include "agent/state.h"
+#include "common/buf.h"
+#include "common/yamlutil.h"
 #include "writers/pmf.h"
 
 #include <stdbool.h>
@@ -23,6 +25,14 @@ struct ck_layout {
     struct ck_state *st;         /* the hash cache and the model id's copy */
     struct ck_pmf_meta *meta;    /* the metadata being built (updated in place) */
 };
+
+/* Reads DIR/data/build_parameters.yaml for a rewrite that keeps what others
+ * put there: path gets its name, text and doc hold it (release both), *root
+ * is its mapping or NULL when the file is absent or empty. CK_EFORMAT naming
+ * the file and line when it is not a mapping. Both writers of the file (the
+ * layout's own section, the deploy stage's archives) start here. */
+int ck_layout_read_build_parameters(const char *dir, char *path, struct ck_buf *text,
+                                    struct ck_yaml_doc *doc, yaml_node_t **root);
 
 /* data/checkpoints and data/initialisation exist. */
 int ck_layout_ensure(const struct ck_layout *l);
