@@ -28,6 +28,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "model/sdschema.h"
 #include "common/zipjournal.h"
 #include "readers/flatbuf.h"
 #include "readers/jsonin.h"
@@ -47,42 +48,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum {
-    FG_ID,
-    FG_VARIABLES,
-    FG_NODES,
-    FG_OUTPUTS,
-    FG_CONFIG,
-    FG_PLACEHOLDERS,
-    FG_LOSS,
-    FG_TRAINING,
-    FG_UPDATER
-};
-enum { US_PARAM, US_KEYS, US_VALUES };
-enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE };
-enum { FA_SHAPE, FA_BUFFER, FA_DTYPE, FA_BYTEORDER };
-enum {
-    FN_ID,
-    FN_NAME,
-    FN_OPTYPE,
-    FN_OPNUM,
-    FN_PROPS,
-    FN_INPUT,
-    FN_INPUTPAIRED,
-    FN_OUTPUT,
-    FN_EXTRAPARAMS,
-    FN_EXTRAINT,
-    FN_EXTRABOOLS,
-    FN_DIMENSIONS,
-    FN_DEVICE,
-    FN_SCOPEID,
-    FN_SCOPENAME,
-    FN_OUTPUTNAMES,
-    FN_OPNAME
-};
-enum { FP_NAME, FP_I, FP_L, FP_D, FP_A, FP_B, FP_S, FP_SHAPE };
-enum { SD_UTF8 = 50, SD_UTF16 = 51, SD_UTF32 = 52 };
-enum { SD_ORDER_C = 99, SD_ORDER_F = 102, SD_FLAG_EMPTY = 8 };
 
 #define SD_MAX_TEXT (1u << 20)              /* tags.txt, params.txt */
 #define SD_MAX_MEMBER ((uint64_t)INT32_MAX) /* FlatBuffers cannot address more */

@@ -2,13 +2,11 @@
 
 #include "common/error.h"
 #include "model/convert.h"
+#include "model/sdschema.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <string.h>
-
-enum { FA_SHAPE, FA_BUFFER, FA_DTYPE, FA_BYTEORDER, FA_NSLOTS };
-enum { BO_BE = 1, ORDER_C = 99, ORDER_F = 102, FLAG_EMPTY = 8 };
 
 static const struct {
     enum ck_dtype t;
@@ -129,14 +127,14 @@ int ck_sdarray_write(struct ck_fbb *b, const struct ck_tensor *t, enum ck_dtype 
         si[1 + r + d] = st;
         st *= t->dims[d] ? t->dims[d] : 1;
     }
-    si[1 + 2 * r] = dtypes[k].flags | (numel == 0 ? FLAG_EMPTY : 0);
+    si[1 + 2 * r] = dtypes[k].flags | (numel == 0 ? SD_FLAG_EMPTY : 0);
     si[2 + 2 * r] = 1;
-    si[3 + 2 * r] = f ? ORDER_F : ORDER_C;
+    si[3 + 2 * r] = f ? SD_ORDER_F : SD_ORDER_C;
     uint8_t sizes[FA_NSLOTS] = {4, numel ? 4 : 0, 1, 1};
     struct ck_fbb_table tab;
     ck_fbb_table(b, &tab, sizes, FA_NSLOTS);
     ck_fbb_set_u8(b, &tab, FA_DTYPE, (uint8_t)dtypes[k].dl4j);
-    ck_fbb_set_u8(b, &tab, FA_BYTEORDER, BO_BE);
+    ck_fbb_set_u8(b, &tab, FA_BYTEORDER, SD_BYTEORDER_BE);
     ck_fbb_set_off(b, &tab, FA_SHAPE, ck_fbb_vec_i64(b, si, (uint32_t)(2 * r + 4)));
     if (numel) {
         uint32_t at, v = ck_fbb_vec(b, (uint32_t)(numel * es), 1, NULL, &at);

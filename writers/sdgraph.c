@@ -2,45 +2,16 @@
 
 #include "common/error.h"
 #include "model/dl4jops.h"
+#include "model/sdschema.h"
 #include "writers/sdarray.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum {
-    FG_ID,
-    FG_VARIABLES,
-    FG_NODES,
-    FG_OUTPUTS,
-    FG_CONFIG,
-    FG_PLACEHOLDERS,
-    FG_LOSS,
-    FG_TRAINING,
-    FG_NSLOTS
-};
-enum { FV_ID, FV_NAME, FV_DTYPE, FV_SHAPE, FV_NDARRAY, FV_DEVICE, FV_VARTYPE, FV_NSLOTS };
-enum {
-    FN_ID,
-    FN_NAME,
-    FN_OPTYPE,
-    FN_OPNUM,
-    FN_PROPS,
-    FN_INPUT,
-    FN_INPUTPAIRED,
-    FN_OUTPUT,
-    FN_EXTRAPARAMS,
-    FN_EXTRAINT,
-    FN_EXTRABOOLS,
-    FN_DIMENSIONS,
-    FN_DEVICE,
-    FN_SCOPEID,
-    FN_SCOPENAME,
-    FN_OUTPUTNAMES,
-    FN_OPNAME,
-    FN_NSLOTS
-};
-enum { FP_NAME, FP_I, FP_L, FP_D, FP_A, FP_B, FP_S, FP_SHAPE, FP_NSLOTS };
+/* graph.fb's FlatGraph has the fields before updaterState: optimizer state
+ * goes to the tag's updater/ files */
+#define GRAPH_SLOTS FG_UPDATER
 enum { VT_VARIABLE = 0, VT_CONSTANT = 1, VT_ARRAY = 2, VT_PLACEHOLDER = 3 };
 enum { OPTYPE_CUSTOM = 21, DT_FLOAT = 5 };
 
@@ -318,9 +289,9 @@ int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck
     for (size_t i = 0; i < nw; i++)
         nscales += w[i].stored == CK_DT_QI8;
     nvars = g.nvars + nscales;
-    static const uint8_t sz[FG_NSLOTS] = {8, 4, 4, 4, 0, 4, 0, 0};
+    static const uint8_t sz[GRAPH_SLOTS] = {8, 4, 4, 4, 0, 4, 0, 0};
     struct ck_fbb_table t;
-    ck_fbb_table(b, &t, sz, FG_NSLOTS);
+    ck_fbb_table(b, &t, sz, GRAPH_SLOTS);
     ck_fbb_set_i64(b, &t, FG_ID, 0);
     uint32_t vv = ck_fbb_vec_offsets(b, (uint32_t)nvars);
     ck_fbb_set_off(b, &t, FG_VARIABLES, vv);
@@ -357,9 +328,9 @@ out:
 
 int ck_sdgraph_training_config(struct ck_fbb *b, const char *json)
 {
-    static const uint8_t sz[FG_NSLOTS] = {8, 0, 0, 0, 0, 0, 0, 4};
+    static const uint8_t sz[GRAPH_SLOTS] = {8, 0, 0, 0, 0, 0, 0, 4};
     struct ck_fbb_table t;
-    ck_fbb_table(b, &t, sz, FG_NSLOTS);
+    ck_fbb_table(b, &t, sz, GRAPH_SLOTS);
     ck_fbb_set_i64(b, &t, FG_ID, 0);
     ck_fbb_set_off(b, &t, FG_TRAINING, ck_fbb_cstring(b, json));
     return ck_fbb_finish(b, t.pos);
