@@ -164,12 +164,17 @@ static void add_scope(void *arg, const char *rel)
 
 static bool remember(struct watcher *w, const struct ck_candidate *c);
 
+/* Complete by discover's rules, or a folder renamed into place (inotify saw it). */
+static bool is_complete(const struct watcher *w, const struct ck_candidate *c)
+{
+    return c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
+                           ck_pathmap_get(&w->renamed, c->rel) != NULL);
+}
+
 static bool admit(void *arg, const struct ck_candidate *c)
 {
     struct watcher *w = arg;
-    bool complete = c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
-                                    ck_pathmap_get(&w->renamed, c->rel) != NULL);
-    if (!complete)
+    if (!is_complete(w, c))
         return false;
     bool ok = true;
     for (size_t i = 0; i < c->nfiles; i++)
@@ -242,9 +247,7 @@ static void forget_registered(struct watcher *w, const struct ck_scan_result *re
 static bool admit_final(void *arg, const struct ck_candidate *c)
 {
     struct watcher *w = arg;
-    bool complete = c->complete || (c->kind == CK_CAND_DIR && c->nfiles > 0 &&
-                                    ck_pathmap_get(&w->renamed, c->rel) != NULL);
-    if (!complete)
+    if (!is_complete(w, c))
         return false;
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
