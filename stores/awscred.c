@@ -792,13 +792,16 @@ int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
     return err;
 }
 
-bool ck_awscred_refresh_now(struct ck_awscred *c, const char *rejected_id)
+bool ck_awscred_refresh_now(struct ck_awscred *c, const struct ck_awskeys *rejected)
 {
     if (c->kind != SRC_WEB_IDENTITY && c->kind != SRC_CONTAINER && c->kind != SRC_IMDS)
         return false;
     pthread_mutex_lock(&c->mu);
-    /* several parts may be refused at once: one fetch serves them all */
-    int err = strcmp(c->keys.id, rejected_id) ? 0 : renew(c, "rejected");
+    /* several parts may be refused at once: one fetch serves them all. The
+     * token tells keys apart: IMDS and some STS setups renew the session
+     * and keep the key id. */
+    bool current = !strcmp(c->keys.id, rejected->id) && !strcmp(c->keys.token, rejected->token);
+    int err = current ? renew(c, "rejected") : 0;
     pthread_mutex_unlock(&c->mu);
     if (err < 0)
         ck_warn("s3.credentials.refresh_failed", "source=%s error=\"%s\"", src_names[c->kind],

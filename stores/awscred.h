@@ -48,10 +48,11 @@ void ck_awscred_free(struct ck_awscred *c);
  * about to expire. A failed refresh keeps keys that are still valid (with a
  * warning); once they expired it is an error. */
 int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k);
-/* After the service refused the keys rejected_id as expired: fetches new
- * ones now, unless another thread already replaced them. false when the
- * source cannot give new keys (static keys) or the fetch failed. */
-bool ck_awscred_refresh_now(struct ck_awscred *c, const char *rejected_id);
+/* After the service refused the keys `rejected` as expired: fetches new
+ * ones now, unless another thread already replaced them (told by the session
+ * token: a renewal may hand out the same key id). false when the source
+ * cannot give new keys (static keys) or the fetch failed. */
+bool ck_awscred_refresh_now(struct ck_awscred *c, const struct ck_awskeys *rejected);
 /* The source that supplied the keys ("environment", "web-identity", ...). */
 const char *ck_awscred_source(const struct ck_awscred *c);
 /* Whether an S3 error code means the keys expired or the service wants new ones. */

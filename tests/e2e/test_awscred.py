@@ -312,10 +312,12 @@ class AwsCred(TmpDirCase):
         self.assertIn("reason=expiring", p.stderr)
 
     def test_expired_token_answer_renews_and_resends_the_part(self):
-        """The gate calls the first keys expired after 2 requests (clock skew,
-        an early revocation): the parts refused with ExpiredToken are sent again
-        with new keys, after one renewal."""
-        self.issuer.next_dead_after = 2
+        """The gate calls the first keys expired after 1 request (clock skew,
+        an early revocation), so the two parts in flight are both refused with
+        ExpiredToken: they are sent again with new keys, after one renewal.
+        The stand-in STS keeps the key id across renewals (as IMDS does), so
+        only the session token tells the refused keys from the new ones."""
+        self.issuer.next_dead_after = 1
         big = make(os.path.join(self.dir, "shard.bin"), 24 * MiB, 3)
         p, key = self.upload(self.web_identity_env(), "--part-size", "5MiB",
                              "--multipart-threshold", "5MiB", "--concurrency", "2", path=big)
