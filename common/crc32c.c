@@ -51,16 +51,12 @@ uint32_t ck_crc32c_extend_sw(uint32_t crc, const void *data, size_t len)
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const void *data, size_t len)
+__attribute__((target("sse4.2"))) static uint64_t crc_hw1(uint64_t c, const unsigned char *p, size_t len)
 {
-    const unsigned char *p = data;
-    uint64_t c = ~crc;
     while (len && ((uintptr_t)p & 7)) {
         c = _mm_crc32_u8((uint32_t)c, *p++);
         len--;
     }
-    /* One dependent stream runs at 8 bytes per 3 cycles (several GB/s),
-     * faster than the page cache delivers pages to us. */
     while (len >= 32) {
         uint64_t w0, w1, w2, w3;
         memcpy(&w0, p, 8);
@@ -83,7 +79,54 @@ __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const voi
     }
     while (len--)
         c = _mm_crc32_u8((uint32_t)c, *p++);
-    return ~(uint32_t)c;
+    return c;
+}
+
+/* One dependent chain of crc32 instructions runs at a third of their
+ * throughput (latency 3 cycles, one issued per cycle), so long inputs are cut
+ * into three consecutive blocks of BLOCK bytes summed at once, the two later
+ * ones from a zero register, then joined: since the raw register is linear,
+ * crc(A B) = shift(crc(A)) ^ crc0(B), where shift multiplies by x^(8 BLOCK)
+ * mod P (the method of zlib's crc32_combine), four table lookups here. */
+#define BLOCK 4096
+
+static uint32_t shift_table[4][256]; /* shift_table[k][b]: shift(b << 8k) */
+static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
+
+__attribute__((target("sse4.2"))) static void shift_init(void)
+{
+    static const unsigned char zeros[BLOCK];
+    for (int k = 0; k < 4; k++)
+        for (uint32_t b = 0; b < 256; b++)
+            shift_table[k][b] = (uint32_t)crc_hw1((uint64_t)b << (8 * k), zeros, BLOCK);
+}
+
+static uint32_t shift(uint32_t c)
+{
+    return shift_table[0][c & 0xff] ^ shift_table[1][(c >> 8) & 0xff] ^
+           shift_table[2][(c >> 16) & 0xff] ^ shift_table[3][c >> 24];
+}
+
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    uint64_t c = ~crc;
+    if (len >= 3 * BLOCK)
+        pthread_once(&shift_once, shift_init);
+    for (; len >= 3 * BLOCK; p += 3 * BLOCK, len -= 3 * BLOCK) {
+        uint64_t c1 = 0, c2 = 0;
+        for (size_t i = 0; i < BLOCK; i += 8) {
+            uint64_t w0, w1, w2;
+            memcpy(&w0, p + i, 8);
+            memcpy(&w1, p + BLOCK + i, 8);
+            memcpy(&w2, p + 2 * BLOCK + i, 8);
+            c = _mm_crc32_u64(c, w0);
+            c1 = _mm_crc32_u64(c1, w1);
+            c2 = _mm_crc32_u64(c2, w2);
+        }
+        c = shift(shift((uint32_t)c) ^ (uint32_t)c1) ^ (uint32_t)c2;
+    }
+    return ~(uint32_t)crc_hw1(c, p, len);
 }
 
 static bool have_hw(void)
