@@ -351,6 +351,20 @@ int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsi
     return 0;
 }
 
+int ck_tensor_set_first_mapping(const struct ck_tensor_set *s, const unsigned char **base,
+                                uint64_t *len)
+{
+    const struct ck_region *first = NULL;
+    for (const struct ck_region *r = s->regions; r; r = r->next) /* newest first */
+        if (r->mapped)
+            first = r;
+    if (!first)
+        return ck_error(CK_ENOENT, "'%s': not mapped", s->path ? s->path : "");
+    *base = first->p;
+    *len = first->len;
+    return 0;
+}
+
 int ck_tensor_set_alloc(struct ck_tensor_set *s, uint64_t size, void **out)
 {
     if (size > CK_TENSOR_ALLOC_MAX || size > SIZE_MAX)

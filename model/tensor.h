@@ -108,6 +108,10 @@ int ck_tensor_set_add_meta(struct ck_tensor_set *s, const char *key, const char 
  * (SIGBUS) when a page past its new end is read: see ck_tensor_guarded. */
 int ck_tensor_set_map_file(struct ck_tensor_set *s, const char *path, const unsigned char **base,
                            uint64_t *len);
+/* The set's first mapping (the file its reader opened, mapped before anything
+ * else); CK_ENOENT when it maps nothing. */
+int ck_tensor_set_first_mapping(const struct ck_tensor_set *s, const unsigned char **base,
+                                uint64_t *len);
 /* An owned, zeroed block of size bytes for the life of the set. Sizes over
  * CK_TENSOR_ALLOC_MAX are CK_ESIZE; callers check a size a file claims against
  * what the file can really hold (its size, a compression ratio) before asking. */

@@ -17,7 +17,7 @@
  * against the largest expansion deflate allows; libzip checks its CRC-32. */
 #include "readers/reader.h"
 #include "readers/zipin.h"
-#include "readers/crc32.h"
+#include "readers/sumpass.h"
 #include "common/error.h"
 #include "common/text.h"
 
@@ -399,24 +399,21 @@ const struct ck_reader_ops ck_reader_npy = {
 
 /* The zip CRC-32 of each stored member (deflated ones were checked by
  * libzip when open() inflated them). */
-static int npz_verify(const struct ck_tensor_set *s)
+static int npz_verify(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs)
 {
-    for (size_t i = 0; i < s->ntensors; i++) {
+    struct ck_sumpass sp;
+    int err = ck_sumpass_init(&sp, s, crcs);
+    for (size_t i = 0; err == 0 && i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
-        uint32_t crc = 0;
         if (!t->has_crc32)
             continue;
-        for (uint64_t at = 0; at < t->rawlen;) {
-            uint64_t n = t->rawlen - at < ((uint64_t)8 << 20) ? t->rawlen - at : (uint64_t)8 << 20;
-            crc = ck_crc32_extend(crc, t->raw + at, (size_t)n);
-            ck_tensor_set_drop_pages(s, t->raw + at, n);
-            at += n;
-        }
-        if ((uint32_t)crc != t->crc32)
-            return ck_error(CK_EFORMAT, "'%s': tensor '%s': zip CRC-32 %08x, stored %08x", s->path,
-                            t->name, (unsigned)crc, t->crc32);
+        uint32_t crc = ck_sumpass_region(&sp, t->raw, t->rawlen);
+        if (crc != t->crc32)
+            err = ck_error(CK_EFORMAT, "'%s': tensor '%s': zip CRC-32 %08x, stored %08x", s->path,
+                           t->name, (unsigned)crc, t->crc32);
     }
-    return 0;
+    ck_sumpass_release(&sp);
+    return err;
 }
 
 const struct ck_reader_ops ck_reader_npz = {

@@ -636,10 +636,11 @@ out:
     return err;
 }
 
-/* Every member's zip CRC-32: storages in place in the mapping, page by page. */
-static int pt_verify(const struct ck_tensor_set *s)
+/* Every member's zip CRC-32: storages in place in the mapping, page by page,
+ * with the CRC-32C of the tensors they hold in the same pass. */
+static int pt_verify(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs)
 {
-    return ck_zipin_check_crcs(s->path);
+    return ck_zipin_check_crcs(s, crcs);
 }
 
 const struct ck_reader_ops ck_reader_pt = {

@@ -113,11 +113,12 @@ int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **
     return ops->open(path, out);
 }
 
-int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s)
+int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s,
+                     struct ck_tensor_crcs *crcs)
 {
     if (!ops || !ops->verify)
         return 0;
-    return ops->verify(s);
+    return ops->verify(s, crcs);
 }
 
 bool ck_reader_has_graph(const struct ck_tensor_set *s)

@@ -13,6 +13,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* What a verify pass hands back on the way: the CRC-32C of the data of each
+ * tensor it read whole (crc32c[i], valid when known[i]), so a caller showing
+ * them (inspect) needs no second pass over a file too large to keep in
+ * memory. Both arrays have s->ntensors entries and belong to the caller. */
+struct ck_tensor_crcs {
+    uint32_t *crc32c;
+    bool *known;
+};
+
 struct ck_reader_ops {
     const char *name; /* "safetensors", "tf-bundle", "npy", "npz", "nnp", "samediff" */
     const char *description;
@@ -23,8 +32,9 @@ struct ck_reader_ops {
     /* Reads path into a new set (*out owned by the caller). */
     int (*open)(const char *path, struct ck_tensor_set **out);
     /* Checks every checksum the format stores (NULL: the format stores none).
-     * Returns CK_EFORMAT naming the first tensor whose data does not match. */
-    int (*verify)(const struct ck_tensor_set *s);
+     * Returns CK_EFORMAT naming the first tensor whose data does not match.
+     * crcs (may be NULL) gets the CRC-32C of the tensors it read on the way. */
+    int (*verify)(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs);
     /* Builds the canonical model (model/model.h) from a set this reader
      * opened, mapping the format's op names through its one table; takes
      * ownership of s (freed also on failure). NULL for weight-only formats,
@@ -59,8 +69,9 @@ const struct ck_reader_ops *ck_reader_find(const char *name);
 int ck_reader_detect(const char *path, const struct ck_reader_ops **out);
 /* Detects (or uses format when not NULL) and opens. */
 int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **out);
-/* ops->verify, or 0 when the format stores no checksums. */
-int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s);
+/* ops->verify, or 0 when the format stores no checksums; crcs may be NULL. */
+int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s,
+                     struct ck_tensor_crcs *crcs);
 /* The reader that made s (by s->format); NULL when none. */
 const struct ck_reader_ops *ck_reader_of(const struct ck_tensor_set *s);
 

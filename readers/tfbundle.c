@@ -734,7 +734,7 @@ static int variant_crc(const struct ck_tensor_set *s, const struct ck_tensor *t,
     return 0;
 }
 
-static int tf_verify(const struct ck_tensor_set *s)
+static int tf_verify(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs)
 {
     int err;
     for (size_t i = 0; i < s->ntensors; i++) {
@@ -742,6 +742,7 @@ static int tf_verify(const struct ck_tensor_set *s)
         const unsigned char *p = t->raw ? t->raw : t->data;
         uint64_t len = t->raw ? t->rawlen : t->nbytes;
         uint32_t crc = 0;
+        bool data_only = false; /* the sum covers the tensor's data and nothing else */
         if (!t->has_crc32c)
             continue;
         if (!p && len)
@@ -754,6 +755,7 @@ static int tf_verify(const struct ck_tensor_set *s)
             if ((err = variant_crc(s, t, &crc)) < 0)
                 return err;
         } else {
+            data_only = p == t->data;
             for (uint64_t at = 0; at < len;) {
                 uint64_t n = len - at < ((uint64_t)8 << 20) ? len - at : (uint64_t)8 << 20;
                 crc = ck_crc32c_extend(crc, p + at, (size_t)n);
@@ -764,6 +766,10 @@ static int tf_verify(const struct ck_tensor_set *s)
         if (crc != t->crc32c)
             return ck_error(CK_EFORMAT, "'%s': tensor '%s': CRC-32C %08x, stored %08x", s->path,
                             t->name, crc, t->crc32c);
+        if (crcs && data_only) {
+            crcs->crc32c[i] = crc;
+            crcs->known[i] = true;
+        }
     }
     return 0;
 }

@@ -1,6 +1,7 @@
 /* Zip members in, safely; see zipin.h. */
 #include "readers/zipin.h"
 #include "readers/crc32.h"
+#include "readers/sumpass.h"
 
 #include "common/error.h"
 #include "lazy/lazy.h"
@@ -271,35 +272,23 @@ static int check_compressed(const struct ck_zipin *zi, uint64_t i, const char *n
     return err;
 }
 
-/* A stored member's CRC-32 over its bytes in the mapping, 8 MiB at a time,
- * each piece's pages dropped once summed so the pass stays small in memory. */
-static int check_stored(const struct ck_tensor_set *s, const char *name, const unsigned char *data,
-                        uint64_t size, uint32_t want)
+int ck_zipin_check_crcs(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs)
 {
-    uint32_t crc = 0;
-    for (uint64_t at = 0; at < size;) {
-        uint64_t n = size - at < ((uint64_t)8 << 20) ? size - at : (uint64_t)8 << 20;
-        crc = ck_crc32_extend(crc, data + at, (size_t)n);
-        ck_tensor_set_drop_pages(s, data + at, n);
-        at += n;
-    }
-    if ((uint32_t)crc != want)
-        return ck_error(CK_EFORMAT, "'%s': member '%s': zip CRC-32 %08x, stored %08x", s->path,
-                        name, (unsigned)crc, (unsigned)want);
-    return 0;
-}
-
-int ck_zipin_check_crcs(const char *path)
-{
-    struct ck_tensor_set *s = ck_tensor_set_new("zip", path);
+    /* scratch: the central directory's offsets, so s itself stays untouched */
+    struct ck_tensor_set *scratch = ck_tensor_set_new("zip", s->path);
     struct ck_zipin zi = {0};
+    struct ck_sumpass sp;
     const unsigned char *base, *data;
     uint64_t blen, *offs = NULL;
     int err;
-    if (!s)
+    if (!scratch)
         return ck_error(CK_ENOMEM, "out of memory");
-    if ((err = ck_zipin_open(&zi, path)) < 0 ||
-        (err = ck_tensor_set_map_file(s, path, &base, &blen)) < 0)
+    if ((err = ck_sumpass_init(&sp, s, crcs)) < 0) {
+        ck_tensor_set_free(scratch);
+        return err;
+    }
+    if ((err = ck_tensor_set_first_mapping(s, &base, &blen)) < 0 ||
+        (err = ck_zipin_open(&zi, s->path)) < 0)
         goto out;
     for (uint64_t i = 0; i < zi.nentries; i++) {
         const char *name = ck_zipin_name(&zi, i);
@@ -307,7 +296,7 @@ int ck_zipin_check_crcs(const char *path)
         zip_stat_init(&st);
         if (zip_stat_index(zi.z, i, 0, &st) < 0 || !(st.valid & ZIP_STAT_COMP_METHOD) ||
             !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_CRC)) {
-            err = ck_error(CK_EFORMAT, "'%s': member '%s': no sizes", path, name);
+            err = ck_error(CK_EFORMAT, "'%s': member '%s': no sizes", s->path, name);
             goto out;
         }
         if (st.comp_method != ZIP_CM_STORE) {
@@ -315,14 +304,20 @@ int ck_zipin_check_crcs(const char *path)
                 goto out;
             continue;
         }
-        if (!offs && (err = ck_zipin_local_offsets(s, base, blen, zi.nentries, &offs)) < 0)
+        if (!offs && (err = ck_zipin_local_offsets(scratch, base, blen, zi.nentries, &offs)) < 0)
             goto out;
-        if ((err = ck_zipin_stored(s, base, blen, offs[i], name, st.size, &data)) < 0 ||
-            (err = check_stored(s, name, data, st.size, st.crc)) < 0)
+        if ((err = ck_zipin_stored(scratch, base, blen, offs[i], name, st.size, &data)) < 0)
             goto out;
+        uint32_t crc = ck_sumpass_region(&sp, data, st.size);
+        if (crc != st.crc) {
+            err = ck_error(CK_EFORMAT, "'%s': member '%s': zip CRC-32 %08x, stored %08x", s->path,
+                           name, (unsigned)crc, (unsigned)st.crc);
+            goto out;
+        }
     }
 out:
     ck_zipin_close(&zi);
-    ck_tensor_set_free(s);
+    ck_sumpass_release(&sp);
+    ck_tensor_set_free(scratch);
     return err;
 }

@@ -8,6 +8,7 @@
 #define CK_ZIPIN_H
 
 #include "model/tensor.h"
+#include "readers/reader.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -43,10 +44,12 @@ int ck_zipin_local_offsets(struct ck_tensor_set *s, const unsigned char *b, uint
  * the file. */
 int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t len, uint64_t loff,
                     const char *member, uint64_t size, const unsigned char **data);
-/* Checks the CRC-32 of every member of the archive at path: stored ones in a
- * mapping of the file (pages dropped as it goes), others through libzip.
+/* Checks the CRC-32 of every member of the archive s was read from (s->path,
+ * mapped first by its reader): stored ones in that mapping, pages dropped as
+ * it goes, with the CRC-32C of s's tensors inside them taken in the same pass
+ * (into crcs, which may be NULL; readers/sumpass.h); others through libzip.
  * CK_EFORMAT naming the archive and the first bad member. */
-int ck_zipin_check_crcs(const char *path);
+int ck_zipin_check_crcs(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs);
 /* Whether a member name is safe to use as a relative path. */
 bool ck_zipin_name_is_safe(const char *name);
 

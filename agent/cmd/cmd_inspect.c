@@ -56,13 +56,14 @@ static const struct ck_opt options[] = {
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
-/* The CRC-32C shown for t. After a successful --verify, a tensor whose
- * stored CRC covers exactly its data already has it: no second pass. */
-static int tensor_crc(const struct ck_tensor_set *s, const struct ck_tensor *t, bool verified,
-                      uint32_t *crc)
+/* The CRC-32C shown for t. After a successful --verify, a tensor whose data
+ * the pass read (crcs, NULL otherwise) already has it: no second pass. */
+static int tensor_crc(const struct ck_tensor_set *s, const struct ck_tensor *t,
+                      const struct ck_tensor_crcs *crcs, uint32_t *crc)
 {
-    if (verified && t->has_crc32c && !t->raw && t->dtype != CK_DT_STRING && t->data) {
-        *crc = t->crc32c;
+    size_t i = (size_t)(t - s->tensors);
+    if (crcs && crcs->known[i]) {
+        *crc = crcs->crc32c[i];
         return 0;
     }
     return ck_tensor_crc32c(s, t, crc);
@@ -94,7 +95,8 @@ static void value_text(struct ck_buf *b, double v)
         ck_buf_printf(b, "%.17g", v);
 }
 
-static int print_text(const struct ck_tensor_set *s, const struct opts *o, bool verified)
+static int print_text(const struct ck_tensor_set *s, const struct opts *o,
+                      const struct ck_tensor_crcs *verified)
 {
     struct ck_buf b = CK_BUF_INIT;
     uint64_t total = 0;
@@ -207,7 +209,7 @@ static void json_graph(struct ck_json *j, const struct ck_graph *g)
 }
 
 static void json_tensor(struct ck_json *j, const struct ck_tensor_set *s, const struct ck_tensor *t,
-                        const struct opts *o, bool verified)
+                        const struct opts *o, const struct ck_tensor_crcs *verified)
 {
     char hex[9];
     uint32_t crc;
@@ -280,7 +282,8 @@ static void json_tensor(struct ck_json *j, const struct ck_tensor_set *s, const 
     ck_json_end_object(j);
 }
 
-static int print_json(const struct ck_tensor_set *s, const struct opts *o, bool verified)
+static int print_json(const struct ck_tensor_set *s, const struct opts *o,
+                      const struct ck_tensor_crcs *verified)
 {
     struct ck_buf b = CK_BUF_INIT;
     struct ck_json j;
@@ -289,7 +292,7 @@ static int print_json(const struct ck_tensor_set *s, const struct opts *o, bool 
     ck_json_begin_object(&j);
     ck_json_kstr(&j, "path", s->path);
     ck_json_kstr(&j, "format", s->format);
-    ck_json_kbool(&j, "verified", verified);
+    ck_json_kbool(&j, "verified", verified != NULL);
     ck_json_kbool(&j, "has_network", ck_reader_has_graph(s));
     json_kvs(&j, "metadata", s->meta, s->nmeta);
     ck_json_key(&j, "tensors");
@@ -331,11 +334,19 @@ static int inspect(void *arg)
     const struct run *r = arg;
     const struct opts *o = r->o;
     struct ck_tensor_set *s = NULL;
+    struct ck_tensor_crcs crcs = {0};
     int err = ck_reader_open(r->path, o->format, &s);
-    if (err == 0 && o->verify)
-        err = ck_reader_verify(ck_reader_of(s), s);
+    if (err == 0 && o->verify) {
+        crcs.crc32c = calloc(s->ntensors + 1, sizeof *crcs.crc32c);
+        crcs.known = calloc(s->ntensors + 1, sizeof *crcs.known);
+        err = crcs.crc32c && crcs.known ? ck_reader_verify(ck_reader_of(s), s, &crcs)
+                                        : ck_error(CK_ENOMEM, "out of memory");
+    }
     if (err == 0)
-        err = o->json ? print_json(s, o, o->verify) : print_text(s, o, o->verify);
+        err = o->json ? print_json(s, o, o->verify ? &crcs : NULL)
+                      : print_text(s, o, o->verify ? &crcs : NULL);
+    free(crcs.crc32c);
+    free(crcs.known);
     ck_tensor_set_free(s);
     return err;
 }

@@ -11,6 +11,7 @@ import zipfile
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import ckpt_formats as cf  # noqa: E402
 import torch_gen as tg  # noqa: E402
 from ckptd_test import TmpDirCase, run  # noqa: E402
 
@@ -119,6 +120,25 @@ class Pt(Base):
         self.assertIn("w.pt", e)
         self.assertIn("data/0", e)
         self.assertIn("CRC-32", e)
+
+    def test_verify_shows_each_tensors_crc32c_from_the_same_pass(self):
+        """--verify takes the CRC-32C it shows while checking the storages'
+        CRC-32: overlapping views at offsets, across the pass's pieces (256 KiB)
+        and page-drop steps (8 MiB), must show the sum of their own bytes."""
+        torch = self.torch
+        base = torch.arange((9 << 20) // 4 + 123, dtype=torch.float32)
+        tensors = {"base": base, "mid": base[100_003:2_000_000], "tail": base[-70_000:],
+                   "row": torch.arange(600, dtype=torch.int16).reshape(20, 30)[7],
+                   "cols": torch.arange(600, dtype=torch.float64).reshape(20, 30)[:, 3],
+                   "empty": base[5:5]}
+        p = tg.save(tensors, self.path("views.pt"))
+        loaded = tg.load(p)
+        want = {n: "%08x" % cf.crc32c(t.contiguous().numpy().tobytes()) for n, t in loaded.items()}
+        for args in ((), ("--verify",)):
+            doc = inspect(p, *args)
+            got = {t["name"]: t["crc32c"] for t in doc["tensors"]}
+            self.assertEqual(got, want, args)
+            self.assertEqual(doc["verified"], bool(args))
 
     def test_legacy_format_is_refused(self):
         p = tg.save({"w": self.torch.ones(3)}, self.path("old.pt"),
