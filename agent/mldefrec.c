@@ -55,7 +55,7 @@ static int read_entry(const struct ck_zipin *zi, const char *name, uint64_t max,
 static int read_manifest(const struct ck_zipin *zi, unsigned char **text, struct ck_jin_doc **doc,
                          const struct ck_jin **root)
 {
-    size_t len;
+    size_t len = 0;
     int err = read_entry(zi, "manifest.json", MANIFEST_MAX, text, &len);
     if (err < 0)
         return err;

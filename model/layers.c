@@ -321,7 +321,7 @@ static int param(struct lctx *c, struct ck_model_node *n, const char *k, yaml_no
                  bool *stride_set)
 {
     struct ck_op_params *p = &n->p;
-    const char *s;
+    const char *s = NULL;
     int err = 0;
     if (!strcmp(k, "layout")) {
         if ((err = get_str(c, v, k, &s)) < 0)
@@ -449,7 +449,7 @@ static int tensor(struct lctx *c, struct ck_model_node *n, yaml_node_t *layer, c
                   bool required)
 {
     yaml_node_t *v = map_get(c->d, layer, key);
-    const char *s;
+    const char *s = NULL;
     int err;
     if (!v) {
         if (required)
@@ -528,7 +528,7 @@ static int lookup_op(const char *s, enum ck_op *op)
 static int layer(struct lctx *c, yaml_node_t *l, bool last, const char *outname)
 {
     yaml_node_t *opv, *namev, *from, *inputs;
-    const char *opname, *name = NULL;
+    const char *opname = NULL, *name = NULL;
     enum ck_op op;
     struct ck_model_node *n;
     bool stride_set = false;
@@ -645,7 +645,7 @@ static int read_input(struct lctx *c, yaml_node_t *in, const char **name, int *r
     if ((nv = map_get(c->d, in, "name")) && (err = get_str(c, nv, "name", name)) < 0)
         return err;
     if ((nv = map_get(c->d, in, "dtype"))) {
-        const char *dt;
+        const char *dt = NULL;
         if ((err = get_str(c, nv, "dtype", &dt)) < 0)
             return err;
         if (strcmp(dt, "float32"))
