@@ -250,6 +250,47 @@ class Pack(TmpDirCase):
                     np.testing.assert_array_equal(a["t1"]["updater"][p][key], arr,
                                                   err_msg=f"{label} {p} {key}")
 
+    def test_loss_variables_in_graph(self):
+        def losses(out, tag):
+            _, a = sdfb.read_archive(out)
+            g = a[tag]["graph"]
+            names = [g.LossVariables(i).decode() for i in range(g.LossVariablesLength())]
+            self.assertTrue(set(names) <= set(sdfb.graph_variables(g)), names)
+            return names
+        out = os.path.join(self.dir, "run.zip")
+        # a SameDiff source's own lossVariables; one the graph lacks is left out
+        src = os.path.join(self.dir, "l.fb")
+        sdfb.mlp(src, weights(8), loss=["out", "gone"])
+        pack(src, out, "--tag", "sd")
+        self.assertEqual(losses(out, "sd"), ["out"])
+        pack(self.src("plain.fb", weights(8)), out, "--tag", "plain")
+        self.assertEqual(losses(out, "plain"), [])
+        # NNabla: the loss variables of the optimizer training the network packed
+        lenet = shared("nnabla", "lenet_010000.nnp")
+        with zipfile.ZipFile(lenet) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        text = members["network.nntxt"].decode()
+        net_end = text.index("\n}\nexecutor {")
+        text = (text[:net_end] +
+                '\n  variable {\n    name: "loss"\n    type: "Buffer"\n    shape {\n    }\n  }'
+                '\n  function {\n    name: "Mean"\n    type: "Mean"\n    input: "y"\n'
+                '    output: "loss"\n    mean_param {\n      axes: 0\n      axes: 1\n'
+                '      keep_dims: false\n    }\n  }' + text[net_end:])
+        for net, name in (("runtime", "own"), ("training", "other")):
+            opt = ('optimizer {\n  name: "optimizer"\n  network_name: "%s"\n'
+                   '  loss_variable {\n    variable_name: "loss"\n  }\n}\n' % net)
+            nnp = os.path.join(self.dir, f"lenet_{name}.nnp")
+            with zipfile.ZipFile(nnp, "w") as z:
+                for n, d in members.items():
+                    z.writestr(n, (text + opt).encode() if n == "network.nntxt" else d)
+            if net == "training":  # names a network that is not there: not this graph's loss
+                p = pack(nnp, out, "--tag", name, check=None)
+                if p.returncode == 0:
+                    self.assertEqual(losses(out, name), [])
+                continue
+            pack(nnp, out, "--tag", name)
+            self.assertEqual(losses(out, name), ["loss"])
+
     def test_default_tag_and_explicit_tags(self):
         out = os.path.join(self.dir, "run.zip")
         src = self.src("epoch 7.fb", weights(3))
