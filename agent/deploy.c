@@ -7,21 +7,29 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/text.h"
+#include "common/hash.h"
+#include "writers/zipapp.h"
 #include "infer/sandbox.h"
 #include "readers/reader.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* What the pack stage made, for the verify stage of the same pass (which
  * gets only the archive): the checkpoint and how to open what was written. */
 struct packed {
     char *path, *ref, *format, *spec; /* spec: path, or "path#TAG" for a SameDiff tag */
     char *src;                        /* the checkpoint it was packed from */
+    char *undo; /* samediff: the undo record of the archive before this tag (owned) or NULL */
+    char prev[3][PATH_MAX / 4]; /* samediff: the record's tag, checkpoint, verification before */
+    bool repack;                /* samediff: rolled back with an earlier tag: append again */
 };
 static struct packed *packed;
 static size_t npacked;
@@ -41,6 +49,8 @@ static int remember(const char *path, const char *ref, const char *format, const
     e->format = strdup(format);
     e->spec = strdup(spec);
     e->src = strdup(src);
+    e->undo = NULL;
+    e->repack = false;
     if (!e->path || !e->ref || !e->format || !e->spec || !e->src) {
         free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
         return ck_error(CK_ENOMEM, "out of memory");
@@ -55,7 +65,9 @@ static bool take(const char *path, struct packed *out)
     for (size_t i = 0; i < npacked; i++)
         if (!strcmp(packed[i].path, path)) {
             *out = packed[i];
-            packed[i] = packed[--npacked];
+            /* in order: the SameDiff gate relies on append order */
+            memmove(&packed[i], &packed[i + 1], (npacked - i - 1) * sizeof *packed);
+            npacked--;
             return true;
         }
     return false;
@@ -63,7 +75,7 @@ static bool take(const char *path, struct packed *out)
 
 static void packed_free(struct packed *e)
 {
-    free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
+    free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src), free(e->undo);
 }
 
 static const char *model_name(const struct ck_pipeline *p, char *buf, size_t n)
@@ -110,6 +122,99 @@ static void event_base(const struct ck_pipeline *p, struct ck_event *ev, const c
     ev->checkpoint = ref;
 }
 
+/* ---- the gate's undo records for SameDiff tags (hold: a failed tag is taken back) ---- */
+
+/* The state folder's undo/ and a fresh record name for the archive name. */
+static int undo_path(const struct ck_pipeline *p, const char *name, char *out, size_t n)
+{
+    static unsigned seq;
+    char dir[PATH_MAX];
+    int err;
+    if ((err = ck_path_join(dir, sizeof dir, p->st->dir, "undo")) < 0 ||
+        (err = ck_mkdirs(dir, 0700)) < 0)
+        return err;
+    if (snprintf(out, n, "%s/%s.%ld.%u", dir, name, (long)getpid(), ++seq) >= (int)n)
+        return ck_error(CK_ESIZE, "'%s': path too long", dir);
+    return 0;
+}
+
+/* Undo records a killed pass left (its tags were never verified): the
+ * archive goes back to before the oldest of them (the shortest length). */
+static void gate_leftovers(const struct ck_pipeline *p, const char *path, const char *name)
+{
+    char dir[PATH_MAX], f[PATH_MAX], best[PATH_MAX] = "";
+    uint64_t bestlen = UINT64_MAX, len;
+    size_t nl = strlen(name);
+    if (ck_path_join(dir, sizeof dir, p->st->dir, "undo") < 0)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, name, nl) || de->d_name[nl] != '.' ||
+            ck_path_join(f, sizeof f, dir, de->d_name) < 0)
+            continue;
+        if (ck_zipapp_undo_length(f, &len) < 0) {
+            ck_error_clear();
+            continue;
+        }
+        if (len < bestlen) {
+            if (best[0])
+                unlink(best);
+            bestlen = len;
+            snprintf(best, sizeof best, "%s", f);
+        } else {
+            unlink(f);
+        }
+    }
+    closedir(d);
+    if (!best[0])
+        return;
+    if (ck_zipapp_restore(path, best) < 0)
+        ck_err("archive.rollback_failed", "'%s': tags never verified stay: %s", path,
+               ck_error_msg());
+    else
+        ck_warn("archive.unverified_rolled_back",
+                "'%s': tags appended by a pass that stopped before verifying them were taken "
+                "back",
+                path);
+}
+
+/* Before an append: the archive's undo record (and what a killed pass left, undone). */
+static int gate_snapshot(const struct ck_pipeline *p, const char *path, const char *name,
+                         char *undo, size_t n)
+{
+    bool pending = false;
+    for (size_t i = 0; i < npacked && !pending; i++)
+        pending = !strcmp(packed[i].path, path);
+    if (!pending)
+        gate_leftovers(p, path, name);
+    int err = undo_path(p, name, undo, n);
+    if (err == 0 && (err = ck_zipapp_snapshot(path, undo)) < 0)
+        undo[0] = '\0';
+    return err;
+}
+
+/* The archive's record before this append: what a roll-back of every tag of the pass restores. */
+static void gate_prev(const struct ck_pipeline *p, const char *name, char prev[3][PATH_MAX / 4])
+{
+    static const char *const keys[3] = {"tag", "checkpoint", "verification"};
+    for (int k = 0; k < 3; k++)
+        if (ck_deploy_record_get(p->dir, name, keys[k], prev[k], PATH_MAX / 4) < 0) {
+            ck_error_clear();
+            prev[k][0] = '\0';
+        }
+}
+
+static int gate_remember(const char *undo, char prev[3][PATH_MAX / 4])
+{
+    struct packed *e = &packed[npacked - 1];
+    if (!(e->undo = strdup(undo)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    memcpy(e->prev, prev, sizeof e->prev);
+    return 0;
+}
+
 /* One format of one checkpoint: the archive written, recorded, announced. */
 static int pack_one(const struct ck_pipeline *p, const char *ref, const char *src,
                     const char *format, struct ck_archives *out)
@@ -138,8 +243,14 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
     if (!strcmp(format, "mldef"))
         o.w.sign_key = p->cfg->pack_sign_key;
     struct ck_pack_result r;
-    if ((err = ck_pack(src, path, &o, &r)) < 0)
+    char undo[PATH_MAX] = "";
+    if (!strcmp(format, "samediff") && (err = gate_snapshot(p, path, name, undo, sizeof undo)) < 0)
         return err;
+    if ((err = ck_pack(src, path, &o, &r)) < 0) {
+        if (undo[0])
+            unlink(undo); /* a failed append leaves the archive as it was */
+        return err;
+    }
     /* the store key: where the archive is in the tree, else deploy/NAME */
     size_t dl = strlen(p->dir);
     if (!strncmp(path, p->dir, dl) && path[dl] == '/')
@@ -160,8 +271,13 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
         FIELD("tag", r.samediff.tag);
     FIELD("verification", "pending");
 #undef FIELD
+    char prev[3][PATH_MAX / 4];
+    if (undo[0])
+        gate_prev(p, name, prev);
     if ((err = ck_deploy_record(p->dir, name, fields, nf)) < 0 ||
         (err = remember(path, ref, format, r.samediff.tag, src)) < 0)
+        return err;
+    if (undo[0] && (err = gate_remember(undo, prev)) < 0)
         return err;
     /* a SameDiff archive gets a tag per checkpoint: one upload of it per pass */
     bool listed = false;
@@ -397,8 +513,159 @@ static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
     return err;
 }
 
+/* The entries of path in append order, out of the table. */
+static int take_all(const char *path, struct packed **out, size_t *n)
+{
+    size_t kept = 0;
+    *n = 0;
+    if (!(*out = calloc(npacked + 1, sizeof **out)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < npacked; i++) {
+        if (!strcmp(packed[i].path, path))
+            (*out)[(*n)++] = packed[i];
+        else
+            packed[kept++] = packed[i];
+    }
+    npacked = kept;
+    return 0;
+}
+
+/* Appends e's checkpoint again under its tag (after a roll-back took it out). */
+static int gate_repack(const struct ck_pipeline *p, struct packed *e)
+{
+    const char *tag = strchr(e->spec + strlen(e->path), '#');
+    char undo[PATH_MAX];
+    struct ck_pack_result r;
+    struct ck_pack_opts o = {
+        .format = "samediff",
+        .graph = p->cfg->pack_graph_file,
+        .graph_text = p->cfg->pack_graph_yaml,
+        .w = {.level = -1, .ref = e->ref, .tag = tag ? tag + 1 : NULL},
+    };
+    int err = undo_path(p, ck_basename(e->path), undo, sizeof undo);
+    if (err == 0 && (err = ck_zipapp_snapshot(e->path, undo)) == 0 &&
+        (err = ck_pack(e->src, e->path, &o, &r)) < 0)
+        unlink(undo);
+    if (err < 0)
+        return err;
+    free(e->undo);
+    if (!(e->undo = strdup(undo)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    e->repack = false;
+    ck_info("archive.reappended", "checkpoint='%s' archive='%s' tag=%s", e->ref, e->path,
+            r.samediff.tag);
+    return 0;
+}
+
+static void gate_note(const struct ck_pipeline *p, const char *name, const struct packed *e,
+                      const char *why, bool kept)
+{
+    const char *tag = strchr(e->spec + strlen(e->path), '#');
+    char key[400], val[1600];
+    snprintf(key, sizeof key, "failed.%s", tag ? tag + 1 : e->ref);
+    snprintf(val, sizeof val, "checkpoint '%s': %s (%s)", e->ref, why,
+             kept ? "kept in the archive, marked failed"
+                  : "taken back: not in the archive (verify.on_failure: hold)");
+    const char *fields[] = {key, val};
+    if (ck_deploy_record(p->dir, name, fields, 1) < 0)
+        ck_warn("archive.record_failed", "'%s': %s", name, ck_error_msg());
+}
+
+/* A SameDiff archive's tags of this pass, in append order: each verified;
+ * under hold a failed one is rolled back (with the tags appended after it,
+ * which are appended again and verified again), so the archive holds only
+ * tags that passed. Queued for upload when a tag of the pass remains. */
+static int gate_samediff(const struct ck_pipeline *p, const struct ck_archive *a)
+{
+    struct packed *v;
+    size_t n, kept = 0, last = 0;
+    const char *name = ck_basename(a->path);
+    bool hold = p->cfg->verify_on_failure == CK_VERIFY_HOLD, failed = false, broken = false;
+    char why[1024] = "";
+    int err = take_all(a->path, &v, &n);
+    if (err < 0)
+        return err;
+    for (size_t i = 0; i < n; i++) {
+        char one[1024] = "";
+        if (v[i].repack && gate_repack(p, &v[i]) < 0) {
+            snprintf(one, sizeof one, "could not be appended again: %s", ck_error_msg());
+            gate_note(p, name, &v[i], one, false);
+            failed = true;
+            continue;
+        }
+        if (verify_one(p, a, &v[i], one, sizeof one) == 0 || !hold || broken) {
+            if (v[i].undo)
+                unlink(v[i].undo);
+            if (one[0]) { /* upload_marked (or a roll-back that could not be done) */
+                failed = true;
+                snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", why[0] ? "; " : "",
+                         one);
+                gate_note(p, name, &v[i], one, true);
+            }
+            kept++;
+            last = i;
+            continue;
+        }
+        /* hold: back to before this tag; the later ones are appended again */
+        if (ck_zipapp_restore(a->path, v[i].undo) < 0) {
+            ck_err("archive.rollback_failed", "'%s': tag of '%s' stays: %s", a->path, v[i].ref,
+                   ck_error_msg());
+            broken = failed = true;
+            snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", why[0] ? "; " : "", one);
+            gate_note(p, name, &v[i], one, true);
+            continue;
+        }
+        gate_note(p, name, &v[i], one, false);
+        ck_warn("archive.tag_rolled_back", "checkpoint='%s' archive='%s': %s", v[i].ref, a->path,
+                one);
+        for (size_t j = i + 1; j < n; j++) {
+            if (v[j].undo && !v[j].repack)
+                unlink(v[j].undo);
+            v[j].repack = true;
+        }
+    }
+    /* the archive's record: what it holds now */
+    char size[32] = "", sha[65] = "";
+    struct ck_digests d;
+    struct stat st;
+    bool exists = stat(a->path, &st) == 0;
+    if (exists && ck_hash_file(a->path, CK_HASH_SHA256, &d, NULL) == 0) {
+        snprintf(size, sizeof size, "%llu", (unsigned long long)st.st_size);
+        memcpy(sha, d.sha256, sizeof sha);
+    }
+    const char *tag = kept ? strchr(v[last].spec + strlen(v[last].path), '#') : NULL;
+    const char *fields[] = {
+        "size",
+        size[0] ? size : NULL,
+        "sha256",
+        sha[0] ? sha : NULL,
+        "tag",
+        kept ? (tag ? tag + 1 : NULL) : (v[0].prev[0][0] ? v[0].prev[0] : NULL),
+        "checkpoint",
+        kept ? v[last].ref : (v[0].prev[1][0] ? v[0].prev[1] : NULL),
+        "verification",
+        kept ? (failed && (!hold || broken) ? "failed" : "passed")
+             : (v[0].prev[2][0] && exists ? v[0].prev[2] : "failed"),
+        "verification_error",
+        kept && failed && (!hold || broken) ? why : NULL,
+        "uploaded",
+        kept || exists ? "yes" : "held", /* as before the pass when none */
+    };
+    if (ck_deploy_record(p->dir, name, fields, 7) < 0)
+        ck_warn("archive.record_failed", "'%s': %s", name, ck_error_msg());
+    for (size_t i = 0; i < n; i++)
+        packed_free(&v[i]);
+    free(v);
+    if (kept)
+        return 0;
+    return ck_error(CK_ERR, "no tag of this pass passed verification: '%s' as before", a->path);
+}
+
 int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a)
 {
+    for (size_t i = 0; i < npacked; i++)
+        if (!strcmp(packed[i].path, a->path) && packed[i].undo)
+            return gate_samediff(p, a);
     struct packed e;
     char why[1024] = "", one[1024];
     const char *name = ck_basename(a->path);

@@ -11,7 +11,13 @@
  *                     else of the source checkpoint's own network's outputs;
  *                     verification.passed / .failed, the record updated; a
  *                     failure holds the archive back (verify.on_failure: hold)
- *                     or lets it go marked (upload_marked).
+ *                     or lets it go marked (upload_marked). A SameDiff tag
+ *                     that fails under hold is taken out of the run's archive
+ *                     again (the append rolled back from an undo record kept
+ *                     in DIR/.ckptd/undo/, later tags of the pass appended
+ *                     again and verified again), so the archive uploaded
+ *                     holds only tags that passed; each failed tag is noted
+ *                     as failed.<tag> in the archive's record.
  *
  * A checkpoint that cannot be packed stays registered and uploaded: these
  * stages log and emit their failures and never fail the pass. */
@@ -28,5 +34,9 @@ int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a);
  * key/value text pairs (values written as strings, except "size" as an
  * integer; a NULL value removes the key); n pairs. */
 int ck_deploy_record(const char *dir, const char *name, const char *const *fields, size_t n);
+
+/* The text of archives.<name>.<key> in DIR/data/build_parameters.yaml into
+ * out ("" when absent). */
+int ck_deploy_record_get(const char *dir, const char *name, const char *key, char *out, size_t n);
 
 #endif

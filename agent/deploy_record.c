@@ -133,3 +133,35 @@ out:
     ck_buf_release(&out);
     return err;
 }
+
+int ck_deploy_record_get(const char *dir, const char *name, const char *key, char *out, size_t n)
+{
+    char path[PATH_MAX];
+    struct ck_buf text = CK_BUF_INIT;
+    struct ck_yaml_doc doc = {0};
+    yaml_node_t *root = NULL;
+    int err;
+    out[0] = '\0';
+    if ((err = ck_layout_read_build_parameters(dir, path, &text, &doc, &root)) < 0)
+        goto out;
+    yaml_node_t *archives = NULL, *entry = NULL;
+    for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL;
+         p && p < root->data.mapping.pairs.top; p++)
+        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), "archives"))
+            archives = ck_yaml_node(&doc, p->value);
+    for (yaml_node_pair_t *p = archives && archives->type == YAML_MAPPING_NODE
+                                   ? archives->data.mapping.pairs.start
+                                   : NULL;
+         p && p < archives->data.mapping.pairs.top; p++)
+        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), name))
+            entry = ck_yaml_node(&doc, p->value);
+    for (yaml_node_pair_t *p =
+             entry && entry->type == YAML_MAPPING_NODE ? entry->data.mapping.pairs.start : NULL;
+         p && p < entry->data.mapping.pairs.top; p++)
+        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), key))
+            snprintf(out, n, "%s", scalar(ck_yaml_node(&doc, p->value)));
+out:
+    ck_yaml_release(&doc);
+    ck_buf_release(&text);
+    return err;
+}

@@ -45,13 +45,10 @@ int ck_zipjournal_path(const char *path, char *out, size_t outsz)
     return 0;
 }
 
-int ck_zipjournal_write(const char *path, uint64_t old_len, uint64_t tail_off, const void *tail,
-                        uint64_t tail_len)
+int ck_zipjournal_write_to(const char *jp, const char *path, uint64_t old_len, uint64_t tail_off,
+                           const void *tail, uint64_t tail_len)
 {
-    char jp[4096];
     int err;
-    if ((err = ck_zipjournal_path(path, jp, sizeof(jp))) < 0)
-        return err;
     if (tail_len > CK_ZIPJOURNAL_MAX)
         return ck_error(CK_ESIZE, "'%s': central directory of %" PRIu64 " bytes", path, tail_len);
     unsigned char *b = malloc(HDR + (size_t)tail_len);
@@ -67,6 +64,16 @@ int ck_zipjournal_write(const char *path, uint64_t old_len, uint64_t tail_off, c
     err = ck_write_file_atomic(jp, b, HDR + (size_t)tail_len, 0644);
     free(b);
     return err;
+}
+
+int ck_zipjournal_write(const char *path, uint64_t old_len, uint64_t tail_off, const void *tail,
+                        uint64_t tail_len)
+{
+    char jp[4096];
+    int err;
+    if ((err = ck_zipjournal_path(path, jp, sizeof(jp))) < 0)
+        return err;
+    return ck_zipjournal_write_to(jp, path, old_len, tail_off, tail, tail_len);
 }
 
 int ck_zipjournal_remove(const char *path)

@@ -35,6 +35,10 @@ int ck_zipjournal_write(const char *path, uint64_t old_len, uint64_t tail_off, c
  * journal. A journal that does not check out is CK_EFORMAT naming it: the
  * archive is left alone. */
 int ck_zipjournal_recover(const char *path, int fd, bool *rolled_back);
+/* The same record written to jp instead (an undo record kept for later:
+ * writers/zipapp.h ck_zipapp_snapshot); path names the archive in errors. */
+int ck_zipjournal_write_to(const char *jp, const char *path, uint64_t old_len, uint64_t tail_off,
+                           const void *tail, uint64_t tail_len);
 /* Removes the journal once the append is durable (folder fsynced). */
 int ck_zipjournal_remove(const char *path);
 /* For readers: when a journal exists, opens the archive read-write, takes

@@ -585,6 +585,37 @@ static int executor_io(const struct ck_tensor_set *s, const struct ck_nameidx *v
     return 0;
 }
 
+/* The loss variables of the optimizers that train network `name` (proto
+ * Optimizer: network_name, loss_variable { variable_name }): the graph
+ * attribute "loss_variables" ("a,b"), as the SameDiff reader names them. */
+static int optimizer_losses(const char *label, const struct ck_nntxt *root, const char *name,
+                            const struct ck_nameidx *vars, struct ck_graph *g)
+{
+    struct ck_buf lv = CK_BUF_INIT;
+    int err = 0;
+    ck_buf_init(&lv, CK_NNTXT_MAX_TEXT);
+    for (const struct ck_nntxt *o = ck_nntxt_get(root, "optimizer"); o && err >= 0;
+         o = ck_nntxt_next(o)) {
+        const char *net;
+        if ((err = req_str(o, "network_name", label, &net)) < 0 || strcmp(net, name))
+            continue;
+        for (const struct ck_nntxt *l = ck_nntxt_get(o, "loss_variable"); l && err >= 0;
+             l = ck_nntxt_next(l)) {
+            const char *v;
+            if ((err = req_str(l, "variable_name", label, &v)) < 0 ||
+                (err = need_variable(vars, label, l, "loss_variable", v)) < 0)
+                break;
+            if (strchr(v, ','))
+                continue; /* the attribute cannot hold it */
+            err = ck_buf_printf(&lv, "%s%s", lv.len ? "," : "", v);
+        }
+    }
+    if (err >= 0 && lv.len)
+        err = ck_graph_add_attr(g, "loss_variables", ck_buf_str(&lv));
+    ck_buf_release(&lv);
+    return err;
+}
+
 static int txt_network(struct ck_tensor_set *s, const char *label, const struct ck_nntxt *root,
                        bool have_params)
 {
@@ -637,6 +668,8 @@ static int txt_network(struct ck_tensor_set *s, const char *label, const struct 
         if ((err = txt_function(&vars, label, g, f)) < 0)
             goto out;
     if (ex && (err = executor_io(s, &vars, label, g, ex, have_params)) < 0)
+        goto out;
+    if ((err = optimizer_losses(label, root, name, &vars, g)) < 0)
         goto out;
     s->graph = g;
     g = NULL;

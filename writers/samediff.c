@@ -10,6 +10,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "model/dl4jops.h"
+#include "model/optstate.h"
 #include "writers/fbbuild.h"
 #include "writers/sdarray.h"
 #include "writers/sdgraph.h"
@@ -248,47 +249,47 @@ static int check_name(const char *label, const char *name)
     return 0;
 }
 
-/* Optimizer state: tensors "<param>/updater/<key>" with role "updater"
- * (the SameDiff reader names FlatGraph.updaterState so). */
-static bool is_updater(const struct ck_tensor *t)
-{
-    return t->role && !strcmp(t->role, "updater") && t->data && strstr(t->name, "/updater/");
-}
-
-/* updater.txt + updater/N.fb: one line per parameter, its state arrays in
- * order; the keys go to trainingConfig's "updaterStateKeys" (json). */
-static int write_updater(struct sd_writer *w, const struct ck_model *m, const char *tag,
-                         const char *label, struct ck_json *json, struct ck_buf *txt)
+/* updater.txt + updater/N.fb: one line per variable, its state arrays in
+ * order (model/optstate.h says which tensors they are); the keys go to
+ * trainingConfig's "updaterStateKeys" (json). */
+static int write_updater(struct sd_writer *w, const struct ck_model *m,
+                         const struct ck_optstate *os, const char *tag, const char *label,
+                         struct ck_json *json, struct ck_buf *txt)
 {
     const struct ck_tensor_set *s = m->weights;
-    bool *done = calloc(s->ntensors + 1, 1);
     unsigned next = 0;
     int err = 0;
-    if (!done)
-        return ck_error(CK_ENOMEM, "out of memory");
     ck_json_key(json, "updaterStateKeys");
     ck_json_begin_object(json);
-    for (size_t i = 0; i < s->ntensors && err >= 0; i++) {
-        const struct ck_tensor *t = &s->tensors[i];
-        if (done[i] || !is_updater(t))
+    for (size_t i = 0; i < os->n && err >= 0;) {
+        const char *param = os->v[i].param;
+        size_t j = i;
+        while (j < os->n && !strcmp(os->v[j].param, param))
+            j++;
+        bool any = false;
+        for (size_t k = i; k < j; k++)
+            any = any || s->tensors[os->v[k].tensor].data;
+        if (!any) { /* declared only (an index without its data) */
+            i = j;
             continue;
-        const char *cut = strstr(t->name, "/updater/");
-        size_t plen = (size_t)(cut - t->name);
-        char *param = strndup(t->name, plen);
-        if (!param || (err = check_name(label, param)) < 0) {
-            err = err < 0 ? err : ck_error(CK_ENOMEM, "out of memory");
-            free(param);
-            break;
         }
-        err = ck_buf_puts(txt, param);
+        if ((err = check_name(label, param)) < 0 || (err = ck_buf_puts(txt, param)) < 0)
+            break;
         ck_json_key(json, param);
         ck_json_begin_array(json);
-        for (size_t k = i; k < s->ntensors && err >= 0; k++) {
-            const struct ck_tensor *u = &s->tensors[k];
-            if (done[k] || !is_updater(u) || strncmp(u->name, t->name, plen + 9))
-                continue;
-            done[k] = true;
-            ck_json_str(json, u->name + plen + 9);
+        for (size_t k = i; k < j && err >= 0; k++) {
+            const struct ck_tensor *u = &s->tensors[os->v[k].tensor];
+            if (!u->data) {
+                err = ck_error(CK_EFORMAT, "'%s': optimizer state '%s' of '%s' has no data",
+                               label, os->v[k].key, param);
+                break;
+            }
+            if (strchr(os->v[k].key, ' ')) {
+                err = ck_error(CK_EFORMAT, "'%s': optimizer state key '%s' of '%s' has a space",
+                               label, os->v[k].key, param);
+                break;
+            }
+            ck_json_str(json, os->v[k].key);
             struct ck_fbb b;
             float scale;
             ck_fbb_init(&b);
@@ -307,21 +308,22 @@ static int write_updater(struct sd_writer *w, const struct ck_model *m, const ch
                 if ((err = add_member(w, member, b.p, b.len)) >= 0)
                     err = ck_buf_printf(txt, " %u", next++);
             }
+            w->res.updater++;
             ck_fbb_release(&b);
         }
         ck_json_end_array(json);
         if (err >= 0)
             err = ck_buf_putc(txt, '\n');
-        free(param);
+        i = j;
     }
     ck_json_end_object(json);
-    free(done);
     return err;
 }
 
 /* The weights the tag stores (placeholders and declared-only values have
  * no data: the graph has them) and the dtype each is stored as. */
-static int list_weights(struct sd_writer *w, const struct ck_model *m, const char *label,
+static int list_weights(struct sd_writer *w, const struct ck_model *m,
+                        const struct ck_optstate *os, const char *label,
                         struct ck_sdgraph_weight *ws, size_t *nws)
 {
     enum ck_dtype to = target_dtype(w->dtype);
@@ -330,7 +332,7 @@ static int list_weights(struct sd_writer *w, const struct ck_model *m, const cha
     *nws = 0;
     for (size_t i = 0; i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
-        if (!t->data || is_updater(t))
+        if (!t->data || os->is_state[i])
             continue;
         if ((err = check_name(label, t->name)) < 0)
             return err;
@@ -392,6 +394,7 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
     struct ck_json json;
     struct ck_fbb b;
     struct ck_sdgraph_weight *ws = NULL;
+    struct ck_optstate os = {0};
     size_t nws = 0;
     int err;
     if (w->added)
@@ -404,7 +407,8 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
     ck_buf_init(&txt, SD_MAX_TEXT);
     ck_fbb_init(&b);
     /* The graph first: an op DL4J lacks fails before anything is written. */
-    if ((err = ck_model_check(m)) < 0 || (err = list_weights(w, m, label, ws, &nws)) < 0 ||
+    if ((err = ck_model_check(m)) < 0 || (err = ck_optstate_find(m->weights, &os)) < 0 ||
+        (err = list_weights(w, m, &os, label, ws, &nws)) < 0 ||
         (err = ck_sdgraph_build(&b, m, ws, nws, label)) < 0)
         goto out;
     ck_fbb_release(&b);
@@ -421,7 +425,7 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
     ck_buf_reset(&txt);
     ck_json_init(&json, &jbuf, false);
     ck_json_begin_object(&json);
-    if ((err = write_updater(w, m, tag, label, &json, &txt)) < 0)
+    if ((err = write_updater(w, m, &os, tag, label, &json, &txt)) < 0)
         goto out;
     ck_json_end_object(&json);
     if ((err = ck_json_error(&json)) < 0)
@@ -445,12 +449,14 @@ static int sd_add(struct ck_writer *base, const struct ck_model *m)
     if ((err = add_member(w, "tags.txt", txt.data, txt.len)) < 0)
         goto out;
     snprintf(w->res.tag, sizeof(w->res.tag), "%s", tag);
+    w->res.unmapped = os.unmapped;
     w->added = true;
 out:
     ck_fbb_release(&b);
     ck_buf_release(&txt);
     ck_buf_release(&jbuf);
     free(ws);
+    ck_optstate_release(&os);
     return err;
 }
 
@@ -465,8 +471,14 @@ static int sd_finish(struct ck_writer *base)
     int err = ck_zipapp_commit(&w->z); /* releases w->z */
     if (err >= 0)
         ck_info("samediff.appended",
-                "archive=%s tag=%s params=%zu shared=%zu bytes=%" PRIu64 " saved=%" PRIu64, path,
-                w->res.tag, w->res.params, w->res.shared, w->res.written, w->res.saved);
+                "archive=%s tag=%s params=%zu shared=%zu updater=%zu bytes=%" PRIu64
+                " saved=%" PRIu64,
+                path, w->res.tag, w->res.params, w->res.shared, w->res.updater, w->res.written,
+                w->res.saved);
+    if (err >= 0 && w->res.unmapped)
+        ck_warn("samediff.updater_unmapped",
+                "archive=%s tag=%s arrays=%zu: optimizer state not tied to a variable, not stored",
+                path, w->res.tag, w->res.unmapped);
     return err;
 }
 

@@ -19,6 +19,8 @@ struct ck_samediff_result {
     size_t shared;    /* parameters pointing at an earlier tag's file */
     uint64_t written; /* bytes appended (members, central directory) */
     uint64_t saved;   /* bytes not written thanks to sharing */
+    size_t updater;   /* optimizer state arrays (updater.txt entries) */
+    size_t unmapped;  /* optimizer state left out: not tied to a variable (model/optstate.h) */
 };
 
 /* The library entry point the sidecar calls: appends m to archive as one

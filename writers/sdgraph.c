@@ -278,18 +278,53 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     return b->err;
 }
 
+/* The source's loss variables (the raw graph's attribute "loss_variables",
+ * "a,b": a SameDiff file's lossVariables, an NNabla optimizer's loss
+ * variables) that are variables of this graph: DL4J refuses a loss
+ * variable it does not have. */
+static int loss_variables(struct gctx *g, char **text, char ***out, size_t *n)
+{
+    const struct ck_graph *raw = g->m->weights ? g->m->weights->graph : NULL;
+    const char *lv = NULL;
+    *text = NULL;
+    *out = NULL;
+    *n = 0;
+    for (size_t i = 0; raw && i < raw->nattrs; i++)
+        if (!strcmp(raw->attrs[i].key, "loss_variables"))
+            lv = raw->attrs[i].value;
+    if (!lv || !*lv)
+        return 0;
+    char *copy = strdup(lv), **v = calloc(strlen(lv) / 2 + 2, sizeof *v);
+    if (!copy || !v) {
+        free(copy), free(v);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    char *save = NULL;
+    for (char *p = strtok_r(copy, ",", &save); p; p = strtok_r(NULL, ",", &save))
+        if (lookup(g, p))
+            v[(*n)++] = p;
+    if (!*n) {
+        free(copy), free(v);
+        return 0;
+    }
+    *text = copy; /* the names point into it */
+    *out = v;
+    return 0;
+}
+
 int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck_sdgraph_weight *w,
                      size_t nw, const char *label)
 {
     struct gctx g = {b, m, label, NULL, 0, 0};
-    size_t nscales = 0, nvars;
+    size_t nscales = 0, nvars, nloss = 0;
+    char **loss = NULL, *losstext = NULL;
     int err;
-    if ((err = collect(&g, w, nw)) < 0)
+    if ((err = collect(&g, w, nw)) < 0 || (err = loss_variables(&g, &losstext, &loss, &nloss)) < 0)
         goto out;
     for (size_t i = 0; i < nw; i++)
         nscales += w[i].stored == CK_DT_QI8;
     nvars = g.nvars + nscales;
-    static const uint8_t sz[GRAPH_SLOTS] = {8, 4, 4, 4, 0, 4, 0, 0};
+    const uint8_t sz[GRAPH_SLOTS] = {8, 4, 4, 4, 0, 4, nloss ? 4 : 0, 0};
     struct ck_fbb_table t;
     ck_fbb_table(b, &t, sz, GRAPH_SLOTS);
     ck_fbb_set_i64(b, &t, FG_ID, 0);
@@ -320,8 +355,12 @@ int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck
     ck_fbb_set_off(b, &t, FG_PLACEHOLDERS, pv);
     for (size_t i = 0; i < m->ninputs; i++)
         ck_fbb_vec_set_off(b, pv, (uint32_t)i, ck_fbb_cstring(b, m->inputs[i].name));
+    if (nloss)
+        ck_fbb_set_off(b, &t, FG_LOSS, ck_fbb_vec_strings(b, loss, (uint32_t)nloss));
     err = ck_fbb_finish(b, t.pos);
 out:
+    free(losstext);
+    free(loss);
     free(g.vars);
     return err;
 }

@@ -528,3 +528,83 @@ void ck_zipapp_abort(struct ck_zipapp *z)
     }
     release(z);
 }
+
+/* ---- undo records (the sidecar's verification gate) ---- */
+
+int ck_zipapp_snapshot(const char *archive, const char *undo)
+{
+    struct ck_zipapp z;
+    int err;
+    if (!ck_exists(archive))
+        return ck_write_file_atomic(undo, "", 0, 0600);
+    if ((err = ck_zipapp_open(&z, archive)) < 0)
+        return err;
+    uint64_t tl = z.old_len - z.start;
+    unsigned char *tail = malloc(tl ? (size_t)tl : 1);
+    if (!tail)
+        err = ck_error(CK_ENOMEM, "'%s': out of memory", archive);
+    else if (ck_pread_all(z.fd, tail, tl, z.start) < 0)
+        err = ck_error_os(CK_EIO, "cannot read '%s'", archive);
+    else
+        err = ck_zipjournal_write_to(undo, archive, z.old_len, z.start, tail, tl);
+    free(tail);
+    ck_zipapp_abort(&z); /* nothing was written: releases the lock */
+    return err;
+}
+
+static int read_undo(const char *undo, struct ck_buf *b)
+{
+    ck_buf_init(b, (size_t)CK_ZIPJOURNAL_MAX + 64);
+    return ck_read_file(undo, (size_t)CK_ZIPJOURNAL_MAX + 64, b);
+}
+
+int ck_zipapp_undo_length(const char *undo, uint64_t *len)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    int err = read_undo(undo, &b);
+    *len = 0;
+    if (err >= 0 && b.len && (b.len < 16 || memcmp(b.data, "CKZJ", 4)))
+        err = ck_error(CK_EFORMAT, "'%s': not an undo record", undo);
+    if (err >= 0 && b.len)
+        *len = get((const unsigned char *)b.data + 8, 8);
+    ck_buf_release(&b);
+    return err;
+}
+
+int ck_zipapp_restore(const char *archive, const char *undo)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    char jp[4096], dir[4096];
+    struct stat st;
+    int err;
+    if ((err = read_undo(undo, &b)) < 0)
+        goto out;
+    ck_dirname(dir, sizeof dir, archive);
+    if (b.len == 0) { /* the archive did not exist */
+        if (unlink(archive) < 0 && errno != ENOENT)
+            err = ck_error_os(CK_EIO, "cannot remove '%s'", archive);
+        else
+            err = ck_fsync_dir(dir);
+        goto done;
+    }
+    if (b.len < 40 || memcmp(b.data, "CKZJ", 4)) {
+        err = ck_error(CK_EFORMAT, "'%s': not an undo record; '%s' left alone", undo, archive);
+        goto out;
+    }
+    uint64_t old_len = get((const unsigned char *)b.data + 8, 8);
+    if (stat(archive, &st) < 0 || (uint64_t)st.st_size < old_len) {
+        err = ck_error(CK_EFORMAT, "'%s': shorter than its undo record '%s'; left alone", archive,
+                       undo);
+        goto out;
+    }
+    if ((err = ck_zipjournal_path(archive, jp, sizeof jp)) < 0 ||
+        (err = ck_write_file_atomic(jp, b.data, b.len, 0644)) < 0 ||
+        (err = ck_zipjournal_recover_path(archive)) < 0)
+        goto out;
+done:
+    if (err >= 0 && unlink(undo) < 0 && errno != ENOENT)
+        err = ck_error_os(CK_EIO, "cannot remove '%s'", undo);
+out:
+    ck_buf_release(&b);
+    return err;
+}

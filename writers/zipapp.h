@@ -72,4 +72,19 @@ int ck_zipapp_commit(struct ck_zipapp *z);
 /* Rolls back and releases (accepts a released z). */
 void ck_zipapp_abort(struct ck_zipapp *z);
 
+/* Undo records for taking complete appends back later (the sidecar's
+ * verification gate drops a tag that failed). ck_zipapp_snapshot records
+ * the archive as it is now in undo (common/zipjournal's layout: its length
+ * and the bytes from its central directory to the end, written atomically;
+ * an empty file when the archive does not exist). ck_zipapp_restore returns
+ * the archive byte for byte to that state, taking back every append since
+ * (removing an archive that did not exist), and removes undo: the record is
+ * first made the archive's journal, so a kill during the restore leaves the
+ * roll-back to the next open. An archive shorter than the record is left
+ * alone (CK_EFORMAT). Only for the one process that appends to archive. */
+int ck_zipapp_snapshot(const char *archive, const char *undo);
+int ck_zipapp_restore(const char *archive, const char *undo);
+/* The archive length an undo record restores (0: the archive did not exist). */
+int ck_zipapp_undo_length(const char *undo, uint64_t *len);
+
 #endif

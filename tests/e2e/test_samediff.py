@@ -20,6 +20,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, run, shared  # noqa: E402
 import sdfb  # noqa: E402
+from ckpt_formats import TfTensor, write_tf_bundle  # noqa: E402
 
 
 def weights(seed, n_in=4, hidden=8, n_out=3):
@@ -154,6 +155,141 @@ class Pack(TmpDirCase):
         self.assertEqual(t["W1/updater/M"]["role"], "updater")
         np.testing.assert_array_equal(t["W1/updater/M"]["values"], u2["W1"]["M"].ravel())
         np.testing.assert_array_equal(t["b2/updater/V"]["values"], u2["b2"]["V"].ravel())
+
+    def test_torch_optimizer_state_as_updater_files(self):
+        # A PyTorch training checkpoint {"model", "optimizer", "epoch"}: torch itself
+        # says which parameter each optimizer.state.N belongs to (named_parameters)
+        try:
+            import torch
+        except ImportError:
+            raise unittest.SkipTest("python3-torch is not installed")
+        torch.manual_seed(7)
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8),
+                                  torch.nn.ReLU(), torch.nn.Linear(8, 3))
+        opt = torch.optim.Adam(net.parameters(), lr=0.01)
+        names = [n for n, _ in net.named_parameters()]
+        graph = os.path.join(self.dir, "g.yaml")
+        with open(graph, "w") as f:
+            f.write("input: {name: x, shape: [-1, 4]}\nlayers:\n"
+                    "  - {op: dense, weight: model.0.weight, bias: model.0.bias}\n"
+                    "  - {op: batchnorm, weight: model.1.weight, bias: model.1.bias,"
+                    " mean: model.1.running_mean, var: model.1.running_var}\n"
+                    "  - {op: relu}\n"
+                    "  - {op: dense, weight: model.3.weight, bias: model.3.bias}\n")
+        out = os.path.join(self.dir, "run.zip")
+        expect = {}
+        for ep in (1, 2):
+            net(torch.randn(5, 4)).square().sum().backward()
+            opt.step()
+            osd = opt.state_dict()
+            if ep == 2:  # the state of the last layer's bias as in epoch 1: shared
+                osd["state"][5] = expect[1]["osd"]["state"][5]
+            src = os.path.join(self.dir, f"ep{ep}.pt")
+            torch.save({"model": net.state_dict(), "optimizer": osd, "epoch": ep}, src)
+            expect[ep] = {"osd": {"state": {k: {kk: vv.clone() for kk, vv in v.items()}
+                                            for k, v in osd["state"].items()}}}
+            pack(src, out, "--graph", graph, "--tag", f"ep{ep}")
+        tags, a = sdfb.read_archive(out)
+        for ep in (1, 2):
+            tag = f"ep{ep}"
+            state = expect[ep]["osd"]["state"]
+            self.assertEqual(sorted(a[tag]["updater"]), sorted("model." + n for n in names))
+            for i, n in enumerate(names):
+                got = a[tag]["updater"]["model." + n]
+                self.assertEqual(sorted(got), sorted(state[i]), n)
+                self.assertEqual(a[tag]["config"]["updaterStateKeys"]["model." + n],
+                                 ["step", "exp_avg", "exp_avg_sq"])
+                for key, ref in state[i].items():
+                    np.testing.assert_array_equal(got[key], ref.numpy(), err_msg=f"{tag} {n} {key}")
+            # optimizer state is not a parameter; buffers are
+            self.assertFalse(any(p.startswith("optimizer.") for p in a[tag]["params"]))
+            self.assertIn("model.1.running_mean", a[tag]["params"])
+        with zipfile.ZipFile(out) as z:
+            line = [x for x in z.read("ep2/updater.txt").decode().splitlines()
+                    if x.startswith("model.3.bias ")][0]
+        self.assertRegex(line, r"^model\.3\.bias ep1/\d+ ep1/\d+ ep1/\d+$")
+        t = {x["name"]: x for x in inspect(out)["tensors"]}
+        self.assertEqual(t["model.0.weight/updater/exp_avg"]["role"], "updater")
+        np.testing.assert_array_equal(t["model.0.weight/updater/exp_avg"]["values"],
+                                      expect[2]["osd"]["state"][0]["exp_avg"].numpy().ravel())
+
+    def test_tf_slot_variables_as_updater_files(self):
+        # TF v2 object-graph keys and TF v1 slot names, written with the tests'
+        # own bundle writer (from the spec); values from numpy
+        rng = np.random.default_rng(11)
+        k, b = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+        m, v = rng.standard_normal((4, 3)).astype(np.float32), rng.random((4, 3)).astype(np.float32)
+        bm, bv = rng.standard_normal(3).astype(np.float32), rng.random(3).astype(np.float32)
+        V, S = "/.ATTRIBUTES/VARIABLE_VALUE", "/.OPTIMIZER_SLOT/optimizer/"
+        v2 = {"dense/kernel" + V: k, "dense/bias" + V: b,
+              "dense/kernel" + S + "m" + V: m, "dense/kernel" + S + "v" + V: v,
+              "dense/bias" + S + "m" + V: bm, "dense/bias" + S + "v" + V: bv}
+        v1 = {"dense/kernel": k, "dense/bias": b, "dense/kernel/Adam": m,
+              "dense/kernel/Adam_1": v, "dense/bias/Momentum": bm}
+        for label, arrays, wname, bname, want in (
+                ("v2", v2, "dense/kernel" + V, "dense/bias" + V,
+                 {"dense/kernel" + V: {"m": m, "v": v}, "dense/bias" + V: {"m": bm, "v": bv}}),
+                ("v1", v1, "dense/kernel", "dense/bias",
+                 {"dense/kernel": {"Adam": m, "Adam_1": v}, "dense/bias": {"Momentum": bm}})):
+            prefix = os.path.join(self.dir, label, "ckpt")
+            os.makedirs(os.path.dirname(prefix))
+            write_tf_bundle(prefix, [TfTensor.from_numpy(n, a) for n, a in arrays.items()])
+            graph = os.path.join(self.dir, label, "g.yaml")
+            with open(graph, "w") as f:
+                f.write("input: {name: x, shape: [-1, 4]}\nlayers:\n"
+                        f"  - {{op: dense, weight: '{wname}', bias: '{bname}', layout: in_out}}\n")
+            out = os.path.join(self.dir, label, "run.zip")
+            pack(prefix, out, "--graph", graph, "--tag", "t1")
+            _, a = sdfb.read_archive(out)
+            self.assertEqual(sorted(a["t1"]["params"]), sorted([wname, bname]), label)
+            np.testing.assert_array_equal(a["t1"]["params"][wname], k)
+            self.assertEqual(sorted(a["t1"]["updater"]), sorted(want), label)
+            for p, kv in want.items():
+                self.assertEqual(a["t1"]["config"]["updaterStateKeys"][p], list(kv), label)
+                for key, arr in kv.items():
+                    np.testing.assert_array_equal(a["t1"]["updater"][p][key], arr,
+                                                  err_msg=f"{label} {p} {key}")
+
+    def test_loss_variables_in_graph(self):
+        def losses(out, tag):
+            _, a = sdfb.read_archive(out)
+            g = a[tag]["graph"]
+            names = [g.LossVariables(i).decode() for i in range(g.LossVariablesLength())]
+            self.assertTrue(set(names) <= set(sdfb.graph_variables(g)), names)
+            return names
+        out = os.path.join(self.dir, "run.zip")
+        # a SameDiff source's own lossVariables; one the graph lacks is left out
+        src = os.path.join(self.dir, "l.fb")
+        sdfb.mlp(src, weights(8), loss=["out", "gone"])
+        pack(src, out, "--tag", "sd")
+        self.assertEqual(losses(out, "sd"), ["out"])
+        pack(self.src("plain.fb", weights(8)), out, "--tag", "plain")
+        self.assertEqual(losses(out, "plain"), [])
+        # NNabla: the loss variables of the optimizer training the network packed
+        lenet = shared("nnabla", "lenet_010000.nnp")
+        with zipfile.ZipFile(lenet) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        text = members["network.nntxt"].decode()
+        net_end = text.index("\n}\nexecutor {")
+        text = (text[:net_end] +
+                '\n  variable {\n    name: "loss"\n    type: "Buffer"\n    shape {\n    }\n  }'
+                '\n  function {\n    name: "Mean"\n    type: "Mean"\n    input: "y"\n'
+                '    output: "loss"\n    mean_param {\n      axes: 0\n      axes: 1\n'
+                '      keep_dims: false\n    }\n  }' + text[net_end:])
+        for net, name in (("runtime", "own"), ("training", "other")):
+            opt = ('optimizer {\n  name: "optimizer"\n  network_name: "%s"\n'
+                   '  loss_variable {\n    variable_name: "loss"\n  }\n}\n' % net)
+            nnp = os.path.join(self.dir, f"lenet_{name}.nnp")
+            with zipfile.ZipFile(nnp, "w") as z:
+                for n, d in members.items():
+                    z.writestr(n, (text + opt).encode() if n == "network.nntxt" else d)
+            if net == "training":  # names a network that is not there: not this graph's loss
+                p = pack(nnp, out, "--tag", name, check=None)
+                if p.returncode == 0:
+                    self.assertEqual(losses(out, name), [])
+                continue
+            pack(nnp, out, "--tag", name)
+            self.assertEqual(losses(out, name), ["loss"])
 
     def test_default_tag_and_explicit_tags(self):
         out = os.path.join(self.dir, "run.zip")

@@ -160,18 +160,94 @@ class Sidecar(TmpDirCase):
             failed = [e for e in ev if e["type"] == "verification.failed"]
             self.assertTrue(any("epoch_3" in json.dumps(e) for e in failed), failed)
             self.assertIn("verification.passed", types)
-            # the SameDiff archive got a tag per checkpoint; its record is failed
-            # (a tag of it is damaged) and it was held back
+            # the SameDiff archive got a tag per checkpoint; the damaged one was
+            # taken back out (hold), so what was uploaded holds only tags that passed
             rec = archives(train)["train.zip"]
             self.assertEqual(rec["format"], "samediff")
-            self.assertEqual(rec["verification"], "failed")
-            self.assertNotIn("runs/r1/data/deploy/train.zip", s3.keys())
-            with zipfile.ZipFile(os.path.join(train, "data", "deploy", "train.zip")) as z:
-                tags = z.read("tags.txt").decode().split()
-                self.assertEqual(len(tags), 3, tags)
+            self.assertEqual(rec["verification"], "passed")
+            self.assertIn("not finite", rec["failed.epoch_3.safetensors"])
+            self.assertIn("taken back", rec["failed.epoch_3.safetensors"])
+            got = os.path.join(self.dir, "got.zip")
+            s3.get("runs/r1/data/deploy/train.zip", got)
+            self.check_samediff(got, rec, ["epoch_1.safetensors", "epoch_2.safetensors"])
             # a second scan with nothing new packs nothing
             p = run("scan", train, env=s3.env(), check=0, timeout=300)
             self.assertNotIn("archive.packed", p.stderr)
+
+    def check_samediff(self, got, rec, tags):
+        """The archive at the store: its tags, each one's outputs as numpy computes them."""
+        with zipfile.ZipFile(got) as z:
+            self.assertIsNone(z.testzip())
+            self.assertEqual(z.read("tags.txt").decode().split(), tags)
+            self.assertFalse([n for n in z.namelist() if n.split("/")[0] not in tags + ["tags.txt"]])
+        with open(got, "rb") as f:
+            self.assertEqual(rec["sha256"], hashlib.sha256(f.read()).hexdigest())
+        self.assertEqual(rec["tag"], tags[-1])
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12)
+        for t in tags:  # each tag's outputs are numpy's on that epoch's weights
+            want = os.path.join(self.dir, f"y_{t}.npy")
+            np.save(want, numpy_forward(weights(int(t.split("_")[1].split(".")[0])), x).astype(np.float32))
+            run("verify", f"{got}#{t}", "--inputs", os.path.join(self.dir, "x.npy"),
+                "--expected", want, "--atol", "1e-5", check=0)
+
+    def test_samediff_failed_tag_never_uploaded(self):
+        # hold: a damaged checkpoint between good ones, in one pass and across passes
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        np.save(os.path.join(self.dir, "x.npy"),
+                np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12))
+        damaged = weights(2)
+        damaged["fc2.weight"][0, 0] = np.nan
+        write_ckpt(os.path.join(train, "ckpts", "epoch_1.safetensors"), weights(1))
+        write_ckpt(os.path.join(train, "ckpts", "epoch_2.safetensors"), damaged)
+        write_ckpt(os.path.join(train, "ckpts", "epoch_3.safetensors"), weights(3))
+        with S3Server(self.dir) as s3:
+            self.config(train, s3)
+            with open(os.path.join(train, "ckptd.yaml")) as f:
+                text = f.read().replace("formats: [mldef, samediff]", "formats: [samediff]")
+            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            rec = archives(train)["train.zip"]
+            self.assertIn("taken back", rec["failed.epoch_2.safetensors"], p.stderr)
+            got = os.path.join(self.dir, "got.zip")
+            s3.get("runs/r1/data/deploy/train.zip", got)
+            self.check_samediff(got, rec, ["epoch_1.safetensors", "epoch_3.safetensors"])
+            self.assertEqual(rec["verification"], "passed")
+            # next pass: a damaged one alone is taken back; nothing new is uploaded
+            damaged4 = weights(4)
+            damaged4["fc1.bias"][0] = np.inf
+            write_ckpt(os.path.join(train, "ckpts", "epoch_4.safetensors"), damaged4)
+            before = open(os.path.join(train, "data", "deploy", "train.zip"), "rb").read()
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            self.assertEqual(open(os.path.join(train, "data", "deploy", "train.zip"), "rb").read(),
+                             before)
+            rec = archives(train)["train.zip"]
+            self.assertIn("failed.epoch_4.safetensors", rec)
+            self.assertEqual((rec["tag"], rec["verification"]), ("epoch_3.safetensors", "passed"))
+            # and the next good one goes up without it
+            write_ckpt(os.path.join(train, "ckpts", "epoch_5.safetensors"), weights(5))
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            rec = archives(train)["train.zip"]
+            s3.get("runs/r1/data/deploy/train.zip", got)
+            self.check_samediff(got, rec, ["epoch_1.safetensors", "epoch_3.safetensors", "epoch_5.safetensors"])
+            # upload_marked: a failed tag stays in the archive and is marked
+            with open(os.path.join(train, "ckptd.yaml")) as f:
+                text = f.read().replace("on_failure: hold", "on_failure: upload_marked")
+            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            damaged6 = weights(6)
+            damaged6["fc2.bias"][1] = np.nan
+            write_ckpt(os.path.join(train, "ckpts", "epoch_6.safetensors"), damaged6)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            rec = archives(train)["train.zip"]
+            self.assertIn("kept in the archive, marked failed", rec["failed.epoch_6.safetensors"], p.stderr)
+            self.assertEqual((rec["verification"], rec["uploaded"]), ("failed", "yes"))
+            s3.get("runs/r1/data/deploy/train.zip", got)
+            with zipfile.ZipFile(got) as z:
+                self.assertEqual(z.read("tags.txt").decode().split(),
+                                 ["epoch_1.safetensors", "epoch_3.safetensors", "epoch_5.safetensors",
+                                  "epoch_6.safetensors"])
 
     def test_expected_outputs_and_unsupported_graph(self):
         need("aws", "checking S3 uploads needs awscli")

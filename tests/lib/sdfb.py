@@ -180,12 +180,12 @@ def _offsets(b, offs):
     return b.EndVector()
 
 
-def write_graph(path, weights, inputs, nodes, outputs, updater=None):
+def write_graph(path, weights, inputs, nodes, outputs, updater=None, loss=None):
     """weights: {name: ndarray float32, int32 or int64}; inputs: {name: shape with -1};
     nodes: [(opName, name, [input names], [output names], {arg: ("l"|"d"|"b", [values])})]
     (the key "__extraInteger" gives positional iArgs instead: [values]);
     outputs: [names]; updater: {param: {key: ndarray}} (FlatGraph.updaterState, as
-    SameDiff.save(file, true) writes it). Ids: nodes 1..N produce (k, j); weights
+    SameDiff.save(file, true) writes it); loss: [names] (FlatGraph.lossVariables). Ids: nodes 1..N produce (k, j); weights
     and inputs (N+1+i, 0)."""
     import flatbuffers
     b = flatbuffers.Builder(1 << 16)
@@ -285,7 +285,10 @@ def write_graph(path, weights, inputs, nodes, outputs, updater=None):
         b.PrependUOffsetTRelativeSlot(2, vvec, 0)
         states.append(b.EndObject())
     uv = _offsets(b, states) if states else None
+    lv = _strings(b, list(loss)) if loss else None
     b.StartObject(9)
+    if lv is not None:
+        b.PrependUOffsetTRelativeSlot(6, lv, 0)
     if uv is not None:
         b.PrependUOffsetTRelativeSlot(8, uv, 0)
     b.PrependInt64Slot(0, 0, 0)
@@ -298,7 +301,7 @@ def write_graph(path, weights, inputs, nodes, outputs, updater=None):
         f.write(bytes(b.Output()))
 
 
-def mlp(path, weights, updater=None):
+def mlp(path, weights, updater=None, loss=None):
     """A two-layer perceptron source graph over weights W1 b1 W2 b2 (+ extra ones)."""
     nodes = [
         ("matmul", "mm1", ["input", "W1"], ["mm1"], {}),
@@ -307,7 +310,8 @@ def mlp(path, weights, updater=None):
         ("xw_plus_b", "dense2", ["relu1", "W2", "b2"], ["dense2"], {}),
         ("softmax", "out", ["dense2"], ["out"], {"dimension": ("l", [-1])}),
     ]
-    write_graph(path, weights, {"input": [-1, weights["W1"].shape[0]]}, nodes, ["out"], updater)
+    write_graph(path, weights, {"input": [-1, weights["W1"].shape[0]]}, nodes, ["out"], updater,
+                loss)
 
 
 def chain(path, layers, n_in):
