@@ -6,6 +6,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/mldefrec.h"
 #include "agent/npyio.h"
+#include "agent/testdata.h"
 #include "common/error.h"
 #include "infer/infer.h"
 #include "infer/sandbox.h"
@@ -28,12 +29,17 @@ static const char help[] =
     "network; a weight-only checkpoint (safetensors, .npy/.npz, TF bundle) needs\n"
     "its layer list (--graph FILE, docs/model.md).\n"
     "\n"
-    "  --inputs FILE...      one .npy per model input, in the model's order (any\n"
-    "                        real dtype, converted to float32). Without it, each\n"
+    "  --inputs FILE...      one file per model input, in the model's order: .npy\n"
+    "                        (any real dtype, converted to float32), csv (.csv: one\n"
+    "                        sample per line, values separated by commas) or raw\n"
+    "                        float32 little-endian (any other name); csv and raw\n"
+    "                        files take the input's shape, batch = their samples\n"
+    "                        (docs/mldef.md sections 4, 5). Without it, each\n"
     "                        input k gets deterministic values: element i (C order)\n"
     "                        is sin(0.5 i + k), with batch size 1 for a -1 dimension\n"
     "                        (numpy: np.sin(0.5*np.arange(n) + k).astype('f4'))\n"
-    "  --expected FILE...    one .npy per model output: the run passes when every\n"
+    "  --expected FILE...    one file per model output (.npy, csv or raw, as\n"
+    "                        --inputs): the run passes when every\n"
     "                        value satisfies |got - expected| <= atol + rtol*|expected|\n"
     "                        (numpy.isclose's rule); the largest deviation is\n"
     "                        reported with its index and both values\n"
@@ -295,8 +301,8 @@ static void shape_text(const struct ck_infer_array *a, char *buf, size_t size)
 {
     size_t used = (size_t)snprintf(buf, size, "[");
     for (int d = 0; d < a->rank && used < size; d++)
-        used += (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64,
-                                 a->dims[d]);
+        used +=
+            (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64, a->dims[d]);
     if (used < size)
         snprintf(buf + used, size - used, "]");
 }
@@ -363,8 +369,8 @@ static int compare(const struct opts *o, const char *set, const char *name,
         return 1;
     }
     if (n)
-        printf("output '%s' %s: ok, largest deviation %.3g at %s: got %.9g, expected %.9g\n",
-               name, shape, worst_diff, ix, (double)got->data[at], (double)want->data[at]);
+        printf("output '%s' %s: ok, largest deviation %.3g at %s: got %.9g, expected %.9g\n", name,
+               shape, worst_diff, ix, (double)got->data[at], (double)want->data[at]);
     else
         printf("output '%s' %s: ok (empty)\n", name, shape);
     return 0;
@@ -387,14 +393,27 @@ static int save_outputs(const char *dir, const struct ck_infer_array *out, size_
     return 0;
 }
 
-static int load_all(const char **paths, size_t n, struct ck_infer_array *arrays)
+/* One file per graph input or output (.npy, csv, binary: agent/testdata.h). */
+static int load_all(const char **paths, size_t n, const struct ck_model_io *io, bool outputs,
+                    struct ck_infer_array *arrays)
 {
     for (size_t i = 0; i < n; i++) {
-        int err = ck_npyio_load(paths[i], &arrays[i]);
+        int err = ck_testdata_load(paths[i], &io[i], outputs, &arrays[i]);
         if (err < 0)
             return err;
     }
     return 0;
+}
+
+/* Known-good values stored flat (an .mldef's test files, csv or binary
+ * expected outputs of a graph output whose shape the model leaves open)
+ * take the shape of what was computed when they hold as many values. */
+static void flat_takes_shape(struct ck_infer_array *want, const struct ck_infer_array *got)
+{
+    if (want->rank == 1 && ck_infer_array_numel(want) == ck_infer_array_numel(got)) {
+        want->rank = got->rank;
+        memcpy(want->dims, got->dims, sizeof want->dims);
+    }
 }
 
 /* Every test data set of an .mldef, run and compared with its known-good
@@ -418,8 +437,8 @@ static int replay(const struct opts *o, const struct ck_model *m)
         struct opts so = *o;
         if (sets[s].tolerance >= 0)
             so.atol = sets[s].tolerance;
-        err = ck_infer_run_sandboxed(m, &io, &lim, sets[s].in, m->ninputs, 1, &out, &nout, &st,
-                                     NULL);
+        err =
+            ck_infer_run_sandboxed(m, &io, &lim, sets[s].in, m->ninputs, 1, &out, &nout, &st, NULL);
         if (err < 0) {
             printf("test '%s': FAILED: %s (%s)\n", sets[s].name, ck_error_msg(),
                    ck_sandbox_status_name(st));
@@ -428,12 +447,8 @@ static int replay(const struct opts *o, const struct ck_model *m)
         }
         for (size_t i = 0; i < nout && i < m->noutputs; i++) {
             struct ck_infer_array *w = &sets[s].want[i];
-            if (ck_infer_array_numel(w) == ck_infer_array_numel(&out[i])) {
-                w->rank = out[i].rank; /* the known-good file is flat: take the shape */
-                memcpy(w->dims, out[i].dims, sizeof w->dims);
-            }
-            if (compare(&so, sets[s].name, m->outputs[i].name, &out[i], w,
-                        sets[s].want_paths[i]))
+            flat_takes_shape(w, &out[i]);
+            if (compare(&so, sets[s].name, m->outputs[i].name, &out[i], w, sets[s].want_paths[i]))
                 rc = CK_EXIT_FAILED;
         }
         ck_infer_arrays_free(out, nout);
@@ -444,8 +459,8 @@ static int replay(const struct opts *o, const struct ck_model *m)
     return rc;
 }
 
-static int record(const struct opts *o, const struct ck_model *m,
-                  const struct ck_infer_array *in, const struct ck_infer_array *out)
+static int record(const struct opts *o, const struct ck_model *m, const struct ck_infer_array *in,
+                  const struct ck_infer_array *out)
 {
     char *set = NULL;
     int err = ck_mldefrec_record(o->model, m, in, out, o->atol, o->sign_key, &set);
@@ -468,8 +483,10 @@ static int run(const struct opts *o)
     if ((err = open_model(o, &m)) < 0)
         return ck_cli_fail("verify", err);
     if (o->record && !ck_mldefrec_is_mldef(o->model)) {
-        rc = ck_cli_usage_error("verify", "--record takes an .mldef archive only, and '%s' is "
-                                "not one", o->model);
+        rc = ck_cli_usage_error("verify",
+                                "--record takes an .mldef archive only, and '%s' is "
+                                "not one",
+                                o->model);
         goto done;
     }
     if (!o->ninputs && !o->nexpected && !o->graph && ck_mldefrec_is_mldef(o->model)) {
@@ -494,14 +511,15 @@ static int run(const struct opts *o)
                                 m->noutputs, o->nexpected);
         goto done;
     }
-    if ((err = o->ninputs ? load_all(o->inputs, nin, in) : default_inputs(m, in)) < 0 ||
-        (err = load_all(o->expected, o->nexpected, want)) < 0)
+    if ((err = o->ninputs ? load_all(o->inputs, nin, m->inputs, false, in)
+                          : default_inputs(m, in)) < 0 ||
+        (err = load_all(o->expected, o->nexpected, m->outputs, true, want)) < 0)
         goto out;
     struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
     struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
     struct ck_infer_stats stats;
-    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st,
-                                      &stats)) < 0) {
+    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st, &stats)) <
+        0) {
         err = ck_error_wrap(err, "'%s': verification failed (%s)", o->model,
                             ck_sandbox_status_name(st));
         goto out;
@@ -509,16 +527,20 @@ static int run(const struct opts *o)
     if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
         goto out;
     rc = CK_EXIT_OK;
-    for (size_t i = 0; i < nout; i++)
+    for (size_t i = 0; i < nout; i++) {
+        enum ck_testdata_form form = CK_TESTDATA_NPY;
+        if (o->nexpected && ck_testdata_form_of(o->expected[i], &form) == 0 &&
+            form != CK_TESTDATA_NPY)
+            flat_takes_shape(&want[i], &out[i]);
         if (compare(o, NULL, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
                     o->nexpected ? o->expected[i] : NULL))
             rc = CK_EXIT_FAILED;
+    }
     printf("engine: %u run%s, median %.3f ms (min %.3f ms), median CPU %.3f ms, activations "
            "%.1f KiB, converted weights %.1f KiB, peak RSS %.1f MiB\n",
            stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
-           stats.median_cpu_s * 1e3,
-           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
-           (double)stats.child_max_rss / (1 << 20));
+           stats.median_cpu_s * 1e3, (double)stats.peak_activation_bytes / 1024,
+           (double)stats.weight_bytes / 1024, (double)stats.child_max_rss / (1 << 20));
     if (rc != CK_EXIT_OK)
         printf("verify: '%s': FAILED\n", o->model);
     else if (o->nexpected)

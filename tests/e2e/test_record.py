@@ -166,6 +166,28 @@ class Record(TmpDirCase):
                          r"values.* at \[1, 3\]: got [0-9.e-]+, expected [0-9.e-]+")
         self.assertIn("FAILED", p.stdout)
 
+    def test_csv_test_files_are_run(self):
+        """A set whose files are in the csv form (docs/mldef.md 4) is run too."""
+        a = self.pack()
+        self.record(a)
+        csvs = os.path.join(self.dir, "csv.mldef")
+        with zipfile.ZipFile(a) as z, zipfile.ZipFile(csvs, "w") as w:
+            man = json.loads(z.read("manifest.json"))
+            for n in z.namelist():
+                data = z.read(n)
+                if n.startswith("tests/"):
+                    v = np.frombuffer(data, "<f4").reshape(64, -1)
+                    n = n.replace(".float32", ".csv")
+                    data = "".join(",".join("%.9g" % x for x in row) + "\r\n"
+                                   for row in v).encode()
+                elif n == "manifest.json":
+                    for e in man["Tests"][0]["Inputs"] + man["Tests"][0]["Outputs"]:
+                        e["Path"] = e["Path"].replace(".float32", ".csv")
+                    data = json.dumps(man).encode()
+                w.writestr(n, data)
+        p = run("verify", csvs, check=0)
+        self.assertIn("test 'rec0': output 'y' [64, 10]: ok", p.stdout)
+
     def test_resigned_archive_verifies(self):
         key = os.path.join(self.dir, "k")
         run("keygen", "-o", key, check=0)
