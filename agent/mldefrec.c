@@ -206,7 +206,7 @@ static int shape_input(const char *archive, const char *set, const struct ck_mod
 }
 
 static int load_set(const struct ck_zipin *zi, const struct ck_model *m, const struct ck_jin *t,
-                    size_t idx, struct ck_mldefrec_set *s)
+                    size_t idx, struct ck_testset *s)
 {
     char fallback[32];
     const char *name = jstr(t, "Name");
@@ -247,21 +247,7 @@ static int load_set(const struct ck_zipin *zi, const struct ck_model *m, const s
     return 0;
 }
 
-void ck_mldefrec_free(const struct ck_model *m, struct ck_mldefrec_set *sets, size_t n)
-{
-    for (size_t i = 0; sets && i < n; i++) {
-        struct ck_mldefrec_set *s = &sets[i];
-        free(s->name);
-        ck_infer_arrays_free(s->in, m->ninputs);
-        ck_infer_arrays_free(s->want, m->noutputs);
-        for (size_t k = 0; s->want_paths && k < m->noutputs; k++)
-            free(s->want_paths[k]);
-        free(s->want_paths);
-    }
-    free(sets);
-}
-
-int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_mldefrec_set **sets,
+int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_testset **sets,
                      size_t *n)
 {
     struct ck_zipin zi;
@@ -294,7 +280,7 @@ int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_mldef
     }
 out:
     if (err < 0) {
-        ck_mldefrec_free(m, *sets, *n);
+        ck_testset_free(m, *sets, *n);
         *sets = NULL;
         *n = 0;
     }

@@ -297,3 +297,17 @@ out:
     free(data);
     return err;
 }
+
+void ck_testset_free(const struct ck_model *m, struct ck_testset *sets, size_t n)
+{
+    for (size_t i = 0; sets && i < n; i++) {
+        struct ck_testset *s = &sets[i];
+        free(s->name);
+        ck_infer_arrays_free(s->in, m->ninputs);
+        ck_infer_arrays_free(s->want, m->noutputs);
+        for (size_t k = 0; s->want_paths && k < m->noutputs; k++)
+            free(s->want_paths[k]);
+        free(s->want_paths);
+    }
+    free(sets);
+}

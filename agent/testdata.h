@@ -70,4 +70,17 @@ int ck_testdata_split(const struct ck_model *m, const uint64_t *per_input, uint6
 int ck_testdata_load(const char *path, const struct ck_model_io *io, bool is_output,
                      struct ck_infer_array *out);
 
+/* A test data set of an archive (an .mldef's Tests, a SameDiff tag's
+ * recorded sets): inputs to run and the known-good outputs to compare. */
+struct ck_testset {
+    char *name;                  /* owned */
+    double tolerance;            /* the set's absolute tolerance, or -1 when absent */
+    struct ck_infer_array *in;   /* one per model input, model order */
+    struct ck_infer_array *want; /* one per model output (flat ones take the computed shape) */
+    char **want_paths;           /* entry names, for messages */
+};
+
+/* Frees n sets of m's inputs and outputs (accepts NULL). */
+void ck_testset_free(const struct ck_model *m, struct ck_testset *sets, size_t n);
+
 #endif

@@ -6,6 +6,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/mldefrec.h"
 #include "agent/npyio.h"
+#include "agent/sdrec.h"
 #include "agent/testdata.h"
 #include "common/error.h"
 #include "infer/infer.h"
@@ -22,12 +23,13 @@
 static const char help[] =
     "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
     "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
-    "                   [--max-memory BYTES] [--record [--sign-key file:KEY]]\n"
+    "                   [--max-memory BYTES] [--tag TAG] [--record [--sign-key file:KEY]]\n"
     "\n"
     "Runs MODEL's network on the CPU in float32 and checks what it computes.\n"
     "MODEL is any checkpoint the readers read: an .nnp runs its executor's\n"
     "network; a weight-only checkpoint (safetensors, .npy/.npz, TF bundle) needs\n"
-    "its layer list (--graph FILE, docs/model.md).\n"
+    "its layer list (--graph FILE, docs/model.md); a SameDiff archive runs its\n"
+    "newest tag, or TAG with RUN.zip#TAG or --tag TAG.\n"
     "\n"
     "  --inputs FILE...      one file per model input, in the model's order: .npy\n"
     "                        (any real dtype, converted to float32), csv (.csv: one\n"
@@ -54,17 +56,22 @@ static const char help[] =
     "      --naive-gemm      matrix products as plain loops instead of OpenBLAS\n"
     "                        (to measure what BLAS buys)\n"
     "      --repeat N        run N times (timing; outputs of the last run)\n"
-    "      --record          MODEL is an .mldef (only: SameDiff archives are not\n"
-    "                        recorded into yet): store the --inputs and the outputs\n"
-    "                        computed on them in the archive as a test data set\n"
-    "                        (tests/recN*.float32, manifest Tests, Tolerance = atol),\n"
-    "                        rewritten atomically; with --expected, only when they match\n"
-    "      --sign-key KEY    re-sign the archive after --record (a private key from\n"
+    "      --tag TAG         the tag of a SameDiff archive (the same as MODEL#TAG)\n"
+    "      --record          MODEL is an archive: store the --inputs and the outputs\n"
+    "                        computed on them in it as a test data set; with\n"
+    "                        --expected, only when they match. An .mldef gets\n"
+    "                        tests/recN*.float32 and a manifest Tests entry\n"
+    "                        (Tolerance = atol), rewritten atomically; a SameDiff\n"
+    "                        archive gets TAG/tests/recN/ (set.txt, inputs/K.fb,\n"
+    "                        outputs/K.fb: FlatArrays) under the tag, appended in\n"
+    "                        place (crash-safe; earlier members untouched)\n"
+    "      --sign-key KEY    re-sign an .mldef after --record (a private key from\n"
     "                        ckptd keygen, 'file:PATH' or PATH). A signed archive is\n"
     "                        refused without it (its signature would break)\n"
     "\n"
     "Without --inputs, an .mldef holding test data sets (recorded or written by\n"
-    "its author) re-runs every set and compares with its known-good outputs:\n"
+    "its author), or a SameDiff tag with recorded sets, re-runs every set and\n"
+    "compares with its known-good outputs:\n"
     "|got - want| <= Tolerance + rtol*|want| (Tolerance: the set's, else --atol).\n"
     "\n"
     "End a list of files with -- or another option when MODEL follows it. The\n"
@@ -89,10 +96,12 @@ enum {
     OPT_REPEAT,
     OPT_RECORD,
     OPT_SIGNKEY,
+    OPT_TAG,
 };
 
 struct opts {
-    const char *model, *graph, *save, *sign_key;
+    const char *model, *graph, *save, *sign_key, *tag;
+    char *spec; /* owned: MODEL#TAG with --tag */
     bool record;
     const char **inputs, **expected;
     size_t ninputs, nexpected;
@@ -185,6 +194,7 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
                                              {"repeat", required_argument, NULL, OPT_REPEAT},
                                              {"record", no_argument, NULL, OPT_RECORD},
                                              {"sign-key", required_argument, NULL, OPT_SIGNKEY},
+                                             {"tag", required_argument, NULL, OPT_TAG},
                                              {NULL, 0, NULL, 0}};
     int opt, rc;
     optind = 1;
@@ -239,6 +249,9 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
         case OPT_SIGNKEY:
             o->sign_key = optarg;
             break;
+        case OPT_TAG:
+            o->tag = optarg;
+            break;
         default:
             return ck_cli_usage_error("verify", "unknown option");
         }
@@ -248,12 +261,24 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
     if (optind + 1 != argc)
         return ck_cli_usage_error("verify", "expected one MODEL");
     o->model = argv[optind];
+    if (o->tag) {
+        size_t len = strlen(o->model) + strlen(o->tag) + 2;
+        if (!o->tag[0] || strchr(o->tag, '/') || strchr(o->tag, '#'))
+            return ck_cli_usage_error("verify", "--tag '%s' is not a tag", o->tag);
+        if (o->graph)
+            return ck_cli_usage_error("verify", "--tag names a SameDiff tag, not a --graph model");
+        if (!(o->spec = malloc(len)))
+            return ck_cli_usage_error("verify", "out of memory");
+        snprintf(o->spec, len, "%s#%s", o->model, o->tag);
+        o->model = o->spec;
+    }
     if (o->sign_key && !o->record)
         return ck_cli_usage_error("verify", "--sign-key is only valid with --record");
     if (o->record && !o->ninputs)
         return ck_cli_usage_error("verify", "--record needs --inputs FILE...");
     if (o->record && o->graph)
-        return ck_cli_usage_error("verify", "--record takes an .mldef archive, not --graph");
+        return ck_cli_usage_error("verify",
+                                  "--record takes an archive (.mldef, SameDiff), not --graph");
     return 0;
 }
 
@@ -416,13 +441,15 @@ static void flat_takes_shape(struct ck_infer_array *want, const struct ck_infer_
     }
 }
 
-/* Every test data set of an .mldef, run and compared with its known-good
- * outputs; -1 when the archive has none (the caller runs default inputs). */
-static int replay(const struct opts *o, const struct ck_model *m)
+/* Every test data set of an .mldef or a SameDiff tag, run and compared with
+ * its known-good outputs; -1 when the archive has none (the caller runs
+ * default inputs). */
+static int replay(const struct opts *o, const struct ck_model *m, bool mldef)
 {
-    struct ck_mldefrec_set *sets;
+    struct ck_testset *sets;
     size_t n;
-    int err = ck_mldefrec_load(o->model, m, &sets, &n);
+    int err =
+        mldef ? ck_mldefrec_load(o->model, m, &sets, &n) : ck_sdrec_load(o->model, m, &sets, &n);
     if (err < 0)
         return ck_cli_fail("verify", err);
     if (n == 0)
@@ -455,7 +482,7 @@ static int replay(const struct opts *o, const struct ck_model *m)
     }
     printf("verify: '%s': %zu test set%s %s\n", o->model, n, n == 1 ? "" : "s",
            rc == CK_EXIT_OK ? "ok" : "FAILED");
-    ck_mldefrec_free(m, sets, n);
+    ck_testset_free(m, sets, n);
     return rc;
 }
 
@@ -463,7 +490,9 @@ static int record(const struct opts *o, const struct ck_model *m, const struct c
                   const struct ck_infer_array *out)
 {
     char *set = NULL;
-    int err = ck_mldefrec_record(o->model, m, in, out, o->atol, o->sign_key, &set);
+    int err = ck_mldefrec_is_mldef(o->model)
+                  ? ck_mldefrec_record(o->model, m, in, out, o->atol, o->sign_key, &set)
+                  : ck_sdrec_record(o->model, m, in, out, o->atol, &set);
     if (err < 0)
         return ck_cli_fail("verify", ck_error_wrap(err, "--record"));
     printf("verify: '%s': recorded test '%s' (%zu input%s, %zu output%s)%s\n", o->model, set,
@@ -482,15 +511,24 @@ static int run(const struct opts *o)
     int err, rc = CK_EXIT_FAILED;
     if ((err = open_model(o, &m)) < 0)
         return ck_cli_fail("verify", err);
-    if (o->record && !ck_mldefrec_is_mldef(o->model)) {
+    bool mldef = ck_mldefrec_is_mldef(o->model);
+    bool samediff = !mldef && !o->graph && ck_sdrec_is_archive(o->model);
+    if (o->record && !mldef && !samediff) {
         rc = ck_cli_usage_error("verify",
-                                "--record takes an .mldef archive only, and '%s' is "
-                                "not one",
+                                "--record takes an archive (.mldef or SameDiff tagged zip), and "
+                                "'%s' is neither",
                                 o->model);
         goto done;
     }
-    if (!o->ninputs && !o->nexpected && !o->graph && ck_mldefrec_is_mldef(o->model)) {
-        if ((rc = replay(o, m)) >= 0)
+    if (o->record && samediff && o->sign_key) {
+        rc = ck_cli_usage_error("verify",
+                                "--sign-key signs .mldef archives, and '%s' is a "
+                                "SameDiff archive",
+                                o->model);
+        goto done;
+    }
+    if (!o->ninputs && !o->nexpected && !o->graph && (mldef || samediff)) {
+        if ((rc = replay(o, m, mldef)) >= 0)
             goto done;
         rc = CK_EXIT_FAILED;
     }
@@ -582,6 +620,7 @@ int ck_cmd_verify(int argc, char **argv)
     }
     free(o.inputs);
     free(o.expected);
+    free(o.spec);
     free(args);
     return rc;
 }
