@@ -63,12 +63,15 @@ static int load_set(const struct ck_sdtests *t, const struct ck_sdtest *set,
     return 0;
 }
 
-int ck_sdrec_load(const char *spec, const struct ck_model *m, struct ck_testset **sets, size_t *n)
+static int load(const char *spec, const struct ck_model *m, bool or_earlier,
+                struct ck_testset **sets, size_t *n, char *from, size_t fromsz)
 {
     struct ck_sdtests t;
     *sets = NULL;
     *n = 0;
-    int err = ck_sdtests_load(spec, &t);
+    if (from && fromsz)
+        from[0] = 0;
+    int err = or_earlier ? ck_sdtests_load_latest(spec, &t) : ck_sdtests_load(spec, &t);
     if (err < 0)
         return err;
     if (t.n && !(*sets = calloc(t.n, sizeof **sets)))
@@ -82,8 +85,21 @@ int ck_sdrec_load(const char *spec, const struct ck_model *m, struct ck_testset 
         *sets = NULL;
         *n = 0;
     }
+    if (from)
+        snprintf(from, fromsz, "%s", t.tag ? t.tag : "");
     ck_sdtests_release(&t);
     return err;
+}
+
+int ck_sdrec_load(const char *spec, const struct ck_model *m, struct ck_testset **sets, size_t *n)
+{
+    return load(spec, m, false, sets, n, NULL, 0);
+}
+
+int ck_sdrec_load_latest(const char *spec, const struct ck_model *m, struct ck_testset **sets,
+                         size_t *n, char *from, size_t fromsz)
+{
+    return load(spec, m, true, sets, n, from, fromsz);
 }
 
 /* A float32 array seen as a tensor (borrowed data, little-endian host). */

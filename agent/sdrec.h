@@ -22,6 +22,12 @@ bool ck_sdrec_is_archive(const char *spec);
  * ck_testset_free. */
 int ck_sdrec_load(const char *spec, const struct ck_model *m, struct ck_testset **sets, size_t *n);
 
+/* The same, or when the tag has none, the sets of the newest older tag
+ * that has some (the sidecar's gate: a new tag runs the inputs recorded
+ * before it); from receives the tag they come from ("" on failure). */
+int ck_sdrec_load_latest(const char *spec, const struct ck_model *m, struct ck_testset **sets,
+                         size_t *n, char *from, size_t fromsz);
+
 /* Appends in (m's inputs) and out (the outputs computed on them) under
  * spec's tag as a new set with that tolerance; *set_name receives
  * "TAG/recN" (owned by the caller). */

@@ -61,43 +61,52 @@ static int read_member(struct ck_sdtests *t, const struct ck_zipin *zi, const ch
     return 0;
 }
 
-/* The tag tags.txt lists (case-insensitively), or its last one; copied. */
-static int find_tag(struct ck_sdtests *t, const struct ck_zipin *zi, const char *want)
+/* Every tag tags.txt lists, oldest first (borrowed from the set memory,
+ * not terminated: ptr and length), and the index of want (or the last). */
+struct tagref {
+    const char *p;
+    size_t n;
+};
+
+static int list_tags(struct ck_sdtests *t, const struct ck_zipin *zi, const char *want,
+                     struct tagref **tags, size_t *ntags, size_t *at)
 {
     const unsigned char *d;
     uint64_t len;
     int err = read_member(t, zi, "tags.txt", TAGS_MAX, &d, &len);
     if (err < 0)
         return err;
-    const char *p = (const char *)d, *end = p + len, *last = NULL, *found = NULL;
-    size_t lastlen = 0, foundlen = 0;
+    const char *p = (const char *)d, *end = p + len;
+    bool found = false;
+    *tags = NULL;
+    *ntags = 0;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t n = (size_t)((nl ? nl : end) - p);
         if (n && p[n - 1] == '\r')
             n--;
         if (n) {
-            last = p;
-            lastlen = n;
-            if (want && strlen(want) == n && !strncasecmp(want, p, n) && !found) {
-                found = p;
-                foundlen = n;
+            if (memchr(p, 0, n) || memchr(p, '/', n) || n > 255)
+                return ck_error(CK_EFORMAT, "'%s': tags.txt: not a valid tag", t->path);
+            struct tagref *v = realloc(*tags, (*ntags + 1) * sizeof *v);
+            if (!v)
+                return ck_error(CK_ENOMEM, "out of memory");
+            *tags = v;
+            v[*ntags] = (struct tagref){p, n};
+            if (want && !found && strlen(want) == n && !strncasecmp(want, p, n)) {
+                found = true;
+                *at = *ntags;
             }
+            (*ntags)++;
         }
         p = nl ? nl + 1 : end;
     }
     if (want && !found)
         return ck_error(CK_ENOENT, "'%s': no tag '%s'", t->path, want);
-    if (!last)
+    if (!*ntags)
         return ck_error(CK_EFORMAT, "'%s': tags.txt lists no tag", t->path);
-    if (!want) {
-        found = last;
-        foundlen = lastlen;
-    }
-    if (memchr(found, 0, foundlen) || memchr(found, '/', foundlen))
-        return ck_error(CK_EFORMAT, "'%s': tags.txt: not a valid tag", t->path);
-    if (!(t->tag = strndup(found, foundlen)))
-        return ck_error(CK_ENOMEM, "out of memory");
+    if (!want)
+        *at = *ntags - 1;
     return 0;
 }
 
@@ -315,24 +324,41 @@ static int read_arrays(struct ck_sdtests *t, const struct ck_zipin *zi, const ch
     return 0;
 }
 
-static int load_locked(struct ck_sdtests *t, const char *want)
+static int load_locked(struct ck_sdtests *t, const char *want, bool or_earlier)
 {
     struct ck_zipin zi;
+    struct tagref *tags = NULL;
+    size_t ntags = 0, at = 0;
     char prefix[4200];
     int err = ck_zipin_open(&zi, t->path);
     if (err < 0)
         return err;
-    if ((err = find_tag(t, &zi, want)) < 0)
+    if ((err = list_tags(t, &zi, want, &tags, &ntags, &at)) < 0)
         goto out;
-    snprintf(prefix, sizeof prefix, "%s/tests/", t->tag);
-    if ((err = read_sets(t, &zi, prefix)) < 0 || (err = read_arrays(t, &zi, prefix)) < 0)
-        goto out;
+    for (size_t i = at + 1; i-- > 0 && err >= 0;) {
+        free(t->tag);
+        if (!(t->tag = strndup(tags[i].p, tags[i].n))) {
+            err = ck_error(CK_ENOMEM, "out of memory");
+            break;
+        }
+        snprintf(prefix, sizeof prefix, "%s/tests/", t->tag);
+        if ((err = read_sets(t, &zi, prefix)) < 0 || (err = read_arrays(t, &zi, prefix)) < 0)
+            break;
+        if (t->n || !or_earlier)
+            break;
+    }
+    if (err >= 0 && !t->n) { /* none: the tag asked for */
+        free(t->tag);
+        if (!(t->tag = strndup(tags[at].p, tags[at].n)))
+            err = ck_error(CK_ENOMEM, "out of memory");
+    }
 out:
+    free(tags);
     ck_zipin_close(&zi);
     return err;
 }
 
-int ck_sdtests_load(const char *spec, struct ck_sdtests *out)
+static int load(const char *spec, bool or_earlier, struct ck_sdtests *out)
 {
     char file[4096];
     const char *want;
@@ -351,12 +377,22 @@ int ck_sdtests_load(const char *spec, struct ck_sdtests *out)
     }
     while (flock(fd, LOCK_SH) < 0 && errno == EINTR)
         ;
-    err = load_locked(out, want);
+    err = load_locked(out, want, or_earlier);
     close(fd);
 out:
     if (err < 0)
         ck_sdtests_release(out);
     return err;
+}
+
+int ck_sdtests_load(const char *spec, struct ck_sdtests *out)
+{
+    return load(spec, false, out);
+}
+
+int ck_sdtests_load_latest(const char *spec, struct ck_sdtests *out)
+{
+    return load(spec, true, out);
 }
 
 void ck_sdtests_release(struct ck_sdtests *t)

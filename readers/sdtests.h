@@ -51,6 +51,9 @@ bool ck_sdtests_is_archive(const char *spec);
  * that does not follow the layout; CK_ENOENT for an unknown tag. Takes the
  * archive's shared lock while reading (after rolling a torn append back). */
 int ck_sdtests_load(const char *spec, struct ck_sdtests *out);
+/* The same, but when spec's tag has no sets, those of the newest older tag
+ * that has some (out->tag names the tag they are from). */
+int ck_sdtests_load_latest(const char *spec, struct ck_sdtests *out);
 void ck_sdtests_release(struct ck_sdtests *t);
 
 /* One FlatArray file (readers/samediff.c): t's data points into data. */
