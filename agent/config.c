@@ -46,6 +46,7 @@ static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key
 static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_verify_inputs(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
@@ -127,10 +128,13 @@ static const struct key keys[] = {
     {"pack.dir", T_STR, F(pack_dir), NULL, "where archives are written (default DIR/data/deploy)"},
     {"pack.sign_key", T_STR, F(pack_sign_key), NULL,
      "mldef: sign archives with this Ed25519 private key (file:/path)"},
-    {"verify.inputs", T_STRLIST, F(verify_inputs), NULL,
-     "input .npy files, one per network input (default: the engine's fixed inputs)"},
+    {"verify.inputs", T_CUSTOM, 0, parse_verify_inputs,
+     "input files (.npy, csv, raw float32), one per network input, or 'recorded': the "
+     "archive's recorded test sets (default: those when it has some, else fixed inputs)"},
     {"verify.expected", T_STRLIST, F(verify_expected), NULL,
-     "expected output .npy files, one per output (default: the checkpoint's own outputs)"},
+     "expected output files, one per output (default: the checkpoint's own outputs)"},
+    {"verify.record", T_BOOL, F(verify_record), NULL,
+     "record the inputs and outputs of a passing verification in the archive (default false)"},
     {"verify.atol", T_CUSTOM, 0, parse_verify_opt, "absolute tolerance (default 1e-4)"},
     {"verify.rtol", T_CUSTOM, 0, parse_verify_opt, "relative tolerance (default 1e-5)"},
     {"verify.timeout", T_DURATION, F(verify_timeout), NULL,
@@ -213,6 +217,7 @@ void ck_config_release(struct ck_config *cfg)
     free(cfg->init_checkpoint);
     free(cfg->build_parameters_yaml);
     ck_strlist_release(&cfg->pack_formats);
+    ck_strlist_release(&cfg->verify_inputs);
     free(cfg->pack_graph_yaml);
     free(cfg->pack_graph_file);
     ck_hooks_conf_release(&cfg->hooks);
@@ -462,6 +467,33 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
         return err;
     }
     cfg->pack_graph_yaml = ck_buf_detach(&b);
+    return 0;
+}
+
+/* verify.inputs: a list of files, or the word "recorded" */
+static int parse_verify_inputs(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_config *cfg = c->cfg;
+    const char *s = NULL;
+    int err;
+    ck_strlist_release(&cfg->verify_inputs);
+    if (n->type == YAML_SCALAR_NODE) {
+        if ((err = scalar_str(c, n, key, &s)) < 0)
+            return err;
+        if (strcmp(s, "recorded") != 0)
+            return bad(c, n, key, "must be a list of files or 'recorded'");
+        cfg->verify_source = CK_VERIFY_RECORDED;
+        return 0;
+    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return bad(c, n, key, "must be a list of files or 'recorded'");
+    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+         it++) {
+        if ((err = scalar_str(c, ck_yaml_node(c->doc, *it), key, &s)) < 0 ||
+            (err = ck_strlist_add(&cfg->verify_inputs, s)) < 0)
+            return err;
+    }
+    cfg->verify_source = cfg->verify_inputs.n ? CK_VERIFY_FILES : CK_VERIFY_AUTO;
     return 0;
 }
 
@@ -895,6 +927,11 @@ int ck_config_load(struct ck_config *cfg, const char *path)
         err = walk(&c, root, "");
     if (err == 0 && ck_patterns_check(&cfg->ckpt.patterns) < 0)
         err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
+    if (err == 0 && cfg->verify_source == CK_VERIFY_RECORDED && cfg->verify_expected.n)
+        err = ck_error(CK_ECONFIG,
+                       "'%s': verify.expected: not with verify.inputs: recorded (a recorded set "
+                       "carries its own known-good outputs)",
+                       path);
     if (err == 0)
         err = set_str(&cfg->source, path);
     ck_yaml_release(&doc);

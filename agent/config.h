@@ -24,6 +24,14 @@ enum ck_verify_on_failure {
     CK_VERIFY_UPLOAD_MARKED, /* uploaded, marked failed in data/build_parameters.yaml */
 };
 
+/* verify.inputs: where the gate's inputs come from */
+enum ck_verify_source {
+    CK_VERIFY_AUTO,     /* not set: the archive's recorded test sets when it has some, else the
+                           engine's fixed inputs */
+    CK_VERIFY_FILES,    /* a list of files (verify_inputs) */
+    CK_VERIFY_RECORDED, /* "recorded": the archive's recorded test sets, which must exist */
+};
+
 struct ck_config {
     char *source;                 /* the file it came from, or NULL for defaults */
 
@@ -76,8 +84,10 @@ struct ck_config {
     char *pack_graph_file;          /* pack.graph: file:/path */
     char *pack_dir;                 /* where archives go; NULL: DIR/data/deploy */
     char *pack_sign_key;            /* mldef: sign with this key (file:/path) */
-    struct ck_strlist verify_inputs;   /* .npy inputs; empty: the engine's default inputs */
-    struct ck_strlist verify_expected; /* .npy expected outputs; empty: finite outputs only */
+    enum ck_verify_source verify_source; /* verify.inputs: files, "recorded" or not set */
+    struct ck_strlist verify_inputs;   /* input files (.npy, csv, raw float32) when FILES */
+    struct ck_strlist verify_expected; /* expected outputs (same forms); empty: the checkpoint's */
+    bool verify_record;                /* record what a passing gate ran into the archive */
     double verify_atol, verify_rtol;
     double verify_timeout;        /* CPU seconds of the engine's child */
     uint64_t verify_max_memory;   /* bytes of address space of the child; 0: no limit */

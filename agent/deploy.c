@@ -1,9 +1,12 @@
 /* The pack and verify stages (agent/deploy.h). */
 #include "agent/deploy.h"
-#include "agent/npyio.h"
+#include "agent/mldefrec.h"
 #include "agent/pack.h"
+#include "agent/sdrec.h"
+#include "agent/testdata.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/text.h"
@@ -340,12 +343,15 @@ static int inputs_for(const struct ck_pipeline *p, const struct ck_model *m,
                       struct ck_infer_array **in, size_t *nin)
 {
     const struct ck_strlist *l = &p->cfg->verify_inputs;
-    *nin = l->n ? l->n : m->ninputs;
+    *nin = m->ninputs;
+    if (l->n && l->n != m->ninputs)
+        return ck_error(CK_EUSAGE, "verify.inputs names %zu files, the network has %zu inputs",
+                        l->n, m->ninputs);
     if (!(*in = calloc(*nin ? *nin : 1, sizeof **in)))
         return ck_error(CK_ENOMEM, "out of memory");
     for (size_t k = 0; k < *nin; k++) {
         if (l->n) {
-            int err = ck_npyio_load(l->items[k], &(*in)[k]);
+            int err = ck_testdata_load(l->items[k], &m->inputs[k], false, &(*in)[k]);
             if (err < 0)
                 return err;
             continue;
@@ -369,8 +375,8 @@ static int inputs_for(const struct ck_pipeline *p, const struct ck_model *m,
 
 /* 0, or CK_ERR with the output, the index and by how much it deviated from
  * want (NULL: only finite values are asked for); what names the reference */
-static int check_output(const struct ck_pipeline *p, const struct ck_infer_array *got,
-                        const struct ck_infer_array *want, const char *what)
+static int check_output_atol(const struct ck_pipeline *p, const struct ck_infer_array *got,
+                             const struct ck_infer_array *want, const char *what, double atol)
 {
     const char *name = got->name ? got->name : "?";
     uint64_t n = ck_infer_array_numel(got);
@@ -385,7 +391,7 @@ static int check_output(const struct ck_pipeline *p, const struct ck_infer_array
         same = want->dims[d] == got->dims[d];
     if (!same)
         return ck_error(CK_ERR, "output '%s': shape differs from %s", name, what);
-    double atol = p->cfg->verify_atol, rtol = p->cfg->verify_rtol, worst = -1;
+    double rtol = p->cfg->verify_rtol, worst = -1;
     uint64_t bad = 0, at = 0;
     for (uint64_t i = 0; i < n; i++) {
         double g = got->data[i], w = want->data[i], diff = fabs(g - w);
@@ -405,6 +411,12 @@ static int check_output(const struct ck_pipeline *p, const struct ck_infer_array
                         (unsigned long long)at, (double)got->data[at], (double)want->data[at],
                         what);
     return 0;
+}
+
+static int check_output(const struct ck_pipeline *p, const struct ck_infer_array *got,
+                        const struct ck_infer_array *want, const char *what)
+{
+    return check_output_atol(p, got, want, what, p->cfg->verify_atol);
 }
 
 /* spec's network on the inputs, in the sandbox: *out, *nout as ck_infer_run's */
@@ -434,6 +446,162 @@ static int run_model(const struct ck_pipeline *p, const char *spec, const char *
     return err;
 }
 
+/* ---- verify: the archive's recorded test sets ---- */
+
+/* Whether the gate looks for recorded sets: verify.inputs: recorded, or
+ * neither verify.inputs nor verify.expected given. */
+static bool wants_sets(const struct ck_pipeline *p)
+{
+    return p->cfg->verify_source == CK_VERIFY_RECORDED ||
+           (p->cfg->verify_source == CK_VERIFY_AUTO && !p->cfg->verify_expected.n);
+}
+
+/* The sets archive e offers: an .mldef's Tests, a SameDiff tag's recorded
+ * sets, or else those of the newest older tag that has some (*own false:
+ * only their inputs apply; their outputs are another tag's network's). */
+static int archive_sets(const struct packed *e, const struct ck_model *m, struct ck_testset **sets,
+                        size_t *n, bool *own)
+{
+    const char *hash = strchr(e->spec + strlen(e->path), '#');
+    char from[256];
+    *own = true;
+    if (!hash)
+        return ck_mldefrec_is_mldef(e->path) ? ck_mldefrec_load(e->path, m, sets, n)
+                                             : (*sets = NULL, *n = 0, 0);
+    int err = ck_sdrec_load_latest(e->spec, m, sets, n, from, sizeof from);
+    *own = err < 0 || *n == 0 || !strcasecmp(from, hash + 1);
+    return err;
+}
+
+/* m on in (m's inputs) in the sandbox; *seconds gets the run's time added. */
+static int run_on(const struct ck_pipeline *p, const struct ck_model *m,
+                  const struct ck_infer_array *in, struct ck_infer_array **out, size_t *nout,
+                  double *seconds)
+{
+    struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory};
+    struct ck_sandbox_limits lim = {.max_memory = p->cfg->verify_max_memory,
+                                    .timeout = p->cfg->verify_timeout};
+    struct ck_infer_stats stats = {0};
+    enum ck_sandbox_status st;
+    int err = ck_infer_run_sandboxed(m, &io, &lim, in, m->ninputs, 1, out, nout, &st, &stats);
+    if (seconds)
+        *seconds += stats.median_s;
+    return err;
+}
+
+/* Every set: the archive's outputs finite and within the set's known-good
+ * ones (its Tolerance as atol), or for sets of an older tag within the
+ * checkpoint's own network's outputs on the same inputs. 1: the archive
+ * has none and fixed inputs may run instead. */
+static int run_recorded(const struct ck_pipeline *p, const struct packed *e, double *seconds)
+{
+    struct ck_model *m = NULL, *ref = NULL;
+    struct ck_testset *sets = NULL;
+    size_t n = 0;
+    bool own;
+    int err = ck_reader_open_model(e->spec, NULL, NULL, &m);
+    if (err < 0)
+        return err;
+    if ((err = archive_sets(e, m, &sets, &n, &own)) < 0)
+        goto out;
+    if (n == 0) {
+        err = p->cfg->verify_source == CK_VERIFY_RECORDED
+                  ? ck_error(CK_ERR, "verify.inputs: recorded: the archive has no recorded test "
+                                     "sets")
+                  : 1;
+        goto out;
+    }
+    if (!own) {
+        const char *gt = p->cfg->pack_graph_yaml;
+        err = gt ? ck_reader_open_model_text(e->src, NULL, gt, strlen(gt), "pack.graph", &ref)
+                 : ck_reader_open_model(e->src, NULL, p->cfg->pack_graph_file, &ref);
+        if (err < 0)
+            goto out;
+    }
+    *seconds = 0;
+    for (size_t s = 0; s < n && err == 0; s++) {
+        struct ck_infer_array *got = NULL, *want = NULL;
+        size_t ngot = 0, nwant = 0;
+        double atol = sets[s].tolerance >= 0 ? sets[s].tolerance : p->cfg->verify_atol;
+        if ((err = run_on(p, m, sets[s].in, &got, &ngot, seconds)) == 0 && !own)
+            err = run_on(p, ref, sets[s].in, &want, &nwant, NULL);
+        if (err == 0 && ngot != (own ? m->noutputs : nwant))
+            err = ck_error(CK_ERR, "the archive has %zu outputs, the reference %zu", ngot,
+                           own ? m->noutputs : nwant);
+        for (size_t k = 0; k < ngot && err == 0; k++) {
+            struct ck_infer_array *w = own ? &sets[s].want[k] : &want[k];
+            if (w->rank == 1 && ck_infer_array_numel(w) == ck_infer_array_numel(&got[k])) {
+                w->rank = got[k].rank; /* flat known-good files take the computed shape */
+                memcpy(w->dims, got[k].dims, sizeof w->dims);
+            }
+            err = own ? check_output_atol(p, &got[k], w, "its known-good output", atol)
+                      : check_output(p, &got[k], w, "the checkpoint's own output");
+        }
+        if (err < 0)
+            err = ck_error_wrap(err, "recorded test '%s'", sets[s].name);
+        ck_infer_arrays_free(got, ngot);
+        ck_infer_arrays_free(want, nwant);
+    }
+out:
+    ck_testset_free(m, sets, n);
+    ck_model_free(ref);
+    ck_model_free(m);
+    return err;
+}
+
+/* verify.record, after a pass: the inputs the gate ran (a set of an older
+ * tag, verify.inputs files or the fixed inputs; not the archive's own sets,
+ * which are there already) and the archive's outputs on them, recorded in
+ * it (an .mldef signed again with pack.sign_key); its entry's size and
+ * sha256 follow. The archive runs once more for it. */
+static int record_passed(const struct ck_pipeline *p, const struct ck_archive *a,
+                         const struct packed *e)
+{
+    struct ck_model *m = NULL;
+    struct ck_testset *sets = NULL;
+    struct ck_infer_array *in = NULL, *out = NULL;
+    size_t n = 0, nin = 0, nout = 0;
+    bool own = true, mldef = !strchr(e->spec + strlen(e->path), '#');
+    int err = ck_reader_open_model(e->spec, NULL, NULL, &m);
+    if (err < 0)
+        return err;
+    if (wants_sets(p) && (err = archive_sets(e, m, &sets, &n, &own)) < 0)
+        goto out;
+    if (n && own)
+        goto out; /* nothing new */
+    if (!n && (err = inputs_for(p, m, &in, &nin)) < 0)
+        goto out;
+    for (size_t s = 0; s < (n ? n : 1) && err == 0; s++) {
+        const struct ck_infer_array *x = n ? sets[s].in : in;
+        char *name = NULL;
+        if ((err = run_on(p, m, x, &out, &nout, NULL)) < 0)
+            break;
+        err = mldef ? ck_mldefrec_record(e->path, m, x, out, p->cfg->verify_atol,
+                                         p->cfg->pack_sign_key, &name)
+                    : ck_sdrec_record(e->spec, m, x, out, p->cfg->verify_atol, &name);
+        if (err == 0)
+            ck_info("verification.recorded", "archive='%s' set='%s'", e->spec, name);
+        free(name);
+        ck_infer_arrays_free(out, nout);
+        out = NULL;
+        nout = 0;
+    }
+    if (err == 0) { /* the archive changed: its entry follows */
+        struct ck_digests d;
+        char size[32];
+        if ((err = ck_hash_file(e->path, CK_HASH_SHA256, &d, NULL)) == 0) {
+            snprintf(size, sizeof size, "%llu", (unsigned long long)d.size);
+            const char *fields[] = {"size", size, "sha256", d.sha256};
+            err = ck_deploy_record(p->dir, ck_basename(a->path), fields, 2);
+        }
+    }
+out:
+    ck_infer_arrays_free(in, nin);
+    ck_testset_free(m, sets, n);
+    ck_model_free(m);
+    return err;
+}
+
 /* The archive's outputs: finite, and within the tolerances of
  * verify.expected, or else of the checkpoint's own network run on the same
  * inputs (what the archive was packed from: a packing mistake shows here). */
@@ -443,7 +611,10 @@ static int run_engine(const struct ck_pipeline *p, const struct packed *e, doubl
     size_t nout = 0, nref = 0;
     const struct ck_strlist *exp = &p->cfg->verify_expected;
     double ignored;
-    int err = run_model(p, e->spec, NULL, NULL, &outv, &nout, seconds);
+    int err = wants_sets(p) ? run_recorded(p, e, seconds) : 1;
+    if (err <= 0)
+        return err; /* the archive's recorded sets decided */
+    err = run_model(p, e->spec, NULL, NULL, &outv, &nout, seconds);
     if (err < 0)
         return err;
     for (size_t k = 0; k < nout && err == 0; k++)
@@ -461,7 +632,9 @@ static int run_engine(const struct ck_pipeline *p, const struct packed *e, doubl
             struct ck_infer_array want = {0};
             char what[PATH_MAX + 8];
             snprintf(what, sizeof what, "'%s'", exp->items[k]);
-            if ((err = ck_npyio_load(exp->items[k], &want)) == 0)
+            struct ck_model_io io = {.name = outv[k].name, .rank = outv[k].rank};
+            memcpy(io.dims, outv[k].dims, sizeof outv[k].dims);
+            if ((err = ck_testdata_load(exp->items[k], &io, true, &want)) == 0)
                 err = check_output(p, &outv[k], &want, what);
             ck_infer_array_release(&want);
         } else {
@@ -481,6 +654,8 @@ static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
     const char *name = ck_basename(a->path), *model = model_name(p, mbuf, sizeof mbuf);
     double seconds = 0;
     int err = run_engine(p, e, &seconds);
+    if (err == 0 && p->cfg->verify_record && record_passed(p, a, e) < 0)
+        ck_warn("verification.record_failed", "archive='%s': %s", e->spec, ck_error_msg());
     const char *tag = strchr(e->spec + strlen(e->path), '#');
     if (err < 0)
         snprintf(why, whysz, "%s%s%s", tag ? "tag " : "", tag ? tag + 1 : "", tag ? ": " : "");

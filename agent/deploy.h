@@ -6,9 +6,12 @@
  *                     recorded under `archives:` in data/build_parameters.yaml,
  *                     archive.packed / archive.failed, the metrics.
  *   ck_deploy_verify  the archive as written, run by the CPU engine in its
- *                     sandbox on verify.inputs (or fixed inputs): outputs
- *                     finite, and within atol/rtol of verify.expected, or
- *                     else of the source checkpoint's own network's outputs;
+ *                     sandbox on verify.inputs (or the archive's recorded
+ *                     test sets, or fixed inputs): outputs finite, and
+ *                     within atol/rtol of verify.expected, of a set's
+ *                     known-good outputs, or else of the source checkpoint's
+ *                     own network's outputs; verify.record records what
+ *                     passed into the archive;
  *                     verification.passed / .failed, the record updated; a
  *                     failure holds the archive back (verify.on_failure: hold)
  *                     or lets it go marked (upload_marked). A SameDiff tag

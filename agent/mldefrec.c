@@ -3,6 +3,7 @@
  * rewritten through writers/mldefzip.h (temporary, fsync, rename, SIGNATURE
  * recomputed), so recording never leaves a half-written archive. */
 #include "agent/mldefrec.h"
+#include "agent/testdata.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/json.h"
@@ -113,14 +114,15 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-/* A .float32 or .float64 test file as a flat float32 array. */
+/* A test file as a flat float32 array: .float32, .float64 or the csv form
+ * (docs/mldef.md section 4). */
 static int load_values(const struct ck_zipin *zi, const char *set, const char *path,
                        struct ck_infer_array *a)
 {
-    bool f64 = ends_with(path, ".float64");
-    if (!f64 && !ends_with(path, ".float32"))
+    bool f64 = ends_with(path, ".float64"), csv = ends_with(path, ".csv");
+    if (!f64 && !csv && !ends_with(path, ".float32"))
         return ck_error(CK_EFORMAT,
-                        "'%s': test '%s': '%s': only .float32 and .float64 test "
+                        "'%s': test '%s': '%s': only .float32, .float64 and .csv test "
                         "files are run",
                         zi->path, set, path);
     unsigned char *d;
@@ -128,6 +130,21 @@ static int load_values(const struct ck_zipin *zi, const char *set, const char *p
     int err = read_entry(zi, path, TESTFILE_MAX, &d, &len);
     if (err < 0)
         return ck_error_wrap(err, "test '%s'", set);
+    if (csv) {
+        char label[600];
+        float *v = NULL;
+        uint64_t nv = 0, lines;
+        snprintf(label, sizeof label, "%s: %s", zi->path, path);
+        err = ck_testdata_parse_csv((char *)d, len, label, 0, &v, &nv, &lines);
+        free(d);
+        if (err < 0)
+            return ck_error_wrap(err, "test '%s'", set);
+        int64_t n = (int64_t)nv;
+        if ((err = ck_infer_array_init(a, path, 1, &n)) == 0)
+            memcpy(a->data, v, nv * sizeof *v);
+        free(v);
+        return err;
+    }
     size_t pt = f64 ? 8 : 4;
     if (len % pt) {
         free(d);
@@ -189,7 +206,7 @@ static int shape_input(const char *archive, const char *set, const struct ck_mod
 }
 
 static int load_set(const struct ck_zipin *zi, const struct ck_model *m, const struct ck_jin *t,
-                    size_t idx, struct ck_mldefrec_set *s)
+                    size_t idx, struct ck_testset *s)
 {
     char fallback[32];
     const char *name = jstr(t, "Name");
@@ -230,21 +247,7 @@ static int load_set(const struct ck_zipin *zi, const struct ck_model *m, const s
     return 0;
 }
 
-void ck_mldefrec_free(const struct ck_model *m, struct ck_mldefrec_set *sets, size_t n)
-{
-    for (size_t i = 0; sets && i < n; i++) {
-        struct ck_mldefrec_set *s = &sets[i];
-        free(s->name);
-        ck_infer_arrays_free(s->in, m->ninputs);
-        ck_infer_arrays_free(s->want, m->noutputs);
-        for (size_t k = 0; s->want_paths && k < m->noutputs; k++)
-            free(s->want_paths[k]);
-        free(s->want_paths);
-    }
-    free(sets);
-}
-
-int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_mldefrec_set **sets,
+int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_testset **sets,
                      size_t *n)
 {
     struct ck_zipin zi;
@@ -277,7 +280,7 @@ int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_mldef
     }
 out:
     if (err < 0) {
-        ck_mldefrec_free(m, *sets, *n);
+        ck_testset_free(m, *sets, *n);
         *sets = NULL;
         *n = 0;
     }

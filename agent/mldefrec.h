@@ -4,6 +4,7 @@
 #ifndef CK_MLDEFREC_H
 #define CK_MLDEFREC_H
 
+#include "agent/testdata.h"
 #include "infer/infer.h"
 #include "model/model.h"
 
@@ -13,20 +14,12 @@
 /* Whether path is a zip holding manifest.json with "Format": "mldef". */
 bool ck_mldefrec_is_mldef(const char *path);
 
-struct ck_mldefrec_set {
-    char *name;                  /* owned */
-    double tolerance;            /* the set's Tolerance (absolute), or -1 when absent */
-    struct ck_infer_array *in;   /* one per model input, model order */
-    struct ck_infer_array *want; /* one per model output, flat (rank 1) */
-    char **want_paths;           /* entry names, for messages */
-};
-
 /* Every test set of the archive, arrays in the model's input/output order.
  * CK_EFORMAT naming the archive, the set and the file for a set that does
- * not fit the model. *n is 0 when the archive has no Tests. */
-int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_mldefrec_set **sets,
+ * not fit the model. *n is 0 when the archive has no Tests. Freed with
+ * ck_testset_free. */
+int ck_mldefrec_load(const char *path, const struct ck_model *m, struct ck_testset **sets,
                      size_t *n);
-void ck_mldefrec_free(const struct ck_model *m, struct ck_mldefrec_set *sets, size_t n);
 
 /* Adds a test set (the inputs and the outputs computed on them, float32 in
  * tests/) to the archive at path, rewritten atomically (every other entry's

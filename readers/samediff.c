@@ -34,6 +34,7 @@
 #include "readers/jsonin.h"
 #include "readers/nameidx.h"
 #include "readers/sdmodel.h"
+#include "readers/sdtests.h"
 #include "readers/zipin.h"
 #include "common/text.h"
 
@@ -1236,3 +1237,20 @@ const struct ck_reader_ops ck_reader_samediff = {
     .verify = NULL,
     .to_model = ck_samediff_to_model,
 };
+
+/* ---- for readers/sdtests.c: one FlatArray file ---- */
+
+int ck_samediff_flatarray(struct ck_tensor_set *s, const char *label, const char *name,
+                          const unsigned char *data, uint64_t len, struct ck_tensor *t)
+{
+    struct ck_pool pool;
+    struct ck_fb fb;
+    struct ck_fb_table arr;
+    int err;
+    ck_pool_init(&pool, s);
+    struct ctx c = {s, label, NULL, 0, &pool};
+    memset(t, 0, sizeof(*t));
+    if ((err = ck_fb_init(&fb, data, len)) < 0 || (err = ck_fb_root(&fb, &arr)) < 0)
+        return ck_error_wrap(err, "'%s'", label);
+    return read_array(&c, name, &arr, t);
+}

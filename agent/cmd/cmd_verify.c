@@ -6,6 +6,8 @@
 #include "agent/cmd/commands.h"
 #include "agent/mldefrec.h"
 #include "agent/npyio.h"
+#include "agent/sdrec.h"
+#include "agent/testdata.h"
 #include "common/error.h"
 #include "infer/infer.h"
 #include "infer/sandbox.h"
@@ -21,19 +23,25 @@
 static const char help[] =
     "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
     "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
-    "                   [--max-memory BYTES] [--record [--sign-key file:KEY]]\n"
+    "                   [--max-memory BYTES] [--tag TAG] [--record [--sign-key file:KEY]]\n"
     "\n"
     "Runs MODEL's network on the CPU in float32 and checks what it computes.\n"
     "MODEL is any checkpoint the readers read: an .nnp runs its executor's\n"
     "network; a weight-only checkpoint (safetensors, .npy/.npz, TF bundle) needs\n"
-    "its layer list (--graph FILE, docs/model.md).\n"
+    "its layer list (--graph FILE, docs/model.md); a SameDiff archive runs its\n"
+    "newest tag, or TAG with RUN.zip#TAG or --tag TAG.\n"
     "\n"
-    "  --inputs FILE...      one .npy per model input, in the model's order (any\n"
-    "                        real dtype, converted to float32). Without it, each\n"
+    "  --inputs FILE...      one file per model input, in the model's order: .npy\n"
+    "                        (any real dtype, converted to float32), csv (.csv: one\n"
+    "                        sample per line, values separated by commas) or raw\n"
+    "                        float32 little-endian (any other name); csv and raw\n"
+    "                        files take the input's shape, batch = their samples\n"
+    "                        (docs/mldef.md sections 4, 5). Without it, each\n"
     "                        input k gets deterministic values: element i (C order)\n"
     "                        is sin(0.5 i + k), with batch size 1 for a -1 dimension\n"
     "                        (numpy: np.sin(0.5*np.arange(n) + k).astype('f4'))\n"
-    "  --expected FILE...    one .npy per model output: the run passes when every\n"
+    "  --expected FILE...    one file per model output (.npy, csv or raw, as\n"
+    "                        --inputs): the run passes when every\n"
     "                        value satisfies |got - expected| <= atol + rtol*|expected|\n"
     "                        (numpy.isclose's rule); the largest deviation is\n"
     "                        reported with its index and both values\n"
@@ -48,17 +56,22 @@ static const char help[] =
     "      --naive-gemm      matrix products as plain loops instead of OpenBLAS\n"
     "                        (to measure what BLAS buys)\n"
     "      --repeat N        run N times (timing; outputs of the last run)\n"
-    "      --record          MODEL is an .mldef (only: SameDiff archives are not\n"
-    "                        recorded into yet): store the --inputs and the outputs\n"
-    "                        computed on them in the archive as a test data set\n"
-    "                        (tests/recN*.float32, manifest Tests, Tolerance = atol),\n"
-    "                        rewritten atomically; with --expected, only when they match\n"
-    "      --sign-key KEY    re-sign the archive after --record (a private key from\n"
+    "      --tag TAG         the tag of a SameDiff archive (the same as MODEL#TAG)\n"
+    "      --record          MODEL is an archive: store the --inputs and the outputs\n"
+    "                        computed on them in it as a test data set; with\n"
+    "                        --expected, only when they match. An .mldef gets\n"
+    "                        tests/recN*.float32 and a manifest Tests entry\n"
+    "                        (Tolerance = atol), rewritten atomically; a SameDiff\n"
+    "                        archive gets TAG/tests/recN/ (set.txt, inputs/K.fb,\n"
+    "                        outputs/K.fb: FlatArrays) under the tag, appended in\n"
+    "                        place (crash-safe; earlier members untouched)\n"
+    "      --sign-key KEY    re-sign an .mldef after --record (a private key from\n"
     "                        ckptd keygen, 'file:PATH' or PATH). A signed archive is\n"
     "                        refused without it (its signature would break)\n"
     "\n"
     "Without --inputs, an .mldef holding test data sets (recorded or written by\n"
-    "its author) re-runs every set and compares with its known-good outputs:\n"
+    "its author), or a SameDiff tag with recorded sets, re-runs every set and\n"
+    "compares with its known-good outputs:\n"
     "|got - want| <= Tolerance + rtol*|want| (Tolerance: the set's, else --atol).\n"
     "\n"
     "End a list of files with -- or another option when MODEL follows it. The\n"
@@ -83,10 +96,12 @@ enum {
     OPT_REPEAT,
     OPT_RECORD,
     OPT_SIGNKEY,
+    OPT_TAG,
 };
 
 struct opts {
-    const char *model, *graph, *save, *sign_key;
+    const char *model, *graph, *save, *sign_key, *tag;
+    char *spec; /* owned: MODEL#TAG with --tag */
     bool record;
     const char **inputs, **expected;
     size_t ninputs, nexpected;
@@ -179,6 +194,7 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
                                              {"repeat", required_argument, NULL, OPT_REPEAT},
                                              {"record", no_argument, NULL, OPT_RECORD},
                                              {"sign-key", required_argument, NULL, OPT_SIGNKEY},
+                                             {"tag", required_argument, NULL, OPT_TAG},
                                              {NULL, 0, NULL, 0}};
     int opt, rc;
     optind = 1;
@@ -233,6 +249,9 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
         case OPT_SIGNKEY:
             o->sign_key = optarg;
             break;
+        case OPT_TAG:
+            o->tag = optarg;
+            break;
         default:
             return ck_cli_usage_error("verify", "unknown option");
         }
@@ -242,12 +261,24 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
     if (optind + 1 != argc)
         return ck_cli_usage_error("verify", "expected one MODEL");
     o->model = argv[optind];
+    if (o->tag) {
+        size_t len = strlen(o->model) + strlen(o->tag) + 2;
+        if (!o->tag[0] || strchr(o->tag, '/') || strchr(o->tag, '#'))
+            return ck_cli_usage_error("verify", "--tag '%s' is not a tag", o->tag);
+        if (o->graph)
+            return ck_cli_usage_error("verify", "--tag names a SameDiff tag, not a --graph model");
+        if (!(o->spec = malloc(len)))
+            return ck_cli_usage_error("verify", "out of memory");
+        snprintf(o->spec, len, "%s#%s", o->model, o->tag);
+        o->model = o->spec;
+    }
     if (o->sign_key && !o->record)
         return ck_cli_usage_error("verify", "--sign-key is only valid with --record");
     if (o->record && !o->ninputs)
         return ck_cli_usage_error("verify", "--record needs --inputs FILE...");
     if (o->record && o->graph)
-        return ck_cli_usage_error("verify", "--record takes an .mldef archive, not --graph");
+        return ck_cli_usage_error("verify",
+                                  "--record takes an archive (.mldef, SameDiff), not --graph");
     return 0;
 }
 
@@ -295,8 +326,8 @@ static void shape_text(const struct ck_infer_array *a, char *buf, size_t size)
 {
     size_t used = (size_t)snprintf(buf, size, "[");
     for (int d = 0; d < a->rank && used < size; d++)
-        used += (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64,
-                                 a->dims[d]);
+        used +=
+            (size_t)snprintf(buf + used, size - used, d ? ", %" PRId64 : "%" PRId64, a->dims[d]);
     if (used < size)
         snprintf(buf + used, size - used, "]");
 }
@@ -363,8 +394,8 @@ static int compare(const struct opts *o, const char *set, const char *name,
         return 1;
     }
     if (n)
-        printf("output '%s' %s: ok, largest deviation %.3g at %s: got %.9g, expected %.9g\n",
-               name, shape, worst_diff, ix, (double)got->data[at], (double)want->data[at]);
+        printf("output '%s' %s: ok, largest deviation %.3g at %s: got %.9g, expected %.9g\n", name,
+               shape, worst_diff, ix, (double)got->data[at], (double)want->data[at]);
     else
         printf("output '%s' %s: ok (empty)\n", name, shape);
     return 0;
@@ -387,23 +418,38 @@ static int save_outputs(const char *dir, const struct ck_infer_array *out, size_
     return 0;
 }
 
-static int load_all(const char **paths, size_t n, struct ck_infer_array *arrays)
+/* One file per graph input or output (.npy, csv, binary: agent/testdata.h). */
+static int load_all(const char **paths, size_t n, const struct ck_model_io *io, bool outputs,
+                    struct ck_infer_array *arrays)
 {
     for (size_t i = 0; i < n; i++) {
-        int err = ck_npyio_load(paths[i], &arrays[i]);
+        int err = ck_testdata_load(paths[i], &io[i], outputs, &arrays[i]);
         if (err < 0)
             return err;
     }
     return 0;
 }
 
-/* Every test data set of an .mldef, run and compared with its known-good
- * outputs; -1 when the archive has none (the caller runs default inputs). */
-static int replay(const struct opts *o, const struct ck_model *m)
+/* Known-good values stored flat (an .mldef's test files, csv or binary
+ * expected outputs of a graph output whose shape the model leaves open)
+ * take the shape of what was computed when they hold as many values. */
+static void flat_takes_shape(struct ck_infer_array *want, const struct ck_infer_array *got)
 {
-    struct ck_mldefrec_set *sets;
+    if (want->rank == 1 && ck_infer_array_numel(want) == ck_infer_array_numel(got)) {
+        want->rank = got->rank;
+        memcpy(want->dims, got->dims, sizeof want->dims);
+    }
+}
+
+/* Every test data set of an .mldef or a SameDiff tag, run and compared with
+ * its known-good outputs; -1 when the archive has none (the caller runs
+ * default inputs). */
+static int replay(const struct opts *o, const struct ck_model *m, bool mldef)
+{
+    struct ck_testset *sets;
     size_t n;
-    int err = ck_mldefrec_load(o->model, m, &sets, &n);
+    int err =
+        mldef ? ck_mldefrec_load(o->model, m, &sets, &n) : ck_sdrec_load(o->model, m, &sets, &n);
     if (err < 0)
         return ck_cli_fail("verify", err);
     if (n == 0)
@@ -418,8 +464,8 @@ static int replay(const struct opts *o, const struct ck_model *m)
         struct opts so = *o;
         if (sets[s].tolerance >= 0)
             so.atol = sets[s].tolerance;
-        err = ck_infer_run_sandboxed(m, &io, &lim, sets[s].in, m->ninputs, 1, &out, &nout, &st,
-                                     NULL);
+        err =
+            ck_infer_run_sandboxed(m, &io, &lim, sets[s].in, m->ninputs, 1, &out, &nout, &st, NULL);
         if (err < 0) {
             printf("test '%s': FAILED: %s (%s)\n", sets[s].name, ck_error_msg(),
                    ck_sandbox_status_name(st));
@@ -428,27 +474,25 @@ static int replay(const struct opts *o, const struct ck_model *m)
         }
         for (size_t i = 0; i < nout && i < m->noutputs; i++) {
             struct ck_infer_array *w = &sets[s].want[i];
-            if (ck_infer_array_numel(w) == ck_infer_array_numel(&out[i])) {
-                w->rank = out[i].rank; /* the known-good file is flat: take the shape */
-                memcpy(w->dims, out[i].dims, sizeof w->dims);
-            }
-            if (compare(&so, sets[s].name, m->outputs[i].name, &out[i], w,
-                        sets[s].want_paths[i]))
+            flat_takes_shape(w, &out[i]);
+            if (compare(&so, sets[s].name, m->outputs[i].name, &out[i], w, sets[s].want_paths[i]))
                 rc = CK_EXIT_FAILED;
         }
         ck_infer_arrays_free(out, nout);
     }
     printf("verify: '%s': %zu test set%s %s\n", o->model, n, n == 1 ? "" : "s",
            rc == CK_EXIT_OK ? "ok" : "FAILED");
-    ck_mldefrec_free(m, sets, n);
+    ck_testset_free(m, sets, n);
     return rc;
 }
 
-static int record(const struct opts *o, const struct ck_model *m,
-                  const struct ck_infer_array *in, const struct ck_infer_array *out)
+static int record(const struct opts *o, const struct ck_model *m, const struct ck_infer_array *in,
+                  const struct ck_infer_array *out)
 {
     char *set = NULL;
-    int err = ck_mldefrec_record(o->model, m, in, out, o->atol, o->sign_key, &set);
+    int err = ck_mldefrec_is_mldef(o->model)
+                  ? ck_mldefrec_record(o->model, m, in, out, o->atol, o->sign_key, &set)
+                  : ck_sdrec_record(o->model, m, in, out, o->atol, &set);
     if (err < 0)
         return ck_cli_fail("verify", ck_error_wrap(err, "--record"));
     printf("verify: '%s': recorded test '%s' (%zu input%s, %zu output%s)%s\n", o->model, set,
@@ -467,13 +511,24 @@ static int run(const struct opts *o)
     int err, rc = CK_EXIT_FAILED;
     if ((err = open_model(o, &m)) < 0)
         return ck_cli_fail("verify", err);
-    if (o->record && !ck_mldefrec_is_mldef(o->model)) {
-        rc = ck_cli_usage_error("verify", "--record takes an .mldef archive only, and '%s' is "
-                                "not one", o->model);
+    bool mldef = ck_mldefrec_is_mldef(o->model);
+    bool samediff = !mldef && !o->graph && ck_sdrec_is_archive(o->model);
+    if (o->record && !mldef && !samediff) {
+        rc = ck_cli_usage_error("verify",
+                                "--record takes an archive (.mldef or SameDiff tagged zip), and "
+                                "'%s' is neither",
+                                o->model);
         goto done;
     }
-    if (!o->ninputs && !o->nexpected && !o->graph && ck_mldefrec_is_mldef(o->model)) {
-        if ((rc = replay(o, m)) >= 0)
+    if (o->record && samediff && o->sign_key) {
+        rc = ck_cli_usage_error("verify",
+                                "--sign-key signs .mldef archives, and '%s' is a "
+                                "SameDiff archive",
+                                o->model);
+        goto done;
+    }
+    if (!o->ninputs && !o->nexpected && !o->graph && (mldef || samediff)) {
+        if ((rc = replay(o, m, mldef)) >= 0)
             goto done;
         rc = CK_EXIT_FAILED;
     }
@@ -494,14 +549,15 @@ static int run(const struct opts *o)
                                 m->noutputs, o->nexpected);
         goto done;
     }
-    if ((err = o->ninputs ? load_all(o->inputs, nin, in) : default_inputs(m, in)) < 0 ||
-        (err = load_all(o->expected, o->nexpected, want)) < 0)
+    if ((err = o->ninputs ? load_all(o->inputs, nin, m->inputs, false, in)
+                          : default_inputs(m, in)) < 0 ||
+        (err = load_all(o->expected, o->nexpected, m->outputs, true, want)) < 0)
         goto out;
     struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
     struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
     struct ck_infer_stats stats;
-    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st,
-                                      &stats)) < 0) {
+    if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st, &stats)) <
+        0) {
         err = ck_error_wrap(err, "'%s': verification failed (%s)", o->model,
                             ck_sandbox_status_name(st));
         goto out;
@@ -509,16 +565,20 @@ static int run(const struct opts *o)
     if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
         goto out;
     rc = CK_EXIT_OK;
-    for (size_t i = 0; i < nout; i++)
+    for (size_t i = 0; i < nout; i++) {
+        enum ck_testdata_form form = CK_TESTDATA_NPY;
+        if (o->nexpected && ck_testdata_form_of(o->expected[i], &form) == 0 &&
+            form != CK_TESTDATA_NPY)
+            flat_takes_shape(&want[i], &out[i]);
         if (compare(o, NULL, m->outputs[i].name, &out[i], o->nexpected ? &want[i] : NULL,
                     o->nexpected ? o->expected[i] : NULL))
             rc = CK_EXIT_FAILED;
+    }
     printf("engine: %u run%s, median %.3f ms (min %.3f ms), median CPU %.3f ms, activations "
            "%.1f KiB, converted weights %.1f KiB, peak RSS %.1f MiB\n",
            stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
-           stats.median_cpu_s * 1e3,
-           (double)stats.peak_activation_bytes / 1024, (double)stats.weight_bytes / 1024,
-           (double)stats.child_max_rss / (1 << 20));
+           stats.median_cpu_s * 1e3, (double)stats.peak_activation_bytes / 1024,
+           (double)stats.weight_bytes / 1024, (double)stats.child_max_rss / (1 << 20));
     if (rc != CK_EXIT_OK)
         printf("verify: '%s': FAILED\n", o->model);
     else if (o->nexpected)
@@ -560,6 +620,7 @@ int ck_cmd_verify(int argc, char **argv)
     }
     free(o.inputs);
     free(o.expected);
+    free(o.spec);
     free(args);
     return rc;
 }

@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
 from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
+import sdfb  # noqa: E402
 import test_verify  # noqa: E402  (the shared, cached torch models)
 
 MLDEF = os.path.join(os.path.dirname(CKPTD), "mldef")
@@ -166,6 +167,28 @@ class Record(TmpDirCase):
                          r"values.* at \[1, 3\]: got [0-9.e-]+, expected [0-9.e-]+")
         self.assertIn("FAILED", p.stdout)
 
+    def test_csv_test_files_are_run(self):
+        """A set whose files are in the csv form (docs/mldef.md 4) is run too."""
+        a = self.pack()
+        self.record(a)
+        csvs = os.path.join(self.dir, "csv.mldef")
+        with zipfile.ZipFile(a) as z, zipfile.ZipFile(csvs, "w") as w:
+            man = json.loads(z.read("manifest.json"))
+            for n in z.namelist():
+                data = z.read(n)
+                if n.startswith("tests/"):
+                    v = np.frombuffer(data, "<f4").reshape(64, -1)
+                    n = n.replace(".float32", ".csv")
+                    data = "".join(",".join("%.9g" % x for x in row) + "\r\n"
+                                   for row in v).encode()
+                elif n == "manifest.json":
+                    for e in man["Tests"][0]["Inputs"] + man["Tests"][0]["Outputs"]:
+                        e["Path"] = e["Path"].replace(".float32", ".csv")
+                    data = json.dumps(man).encode()
+                w.writestr(n, data)
+        p = run("verify", csvs, check=0)
+        self.assertIn("test 'rec0': output 'y' [64, 10]: ok", p.stdout)
+
     def test_resigned_archive_verifies(self):
         key = os.path.join(self.dir, "k")
         run("keygen", "-o", key, check=0)
@@ -199,11 +222,161 @@ class Record(TmpDirCase):
         self.assertIn("--inputs", p.stderr)
         p = run("verify", m("mlp.safetensors"), "--graph", m("mlp.yaml"), "--inputs",
                 m("mlp.in1.npy"), "--record", check=2)
-        self.assertIn(".mldef", p.stderr)
+        self.assertIn("archive (.mldef, SameDiff)", p.stderr)
         p = run("verify", a, "--sign-key", "x", check=2)
         p = run("verify", "--help", check=0)
         self.assertIn("--record", p.stdout)
-        self.assertIn(".mldef (only", p.stdout)
+        self.assertIn("--record          MODEL is an archive", p.stdout)
+
+
+def fb_array(a):
+    """A FlatArray .fb as DL4J writes one (tests/lib/sdfb.py, flatbuffers' Python builder)."""
+    import flatbuffers
+    b = flatbuffers.Builder(0)
+    b.Finish(sdfb._array(b, np.asarray(a, "f4")))
+    return bytes(b.Output())
+
+
+def rewrite(src, dst, change):
+    """A copy of zip src with change(name, data) -> (name, data) or None (left out)."""
+    with zipfile.ZipFile(src) as z, zipfile.ZipFile(dst, "w") as w:
+        for n in z.namelist():
+            got = change(n, z.read(n))
+            if got:
+                w.writestr(got[0], got[1])
+    return dst
+
+
+class SameDiffRecord(TmpDirCase):
+    """ckptd verify --record under a SameDiff tag, re-verification, hostile entries."""
+
+    def setUp(self):
+        super().setUp()
+        sdfb.sd()  # skips without flatc
+        self.a = os.path.join(self.dir, "run.zip")
+        for tag in ("e1", "e2"):
+            run("pack", "--format", "samediff", m("mlp.safetensors"), "--graph", m("mlp.yaml"),
+                "-o", self.a, "--tag", tag, check=0)
+
+    def record(self, spec, inputs="mlp.in64.npy", *extra, check=0):
+        return run("verify", spec, "--inputs", m(inputs), "--record", *extra, check=check)
+
+    def test_recorded_arrays_decode_and_match_torch(self):
+        with open(self.a, "rb") as f:
+            old = f.read()
+        with zipfile.ZipFile(self.a) as z:
+            before = {i.filename: (i.header_offset, z.read(i)) for i in z.infolist()}
+            cd_start = min(i.header_offset for i in z.infolist()) + sum(
+                len(i.FileHeader()) + i.compress_size for i in z.infolist())
+        p = self.record(self.a + "#e1")
+        self.assertIn("recorded test 'e1/rec0' (1 input, 1 output)", p.stdout)
+        with open(self.a, "rb") as f:
+            new = f.read()
+        # appended in place: every byte before the old central directory is unchanged
+        self.assertEqual(new[:cd_start], old[:cd_start])
+        with zipfile.ZipFile(self.a) as z:
+            self.assertIsNone(z.testzip())
+            after = {i.filename: (i.header_offset, z.read(i)) for i in z.infolist()}
+            for n, v in before.items():
+                self.assertEqual(after[n], v, n)  # same offset, same bytes
+            added = sorted(set(after) - set(before))
+            self.assertEqual(added, ["e1/tests/rec0/inputs/0.fb", "e1/tests/rec0/outputs/0.fb",
+                                     "e1/tests/rec0/set.txt"])
+            x = sdfb.read_array_file(z.read("e1/tests/rec0/inputs/0.fb"))
+            y = sdfb.read_array_file(z.read("e1/tests/rec0/outputs/0.fb"))
+            settxt = z.read("e1/tests/rec0/set.txt").decode()
+        np.testing.assert_array_equal(x, np.load(m("mlp.in64.npy")).astype("f4"))
+        self.assertEqual(y.shape, (64, 10))
+        np.testing.assert_allclose(y, np.load(m("mlp.out64.npy")), rtol=1e-5, atol=1e-4)
+        self.assertEqual(settxt, "ckptd-test 1\ntolerance 0.0001\ninput 0 x\noutput 0 y\n")
+        # the archive still reads at every tag, and takes a new tag after the sets
+        for spec in (self.a, self.a + "#e1"):
+            run("inspect", spec, check=0)
+        run("pack", "--format", "samediff", m("mlp.safetensors"), "--graph", m("mlp.yaml"),
+            "-o", self.a, "--tag", "e3", check=0)
+        tags, _ = sdfb.read_archive(self.a)
+        self.assertEqual(tags, ["e1", "e2", "e3"])
+
+    def test_reverification_runs_every_set_of_the_tag(self):
+        self.record(self.a + "#e1")
+        p = run("verify", self.a, "--tag", "E1", "--inputs", m("mlp.in1.npy"), "--record",
+                check=0)
+        self.assertIn("recorded test 'e1/rec1'", p.stdout)
+        p = run("verify", self.a + "#e1", check=0)
+        self.assertIn("test 'rec0': output 'y' [64, 10]: ok", p.stdout)
+        self.assertIn("test 'rec1': output 'y' [1, 10]: ok", p.stdout)
+        self.assertIn("2 test sets ok", p.stdout)
+        # the newest tag (e2) has no sets: the default inputs run, as before
+        p = run("verify", self.a, check=0)
+        self.assertNotIn("test '", p.stdout)
+        self.assertIn("output 'y' [1, 10]:", p.stdout)
+        # the newest tag by default when recording
+        p = self.record(self.a, "mlp.in1.npy")
+        self.assertIn("recorded test 'e2/rec0'", p.stdout)
+        self.assertIn("1 test set ok", run("verify", self.a, check=0).stdout)
+
+    def test_tampered_output_fails_naming_set_and_output(self):
+        self.record(self.a + "#e1")
+        y = np.load(m("mlp.out64.npy")).astype("f4")
+        y[17, 3] += 0.5
+
+        def change(n, data):
+            return (n, fb_array(y) if n == "e1/tests/rec0/outputs/0.fb" else data)
+        t = rewrite(self.a, os.path.join(self.dir, "t.zip"), change)
+        p = run("verify", t + "#e1", check=1)
+        self.assertRegex(p.stdout, r"test 'rec0': output 'y' \[64, 10\]: MISMATCH: 1 of 640 "
+                         r"values.* at \[17, 3\]: got [0-9.e-]+, expected [0-9.e-]+")
+        self.assertIn("FAILED", p.stdout)
+
+    def test_hostile_entries_are_named(self):
+        self.record(self.a + "#e1")
+        out = "e1/tests/rec0/outputs/0.fb"
+        cases = [
+            ("stray member", lambda n, d: (n, d) if n != out else ("e1/tests/rec0/junk", d),
+             "'e1/tests/rec0/junk' is not part of a recorded test set"),
+            ("file missing", lambda n, d: None if n == out else (n, d),
+             "'e1/tests/rec0/outputs/0.fb' is missing"),
+            ("truncated array", lambda n, d: (n, d[:len(d) // 2] if n == out else d),
+             "e1/tests/rec0/outputs/0.fb"),
+            ("bad header", lambda n, d: (n, b"ckptd-test 9\n" if n.endswith("set.txt") else d),
+             "does not start with 'ckptd-test 1'"),
+            ("huge index", lambda n, d: (n, d.replace(b"output 0 y", b"output 99999 y")
+                                         if n.endswith("set.txt") else d),
+             "line 4: expected"),
+            ("unlisted output", lambda n, d: (n.replace("outputs/0", "outputs/1"), d),
+             "set.txt lists no output 1"),
+            ("wrong value name", lambda n, d: (n, d.replace(b"input 0 x", b"input 0 z")
+                                               if n.endswith("set.txt") else d),
+             "is for 'z', the model's is 'x'"),
+            ("bad set name", lambda n, d: (n.replace("rec0", ".rec0"), d),
+             "not a valid test set name"),
+        ]
+        for what, change, message in cases:
+            with self.subTest(what):
+                t = rewrite(self.a, os.path.join(self.dir, what.replace(" ", "_") + ".zip"),
+                            change)
+                p = run("verify", t + "#e1", check=1)
+                self.assertIn(message, p.stderr)
+                self.assertIn(os.path.basename(t), p.stderr)
+                # the model reader never reads them: the tag still opens and runs
+                run("inspect", t + "#e1", check=0)
+                run("verify", t + "#e1", "--inputs", m("mlp.in1.npy"), check=0)
+
+    def test_usage(self):
+        p = self.record(self.a, "mlp.in1.npy", "--sign-key", "x", check=2)
+        self.assertIn("--sign-key signs .mldef archives", p.stderr)
+        p = self.record(self.a + "#nope", check=1)
+        self.assertIn("no tag 'nope'", p.stderr)
+        p = run("verify", m("mlp.safetensors"), "--graph", m("mlp.yaml"), "--tag", "e1", check=2)
+        self.assertIn("--tag", p.stderr)
+        with open(self.a, "rb") as f:
+            before = f.read()
+        p = run("verify", self.a, "--inputs", m("mlp.in1.npy"), "--expected",
+                m("mlp.out64.npy"), "--record", check=1)  # a mismatch records nothing
+        with open(self.a, "rb") as f:
+            self.assertEqual(f.read(), before)
+        p = run("verify", "--help", check=0)
+        self.assertIn("TAG/tests/recN/", p.stdout)
 
 
 if __name__ == "__main__":

@@ -362,6 +362,113 @@ class Config(TmpDirCase):
             self.assertIn(k, keys)
 
 
+class RecordedSets(TmpDirCase):
+    """verify.inputs: recorded / verify.record: the gate runs the archive's
+    recorded test sets and records what it ran (no stores: ckptd scan)."""
+
+    def setUp(self):
+        super().setUp()
+        self.train = os.path.join(self.dir, "train")
+        self.x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(2, 12)
+
+    def config(self, formats, verify):
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write("pack:\n  formats: [%s]\n" % formats + GRAPH + "verify:\n" + verify)
+
+    def scan(self):
+        return run("scan", self.train, check=0, timeout=300)
+
+    def test_samediff_tags_run_and_carry_recorded_sets(self):
+        import sdfb
+        sdfb.sd()  # skips without flatc
+        xcsv = os.path.join(self.dir, "x.csv")
+        np.savetxt(xcsv, self.x, delimiter=",", fmt="%.9g")
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_1.safetensors"), weights(1))
+        self.config("samediff", "  inputs: [%s]\n  record: true\n" % xcsv)
+        p = self.scan()
+        zp = os.path.join(self.train, "data", "deploy", "train.zip")
+        self.assertEqual(archives(self.train)["train.zip"]["verification"], "passed", p.stderr)
+        with zipfile.ZipFile(zp) as z:
+            (t1,) = z.read("tags.txt").decode().split()
+            x = sdfb.read_array_file(z.read(f"{t1}/tests/rec0/inputs/0.fb"))
+            y = sdfb.read_array_file(z.read(f"{t1}/tests/rec0/outputs/0.fb"))
+        np.testing.assert_array_equal(x, self.x)
+        np.testing.assert_allclose(y, numpy_forward(weights(1), self.x), rtol=1e-5, atol=1e-5)
+        # the next tag runs the inputs recorded before it, against its
+        # checkpoint's own network, and gets them recorded too
+        self.config("samediff", "  inputs: recorded\n  record: true\n")
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_2.safetensors"), weights(2))
+        p = self.scan()
+        self.assertEqual(archives(self.train)["train.zip"]["verification"], "passed", p.stderr)
+        self.assertIn("verification.recorded", p.stderr)
+        with zipfile.ZipFile(zp) as z:
+            t1, t2 = z.read("tags.txt").decode().split()
+            x = sdfb.read_array_file(z.read(f"{t2}/tests/rec0/inputs/0.fb"))
+            y = sdfb.read_array_file(z.read(f"{t2}/tests/rec0/outputs/0.fb"))
+        np.testing.assert_array_equal(x, self.x)
+        np.testing.assert_allclose(y, numpy_forward(weights(2), self.x), rtol=1e-5, atol=1e-5)
+        with open(zp, "rb") as f:  # the entry follows the recording
+            self.assertEqual(archives(self.train)["train.zip"]["sha256"],
+                             hashlib.sha256(f.read()).hexdigest())
+        # what a device runs on the archive it received
+        self.assertIn("1 test set ok", run("verify", zp + "#" + t2, check=0).stdout)
+        # a damaged checkpoint fails on the recorded inputs, naming the set
+        bad = weights(3)
+        bad["fc2.weight"][1, 2] = np.nan
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_3.safetensors"), bad)
+        p = self.scan()
+        rec = archives(self.train)["train.zip"]
+        self.assertEqual(rec["verification"], "failed", p.stderr)
+        self.assertIn("recorded test 'rec0': output 'output'", rec["verification_error"])
+        self.assertIn("not finite", rec["verification_error"])
+
+    def test_recorded_without_sets_fails_and_mldef_records_signed(self):
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_1.safetensors"), weights(1))
+        self.config("mldef", "  inputs: recorded\n")
+        p = self.scan()
+        rec = archives(self.train)["epoch_1.safetensors.mldef"]
+        self.assertEqual(rec["verification"], "failed", p.stderr)
+        self.assertIn("no recorded test sets", rec["verification_error"])
+        # without verify.inputs: fixed inputs, recorded into the .mldef, signed again
+        key = os.path.join(self.dir, "k")
+        run("keygen", "-o", key, check=0)
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write("pack:\n  formats: [mldef]\n  sign_key: file:%s\n" % key + GRAPH
+                    + "verify:\n  record: true\n")
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_2.safetensors"), weights(2))
+        p = self.scan()
+        rec = archives(self.train)["epoch_2.safetensors.mldef"]
+        self.assertEqual(rec["verification"], "passed", p.stderr)
+        path = os.path.join(self.train, rec["path"])
+        with open(path, "rb") as f:
+            data = f.read()
+        self.assertEqual(rec["sha256"], hashlib.sha256(data).hexdigest())
+        self.assertEqual(rec["size"], len(data))
+        with zipfile.ZipFile(path) as z:
+            t, = json.loads(z.read("manifest.json"))["Tests"]
+            x = np.frombuffer(z.read(t["Inputs"][0]["Path"]), "<f4").reshape(-1, 12)
+            y = np.frombuffer(z.read(t["Outputs"][0]["Path"]), "<f4").reshape(-1, 4)
+        # the fixed inputs (README): sin(0.5 i), batch 1
+        np.testing.assert_allclose(x, np.sin(0.5 * np.arange(12)).reshape(1, 12), atol=1e-7)
+        np.testing.assert_allclose(y, numpy_forward(weights(2), x), rtol=1e-5, atol=1e-5)
+        mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
+        q = subprocess.run([mldef, "-s", "--pubkey", key + ".pub", path], capture_output=True,
+                           text=True)
+        self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("1 test set ok", run("verify", path, check=0).stdout)
+
+    def test_config(self):
+        os.makedirs(self.train)
+        for verify, msg in (("  inputs: everything\n", "line 10: 'verify.inputs' must be a list "
+                             "of files or 'recorded'"),
+                            ("  inputs: recorded\n  expected: [y.npy]\n",
+                             "verify.expected: not with verify.inputs: recorded")):
+            self.config("mldef", verify)
+            p = run("config", self.train, check=2)
+            self.assertIn(msg, p.stderr)
+        self.assertIn("verify.record", run("config", "--keys", check=0).stdout)
+
+
 class RealLenet(TmpDirCase):
     def test_lenet_nnp_per_epoch(self):
         """The real NNabla LeNet copied as two epochs: both formats packed from

@@ -200,6 +200,79 @@ class BadInput(TmpDirCase):
         self.assertIn("sin(0.5 i + k)", p.stdout)
 
 
+class DataForms(TmpDirCase):
+    """--inputs/--expected in the mldef test data forms (docs/mldef.md 4, 5):
+    csv (one sample per line) and raw float32 little-endian, shaped by the
+    model's input shape; written here with numpy from torch's values."""
+
+    def write_forms(self, name, arr):
+        csv = os.path.join(self.dir, name + ".csv")
+        np.savetxt(csv, arr.reshape(len(arr), -1), delimiter=",", fmt="%.9g")
+        raw = os.path.join(self.dir, name + ".float32")
+        arr.astype("<f4").tofile(raw)
+        return csv, raw
+
+    def test_csv_and_binary_match_torch(self):
+        for name in ("mlp", "cnn"):  # cnn: input [-1, 1, 28, 28] from flat samples
+            x = np.load(m(name + ".in64.npy"))
+            y = np.load(m(name + ".out64.npy"))
+            xcsv, xraw = self.write_forms(name + "x", x)
+            ycsv, yraw = self.write_forms(name + "y", y)
+            for inp, exp in ((xcsv, yraw), (xraw, ycsv), (xcsv, m(name + ".out64.npy"))):
+                with self.subTest(model=name, inputs=inp, expected=exp):
+                    out = tempfile.mkdtemp(dir=self.dir)
+                    p = run("verify", m(name + ".safetensors"), "--graph", m(name + ".yaml"),
+                            "--inputs", inp, "--expected", exp, "--save-outputs", out, check=0)
+                    self.assertIn("output 'y' %s: ok" % list(y.shape), p.stdout)
+                    got = np.load(os.path.join(out, "y.npy"))
+                    self.assertEqual(got.shape, y.shape)
+                    np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-4)
+
+    def test_mismatch_in_csv_expected_is_located(self):
+        y = np.load(m("mlp.out64.npy")).copy()
+        y[17, 3] += 0.5
+        ycsv, yraw = self.write_forms("y", y)
+        for exp in (ycsv, yraw):
+            p = run("verify", m("mlp.safetensors"), "--graph", m("mlp.yaml"), "--inputs",
+                    m("mlp.in64.npy"), "--expected", exp, check=1)
+            self.assertRegex(p.stdout, r"output 'y' \[64, 10\]: MISMATCH: 1 of 640 values.* "
+                             r"at \[17, 3\]: got ")
+
+    def test_bad_test_data_is_named(self):
+        args = ("verify", m("mlp.safetensors"), "--graph", m("mlp.yaml"), "--inputs")
+        bad = os.path.join(self.dir, "bad.csv")
+        with open(bad, "w") as f:
+            f.write(",".join(["1"] * 20) + "\n" + ",".join(["1"] * 19) + "\n")
+        p = run(*args, bad, check=1)
+        self.assertIn("bad.csv' line 2: 19 values, a sample holds 20", p.stderr)
+        with open(bad, "w") as f:
+            f.write("1,x\n")
+        p = run(*args, bad, check=1)
+        self.assertIn("bad.csv' line 1: value 2 is not a number", p.stderr)
+        with open(bad, "w") as f:
+            f.write("\n\n")
+        p = run(*args, bad, check=1)
+        self.assertIn("bad.csv': no values", p.stderr)
+        raw = os.path.join(self.dir, "x.bin")
+        np.zeros(30, "<f4").tofile(raw)  # one and a half samples of 20
+        p = run(*args, raw, check=1)
+        self.assertIn("x.bin': 120 bytes is not a whole number of samples (20 float32 values",
+                      p.stderr)
+        p = run(*args, os.path.join(self.dir, "missing.csv"), check=1)
+        self.assertIn("cannot open", p.stderr)
+        self.assertIn("missing.csv", p.stderr)
+        # a fixed batch in the model's input shape is checked against the samples
+        one = os.path.join(self.dir, "one.yaml")
+        with open(m("mlp.yaml")) as f:
+            text = f.read()
+        self.assertIn("[-1, 20]", text)
+        with open(one, "w") as f:
+            f.write(text.replace("[-1, 20]", "[1, 20]"))
+        np.zeros(40, "<f4").tofile(raw)
+        p = run("verify", m("mlp.safetensors"), "--graph", one, "--inputs", raw, check=1)
+        self.assertIn("x.bin': 2 samples, input 'x' takes a batch of 1", p.stderr)
+
+
 class Lenet(TmpDirCase):
     def test_reads_a_five(self):
         nnp = shared("nnabla", "lenet_010000.nnp")
