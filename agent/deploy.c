@@ -33,6 +33,7 @@ struct packed {
     char *undo; /* samediff: the undo record of the archive before this tag (owned) or NULL */
     char prev[3][PATH_MAX / 4]; /* samediff: the record's tag, checkpoint, verification before */
     bool repack;                /* samediff: rolled back with an earlier tag: append again */
+    bool passed;                /* samediff: verified this pass and passed */
 };
 static struct packed *packed;
 static size_t npacked;
@@ -53,7 +54,7 @@ static int remember(const char *path, const char *ref, const char *format, const
     e->spec = strdup(spec);
     e->src = strdup(src);
     e->undo = NULL;
-    e->repack = false;
+    e->repack = e->passed = false;
     if (!e->path || !e->ref || !e->format || !e->spec || !e->src) {
         free(e->path), free(e->ref), free(e->format), free(e->spec), free(e->src);
         return ck_error(CK_ENOMEM, "out of memory");
@@ -646,16 +647,26 @@ static int run_engine(const struct ck_pipeline *p, const struct packed *e, doubl
     return err;
 }
 
-/* One packed model (a .mldef, or a tag of a SameDiff archive): run, recorded, announced. */
+/* verify.record: what passed becomes the archive's recorded test sets. */
+static void record_if_asked(const struct ck_pipeline *p, const struct ck_archive *a,
+                            const struct packed *e)
+{
+    if (p->cfg->verify_record && record_passed(p, a, e) < 0)
+        ck_warn("verification.record_failed", "archive='%s': %s", e->spec, ck_error_msg());
+}
+
+/* One packed model (a .mldef, or a tag of a SameDiff archive): run, recorded
+ * (unless record is false: the caller records once the archive is final),
+ * announced. */
 static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
-                      const struct packed *e, char *why, size_t whysz)
+                      const struct packed *e, bool record, char *why, size_t whysz)
 {
     char mbuf[256], secs[32];
     const char *name = ck_basename(a->path), *model = model_name(p, mbuf, sizeof mbuf);
     double seconds = 0;
     int err = run_engine(p, e, &seconds);
-    if (err == 0 && p->cfg->verify_record && record_passed(p, a, e) < 0)
-        ck_warn("verification.record_failed", "archive='%s': %s", e->spec, ck_error_msg());
+    if (err == 0 && record)
+        record_if_asked(p, a, e);
     const char *tag = strchr(e->spec + strlen(e->path), '#');
     if (err < 0)
         snprintf(why, whysz, "%s%s%s", tag ? "tag " : "", tag ? tag + 1 : "", tag ? ": " : "");
@@ -768,7 +779,11 @@ static int gate_samediff(const struct ck_pipeline *p, const struct ck_archive *a
             failed = true;
             continue;
         }
-        if (verify_one(p, a, &v[i], one, sizeof one) == 0 || !hold || broken) {
+        /* Recording waits for the loop's end: a later tag's roll-back
+         * truncates the archive to before that tag, and with it anything
+         * appended after it (a test set recorded for this one). */
+        if ((v[i].passed = verify_one(p, a, &v[i], false, one, sizeof one) == 0) || !hold ||
+            broken) {
             if (v[i].undo)
                 unlink(v[i].undo);
             if (one[0]) { /* upload_marked (or a roll-back that could not be done) */
@@ -799,6 +814,9 @@ static int gate_samediff(const struct ck_pipeline *p, const struct ck_archive *a
             v[j].repack = true;
         }
     }
+    for (size_t i = 0; i < n; i++)
+        if (v[i].passed)
+            record_if_asked(p, a, &v[i]);
     /* the archive's record: what it holds now */
     char size[32] = "", sha[65] = "";
     struct ck_digests d;
@@ -848,7 +866,7 @@ int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a)
     /* a SameDiff archive may have got several tags this pass: each is run */
     while (take(a->path, &e)) {
         one[0] = '\0';
-        if (verify_one(p, a, &e, one, sizeof one) < 0) {
+        if (verify_one(p, a, &e, true, one, sizeof one) < 0) {
             failed = true;
             snprintf(why + strlen(why), sizeof why - strlen(why), "%s%s", why[0] ? "; " : "", one);
         }

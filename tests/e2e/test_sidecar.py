@@ -249,6 +249,42 @@ class Sidecar(TmpDirCase):
                                  ["epoch_1.safetensors", "epoch_3.safetensors", "epoch_5.safetensors",
                                   "epoch_6.safetensors"])
 
+    def test_recorded_sets_survive_a_later_tags_roll_back(self):
+        # verify.record with hold: epoch_1 passes (its inputs and outputs are
+        # recorded under its tag), epoch_2 fails and is taken back: the roll-back
+        # must not take epoch_1's recorded set with it
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12)
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        damaged = weights(2)
+        damaged["fc2.weight"][0, 0] = np.nan
+        write_ckpt(os.path.join(train, "ckpts", "epoch_1.safetensors"), weights(1))
+        write_ckpt(os.path.join(train, "ckpts", "epoch_2.safetensors"), damaged)
+        with S3Server(self.dir) as s3:
+            self.config(train, s3)
+            with open(os.path.join(train, "ckptd.yaml")) as f:
+                text = f.read().replace("formats: [mldef, samediff]", "formats: [samediff]")
+                text = text.replace("  on_failure: hold\n", "  on_failure: hold\n  record: true\n")
+            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            rec = archives(train)["train.zip"]
+            self.assertIn("taken back", rec["failed.epoch_2.safetensors"], p.stderr)
+            got = os.path.join(self.dir, "got.zip")
+            s3.get("runs/r1/data/deploy/train.zip", got)
+            with zipfile.ZipFile(got) as z:
+                self.assertIsNone(z.testzip())
+                names = z.namelist()
+                self.assertEqual(z.read("tags.txt").decode().split(), ["epoch_1.safetensors"])
+                self.assertIn("epoch_1.safetensors/tests/rec0/set.txt", names, p.stderr)
+                self.assertFalse([n for n in names if n.startswith("epoch_2")], names)
+            self.assertEqual(rec["size"], os.path.getsize(got))
+            # the recorded set is what a target device re-runs
+            v = run("verify", got + "#epoch_1.safetensors", check=0)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            self.assertIn("rec0", v.stdout + v.stderr)
+
     def test_expected_outputs_and_unsupported_graph(self):
         need("aws", "checking S3 uploads needs awscli")
         train = os.path.join(self.dir, "train")
