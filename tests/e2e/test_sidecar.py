@@ -454,9 +454,14 @@ class RecordedSets(TmpDirCase):
         write_ckpt(os.path.join(self.train, "ckpts", "epoch_3.safetensors"), bad)
         p = self.scan()
         rec = archives(self.train)["train.zip"]
-        self.assertEqual(rec["verification"], "failed", p.stderr)
-        self.assertIn("recorded test 'rec0': output 'output'", rec["verification_error"])
-        self.assertIn("not finite", rec["verification_error"])
+        # held (the default): the tag is taken back, the archive is as before
+        why = rec["failed.epoch_3.safetensors"]
+        self.assertIn("recorded test 'rec0': output 'output'", why, p.stderr)
+        self.assertIn("not finite", why)
+        self.assertIn("taken back", why)
+        self.assertEqual((rec["tag"], rec["verification"]), (t2, "passed"))
+        with zipfile.ZipFile(zp) as z:
+            self.assertEqual(z.read("tags.txt").decode().split(), [t1, t2])
 
     def test_recorded_without_sets_fails_and_mldef_records_signed(self):
         write_ckpt(os.path.join(self.train, "ckpts", "epoch_1.safetensors"), weights(1))
