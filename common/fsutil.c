@@ -39,6 +39,20 @@ void ck_dirname(char *out, size_t outsz, const char *path)
     }
 }
 
+bool ck_path_split_part(const char *spec, char *file, size_t filesz, const char **part)
+{
+    const char *hash = strrchr(spec, '#');
+    struct stat st;
+    *part = NULL;
+    if (!hash || stat(spec, &st) == 0 || (size_t)(hash - spec) >= filesz || !hash[1]) {
+        snprintf(file, filesz, "%s", spec);
+        return false;
+    }
+    snprintf(file, filesz, "%.*s", (int)(hash - spec), spec);
+    *part = hash + 1;
+    return true;
+}
+
 const char *ck_basename(const char *path)
 {
     const char *slash = strrchr(path, '/');

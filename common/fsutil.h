@@ -59,6 +59,10 @@ int ck_path_join(char *out, size_t outsz, const char *a, const char *b);
 /* The folder part of path into out ("." when there is none). */
 void ck_dirname(char *out, size_t outsz, const char *path);
 const char *ck_basename(const char *path);
+/* "FILE#PART" names PART inside FILE (a SameDiff archive's tag) when no file
+ * has the whole name: then file gets FILE, *part points after the last '#'
+ * and the result is true. Otherwise file gets all of spec, *part is NULL. */
+bool ck_path_split_part(const char *spec, char *file, size_t filesz, const char **part);
 bool ck_is_dir(const char *path);
 /* Whether name (a file name, no folder) is a temporary ck_atomic_open makes:
  * ".NAME.ckptd-XXXXXX.tmp", or the unmarked ".metadata.yaml.XXXXXX.tmp" and

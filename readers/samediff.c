@@ -26,6 +26,7 @@
  *   big-endian), each checked to describe exactly the bytes present. */
 #include "readers/reader.h"
 
+#include "common/fsutil.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "model/sdschema.h"
@@ -1130,24 +1131,11 @@ out:
     return err;
 }
 
-/* "RUN.zip#TAG" names a tag of an archive (when no file has that whole name). */
-static bool split_tag(const char *path, char *file, size_t filesz, const char **tag)
-{
-    const char *hash = strrchr(path, '#');
-    struct stat st;
-    *tag = NULL;
-    if (!hash || stat(path, &st) == 0 || (size_t)(hash - path) >= filesz || !hash[1])
-        return false;
-    snprintf(file, filesz, "%.*s", (int)(hash - path), path);
-    *tag = hash + 1;
-    return true;
-}
-
 static int sd_probe(const char *full, const unsigned char *head, size_t headlen)
 {
     char file[4096], h2[64];
     const char *want, *path = full;
-    if (headlen == 0 && split_tag(full, file, sizeof(file), &want)) {
+    if (headlen == 0 && ck_path_split_part(full, file, sizeof(file), &want)) {
         /* "RUN.zip#TAG": probe the archive itself. */
         FILE *f = fopen(file, "rb");
         if (!f)
@@ -1200,7 +1188,7 @@ static int sd_open(const char *full, struct ck_tensor_set **out)
 {
     char file[4096];
     const char *want = NULL, *path = full;
-    if (split_tag(full, file, sizeof(file), &want))
+    if (ck_path_split_part(full, file, sizeof(file), &want))
         path = file;
     struct ck_tensor_set *s = ck_tensor_set_new("samediff", path);
     const unsigned char *p;

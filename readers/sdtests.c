@@ -1,6 +1,7 @@
 /* Recorded test sets of a SameDiff archive's tag (readers/sdtests.h). */
 #include "readers/sdtests.h"
 
+#include "common/fsutil.h"
 #include "common/error.h"
 #include "common/zipjournal.h"
 #include "readers/zipin.h"
@@ -20,20 +21,6 @@
 #define SETTXT_MAX (1u << 20)           /* set.txt */
 #define ARRAY_MAX ((uint64_t)INT32_MAX) /* FlatBuffers cannot address more */
 
-/* "RUN.zip#TAG" when no file has that whole name (as the model reader). */
-static void split_spec(const char *spec, char *file, size_t filesz, const char **tag)
-{
-    const char *hash = strrchr(spec, '#');
-    struct stat st;
-    *tag = NULL;
-    if (!hash || stat(spec, &st) == 0 || (size_t)(hash - spec) >= filesz || !hash[1]) {
-        snprintf(file, filesz, "%s", spec);
-        return;
-    }
-    snprintf(file, filesz, "%.*s", (int)(hash - spec), spec);
-    *tag = hash + 1;
-}
-
 bool ck_sdtests_is_archive(const char *spec)
 {
     char file[4096];
@@ -41,7 +28,7 @@ bool ck_sdtests_is_archive(const char *spec)
     struct ck_zipin zi;
     uint64_t idx;
     bool yes = false;
-    split_spec(spec, file, sizeof file, &tag);
+    ck_path_split_part(spec, file, sizeof file, &tag);
     if (ck_zipin_open(&zi, file) == 0) {
         yes = ck_zipin_find(&zi, "tags.txt", &idx) == 0;
         ck_zipin_close(&zi);
@@ -364,7 +351,7 @@ static int load(const char *spec, bool or_earlier, struct ck_sdtests *out)
     const char *want;
     int err, fd;
     memset(out, 0, sizeof *out);
-    split_spec(spec, file, sizeof file, &want);
+    ck_path_split_part(spec, file, sizeof file, &want);
     if (!(out->path = strdup(file)) || !(out->s = ck_tensor_set_new("samediff", file))) {
         ck_sdtests_release(out);
         return ck_error(CK_ENOMEM, "out of memory");

@@ -335,7 +335,7 @@ int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck
     uint32_t nv = ck_fbb_vec_offsets(b, (uint32_t)m->nnodes);
     ck_fbb_set_off(b, &t, FG_NODES, nv);
     for (size_t i = 0; i < m->nnodes; i++) {
-        uint32_t at;
+        uint32_t at = 0;
         if ((err = write_node(&g, i, &at)) < 0)
             goto out;
         ck_fbb_vec_set_off(b, nv, (uint32_t)i, at);

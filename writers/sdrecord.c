@@ -1,6 +1,7 @@
 /* A recorded test set appended under a SameDiff tag (writers/sdrecord.h). */
 #include "writers/sdrecord.h"
 
+#include "common/fsutil.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -18,20 +19,6 @@
 
 #define TAGS_MAX (1u << 24) /* tags.txt, as the SameDiff writer */
 #define MAX_SETS 100000u
-
-/* "RUN.zip#TAG" when no file has that whole name (as the SameDiff reader). */
-static void split_spec(const char *spec, char *file, size_t filesz, const char **tag)
-{
-    const char *hash = strrchr(spec, '#');
-    struct stat st;
-    *tag = NULL;
-    if (!hash || stat(spec, &st) == 0 || (size_t)(hash - spec) >= filesz || !hash[1]) {
-        snprintf(file, filesz, "%s", spec);
-        return;
-    }
-    snprintf(file, filesz, "%.*s", (int)(hash - spec), spec);
-    *tag = hash + 1;
-}
 
 /* The tag as tags.txt spells it: want (case-insensitively) or the last one. */
 static int find_tag(struct ck_zipapp *z, const char *want, char *tag, size_t tagsz)
@@ -132,7 +119,7 @@ int ck_sdrecord_add(const char *spec, const struct ck_tensor *in, size_t nin,
     struct ck_zipapp z;
     struct ck_buf txt;
     int err;
-    split_spec(spec, file, sizeof file, &want);
+    ck_path_split_part(spec, file, sizeof file, &want);
     if (!nin || !nout || nin > 4096 || nout > 4096)
         return ck_error(CK_EUSAGE, "'%s': a test set takes 1 to 4096 inputs and outputs", file);
     if ((err = ck_zipapp_open(&z, file)) < 0)
