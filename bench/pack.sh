@@ -4,7 +4,8 @@
 # layers), page-cached, against `cp` of the same file and Info-ZIP `zip -0`
 # (Debian's zip) in the same run, on a release build. Best of 3 wall times;
 # max RSS from /usr/bin/time -v. Goals: at most 1.2x cp's time, at least
-# zip -0's speed, RSS under 64 MiB.
+# zip -0's speed, RSS under 64 MiB. Also `cp` followed by `sync FILE`: pack
+# fsyncs its archive before renaming it into place, cp and zip do not.
 # Usage: bench/pack.sh [BUILD_DIR] [SIZE_MIB]
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -66,6 +67,9 @@ cat "$src" > /dev/null # page-cached for every contender
 mib=$(( $(stat -c %s "$src") >> 20 ))
 
 t_cp=$(best cp "$src" "$work/out.cp")
+# cp does not fsync; pack does (a finished archive survives a crash), so the
+# same durability from cp costs a sync of the copy too
+t_cps=$(best sh -c 'cp "$1" "$2" && sync "$2"' sh "$src" "$work/out.cps")
 t_zip=$(best zip -0 -q -j "$work/out.zip" "$src")
 t_pack=$(best "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
 read -r rss_pack cpu_pack < <(rss_cpu "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
@@ -74,10 +78,12 @@ read -r rss_cp cpu_cp < <(rss_cpu cp "$src" "$work/out.cp")
 
 printf 'checkpoint: %d MiB safetensors, %d tensors of 4096x4096 float32\n' "$mib" "$n"
 printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "cp" "$t_cp" "$(mbps "$mib" "$t_cp")" "$cpu_cp" "$rss_cp"
+printf '%-32s %8ss %6s MiB/s\n' "cp + sync FILE" "$t_cps" "$(mbps "$mib" "$t_cps")"
 printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "zip -0" "$t_zip" "$(mbps "$mib" "$t_zip")" "$cpu_zip" "$rss_zip"
 printf '%-32s %8ss %6s MiB/s  cpu %ss  rss %s KiB\n' "ckptd pack --format mldef -0" "$t_pack" \
     "$(mbps "$mib" "$t_pack")" "$cpu_pack" "$rss_pack"
 printf 'pack / cp time: %sx (goal <= 1.2)   zip -0 / pack time: %sx (goal >= 1.0)   rss goal < 65536 KiB\n' \
     "$(ratio "$t_pack" "$t_cp")" "$(ratio "$t_zip" "$t_pack")"
+printf 'pack / (cp + sync) time: %sx (the same durability)\n' "$(ratio "$t_pack" "$t_cps")"
 printf 'cpu: pack / cp %sx, zip -0 / pack %sx; load average %s\n' "$(ratio "$cpu_pack" "$cpu_cp")" \
     "$(ratio "$cpu_zip" "$cpu_pack")" "$(cut -d' ' -f1-3 /proc/loadavg)"
