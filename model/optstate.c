@@ -83,7 +83,21 @@ static int classify(const struct ck_tensor_set *s, size_t i, struct ck_optstate 
             o->unmapped++;
             return 0;
         }
-        return push(l, i, name, (size_t)(last - name), last + 9, strlen(last + 9));
+        /* tied only to a tensor of the set; an NNabla state array (not the
+         * scalar step count) only when its shape is its parameter's */
+        char *param = strndup(name, (size_t)(last - name));
+        if (!param)
+            return ck_error(CK_ENOMEM, "out of memory");
+        const struct ck_tensor *v = ck_tensor_set_find(s, param);
+        bool nnp = s->format && !strcmp(s->format, "nnp");
+        int err = 0;
+        if (!v || (v->role && !strcmp(v->role, "updater")) ||
+            (nnp && t->rank > 0 && !same_shape(v, t)))
+            o->unmapped++;
+        else
+            err = push(l, i, param, strlen(param), last + 9, strlen(last + 9));
+        free(param);
+        return err;
     }
     if (!s->format || strcmp(s->format, "tf-bundle"))
         return 0;

@@ -3,7 +3,10 @@
  * as updater.txt + updater/N.fb, never as parameters.
  *
  *   SameDiff, NNabla  role "updater", "<var>/updater/<key>" (the readers name
- *                     FlatGraph.updaterState and solver states so)
+ *                     FlatGraph.updaterState and solver states so); tied only
+ *                     when "<var>" is a tensor of the set, and for NNabla
+ *                     (format "nnp") a state array that is not a scalar (the
+ *                     step count "t") only when its shape is the variable's
  *   TF v2 bundles     "<v>/.OPTIMIZER_SLOT/<optimizer>/<key>/.ATTRIBUTES/VARIABLE_VALUE",
  *                     the slot of "<v>/.ATTRIBUTES/VARIABLE_VALUE"
  *   TF v1 bundles     "<var>/<key>" with key Adam, Adam_1, Momentum, RMSProp,

@@ -52,6 +52,7 @@ struct h5item {
 struct h5walk {
     const char *label;
     uint64_t file_size;
+    unsigned flags; /* CK_H5PARAM_* */
     struct h5item *items;
     size_t n, cap;
     int err;
@@ -220,10 +221,22 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
             ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot open the dataset", w->label, it->name);
         goto out;
     }
-    if (H5Tget_class(t) != H5T_FLOAT || H5Tget_size(t) != 4) {
-        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': not float32", w->label, it->name);
+    /* float32, or (CK_H5PARAM_INTEGERS) an integer of 1 to 8 bytes read as int64
+     * (native long long: little-endian on the Linux targets ckptd builds for) */
+    H5T_class_t cls = H5Tget_class(t);
+    size_t stored_size = H5Tget_size(t);
+    bool integer = cls == H5T_INTEGER && (w->flags & CK_H5PARAM_INTEGERS);
+    if (integer && (stored_size < 1 || stored_size > 8)) {
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': an integer of %zu bytes", w->label, it->name,
+                       stored_size);
         goto out;
     }
+    if (!integer && (cls != H5T_FLOAT || stored_size != 4)) {
+        err = ck_error(CK_EFORMAT, "'%s': tensor '%s': not float32%s", w->label, it->name,
+                       (w->flags & CK_H5PARAM_INTEGERS) ? " nor an integer" : "");
+        goto out;
+    }
+    size_t esize = integer ? 8 : 4;
     H5S_class_t sc = H5Sget_simple_extent_type(sp);
     int rank = sc == H5S_SCALAR ? 0 : H5Sget_simple_extent_ndims(sp);
     if ((sc != H5S_SIMPLE && sc != H5S_SCALAR) || rank < 0 || rank > CK_TENSOR_MAX_RANK ||
@@ -241,7 +254,7 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
         numel *= dims[i];
         sdims[i] = (int64_t)dims[i];
     }
-    if (numel > w->file_size / 4) {
+    if (numel > w->file_size / stored_size) {
         err = ck_error(CK_EFORMAT,
                        "'%s': tensor '%s': its elements cannot fit in a file of %" PRIu64 " bytes",
                        w->label, it->name, w->file_size);
@@ -253,20 +266,22 @@ static int child_dataset(const struct h5walk *w, hid_t file, const struct h5item
                        w->label, it->name, (unsigned long long)stored, numel);
         goto out;
     }
-    uint64_t nbytes = numel * 4;
+    uint64_t nbytes = numel * esize;
     if (!(buf = malloc(nbytes ? nbytes : 1))) {
         err = ck_error(CK_ENOMEM, "'%s': tensor '%s': out of memory", w->label, it->name);
         goto out;
     }
-    if (numel && H5Dread(d, H5T_IEEE_F32LE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) {
+    if (numel && H5Dread(d, integer ? H5T_NATIVE_LLONG : H5T_IEEE_F32LE, H5S_ALL, H5S_ALL,
+                         H5P_DEFAULT, buf) < 0) {
         err = ck_error(CK_EFORMAT, "'%s': tensor '%s': cannot read the data", w->label, it->name);
         goto out;
     }
     uint32_t nl = (uint32_t)strlen(it->name);
-    int32_t r = rank, ng = it->need_grad;
+    int32_t r = rank, ng = it->need_grad, kind = integer;
     if (ck_write_all(fd, "T", 1) || ck_write_all(fd, &nl, 4) || ck_write_all(fd, it->name, nl) ||
         ck_write_all(fd, &r, 4) || ck_write_all(fd, sdims, sizeof(int64_t) * (size_t)rank) ||
-        ck_write_all(fd, &ng, 4) || ck_write_all(fd, &nbytes, 8) || ck_write_all(fd, buf, nbytes))
+        ck_write_all(fd, &ng, 4) || ck_write_all(fd, &kind, 4) || ck_write_all(fd, &nbytes, 8) ||
+        ck_write_all(fd, buf, nbytes))
         _exit(1); /* the parent went away */
 out:
     free(buf);
@@ -280,7 +295,7 @@ out:
 }
 
 static void child_main(int fd, const char *label, const char *path, const void *image,
-                       size_t imagelen, uint64_t file_size)
+                       size_t imagelen, uint64_t file_size, unsigned flags)
 {
     struct h5walk w;
     hid_t fapl = -1, file = -1;
@@ -288,6 +303,7 @@ static void child_main(int fd, const char *label, const char *path, const void *
     memset(&w, 0, sizeof(w));
     w.label = label;
     w.file_size = file_size;
+    w.flags = flags;
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     if (image) {
         if ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || H5Pset_fapl_core(fapl, 1 << 16, 0) < 0 ||
@@ -350,10 +366,11 @@ static int read_all(int fd, void *p, size_t n)
     return 0;
 }
 
-static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t file_size, int fd)
+static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t file_size,
+                         unsigned flags, int fd)
 {
     uint32_t nl;
-    int32_t rank, ng;
+    int32_t rank, ng, kind;
     uint64_t nbytes, numel;
     struct ck_tensor t;
     char *name = NULL;
@@ -362,7 +379,8 @@ static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t fi
     memset(&t, 0, sizeof(t));
     if (read_all(fd, &nl, 4) || nl == 0 || nl > H5P_MAX_NAME || !(name = malloc(nl + 1)) ||
         read_all(fd, name, nl) || read_all(fd, &rank, 4) || rank < 0 || rank > CK_TENSOR_MAX_RANK ||
-        read_all(fd, t.dims, 8 * (size_t)rank) || read_all(fd, &ng, 4) ||
+        read_all(fd, t.dims, 8 * (size_t)rank) || read_all(fd, &ng, 4) || read_all(fd, &kind, 4) ||
+        (kind != 0 && kind != 1) || (kind == 1 && !(flags & CK_H5PARAM_INTEGERS)) ||
         read_all(fd, &nbytes, 8)) {
         free(name);
         return ck_error(CK_EFORMAT, "'%s': the HDF5 reader sent a bad record", label);
@@ -370,9 +388,12 @@ static int parent_tensor(struct ck_tensor_set *s, const char *label, uint64_t fi
     name[nl] = 0;
     t.name = name;
     t.rank = rank;
-    t.dtype = CK_DT_F32;
+    t.dtype = kind ? CK_DT_I64 : CK_DT_F32;
     t.role = "parameter";
-    if (ck_tensor_numel(&t, &numel) < 0 || numel > file_size / 4 || nbytes != numel * 4) {
+    /* an integer is stored in at least one byte of the file, a float32 in four */
+    uint64_t esize = kind ? 8 : 4;
+    if (ck_tensor_numel(&t, &numel) < 0 || numel > file_size / (kind ? 1 : 4) ||
+        nbytes != numel * esize) {
         err = ck_error(CK_EFORMAT, "'%s': tensor '%s': bad size from the HDF5 reader", label, name);
         goto out;
     }
@@ -417,6 +438,12 @@ static int parent_error(const char *label, int fd)
 int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path, const void *image,
                     size_t imagelen)
 {
+    return ck_h5param_read_flags(s, label, path, image, imagelen, 0);
+}
+
+int ck_h5param_read_flags(struct ck_tensor_set *s, const char *label, const char *path,
+                          const void *image, size_t imagelen, unsigned flags)
+{
     uint64_t file_size = imagelen;
     int fds[2], err = 0, status = 0;
     bool done = false;
@@ -443,7 +470,7 @@ int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path
         close(fds[0]);
         signal(SIGPIPE, SIG_DFL);
         child_limits(file_size);
-        child_main(fds[1], label, path, image, imagelen, file_size);
+        child_main(fds[1], label, path, image, imagelen, file_size, flags);
     }
     close(fds[1]);
     while (err >= 0 && !done) {
@@ -453,7 +480,7 @@ int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path
             break;
         }
         if (kind == 'T')
-            err = parent_tensor(s, label, file_size, fds[0]);
+            err = parent_tensor(s, label, file_size, flags, fds[0]);
         else if (kind == 'E')
             err = parent_error(label, fds[0]);
         else if (kind == 'D')

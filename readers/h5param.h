@@ -26,6 +26,14 @@
 int ck_h5param_read(struct ck_tensor_set *s, const char *label, const char *path, const void *image,
                     size_t imagelen);
 
+/* Flags of ck_h5param_read_flags. CK_H5PARAM_INTEGERS: integer datasets
+ * (1 to 8 bytes, any order and sign) are read too, as int64 (CK_DT_I64),
+ * for NNabla solver states' step counts "t"; without it they are an error. */
+#define CK_H5PARAM_INTEGERS 1u
+
+int ck_h5param_read_flags(struct ck_tensor_set *s, const char *label, const char *path,
+                          const void *image, size_t imagelen, unsigned flags);
+
 /* Whether head starts with the HDF5 signature. */
 int ck_h5param_is_hdf5(const unsigned char *head, size_t len);
 

@@ -19,7 +19,9 @@
  * - a parameter whose declared shape differs from its data's shape, a data
  *   count that is not the product of the shape, a function naming a variable
  *   the network does not declare: each is an error naming the file and
- *   tensor. */
+ *   tensor;
+ * - solver states ("*_optimizer.h5.optimizer", see "solver states" below)
+ *   are tensors "<parameter>/updater/<state>" with role "updater". */
 #include "readers/reader.h"
 
 #include "common/buf.h"
@@ -699,6 +701,65 @@ out:
     return err;
 }
 
+/* ---- solver states ----
+ *
+ * nnabla/utils/save.py (include_solver_state, solver_state_format ".h5")
+ * stores each optimizer's solver.save_states() as the member
+ * "<optimizer>_<solver type>_optimizer.h5.optimizer"; nnabla's loader
+ * (get_file_handle.py, _load_solve_state_from_h5) reads it as datasets
+ * "<parameter>/<state>" (Adam: m, v; Momentum: m; ...) and "<parameter>/t",
+ * the step count, an integer scalar. Each becomes the tensor
+ * "<parameter>/updater/<state>" with role "updater" (model/optstate.h ties
+ * it to its parameter, or counts it as unmapped). The protobuf form
+ * ("*_optimizer.protobuf.optimizer") is not read: its member is named in the
+ * meta entry "solver_state_unread". */
+
+#define NNP_STATE_H5 "_optimizer.h5.optimizer"
+#define NNP_STATE_PB "_optimizer.protobuf.optimizer"
+
+static bool is_state_name(const char *n)
+{
+    return ck_text_ends_with_icase(n, NNP_STATE_H5) || ck_text_ends_with_icase(n, NNP_STATE_PB);
+}
+
+static int solver_states(struct ck_tensor_set *s, const char *label, const void *image, size_t len)
+{
+    struct ck_tensor_set *st = ck_tensor_set_new("nnp", label);
+    int err;
+    if (!st)
+        return ck_error(CK_ENOMEM, "'%s': out of memory", label);
+    if ((err = ck_h5param_read_flags(st, label, NULL, image, len, CK_H5PARAM_INTEGERS)) < 0)
+        goto out;
+    for (size_t i = 0; i < st->ntensors && err >= 0; i++) {
+        struct ck_tensor t = st->tensors[i];
+        const char *slash = strrchr(t.name, '/');
+        struct ck_buf name;
+        void *data = NULL;
+        ck_buf_init(&name, 3 * 65536);
+        if (slash && slash != t.name && slash[1])
+            err = ck_buf_printf(&name, "%.*s/updater/%s", (int)(slash - t.name), t.name, slash + 1);
+        else /* not "<parameter>/<state>": kept, and counted as unmapped */
+            err = ck_buf_puts(&name, t.name);
+        if (err >= 0 && ck_tensor_set_find(s, ck_buf_str(&name)))
+            err = ck_error(CK_EFORMAT, "'%s': solver state '%s' appears twice", label,
+                           ck_buf_str(&name));
+        if (err >= 0 && (err = ck_tensor_set_alloc(s, t.nbytes, &data)) >= 0) {
+            if (t.nbytes)
+                memcpy(data, t.data, t.nbytes);
+            t.data = data;
+            t.role = "updater";
+            if (!(t.name = ck_tensor_set_strdup(s, ck_buf_str(&name), name.len)))
+                err = ck_error(CK_ENOMEM, "'%s': out of memory", label);
+            else
+                err = ck_tensor_set_add(s, &t, NULL);
+        }
+        ck_buf_release(&name);
+    }
+out:
+    ck_tensor_set_free(st);
+    return err;
+}
+
 /* ---- the archive ---- */
 
 static int nnp_zip(struct ck_tensor_set *s, const char *path)
@@ -716,6 +777,8 @@ static int nnp_zip(struct ck_tensor_set *s, const char *path)
         int64_t *slot = NULL;
         if (!n || strchr(n, '/'))
             continue;
+        if (is_state_name(n))
+            continue; /* read after the parameters */
         if (!strcmp(n, "nnp_version.txt"))
             slot = &version;
         else if (is_text_name(n))
@@ -767,6 +830,21 @@ static int nnp_zip(struct ck_tensor_set *s, const char *path)
         snprintf(label, sizeof(label), "%s: %s", path, ck_zipin_name(&zi, (uint64_t)text));
         if ((err = ck_zipin_read(&zi, s, (uint64_t)text, CK_NNTXT_MAX_TEXT, &td, &tlen)) < 0 ||
             (err = read_text(s, label, td, tlen, param >= 0)) < 0)
+            goto out;
+    }
+    for (uint64_t i = 0; i < zi.nentries; i++) {
+        const char *n = ck_zipin_name(&zi, i);
+        if (!n || strchr(n, '/') || !is_state_name(n))
+            continue;
+        if (ck_text_ends_with_icase(n, NNP_STATE_PB)) {
+            if ((err = ck_tensor_set_add_meta(s, "solver_state_unread", n)) < 0)
+                goto out;
+            continue;
+        }
+        snprintf(label, sizeof(label), "%s: %s", path, n);
+        if ((err = ck_tensor_set_add_meta(s, "solver_state_file", n)) < 0 ||
+            (err = ck_zipin_read(&zi, s, i, CK_TENSOR_ALLOC_MAX, &d, &len)) < 0 ||
+            (err = solver_states(s, label, d, (size_t)len)) < 0)
             goto out;
     }
 out:

@@ -250,6 +250,112 @@ class Pack(TmpDirCase):
                     np.testing.assert_array_equal(a["t1"]["updater"][p][key], arr,
                                                   err_msg=f"{label} {p} {key}")
 
+    def nnabla_with_states(self, name, states, extra=None, truncate=False):
+        """The LeNet .nnp plus a solver-state member in NNabla's layout
+        (nnabla/utils/get_file_handle.py, _load_solve_state_from_h5, and
+        nnabla/utils/cli/utility.py, save_optimizer_states): the member
+        "<optimizer>_<solver>_optimizer.h5.optimizer" holds, per parameter, a
+        group "<parameter>" (attribute index, the save order) with one dataset
+        per state array and the integer scalar "t", the step count. The state
+        names here ("m", "v") stand for the solver's own; the reader takes
+        any name."""
+        try:
+            import h5py
+        except ImportError:
+            raise unittest.SkipTest("python3-h5py is not installed")
+        import io
+        lenet = shared("nnabla", "lenet_010000.nnp")
+        buf = io.BytesIO()
+        with h5py.File(buf, "w") as f:
+            for i, (param, st) in enumerate(states.items()):
+                g = f.create_group(param)
+                g.attrs["index"] = i
+                for key, arr in st.items():
+                    g.create_dataset(key, data=arr)
+            for key, arr in (extra or {}).items():
+                f.create_dataset(key, data=arr)
+        data = buf.getvalue()
+        if truncate:
+            data = data[:len(data) // 2]
+        nnp = os.path.join(self.dir, name)
+        with zipfile.ZipFile(lenet) as src, zipfile.ZipFile(nnp, "w") as z:
+            for n in src.namelist():
+                z.writestr(n, src.read(n))
+            z.writestr("optimizer_Adam_optimizer.h5.optimizer", data)
+        return nnp
+
+    def lenet_shapes(self):
+        t = {x["name"]: x for x in inspect(shared("nnabla", "lenet_010000.nnp"))["tensors"]}
+        return {n: tuple(x["shape"]) for n, x in t.items() if x["role"] == "parameter"}
+
+    def test_nnabla_solver_states_as_updater_files(self):
+        shapes = self.lenet_shapes()
+        rng = np.random.default_rng(5)
+        out = os.path.join(self.dir, "run.zip")
+        expect = {}
+        for ep in (1, 2):
+            st = {}
+            for p, shape in shapes.items():
+                st[p] = {"m": rng.standard_normal(shape).astype(np.float32),
+                         "v": rng.random(shape).astype(np.float32),
+                         "t": np.int64(100 * ep)}
+            if ep == 2:  # conv1/conv/b's state as in epoch 1: shared, not stored again
+                st["conv1/conv/b"] = {k: v for k, v in expect[1]["conv1/conv/b"].items()}
+                st["conv1/conv/b"]["t"] = np.int64(100)
+            expect[ep] = st
+            nnp = self.nnabla_with_states(f"ep{ep}.nnp", st)
+            pack(nnp, out, "--tag", f"ep{ep}")
+        _, a = sdfb.read_archive(out)
+        for ep in (1, 2):
+            tag = f"ep{ep}"
+            self.assertEqual(sorted(a[tag]["updater"]), sorted(shapes), tag)
+            for p in shapes:
+                self.assertEqual(a[tag]["config"]["updaterStateKeys"][p], ["m", "t", "v"])
+                got = a[tag]["updater"][p]
+                for key, ref in expect[ep][p].items():
+                    np.testing.assert_array_equal(np.asarray(got[key]).reshape(np.shape(ref)),
+                                                  ref, err_msg=f"{tag} {p} {key}")
+            self.assertEqual(sorted(a[tag]["params"]), sorted(shapes))
+        with zipfile.ZipFile(out) as z:
+            line = [x for x in z.read("ep2/updater.txt").decode().splitlines()
+                    if x.startswith("conv1/conv/b ")][0]
+        self.assertRegex(line, r"^conv1/conv/b ep1/\d+ ep1/\d+ ep1/\d+$")
+        # inspect lists them with role "updater"
+        t = {x["name"]: x for x in inspect(self.nnabla_with_states("i.nnp", expect[2]))["tensors"]}
+        self.assertEqual(t["fc3/affine/W/updater/m"]["role"], "updater")
+        self.assertEqual(t["fc3/affine/W/updater/t"]["role"], "updater")
+        np.testing.assert_array_equal(t["conv2/conv/W/updater/v"]["values"],
+                                      expect[2]["conv2/conv/W"]["v"].ravel())
+        self.assertEqual(t["conv2/conv/W/updater/t"]["values"], [200])
+
+    def test_nnabla_solver_states_hostile(self):
+        shapes = self.lenet_shapes()
+        good = {p: {"m": np.ones(s, np.float32), "t": np.int64(3)} for p, s in shapes.items()}
+        out = os.path.join(self.dir, "run.zip")
+        # a state whose shape disagrees with its parameter, and one for a
+        # parameter the file does not have: left out, with the writer's warning
+        bad = dict(good)
+        bad["conv1/conv/W"] = {"m": np.ones((3, 3), np.float32), "t": np.int64(3)}
+        bad["nowhere/W"] = {"m": np.ones(4, np.float32), "t": np.int64(3)}
+        p = pack(self.nnabla_with_states("bad.nnp", bad), out, "--tag", "bad")
+        self.assertIn("samediff.updater_unmapped", p.stdout + p.stderr)
+        self.assertIn("arrays=3", p.stdout + p.stderr)
+        _, a = sdfb.read_archive(out)
+        self.assertEqual(sorted(a["bad"]["updater"]), sorted(shapes))
+        self.assertEqual(sorted(a["bad"]["updater"]["conv1/conv/W"]), ["t"])  # m left out
+        self.assertEqual(sorted(a["bad"]["params"]), sorted(shapes))
+        # a truncated member: an error naming the file and the member, no crash
+        p = pack(self.nnabla_with_states("cut.nnp", good, truncate=True), out, "--tag", "cut",
+                 check=None)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("optimizer_Adam_optimizer.h5.optimizer", p.stderr)
+        self.assertNotIn("cut", sdfb.read_archive(out)[0])
+        # a state of a type that is neither float32 nor an integer: named error
+        p = pack(self.nnabla_with_states("str.nnp", good, extra={"x/W/m": np.ones(2, np.float64)}),
+                 out, "--tag", "f64", check=None)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("'x/W/m': not float32 nor an integer", p.stderr)
+
     def test_loss_variables_in_graph(self):
         def losses(out, tag):
             _, a = sdfb.read_archive(out)
