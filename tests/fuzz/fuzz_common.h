@@ -62,7 +62,14 @@ static inline void ck_fuzz_open(const char *path, const char *format)
             if (ck_tensor_numel(&s->tensors[i], &n) == 0 && n)
                 (void)ck_tensor_get_f64(&s->tensors[i], n - 1);
         }
-        (void)ck_reader_verify(ck_reader_of(s), s);
+        {   /* with the CRC-32C hand-back, as inspect --verify asks */
+            struct ck_tensor_crcs crcs = {calloc(s->ntensors + 1, sizeof(uint32_t)),
+                                          calloc(s->ntensors + 1, sizeof(bool))};
+            if (crcs.crc32c && crcs.known)
+                (void)ck_reader_verify(ck_reader_of(s), s, &crcs);
+            free(crcs.crc32c);
+            free(crcs.known);
+        }
         for (size_t i = 0; i < s->ntensors; i++) {
             uint64_t n;
             float f[4];
