@@ -186,18 +186,13 @@ int ck_testdata_parse_binary(const void *data, size_t len, const char *label, ui
 }
 
 /* Values of one sample of io (its shape without the batch dimension); 0
- * when a dimension past the first is unknown. */
+ * when a dimension past the first is unknown, or io has no batch dimension
+ * or more than the engine takes. */
 static uint64_t per_sample(const struct ck_model_io *io)
 {
-    uint64_t n = 1;
     if (io->rank < 1 || io->rank > CK_INFER_MAX_RANK)
         return 0;
-    for (int d = 1; d < io->rank; d++) {
-        if (io->dims[d] < 0 || (io->dims[d] && n > UINT64_MAX / (uint64_t)io->dims[d]))
-            return 0;
-        n *= (uint64_t)io->dims[d];
-    }
-    return n;
+    return ck_model_io_per_sample(io);
 }
 
 int ck_testdata_sample_sizes(const struct ck_model *m, uint64_t *per_input, uint64_t *total)

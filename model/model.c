@@ -224,6 +224,17 @@ int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_d
     return 0;
 }
 
+uint64_t ck_model_io_per_sample(const struct ck_model_io *io)
+{
+    uint64_t n = 1;
+    for (int d = 1; d < io->rank; d++) {
+        if (io->dims[d] < 0 || (io->dims[d] && n > UINT64_MAX / (uint64_t)io->dims[d]))
+            return 0;
+        n *= (uint64_t)io->dims[d];
+    }
+    return n;
+}
+
 const struct ck_tensor *ck_model_weight(const struct ck_model *m, const char *value)
 {
     return m->weights ? ck_tensor_set_find(m->weights, value) : NULL;

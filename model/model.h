@@ -151,6 +151,10 @@ int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_d
                     int rank, const int64_t *dims);
 /* The weight named value, or NULL when value is not a weight. */
 const struct ck_tensor *ck_model_weight(const struct ck_model *m, const char *value);
+/* Values of one sample of io: the product of its dims past the first (the
+ * batch); 1 for rank 0 and 1; 0 when one of them is unknown (-1) or the
+ * product overflows. */
+uint64_t ck_model_io_per_sample(const struct ck_model_io *io);
 
 /* The number of inputs op takes with these parameters: [*lo, *hi]; *hi == 0
  * means any number. (For checkers of other forms of the graph: mldef.) */

@@ -228,17 +228,6 @@ static void shape(struct ck_json *j, const char *key, int rank, const int64_t *d
     ck_json_end_array(j);
 }
 
-static uint64_t per_sample(const struct ck_model_io *io)
-{
-    uint64_t c = 1;
-    for (int d = 1; d < io->rank; d++) {
-        if (io->dims[d] < 0)
-            return 0;
-        c *= (uint64_t)io->dims[d];
-    }
-    return c;
-}
-
 static void params(struct ck_json *j, const struct ck_op_params *p)
 {
     bool any = false;
@@ -389,7 +378,7 @@ static int manifest(struct mldef_writer *w, const struct ck_model *m)
             ck_json_kstr(&j, "Name", io->name);
             ck_json_kstr(&j, "Type", out ? "output" : "input");
             ck_json_key(&j, "Count");
-            ck_json_uint(&j, per_sample(io));
+            ck_json_uint(&j, ck_model_io_per_sample(io));
             shape(&j, "Shape", io->rank, io->dims);
             ck_json_end_object(&j);
         }
@@ -401,7 +390,7 @@ static int manifest(struct mldef_writer *w, const struct ck_model *m)
         ck_json_kstr(&j, "Name", m->inputs[i].name);
         ck_json_kstr(&j, "Capabilities", "input");
         ck_json_key(&j, "Count");
-        ck_json_uint(&j, per_sample(&m->inputs[i]));
+        ck_json_uint(&j, ck_model_io_per_sample(&m->inputs[i]));
         shape(&j, "Shape", m->inputs[i].rank, m->inputs[i].dims);
         ck_json_end_object(&j);
     }
