@@ -1,6 +1,5 @@
 /* Zip members in, safely; see zipin.h. */
 #include "readers/zipin.h"
-#include "readers/crc32.h"
 #include "readers/sumpass.h"
 
 #include "common/error.h"
