@@ -89,6 +89,17 @@ def events(train):
     return out
 
 
+def edit_config(train, *pairs):
+    """Rewrites train/ckptd.yaml, each (old, new) replaced in turn; every old must be there."""
+    path = os.path.join(train, "ckptd.yaml")
+    with open(path) as f:
+        text = f.read()
+    for old, new in pairs:
+        assert old in text, f"{old!r} is not in {path}"
+        text = text.replace(old, new)
+    with open(path, "w") as f:
+        f.write(text)
+
 class Sidecar(TmpDirCase):
     def config(self, train, s3, extra=""):
         log = os.path.join(self.dir, "events")
@@ -203,10 +214,7 @@ class Sidecar(TmpDirCase):
         write_ckpt(os.path.join(train, "ckpts", "epoch_3.safetensors"), weights(3))
         with S3Server(self.dir) as s3:
             self.config(train, s3)
-            with open(os.path.join(train, "ckptd.yaml")) as f:
-                text = f.read().replace("formats: [mldef, samediff]", "formats: [samediff]")
-            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
-                f.write(text)
+            edit_config(train, ("formats: [mldef, samediff]", "formats: [samediff]"))
             p = run("scan", train, env=s3.env(), check=0, timeout=300)
             rec = archives(train)["train.zip"]
             self.assertIn("taken back", rec["failed.epoch_2.safetensors"], p.stderr)
@@ -232,10 +240,7 @@ class Sidecar(TmpDirCase):
             s3.get("runs/r1/data/deploy/train.zip", got)
             self.check_samediff(got, rec, ["epoch_1.safetensors", "epoch_3.safetensors", "epoch_5.safetensors"])
             # upload_marked: a failed tag stays in the archive and is marked
-            with open(os.path.join(train, "ckptd.yaml")) as f:
-                text = f.read().replace("on_failure: hold", "on_failure: upload_marked")
-            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
-                f.write(text)
+            edit_config(train, ("on_failure: hold", "on_failure: upload_marked"))
             damaged6 = weights(6)
             damaged6["fc2.bias"][1] = np.nan
             write_ckpt(os.path.join(train, "ckpts", "epoch_6.safetensors"), damaged6)
@@ -263,11 +268,8 @@ class Sidecar(TmpDirCase):
         write_ckpt(os.path.join(train, "ckpts", "epoch_2.safetensors"), damaged)
         with S3Server(self.dir) as s3:
             self.config(train, s3)
-            with open(os.path.join(train, "ckptd.yaml")) as f:
-                text = f.read().replace("formats: [mldef, samediff]", "formats: [samediff]")
-                text = text.replace("  on_failure: hold\n", "  on_failure: hold\n  record: true\n")
-            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
-                f.write(text)
+            edit_config(train, ("formats: [mldef, samediff]", "formats: [samediff]"),
+                        ("  on_failure: hold\n", "  on_failure: hold\n  record: true\n"))
             p = run("scan", train, env=s3.env(), check=0, timeout=300)
             rec = archives(train)["train.zip"]
             self.assertIn("taken back", rec["failed.epoch_2.safetensors"], p.stderr)
@@ -299,13 +301,9 @@ class Sidecar(TmpDirCase):
         write_ckpt(os.path.join(train, "ckpts", "epoch_4.safetensors"), odd)
         with S3Server(self.dir) as s3:
             self.config(train, s3, extra="")
-            with open(os.path.join(train, "ckptd.yaml")) as f:
-                text = f.read()
-            text = text.replace("  atol: 1e-5\n", "  atol: 1e-5\n  expected: [%s]\n"
-                                % os.path.join(self.dir, "y.npy"))
-            text = text.replace("formats: [mldef, samediff]", "formats: [mldef]")
-            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
-                f.write(text)
+            edit_config(train, ("  atol: 1e-5\n", "  atol: 1e-5\n  expected: [%s]\n"
+                                 % os.path.join(self.dir, "y.npy")),
+                        ("formats: [mldef, samediff]", "formats: [mldef]"))
             p = run("scan", train, env=s3.env(), check=0, timeout=300)
             keys = s3.keys()
             self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", keys, p.stderr)
@@ -331,11 +329,8 @@ class Sidecar(TmpDirCase):
         write_ckpt(os.path.join(train, "ckpts", "epoch_1.safetensors"), damaged)
         with S3Server(self.dir) as s3:
             self.config(train, s3)
-            with open(os.path.join(train, "ckptd.yaml")) as f:
-                text = f.read().replace("on_failure: hold", "on_failure: upload_marked")
-            text = text.replace("formats: [mldef, samediff]", "formats: [mldef]")
-            with open(os.path.join(train, "ckptd.yaml"), "w") as f:
-                f.write(text)
+            edit_config(train, ("on_failure: hold", "on_failure: upload_marked"),
+                        ("formats: [mldef, samediff]", "formats: [mldef]"))
             p = run("scan", train, env=s3.env(), check=0, timeout=300)
             self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", s3.keys(), p.stderr)
             rec = archives(train)["epoch_1.safetensors.mldef"]
