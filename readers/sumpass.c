@@ -2,7 +2,7 @@
 
 #include "common/crc32c.h"
 #include "common/error.h"
-#include "readers/crc32.h"
+#include "common/crc32.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * IEEE 754 half/bfloat16 encodings, OCP float8 tables, the protobuf
  * encoding guide), not from this code. */
 #include "test_main.h"
-#include "readers/crc32.h"
+#include "common/crc32.h"
 
 #include <zlib.h>
 

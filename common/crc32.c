@@ -9,7 +9,7 @@
  * 32 bits with Barrett's method; the tail shorter than a block goes through
  * zlib. Checked against zlib on every length from 0 to 1100 and on long
  * inputs at every alignment mod 4 in the tests. */
-#include "readers/crc32.h"
+#include "common/crc32.h"
 
 #include <zlib.h>
 
