@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <zlib.h>
+#include "common/crc32.h"
 
 #define SD_MAX_TEXT (1u << 24)
 
@@ -229,13 +229,7 @@ static const struct stored *shared_file(struct sd_writer *w, bool updater, const
 
 static int add_member(struct sd_writer *w, const char *name, const void *p, uint64_t len)
 {
-    uint32_t crc = (uint32_t)crc32(0, p, 0);
-    for (uint64_t off = 0; off < len;) {
-        uInt n = len - off > (1u << 30) ? (1u << 30) : (uInt)(len - off);
-        crc = (uint32_t)crc32(crc, (const unsigned char *)p + off, n);
-        off += n;
-    }
-    int err = ck_zipapp_add(&w->z, name, p, len, crc);
+    int err = ck_zipapp_add(&w->z, name, p, len);
     if (err >= 0)
         w->res.written += 30 + strlen(name) + len;
     return err;
@@ -297,7 +291,7 @@ static int write_updater(struct sd_writer *w, const struct ck_model *m,
                 ck_fbb_release(&b);
                 break;
             }
-            uint32_t crc = (uint32_t)crc32(0, b.p, b.len);
+            uint32_t crc = ck_crc32_extend(0, b.p, b.len);
             const struct stored *sh = shared_file(w, true, b.p, b.len, crc);
             if (sh) {
                 err = ck_buf_printf(txt, " %s/%u", w->tags[sh->tag], sh->num);
@@ -360,7 +354,7 @@ static int write_params(struct sd_writer *w, const char *tag, const char *label,
             ck_fbb_release(&b);
             break;
         }
-        uint32_t crc = (uint32_t)crc32(0, b.p, b.len);
+        uint32_t crc = ck_crc32_extend(0, b.p, b.len);
         const struct stored *sh = shared_file(w, false, b.p, b.len, crc);
         if (sh) {
             err = ck_buf_printf(txt, "%s %s/%u\n", t->name, w->tags[sh->tag], sh->num);

@@ -15,7 +15,6 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #define TAGS_MAX (1u << 24) /* tags.txt, as the SameDiff writer */
 #define MAX_SETS 100000u
@@ -88,8 +87,7 @@ static int add_array(struct ck_zipapp *z, const char *member, const struct ck_te
     snprintf(label, sizeof label, "%s: %s", z->path, member);
     ck_fbb_init(&b);
     if ((err = ck_sdarray_file(&b, t, CK_DT_INVALID, label, &scale)) >= 0) {
-        uint32_t crc = (uint32_t)crc32(0, b.p, (uInt)b.len); /* below 2 GiB (FlatBuffers) */
-        err = ck_zipapp_add(z, member, b.p, b.len, crc);
+        err = ck_zipapp_add(z, member, b.p, b.len);
     }
     ck_fbb_release(&b);
     return err;
@@ -143,8 +141,7 @@ int ck_sdrecord_add(const char *spec, const struct ck_tensor *in, size_t nin,
     if (err < 0)
         goto fail;
     snprintf(member, sizeof member, "%s%s/set.txt", prefix, res->set);
-    uint32_t crc = (uint32_t)crc32(0, (const unsigned char *)txt.data, (uInt)txt.len);
-    if ((err = ck_zipapp_add(&z, member, txt.data, txt.len, crc)) < 0)
+    if ((err = ck_zipapp_add(&z, member, txt.data, txt.len)) < 0)
         goto fail;
     ck_buf_release(&txt);
     if ((err = ck_zipapp_commit(&z)) < 0) /* releases z, restores the old archive on failure */

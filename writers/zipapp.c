@@ -1,5 +1,6 @@
 #include "writers/zipapp.h"
 
+#include "common/crc32.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/zipjournal.h"
@@ -213,15 +214,37 @@ static int open_existing(struct ck_zipapp *z)
     return err;
 }
 
-int ck_zipapp_open(struct ck_zipapp *z, const char *path)
+static int init(struct ck_zipapp *z, const char *path)
 {
-    int err;
     memset(z, 0, sizeof(*z));
     z->fd = z->lockfd = -1;
     z->tmp.fd = -1;
+    z->dos_time = dos_time();
     ck_buf_init(&z->cd, (size_t)MAX_CD);
     if (!(z->path = strdup(path)))
         return ck_error(CK_ENOMEM, "out of memory");
+    return 0;
+}
+
+int ck_zipapp_create(struct ck_zipapp *z, const char *path, mode_t mode)
+{
+    int err = init(z, path);
+    if (err < 0)
+        return err;
+    z->fresh = true;
+    if ((err = ck_atomic_open(&z->tmp, path, mode)) < 0) {
+        ck_zipapp_abort(z);
+        return err;
+    }
+    z->fd = z->tmp.fd;
+    return 0;
+}
+
+int ck_zipapp_open(struct ck_zipapp *z, const char *path)
+{
+    int err = init(z, path);
+    if (err < 0)
+        return err;
     z->fd = open(path, O_RDWR | O_CLOEXEC);
     if (z->fd >= 0) {
         err = open_existing(z);
@@ -354,76 +377,245 @@ static int ensure_journal(struct ck_zipapp *z)
     return err;
 }
 
-int ck_zipapp_add(struct ck_zipapp *z, const char *name, const void *data, uint64_t len,
-                  uint32_t crc)
+/* ---- writing members ---- */
+
+/* Data is handed to the disk every KICK bytes (sync_file_range, which does
+ * not wait), so the fsync at commit finds most of a large archive written
+ * already and waits for the tail only: the copy and the disk overlap. */
+#define KICK (8u << 20)
+/* The CRC is taken on pieces this size right before they are written, while
+ * they are in cache. */
+#define PIECE (1u << 20)
+#define OUTBUF (256u << 10)
+
+static int put_data(struct ck_zipapp *z, const void *p, size_t n)
+{
+    if (ck_pwrite_all(z->fd, p, n, z->pos) < 0)
+        return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
+    z->pos += n;
+    if (z->pos - z->kicked >= KICK) {
+        /* Advisory: an error here comes back from the fsync at commit. */
+        (void)sync_file_range(z->fd, (off64_t)z->kicked, (off64_t)(z->pos - z->kicked),
+                              SYNC_FILE_RANGE_WRITE);
+        z->kicked = z->pos;
+    }
+    return 0;
+}
+
+/* The local header of the member being written (its CRC and sizes final
+ * once the member ends; the same length either way). */
+static size_t local_header(const struct ck_zipapp *z, unsigned char *h)
+{
+    const struct ck_zipapp_member *m = &z->cur;
+    size_t nl = strlen(m->name);
+    put(h, SIG_LOCAL, 4);
+    put(h + 4, m->z64 ? 45 : 20, 2);
+    put(h + 6, FLAG_UTF8, 2);
+    put(h + 8, m->level ? 8 : 0, 2);
+    put(h + 10, z->dos_time, 4);
+    put(h + 14, m->crc, 4);
+    put(h + 18, m->z64 ? U32MAX : m->csize, 4);
+    put(h + 22, m->z64 ? U32MAX : m->size, 4);
+    put(h + 26, nl, 2);
+    put(h + 28, m->z64 ? 20 : 0, 2);
+    memcpy(h + 30, m->name, nl);
+    if (!m->z64)
+        return 30 + nl;
+    put(h + 30 + nl, 1, 2);
+    put(h + 32 + nl, 16, 2);
+    put(h + 34 + nl, m->size, 8);
+    put(h + 42 + nl, m->csize, 8);
+    return 50 + nl;
+}
+
+int ck_zipapp_begin(struct ck_zipapp *z, const char *name, uint64_t size, int level)
 {
     size_t nl = strlen(name);
-    struct ck_zipapp_entry *e = NULL;
     int err;
-    if (nl == 0 || nl > U16MAX)
+    if (z->cur.name)
+        return ck_error(CK_EUSAGE, "'%s': member '%s' is still being written", z->path,
+                        z->cur.name);
+    if (nl == 0 || nl > 4096)
         return ck_error(CK_EUSAGE, "'%s': bad member name '%s'", z->path, name);
-    if (len >= U32MAX)
-        return ck_error(CK_ESIZE, "'%s': member '%s' of %" PRIu64 " bytes is over 4 GiB", z->path,
-                        name, len);
+    if (level < 0 || level > 9)
+        return ck_error(CK_EUSAGE, "'%s': compression level %d (0 to 9)", z->path, level);
     if ((err = ensure_journal(z)) < 0)
         return err;
-    unsigned char h[30];
-    uint32_t dt = dos_time();
-    put(h, SIG_LOCAL, 4);
-    put(h + 4, 20, 2);
-    put(h + 6, FLAG_UTF8, 2);
-    put(h + 8, 0, 2);
-    put(h + 10, dt, 4);
-    put(h + 14, crc, 4);
-    put(h + 18, len, 4);
-    put(h + 22, len, 4);
-    put(h + 26, nl, 2);
-    put(h + 28, 0, 2);
-    uint64_t local = z->pos;
-    if (ck_pwrite_all(z->fd, h, 30, local) < 0 || ck_pwrite_all(z->fd, name, nl, local + 30) < 0 ||
-        ck_pwrite_all(z->fd, data, len, local + 30 + nl) < 0)
+    struct ck_zipapp_member *m = &z->cur;
+    memset(m, 0, sizeof(*m));
+    if (!(m->name = strdup(name)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    m->size = size;
+    m->level = level;
+    /* zip64 sizes when they may not fit 32 bits: deflate can grow
+     * incompressible data by a few bytes per 16 KiB block. */
+    m->z64 = size >= U32MAX - (level ? size / 1024 + 4096 : 0);
+    m->local = z->pos;
+    if (level) {
+        if (!(m->out = malloc(OUTBUF)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        if (deflateInit2(&m->zs, level, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
+            free(m->out);
+            m->out = NULL;
+            return ck_error(CK_ENOMEM, "'%s': cannot start deflate", z->path);
+        }
+        m->deflating = true;
+    }
+    unsigned char h[50 + 4096];
+    size_t hl = local_header(z, h);
+    if (ck_pwrite_all(z->fd, h, hl, z->pos) < 0)
         return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
-    z->pos = local + 30 + nl + len;
-    /* The central record: zip64 extra only for an offset past 4 GiB. */
-    bool big = local >= U32MAX;
-    unsigned char r[46 + 12];
+    z->pos += hl;
+    return 0;
+}
+
+static int deflate_some(struct ck_zipapp *z, int flush)
+{
+    struct ck_zipapp_member *m = &z->cur;
+    int err;
+    do {
+        m->zs.next_out = m->out;
+        m->zs.avail_out = OUTBUF;
+        int zr = deflate(&m->zs, flush);
+        if (zr == Z_STREAM_ERROR)
+            return ck_error(CK_ERR, "'%s': member '%s': deflate failed", z->path, m->name);
+        size_t n = OUTBUF - m->zs.avail_out;
+        if (n && (err = put_data(z, m->out, n)) < 0)
+            return err;
+        m->csize += n;
+        if (zr == Z_STREAM_END)
+            return 0;
+    } while (m->zs.avail_out == 0 || (flush == Z_FINISH));
+    return 0;
+}
+
+int ck_zipapp_write(struct ck_zipapp *z, const void *data, size_t len)
+{
+    struct ck_zipapp_member *m = &z->cur;
+    const unsigned char *p = data;
+    int err;
+    if (!m->name)
+        return ck_error(CK_EUSAGE, "'%s': no member is being written", z->path);
+    if (len > m->size - m->done)
+        return ck_error(CK_ESIZE, "'%s': member '%s': more than the %" PRIu64 " bytes declared",
+                        z->path, m->name, m->size);
+    while (len) {
+        size_t n = len < PIECE ? len : PIECE;
+        m->crc = ck_crc32_extend(m->crc, p, n);
+        if (m->deflating) {
+            m->zs.next_in = (Bytef *)(uintptr_t)p;
+            m->zs.avail_in = (uInt)n;
+            if ((err = deflate_some(z, Z_NO_FLUSH)) < 0)
+                return err;
+        } else {
+            if ((err = put_data(z, p, n)) < 0)
+                return err;
+            m->csize += n;
+        }
+        m->done += n;
+        p += n;
+        len -= n;
+    }
+    return 0;
+}
+
+static void member_release(struct ck_zipapp_member *m)
+{
+    if (m->deflating)
+        deflateEnd(&m->zs);
+    free(m->out);
+    free(m->name);
+    memset(m, 0, sizeof(*m));
+}
+
+int ck_zipapp_end(struct ck_zipapp *z)
+{
+    struct ck_zipapp_member *m = &z->cur;
+    struct ck_zipapp_entry *e = NULL;
+    int err;
+    if (!m->name)
+        return ck_error(CK_EUSAGE, "'%s': no member is being written", z->path);
+    if (m->done != m->size)
+        return ck_error(CK_ECHANGED, "'%s': member '%s': %" PRIu64 " bytes of the %" PRIu64
+                        " declared",
+                        z->path, m->name, m->done, m->size);
+    if (m->deflating && (err = deflate_some(z, Z_FINISH)) < 0)
+        return err;
+    if (!m->z64 && m->csize >= U32MAX)
+        return ck_error(CK_ESIZE, "'%s': member '%s' deflated past 4 GiB", z->path, m->name);
+    unsigned char h[50 + 4096];
+    size_t hl = local_header(z, h);
+    if (ck_pwrite_all(z->fd, h, hl, m->local) < 0)
+        return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
+    /* The central record: a zip64 extra for sizes or an offset past 4 GiB. */
+    size_t nl = strlen(m->name);
+    bool far = m->local >= U32MAX;
+    unsigned char x[4 + 24];
+    size_t xl = 0;
+    if (m->z64 || far) {
+        xl = 4;
+        if (m->z64) {
+            put(x + xl, m->size, 8);
+            put(x + xl + 8, m->csize, 8);
+            xl += 16;
+        }
+        if (far) {
+            put(x + xl, m->local, 8);
+            xl += 8;
+        }
+        put(x, 1, 2);
+        put(x + 2, xl - 4, 2);
+    }
+    uint16_t ver = m->z64 || far ? 45 : 20;
+    unsigned char r[46];
     put(r, SIG_CENTRAL, 4);
-    put(r + 4, 3 << 8 | (big ? 45 : 20), 2); /* made by unix */
-    put(r + 6, big ? 45 : 20, 2);
+    put(r + 4, 3 << 8 | ver, 2); /* made by unix */
+    put(r + 6, ver, 2);
     put(r + 8, FLAG_UTF8, 2);
-    put(r + 10, 0, 2);
-    put(r + 12, dt, 4);
-    put(r + 16, crc, 4);
-    put(r + 20, len, 4);
-    put(r + 24, len, 4);
+    put(r + 10, m->level ? 8 : 0, 2);
+    put(r + 12, z->dos_time, 4);
+    put(r + 16, m->crc, 4);
+    put(r + 20, m->z64 ? U32MAX : m->csize, 4);
+    put(r + 24, m->z64 ? U32MAX : m->size, 4);
     put(r + 28, nl, 2);
-    put(r + 30, big ? 12 : 0, 2);
+    put(r + 30, xl, 2);
     put(r + 32, 0, 2);
     put(r + 34, 0, 2);
     put(r + 36, 0, 2);
     put(r + 38, (uint64_t)0100644 << 16, 4);
-    put(r + 42, big ? U32MAX : local, 4);
+    put(r + 42, far ? U32MAX : m->local, 4);
     if ((err = add_entry(z, &e)) < 0)
         return err;
-    if (!(e->name = strdup(name)))
-        return ck_error(CK_ENOMEM, "out of memory");
-    e->crc = crc;
-    e->csize = e->usize = len;
-    e->local = local;
+    e->name = m->name;
+    m->name = NULL;
+    e->method = m->level ? 8 : 0;
+    e->crc = m->crc;
+    e->csize = m->csize;
+    e->usize = m->size;
+    e->local = m->local;
     e->added = true;
     e->rec = z->cd.len;
-    e->reclen = 46 + nl + (big ? 12 : 0);
-    if ((err = ck_buf_append(&z->cd, r, 46)) < 0 || (err = ck_buf_append(&z->cd, name, nl)) < 0)
+    e->reclen = 46 + nl + xl;
+    member_release(m);
+    if ((err = ck_buf_append(&z->cd, r, 46)) < 0 ||
+        (err = ck_buf_append(&z->cd, e->name, nl)) < 0 ||
+        (xl && (err = ck_buf_append(&z->cd, x, xl)) < 0))
         return err;
-    if (big) {
-        unsigned char x[12];
-        put(x, 1, 2);
-        put(x + 2, 8, 2);
-        put(x + 4, local, 8);
-        if ((err = ck_buf_append(&z->cd, x, 12)) < 0)
-            return err;
-    }
     return 0;
+}
+
+int ck_zipapp_add(struct ck_zipapp *z, const char *name, const void *data, uint64_t len)
+{
+    int err;
+    if ((err = ck_zipapp_begin(z, name, len, 0)) < 0)
+        return err;
+    for (uint64_t off = 0; off < len;) {
+        size_t n = len - off > (1u << 30) ? (1u << 30) : (size_t)(len - off);
+        if ((err = ck_zipapp_write(z, (const unsigned char *)data + off, n)) < 0)
+            return err;
+        off += n;
+    }
+    return ck_zipapp_end(z);
 }
 
 static int write_end(struct ck_zipapp *z)
@@ -482,6 +674,7 @@ static void release(struct ck_zipapp *z)
         ck_atomic_abort(&z->tmp);
     else if (z->fd >= 0)
         close(z->fd); /* also drops the lock */
+    member_release(&z->cur);
     for (size_t i = 0; i < z->nents; i++)
         free(z->ents[i].name);
     free(z->ents);
@@ -494,6 +687,10 @@ static void release(struct ck_zipapp *z)
 int ck_zipapp_commit(struct ck_zipapp *z)
 {
     int err;
+    if (z->cur.name) {
+        err = ck_error(CK_EUSAGE, "'%s': member '%s' was not finished", z->path, z->cur.name);
+        goto fail;
+    }
     if ((err = ensure_journal(z)) < 0 || (err = write_end(z)) < 0)
         goto fail;
     if (z->fresh) {
