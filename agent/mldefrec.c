@@ -389,21 +389,13 @@ struct entry_stream {
     zip_file_t *f;
 };
 
-static int es_rewind(void *ctx)
+static int64_t es_next(void *ctx, void *buf, size_t len, const void **out)
 {
     struct entry_stream *s = ctx;
-    if (s->f)
-        zip_fclose(s->f);
-    s->f = zip_fopen_index(s->z, s->index, 0);
-    return s->f ? 0 : ck_error(CK_EFORMAT, "cannot open entry %" PRIu64, (uint64_t)s->index);
-}
-
-static int64_t es_read(void *ctx, void *buf, size_t len)
-{
-    struct entry_stream *s = ctx;
-    if (!s->f && es_rewind(s) < 0)
-        return CK_EFORMAT;
+    if (!s->f && !(s->f = zip_fopen_index(s->z, s->index, 0)))
+        return ck_error(CK_EFORMAT, "cannot open entry %" PRIu64, (uint64_t)s->index);
     zip_int64_t n = zip_fread(s->f, buf, len);
+    *out = buf;
     return n < 0 ? ck_error(CK_EFORMAT, "entry %" PRIu64 " is corrupt", (uint64_t)s->index) : n;
 }
 
@@ -481,8 +473,7 @@ static int rewrite(const struct ck_zipin *zi, const struct ck_buf *man, const ch
             break;
         }
         es[i] = (struct entry_stream){.z = zi->z, .index = i};
-        struct ck_mldef_stream s = {
-            .size = st.size, .rewind = es_rewind, .read = es_read, .ctx = &es[i]};
+        struct ck_mldef_stream s = {.size = st.size, .next = es_next, .ctx = &es[i]};
         err = ck_mldef_zip_add_stream(z, name, &s);
     }
     if (err == 0)

@@ -36,7 +36,8 @@ struct datafile {
     const struct ck_tensor_set *set;
     size_t cur;       /* segment */
     uint64_t elem;    /* element within it */
-    uint64_t dropped; /* elements of it whose pages were dropped (pass-through) */
+    const unsigned char *handed; /* mapped bytes handed out by the last df_next */
+    uint64_t handed_len;
     unsigned char *stage;
     size_t stage_len, stage_pos;
     struct ck_convert_report *reps; /* per segment: what converting lost */
@@ -406,11 +407,12 @@ static int manifest(struct mldef_writer *w, const struct ck_model *m)
 
 /* ---- streaming a data file ---- */
 
-static int df_rewind(void *ctx)
+static int df_start(struct datafile *f)
 {
-    struct datafile *f = ctx;
     f->cur = 0;
-    f->elem = f->dropped = 0;
+    f->elem = 0;
+    f->handed = NULL;
+    f->handed_len = 0;
     f->stage_len = f->stage_pos = 0;
     free(f->reps);
     f->reps = calloc(f->nsegs ? f->nsegs : 1, sizeof *f->reps);
@@ -453,7 +455,7 @@ static int df_fill(struct datafile *f)
                         (unsigned long long)rep->inexact, (unsigned long long)rep->nonfinite,
                         (unsigned long long)rep->imag_dropped);
             f->cur++;
-            f->elem = f->dropped = 0;
+            f->elem = 0;
         }
     }
     f->stage_len = n * es;
@@ -462,7 +464,7 @@ static int df_fill(struct datafile *f)
 }
 
 /* Whether the current segment is stored exactly as the data file wants it,
- * so its bytes go to libzip without passing through the stage. */
+ * so its mapped bytes go to the zip writer as they are. */
 static bool passthrough(const struct datafile *f)
 {
     if (f->cur >= f->nsegs || f->stage_pos != f->stage_len)
@@ -471,39 +473,37 @@ static bool passthrough(const struct datafile *f)
     return t->dtype == f->kind && !t->big_endian && !t->fortran_order;
 }
 
-static int64_t df_read(void *ctx, void *out, size_t len)
+static int64_t df_next(void *ctx, void *buf, size_t len, const void **out)
 {
+    (void)buf;
     struct datafile *f = ctx;
     int err;
     size_t es = f->kind == CK_DT_F64 ? 8 : 4;
+    /* The bytes handed out last time are written by now: their pages go, so
+     * a pass over a big checkpoint stays small. */
+    if (f->handed_len) {
+        ck_tensor_set_drop_pages(f->set, f->handed, f->handed_len);
+        f->handed_len = 0;
+    }
     if (passthrough(f) && len >= es) {
         const struct seg *s = &f->segs[f->cur];
         uint64_t take = (s->numel - f->elem) < len / es ? s->numel - f->elem : len / es;
         const unsigned char *src = s->t->data + f->elem * es;
-        memcpy(out, src, take * es);
+        *out = f->handed = src;
+        f->handed_len = take * es;
         f->reps[f->cur].converted += take;
         f->elem += take;
-        /* libzip reads 8 KiB at a time: drop the pages behind a MiB at once */
-        if ((f->elem - f->dropped) * es >= (1u << 20) || f->elem == s->numel) {
-            ck_tensor_set_drop_pages(f->set, s->t->data + f->dropped * es,
-                                     (f->elem - f->dropped) * es);
-            f->dropped = f->elem;
-        }
         if (f->elem == s->numel) {
             f->cur++;
-            f->elem = f->dropped = 0;
+            f->elem = 0;
         }
         return (int64_t)(take * es);
     }
     if (f->stage_pos == f->stage_len && (err = df_fill(f)) < 0)
         return err;
     size_t n = f->stage_len - f->stage_pos < len ? f->stage_len - f->stage_pos : len;
-    memcpy(out, f->stage + f->stage_pos, n);
+    *out = f->stage + f->stage_pos;
     f->stage_pos += n;
-    if (n == 0) {
-        free(f->stage);
-        f->stage = NULL;
-    }
     return (int64_t)n;
 }
 
@@ -531,12 +531,12 @@ static int mldef_add(struct ck_writer *base, const struct ck_model *m)
     for (size_t i = 0; i < w->nfiles; i++) {
         struct datafile *f = &w->files[i];
         f->set = m->weights;
-        struct ck_mldef_stream s = {.size = f->npoints * (f->kind == CK_DT_F64 ? 8 : 4),
-                                    .rewind = df_rewind,
-                                    .read = df_read,
-                                    .ctx = f};
-        if ((err = ck_mldef_zip_add_stream(w->zip, f->path, &s)) < 0)
+        struct ck_mldef_stream s = {
+            .size = f->npoints * (f->kind == CK_DT_F64 ? 8 : 4), .next = df_next, .ctx = f};
+        if ((err = df_start(f)) < 0 || (err = ck_mldef_zip_add_stream(w->zip, f->path, &s)) < 0)
             return err;
+        free(f->stage);
+        f->stage = NULL;
     }
     if (w->o.verbose)
         ck_info("pack.layout", "archive=%s layers=%zu data_files=%zu", w->path, m->nnodes,

@@ -1,9 +1,11 @@
 /* The zip half of writing an .mldef (docs/mldef.md sections 1 and 7): an
- * archive built at a temporary name beside the destination, entries streamed
- * through libzip source callbacks (never a whole entry in memory), each
- * entry's SHA-256 taken as its bytes pass, an optional signed SIGNATURE last,
- * then fsync and rename. A kill -9 at any instant leaves the old archive (or
- * none) under the final name, plus at most a dot-named temporary.
+ * archive built at a temporary name beside the destination by the project's
+ * zip writer (writers/zipapp), each entry written as it is added and streamed
+ * (never a whole entry in memory; bytes a stream holds, such as a mapped
+ * tensor, go to the file uncopied), each entry's SHA-256 taken as its bytes
+ * pass when signing, an optional signed SIGNATURE last, then fsync and
+ * rename. A kill -9 at any instant leaves the old archive (or none) under the
+ * final name, plus at most a dot-named temporary.
  *
  * Used by the model writer (writers/mldef.c) and by `mldef -c`, which zips a
  * manifest.json and the files beside it. Entries are checked against the
@@ -19,13 +21,14 @@
 
 struct ck_mldef_zip;
 
-/* Fills buf with up to len bytes of the entry (returns the count, 0 at the
- * end, negative ck error). Called again from the start after rewind. */
+/* An entry's bytes, in order. next hands the following ones: it either
+ * copies up to len of them into buf or points at up to len bytes it holds
+ * itself (which must stay valid until its next call), sets *out to where
+ * they are and returns their count (0 at the end, negative ck error). */
 struct ck_mldef_stream {
     uint64_t size; /* exact number of bytes the entry has */
-    int (*rewind)(void *ctx);
-    int64_t (*read)(void *ctx, void *buf, size_t len);
-    void *ctx; /* borrowed: must live until finish or free */
+    int64_t (*next)(void *ctx, void *buf, size_t len, const void **out);
+    void *ctx; /* borrowed for the call that adds it */
 };
 
 /* Prepares path (the destination; "-" is not accepted: the caller copies a
@@ -34,12 +37,13 @@ struct ck_mldef_stream {
  * an .mldef (a zip with manifest.json at its root) is refused (CK_EEXIST). */
 int ck_mldef_zip_open(const char *path, int level, const struct ck_sign_key *key,
                       struct ck_mldef_zip **out);
-/* Adds name with a copy of data. */
+/* Each add writes the entry at once; after an error only free is left. */
+/* Adds name with the bytes of data. */
 int ck_mldef_zip_add_buffer(struct ck_mldef_zip *z, const char *name, const void *data, size_t len);
-/* Adds name streamed from the file src (its size taken now; a file that
- * changes before finish is an error naming it). */
+/* Adds name streamed from the file src (a file that changes while it is
+ * read is an error naming it). */
 int ck_mldef_zip_add_file(struct ck_mldef_zip *z, const char *name, const char *src);
-/* Adds name streamed from s (copied; s->ctx borrowed). */
+/* Adds name streamed from s. */
 int ck_mldef_zip_add_stream(struct ck_mldef_zip *z, const char *name,
                             const struct ck_mldef_stream *s);
 /* Writes everything (SIGNATURE last when signing), fsyncs, renames into place. */

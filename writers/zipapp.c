@@ -388,22 +388,52 @@ static int ensure_journal(struct ck_zipapp *z)
 #define PIECE (1u << 20)
 #define OUTBUF (256u << 10)
 
+/* Writes n bytes at the end, handing every KICK bytes to the disk. */
 static int put_data(struct ck_zipapp *z, const void *p, size_t n)
 {
-    if (ck_pwrite_all(z->fd, p, n, z->pos) < 0)
-        return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
-    z->pos += n;
-    if (z->pos - z->kicked >= KICK) {
-        /* Advisory: an error here comes back from the fsync at commit. */
-        (void)sync_file_range(z->fd, (off64_t)z->kicked, (off64_t)(z->pos - z->kicked),
-                              SYNC_FILE_RANGE_WRITE);
-        z->kicked = z->pos;
+    const unsigned char *b = p;
+    while (n) {
+        size_t k = n < KICK ? n : KICK;
+        if (ck_pwrite_all(z->fd, b, k, z->pos) < 0)
+            return errno == EFAULT ? ck_error(CK_ECHANGED,
+                                              "'%s': the data to write became unreadable "
+                                              "(its file truncated meanwhile?)",
+                                              z->path)
+                                   : ck_error_os(CK_EIO, "cannot write '%s'", z->path);
+        z->pos += k;
+        b += k;
+        n -= k;
+        if (z->pos - z->kicked >= KICK) {
+            /* Advisory: an error here comes back from the fsync at commit. */
+            (void)sync_file_range(z->fd, (off64_t)z->kicked, (off64_t)(z->pos - z->kicked),
+                                  SYNC_FILE_RANGE_WRITE);
+            z->kicked = z->pos;
+        }
+    }
+    return 0;
+}
+
+/* Stores len bytes of the member being written, the CRC of each piece
+ * taken right before the kernel copies it, while it is in cache. (A second
+ * thread for the CRC was tried: on two cores it fought the writeback worker
+ * and made a 1 GiB pack 0.4 to 1.5 s instead of a steady 0.4 s.) */
+static int store(struct ck_zipapp *z, const unsigned char *p, size_t len)
+{
+    struct ck_zipapp_member *m = &z->cur;
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < PIECE ? len - off : PIECE;
+        m->crc = ck_crc32_extend(m->crc, p + off, n);
+        int err = put_data(z, p + off, n);
+        if (err < 0)
+            return err;
+        off += n;
     }
     return 0;
 }
 
 /* The local header of the member being written (its CRC and sizes final
- * once the member ends; the same length either way). */
+ * once the member ends; the same length either way). h holds LOCAL_MAX. */
+#define LOCAL_MAX (30 + 4096 + 20 + 6 + 4096)
 static size_t local_header(const struct ck_zipapp *z, unsigned char *h)
 {
     const struct ck_zipapp_member *m = &z->cur;
@@ -417,15 +447,25 @@ static size_t local_header(const struct ck_zipapp *z, unsigned char *h)
     put(h + 18, m->z64 ? U32MAX : m->csize, 4);
     put(h + 22, m->z64 ? U32MAX : m->size, 4);
     put(h + 26, nl, 2);
-    put(h + 28, m->z64 ? 20 : 0, 2);
     memcpy(h + 30, m->name, nl);
-    if (!m->z64)
-        return 30 + nl;
-    put(h + 30 + nl, 1, 2);
-    put(h + 32 + nl, 16, 2);
-    put(h + 34 + nl, m->size, 8);
-    put(h + 42 + nl, m->csize, 8);
-    return 50 + nl;
+    size_t at = 30 + nl;
+    if (m->z64) {
+        put(h + at, 1, 2);
+        put(h + at + 2, 16, 2);
+        put(h + at + 4, m->size, 8);
+        put(h + at + 12, m->csize, 8);
+        at += 20;
+    }
+    if (m->pad) {
+        /* zipalign's field: the alignment, then zeros up to it */
+        put(h + at, 0xd935, 2);
+        put(h + at + 2, m->pad - 4, 2);
+        put(h + at + 4, z->align, 2);
+        memset(h + at + 6, 0, m->pad - 6);
+        at += m->pad;
+    }
+    put(h + 28, at - 30 - nl, 2);
+    return at;
 }
 
 int ck_zipapp_begin(struct ck_zipapp *z, const char *name, uint64_t size, int level)
@@ -449,8 +489,12 @@ int ck_zipapp_begin(struct ck_zipapp *z, const char *name, uint64_t size, int le
     m->level = level;
     /* zip64 sizes when they may not fit 32 bits: deflate can grow
      * incompressible data by a few bytes per 16 KiB block. */
-    m->z64 = size >= U32MAX - (level ? size / 1024 + 4096 : 0);
+    m->z64 = z->zip64 || size >= U32MAX - (level ? size / 1024 + 4096 : 0);
     m->local = z->pos;
+    if (z->align && !level) {
+        uint64_t base = m->local + 30 + nl + (m->z64 ? 20 : 0) + 6;
+        m->pad = 6 + (size_t)((z->align - base % z->align) % z->align);
+    }
     if (level) {
         if (!(m->out = malloc(OUTBUF)))
             return ck_error(CK_ENOMEM, "out of memory");
@@ -461,7 +505,7 @@ int ck_zipapp_begin(struct ck_zipapp *z, const char *name, uint64_t size, int le
         }
         m->deflating = true;
     }
-    unsigned char h[50 + 4096];
+    unsigned char h[LOCAL_MAX];
     size_t hl = local_header(z, h);
     if (ck_pwrite_all(z->fd, h, hl, z->pos) < 0)
         return ck_error_os(CK_EIO, "cannot write '%s'", z->path);
@@ -499,19 +543,20 @@ int ck_zipapp_write(struct ck_zipapp *z, const void *data, size_t len)
     if (len > m->size - m->done)
         return ck_error(CK_ESIZE, "'%s': member '%s': more than the %" PRIu64 " bytes declared",
                         z->path, m->name, m->size);
+    if (!m->deflating) {
+        if ((err = store(z, p, len)) < 0)
+            return err;
+        m->csize += len;
+        m->done += len;
+        return 0;
+    }
     while (len) {
         size_t n = len < PIECE ? len : PIECE;
         m->crc = ck_crc32_extend(m->crc, p, n);
-        if (m->deflating) {
-            m->zs.next_in = (Bytef *)(uintptr_t)p;
-            m->zs.avail_in = (uInt)n;
-            if ((err = deflate_some(z, Z_NO_FLUSH)) < 0)
-                return err;
-        } else {
-            if ((err = put_data(z, p, n)) < 0)
-                return err;
-            m->csize += n;
-        }
+        m->zs.next_in = (Bytef *)(uintptr_t)p;
+        m->zs.avail_in = (uInt)n;
+        if ((err = deflate_some(z, Z_NO_FLUSH)) < 0)
+            return err;
         m->done += n;
         p += n;
         len -= n;
@@ -543,7 +588,7 @@ int ck_zipapp_end(struct ck_zipapp *z)
         return err;
     if (!m->z64 && m->csize >= U32MAX)
         return ck_error(CK_ESIZE, "'%s': member '%s' deflated past 4 GiB", z->path, m->name);
-    unsigned char h[50 + 4096];
+    unsigned char h[LOCAL_MAX];
     size_t hl = local_header(z, h);
     if (ck_pwrite_all(z->fd, h, hl, m->local) < 0)
         return ck_error_os(CK_EIO, "cannot write '%s'", z->path);

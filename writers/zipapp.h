@@ -50,7 +50,8 @@ struct ck_zipapp_member {
     uint64_t size, done, csize, local;
     uint32_t crc;
     int level;
-    bool z64; /* sizes in a zip64 extra */
+    bool z64;   /* sizes in a zip64 extra */
+    size_t pad; /* bytes of the alignment extra field (0: none) */
     bool deflating;
     z_stream zs;
     unsigned char *out;
@@ -66,6 +67,8 @@ struct ck_zipapp {
     uint64_t old_len, start, pos;
     uint64_t kicked;   /* written before this was handed to the disk */
     uint32_t dos_time; /* of new members: the clock at open unless set */
+    uint16_t align;    /* stored data starts at a multiple of it (0: anywhere) */
+    bool zip64;        /* zip64 sizes for new members of any size (else past 4 GiB only) */
     struct ck_zipapp_member cur;
     struct ck_zipapp_entry *ents;
     size_t nents, cap;
@@ -84,6 +87,9 @@ int ck_zipapp_create(struct ck_zipapp *z, const char *path, mode_t mode);
 /* New members carry this DOS date and time instead of the clock's (the same
  * content then gives the same bytes). */
 #define CK_ZIPAPP_DOS_1980 ((UINT32_C(1) << 21) | (UINT32_C(1) << 16)) /* 1980-01-01 00:00 */
+/* Setting z->align (a power of two, at most 4096) makes stored data start at a multiple of
+ * it, padded with a zipalign extra field (0xd935) in the local header, so a
+ * reader can map a member in place. */
 /* The entry named name, or NULL (dropped entries are not found). */
 struct ck_zipapp_entry *ck_zipapp_find(struct ck_zipapp *z, const char *name);
 /* Reads an existing entry whole (at most max bytes) into out. */

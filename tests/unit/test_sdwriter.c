@@ -319,6 +319,113 @@ static void zipapp_zip64_offsets(void **state)
     unlink(path);
 }
 
+/* Members streamed in pieces, as the .mldef writer writes them: stored ones
+ * page-aligned, a deflated one, one with zip64 sizes; read back by Python's
+ * zipfile (an independent reader that checks every CRC) against the bytes
+ * written; the local headers (which zipfile skips) checked against the
+ * central ones, and their alignment. */
+static void zipapp_streamed_members(void **state)
+{
+    (void)state;
+    char dir[4000], path[4100], want[4100], cmd[12600];
+    ck_test_tmpdir(dir, "zipstream");
+    snprintf(path, sizeof(path), "%s/s.zip", dir);
+    size_t n1 = (3u << 20) + 12345, n2 = 1u << 20;
+    unsigned char *a = malloc(n1), *b = malloc(n2);
+    assert_non_null(a);
+    assert_non_null(b);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < n1; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        a[i] = (unsigned char)x;
+    }
+    for (size_t i = 0; i < n2; i++)
+        b[i] = (unsigned char)("layer weights "[i % 14]);
+    struct ck_zipapp z;
+    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
+    z.align = 4096;
+    z.dos_time = CK_ZIPAPP_DOS_1980;
+    assert_int_equal(ck_zipapp_add(&z, "m.json", "{}", 2), 0);
+    assert_int_equal(ck_zipapp_begin(&z, "data/a.float32", n1, 0), 0);
+    size_t cut[] = {0, 1, 4097, (1u << 20) + 3, n1};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ck_zipapp_write(&z, a + cut[i], cut[i + 1] - cut[i]), 0);
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    assert_int_equal(ck_zipapp_begin(&z, "data/b.csv", n2, 6), 0);
+    assert_int_equal(ck_zipapp_write(&z, b, 1000), 0);
+    assert_int_equal(ck_zipapp_write(&z, b + 1000, n2 - 1000), 0);
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    z.zip64 = true;
+    assert_int_equal(ck_zipapp_begin(&z, "data/c.float32", 4096, 0), 0);
+    assert_int_equal(ck_zipapp_write(&z, a, 4096), 0);
+    /* more than declared, then an end short of it: errors naming the member */
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    assert_int_equal(ck_zipapp_begin(&z, "data/d.float32", 10, 0), 0);
+    assert_int_equal(ck_zipapp_write(&z, a, 11), CK_ESIZE);
+    assert_non_null(strstr(ck_error_msg(), "data/d.float32"));
+    assert_int_equal(ck_zipapp_write(&z, a, 4), 0);
+    assert_int_equal(ck_zipapp_end(&z), CK_ECHANGED);
+    assert_non_null(strstr(ck_error_msg(), "4 bytes of the 10"));
+    ck_zipapp_abort(&z);
+    assert_int_equal(access(path, F_OK), -1); /* nothing under the final name */
+
+    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
+    z.align = 4096;
+    z.dos_time = CK_ZIPAPP_DOS_1980;
+    assert_int_equal(ck_zipapp_add(&z, "m.json", "{}", 2), 0);
+    assert_int_equal(ck_zipapp_begin(&z, "data/a.float32", n1, 0), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ck_zipapp_write(&z, a + cut[i], cut[i + 1] - cut[i]), 0);
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    assert_int_equal(ck_zipapp_begin(&z, "data/b.csv", n2, 6), 0);
+    assert_int_equal(ck_zipapp_write(&z, b, 1000), 0);
+    assert_int_equal(ck_zipapp_write(&z, b + 1000, n2 - 1000), 0);
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    z.zip64 = true;
+    assert_int_equal(ck_zipapp_begin(&z, "data/c.float32", 4096, 0), 0);
+    assert_int_equal(ck_zipapp_write(&z, a, 4096), 0);
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    assert_int_equal(ck_zipapp_commit(&z), 0);
+
+    snprintf(want, sizeof(want), "%s/a.bin", dir);
+    assert_int_equal(ck_write_file_atomic(want, a, n1, 0644), 0);
+    snprintf(cmd, sizeof(cmd),
+             "/usr/bin/python3 - '%s' '%s' <<'EOF'\n"
+             "import struct, sys, zipfile\n"
+             "path, want = sys.argv[1], open(sys.argv[2], 'rb').read()\n"
+             "z = zipfile.ZipFile(path)\n"
+             "assert z.testzip() is None\n"
+             "assert z.read('m.json') == b'{}'\n"
+             "assert z.read('data/a.float32') == want\n"
+             "assert z.read('data/b.csv') == bytes(b'layer weights '[i %% 14] for i in range(%zu))\n"
+             "assert z.read('data/c.float32') == want[:4096]\n"
+             "i = {e.filename: e for e in z.infolist()}\n"
+             "assert i['data/b.csv'].compress_type == zipfile.ZIP_DEFLATED\n"
+             "assert i['data/b.csv'].compress_size < 20000\n"
+             "assert i['data/a.float32'].date_time == (1980, 1, 1, 0, 0, 0)\n"
+             "f = open(path, 'rb')\n"
+             "for e in z.infolist():\n"
+             "    f.seek(e.header_offset)\n"
+             "    h = f.read(30)\n"
+             "    nl, xl = struct.unpack('<HH', h[26:30])\n"
+             "    extra = f.read(nl + xl)[nl:]\n"
+             "    assert struct.unpack('<I', h[14:18])[0] == e.CRC, e.filename\n"
+             "    if e.filename != 'data/c.float32':\n"
+             "        assert struct.unpack('<II', h[18:26]) == (e.compress_size, e.file_size)\n"
+             "    if e.compress_type == zipfile.ZIP_STORED:\n"
+             "        assert (e.header_offset + 30 + nl + xl) %% 4096 == 0, e.filename\n"
+             "    if e.filename == 'data/c.float32':\n"
+             "        assert struct.unpack('<II', h[18:26]) == (0xffffffff, 0xffffffff)\n"
+             "        assert struct.unpack('<HHQQ', extra[:20]) == (1, 16, 4096, 4096)\n"
+             "EOF",
+             path, want, n2);
+    assert_int_equal(system(cmd), 0);
+    free(a);
+    free(b);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A model y = relu(x W + b) over weights held in set memory. */
 static struct ck_model *tiny_model(float wscale)
 {
@@ -406,6 +513,7 @@ static void library_entry_point_appends_tags(void **state)
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(library_entry_point_appends_tags),
     cmocka_unit_test(zipapp_zip64_offsets),
+    cmocka_unit_test(zipapp_streamed_members),
     cmocka_unit_test(fbbuild_round_trip),
     cmocka_unit_test(fbbuild_misuse_is_an_error),
     cmocka_unit_test(half_and_bfloat16_rounding),
