@@ -2,8 +2,9 @@
 # Issue 11's figures: `ckptd pack --format mldef -0` of a 1 GiB safetensors
 # checkpoint (16 float32 tensors of 4096x4096 and a layer list of 16 dense
 # layers), page-cached, against `cp` of the same file and Info-ZIP `zip -0`
-# (Debian's zip) in the same run, on a release build. Best of 3 wall times;
-# max RSS from /usr/bin/time -v. Goals: at most 1.2x cp's time, at least
+# (Debian's zip) in the same run, on a release build. Five rounds, each
+# running every contender once in turn (so a slow spell of the machine hits
+# all of them), best wall time of each; max RSS from /usr/bin/time. Goals: at most 1.2x cp's time, at least
 # zip -0's speed, RSS under 64 MiB. Also `cp` followed by `sync FILE`: pack
 # fsyncs its archive before renaming it into place, cp and zip do not.
 # Usage: bench/pack.sh [BUILD_DIR] [SIZE_MIB]
@@ -17,16 +18,15 @@ ckptd=$build/agent/ckptd
 work=$(mktemp -d "${TMPDIR:-/tmp}/ckptd-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-best() { # best wall time in seconds of 3 runs of "$@" (the output removed before each)
-    local b=999999 t0 t1
-    for _ in 1 2 3; do
-        rm -f "$work"/out.*
-        sync
-        t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
-        b=$(awk -v a="$t0" -v z="$t1" -v b="$b" 'BEGIN { t = z - a; print (t < b ? t : b) }')
-    done
-    printf '%.4f' "$b"
+# One timed run of "$@" in seconds (the outputs removed and synced before).
+once() {
+    local t0 t1
+    rm -f "$work"/out.*
+    sync
+    t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
+    awk -v a="$t0" -v z="$t1" 'BEGIN { printf "%.4f", z - a }'
 }
+min() { awk -v a="$1" -v b="$2" 'BEGIN { print (a < b ? a : b) }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 mbps() { awk -v mb="$1" -v t="$2" 'BEGIN { printf "%.0f", mb * 1.048576 / t }'; }
 # "RSS_KIB CPU_S" of one run: max RSS, and user + system CPU seconds (on a
@@ -66,12 +66,15 @@ src=$work/model.safetensors
 cat "$src" > /dev/null # page-cached for every contender
 mib=$(( $(stat -c %s "$src") >> 20 ))
 
-t_cp=$(best cp "$src" "$work/out.cp")
-# cp does not fsync; pack does (a finished archive survives a crash), so the
-# same durability from cp costs a sync of the copy too
-t_cps=$(best sh -c 'cp "$1" "$2" && sync "$2"' sh "$src" "$work/out.cps")
-t_zip=$(best zip -0 -q -j "$work/out.zip" "$src")
-t_pack=$(best "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
+t_cp=999 t_cps=999 t_zip=999 t_pack=999
+for _ in 1 2 3 4 5; do
+    t_pack=$(min "$t_pack" "$(once "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")")
+    t_cp=$(min "$t_cp" "$(once cp "$src" "$work/out.cp")")
+    # cp does not fsync; pack does (a finished archive survives a crash), so
+    # the same durability from cp costs a sync of the copy too
+    t_cps=$(min "$t_cps" "$(once sh -c 'cp "$1" "$2" && sync "$2"' sh "$src" "$work/out.cps")")
+    t_zip=$(min "$t_zip" "$(once zip -0 -q -j "$work/out.zip" "$src")")
+done
 read -r rss_pack cpu_pack < <(rss_cpu "$ckptd" pack --format mldef -0 "$src" --graph "$work/graph.yaml" -o "$work/out.mldef")
 read -r rss_zip cpu_zip < <(rss_cpu zip -0 -q -j "$work/out.zip" "$src")
 read -r rss_cp cpu_cp < <(rss_cpu cp "$src" "$work/out.cp")
