@@ -121,6 +121,9 @@ static const struct key keys[] = {
      "after SIGTERM, time to finish uploads in flight (default 20s)"},
     {"upload.timeout", T_CUSTOM, 0, parse_upload_opt,
      "a transfer that moves nothing this long fails and is retried (default 60s)"},
+    {"upload.sha256", T_CUSTOM, 0, parse_upload_opt,
+     "http, sftp: always (hash files the agent has not hashed) or known (default: record the "
+     "hash cache's)"},
     {"pack.formats", T_CUSTOM, 0, parse_pack_formats,
      "archives made of every new checkpoint: [mldef], [samediff] or both (default: none)"},
     {"pack.graph", T_CUSTOM, 0, parse_pack_graph,
@@ -599,6 +602,12 @@ static int parse_upload_opt(struct parse_ctx *c, yaml_node_t *n, const char *key
     }
     if ((err = scalar_str(c, n, key, &s)) < 0)
         return err;
+    if (!strcmp(name, "sha256")) {
+        if (strcmp(s, "always") && strcmp(s, "known"))
+            return bad(c, n, key, "must be always or known");
+        o->sha256_always = s[0] == 'a';
+        return 0;
+    }
     if (!strcmp(name, "max_rate") || !strcmp(name, "part_size") ||
         !strcmp(name, "multipart_threshold")) {
         uint64_t x;

@@ -11,7 +11,8 @@
 # Every remote copy is deleted from the server's disk right after its run,
 # and the scratch folder on exit (a trap): the bench needs about 2.5 GiB.
 # Usage: bench/upload.sh [BUILD_DIR] [FILE_MIB] [FOLDER_FILES] [FOLDER_FILE_MIB]
-# (extra cmake arguments, e.g. -DCKPTD_WERROR=OFF, in $CKPTD_BENCH_CMAKE_ARGS)
+# (extra cmake arguments, e.g. -DCKPTD_WERROR=OFF, in $CKPTD_BENCH_CMAKE_ARGS;
+# CKPTD_BENCH_ONLY=s3 or CKPTD_BENCH_ONLY=webdav runs one server's half)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-bench}

@@ -21,6 +21,8 @@ files_size = int(os.environ["CKPTD_BENCH_FILES_MIB"]) << 20
 MB = 1e6
 seq = [0]
 rclone = shutil.which("rclone")
+# CKPTD_BENCH_ONLY=s3 or =webdav runs one server's half (bench/upload.sh's usage)
+only = os.environ.get("CKPTD_BENCH_ONLY", "")
 
 
 def make(path, n):
@@ -117,46 +119,55 @@ def wipe(path):
     return clean
 
 
-with S3Server(work) as s3:
-    env = dict(os.environ, **s3.env())
-    renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
-                RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
-                RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
-                RCLONE_CONFIG_S3_ENDPOINT=s3.endpoint, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
-                RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
-    # rclone's AWS SDK refuses a CA bundle with its own HTTP transport; loopback is plain http
-    renv.pop("AWS_CA_BUNDLE", None)
-    for kind, src, size, what in data:
-        cache(src)
-        rec = ["--recursive"] if kind == "folder" else []
-        tools = [("ckptd", ckptd_up(src, "s3://ckpt", env, ("--endpoint", s3.endpoint))),
-                 ("aws", lambda tag: timed(["aws", "--endpoint-url", s3.endpoint, "s3", "cp",
-                                            "--no-progress", "--only-show-errors", *rec, src,
-                                            f"s3://ckpt/{tag}/" + ("" if rec else "x.bin")], env))]
-        if rclone:
-            tools.append(("rclone", lambda tag: timed(
-                [rclone, "copy", "-q", src, f"s3:ckpt/{tag}"], renv)))
-        report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt"))))
+def bench_s3():
+    with S3Server(work) as s3:
+        env = dict(os.environ, **s3.env())
+        renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
+                    RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
+                    RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
+                    RCLONE_CONFIG_S3_ENDPOINT=s3.endpoint, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
+                    RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
+        # rclone's AWS SDK refuses a CA bundle with its own HTTP transport; loopback is plain http
+        renv.pop("AWS_CA_BUNDLE", None)
+        for kind, src, size, what in data:
+            cache(src)
+            rec = ["--recursive"] if kind == "folder" else []
+            tools = [("ckptd", ckptd_up(src, "s3://ckpt", env, ("--endpoint", s3.endpoint))),
+                     ("aws", lambda tag: timed(["aws", "--endpoint-url", s3.endpoint, "s3", "cp",
+                                                "--no-progress", "--only-show-errors", *rec, src,
+                                                f"s3://ckpt/{tag}/" + ("" if rec else "x.bin")], env))]
+            if rclone:
+                tools.append(("rclone", lambda tag: timed(
+                    [rclone, "copy", "-q", src, f"s3:ckpt/{tag}"], renv)))
+            report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt"))))
 
-with Nginx(work) as web:
-    env = dict(os.environ)
-    renv = dict(env, RCLONE_CONFIG_DAV_TYPE="webdav", RCLONE_CONFIG_DAV_URL=web.url,
-                RCLONE_CONFIG_DAV_VENDOR="other")
 
-    def curl(src, kind):
-        def run(tag):
-            if kind == "file":
-                return timed(["curl", "-sSf", "-T", src, f"{web.url}/{tag}/x.bin"], env)
-            names = ",".join(sorted(os.listdir(src)))
-            # curl's own parallel transfers, 4 like the others' defaults
-            return timed(["curl", "-sSf", "--parallel", "--parallel-max", "4", "-T",
-                          f"{src}/{{{names}}}", f"{web.url}/{tag}/"], env)
-        return run
+def bench_webdav():
+    with Nginx(work) as web:
+        env = dict(os.environ)
+        renv = dict(env, RCLONE_CONFIG_DAV_TYPE="webdav", RCLONE_CONFIG_DAV_URL=web.url,
+                    RCLONE_CONFIG_DAV_VENDOR="other")
 
-    for kind, src, size, what in data:
-        cache(src)
-        tools = [("ckptd", ckptd_up(src, web.url, env)), ("curl", curl(src, kind))]
-        if rclone:
-            tools.append(("rclone", lambda tag: timed([rclone, "copy", "-q", src, f"dav:{tag}"],
-                                                      renv)))
-        report("nginx", what, size, best(tools, wipe(web.root)))
+        def curl(src, kind):
+            def run(tag):
+                if kind == "file":
+                    return timed(["curl", "-sSf", "-T", src, f"{web.url}/{tag}/x.bin"], env)
+                names = ",".join(sorted(os.listdir(src)))
+                # curl's own parallel transfers, 4 like the others' defaults
+                return timed(["curl", "-sSf", "--parallel", "--parallel-max", "4", "-T",
+                              f"{src}/{{{names}}}", f"{web.url}/{tag}/"], env)
+            return run
+
+        for kind, src, size, what in data:
+            cache(src)
+            tools = [("ckptd", ckptd_up(src, web.url, env)), ("curl", curl(src, kind))]
+            if rclone:
+                tools.append(("rclone", lambda tag: timed([rclone, "copy", "-q", src, f"dav:{tag}"],
+                                                          renv)))
+            report("nginx", what, size, best(tools, wipe(web.root)))
+
+
+if only != "webdav":
+    bench_s3()
+if only != "s3":
+    bench_webdav()

@@ -340,6 +340,32 @@ fail:
     return err;
 }
 
+bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65])
+{
+    sqlite3_stmt *q;
+    bool hit = false;
+    out[0] = '\0';
+    /* no table (a queue of its own): unknown, not an error */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT sha256 FROM hash_cache WHERE dev = ?1 AND ino = ?2 AND"
+                           " size = ?3 AND mtime_ns = ?4",
+                           -1, &q, NULL) != SQLITE_OK)
+        return false;
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
+    sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
+    sqlite3_bind_int64(q, 4, (sqlite3_int64)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec);
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(q, 0);
+        if (t && strlen((const char *)t) == 64) {
+            memcpy(out, t, 65);
+            hit = true;
+        }
+    }
+    sqlite3_finalize(q);
+    return hit;
+}
+
 int ck_queue_claim(sqlite3 *db, struct ck_job *job)
 {
     sqlite3_stmt *st;

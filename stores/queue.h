@@ -17,6 +17,7 @@
 #include "stores/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -64,6 +65,11 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out);
  * is replaced (its multipart state dropped). */
 int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
                  enum ck_job_kind kind, int64_t *id, bool *added);
+/* The SHA-256 the agent's hash cache (agent/state.c's hash_cache table, in
+ * the same database) holds for exactly the file st describes (device, inode,
+ * size, mtime), into out; false when there is none or no such table (a
+ * queue folder of `ckptd upload` alone). */
+bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65]);
 /* Claims the next runnable job (pending, not blocked by the metadata-last
  * rule, next_try reached) and marks it running. CK_ENOENT when none. */
 int ck_queue_claim(sqlite3 *db, struct ck_job *job);

@@ -24,8 +24,14 @@ int ck_source_open(struct ck_source *src, const struct ck_xfer *x)
     if (fstat(src->fd, &src->before) < 0 || (uint64_t)src->before.st_size != x->size)
         return ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
     posix_fadvise(src->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    const struct stat *k = &x->known_st;
+    src->known = x->known_sha256[0] && k->st_dev == src->before.st_dev &&
+                 k->st_ino == src->before.st_ino && k->st_size == src->before.st_size &&
+                 k->st_mtim.tv_sec == src->before.st_mtim.tv_sec &&
+                 k->st_mtim.tv_nsec == src->before.st_mtim.tv_nsec;
     /* without the thread the transfer still goes; only its SHA-256 is missing */
-    src->hashing = pthread_create(&src->tid, NULL, hash_thread, src) == 0;
+    if (!src->known && x->hash_unknown)
+        src->hashing = pthread_create(&src->tid, NULL, hash_thread, src) == 0;
     return 0;
 }
 
@@ -41,6 +47,8 @@ int ck_source_check_unchanged(const struct ck_source *src, const struct ck_xfer 
 
 int ck_source_finish(struct ck_source *src, struct ck_xfer *x, int err)
 {
+    if (src->known && err == 0)
+        memcpy(x->sha256, x->known_sha256, sizeof x->sha256);
     if (src->hashing) {
         pthread_join(src->tid, NULL);
         src->hashing = false;

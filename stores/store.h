@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 /* Where to send: what one row of `upload.stores` in the config says.
  * Every string is owned (free with ck_store_spec_release). No field holds a
@@ -47,6 +48,12 @@ struct ck_upload_opts {
     double retry_cap;             /* longest backoff (default 60) */
     double grace;                 /* seconds to finish in-flight work after SIGTERM (default 20) */
     double timeout; /* a transfer that moves nothing for this long fails (default 60) */
+    /* upload.sha256: always: HTTP and SFTP uploads hash (on a spare core) the
+     * files the agent has not hashed already. Default (known): they record
+     * the SHA-256 the agent's hash cache holds for the file and compute none,
+     * like curl and rclone (these servers cannot check one). S3 parts and
+     * path stores always hash what they send. */
+    bool sha256_always;
 };
 
 void ck_upload_opts_init(struct ck_upload_opts *o);
@@ -88,6 +95,11 @@ struct ck_xfer {
     const char *orig_sha256; /* compress: SHA-256 of the uncompressed original, recorded remotely */
     bool atomic;             /* the object must appear whole or not at all even on servers that
                               * keep a truncated PUT (s3: multipart whatever the size) */
+    /* HTTP, SFTP: the file's SHA-256 when the agent knows it for exactly
+     * this file (device, inode, size, mtime: known_st), else "" */
+    char known_sha256[65];
+    struct stat known_st;
+    bool hash_unknown; /* hash the file when known_sha256 does not apply */
     /* resume state (multipart): owned by the caller */
     char upload_id[512];   /* "" when none was created yet */
     uint64_t part_size;    /* the part size of that upload */

@@ -568,6 +568,12 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->size = j->size;
     x->orig_sha256 = j->orig_sha256[0] ? j->orig_sha256 : NULL;
     x->atomic = j->phase == 1;
+    x->hash_unknown = r->opts->sha256_always;
+    if (j->kind == CK_JOB_FILE && stat(x->path, &x->known_st) == 0) {
+        db_lock(r);
+        ck_queue_known_sha256(r->db, &x->known_st, x->known_sha256);
+        db_unlock(r);
+    }
     snprintf(x->upload_id, sizeof x->upload_id, "%s", j->upload_id);
     x->part_size = j->part_size;
     db_lock(r);

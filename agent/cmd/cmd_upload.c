@@ -77,6 +77,8 @@ static const struct ck_opt options[] = {
      "files this large go multipart (default 64MiB)"},
     {"retries", 0, CK_OPT_CONFIG, "upload.retries", NULL, 0, 0, "N",
      "retries per request (default 6)"},
+    {"sha256", 0, CK_OPT_CONFIG, "upload.sha256", "always", 0, 0, NULL,
+     "http, sftp: hash files the agent has not hashed, to\nrecord their SHA-256 (costs a core)"},
     {"state", 0, CK_OPT_STR, NULL, NULL, O(state_dir), 0, "DIR", "the queue's folder"},
     {"queue-only", 0, CK_OPT_SET, NULL, NULL, O(queue_only), 0, NULL,
      "queue the jobs and exit without sending"},

@@ -312,6 +312,14 @@ class Http(TmpDirCase):
                 log = f.read()
             self.assertRegex(log, r'"PUT /models/run1/\.epoch%3D3\.bin\.ckptd-1\.part HTTP/1\.1" 201')
             self.assertRegex(log, r'"MOVE /models/run1/\.epoch%3D3\.bin\.ckptd-1\.part HTTP/1\.1" 20[14]')
+            # a file the agent never hashed: no SHA-256 is computed (as curl
+            # and rclone: the server cannot check one) unless asked for
+            self.assertEqual(queue(state)[0]["sha256"], "")
+            other = make(os.path.join(self.dir, "src", "epoch=4.bin"), 3 * MiB + 1, 72)
+            run("upload", "--state", state, "--sha256", other, web.url + "/models/run1",
+                check=0)
+            jobs = {os.path.basename(j["src"]): j for j in queue(state)}
+            self.assertEqual(jobs["epoch=4.bin"]["sha256"], sha256(other))
 
     def test_basic_auth_and_wrong_password(self):
         with Nginx(self.dir, users={"uploader": "s3cr3t-pw"}) as web:
@@ -587,6 +595,24 @@ class Scan(TmpDirCase):
                 self.assertNotIn("runs/r1/" + unchanged, new)
             jobs = queue(os.path.join(train, ".ckptd"))
             self.assertEqual({j["state"] for j in jobs}, {"done"})
+
+    def test_scan_to_webdav_records_the_sha256_registration_took(self):
+        """The sidecar hashed every checkpoint when it registered it: the
+        WebDAV upload records that SHA-256 without hashing the file again."""
+        train = os.path.join(self.dir, "train")
+        for e in (1, 2):
+            write_old(os.path.join(train, "ckpts", f"epoch_{e}.pt"), os.urandom(300000 + e))
+        with Nginx(self.dir) as web:
+            self.write_config([{"url": web.url + "/runs/r1"}])
+            p = run("scan", train, check=0)
+            jobs = {j["key"]: j for j in queue(os.path.join(train, ".ckptd"))}
+            for e in (1, 2):
+                key = f"data/checkpoints/epoch_{e}.pt"
+                self.assertEqual(jobs[key]["state"], "done", p.stderr)
+                self.assertEqual(jobs[key]["sha256"],
+                                 sha256(os.path.join(train, "ckpts", f"epoch_{e}.pt")))
+                self.assertEqual(sha256(os.path.join(web.root, "runs", "r1", key)),
+                                 sha256(os.path.join(train, "ckpts", f"epoch_{e}.pt")))
 
     def test_scan_exit_status_reflects_failed_uploads(self):
         train = os.path.join(self.dir, "train")
