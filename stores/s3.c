@@ -10,7 +10,8 @@
  * each with x-amz-checksum-sha256 (SHA-256 alone: one hash per byte), then
  * CompleteMultipartUpload; a HEAD then checks the size and S3's checksum of
  * the object (base64 SHA-256 of the parts' SHA-256s, "-N"), or on services
- * that do not return it, the ETag against the file's MD5s. */
+ * that do not return it, the ETag against the parts' MD5s (taken with their
+ * SHA-256 while no part has come back with S3's checksum). */
 #include "common/error.h"
 #include "common/hash.h"
 #include "common/log.h"
@@ -382,14 +383,16 @@ static int create_upload(struct s3 *s, CURL *h, struct ck_xfer *x, uint64_t part
     return err;
 }
 
-/* The MD5 ETags a service may give path: of the whole body ("md5"), and of
- * each part_size slice combined (AWS: "md5(md5s)-N"), from one read. */
+/* The MD5 ETag a service may give a multipart object at path: of each
+ * part_size slice combined (AWS, MinIO, s3rver: "md5(md5s)-N"), or, with
+ * whole set, of the whole body ("md5": a few other services). Only the one
+ * asked for: each is a full MD5 pass, and on a 2-core node computing both
+ * took more CPU than the transfer (MD5 runs at about 0.6 GB/s). */
 struct md5job {
     const char *path;
     uint64_t part_size;
-    char whole[64], composite[64];
-    int err;
-    char msg[512];
+    bool whole;
+    char etag[64];
 };
 
 static int md5_etags(struct md5job *j)
@@ -414,8 +417,8 @@ static int md5_etags(struct md5job *j)
     md5_init(&comb);
     for (;;) {
         size_t want = 1u << 20;
-        if (part_size - in_part < want)
-            want = (size_t)(part_size - in_part);
+        if (!j->whole && part_size - in_part < want)
+            want = (size_t)(part_size - in_part); /* a read never spans two parts */
         ssize_t n = read(fd, buf, want);
         if (n < 0 && errno == EINTR)
             continue;
@@ -424,11 +427,10 @@ static int md5_etags(struct md5job *j)
             goto out;
         }
         if (n > 0) {
-            md5_update(&all, (size_t)n, buf);
-            md5_update(&part, (size_t)n, buf);
+            md5_update(j->whole ? &all : &part, (size_t)n, buf);
             in_part += (uint64_t)n;
         }
-        if ((n == 0 && in_part) || in_part == part_size) {
+        if (!j->whole && ((n == 0 && in_part) || in_part == part_size)) {
             md5_digest(&part, sizeof bin, bin); /* also resets it for the next part */
             md5_update(&comb, sizeof bin, bin);
             in_part = 0;
@@ -437,24 +439,19 @@ static int md5_etags(struct md5job *j)
         if (n == 0)
             break;
     }
-    md5_digest(&all, sizeof bin, bin);
-    ck_hex(hex, bin, 16);
-    snprintf(j->whole, sizeof j->whole, "\"%s\"", hex);
-    md5_digest(&comb, sizeof bin, bin);
-    ck_hex(hex, bin, 16);
-    snprintf(j->composite, sizeof j->composite, "\"%s-%d\"", hex, nparts);
+    if (j->whole) {
+        md5_digest(&all, sizeof bin, bin);
+        ck_hex(hex, bin, 16);
+        snprintf(j->etag, sizeof j->etag, "\"%s\"", hex);
+    } else {
+        md5_digest(&comb, sizeof bin, bin);
+        ck_hex(hex, bin, 16);
+        snprintf(j->etag, sizeof j->etag, "\"%s-%d\"", hex, nparts);
+    }
 out:
     free(buf);
     close(fd);
     return err;
-}
-
-static void *md5_thread(void *arg)
-{
-    struct md5job *j = arg;
-    if ((j->err = md5_etags(j)) < 0)
-        snprintf(j->msg, sizeof j->msg, "%s", ck_error_msg());
-    return NULL;
 }
 
 /* The parallel part senders. */
@@ -468,11 +465,9 @@ struct mp {
     int next; /* next part index to look at */
     int err;
     char msg[1024];
-    /* a service that returns no checksum for a part will not for the object
-     * either: its ETag will be checked against MD5s, computed meanwhile */
-    bool md5_started;
-    pthread_t md5_tid;
-    struct md5job md5;
+    /* a part answered with S3's checksum: the service checks what it gets
+     * and will give the object's checksum, so later parts need no MD5 */
+    atomic_bool server_checks;
 };
 
 static int next_part(struct mp *m)
@@ -505,7 +500,12 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
      * is compared after the send, and the whole object's checksum or MD5 at the end.
      * One hash per byte: SHA-256 (SHA-NI makes it the cheapest); no Content-MD5. */
     struct sha256_ctx md;
+    struct md5_ctx md5;
+    /* for a service that does not check checksums: each part's MD5, taken on
+     * the same bytes while in cache, against the part's ETag and the object's */
+    bool want_md5 = !atomic_load(&m->server_checks);
     sha256_init(&md);
+    md5_init(&md5);
     size_t got = 0;
     while (got < len) {
         size_t want = len - got < PART_IO ? len - got : PART_IO;
@@ -518,9 +518,16 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
                                     x->path);
         }
         sha256_update(&md, (size_t)n, buf);
+        if (want_md5)
+            md5_update(&md5, (size_t)n, buf);
         got += (size_t)n;
     }
     struct ck_part p = {.number = idx + 1, .size = len};
+    if (want_md5) {
+        unsigned char bin[MD5_DIGEST_SIZE];
+        md5_digest(&md5, sizeof bin, bin);
+        ck_hex(p.md5, bin, MD5_DIGEST_SIZE);
+    }
     unsigned char sha[SHA256_DIGEST_SIZE];
     char sha_hex[65], query[700], url[8192], enc_id[600];
     sha256_digest(&md, sizeof sha, sha);
@@ -557,8 +564,9 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         else if (resp.checksum_sha256[0] && strcmp(resp.checksum_sha256, p.sha256_b64) != 0)
             err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s", what,
                            resp.checksum_sha256, p.sha256_b64);
+        else if (resp.checksum_sha256[0])
+            atomic_store(&m->server_checks, true);
     }
-    bool resp_had_checksum = resp.checksum_sha256[0] != '\0';
     if (err == 0 && (fstat(m->fd, &after) < 0 || after.st_size != before.st_size ||
                      after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
                      after.st_mtim.tv_nsec != before.st_mtim.tv_nsec))
@@ -568,11 +576,6 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     if (err < 0)
         return err;
     pthread_mutex_lock(&m->mu);
-    if (!resp_had_checksum && !m->md5_started) {
-        m->md5.path = x->path;
-        m->md5.part_size = x->part_size;
-        m->md5_started = pthread_create(&m->md5_tid, NULL, md5_thread, &m->md5) == 0;
-    }
     err = x->save_part(x->cb_ctx, &p);
     if (err == 0) {
         m->done[idx] = 1;
@@ -648,11 +651,55 @@ static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t out
     return 0;
 }
 
+/* Whether every part (sorted, all there) has the MD5 send_part took. */
+static bool parts_have_md5(const struct ck_xfer *x, int nparts)
+{
+    if ((int)x->nparts != nparts)
+        return false;
+    for (int i = 0; i < nparts; i++)
+        if (strlen(x->parts[i].md5) != 32)
+            return false;
+    return true;
+}
+
+/* The "md5(md5s)-N" ETag of AWS-style services, from the parts' MD5s. */
+static void composite_md5(const struct ck_xfer *x, int nparts, char *out, size_t outsz)
+{
+    struct md5_ctx comb;
+    unsigned char bin[MD5_DIGEST_SIZE];
+    char hex[33];
+    md5_init(&comb);
+    for (int i = 0; i < nparts; i++) {
+        ck_codec_unhex(bin, MD5_DIGEST_SIZE, x->parts[i].md5);
+        md5_update(&comb, sizeof bin, bin);
+    }
+    md5_digest(&comb, sizeof bin, bin);
+    ck_hex(hex, bin, MD5_DIGEST_SIZE);
+    snprintf(out, outsz, "\"%s-%d\"", hex, nparts);
+}
+
+/* Whether every part's ETag (as the service answered it) is its MD5. */
+static bool part_etags_are_md5s(const struct ck_xfer *x, int nparts)
+{
+    for (int i = 0; i < nparts; i++) {
+        const char *e = x->parts[i].etag;
+        size_t n = strlen(e);
+        if (n >= 2 && e[0] == '"' && e[n - 1] == '"')
+            e++, n -= 2;
+        if (n != 32 || strncasecmp(e, x->parts[i].md5, 32) != 0)
+            return false;
+    }
+    return true;
+}
+
 /* After a multipart upload: the size, then S3's own checksum of the object
  * when the service returns it (x-amz-checksum-mode), else the ETag against
- * the MD5s of the local file (one more read, only for such services). */
-static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts,
-                            struct md5job *pre)
+ * MD5s. An AWS-style "md5(md5s)-N" ETag is checked against the parts' MD5s
+ * that send_part took (a pass over the file only for parts recorded without
+ * one); a whole-body MD5 ETag (s3rver and a few others) is accepted when
+ * every part's ETag was that part's MD5 (the same proof the composite gives
+ * AWS), else checked against the file's MD5 (one more read). */
+static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
 {
     char url[8192], want[80];
     int err;
@@ -682,15 +729,18 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
                            "differ",
                            x->key, resp.checksum_sha256, want);
     } else if (err == 0) {
-        /* computed meanwhile on a spare core (pre), or now */
-        struct md5job now = {.path = x->path, .part_size = x->part_size};
-        struct md5job *j = pre ? pre : &now;
-        if (!pre && (err = md5_etags(&now)) < 0) {
-            /* err set */
-        } else if (pre && pre->err < 0) {
-            err = ck_error(pre->err, "%s", pre->msg);
+        bool whole = !strchr(resp.etag, '-');
+        bool have = parts_have_md5(x, nparts); /* sorted by composite_sha256 */
+        struct md5job now = {.path = x->path, .part_size = x->part_size, .whole = whole};
+        if (whole && have && part_etags_are_md5s(x, nparts)) {
+            /* each part landed as sent */
+        } else if (!whole && have) {
+            composite_md5(x, nparts, now.etag, sizeof now.etag);
         } else {
-            const char *md5 = strchr(resp.etag, '-') ? j->composite : j->whole;
+            err = md5_etags(&now);
+        }
+        if (err == 0 && now.etag[0]) {
+            const char *md5 = now.etag;
             if (strcasecmp(resp.etag, md5) != 0)
                 err = ck_error(CK_ENET,
                                "'%s': the stored object's ETag %s is not %s: the data "
@@ -770,6 +820,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
     CURL *h = ck_net_handle();
     struct mp m = {.s = s, .x = x, .fd = -1};
     int err = 0;
+    atomic_init(&m.server_checks, false);
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     pthread_mutex_init(&m.mu, NULL);
@@ -816,7 +867,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         if ((int)kept == m.nparts && round == 0) {
             /* every part was accepted before: an earlier run may have completed the
              * upload and died before recording it; if the object is there, done */
-            if (verify_multipart(s, h, x, m.nparts, NULL) == 0) {
+            if (verify_multipart(s, h, x, m.nparts) == 0) {
                 ck_info("upload.already_complete", "key=\"%s\"", x->key);
                 close(m.fd);
                 m.fd = -1;
@@ -851,7 +902,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         if (err == CK_ENOENT) {
             /* NoSuchUpload: either an earlier run completed it and died before
              * recording that, or the upload was aborted: check, else start over */
-            if (verify_multipart(s, h, x, m.nparts, NULL) == 0) {
+            if (verify_multipart(s, h, x, m.nparts) == 0) {
                 err = 0;
                 break;
             }
@@ -864,17 +915,10 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             err = ck_error(CK_ENET, "'%s': the multipart upload vanished twice", x->key);
             continue;
         }
-        if (err == 0 && m.md5_started) {
-            pthread_join(m.md5_tid, NULL);
-            m.md5_started = false;
-            err = verify_multipart(s, h, x, m.nparts, &m.md5);
-        } else if (err == 0) {
-            err = verify_multipart(s, h, x, m.nparts, NULL);
-        }
+        if (err == 0)
+            err = verify_multipart(s, h, x, m.nparts);
         break;
     }
-    if (m.md5_started)
-        pthread_join(m.md5_tid, NULL);
     free(m.done);
     pthread_mutex_destroy(&m.mu);
     curl_easy_cleanup(h);

@@ -162,6 +162,29 @@ class S3(TmpDirCase):
         self.s3.get("f/a.bin", got)
         self.assertEqual(sha256(got), sha256(src))
 
+    def test_a_part_stored_damaged_is_found(self):
+        """s3rver checks no checksum and answers a multipart object's HEAD
+        with the whole body's MD5: a part damaged on its way (one byte of
+        part 2 flipped by the proxy) is stored, its ETag is not the MD5 sent,
+        so ckptd checks the object against the file's MD5 and refuses it."""
+        big = make(os.path.join(self.dir, "big.bin"), 12 * MiB + 7, 9)
+
+        def flip(method, path, body):
+            if method == "PUT" and "partNumber=2&" in path and body:
+                return body[:100] + bytes([body[100] ^ 1]) + body[101:]
+            return body
+        with FlakyProxy(self.s3.port, [], rewrite=flip) as px:
+            p = run("upload", "--state", self.state, "--endpoint", px.url, "--retries", "0",
+                    "--multipart-threshold", "5MiB", "--part-size", "5MiB", big, "s3://ckpt/d/",
+                    env=self.env, check=1, timeout=60)
+        self.assertRegex(p.stderr, r"big\.bin': the stored object's ETag \S+ is not \S+: the "
+                                   r"data differ")
+        # undamaged, the same upload passes the same check
+        self.upload("--multipart-threshold", "5MiB", "--part-size", "5MiB", big, "s3://ckpt/e/")
+        got = os.path.join(self.dir, "got")
+        self.s3.get("e/big.bin", got)
+        self.assertEqual(sha256(got), sha256(big))
+
     def test_kill_9_during_multipart_resumes_missing_parts(self):
         big = make(os.path.join(self.dir, "big.bin"), 40 * MiB, 5)
         args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,

@@ -299,9 +299,12 @@ class FlakyProxy:
     upstream (host, port) unchanged, Host header included (so SigV4
     signatures stay valid). requests lists (method, path, status) seen."""
 
-    def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None, gate=None):
+    def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None, gate=None,
+                 rewrite=None):
         # gate(method, path, headers) -> None to go on, or (status, body) to answer instead
         self.gate = gate
+        # rewrite(method, path, body) -> the body forwarded (a damaging network or server)
+        self.rewrite = rewrite
         self.statuses = list(statuses)
         self.retry_after = retry_after
         self.fail_methods = fail_methods
@@ -360,6 +363,8 @@ class FlakyProxy:
                     self.end_headers()
                     self.wfile.write(msg)
                     return
+                if outer.rewrite:
+                    body = outer.rewrite(self.command, self.path, body)
                 c = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in ("connection", "content-length", "expect")}
