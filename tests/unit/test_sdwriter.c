@@ -319,6 +319,32 @@ static void zipapp_zip64_offsets(void **state)
     unlink(path);
 }
 
+/* A new archive at path with a small stored member, a (n1 bytes) stored
+ * in uneven pieces and page-aligned, b (n2 bytes) deflated, and a's first
+ * 4096 bytes with zip64 sizes. */
+static void stream_three_members(struct ck_zipapp *z, const char *path, const unsigned char *a,
+                                 size_t n1, const unsigned char *b, size_t n2)
+{
+    assert_int_equal(ck_zipapp_create(z, path, 0644), 0);
+    z->align = 4096;
+    z->dos_time = CK_ZIPAPP_DOS_1980;
+    assert_int_equal(ck_zipapp_add(z, "m.json", "{}", 2), 0);
+    assert_int_equal(ck_zipapp_begin(z, "data/a.float32", n1, 0), 0);
+    size_t cut[] = {0, 1, 4097, (1u << 20) + 3, n1};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ck_zipapp_write(z, a + cut[i], cut[i + 1] - cut[i]), 0);
+    assert_int_equal(ck_zipapp_end(z), 0);
+    assert_int_equal(ck_zipapp_begin(z, "data/b.csv", n2, 6), 0);
+    assert_int_equal(ck_zipapp_write(z, b, 1000), 0);
+    assert_int_equal(ck_zipapp_write(z, b + 1000, n2 - 1000), 0);
+    assert_int_equal(ck_zipapp_end(z), 0);
+    z->zip64 = true;
+    assert_int_equal(ck_zipapp_begin(z, "data/c.float32", 4096, 0), 0);
+    assert_int_equal(ck_zipapp_write(z, a, 4096), 0);
+    assert_int_equal(ck_zipapp_end(z), 0);
+    z->zip64 = false;
+}
+
 /* Members streamed in pieces, as the .mldef writer writes them: stored ones
  * page-aligned, a deflated one, one with zip64 sizes; read back by Python's
  * zipfile (an independent reader that checks every CRC) against the bytes
@@ -342,24 +368,8 @@ static void zipapp_streamed_members(void **state)
     for (size_t i = 0; i < n2; i++)
         b[i] = (unsigned char)("layer weights "[i % 14]);
     struct ck_zipapp z;
-    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
-    z.align = 4096;
-    z.dos_time = CK_ZIPAPP_DOS_1980;
-    assert_int_equal(ck_zipapp_add(&z, "m.json", "{}", 2), 0);
-    assert_int_equal(ck_zipapp_begin(&z, "data/a.float32", n1, 0), 0);
-    size_t cut[] = {0, 1, 4097, (1u << 20) + 3, n1};
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(ck_zipapp_write(&z, a + cut[i], cut[i + 1] - cut[i]), 0);
-    assert_int_equal(ck_zipapp_end(&z), 0);
-    assert_int_equal(ck_zipapp_begin(&z, "data/b.csv", n2, 6), 0);
-    assert_int_equal(ck_zipapp_write(&z, b, 1000), 0);
-    assert_int_equal(ck_zipapp_write(&z, b + 1000, n2 - 1000), 0);
-    assert_int_equal(ck_zipapp_end(&z), 0);
-    z.zip64 = true;
-    assert_int_equal(ck_zipapp_begin(&z, "data/c.float32", 4096, 0), 0);
-    assert_int_equal(ck_zipapp_write(&z, a, 4096), 0);
+    stream_three_members(&z, path, a, n1, b, n2);
     /* more than declared, then an end short of it: errors naming the member */
-    assert_int_equal(ck_zipapp_end(&z), 0);
     assert_int_equal(ck_zipapp_begin(&z, "data/d.float32", 10, 0), 0);
     assert_int_equal(ck_zipapp_write(&z, a, 11), CK_ESIZE);
     assert_non_null(strstr(ck_error_msg(), "data/d.float32"));
@@ -369,22 +379,7 @@ static void zipapp_streamed_members(void **state)
     ck_zipapp_abort(&z);
     assert_int_equal(access(path, F_OK), -1); /* nothing under the final name */
 
-    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
-    z.align = 4096;
-    z.dos_time = CK_ZIPAPP_DOS_1980;
-    assert_int_equal(ck_zipapp_add(&z, "m.json", "{}", 2), 0);
-    assert_int_equal(ck_zipapp_begin(&z, "data/a.float32", n1, 0), 0);
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(ck_zipapp_write(&z, a + cut[i], cut[i + 1] - cut[i]), 0);
-    assert_int_equal(ck_zipapp_end(&z), 0);
-    assert_int_equal(ck_zipapp_begin(&z, "data/b.csv", n2, 6), 0);
-    assert_int_equal(ck_zipapp_write(&z, b, 1000), 0);
-    assert_int_equal(ck_zipapp_write(&z, b + 1000, n2 - 1000), 0);
-    assert_int_equal(ck_zipapp_end(&z), 0);
-    z.zip64 = true;
-    assert_int_equal(ck_zipapp_begin(&z, "data/c.float32", 4096, 0), 0);
-    assert_int_equal(ck_zipapp_write(&z, a, 4096), 0);
-    assert_int_equal(ck_zipapp_end(&z), 0);
+    stream_three_members(&z, path, a, n1, b, n2);
     assert_int_equal(ck_zipapp_commit(&z), 0);
 
     snprintf(want, sizeof(want), "%s/a.bin", dir);
