@@ -5,7 +5,7 @@
 #    a Hugging Face folder), each to s3rver (S3) and to nginx (WebDAV);
 #  - peers: `aws s3 cp [--recursive]` (S3), `curl -T` (WebDAV; --parallel for
 #    the folder), `rclone copy` (both; Debian's rclone, skipped when absent);
-#  - each timing the best of 2 runs, tools alternating; the ratio is the
+#  - each timing the best of 3 runs (CKPTD_BENCH_ROUNDS), tools alternating; the ratio is the
 #    fastest peer's time over ckptd's (above 1: ckptd is faster); peak RSS
 #    (VmHWM) of every tool.
 # Every remote copy is deleted from the server's disk right after its run,

@@ -23,6 +23,9 @@ seq = [0]
 rclone = shutil.which("rclone")
 # CKPTD_BENCH_ONLY=s3 or =webdav runs one server's half (bench/upload.sh's usage)
 only = os.environ.get("CKPTD_BENCH_ONLY", "")
+# rounds of every tool, alternating; each tool's best counts (this VM's speed
+# moves with the host by up to 2x within the hour)
+rounds = int(os.environ.get("CKPTD_BENCH_ROUNDS", "3"))
 
 
 def make(path, n):
@@ -68,9 +71,9 @@ def timed(cmd, env):
 
 
 def best(tools, clean):
-    """best of 2 rounds per tool, alternating; clean() after every run frees the disk"""
+    """best of `rounds` rounds per tool, alternating; clean() after every run frees the disk"""
     out = {}
-    for _ in range(2):
+    for _ in range(rounds):
         for name, fn in tools:
             seq[0] += 1
             t, rss = fn(f"r{seq[0]}")
@@ -108,7 +111,7 @@ for i in range(nfiles):
     make(os.path.join(folder, f"model-{i + 1:05d}-of-{nfiles:05d}.safetensors"), files_size)
 data = [("file", big, file_size, f"1 file of {file_size >> 20} MiB"),
         ("folder", folder, nfiles * files_size, f"{nfiles} files of {files_size >> 20} MiB")]
-print(f"best of 2 runs each, tools alternating, data page-cached; rclone: "
+print(f"best of {rounds} runs each, tools alternating, data page-cached; rclone: "
       f"{'yes' if rclone else 'absent (skipped)'}")
 
 

@@ -169,6 +169,12 @@ def main(out):
         b"  - {op: split, axis: 2, outputs: 2}\n  - {op: concat, from: [-1, -1], axis: 1}\n")
     pt_seeds(out)
     onnx_seeds(out)
+    # fuzz_sdtests: set.txt, 0xff 0xfe, then the members the target fills
+    put(out, "sdtests", "one_set", b"ckptd-test 1\ntolerance 0.001\ninput 0 x\noutput 0 y\n"
+        b"\xff\xfe" b"t0/tests/rec0/inputs/0.fb\nt0/tests/rec0/outputs/0.fb\n")
+    put(out, "sdtests", "two_sets", b"ckptd-test 1\ninput 0 x\ninput 1 m\noutput 0 y\n"
+        b"\xff\xfe" b"t0/tests/rec0/inputs/0.fb\nt0/tests/rec0/inputs/1.fb\n"
+        b"t0/tests/rec0/outputs/0.fb\nt0/tests/rec1/set.txt\nt1/tests/rec0/inputs/0.fb\n")
     if shared and os.path.isdir(shared):
         for root, _, files in os.walk(shared):
             for f in files:
