@@ -211,10 +211,18 @@ static void queue_transitions(void **state)
 
     /* data first, even though metadata was queued first... */
     struct ck_job j;
+    sqlite3_exec(db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
     assert_int_equal(ck_queue_claim(db, &j), 0);
     assert_true(j.id == ja);
     assert_int_equal(j.state, CK_JOB_RUNNING);
     ck_job_release(&j);
+    /* the claim's own commit is not synced, but the connection is left as
+     * it was: every later commit is synced again */
+    sqlite3_stmt *q;
+    assert_int_equal(sqlite3_prepare_v2(db, "PRAGMA synchronous", -1, &q, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(q), SQLITE_ROW);
+    assert_int_equal(sqlite3_column_int(q, 0), 2);
+    sqlite3_finalize(q);
     /* ...and metadata waits while a.bin is running */
     assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
     /* a crash: running goes back to pending, with multipart state kept */
