@@ -256,11 +256,6 @@ int ck_state_set(struct ck_state *s, const char *key, const char *value)
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "writing meta");
 }
 
-static int64_t mtime_ns(const struct stat *st)
-{
-    return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
 bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_hash_entry *out)
 {
     sqlite3_stmt *q = stmt(s, S_HASH_GET);
@@ -270,7 +265,7 @@ bool ck_state_hash_lookup(struct ck_state *s, const struct stat *st, struct ck_h
     sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
     sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
-    sqlite3_bind_int64(q, 4, mtime_ns(st));
+    sqlite3_bind_int64(q, 4, ck_mtime_ns(st));
     if (sqlite3_step(q) == SQLITE_ROW) {
         snprintf(out->md5, sizeof out->md5, "%s", (const char *)sqlite3_column_text(q, 0));
         snprintf(out->sha256, sizeof out->sha256, "%s", (const char *)sqlite3_column_text(q, 1));
@@ -289,7 +284,7 @@ int ck_state_hash_store(struct ck_state *s, const struct stat *st, const char *m
     sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
     sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
-    sqlite3_bind_int64(q, 4, mtime_ns(st));
+    sqlite3_bind_int64(q, 4, ck_mtime_ns(st));
     sqlite3_bind_text(q, 5, md5, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 6, sha256 ? sha256 : "", -1, SQLITE_STATIC);
     int rc = sqlite3_step(q);

@@ -424,3 +424,13 @@ int ck_pwrite_all(int fd, const void *buf, uint64_t len, uint64_t off)
     }
     return 0;
 }
+
+int64_t ck_mtime_ns(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+bool ck_stat_unchanged(const struct stat *before, const struct stat *after)
+{
+    return before->st_size == after->st_size && ck_mtime_ns(before) == ck_mtime_ns(after);
+}

@@ -76,4 +76,12 @@ bool ck_is_own_temporary(const char *name);
 int ck_sweep_temporaries(const char *dir, size_t *removed);
 bool ck_exists(const char *path);
 
+struct stat;
+/* A file's mtime in nanoseconds: the form the queue and the hash cache keep
+ * (one formula, so their keys match). */
+int64_t ck_mtime_ns(const struct stat *st);
+/* Whether two stats of one file show the same content as far as a stat can
+ * tell: size and mtime (nanoseconds) equal. */
+bool ck_stat_unchanged(const struct stat *before, const struct stat *after);
+
 #endif

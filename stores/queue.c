@@ -1,5 +1,6 @@
 #include "stores/queue.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/hash.h"
 
 #include <stdio.h>
@@ -252,7 +253,7 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
         return ck_error_os(CK_ENOENT, "cannot queue '%s'", src);
     bool bundle = kind == CK_JOB_BUNDLE || kind == CK_JOB_BUNDLE_PMF;
     uint64_t size = bundle ? 0 : (uint64_t)sb.st_size;
-    int64_t mtime = bundle ? 0 : (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+    int64_t mtime = bundle ? 0 : ck_mtime_ns(&sb);
     if ((err = exec(db, "BEGIN IMMEDIATE", "queueing")) < 0)
         return err;
     /* the newest job for this store and key decides */
@@ -354,7 +355,7 @@ bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65])
     sqlite3_bind_int64(q, 1, (sqlite3_int64)st->st_dev);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)st->st_ino);
     sqlite3_bind_int64(q, 3, (sqlite3_int64)st->st_size);
-    sqlite3_bind_int64(q, 4, (sqlite3_int64)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec);
+    sqlite3_bind_int64(q, 4, ck_mtime_ns(st));
     if (sqlite3_step(q) == SQLITE_ROW) {
         const unsigned char *t = sqlite3_column_text(q, 0);
         if (t && strlen((const char *)t) == 64) {

@@ -13,6 +13,7 @@
  * that do not return it, the ETag against the parts' MD5s (taken with their
  * SHA-256 while no part has come back with S3's checksum). */
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "stores/awsconfig.h"
@@ -332,9 +333,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     } else if ((err = s3_request(s, h, &r, &resp)) == 0) {
         snprintf(etag, sizeof etag, "\"%s\"", d.md5);
         struct stat st2;
-        if (fstat(fd, &st2) == 0 &&
-            (st2.st_size != st.st_size || st2.st_mtim.tv_sec != st.st_mtim.tv_sec ||
-             st2.st_mtim.tv_nsec != st.st_mtim.tv_nsec))
+        if (fstat(fd, &st2) == 0 && !ck_stat_unchanged(&st, &st2))
             err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
         else
             err = verify(s, h, x->key, x->size, etag);
@@ -567,9 +566,7 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         else if (resp.checksum_sha256[0])
             atomic_store(&m->server_checks, true);
     }
-    if (err == 0 && (fstat(m->fd, &after) < 0 || after.st_size != before.st_size ||
-                     after.st_mtim.tv_sec != before.st_mtim.tv_sec ||
-                     after.st_mtim.tv_nsec != before.st_mtim.tv_nsec))
+    if (err == 0 && (fstat(m->fd, &after) < 0 || !ck_stat_unchanged(&before, &after)))
         err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
     ck_resp_release(&resp);
     curl_slist_free_all(hd);

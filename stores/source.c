@@ -1,5 +1,6 @@
 #include "stores/source.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -26,9 +27,7 @@ int ck_source_open(struct ck_source *src, const struct ck_xfer *x)
     posix_fadvise(src->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     const struct stat *k = &x->known_st;
     src->known = x->known_sha256[0] && k->st_dev == src->before.st_dev &&
-                 k->st_ino == src->before.st_ino && k->st_size == src->before.st_size &&
-                 k->st_mtim.tv_sec == src->before.st_mtim.tv_sec &&
-                 k->st_mtim.tv_nsec == src->before.st_mtim.tv_nsec;
+                 k->st_ino == src->before.st_ino && ck_stat_unchanged(k, &src->before);
     /* without the thread the transfer still goes; only its SHA-256 is missing */
     if (!src->known && x->hash_unknown)
         src->hashing = pthread_create(&src->tid, NULL, hash_thread, src) == 0;
@@ -38,9 +37,7 @@ int ck_source_open(struct ck_source *src, const struct ck_xfer *x)
 int ck_source_check_unchanged(const struct ck_source *src, const struct ck_xfer *x)
 {
     struct stat after;
-    if (fstat(src->fd, &after) < 0 || after.st_size != src->before.st_size ||
-        after.st_mtim.tv_sec != src->before.st_mtim.tv_sec ||
-        after.st_mtim.tv_nsec != src->before.st_mtim.tv_nsec)
+    if (fstat(src->fd, &after) < 0 || !ck_stat_unchanged(&src->before, &after))
         return ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
     return 0;
 }

@@ -489,7 +489,7 @@ static int refresh_source(struct run *r, struct ck_job *j)
     struct stat st;
     if (stat(j->src, &st) < 0)
         return ck_error_os(CK_ENOENT, "'%s' vanished before it was uploaded", j->src);
-    int64_t mt = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    int64_t mt = ck_mtime_ns(&st);
     if ((uint64_t)st.st_size == j->size && mt == j->mtime_ns)
         return 0;
     ck_warn("upload.changed", "job=%lld path=\"%s\": changed since it was queued, sending it anew",

@@ -227,12 +227,6 @@ static int64_t file_next(void *ctx, void *buf, size_t len, const void **out)
     }
 }
 
-static bool same_file(const struct stat *a, const struct stat *b)
-{
-    return a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
-
 int ck_mldef_zip_add_file(struct ck_mldef_zip *z, const char *name, const char *src)
 {
     struct file_stream f = {.src = src, .fd = open(src, O_RDONLY | O_CLOEXEC)};
@@ -245,7 +239,7 @@ int ck_mldef_zip_add_file(struct ck_mldef_zip *z, const char *name, const char *
     struct ck_mldef_stream s = {.size = (uint64_t)before.st_size, .next = file_next, .ctx = &f};
     if ((err = write_entry(z, name, &s, false)) < 0)
         goto out;
-    if (fstat(f.fd, &after) < 0 || !same_file(&before, &after)) {
+    if (fstat(f.fd, &after) < 0 || !ck_stat_unchanged(&before, &after)) {
         z->failed = true;
         err = ck_error(CK_ECHANGED, "'%s': '%s' changed while it was packed", z->path, src);
     }
