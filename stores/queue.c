@@ -241,6 +241,20 @@ static void read_job(sqlite3_stmt *st, struct ck_job *j)
     j->updated = sqlite3_column_double(st, 18);
 }
 
+int ck_queue_batch_begin(sqlite3 *db)
+{
+    return exec(db, "BEGIN IMMEDIATE", "queueing");
+}
+
+int ck_queue_batch_end(sqlite3 *db, int err)
+{
+    if (err < 0) {
+        exec(db, "ROLLBACK", "rollback");
+        return err;
+    }
+    return exec(db, "COMMIT", "queueing");
+}
+
 int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
                  enum ck_job_kind kind, int64_t *id, bool *added)
 {
@@ -254,7 +268,10 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
     bool bundle = kind == CK_JOB_BUNDLE || kind == CK_JOB_BUNDLE_PMF;
     uint64_t size = bundle ? 0 : (uint64_t)sb.st_size;
     int64_t mtime = bundle ? 0 : ck_mtime_ns(&sb);
-    if ((err = exec(db, "BEGIN IMMEDIATE", "queueing")) < 0)
+    /* inside a caller's batch (ck_queue_batch_begin) a savepoint, so a
+     * failure undoes this job only */
+    bool nested = !sqlite3_get_autocommit(db);
+    if ((err = exec(db, nested ? "SAVEPOINT queue_add" : "BEGIN IMMEDIATE", "queueing")) < 0)
         return err;
     /* the newest job for this store and key decides */
     if ((err = prep(db,
@@ -335,9 +352,9 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
         *id = sqlite3_last_insert_rowid(db);
         *added = true;
     }
-    return exec(db, "COMMIT", "queueing");
+    return exec(db, nested ? "RELEASE queue_add" : "COMMIT", "queueing");
 fail:
-    exec(db, "ROLLBACK", "rollback");
+    exec(db, nested ? "ROLLBACK TO queue_add; RELEASE queue_add" : "ROLLBACK", "rollback");
     return err;
 }
 

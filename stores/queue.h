@@ -3,7 +3,8 @@
  * thread at a time (callers serialise the part callbacks). Every upload is a row in
  * upload_jobs; a multipart upload's id and each accepted part are recorded
  * (upload_parts) as they happen, so a run after a crash sends only the
- * missing parts. Each change is one transaction.
+ * missing parts. Each change is one transaction (queueing a tree: one
+ * batch).
  *
  * States: pending -> running -> done | failed; running rows left by a dead
  * process go back to pending (ck_queue_recover); failed rows go back to
@@ -65,6 +66,12 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out);
  * is replaced (its multipart state dropped). */
 int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
                  enum ck_job_kind kind, int64_t *id, bool *added);
+/* A batch: the ck_queue_add calls between begin and end are one transaction
+ * (one fsync for a whole tree instead of one per file; each add is a
+ * savepoint inside it). end commits when err is 0, else rolls the batch back
+ * and returns err. */
+int ck_queue_batch_begin(sqlite3 *db);
+int ck_queue_batch_end(sqlite3 *db, int err);
 /* The SHA-256 the agent's hash cache (agent/state.c's hash_cache table, in
  * the same database) holds for exactly the file st describes (device, inode,
  * size, mtime), into out; false when there is none or no such table (a

@@ -380,6 +380,56 @@ static void queue_same_bytes_new_mtime_not_requeued(void **state)
     sqlite3_close(db);
 }
 
+static int pending_rows(const char *path)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    int n = -1;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(db, "SELECT count(*) FROM upload_jobs WHERE state = 0", -1, &st, NULL),
+        SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* A batch is one transaction: another connection sees none of its jobs
+ * until it ends; an add that fails inside it undoes itself only; a batch
+ * ended with an error leaves nothing queued. */
+static void queue_batch_is_one_transaction(void **state)
+{
+    char dir[4096], a[4200], b[4200], gone[4200], path[4200];
+    sqlite3 *db = open_db(dir);
+    snprintf(path, sizeof path, "%s/state.db", dir);
+    snprintf(a, sizeof a, "%s/a.bin", dir);
+    snprintf(b, sizeof b, "%s/b.bin", dir);
+    snprintf(gone, sizeof gone, "%s/gone.bin", dir);
+    write_file(a, "aaaa");
+    write_file(b, "bbbb");
+    int64_t sid = store_row(db, "file:///tmp/z"), id;
+    bool added;
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(ck_queue_batch_begin(db), 0);
+        assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &id, &added), 0);
+        assert_int_equal(ck_queue_add(db, sid, gone, "gone.bin", 0, CK_JOB_FILE, &id, &added),
+                         CK_ENOENT);
+        assert_int_equal(ck_queue_add(db, sid, b, "b.bin", 0, CK_JOB_FILE, &id, &added), 0);
+        assert_true(added);
+        assert_int_equal(pending_rows(path), 0);
+        if (round == 0) {
+            assert_int_equal(ck_queue_batch_end(db, CK_EIO), CK_EIO);
+            assert_int_equal(pending_rows(path), 0);
+        } else {
+            assert_int_equal(ck_queue_batch_end(db, 0), 0);
+            assert_int_equal(pending_rows(path), 2);
+        }
+    }
+    sqlite3_close(db);
+}
+
 static void uploader_file_store_end_to_end(void **state)
 {
     /* a real run against the file:// store: tree order, checksums, dedupe */
@@ -437,6 +487,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(queue_metadata_after_new_data),
     cmocka_unit_test(queue_newer_schema_refused),
     cmocka_unit_test(queue_same_bytes_new_mtime_not_requeued),
+    cmocka_unit_test(queue_batch_is_one_transaction),
     cmocka_unit_test(uploader_file_store_end_to_end),
 };
 CK_TEST_MAIN(tests)
