@@ -25,16 +25,20 @@
     F(CURLUcode, curl_url_get, (CURLU * u, CURLUPart what, char **part, unsigned int flags),       \
       (u, what, part, flags))                                                                      \
     F(CURLUcode, curl_url_set, (CURLU * u, CURLUPart what, const char *part, unsigned int flags),  \
-      (u, what, part, flags))
+      (u, what, part, flags))                                                                      \
+    F(CURLSH *, curl_share_init, (void), ())                                                       \
+    F(CURLSHcode, curl_share_cleanup, (CURLSH * sh), (sh))
 
 #define HANDWRITTEN(F, V)                                                                          \
     F(CURLcode, curl_easy_setopt, (CURL * h, CURLoption o, ...), ())                               \
-    F(CURLcode, curl_easy_getinfo, (CURL * h, CURLINFO i, ...), ())
+    F(CURLcode, curl_easy_getinfo, (CURL * h, CURLINFO i, ...), ())                                \
+    F(CURLSHcode, curl_share_setopt, (CURLSH * sh, CURLSHoption o, ...), ())
 
 CK_LAZY_LIBRARY(FUNCS, HANDWRITTEN)
 
 typedef CURLcode (*setopt_fn)(CURL *, CURLoption, ...);
 typedef CURLcode (*getinfo_fn)(CURL *, CURLINFO, ...);
+typedef CURLSHcode (*share_setopt_fn)(CURLSH *, CURLSHoption, ...);
 
 /* The option's number says the type of its one argument, the way libcurl
  * itself reads it; it is passed on with that type. */
@@ -65,6 +69,27 @@ CURLcode curl_easy_getinfo(CURL *h, CURLINFO i, ...)
     va_list ap;
     va_start(ap, i);
     CURLcode rc = f(h, i, va_arg(ap, void *));
+    va_end(ap);
+    return rc;
+}
+
+/* Passed on with the type libcurl reads for each option: an int for
+ * CURLSHOPT_SHARE and UNSHARE, a function pointer for the lock functions, a
+ * pointer for USERDATA. */
+CURLSHcode curl_share_setopt(CURLSH *sh, CURLSHoption o, ...)
+{
+    share_setopt_fn f = (share_setopt_fn)CK_LAZY_ADDR(curl_share_setopt);
+    va_list ap;
+    CURLSHcode rc;
+    va_start(ap, o);
+    if (o == CURLSHOPT_SHARE || o == CURLSHOPT_UNSHARE)
+        rc = f(sh, o, va_arg(ap, int));
+    else if (o == CURLSHOPT_LOCKFUNC)
+        rc = f(sh, o, va_arg(ap, curl_lock_function));
+    else if (o == CURLSHOPT_UNLOCKFUNC)
+        rc = f(sh, o, va_arg(ap, curl_unlock_function));
+    else
+        rc = f(sh, o, va_arg(ap, void *));
     va_end(ap);
     return rc;
 }

@@ -181,7 +181,7 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
     struct curl_slist *hd = NULL, *mv = NULL;
     struct ck_source src = {.fd = -1};
     int err;
-    CURL *h = ck_net_handle();
+    CURL *h = ck_net_handle(s->base.net);
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     if (s->exact) {

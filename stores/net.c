@@ -15,6 +15,20 @@
 #define RESP_MAX (1u << 20)
 #define CHUNK_CAPPED (64u << 10) /* read size while a bandwidth cap is on */
 
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
+{
+    struct ck_net *n = ud;
+    (void)h, (void)access;
+    pthread_mutex_lock(&n->share_mu[(unsigned)data < CURL_LOCK_DATA_LAST ? data : 0]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *ud)
+{
+    struct ck_net *n = ud;
+    (void)h;
+    pthread_mutex_unlock(&n->share_mu[(unsigned)data < CURL_LOCK_DATA_LAST ? data : 0]);
+}
+
 int ck_net_init(struct ck_net *n, const struct ck_upload_opts *opts, struct ck_upload_ctl *ctl)
 {
     memset(n, 0, sizeof *n);
@@ -23,11 +37,28 @@ int ck_net_init(struct ck_net *n, const struct ck_upload_opts *opts, struct ck_u
     n->rand_state = (unsigned)(ck_mono_ms() ^ (long long)getpid() << 16);
     if (pthread_mutex_init(&n->rate_mu, NULL) != 0)
         return ck_error(CK_ERR, "cannot create a mutex");
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_init(&n->share_mu[i], NULL);
+    if (!(n->share = curl_share_init()) ||
+        curl_share_setopt(n->share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
+        curl_share_setopt(n->share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
+        curl_share_setopt(n->share, CURLSHOPT_USERDATA, n) != CURLSHE_OK ||
+        curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK ||
+        curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK ||
+        curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK) {
+        ck_net_release(n);
+        return ck_error(CK_ENOMEM, "cannot create libcurl's shared connection cache");
+    }
     return 0;
 }
 
 void ck_net_release(struct ck_net *n)
 {
+    if (n->share)
+        curl_share_cleanup(n->share);
+    n->share = NULL;
+    for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
+        pthread_mutex_destroy(&n->share_mu[i]);
     pthread_mutex_destroy(&n->rate_mu);
 }
 
@@ -171,9 +202,13 @@ bool ck_xml_tag(const char *body, const char *tag, char *out, size_t outsz)
     return a == b;
 }
 
-CURL *ck_net_handle(void)
+CURL *ck_net_handle(struct ck_net *n)
 {
-    return curl_easy_init();
+    CURL *h = curl_easy_init();
+    /* curl_easy_reset (each attempt's setup) keeps the share */
+    if (h && n->share)
+        curl_easy_setopt(h, CURLOPT_SHARE, n->share);
+    return h;
 }
 
 /* One attempt's state, seen by the callbacks. */

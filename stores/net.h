@@ -21,6 +21,11 @@ struct ck_net {
     long long rate_t0; /* monotonic ms of the last refill */
     double tokens;     /* bytes that may go now */
     unsigned rand_state;
+    /* the connections, DNS answers and TLS sessions every handle of the run
+     * shares: a job or part reuses the connection the one before it left
+     * (a new TCP and TLS handshake, or SSH login, per file otherwise) */
+    CURLSH *share;
+    pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
 };
 
 int ck_net_init(struct ck_net *n, const struct ck_upload_opts *opts, struct ck_upload_ctl *ctl);
@@ -82,7 +87,8 @@ bool ck_net_is_retryable(long status, const char *s3code);
  * &amp; &lt; &gt; &quot; &apos; decoded) into out; false when absent. */
 bool ck_xml_tag(const char *body, const char *tag, char *out, size_t outsz);
 
-/* Handles: one per thread, reused across requests for keep-alive. */
-CURL *ck_net_handle(void);
+/* A handle on n's shared connections (curl_easy_cleanup it before
+ * ck_net_release); reuse it across the requests of one thread. */
+CURL *ck_net_handle(struct ck_net *n);
 
 #endif

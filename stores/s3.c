@@ -327,7 +327,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
                        .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
-    CURL *h = ck_net_handle();
+    CURL *h = ck_net_handle(s->base.net);
     if (!h) {
         err = ck_error(CK_ENOMEM, "cannot create a curl handle");
     } else if ((err = s3_request(s, h, &r, &resp)) == 0) {
@@ -586,7 +586,7 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
 static void *part_worker(void *arg)
 {
     struct mp *m = arg;
-    CURL *h = ck_net_handle();
+    CURL *h = ck_net_handle(m->s->base.net);
     unsigned char *buf = malloc(PART_IO);
     int err = 0;
     if (!h || !buf) {
@@ -814,7 +814,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
     uint64_t ps = o->part_size < MIN_PART ? MIN_PART : o->part_size;
     while ((x->size + ps - 1) / ps > MAX_PARTS)
         ps *= 2;
-    CURL *h = ck_net_handle();
+    CURL *h = ck_net_handle(s->base.net);
     struct mp m = {.s = s, .x = x, .fd = -1};
     int err = 0;
     atomic_init(&m.server_checks, false);

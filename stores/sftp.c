@@ -188,7 +188,7 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
     const char *slash = strrchr(path, '/');
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, slash + 1, (long long)x->id);
-    CURL *h = ck_net_handle();
+    CURL *h = ck_net_handle(s->base.net);
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     if ((err = ck_source_open(&src, x)) < 0)

@@ -417,6 +417,25 @@ class Http(TmpDirCase):
             self.assertEqual(auth, {"Bearer " + token})
             self.assertEqual(sha256(os.path.join(web.root, "b", "a.bin")), sha256(src))
 
+    def test_one_connection_for_a_folder(self):
+        # the run's handles share their connections: the jobs after the
+        # first reuse it (no new TCP/TLS handshake per file)
+        with Nginx(self.dir) as web:
+            srcs = [make(os.path.join(self.dir, "src", f"shard-{i}.bin"), 200000 + i, 90 + i)
+                    for i in range(6)]
+            state = os.path.join(self.dir, "state")
+            run("upload", "--state", state, "--transfers", "1", os.path.join(self.dir, "src"),
+                web.url + "/f", check=0, timeout=60)
+            for src in srcs:
+                self.assertEqual(sha256(os.path.join(web.root, "f", os.path.basename(src))),
+                                 sha256(src))
+            with open(os.path.join(web.dir, "access.log")) as f:
+                lines = f.read().splitlines()
+            methods = [re.search(r'"([A-Z]+) ', ln).group(1) for ln in lines]
+            self.assertEqual(methods.count("PUT"), 6)
+            conns = {re.search(r"conn=(\d+)$", ln).group(1) for ln in lines}
+            self.assertEqual(len(conns), 1, lines)
+
     def test_500_then_200(self):
         with Nginx(self.dir) as web, FlakyProxy(web.port, [500, 500], fail_methods={"PUT"}) as px:
             src = make(os.path.join(self.dir, "a.bin"), 300000, 73)
@@ -445,6 +464,20 @@ class Sftp(TmpDirCase):
                             "root@127.0.0.1"], check=True, capture_output=True, timeout=30)
             self.assertEqual(sha256(got), sha256(src))
             self.assertEqual(os.listdir(os.path.join(dest_dir, "sub")), ["w 1.bin"])
+
+    def test_one_login_for_a_folder(self):
+        with Sshd(self.dir) as ssh:
+            srcs = [make(os.path.join(self.dir, "src", f"s{i}.bin"), 100000 + i, 84 + i)
+                    for i in range(4)]
+            state = os.path.join(self.dir, "state")
+            dest = os.path.join(self.dir, "remote")
+            run("upload", "--state", state, "--transfers", "1", "--key", ssh.key, "--host-key",
+                ssh.host_key_sha256, os.path.join(self.dir, "src"), ssh.url(dest), check=0,
+                timeout=60)
+            for src in srcs:
+                self.assertEqual(sha256(os.path.join(dest, os.path.basename(src))), sha256(src))
+            with open(os.path.join(ssh.dir, "sshd.log"), errors="replace") as f:
+                self.assertEqual(f.read().count("Accepted publickey"), 1)
 
     def test_wrong_host_key_is_refused(self):
         with Sshd(self.dir) as ssh:

@@ -186,7 +186,10 @@ error_log {dir}/error.log;
 load_module /usr/lib/nginx/modules/ngx_http_dav_ext_module.so;
 events {{ worker_connections 256; }}
 http {{
-    access_log {dir}/access.log;
+    # combined, and the connection's serial number (tests count connections)
+    log_format ck '$remote_addr - $remote_user [$time_local] "$request" $status '
+                  '$body_bytes_sent "$http_referer" "$http_user_agent" conn=$connection';
+    access_log {dir}/access.log ck;
     client_body_temp_path {dir}/body;
     proxy_temp_path {dir}/proxy;
     fastcgi_temp_path {dir}/fastcgi;
