@@ -344,6 +344,13 @@ static void setup_handle(CURL *h, struct ck_net *n, struct ck_req *r, struct att
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xferinfo_cb);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, a);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ckptd/" CKPTD_VERSION);
+    /* the shared pool keeps a connection for every request that can be in
+     * flight at once (libcurl's default, 5, closed most of them as parts
+     * ended: 107 connections for one 1 GiB multipart upload) */
+    long pool = (long)(n->opts->transfers > 0 ? n->opts->transfers : 1) *
+                    (n->opts->concurrency > 0 ? n->opts->concurrency : 1) +
+                4;
+    curl_easy_setopt(h, CURLOPT_MAXCONNECTS, pool);
     /* a large upload buffer: fewer syscalls per byte than curl's 64 KiB default */
     curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 2L * 1024 * 1024);
     if (r->headers)

@@ -129,6 +129,20 @@ class Transfers(TmpDirCase):
         self.assertGreater(self.proxy.max_inflight, 1)
         self.assert_tree_landed(tree, "m")
 
+    def test_connections_are_reused_across_parts_and_files(self):
+        # 2 files of 9 parts, 2 in flight with 4 parts each: at most 8
+        # requests at once, so 8 connections serve every request (libcurl's
+        # default pool of 5 closed most after one part each)
+        tree = os.path.join(self.dir, "shards")
+        for i in range(2):
+            make(os.path.join(tree, f"s{i}.bin"), 40 * MiB + 7, 30 + i)
+        p = self.upload("--transfers", "2", "--concurrency", "4", "--part-size", "5MiB",
+                        "--multipart-threshold", "5MiB", tree, "s3://ckpt/c")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assert_tree_landed(tree, "c")
+        self.assertGreaterEqual(len(self.proxy.requests), 2 * (1 + 9 + 1))
+        self.assertLessEqual(len(self.proxy.clients), 2 * 4, self.proxy.requests)
+
     def test_kill_9_with_several_jobs_running_resumes(self):
         tree = self.tree(4, 12 * MiB + 7, seed=10)
         args = self.args("--transfers", "4", "--concurrency", "2", "--part-size", "5MiB",

@@ -315,6 +315,7 @@ class FlakyProxy:
         self.headers = []  # (method, path, request headers) of forwarded requests
         self.timeline = []  # (method, path, start, end) of forwarded requests, monotonic seconds
         self.inflight = self.max_inflight = 0  # forwarded requests being served at once
+        self.clients = set()  # (host, port) of every client connection a request came on
         self.lock = threading.Lock()
         outer = self
 
@@ -328,6 +329,7 @@ class FlakyProxy:
                 # counted from the request's arrival, its body included
                 self.t0 = time.monotonic()
                 with outer.lock:
+                    outer.clients.add(self.client_address)
                     outer.inflight += 1
                     outer.max_inflight = max(outer.max_inflight, outer.inflight)
                 try:
