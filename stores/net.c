@@ -39,16 +39,6 @@ int ck_net_init(struct ck_net *n, const struct ck_upload_opts *opts, struct ck_u
         return ck_error(CK_ERR, "cannot create a mutex");
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_init(&n->share_mu[i], NULL);
-    if (!(n->share = curl_share_init()) ||
-        curl_share_setopt(n->share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
-        curl_share_setopt(n->share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
-        curl_share_setopt(n->share, CURLSHOPT_USERDATA, n) != CURLSHE_OK ||
-        curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK ||
-        curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK ||
-        curl_share_setopt(n->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK) {
-        ck_net_release(n);
-        return ck_error(CK_ENOMEM, "cannot create libcurl's shared connection cache");
-    }
     return 0;
 }
 
@@ -60,6 +50,34 @@ void ck_net_release(struct ck_net *n)
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++)
         pthread_mutex_destroy(&n->share_mu[i]);
     pthread_mutex_destroy(&n->rate_mu);
+}
+
+/* The share is made by the first handle, not by ck_net_init: a run with
+ * only path stores never loads libcurl (lazy/), and a curl store's open has
+ * loaded it by then. Without one (out of memory) handles work unshared. */
+static CURLSH *share_get(struct ck_net *n)
+{
+    pthread_mutex_lock(&n->rate_mu);
+    if (!n->share && !n->share_failed) {
+        CURLSH *sh = curl_share_init();
+        if (!sh || curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
+            curl_share_setopt(sh, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
+            curl_share_setopt(sh, CURLSHOPT_USERDATA, n) != CURLSHE_OK ||
+            curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT) != CURLSHE_OK ||
+            curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK ||
+            curl_share_setopt(sh, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK) {
+            if (sh)
+                curl_share_cleanup(sh);
+            n->share_failed = true;
+            ck_warn("upload.no_shared_connections",
+                    "libcurl's shared connection cache could not be made: each transfer opens "
+                    "its own connections");
+        } else {
+            n->share = sh;
+        }
+    }
+    pthread_mutex_unlock(&n->rate_mu);
+    return n->share;
 }
 
 static void sleep_ms(long long ms)
@@ -204,10 +222,11 @@ bool ck_xml_tag(const char *body, const char *tag, char *out, size_t outsz)
 
 CURL *ck_net_handle(struct ck_net *n)
 {
+    CURLSH *sh = share_get(n);
     CURL *h = curl_easy_init();
     /* curl_easy_reset (each attempt's setup) keeps the share */
-    if (h && n->share)
-        curl_easy_setopt(h, CURLOPT_SHARE, n->share);
+    if (h && sh)
+        curl_easy_setopt(h, CURLOPT_SHARE, sh);
     return h;
 }
 

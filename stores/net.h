@@ -24,7 +24,8 @@ struct ck_net {
     /* the connections, DNS answers and TLS sessions every handle of the run
      * shares: a job or part reuses the connection the one before it left
      * (a new TCP and TLS handshake, or SSH login, per file otherwise) */
-    CURLSH *share;
+    CURLSH *share;     /* made by the first ck_net_handle */
+    bool share_failed; /* ... which could not make it */
     pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
 };
 
