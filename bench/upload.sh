@@ -5,9 +5,9 @@
 #    a Hugging Face folder), each to s3rver (S3) and to nginx (WebDAV);
 #  - peers: `aws s3 cp [--recursive]` (S3), `curl -T` (WebDAV; --parallel for
 #    the folder), `rclone copy` (both; Debian's rclone, skipped when absent);
-#  - each timing the best of 3 runs (CKPTD_BENCH_ROUNDS), tools alternating; the ratio is the
-#    fastest peer's time over ckptd's (above 1: ckptd is faster); peak RSS
-#    (VmHWM) of every tool.
+#  - 5 runs of each tool (CKPTD_BENCH_ROUNDS), tools alternating; each tool's
+#    best and median; the ratio is the fastest peer's time over ckptd's (above
+#    1: ckptd is faster), by medians and by bests; peak RSS (VmHWM) of every tool.
 # Every remote copy is deleted from the server's disk right after its run,
 # and the scratch folder on exit (a trap): the bench needs about 2.5 GiB.
 # Usage: bench/upload.sh [BUILD_DIR] [FILE_MIB] [FOLDER_FILES] [FOLDER_FILE_MIB]
