@@ -3,6 +3,7 @@
 #include "common/crc32.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/writebehind.h"
 #include "common/zipjournal.h"
 
 #include <errno.h>
@@ -237,6 +238,7 @@ int ck_zipapp_create(struct ck_zipapp *z, const char *path, mode_t mode)
         return err;
     }
     z->fd = z->tmp.fd;
+    ck_writebehind_init(&z->wb, z->fd, 0);
     return 0;
 }
 
@@ -257,6 +259,8 @@ int ck_zipapp_open(struct ck_zipapp *z, const char *path)
     }
     if (err < 0)
         ck_zipapp_abort(z);
+    else
+        ck_writebehind_init(&z->wb, z->fd, z->pos);
     return err;
 }
 
@@ -379,37 +383,24 @@ static int ensure_journal(struct ck_zipapp *z)
 
 /* ---- writing members ---- */
 
-/* Data is handed to the disk every KICK bytes (sync_file_range, which does
- * not wait), so the fsync at commit finds most of a large archive written
- * already and waits for the tail only: the copy and the disk overlap. */
-#define KICK (8u << 20)
 /* The CRC is taken on pieces this size right before they are written, while
  * they are in cache. */
 #define PIECE (1u << 20)
 #define OUTBUF (256u << 10)
 
-/* Writes n bytes at the end, handing every KICK bytes to the disk. */
+/* Writes n bytes at the end; common/writebehind hands them to the disk
+ * while the rest is being written, so the fsync at commit finds most of a
+ * large archive on disk already. */
 static int put_data(struct ck_zipapp *z, const void *p, size_t n)
 {
-    const unsigned char *b = p;
-    while (n) {
-        size_t k = n < KICK ? n : KICK;
-        if (ck_pwrite_all(z->fd, b, k, z->pos) < 0)
-            return errno == EFAULT ? ck_error(CK_ECHANGED,
-                                              "'%s': the data to write became unreadable "
-                                              "(its file truncated meanwhile?)",
-                                              z->path)
-                                   : ck_error_os(CK_EIO, "cannot write '%s'", z->path);
-        z->pos += k;
-        b += k;
-        n -= k;
-        if (z->pos - z->kicked >= KICK) {
-            /* Advisory: an error here comes back from the fsync at commit. */
-            (void)sync_file_range(z->fd, (off64_t)z->kicked, (off64_t)(z->pos - z->kicked),
-                                  SYNC_FILE_RANGE_WRITE);
-            z->kicked = z->pos;
-        }
-    }
+    if (ck_pwrite_all(z->fd, p, n, z->pos) < 0)
+        return errno == EFAULT ? ck_error(CK_ECHANGED,
+                                          "'%s': the data to write became unreadable "
+                                          "(its file truncated meanwhile?)",
+                                          z->path)
+                               : ck_error_os(CK_EIO, "cannot write '%s'", z->path);
+    z->pos += n;
+    ck_writebehind_wrote(&z->wb, z->pos);
     return 0;
 }
 
@@ -695,6 +686,7 @@ static int write_end(struct ck_zipapp *z)
 
 static void release(struct ck_zipapp *z)
 {
+    ck_writebehind_stop(&z->wb);
     if (z->fresh)
         ck_atomic_abort(&z->tmp);
     else if (z->fd >= 0)
@@ -718,6 +710,7 @@ int ck_zipapp_commit(struct ck_zipapp *z)
     }
     if ((err = ensure_journal(z)) < 0 || (err = write_end(z)) < 0)
         goto fail;
+    ck_writebehind_stop(&z->wb); /* its thread is done with the file: the fsync does the rest */
     if (z->fresh) {
         err = ck_atomic_commit(&z->tmp); /* fsync, rename, folder fsync */
         z->fresh = false;

@@ -27,6 +27,7 @@
 
 #include "common/buf.h"
 #include "common/fsutil.h"
+#include "common/writebehind.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -65,7 +66,7 @@ struct ck_zipapp {
     bool journaled; /* the journal exists: abort must roll back */
     struct ck_atomic_file tmp;
     uint64_t old_len, start, pos;
-    uint64_t kicked;   /* written before this was handed to the disk */
+    struct ck_writebehind wb; /* the new members' bytes, handed to the disk as they come */
     uint32_t dos_time; /* of new members: the clock at open unless set */
     uint16_t align;    /* stored data starts at a multiple of it (0: anywhere) */
     bool zip64;        /* zip64 sizes for new members of any size (else past 4 GiB only) */

@@ -16,8 +16,12 @@
 #include "writers/sdarray.h"
 #include "writers/zipapp.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <math.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -421,6 +425,73 @@ static void zipapp_streamed_members(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A large archive does not stay in the page cache as it is written
+ * (common/writebehind: each window goes to disk and out of the cache once
+ * the next one is written), so packing a big checkpoint does not push the
+ * training job's data out of memory; the archive is whole and right. */
+static void zipapp_large_archive_leaves_the_page_cache(void **state)
+{
+    (void)state;
+    char dir[4000], path[4100], cmd[8400];
+    ck_test_tmpdir(dir, "zipcache");
+    struct statfs sf;
+    if (statfs(dir, &sf) == 0 && sf.f_type == TMPFS_MAGIC) {
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+        skip(); /* tmpfs pages are the file: nothing to drop */
+    }
+    snprintf(path, sizeof(path), "%s/big.zip", dir);
+    const size_t piece = 1u << 20, pieces = 6 * (CK_WRITEBEHIND_WINDOW >> 20);
+    unsigned char *buf = malloc(piece);
+    assert_non_null(buf);
+    struct ck_zipapp z;
+    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
+    assert_int_equal(ck_zipapp_begin(&z, "data/w.float32", (uint64_t)piece * pieces, 0), 0);
+    for (size_t i = 0; i < pieces; i++) {
+        memset(buf, (int)(i * 7 + 1), piece);
+        assert_int_equal(ck_zipapp_write(&z, buf, piece), 0);
+    }
+    assert_int_equal(ck_zipapp_end(&z), 0);
+    assert_int_equal(ck_zipapp_commit(&z), 0);
+    free(buf);
+
+    int fd = open(path, O_RDONLY);
+    assert_true(fd >= 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(map != MAP_FAILED);
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t npages = ((size_t)st.st_size + (size_t)pg - 1) / (size_t)pg, resident = 0;
+    unsigned char *vec = malloc(npages);
+    assert_non_null(vec);
+    assert_int_equal(mincore(map, (size_t)st.st_size, vec), 0);
+    for (size_t i = 0; i < npages; i++)
+        resident += vec[i] & 1;
+    free(vec);
+    munmap(map, (size_t)st.st_size);
+    close(fd);
+    /* written: 6 windows; kept at most the last two (and a page or two of
+     * headers rewritten at the end) */
+    uint64_t kept = (uint64_t)resident * (uint64_t)pg;
+    if (kept > 2 * (uint64_t)CK_WRITEBEHIND_WINDOW + (1u << 20))
+        fail_msg("%llu MiB of the %llu MiB archive still in the page cache",
+                 (unsigned long long)(kept >> 20), (unsigned long long)(st.st_size >> 20));
+    snprintf(cmd, sizeof(cmd),
+             "/usr/bin/python3 - '%s' %zu <<'EOF'\n"
+             "import sys, zipfile\n"
+             "z = zipfile.ZipFile(sys.argv[1])\n"
+             "assert z.testzip() is None\n"
+             "with z.open('data/w.float32') as f:\n"
+             "    for i in range(int(sys.argv[2])):\n"
+             "        assert f.read(1 << 20) == bytes([(i * 7 + 1) %% 256]) * (1 << 20), i\n"
+             "EOF",
+             path, pieces);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A model y = relu(x W + b) over weights held in set memory. */
 static struct ck_model *tiny_model(float wscale)
 {
@@ -509,6 +580,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(library_entry_point_appends_tags),
     cmocka_unit_test(zipapp_zip64_offsets),
     cmocka_unit_test(zipapp_streamed_members),
+    cmocka_unit_test(zipapp_large_archive_leaves_the_page_cache),
     cmocka_unit_test(fbbuild_round_trip),
     cmocka_unit_test(fbbuild_misuse_is_an_error),
     cmocka_unit_test(half_and_bfloat16_rounding),
