@@ -86,7 +86,7 @@ class Shutdown(TmpDirCase):
         self.p = subprocess.Popen([CKPTD, "watch", self.tree], stdout=self.log,
                                   stderr=subprocess.STDOUT, env=env)
         self.addCleanup(lambda: self.p.poll() is None and (self.p.kill(), self.p.wait()))
-        deadline = time.time() + 60
+        deadline = time.time() + 30
         while "watch.started" not in self.text() or "agent.started" not in self.text():
             self.assertLess(time.time(), deadline, self.text())
             self.assertIsNone(self.p.poll(), self.text())
@@ -97,6 +97,14 @@ class Shutdown(TmpDirCase):
         self.log.seek(0)
         return self.log.read()
 
+    def exit_status(self, timeout):
+        """The watcher's exit status; a failure showing its log when it does
+        not exit in time (within ctest's limit, so the log is seen)."""
+        try:
+            return self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.fail(f"ckptd watch still running after {timeout} s:\n{self.text()}")
+
     def test_checkpoint_written_just_before_sigterm_is_handed_over(self):
         import signal
         import yaml
@@ -106,7 +114,7 @@ class Shutdown(TmpDirCase):
             f.write(data)
         time.sleep(0.05)
         self.p.send_signal(signal.SIGTERM)
-        self.assertEqual(self.p.wait(timeout=60), 0, self.text())
+        self.assertEqual(self.exit_status(45), 0, self.text())
         with open(os.path.join(self.tree, "metadata.yaml")) as f:
             meta = yaml.safe_load(f)
         self.assertIn("epoch_1.pt", meta["model"]["training"]["checkpoints"], self.text())
@@ -129,7 +137,7 @@ class Shutdown(TmpDirCase):
         f.flush()
         try:
             self.p.send_signal(signal.SIGTERM)
-            self.assertEqual(self.p.wait(timeout=60), 0, self.text())
+            self.assertEqual(self.exit_status(45), 0, self.text())
         finally:
             f.close()
         with open(os.path.join(self.tree, "metadata.yaml")) as m:
@@ -160,9 +168,9 @@ class Shutdown(TmpDirCase):
         job = kind["Job"]["spec"]["template"]["spec"]
         prestop = job["initContainers"][0]["lifecycle"]["preStop"]["exec"]["command"]
         self.assertEqual(prestop[:3], ["ckptd", "status", "--wait"])
-        p = run(*prestop[1:-1], self.tree, timeout=90)
+        p = run(*prestop[1:-1], self.tree, timeout=50)
         self.assertEqual(p.returncode, 0, p.stderr + self.text())
-        self.assertEqual(self.p.wait(timeout=30), 0, self.text())
+        self.assertEqual(self.exit_status(30), 0, self.text())
         with open(os.path.join(self.remote, "metadata.yaml")) as f:
             meta = yaml.safe_load(f)
         self.assertEqual(meta["model"]["training"]["status"], "failed")
