@@ -35,9 +35,54 @@ def make(path, n):
             f.write(block[: min(len(block), n - off)])
 
 
+def files_of(path):
+    return sorted(glob.glob(path + "/*")) if os.path.isdir(path) else [path]
+
+
 def cache(path):
-    subprocess.run(["cat", *(sorted(glob.glob(path + "/*")) if os.path.isdir(path) else [path])],
-                   stdout=subprocess.DEVNULL, check=True)
+    subprocess.run(["cat", *files_of(path)], stdout=subprocess.DEVNULL, check=True)
+
+
+def disk_stat():
+    """The in-flight and discard counters of the disk under work (None when
+    the device's stat file cannot be found)."""
+    try:
+        dev = subprocess.run(["findmnt", "-no", "SOURCE", "-T", work], capture_output=True,
+                             text=True).stdout.strip()
+        with open(f"/sys/class/block/{os.path.basename(dev)}/stat") as f:
+            v = f.read().split()
+        return (v[8], v[11], v[13])
+    except (OSError, IndexError):
+        return None
+
+
+def same_start(src):
+    """Every run starts from the same machine state (as bench/pack.sh): the
+    disk settled (synced, and the discards of the files the previous run
+    left on the server's disk done: a `discard` mount keeps the disk busy
+    for a while after the removal), the data read into the page cache again,
+    and a page-cached copy of it written and removed, so that the server
+    finds as much memory just freed as the data's size whichever tool ran
+    before (on this VM cp run after a tool that left little page cache
+    behind took 2.4 s instead of 0.3 s: bench/pack.sh)."""
+    subprocess.run(["sync"], check=True)
+    if disk_stat() is None:
+        time.sleep(2)
+    else:
+        time.sleep(0.5)
+        prev, same = None, 0
+        for _ in range(40):
+            cur = disk_stat()
+            same = same + 1 if cur == prev else 0
+            if same >= 3:
+                break
+            prev = cur
+            time.sleep(0.25)
+    cache(src)
+    scratch = os.path.join(work, "scratch")
+    with open(scratch, "wb") as out:
+        subprocess.run(["cat", *files_of(src)], stdout=out, check=True)
+    os.remove(scratch)
 
 
 def vmhwm(pid):
@@ -70,13 +115,15 @@ def timed(cmd, env):
     return t, peak
 
 
-def best(tools, clean):
+def best(tools, clean, src):
     """`rounds` rounds per tool, alternating; clean() after every run frees the
-    disk. Per tool: every wall time and the peak RSS."""
+    disk, and each run starts from the same state (same_start). Per tool:
+    every wall time and the peak RSS."""
     out = {}
     for _ in range(rounds):
         for name, fn in tools:
             seq[0] += 1
+            same_start(src)
             t, rss = fn(f"r{seq[0]}")
             clean()
             times, peak = out.get(name, ([], 0))
@@ -145,7 +192,6 @@ def bench_s3():
         # rclone's AWS SDK refuses a CA bundle with its own HTTP transport; loopback is plain http
         renv.pop("AWS_CA_BUNDLE", None)
         for kind, src, size, what in data:
-            cache(src)
             rec = ["--recursive"] if kind == "folder" else []
             tools = [("ckptd", ckptd_up(src, "s3://ckpt", env, ("--endpoint", s3.endpoint))),
                      ("aws", lambda tag: timed(["aws", "--endpoint-url", s3.endpoint, "s3", "cp",
@@ -154,7 +200,7 @@ def bench_s3():
             if rclone:
                 tools.append(("rclone", lambda tag: timed(
                     [rclone, "copy", "-q", src, f"s3:ckpt/{tag}"], renv)))
-            report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt"))))
+            report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt")), src))
 
 
 def bench_webdav():
@@ -174,12 +220,11 @@ def bench_webdav():
             return run
 
         for kind, src, size, what in data:
-            cache(src)
             tools = [("ckptd", ckptd_up(src, web.url, env)), ("curl", curl(src, kind))]
             if rclone:
                 tools.append(("rclone", lambda tag: timed([rclone, "copy", "-q", src, f"dav:{tag}"],
                                                           renv)))
-            report("nginx", what, size, best(tools, wipe(web.root)))
+            report("nginx", what, size, best(tools, wipe(web.root), src))
 
 
 if only != "webdav":
