@@ -108,7 +108,7 @@ static const struct key keys[] = {
      " credentials: s3 env | file:/path, http/sftp env:NAME | file:/path, auth: basic|bearer, key,"
      " host_key, compress: zstd, bundle: true, move: false}"},
     {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 8)"},
-    {"upload.transfers", T_CUSTOM, 0, parse_upload_opt, "files in flight at once (default 4)"},
+    {"upload.transfers", T_CUSTOM, 0, parse_upload_opt, "files sending at once (default 4; their checks run beside)"},
     {"upload.max_rate", T_CUSTOM, 0, parse_upload_opt,
      "bandwidth cap over all uploads, bytes per second like 50MiB (default: none)"},
     {"upload.part_size", T_CUSTOM, 0, parse_upload_opt, "multipart part size (default 8MiB, min 5MiB)"},

@@ -125,6 +125,7 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
     }
     if ((err = copy(s, x, in, out, tmp, sha)) < 0)
         goto out;
+    ck_xfer_body_sent(x); /* the fsync and the read-back are its tail */
     if (fsync(out) < 0) {
         err = ck_error_os(CK_EIO, "cannot fsync '%s'", tmp);
         goto out;

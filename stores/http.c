@@ -212,6 +212,7 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
     }
     if ((err = put_body(s, h, x, src.fd, move ? tmp : final, hd)) < 0)
         goto out;
+    ck_xfer_body_sent(x);
     if (move) {
         static const long ok[] = {0};
         struct ck_resp resp;
@@ -232,7 +233,10 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
             request(s, h, "DELETE", tmp, NULL, x->key, &resp, gone);
             ck_resp_release(&resp);
             atomic_store(&x->sent, 0);
-            err = put_body(s, h, x, src.fd, final, hd);
+            if ((err = ck_xfer_body_again(x)) == 0) {
+                err = put_body(s, h, x, src.fd, final, hd);
+                ck_xfer_body_sent(x);
+            }
         }
         if (err < 0)
             goto out;

@@ -364,10 +364,12 @@ static void setup_handle(CURL *h, struct ck_net *n, struct ck_req *r, struct att
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, a);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "ckptd/" CKPTD_VERSION);
     /* the shared pool keeps a connection for every request that can be in
-     * flight at once (libcurl's default, 5, closed most of them as parts
-     * ended: 107 connections for one 1 GiB multipart upload) */
+     * flight at once: each transfer's parts, and a tail request (HEAD, MOVE,
+     * CompleteMultipartUpload) per transfer beside them (libcurl's default,
+     * 5, closed most of them as parts ended: 107 connections for one 1 GiB
+     * multipart upload) */
     long pool = (long)(n->opts->transfers > 0 ? n->opts->transfers : 1) *
-                    (n->opts->concurrency > 0 ? n->opts->concurrency : 1) +
+                    ((n->opts->concurrency > 0 ? n->opts->concurrency : 1) + 1) +
                 4;
     curl_easy_setopt(h, CURLOPT_MAXCONNECTS, pool);
     /* a large upload buffer: fewer syscalls per byte than curl's 64 KiB default */

@@ -331,6 +331,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     if (!h) {
         err = ck_error(CK_ENOMEM, "cannot create a curl handle");
     } else if ((err = s3_request(s, h, &r, &resp)) == 0) {
+        ck_xfer_body_sent(x);
         snprintf(etag, sizeof etag, "\"%s\"", d.md5);
         struct stat st2;
         if (fstat(fd, &st2) == 0 && !ck_stat_unchanged(&st, &st2))
@@ -822,6 +823,8 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     pthread_mutex_init(&m.mu, NULL);
     for (int round = 0; round < 2; round++) {
+        if (round > 0 && (err = ck_xfer_body_again(x)) < 0)
+            break;
         if (!x->upload_id[0] || !x->part_size) {
             x->nparts = 0;
             if ((err = create_upload(s, h, x, ps)) < 0)
@@ -895,6 +898,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             err = ck_error(CK_ERR, "cannot start the part threads");
             break;
         }
+        ck_xfer_body_sent(x);
         err = complete_upload(s, h, x, m.nparts);
         if (err == CK_ENOENT) {
             /* NoSuchUpload: either an earlier run completed it and died before

@@ -215,6 +215,7 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
     ck_resp_release(&resp);
     if (err < 0)
         goto out;
+    ck_xfer_body_sent(x);
     /* list the folder: the final name must be there with the size sent */
     if ((err = ck_store_encode(enc, sizeof enc, dir, true)) < 0)
         goto out;

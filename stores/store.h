@@ -42,7 +42,7 @@ struct ck_upload_opts {
     uint64_t multipart_threshold; /* files this size or larger go multipart (default 64 MiB) */
     uint64_t max_rate;            /* bytes per second over all transfers; 0: no cap */
     int concurrency;              /* parallel parts per object (default 8) */
-    int transfers;                /* objects in flight per run (default 4, as rclone --transfers) */
+    int transfers;                /* bodies in flight per run (default 4, as rclone --transfers) */
     int retries;                  /* attempts after the first, per request (default 6) */
     double retry_base;            /* first backoff in seconds (default 0.5) */
     double retry_cap;             /* longest backoff (default 60) */
@@ -109,6 +109,15 @@ struct ck_xfer {
     int (*save_upload)(void *ctx, const char *upload_id, uint64_t part_size);
     int (*save_part)(void *ctx, const struct ck_part *p);
     void *cb_ctx;
+    /* upload.transfers bounds the bodies in flight, not the files: once the
+     * body has gone (before MOVE, rename, HEAD, CompleteMultipartUpload,
+     * fsync) a store calls body_sent, so the next file's body can start
+     * while this one's tail runs (as rclone keeps its checks apart from its
+     * transfers); before sending a body again (a PUT to the final name, a
+     * multipart upload started over) it calls body_again, which waits for a
+     * slot. Through ck_xfer_body_sent/_again; both may be NULL. */
+    void (*body_sent)(void *ctx);
+    int (*body_again)(void *ctx);
     /* progress: bytes accepted so far (parts and whole objects), read by a progress thread */
     atomic_ullong sent;
     /* out */
@@ -116,6 +125,17 @@ struct ck_xfer {
     int parts_sent;    /* parts sent by this call (not counting resumed ones) */
     int parts_resumed; /* parts skipped because an earlier run had them accepted */
 };
+
+static inline void ck_xfer_body_sent(struct ck_xfer *x)
+{
+    if (x->body_sent)
+        x->body_sent(x->cb_ctx);
+}
+
+static inline int ck_xfer_body_again(struct ck_xfer *x)
+{
+    return x->body_again ? x->body_again(x->cb_ctx) : 0;
+}
 
 struct ck_store;
 struct ck_net;

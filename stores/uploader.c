@@ -393,6 +393,12 @@ struct run {
     struct ck_upload_ctl *ctl;
     struct progress *pg;
     int attempts_max;
+    /* upload.transfers: bodies that may be in flight now. A worker takes one
+     * before it claims a job and gives it back when the store says the body
+     * has gone (ck_xfer_body_sent), so twice as many workers as transfers
+     * run: a file's tail (MOVE, HEAD, fsync, the queue's bookkeeping) runs
+     * beside the next file's body. */
+    int bodies_free;
 };
 
 static void db_lock(struct run *r)
@@ -437,7 +443,47 @@ static int get_store(struct run *r, int64_t id, struct ck_store **out)
 struct cb {
     struct run *r;
     int64_t id;
+    bool body_held; /* this job holds one of bodies_free (guarded by r->mu) */
 };
+
+static void body_sent(void *ctx)
+{
+    struct cb *c = ctx;
+    db_lock(c->r);
+    if (c->body_held) {
+        c->body_held = false;
+        c->r->bodies_free++;
+        pthread_cond_broadcast(&c->r->cv);
+    }
+    db_unlock(c->r);
+}
+
+static int body_again(void *ctx)
+{
+    struct cb *c = ctx;
+    struct run *r = c->r;
+    int err = 0;
+    db_lock(r);
+    while (!c->body_held) {
+        if (ck_upload_ctl_stopping(r->ctl)) {
+            err = ck_error(CK_ENET, "stopping");
+            break;
+        }
+        if (r->bodies_free > 0) {
+            r->bodies_free--;
+            c->body_held = true;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200000000L;
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    }
+    db_unlock(r);
+    return err;
+}
 
 static int save_upload(void *ctx, const char *upload_id, uint64_t part_size)
 {
@@ -573,11 +619,13 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
 {
     struct ck_store *store = NULL;
     struct ck_xfer *x = calloc(1, sizeof *x);
-    struct cb cb = {r, j->id};
+    struct cb cb = {r, j->id, true}; /* the worker took a body slot for it */
     char where[512];
     int err;
-    if (!x)
+    if (!x) {
+        body_sent(&cb);
         return ck_error(CK_ENOMEM, "out of memory");
+    }
     ck_store_url_redact(where, sizeof where, j->store_url);
     long long t0 = ck_mono_ms();
     db_lock(r);
@@ -613,6 +661,8 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
         goto failed;
     x->save_upload = save_upload;
     x->save_part = save_part;
+    x->body_sent = body_sent;
+    x->body_again = body_again;
     x->cb_ctx = &cb;
     atomic_init(&x->sent, 0);
     ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\" size=%llu", (long long)j->id, where,
@@ -673,6 +723,7 @@ failed : {
     ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
 }
 out:
+    body_sent(&cb); /* its slot, if the store did not give it back */
     free(x->parts);
     free(x);
     return err;
@@ -739,6 +790,16 @@ static void *worker_main(void *arg)
             w->rep.stopped = true;
             break;
         }
+        if (r->bodies_free == 0) {
+            /* every body slot is taken: woken when one is given back */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200000000L;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            continue;
+        }
         struct ck_job j;
         int err = ck_queue_claim(r->db, &j);
         if (err == CK_ENOENT) {
@@ -771,6 +832,7 @@ static void *worker_main(void *arg)
             break;
         }
         r->active++;
+        r->bodies_free--; /* run_job gives it back */
         db_unlock(r);
         err = run_job(r, &j, r->pg, ctl, r->attempts_max, &w->rep);
         ck_job_release(&j);
@@ -814,7 +876,9 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     pthread_cond_init(&pg.cv, NULL);
     if (pthread_create(&pt, NULL, progress_thread, &pg) == 0)
         pt_started = true;
-    int nw = opts->transfers < 1 ? 1 : opts->transfers > 64 ? 64 : opts->transfers;
+    int nt = opts->transfers < 1 ? 1 : opts->transfers > 64 ? 64 : opts->transfers;
+    int nw = 2 * nt; /* a body and a tail per transfer */
+    r.bodies_free = nt;
     struct worker *w = calloc((size_t)nw, sizeof *w);
     int started = 0;
     if (!w) {

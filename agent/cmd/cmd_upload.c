@@ -68,7 +68,7 @@ static const struct ck_opt options[] = {
     {"concurrency", 0, CK_OPT_CONFIG, "upload.concurrency", NULL, 0, 0, "N",
      "parallel parts per file (default 8)"},
     {"transfers", 0, CK_OPT_CONFIG, "upload.transfers", NULL, 0, 0, "N",
-     "files in flight at once (default 4)"},
+     "files sending at once (default 4; their checks run beside)"},
     {"max-rate", 0, CK_OPT_CONFIG, "upload.max_rate", NULL, 0, 0, "SIZE",
      "bandwidth cap, bytes per second (50MiB)"},
     {"part-size", 0, CK_OPT_CONFIG, "upload.part_size", NULL, 0, 0, "SIZE",

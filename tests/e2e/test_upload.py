@@ -419,7 +419,8 @@ class Http(TmpDirCase):
 
     def test_one_connection_for_a_folder(self):
         # the run's handles share their connections: the jobs after the
-        # first reuse it (no new TCP/TLS handshake per file)
+        # first reuse them (no new TCP/TLS handshake per file); one transfer
+        # is a body and, beside it, the previous file's tail: two at most
         with Nginx(self.dir) as web:
             srcs = [make(os.path.join(self.dir, "src", f"shard-{i}.bin"), 200000 + i, 90 + i)
                     for i in range(6)]
@@ -434,7 +435,7 @@ class Http(TmpDirCase):
             methods = [re.search(r'"([A-Z]+) ', ln).group(1) for ln in lines]
             self.assertEqual(methods.count("PUT"), 6)
             conns = {re.search(r"conn=(\d+)$", ln).group(1) for ln in lines}
-            self.assertEqual(len(conns), 1, lines)
+            self.assertLessEqual(len(conns), 2, lines)
 
     def test_500_then_200(self):
         with Nginx(self.dir) as web, FlakyProxy(web.port, [500, 500], fail_methods={"PUT"}) as px:
@@ -476,8 +477,9 @@ class Sftp(TmpDirCase):
                 timeout=60)
             for src in srcs:
                 self.assertEqual(sha256(os.path.join(dest, os.path.basename(src))), sha256(src))
+            # one transfer: a body and the previous file's tail, two sessions at most
             with open(os.path.join(ssh.dir, "sshd.log"), errors="replace") as f:
-                self.assertEqual(f.read().count("Accepted publickey"), 1)
+                self.assertLessEqual(f.read().count("Accepted publickey"), 2)
 
     def test_wrong_host_key_is_refused(self):
         with Sshd(self.dir) as ssh:

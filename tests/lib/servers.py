@@ -315,6 +315,7 @@ class FlakyProxy:
         self.headers = []  # (method, path, request headers) of forwarded requests
         self.timeline = []  # (method, path, start, end) of forwarded requests, monotonic seconds
         self.inflight = self.max_inflight = 0  # forwarded requests being served at once
+        self.puts = self.max_puts = 0  # of which PUTs (bodies: objects, parts)
         self.clients = set()  # (host, port) of every client connection a request came on
         self.lock = threading.Lock()
         outer = self
@@ -328,15 +329,19 @@ class FlakyProxy:
             def _handle(self):
                 # counted from the request's arrival, its body included
                 self.t0 = time.monotonic()
+                put = self.command == "PUT"
                 with outer.lock:
                     outer.clients.add(self.client_address)
                     outer.inflight += 1
                     outer.max_inflight = max(outer.max_inflight, outer.inflight)
+                    outer.puts += put
+                    outer.max_puts = max(outer.max_puts, outer.puts)
                 try:
                     self._serve()
                 finally:
                     with outer.lock:
                         outer.inflight -= 1
+                        outer.puts -= put
 
             def _serve(self):
                 # the gate decides on the headers, as S3 does before the body arrives
