@@ -3,6 +3,8 @@
 # on a release build, servers on loopback (tests/lib/servers.py):
 #  - one 1 GiB file and one folder of 64 files of 16 MiB (a sharded checkpoint,
 #    a Hugging Face folder), each to s3rver (S3) and to nginx (WebDAV);
+#  - 32 files of 1 MiB to s3rver through a proxy that adds a round trip
+#    (CKPTD_BENCH_RTT_MS, default 50) to every request: a far region;
 #  - peers: `aws s3 cp [--recursive]` (S3), `curl -T` (WebDAV; --parallel for
 #    the folder), `rclone copy` (both; Debian's rclone, skipped when absent);
 #  - 5 runs of each tool (CKPTD_BENCH_ROUNDS), tools alternating; each tool's
@@ -12,7 +14,9 @@
 # and the scratch folder on exit (a trap): the bench needs about 2.5 GiB.
 # Usage: bench/upload.sh [BUILD_DIR] [FILE_MIB] [FOLDER_FILES] [FOLDER_FILE_MIB]
 # (extra cmake arguments, e.g. -DCKPTD_WERROR=OFF, in $CKPTD_BENCH_CMAKE_ARGS;
-# CKPTD_BENCH_ONLY=s3 or CKPTD_BENCH_ONLY=webdav runs one server's half)
+# CKPTD_BENCH_ONLY=s3, webdav or latency runs one part; latency: 32 files of
+# 1 MiB to s3rver through a proxy adding CKPTD_BENCH_RTT_MS, default 50, to
+# every request)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-bench}

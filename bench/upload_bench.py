@@ -11,7 +11,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.environ["CKPTD_BENCH_LIB"])
-from servers import Nginx, S3Server  # noqa: E402
+from servers import FlakyProxy, Nginx, S3Server  # noqa: E402
 
 ckptd = os.environ["CKPTD_BENCH_BIN"]
 work = os.environ["CKPTD_BENCH_WORK"]
@@ -21,7 +21,7 @@ files_size = int(os.environ["CKPTD_BENCH_FILES_MIB"]) << 20
 MB = 1e6
 seq = [0]
 rclone = shutil.which("rclone")
-# CKPTD_BENCH_ONLY=s3 or =webdav runs one server's half (bench/upload.sh's usage)
+# CKPTD_BENCH_ONLY=s3, =webdav or =latency runs one part (bench/upload.sh's usage)
 only = os.environ.get("CKPTD_BENCH_ONLY", "")
 # rounds of every tool, alternating (this VM's speed moves with the host by
 # up to 2x within the hour)
@@ -227,7 +227,39 @@ def bench_webdav():
             report("nginx", what, size, best(tools, wipe(web.root), src))
 
 
-if only != "webdav":
+def bench_s3_latency():
+    """Many small files to s3rver through a proxy that adds a round trip
+    (CKPTD_BENCH_RTT_MS, default 50) to every request, as a far region or a
+    slow link would: the per-file requests around the body (HEAD, MOVE,
+    CompleteMultipartUpload) weigh there, not on loopback."""
+    rtt = float(os.environ.get("CKPTD_BENCH_RTT_MS", "50")) / 1000
+    n, size = 32, 1 << 20
+    small = os.path.join(work, "small")
+    os.makedirs(small, exist_ok=True)
+    for i in range(n):
+        make(os.path.join(small, f"f{i:02d}.bin"), size)
+    with S3Server(work) as s3, FlakyProxy(s3.port, [], gate=lambda *a: time.sleep(rtt)) as px:
+        env = dict(os.environ, **s3.env())
+        renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
+                    RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
+                    RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
+                    RCLONE_CONFIG_S3_ENDPOINT=px.url, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
+                    RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
+        renv.pop("AWS_CA_BUNDLE", None)
+        tools = [("ckptd", ckptd_up(small, "s3://ckpt", env, ("--endpoint", px.url))),
+                 ("aws", lambda tag: timed(["aws", "--endpoint-url", px.url, "s3", "cp",
+                                            "--no-progress", "--only-show-errors", "--recursive",
+                                            small, f"s3://ckpt/{tag}/"], env))]
+        if rclone:
+            tools.append(("rclone", lambda tag: timed([rclone, "copy", "-q", small, f"s3:ckpt/{tag}"],
+                                                      renv)))
+        report(f"s3+{rtt * 1000:.0f}ms", f"{n} files of {size >> 20} MiB", n * size,
+               best(tools, wipe(os.path.join(s3.dir, "ckpt")), small))
+
+
+if only in ("", "s3"):
     bench_s3()
-if only != "s3":
+if only in ("", "webdav"):
     bench_webdav()
+if only in ("", "latency"):
+    bench_s3_latency()
