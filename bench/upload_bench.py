@@ -181,16 +181,22 @@ def wipe(path):
     return clean
 
 
+def rclone_s3_env(env, s3, endpoint):
+    """rclone's remote "s3:" for the test server at endpoint, from the environment."""
+    renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
+                RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
+                RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
+                RCLONE_CONFIG_S3_ENDPOINT=endpoint, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
+                RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
+    # rclone's AWS SDK refuses a CA bundle with its own HTTP transport; loopback is plain http
+    renv.pop("AWS_CA_BUNDLE", None)
+    return renv
+
+
 def bench_s3():
     with S3Server(work) as s3:
         env = dict(os.environ, **s3.env())
-        renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
-                    RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
-                    RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
-                    RCLONE_CONFIG_S3_ENDPOINT=s3.endpoint, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
-                    RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
-        # rclone's AWS SDK refuses a CA bundle with its own HTTP transport; loopback is plain http
-        renv.pop("AWS_CA_BUNDLE", None)
+        renv = rclone_s3_env(env, s3, s3.endpoint)
         for kind, src, size, what in data:
             rec = ["--recursive"] if kind == "folder" else []
             tools = [("ckptd", ckptd_up(src, "s3://ckpt", env, ("--endpoint", s3.endpoint))),
@@ -240,12 +246,7 @@ def bench_s3_latency():
         make(os.path.join(small, f"f{i:02d}.bin"), size)
     with S3Server(work) as s3, FlakyProxy(s3.port, [], gate=lambda *a: time.sleep(rtt)) as px:
         env = dict(os.environ, **s3.env())
-        renv = dict(env, RCLONE_CONFIG_S3_TYPE="s3", RCLONE_CONFIG_S3_PROVIDER="Other",
-                    RCLONE_CONFIG_S3_ACCESS_KEY_ID=s3.key_id,
-                    RCLONE_CONFIG_S3_SECRET_ACCESS_KEY=s3.secret,
-                    RCLONE_CONFIG_S3_ENDPOINT=px.url, RCLONE_CONFIG_S3_FORCE_PATH_STYLE="true",
-                    RCLONE_CONFIG_S3_NO_CHECK_BUCKET="true")
-        renv.pop("AWS_CA_BUNDLE", None)
+        renv = rclone_s3_env(env, s3, px.url)
         tools = [("ckptd", ckptd_up(small, "s3://ckpt", env, ("--endpoint", px.url))),
                  ("aws", lambda tag: timed(["aws", "--endpoint-url", px.url, "s3", "cp",
                                             "--no-progress", "--only-show-errors", "--recursive",

@@ -446,6 +446,18 @@ struct cb {
     bool body_held; /* this job holds one of bodies_free (guarded by r->mu) */
 };
 
+/* Called with r->mu held: waits for r->cv (a job ended, a body slot was
+ * given back) for 200 ms at most, so that the caller rechecks stop. */
+static void wait_a_little(struct run *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 200000000L;
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
 static void body_sent(void *ctx)
 {
     struct cb *c = ctx;
@@ -474,12 +486,7 @@ static int body_again(void *ctx)
             c->body_held = true;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200000000L;
-        if (ts.tv_nsec >= 1000000000L)
-            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        wait_a_little(r);
     }
     db_unlock(r);
     return err;
@@ -792,12 +799,7 @@ static void *worker_main(void *arg)
         }
         if (r->bodies_free == 0) {
             /* every body slot is taken: woken when one is given back */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200000000L;
-            if (ts.tv_nsec >= 1000000000L)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-            pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+            wait_a_little(r);
             continue;
         }
         struct ck_job j;
@@ -805,12 +807,7 @@ static void *worker_main(void *arg)
         if (err == CK_ENOENT) {
             if (r->active > 0) {
                 /* woken when a job ends; the timeout rechecks stop */
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                ts.tv_nsec += 200000000L;
-                if (ts.tv_nsec >= 1000000000L)
-                    ts.tv_sec++, ts.tv_nsec -= 1000000000L;
-                pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+                wait_a_little(r);
                 continue;
             }
             double wt = next_wait(r->db);
