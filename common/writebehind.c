@@ -41,7 +41,7 @@ static void *flusher(void *arg)
 
 void ck_writebehind_wrote(struct ck_writebehind *wb, uint64_t end)
 {
-    if (wb->failed || end <= wb->written)
+    if (wb->off || end <= wb->written)
         return;
     if (!wb->started) {
         wb->written = end;
@@ -53,7 +53,7 @@ void ck_writebehind_wrote(struct ck_writebehind *wb, uint64_t end)
             /* no thread: the fsync writes it all, as without write-behind */
             pthread_mutex_destroy(&wb->mu);
             pthread_cond_destroy(&wb->cv);
-            wb->failed = true;
+            wb->off = true;
             return;
         }
         wb->started = true;
@@ -78,5 +78,5 @@ void ck_writebehind_stop(struct ck_writebehind *wb)
     pthread_mutex_destroy(&wb->mu);
     pthread_cond_destroy(&wb->cv);
     wb->started = false;
-    wb->failed = true; /* stopped for good: later writes are the fsync's */
+    wb->off = true; /* stopped for good: later writes are the fsync's */
 }

@@ -27,7 +27,8 @@ struct ck_writebehind {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool started, quit, failed;
+    bool started, quit;
+    bool off; /* no thread could be had, or stopped: the fsync writes the rest */
     uint64_t written; /* the data before it is written (guarded by mu) */
     uint64_t kicked;  /* handed to the disk before it (guarded by mu) */
     uint64_t dropped; /* on disk and out of the page cache before it (the thread's) */
