@@ -21,47 +21,13 @@ ckptd=$build/agent/ckptd
 work=$(mktemp -d "${TMPDIR:-/tmp}/ckptd-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# Waits until the disk is idle: synced, and the discards ext4 issues for the
-# blocks of removed outputs done (a `discard` mount, as on this VM: removing
-# a fsynced 1 GiB file discarded 2 M sectors within a second after the sync,
-# and whichever contender came next ran beside them). Polls the device's
-# in-flight and discard counters until they stay still.
-stat_file=/sys/class/block/$(basename "$(findmnt -no SOURCE -T "$work" 2>/dev/null || echo none)")/stat
-settle() {
-    local prev="" cur same=0
-    sync
-    if [ ! -r "$stat_file" ]; then sleep 2; return; fi
-    sleep 0.5
-    for _ in $(seq 40); do
-        cur=$(awk '{ print $9, $12, $14 }' "$stat_file")
-        if [ "$cur" = "$prev" ]; then
-            same=$((same + 1))
-            [ "$same" -ge 3 ] && return
-        else
-            same=0
-        fi
-        prev=$cur
-        sleep 0.25
-    done
-}
-
-# One timed run of "$@" in seconds, all starting alike: the outputs
-# removed, the disk settled, the checkpoint read into the page cache again
-# (this VM's kernel evicts idle pages within seconds, DAMON's kdamond), and
-# a page-cached copy of it written and removed, so that every contender
-# finds the same memory just freed. Without that, a contender inherited what
-# the one before it left: cp after pack (which keeps only 64 MiB of its
-# archive in the page cache) took 2.4 s, all of it system time in the same
-# kernel paths, cp after cp 0.3 s. (Our reading, not checked on the host:
-# memory freed a while ago has been handed back to the VM's host, and its
-# first touch costs about 8 us a page.)
+# One timed run of "$@" in seconds, every run starting from the same
+# machine state (bench/same_start.py: the outputs removed, the disk settled,
+# the checkpoint page-cached, a page-cached copy of it written and removed).
 once() {
     local t0 t1
     rm -f "$work"/out.*
-    settle
-    cat "$src" >/dev/null
-    cat "$src" >"$work/out.scratch"
-    rm -f "$work/out.scratch"
+    /usr/bin/python3 "$here/bench/same_start.py" "$work" "$src"
     t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
     awk -v a="$t0" -v z="$t1" 'BEGIN { printf "%.4f", z - a }'
 }

@@ -11,6 +11,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.environ["CKPTD_BENCH_LIB"])
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from same_start import same_start  # noqa: E402
 from servers import FlakyProxy, Nginx, S3Server  # noqa: E402
 
 ckptd = os.environ["CKPTD_BENCH_BIN"]
@@ -33,56 +35,6 @@ def make(path, n):
     with open(path, "wb") as f:
         for off in range(0, n, len(block)):
             f.write(block[: min(len(block), n - off)])
-
-
-def files_of(path):
-    return sorted(glob.glob(path + "/*")) if os.path.isdir(path) else [path]
-
-
-def cache(path):
-    subprocess.run(["cat", *files_of(path)], stdout=subprocess.DEVNULL, check=True)
-
-
-def disk_stat():
-    """The in-flight and discard counters of the disk under work (None when
-    the device's stat file cannot be found)."""
-    try:
-        dev = subprocess.run(["findmnt", "-no", "SOURCE", "-T", work], capture_output=True,
-                             text=True).stdout.strip()
-        with open(f"/sys/class/block/{os.path.basename(dev)}/stat") as f:
-            v = f.read().split()
-        return (v[8], v[11], v[13])
-    except (OSError, IndexError):
-        return None
-
-
-def same_start(src):
-    """Every run starts from the same machine state (as bench/pack.sh): the
-    disk settled (synced, and the discards of the files the previous run
-    left on the server's disk done: a `discard` mount keeps the disk busy
-    for a while after the removal), the data read into the page cache again,
-    and a page-cached copy of it written and removed, so that the server
-    finds as much memory just freed as the data's size whichever tool ran
-    before (on this VM cp run after a tool that left little page cache
-    behind took 2.4 s instead of 0.3 s: bench/pack.sh)."""
-    subprocess.run(["sync"], check=True)
-    if disk_stat() is None:
-        time.sleep(2)
-    else:
-        time.sleep(0.5)
-        prev, same = None, 0
-        for _ in range(40):
-            cur = disk_stat()
-            same = same + 1 if cur == prev else 0
-            if same >= 3:
-                break
-            prev = cur
-            time.sleep(0.25)
-    cache(src)
-    scratch = os.path.join(work, "scratch")
-    with open(scratch, "wb") as out:
-        subprocess.run(["cat", *files_of(src)], stdout=out, check=True)
-    os.remove(scratch)
 
 
 def vmhwm(pid):
@@ -117,13 +69,13 @@ def timed(cmd, env):
 
 def best(tools, clean, src):
     """`rounds` rounds per tool, alternating; clean() after every run frees the
-    disk, and each run starts from the same state (same_start). Per tool:
+    disk, and each run starts from the same state (same_start.py). Per tool:
     every wall time and the peak RSS."""
     out = {}
     for _ in range(rounds):
         for name, fn in tools:
             seq[0] += 1
-            same_start(src)
+            same_start(work, [src])
             t, rss = fn(f"r{seq[0]}")
             clean()
             times, peak = out.get(name, ([], 0))
