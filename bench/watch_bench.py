@@ -259,7 +259,7 @@ def idle(ckptd, nfiles, seconds):
         p.wait(30)
         print(f"idle over {nfiles} files ({want} registered checkpoints, "
               f"{nfiles // per} folders): CPU {c1 - c0:.3f} s in {seconds} s; "
-              f"RSS {rss1 / 1024:.1f} MiB, of which anonymous {anon / 1024:.1f} MiB and clean "
+              f"RSS {rss1 / 1024:.1f} MiB ({rss0 / 1024:.1f} at the start of the idle time), of which anonymous {anon / 1024:.1f} MiB and clean "
               f"file-backed (shared libraries) {file_backed / 1024:.1f} MiB; peak while "
               f"registering {hwm / 1024:.1f} MiB")
     finally:

@@ -6,7 +6,6 @@ import json
 import os
 import resource
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -283,8 +282,8 @@ hooks:
         r = self.receiver()
         with open(os.path.join(self.dir, "slack.json"), "w") as f:
             f.write('{"text": "{{model_name}}: {{type}} {{checkpoint}} (epoch {{epoch}})"}\n')
-        self.config(f"""
-model: {{name: 'net "v2" \\ test'}}
+        self.config("""
+model: {name: 'net "v2" \\ test'}
 hooks:
   webhooks:
     - url: env:CK_CHAT_URL

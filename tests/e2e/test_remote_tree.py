@@ -9,7 +9,6 @@ beside the tree and .ckptd/ must not be there; data/initialisation/ must be.
 import hashlib
 import http.client
 import os
-import shutil
 import subprocess
 import sys
 import unittest

@@ -15,7 +15,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import yaml  # noqa: E402
 from ckptd_test import CKPTD, TmpDirCase, md5_file, run, shared, write_old  # noqa: E402
-from pmf_validate import Invalid, validate_metadata, validate_tree  # noqa: E402
+from pmf_validate import validate_metadata, validate_tree  # noqa: E402
 
 
 def meta(d):

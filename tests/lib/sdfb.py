@@ -4,7 +4,6 @@ field ids) and Debian's python3-flatbuffers: an independent reader of what
 ckptd writes, and a writer of source graphs shaped as SameDiff.save writes
 them (variables with inline big-endian arrays)."""
 import importlib
-import io
 import json
 import os
 import shutil

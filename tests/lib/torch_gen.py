@@ -5,13 +5,11 @@ under /usr/bin/python3; callers skip when torch or onnx is missing.
 
 Everything a test compares against comes from torch.load / onnx.load /
 numpy here, never from ckptd."""
-import io
 import os
 import struct
 import unittest
 import zipfile
 
-import numpy as np
 
 
 def need_torch():
