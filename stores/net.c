@@ -469,7 +469,9 @@ int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *
         if (!retry || attempt >= retries)
             return ck_error(CK_ENET, "%s: %s (%s)%s", what, detail, where,
                             retry ? ", giving up after retries" : "");
+        pthread_mutex_lock(&n->rate_mu); /* transfers retry from several threads */
         double rnd = (double)rand_r(&n->rand_state) / ((double)RAND_MAX + 1.0);
+        pthread_mutex_unlock(&n->rate_mu);
         double d = ck_backoff_delay(attempt, n->opts->retry_base, n->opts->retry_cap,
                                     resp->retry_after, rnd);
         ck_warn("upload.retry", "what=\"%s\" error=\"%s\" attempt=%d delay=%.1fs", what, detail,

@@ -17,9 +17,9 @@
 struct ck_net {
     const struct ck_upload_opts *opts; /* borrowed */
     struct ck_upload_ctl *ctl;         /* borrowed */
-    pthread_mutex_t rate_mu;
-    long long rate_t0; /* monotonic ms of the last refill */
-    double tokens;     /* bytes that may go now */
+    pthread_mutex_t rate_mu;           /* guards the rate bucket, rand_state and making the share */
+    long long rate_t0;                 /* monotonic ms of the last refill */
+    double tokens;                     /* bytes that may go now */
     unsigned rand_state;
     /* the connections, DNS answers and TLS sessions every handle of the run
      * shares: a job or part reuses the connection the one before it left
