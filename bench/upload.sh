@@ -14,9 +14,7 @@
 # and the scratch folder on exit (a trap): the bench needs about 2.5 GiB.
 # Usage: bench/upload.sh [BUILD_DIR] [FILE_MIB] [FOLDER_FILES] [FOLDER_FILE_MIB]
 # (extra cmake arguments, e.g. -DCKPTD_WERROR=OFF, in $CKPTD_BENCH_CMAKE_ARGS;
-# CKPTD_BENCH_ONLY=s3, webdav or latency runs one part; latency: 32 files of
-# 1 MiB to s3rver through a proxy adding CKPTD_BENCH_RTT_MS, default 50, to
-# every request)
+# CKPTD_BENCH_ONLY=s3, webdav or latency runs one part)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-bench}
