@@ -1,5 +1,6 @@
 #include "stores/awscred.h"
 #include "common/buf.h"
+#include "common/codec.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -140,8 +141,17 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
                     ch = '\f';
                     break;
                 case 'u': {
+                    /* exactly four hex digits, each looked at before the
+                     * next (sscanf's %4x takes fewer, a sign or spaces, and
+                     * the skip of four would then pass the terminator) */
                     unsigned v = 0;
-                    if (sscanf(c + 1, "%4x", &v) != 1 || v > 0x7f)
+                    for (int i = 1; i <= 4; i++) {
+                        int d = ck_codec_hexval(c[i]);
+                        if (d < 0)
+                            return false;
+                        v = v * 16 + (unsigned)d;
+                    }
+                    if (v > 0x7f)
                         return false; /* keys and tokens are ASCII */
                     ch = (char)v;
                     c += 4;

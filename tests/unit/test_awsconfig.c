@@ -11,6 +11,7 @@
 #include "stores/awscred.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -189,6 +190,30 @@ static void json_fields(void **state)
     assert_false(ck_awscred_json_str("{\"AccessKeyId\": \"abc", "AccessKeyId", out, sizeof out));
     assert_false(ck_awscred_json_str("{\"AccessKeyId", "AccessKeyId", out, sizeof out));
     assert_false(ck_awscred_json_str("{\"AccessKeyId\": \"\\", "AccessKeyId", out, sizeof out));
+    /* hostile: a \u escape with fewer than four hex digits, at the end of
+     * the input (its skip of four must not step past the terminator), or
+     * with what sscanf's %x would take (a sign, spaces) */
+    /* the input ends right before an unreadable page: a read past its
+     * terminator faults (cmocka's guarded malloc would hide it from ASan) */
+    static const char cut[] = "{\"AccessKeyId\": \"\\u7";
+    long pg = sysconf(_SC_PAGESIZE);
+    char *pages =
+        mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(pages != MAP_FAILED);
+    assert_int_equal(mprotect(pages + pg, (size_t)pg, PROT_NONE), 0);
+    char *edge = pages + pg - sizeof cut;
+    memcpy(edge, cut, sizeof cut);
+    assert_false(ck_awscred_json_str(edge, "AccessKeyId", out, sizeof out));
+    munmap(pages, 2 * (size_t)pg);
+    assert_false(
+        ck_awscred_json_str("{\"AccessKeyId\": \"\\u7\"}", "AccessKeyId", out, sizeof out));
+    assert_false(
+        ck_awscred_json_str("{\"AccessKeyId\": \"\\u+041\"}", "AccessKeyId", out, sizeof out));
+    assert_false(
+        ck_awscred_json_str("{\"AccessKeyId\": \"\\u 041\"}", "AccessKeyId", out, sizeof out));
+    assert_true(ck_awscred_json_str("{\"AccessKeyId\": \"\\u004a\\u004B\"}", "AccessKeyId", out,
+                                    sizeof out));
+    assert_string_equal(out, "JK");
 }
 
 static void expired_codes(void **state)
