@@ -2,6 +2,7 @@
 files of every format made by numpy and the test writers, and the real
 files under $CK_SHARED_DATA when it is there. Usage: seeds.py OUT"""
 import io
+import json
 import os
 import struct
 import sys
@@ -133,6 +134,50 @@ def onnx_seeds(out):
         put(out, "onnx", name, b.getvalue())
 
 
+def mldef_seeds(out):
+    """fuzz_mldef: manifests over the fixed files the target writes beside
+    them (data/w000.float32 of 256 points, data/w001.float64 of 64, a csv,
+    tests/case0x.float32 of 16 points, tests/case0y.float32 of 8)."""
+    def dense(i, prior, w, b, start, count, shape, out_name, caps="feed-forward,dense"):
+        layer = {"Name": "layer %d" % i, "Op": "dense", "Capabilities": caps, "Prior": prior,
+                 "Inputs": [prior, w] + ([b[0]] if b else []), "Outputs": [out_name],
+                 "DataSource": "w000", "StartIndex": start, "Count": count,
+                 "Weights": [{"Name": w, "Shape": shape}] + ([{"Name": b[0], "Shape": b[1]}] if b else []),
+                 "Params": {"TransW": True}}
+        return layer
+    mlp = {"Format": "mldef", "FormatVersion": 1,
+           "Model": {"Name": "model", "Description": "fuzz", "Source": "layers"},
+           "DataFiles": [{"Name": "w000", "Path": "data/w000.float32", "StorageBytes": 4,
+                          "StorageFormat": "float"}],
+           "NodeRanges": [{"Name": "x", "Type": "input", "Count": 4, "Shape": [-1, 4]},
+                          {"Name": "output", "Type": "output", "Count": 2, "Shape": [-1, 2]}],
+           "Layers": [{"Name": "x", "Capabilities": "input", "Count": 4, "Shape": [-1, 4]},
+                      dense(0, "x", "fc1.weight", ("fc1.bias", [3]), 0, 15, [3, 4], "layer0"),
+                      {"Name": "layer 1", "Op": "relu", "Capabilities": "feed-forward,activation",
+                       "Prior": "layer0", "Inputs": ["layer0"], "Outputs": ["layer1"]},
+                      dense(2, "layer1", "fc2.weight", None, 15, 6, [2, 3], "layer2"),
+                      {"Name": "layer 3", "Op": "softmax",
+                       "Capabilities": "feed-forward,activation,output", "Prior": "layer2",
+                       "Inputs": ["layer2"], "Outputs": ["output"]}]}
+    put(out, "mldef", "mlp", json.dumps(mlp).encode())
+    full = json.loads(json.dumps(mlp))
+    full["Model"]["LicenseFile"] = "license.txt"
+    full["DataFiles"] += [{"Name": "w001", "Path": "data/w001.float64", "StorageBytes": 8,
+                           "StorageFormat": "float"},
+                          {"Name": "w003", "Path": "data/w003.csv", "StorageBytes": 8,
+                           "StorageFormat": "float"}]
+    full["Tests"] = [{"Name": "case0",
+                      "Inputs": [{"NodeRange": "x", "Path": "tests/case0x.float32"}],
+                      "Outputs": [{"NodeRange": "output", "Path": "tests/case0y.float32"}],
+                      "Tolerance": 1e-5}]
+    put(out, "mldef", "tests", json.dumps(full, indent=1).encode())
+    # after a NUL: the SIGNATURE (a well-formed one whose digests do not match)
+    put(out, "mldef", "signed", json.dumps(mlp).encode() + b"\0mldef-signature 1\n" +
+        b"".join(b"sha256 %s %s\n" % (b"0" * 64, n) for n in
+                 (b"data/w000.float32", b"manifest.json")) +
+        b"ed25519 " + b"1" * 64 + b" " + b"2" * 128 + b"\n")
+
+
 def main(out):
     shared = os.environ.get("CK_SHARED_DATA", "")
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -175,6 +220,19 @@ def main(out):
     put(out, "sdtests", "two_sets", b"ckptd-test 1\ninput 0 x\ninput 1 m\noutput 0 y\n"
         b"\xff\xfe" b"t0/tests/rec0/inputs/0.fb\nt0/tests/rec0/inputs/1.fb\n"
         b"t0/tests/rec0/outputs/0.fb\nt0/tests/rec1/set.txt\nt1/tests/rec0/inputs/0.fb\n")
+    # fuzz_awsresp: what a credentials service, STS or S3 answers, and the
+    # AWS CLI's files
+    put(out, "awsresp", "container", b'{"Code": "Success", "AccessKeyId": "ASIA\\u0041",\n'
+        b' "SecretAccessKey": "s\\/k", "Token": "t\\"x", "Expiration": "2026-11-24T08:00:00Z"}')
+    put(out, "awsresp", "sts", b"<AssumeRoleWithWebIdentityResponse><Credentials>"
+        b"<AccessKeyId>ASIA</AccessKeyId><SecretAccessKey>a&amp;b&lt;</SecretAccessKey>"
+        b"<SessionToken>t</SessionToken><Expiration>2026-11-24T09:00:00+01:00</Expiration>"
+        b"</Credentials></AssumeRoleWithWebIdentityResponse>")
+    put(out, "awsresp", "error", b"<Error><Code>ExpiredToken</Code><UploadId>u</UploadId></Error>")
+    put(out, "awsresp", "ini", b"[default]\nregion = eu-west-1\naws_access_key_id=AKIA\n"
+        b"[profile dev]\nendpoint_url = http://127.0.0.1:9000\ns3 =\n  max_concurrent_requests = 4\n"
+        b"# comment\n; other\n")
+    mldef_seeds(out)
     if shared and os.path.isdir(shared):
         for root, _, files in os.walk(shared):
             for f in files:

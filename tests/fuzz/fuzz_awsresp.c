@@ -1,0 +1,52 @@
+/* libFuzzer: what the credential chain and the S3 client parse from a
+ * server or a user's files: the JSON of the container and instance metadata
+ * services, the XML of STS and S3 answers (one tag's text, entities
+ * decoded), ISO 8601 expirations, Retry-After, and the AWS CLI's INI files
+ * (~/.aws/config and credentials). An endpoint can be hostile or broken; the
+ * input is copied to the heap with its terminator and nothing after it, so
+ * a read past the end shows up under ASan. */
+#include "fuzz_common.h"
+#include "stores/awsconfig.h"
+#include "stores/awscred.h"
+#include "stores/net.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    char *s = malloc(size + 1);
+    if (!s)
+        return 0;
+    memcpy(s, data, size);
+    s[size] = '\0';
+    char out[2048], small[8];
+    static const char *const keys[] = {"Code",  "AccessKeyId", "SecretAccessKey",
+                                       "Token", "Expiration",  "UploadId"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        if (ck_awscred_json_str(s, keys[i], out, sizeof out))
+            (void)ck_awscred_parse_time(out);
+        (void)ck_awscred_json_str(s, keys[i], small, sizeof small);
+        if (ck_xml_tag(s, keys[i], out, sizeof out))
+            (void)ck_awscred_is_expired_code(out);
+        (void)ck_xml_tag(s, keys[i], small, sizeof small);
+    }
+    (void)ck_awscred_parse_time(s);
+    (void)ck_parse_retry_after(s, 1795507200LL);
+
+    char path[600];
+    snprintf(path, sizeof path, "%s/config", ck_fuzz_dir());
+    ck_fuzz_write(path, data, size);
+    struct ck_awsini *ini = NULL;
+    if (ck_awsini_load(&ini, path) == 0 && ini) {
+        const char *sec = ck_awsini_first_section(ini);
+        if (sec) {
+            (void)ck_awsini_get(ini, sec, "region");
+            (void)ck_awsini_has_section(ini, sec);
+        }
+        (void)ck_awsini_get(ini, "default", "aws_access_key_id");
+        (void)ck_awsini_get(ini, "profile dev", "endpoint_url");
+    }
+    ck_awsini_free(ini);
+    unlink(path);
+    free(s);
+    ck_error_clear();
+    return 0;
+}
