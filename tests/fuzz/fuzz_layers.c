@@ -1,6 +1,6 @@
 /* libFuzzer: a layer list (YAML) over a fixed set of weights: the parser,
  * every key's checks, the references, and the shape inference of what
- * builds. */
+ * builds, run through the CPU engine. */
 #include "fuzz_common.h"
 #include "model/layers.h"
 
@@ -11,8 +11,8 @@ static struct ck_tensor_set *weights(void)
         int rank;
         int64_t dims[4];
     } w[] = {
-        {"fc1.weight", 2, {8, 12}}, {"fc1.bias", 1, {8}},        {"fc2.weight", 2, {4, 8}},
-        {"c.weight", 4, {4, 2, 3, 3}}, {"c.bias", 1, {4}},       {"bn", 1, {4}},
+        {"fc1.weight", 2, {8, 12}},    {"fc1.bias", 1, {8}}, {"fc2.weight", 2, {4, 8}},
+        {"c.weight", 4, {4, 2, 3, 3}}, {"c.bias", 1, {4}},   {"bn", 1, {4}},
         {"table", 2, {10, 3}},         {"scalar", 0, {0}},
     };
     static float data[512];
@@ -39,8 +39,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct ck_model *m = NULL;
     struct ck_model_shapes sh;
     if (ck_layers_parse(weights(), "fuzz.yaml", (const char *)data, size, &m) == 0 &&
-        ck_model_infer_shapes(m, &sh) == 0)
+        ck_model_infer_shapes(m, &sh) == 0) {
         ck_model_shapes_release(&sh);
+        ck_fuzz_run_model(m);
+    }
     ck_model_free(m);
     ck_error_clear();
     return 0;

@@ -2,10 +2,10 @@
  * hostile manifest.json outside a zip, checked against a fixed set of files
  * beside it (binary data files of both widths and of an odd length, a csv,
  * test files, a license): every rule's walk, then the model it builds when
- * nothing was broken and that model's shapes. The input is the manifest, and
- * what follows a NUL byte in it (which no manifest holds) is written as the
- * SIGNATURE beside it. The validator maps the files and reads the manifest
- * through the same code as a zip's. */
+ * nothing was broken, its shapes, and a run of it through the CPU engine. The input is the
+ * manifest, and what follows a NUL byte in it (which no manifest holds) is written as the SIGNATURE
+ * beside it. The validator maps the files and reads the manifest through the same code as a zip's.
+ */
 #include "fuzz_common.h"
 #include "readers/mldefcheck.h"
 
@@ -76,8 +76,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (m) {
         struct ck_model_shapes sh;
-        if (ck_model_infer_shapes(m, &sh) == 0)
+        if (ck_model_infer_shapes(m, &sh) == 0) {
             ck_model_shapes_release(&sh);
+            ck_fuzz_run_model(m);
+        }
         ck_model_free(m);
     }
     char **names = NULL;
