@@ -6,10 +6,12 @@
 #include "common/log.h"
 #include "common/secret.h"
 #include "stores/awsconfig.h"
+#include "stores/awsprocess.h"
 #include "stores/net.h"
 #include "stores/store.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,9 +25,26 @@
 #define ECS_HOST "http://169.254.170.2"
 #define IMDS_HOST "http://169.254.169.254"
 
-enum src { SRC_EXPLICIT, SRC_ENV, SRC_WEB_IDENTITY, SRC_SHARED, SRC_CONTAINER, SRC_IMDS };
-static const char *const src_names[] = {"config",       "environment", "web-identity",
-                                        "shared-files", "container",   "instance-metadata"};
+enum src {
+    SRC_EXPLICIT,
+    SRC_ENV,
+    SRC_ASSUME_ROLE,
+    SRC_WEB_IDENTITY,
+    SRC_SHARED,
+    SRC_PROCESS,
+    SRC_CONTAINER,
+    SRC_IMDS
+};
+static const char *const src_names[] = {"config",       "environment",      "assume-role",
+                                        "web-identity", "shared-files",     "process",
+                                        "container",    "instance-metadata"};
+
+/* The sources whose keys can be fetched again (and may expire). */
+static bool renewable(enum src k)
+{
+    return k == SRC_ASSUME_ROLE || k == SRC_WEB_IDENTITY || k == SRC_PROCESS ||
+           k == SRC_CONTAINER || k == SRC_IMDS;
+}
 
 struct ck_awscred {
     pthread_mutex_t mu;
@@ -39,7 +58,17 @@ struct ck_awscred {
     char role_arn[2048], token_file[1024], session_name[128], sts_url[600];
     char container_url[1200], container_token_file[1024];
     char imds_url[600];
+    /* credential_process: the command (it may hold secrets: never logged) */
+    char process_cmd[4096], process_what[400];
+    /* assume role (role_arn, session_name and sts_url above): the keys that
+     * sign the AssumeRole request, from source_profile or credential_source */
+    struct ck_awscred *source; /* owned */
+    char external_id[1300], sigv4[160], profile[128];
+    long duration_s;
 };
+
+/* source_profile chains longer than this are refused (and catch loops) */
+#define ROLE_CHAIN_MAX 5
 
 void ck_awskeys_wipe(struct ck_awskeys *k)
 {
@@ -92,7 +121,9 @@ long long ck_awscred_parse_time(const char *s)
     return (long long)timegm(&tm) - off;
 }
 
-bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t outsz)
+/* Where the value of key name starts in a flat JSON object (blanks after
+ * the ':' skipped), or NULL when no key has that name. */
+static const char *json_value(const char *json, const char *name)
 {
     size_t nl = strlen(name);
     for (const char *p = json; (p = strchr(p, '"'));) {
@@ -102,7 +133,7 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
         while (*q && *q != '"')
             q += *q == '\\' && q[1] ? 2 : 1;
         if (!*q)
-            return false;
+            return NULL;
         q++;
         const char *c = q;
         while (*c == ' ' || *c == '\t' || *c == '\r' || *c == '\n')
@@ -117,63 +148,83 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
         }
         for (c++; *c == ' ' || *c == '\t' || *c == '\r' || *c == '\n'; c++)
             ;
-        if (*c != '"')
-            return false;
-        size_t o = 0;
-        for (c++; *c && *c != '"'; c++) {
-            char ch = *c;
-            if (ch == '\\') {
-                c++;
-                switch (*c) {
-                case 'n':
-                    ch = '\n';
-                    break;
-                case 't':
-                    ch = '\t';
-                    break;
-                case 'r':
-                    ch = '\r';
-                    break;
-                case 'b':
-                    ch = '\b';
-                    break;
-                case 'f':
-                    ch = '\f';
-                    break;
-                case 'u': {
-                    /* exactly four hex digits, each looked at before the
-                     * next (sscanf's %4x takes fewer, a sign or spaces, and
-                     * the skip of four would then pass the terminator) */
-                    unsigned v = 0;
-                    for (int i = 1; i <= 4; i++) {
-                        int d = ck_codec_hexval(c[i]);
-                        if (d < 0)
-                            return false;
-                        v = v * 16 + (unsigned)d;
-                    }
-                    if (v > 0x7f)
-                        return false; /* keys and tokens are ASCII */
-                    ch = (char)v;
-                    c += 4;
-                    break;
-                }
-                case '\0':
-                    return false;
-                default:
-                    ch = *c;
-                    break;
-                }
-            }
-            if (o + 1 >= outsz)
-                return false;
-            out[o++] = ch;
-        }
-        if (*c != '"')
-            return false;
-        out[o] = '\0';
-        return true;
+        return c;
     }
-    return false;
+    return NULL;
+}
+
+bool ck_awscred_json_int(const char *json, const char *name, long long *out)
+{
+    const char *c = json_value(json, name);
+    if (!c || !((*c >= '0' && *c <= '9') || (*c == '-' && c[1] >= '0' && c[1] <= '9')))
+        return false;
+    errno = 0;
+    char *end;
+    long long v = strtoll(c, &end, 10);
+    if (errno || *end == '.' || *end == 'e' || *end == 'E')
+        return false; /* out of range, or not an integer */
+    *out = v;
+    return true;
+}
+
+bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t outsz)
+{
+    const char *c = json_value(json, name);
+    if (!c || *c != '"')
+        return false;
+    size_t o = 0;
+    for (c++; *c && *c != '"'; c++) {
+        char ch = *c;
+        if (ch == '\\') {
+            c++;
+            switch (*c) {
+            case 'n':
+                ch = '\n';
+                break;
+            case 't':
+                ch = '\t';
+                break;
+            case 'r':
+                ch = '\r';
+                break;
+            case 'b':
+                ch = '\b';
+                break;
+            case 'f':
+                ch = '\f';
+                break;
+            case 'u': {
+                /* exactly four hex digits, each looked at before the
+                 * next (sscanf's %4x takes fewer, a sign or spaces, and
+                 * the skip of four would then pass the terminator) */
+                unsigned v = 0;
+                for (int i = 1; i <= 4; i++) {
+                    int d = ck_codec_hexval(c[i]);
+                    if (d < 0)
+                        return false;
+                    v = v * 16 + (unsigned)d;
+                }
+                if (v > 0x7f)
+                    return false; /* keys and tokens are ASCII */
+                ch = (char)v;
+                c += 4;
+                break;
+            }
+            case '\0':
+                return false;
+            default:
+                ch = *c;
+                break;
+            }
+        }
+        if (o + 1 >= outsz)
+            return false;
+        out[o++] = ch;
+    }
+    if (*c != '"')
+        return false;
+    out[o] = '\0';
+    return true;
 }
 
 bool ck_awscred_is_expired_code(const char *code)
@@ -201,8 +252,17 @@ static size_t body_cb(char *data, size_t size, size_t n, void *ud)
 
 /* One request; *status is the HTTP status (0 when none came back). Tries
  * again after a connection error or a 5xx, attempts times. */
+/* A request signed with SigV4 (STS AssumeRole): the keys and libcurl's
+ * provider string ("aws:amz:REGION:sts"); the session token goes in the
+ * caller's headers. */
+struct signing {
+    const struct ck_awskeys *keys;
+    const char *sigv4;
+};
+
 static int fetch(const char *what, const char *method, const char *url, struct curl_slist *hd,
-                 const char *body, long timeout_s, int attempts, struct ck_buf *out, long *status)
+                 const char *body, const struct signing *sign, long timeout_s, int attempts,
+                 struct ck_buf *out, long *status)
 {
     CURL *h = curl_easy_init();
     if (!h)
@@ -230,6 +290,11 @@ static int fetch(const char *what, const char *method, const char *url, struct c
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         if (hd)
             curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+        if (sign) {
+            curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sign->sigv4);
+            curl_easy_setopt(h, CURLOPT_USERNAME, sign->keys->id);
+            curl_easy_setopt(h, CURLOPT_PASSWORD, sign->keys->secret);
+        }
         if (body) {
             curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
             curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
@@ -297,11 +362,29 @@ static void wipe_bufs(struct ck_buf *a, struct ck_buf *b, struct ck_buf *c)
     }
 }
 
+/* The Credentials of an STS answer (AssumeRole, AssumeRoleWithWebIdentity). */
+static int sts_credentials(const char *x, const char *what, struct ck_awskeys *k, long long *expiry)
+{
+    char exp[64];
+    struct ck_awskeys nk = {0};
+    if (!ck_xml_tag(x, "AccessKeyId", nk.id, sizeof nk.id) ||
+        !ck_xml_tag(x, "SecretAccessKey", nk.secret, sizeof nk.secret) ||
+        !ck_xml_tag(x, "SessionToken", nk.token, sizeof nk.token) ||
+        !ck_xml_tag(x, "Expiration", exp, sizeof exp) ||
+        (*expiry = ck_awscred_parse_time(exp)) < 0 || !nk.id[0] || !nk.secret[0]) {
+        ck_awskeys_wipe(&nk);
+        return ck_error(CK_ENET, "%s: STS answered without credentials or expiration", what);
+    }
+    *k = nk;
+    ck_awskeys_wipe(&nk);
+    return 0;
+}
+
 /* STS AssumeRoleWithWebIdentity: the token file is read again each time (it rotates). */
 static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
     struct ck_buf tok = CK_BUF_INIT, body = CK_BUF_INIT, resp = CK_BUF_INIT;
-    char *enc = NULL, arn[6200], name[400], exp[64];
+    char *enc = NULL, arn[6200], name[400];
     long status = 0;
     int err;
     if ((err = ck_read_file(c->token_file, TOKEN_FILE_MAX, &tok)) < 0) {
@@ -330,7 +413,7 @@ static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long l
         curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded");
     hd = curl_slist_append(hd, "Accept: application/xml");
     err = fetch("web identity: STS AssumeRoleWithWebIdentity", "POST", c->sts_url, hd,
-                ck_buf_str(&body), 10, 3, &resp, &status);
+                ck_buf_str(&body), NULL, 10, 3, &resp, &status);
     curl_slist_free_all(hd);
     if (err < 0)
         goto out;
@@ -343,18 +426,7 @@ static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long l
                        c->role_arn, c->token_file, status, code);
         goto out;
     }
-    struct ck_awskeys nk = {0};
-    if (!ck_xml_tag(x, "AccessKeyId", nk.id, sizeof nk.id) ||
-        !ck_xml_tag(x, "SecretAccessKey", nk.secret, sizeof nk.secret) ||
-        !ck_xml_tag(x, "SessionToken", nk.token, sizeof nk.token) ||
-        !ck_xml_tag(x, "Expiration", exp, sizeof exp) ||
-        (*expiry = ck_awscred_parse_time(exp)) < 0 || !nk.id[0] || !nk.secret[0]) {
-        ck_awskeys_wipe(&nk);
-        err = ck_error(CK_ENET, "web identity: STS answered without credentials or expiration");
-        goto out;
-    }
-    *k = nk;
-    ck_awskeys_wipe(&nk);
+    err = sts_credentials(x, "web identity", k, expiry);
 out:
     if (enc) {
         explicit_bzero(enc, strlen(enc));
@@ -420,7 +492,7 @@ static int fetch_container(struct ck_awscred *c, struct ck_awskeys *k, long long
         hd = curl_slist_append(hd, ck_buf_str(&hdr));
     }
     hd = curl_slist_append(hd, "Accept: application/json");
-    if ((err = fetch(what, "GET", c->container_url, hd, NULL, 5, 3, &resp, &status)) < 0)
+    if ((err = fetch(what, "GET", c->container_url, hd, NULL, NULL, 5, 3, &resp, &status)) < 0)
         goto out;
     if (status != 200) {
         err = ck_error(status == 401 || status == 403 ? CK_EAUTH : CK_ENET,
@@ -444,7 +516,7 @@ static int fetch_imds(struct ck_awscred *c, struct ck_awskeys *k, long long *exp
     const char *what = "instance metadata";
     snprintf(url, sizeof url, "%s/latest/api/token", c->imds_url);
     struct curl_slist *hd = curl_slist_append(NULL, "X-aws-ec2-metadata-token-ttl-seconds: 21600");
-    err = fetch(what, "PUT", url, hd, NULL, 1, 2, &tok, &status);
+    err = fetch(what, "PUT", url, hd, NULL, NULL, 1, 2, &tok, &status);
     curl_slist_free_all(hd);
     hd = NULL;
     if (err < 0)
@@ -456,7 +528,7 @@ static int fetch_imds(struct ck_awscred *c, struct ck_awskeys *k, long long *exp
     ck_buf_printf(&hdr, "X-aws-ec2-metadata-token: %s", ck_buf_str(&tok));
     hd = curl_slist_append(NULL, ck_buf_str(&hdr));
     snprintf(url, sizeof url, "%s/latest/meta-data/iam/security-credentials/", c->imds_url);
-    if ((err = fetch(what, "GET", url, hd, NULL, 1, 2, &resp, &status)) < 0)
+    if ((err = fetch(what, "GET", url, hd, NULL, NULL, 1, 2, &resp, &status)) < 0)
         goto out;
     size_t rl = strcspn(ck_buf_str(&resp), "\r\n");
     if (status != 200 || rl == 0 || rl >= sizeof role ||
@@ -469,7 +541,7 @@ static int fetch_imds(struct ck_awscred *c, struct ck_awskeys *k, long long *exp
     memcpy(role, resp.data, rl);
     role[rl] = '\0';
     snprintf(url, sizeof url, "%s/latest/meta-data/iam/security-credentials/%s", c->imds_url, role);
-    if ((err = fetch(what, "GET", url, hd, NULL, 1, 2, &resp, &status)) < 0)
+    if ((err = fetch(what, "GET", url, hd, NULL, NULL, 1, 2, &resp, &status)) < 0)
         goto out;
     if (status != 200) {
         err = ck_error(CK_ENET, "%s: HTTP %ld for role '%s'", what, status, role);
@@ -482,11 +554,115 @@ out:
     return err;
 }
 
+/* The AWS CLI's process credentials: {"Version": 1, "AccessKeyId",
+ * "SecretAccessKey", "SessionToken"?, "Expiration"?}; without an Expiration
+ * the keys do not expire. */
+static int fetch_process(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_buf out = CK_BUF_INIT;
+    char exp[64];
+    long long version = 0;
+    struct ck_awskeys nk = {0};
+    const char *what = c->process_what;
+    int err = ck_awsprocess_run(c->process_cmd, what, CK_AWSPROCESS_TIMEOUT_S, &out);
+    const char *json = ck_buf_str(&out);
+    if (err < 0)
+        goto out;
+    if (!ck_awscred_json_int(json, "Version", &version) || version != 1) {
+        err = ck_error(CK_EAUTH, "%s: the output is not {\"Version\": 1, ...} JSON", what);
+        goto out;
+    }
+    if (!ck_awscred_json_str(json, "AccessKeyId", nk.id, sizeof nk.id) ||
+        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) || !nk.id[0] ||
+        !nk.secret[0]) {
+        err = ck_error(CK_EAUTH, "%s: the output has no AccessKeyId and SecretAccessKey", what);
+        goto out;
+    }
+    if (!ck_awscred_json_str(json, "SessionToken", nk.token, sizeof nk.token))
+        nk.token[0] = '\0';
+    *expiry = 0;
+    if (ck_awscred_json_str(json, "Expiration", exp, sizeof exp) &&
+        (*expiry = ck_awscred_parse_time(exp)) < 0) {
+        err = ck_error(CK_EAUTH, "%s: the output's Expiration '%s' is not an ISO 8601 time", what,
+                       exp);
+        goto out;
+    }
+    *k = nk;
+out:
+    ck_awskeys_wipe(&nk);
+    if (out.data)
+        explicit_bzero(out.data, out.len);
+    ck_buf_release(&out);
+    return err;
+}
+
+/* STS AssumeRole signed with the source keys (taken anew each time: they
+ * may be temporary themselves and renewed). */
+static int fetch_assume_role(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_awskeys sk;
+    struct ck_buf body = CK_BUF_INIT, resp = CK_BUF_INIT, tokhdr = CK_BUF_INIT;
+    char arn[6200], name[400], ext[4000];
+    long status = 0;
+    int err;
+    memset(&sk, 0, sizeof sk);
+    if ((err = ck_awscred_get(c->source, &sk)) < 0) {
+        err = ck_error_wrap(err, "assume role '%s' (profile '%s'): its source credentials",
+                            c->role_arn, c->profile);
+        goto out;
+    }
+    if (ck_store_encode(arn, sizeof arn, c->role_arn, false) < 0 ||
+        ck_store_encode(name, sizeof name, c->session_name, false) < 0 ||
+        ck_store_encode(ext, sizeof ext, c->external_id, false) < 0) {
+        err = ck_error(CK_ECONFIG,
+                       "profile '%s': role_arn, role_session_name or external_id is "
+                       "too long",
+                       c->profile);
+        goto out;
+    }
+    ck_buf_printf(&body, "Action=AssumeRole&DurationSeconds=%ld", c->duration_s);
+    if (c->external_id[0])
+        ck_buf_printf(&body, "&ExternalId=%s", ext);
+    ck_buf_printf(&body, "&RoleArn=%s&RoleSessionName=%s&Version=2011-06-15", arn, name);
+    struct curl_slist *hd =
+        curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded");
+    hd = curl_slist_append(hd, "Accept: application/xml");
+    if (sk.token[0]) {
+        ck_buf_printf(&tokhdr, "x-amz-security-token: %s", sk.token);
+        hd = curl_slist_append(hd, ck_buf_str(&tokhdr));
+    }
+    struct signing sign = {&sk, c->sigv4};
+    err = fetch("assume role: STS AssumeRole", "POST", c->sts_url, hd, ck_buf_str(&body), &sign, 10,
+                3, &resp, &status);
+    wipe_headers(hd);
+    if (err < 0)
+        goto out;
+    const char *x = ck_buf_str(&resp);
+    if (status != 200) {
+        char code[128] = "";
+        ck_xml_tag(x, "Code", code, sizeof code);
+        err = ck_error(status == 400 || status == 403 ? CK_EAUTH : CK_ENET,
+                       "assume role: STS refused role '%s' for profile '%s' (source: %s): HTTP "
+                       "%ld %s",
+                       c->role_arn, c->profile, src_names[c->source->kind], status, code);
+        goto out;
+    }
+    err = sts_credentials(x, "assume role", k, expiry);
+out:
+    ck_awskeys_wipe(&sk);
+    wipe_bufs(&body, &resp, &tokhdr);
+    return err;
+}
+
 static int fetch_again(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
     switch (c->kind) {
+    case SRC_ASSUME_ROLE:
+        return fetch_assume_role(c, k, expiry);
     case SRC_WEB_IDENTITY:
         return fetch_web_identity(c, k, expiry);
+    case SRC_PROCESS:
+        return fetch_process(c, k, expiry);
     case SRC_CONTAINER:
         return fetch_container(c, k, expiry);
     case SRC_IMDS:
@@ -544,11 +720,13 @@ static int sts_url(struct ck_awscred *c, const struct ck_awsprofile *p, const ch
     return 0;
 }
 
-/* Web identity from the environment, else from the profile. 1 when configured. */
-static int web_identity_config(struct ck_awscred *c, const struct ck_awsprofile *p)
+/* Web identity from the environment (with use_env), else from the
+ * profile. 1 when configured. */
+static int web_identity_config(struct ck_awscred *c, const struct ck_awsprofile *p, bool use_env)
 {
-    const char *file = env("AWS_WEB_IDENTITY_TOKEN_FILE"), *arn = env("AWS_ROLE_ARN"),
-               *name = env("AWS_ROLE_SESSION_NAME");
+    const char *file = use_env ? env("AWS_WEB_IDENTITY_TOKEN_FILE") : NULL,
+               *arn = use_env ? env("AWS_ROLE_ARN") : NULL,
+               *name = use_env ? env("AWS_ROLE_SESSION_NAME") : NULL;
     if (!file || !arn) {
         file = ck_awsprofile_config(p, "web_identity_token_file");
         arn = ck_awsprofile_config(p, "role_arn");
@@ -572,9 +750,11 @@ static int web_identity_config(struct ck_awscred *c, const struct ck_awsprofile 
     return 1;
 }
 
-static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p)
+/* The profile's keys in the credentials file (config_file false) or the
+ * config file. 1 when found. */
+static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p, bool config_file)
 {
-    const char *id = ck_awsprofile_creds(p, "aws_access_key_id");
+    const char *id = config_file ? NULL : ck_awsprofile_creds(p, "aws_access_key_id");
     if (id) {
         snprintf(c->where, sizeof c->where, "%s [%s]", p->creds_path, p->name);
         return set_keys(&c->keys, id, ck_awsprofile_creds(p, "aws_secret_access_key"),
@@ -585,7 +765,7 @@ static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p)
                               "aws_secret_access_key",
                               p->creds_path, p->name);
     }
-    if ((id = ck_awsprofile_config(p, "aws_access_key_id"))) {
+    if (config_file && (id = ck_awsprofile_config(p, "aws_access_key_id"))) {
         snprintf(c->where, sizeof c->where, "%s [profile %s]", p->config_path, p->name);
         return set_keys(&c->keys, id, ck_awsprofile_config(p, "aws_secret_access_key"),
                         ck_awsprofile_config(p, "aws_session_token"), c->where) == 0
@@ -596,6 +776,24 @@ static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p)
                               p->config_path, p->name);
     }
     return 0;
+}
+
+/* The profile's credential_process (the credentials file's first, as the
+ * AWS CLI merges the two files). 1 when configured. */
+static int process_config(struct ck_awscred *c, const struct ck_awsprofile *p)
+{
+    const char *cmd = ck_awsprofile_creds(p, "credential_process");
+    if (!cmd)
+        cmd = ck_awsprofile_config(p, "credential_process");
+    if (!cmd || !*cmd)
+        return 0;
+    snprintf(c->process_what, sizeof c->process_what, "credential_process of profile '%s'",
+             p->name);
+    if (strlen(cmd) >= sizeof c->process_cmd)
+        return ck_error(CK_ECONFIG, "%s: the command is too long", c->process_what);
+    snprintf(c->process_cmd, sizeof c->process_cmd, "%s", cmd);
+    snprintf(c->where, sizeof c->where, "profile %s credential_process", p->name);
+    return 1;
 }
 
 /* Full URIs must stay on this host or the known link-local agents, or use TLS (as the SDKs check).
@@ -668,6 +866,155 @@ static int fetch_first(struct ck_awscred *c)
     return err;
 }
 
+/* A key of the profile, the credentials file's first (the AWS CLI merges
+ * the two files, the credentials file winning). */
+static const char *profile_get(const struct ck_awsprofile *p, const char *key)
+{
+    const char *v = ck_awsprofile_creds(p, key);
+    return v ? v : ck_awsprofile_config(p, key);
+}
+
+static bool has_section(const struct ck_awsprofile *p)
+{
+    char sec[300];
+    snprintf(sec, sizeof sec, "profile %s", p->name);
+    return ck_awsini_has_section(p->creds, p->name) || ck_awsini_has_section(p->config, sec) ||
+           (!strcmp(p->name, "default") && ck_awsini_has_section(p->config, "default"));
+}
+
+static int assume_role_config(struct ck_awscred *c, const struct ck_awsprofile *p,
+                              const char *region, int depth);
+
+/* The keys that sign a role's AssumeRole: credential_source (Environment,
+ * Ec2InstanceMetadata, EcsContainer) or source_profile, whose own keys are
+ * taken as the AWS CLI takes them: another role (chained), web identity, a
+ * credential_process, or static keys (a profile that names itself as its
+ * source uses its static keys). */
+static int role_source(struct ck_awscred *s, const struct ck_awsprofile *p, const char *region,
+                       int depth)
+{
+    const char *sp = profile_get(p, "source_profile"), *cs = profile_get(p, "credential_source");
+    int err;
+    if (sp && cs)
+        return ck_error(CK_ECONFIG, "profile '%s': both source_profile and credential_source",
+                        p->name);
+    if (cs) {
+        snprintf(s->where, sizeof s->where, "credential_source %s", cs);
+        if (!strcmp(cs, "Environment")) {
+            s->kind = SRC_ENV;
+            return from_env(s) ? 0
+                               : ck_error(CK_ECONFIG,
+                                          "profile '%s': credential_source Environment, but "
+                                          "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set",
+                                          p->name);
+        }
+        if (!strcmp(cs, "EcsContainer")) {
+            s->kind = SRC_CONTAINER;
+            if ((err = container_config(s)) == 0)
+                err = ck_error(CK_ECONFIG,
+                               "profile '%s': credential_source EcsContainer, but neither "
+                               "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI nor _FULL_URI is set",
+                               p->name);
+            return err < 0 ? err : fetch_first(s);
+        }
+        if (!strcmp(cs, "Ec2InstanceMetadata")) {
+            s->kind = SRC_IMDS;
+            if (!imds_enabled(s, p))
+                return ck_error(CK_ECONFIG,
+                                "profile '%s': credential_source Ec2InstanceMetadata, but "
+                                "AWS_EC2_METADATA_DISABLED is true",
+                                p->name);
+            return fetch_first(s);
+        }
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': credential_source '%s' is none of Environment, "
+                        "Ec2InstanceMetadata, EcsContainer",
+                        p->name, cs);
+    }
+    struct ck_awsprofile q = *p; /* the same files, borrowed */
+    if (strlen(sp) >= sizeof q.name)
+        return ck_error(CK_ECONFIG, "profile '%s': source_profile is too long", p->name);
+    snprintf(q.name, sizeof q.name, "%s", sp);
+    if (!has_section(&q))
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': its source_profile '%s' is in neither '%s' nor '%s'",
+                        p->name, sp, p->creds_path, p->config_path);
+    if (strcmp(sp, p->name) != 0) {
+        s->kind = SRC_ASSUME_ROLE;
+        if ((err = assume_role_config(s, &q, region, depth + 1)) != 0)
+            return err < 0 ? err : fetch_first(s);
+        s->kind = SRC_WEB_IDENTITY;
+        if ((err = web_identity_config(s, &q, false)) != 0) {
+            if (err < 0 || (err = sts_url(s, &q, region)) < 0)
+                return err;
+            return fetch_first(s);
+        }
+        s->kind = SRC_PROCESS;
+        if ((err = process_config(s, &q)) != 0)
+            return err < 0 ? err : fetch_first(s);
+    }
+    s->kind = SRC_SHARED;
+    if ((err = from_shared(s, &q, false)) != 0 || (err = from_shared(s, &q, true)) != 0)
+        return err < 0 ? err : 0;
+    return ck_error(CK_ECONFIG, "profile '%s': its source_profile '%s' has no credentials", p->name,
+                    sp);
+}
+
+/* A profile with role_arn and source_profile or credential_source (without
+ * web_identity_token_file: that is web identity). 1 when configured, with
+ * the source's keys in hand. */
+static int assume_role_config(struct ck_awscred *c, const struct ck_awsprofile *p,
+                              const char *region, int depth)
+{
+    const char *arn = profile_get(p, "role_arn");
+    if (!arn || profile_get(p, "web_identity_token_file"))
+        return 0;
+    if (!profile_get(p, "source_profile") && !profile_get(p, "credential_source"))
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': role_arn without source_profile, credential_source or "
+                        "web_identity_token_file",
+                        p->name);
+    if (depth >= ROLE_CHAIN_MAX)
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': more than %d roles chained through source_profile (a loop?)",
+                        p->name, ROLE_CHAIN_MAX);
+    const char *name = profile_get(p, "role_session_name"), *ext = profile_get(p, "external_id"),
+               *dur = profile_get(p, "duration_seconds");
+    if (strlen(arn) >= sizeof c->role_arn || (name && strlen(name) >= sizeof c->session_name) ||
+        (ext && strlen(ext) >= sizeof c->external_id))
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': role_arn, role_session_name or external_id is too long",
+                        p->name);
+    char *end = NULL;
+    c->duration_s = dur ? strtol(dur, &end, 10) : 3600;
+    if (dur && (*end || c->duration_s < 900 || c->duration_s > 43200))
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': duration_seconds '%s' is not a number of seconds from 900 "
+                        "to 43200",
+                        p->name, dur);
+    snprintf(c->role_arn, sizeof c->role_arn, "%s", arn);
+    if (name)
+        snprintf(c->session_name, sizeof c->session_name, "%s", name);
+    else
+        snprintf(c->session_name, sizeof c->session_name, "ckptd-%lld", now_s());
+    snprintf(c->external_id, sizeof c->external_id, "%s", ext ? ext : "");
+    snprintf(c->profile, sizeof c->profile, "%s", p->name);
+    snprintf(c->sigv4, sizeof c->sigv4, "aws:amz:%s:sts", region);
+    int err = sts_url(c, p, region);
+    if (err < 0)
+        return err;
+    struct ck_awscred *src = calloc(1, sizeof *src);
+    if (!src)
+        return ck_error(CK_ENOMEM, "out of memory");
+    pthread_mutex_init(&src->mu, NULL);
+    c->source = src;
+    if ((err = role_source(src, p, region, depth)) < 0)
+        return err;
+    snprintf(c->where, sizeof c->where, "profile %s role_arn %s, source: %s", p->name, arn,
+             src_names[src->kind]);
+    return 1;
+}
+
 static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awsprofile *p,
                    const char *region, const char *label, struct ck_buf *tried)
 {
@@ -686,8 +1033,13 @@ static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awspro
                         "(credentials: env)",
                         label);
     ck_buf_puts(tried, "the environment");
+    c->kind = SRC_ASSUME_ROLE;
+    if ((err = assume_role_config(c, p, region, 0)) < 0)
+        return err;
+    if (err == 1)
+        return fetch_first(c);
     c->kind = SRC_WEB_IDENTITY;
-    if ((err = web_identity_config(c, p)) < 0)
+    if ((err = web_identity_config(c, p, true)) < 0)
         return err;
     if (err == 1) {
         if ((err = sts_url(c, p, region)) < 0)
@@ -695,8 +1047,28 @@ static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awspro
         return fetch_first(c);
     }
     ck_buf_puts(tried, ", web identity");
+    /* IAM Identity Center comes next in the AWS CLI's order. ckptd does not
+     * read its token cache: unless the profile has keys or a process too,
+     * say what works instead of going on to other keys (another identity). */
+    if ((profile_get(p, "sso_session") || profile_get(p, "sso_start_url")) &&
+        !profile_get(p, "credential_process") && !profile_get(p, "aws_access_key_id"))
+        return ck_error(CK_ECONFIG,
+                        "store '%s': profile '%s' uses IAM Identity Center (sso_*), which ckptd "
+                        "does not read; add to it: credential_process = aws configure "
+                        "export-credentials --profile %s --format process",
+                        label, p->name, p->name);
+    /* the AWS CLI's order: the credentials file's keys, the profile's
+     * credential_process, then the config file's keys */
     c->kind = SRC_SHARED;
-    if ((err = from_shared(c, p)) != 0)
+    if ((err = from_shared(c, p, false)) != 0)
+        return err < 0 ? err : 0;
+    c->kind = SRC_PROCESS;
+    if ((err = process_config(c, p)) < 0)
+        return err;
+    if (err == 1)
+        return fetch_first(c);
+    c->kind = SRC_SHARED;
+    if ((err = from_shared(c, p, true)) != 0)
         return err < 0 ? err : 0;
     ck_buf_printf(tried, ", profile '%s' in '%s' and '%s'", p->name, p->creds_path, p->config_path);
     c->kind = SRC_CONTAINER;
@@ -747,6 +1119,7 @@ void ck_awscred_free(struct ck_awscred *c)
 {
     if (!c)
         return;
+    ck_awscred_free(c->source);
     pthread_mutex_destroy(&c->mu);
     explicit_bzero(c, sizeof *c);
     free(c);
@@ -779,8 +1152,7 @@ int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
 {
     int err = 0;
     pthread_mutex_lock(&c->mu);
-    if (c->expiry &&
-        (c->kind == SRC_WEB_IDENTITY || c->kind == SRC_CONTAINER || c->kind == SRC_IMDS)) {
+    if (c->expiry && renewable(c->kind)) {
         long long now = now_s(), life = c->expiry - c->fetched;
         long long window = life / 2 < 300 ? life / 2 : 300;
         /* a renewal that failed is tried again after 10 s, not by every request */
@@ -804,7 +1176,7 @@ int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
 
 bool ck_awscred_refresh_now(struct ck_awscred *c, const struct ck_awskeys *rejected)
 {
-    if (c->kind != SRC_WEB_IDENTITY && c->kind != SRC_CONTAINER && c->kind != SRC_IMDS)
+    if (!renewable(c->kind))
         return false;
     pthread_mutex_lock(&c->mu);
     /* several parts may be refused at once: one fetch serves them all. The

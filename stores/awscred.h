@@ -2,20 +2,27 @@
  * first source that has them wins:
  *   1. the store's explicit config: credentials: env | file:/path
  *   2. the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY [, AWS_SESSION_TOKEN]
- *   3. web identity (IRSA): AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN
+ *   3. assume role: the profile's role_arn with source_profile (its keys,
+ *      process, web identity or own role: chained) or credential_source
+ *      (Environment, EcsContainer, Ec2InstanceMetadata), through STS
+ *      AssumeRole signed with those keys
+ *   4. web identity (IRSA): AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN
  *      [+ AWS_ROLE_SESSION_NAME] (or the profile's web_identity_token_file,
  *      role_arn, role_session_name), through STS AssumeRoleWithWebIdentity
- *   4. the shared files: the profile (AWS_PROFILE) in AWS_SHARED_CREDENTIALS_FILE
- *      (~/.aws/credentials), then in AWS_CONFIG_FILE (~/.aws/config)
- *   5. container credentials (ECS, EKS Pod Identity):
+ *   5. the shared files: the profile (AWS_PROFILE)'s keys in
+ *      AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), its
+ *      credential_process (stores/awsprocess.h), its keys in AWS_CONFIG_FILE
+ *      (~/.aws/config)
+ *   6. container credentials (ECS, EKS Pod Identity):
  *      AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI, with
  *      AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE or _TOKEN
- *   6. EC2 instance metadata (IMDSv2, session token first), unless
+ *   7. EC2 instance metadata (IMDSv2, session token first), unless
  *      AWS_EC2_METADATA_DISABLED=true; AWS_EC2_METADATA_SERVICE_ENDPOINT
- * Temporary credentials (3, 5, 6, and a session token with an expiry) are
- * fetched again before they expire: when less than min(5 min, half their
- * lifetime) is left. Every request takes a copy of the current keys, so a
- * refresh in the middle of a multipart upload applies to the next part.
+ * Temporary credentials (3, 4, 6, 7, and a process's keys with an
+ * Expiration) are fetched again before they expire: when less than min(5
+ * min, half their lifetime) is left. Every request takes a copy of the
+ * current keys, so a refresh in the middle of a multipart upload applies to
+ * the next part.
  *
  * Thread safe. The keys live only in memory that is wiped when released;
  * errors and log lines name the source, never a key. */
@@ -64,5 +71,8 @@ long long ck_awscred_parse_time(const char *s);
 /* The string value of "name" in a flat JSON object (escapes decoded), into
  * out; false when absent or not a string. */
 bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t outsz);
+/* The integer value of "name" in a flat JSON object; false when absent, not
+ * an integer or out of range. */
+bool ck_awscred_json_int(const char *json, const char *name, long long *out);
 
 #endif

@@ -8,8 +8,10 @@ compared with hashlib), and that a source lower in the chain holds keys
 s3rver refuses, so a wrong pick fails the upload.
 """
 import hashlib
+import json
 import os
 import re
+import shlex
 import sys
 import threading
 import time
@@ -228,6 +230,186 @@ class AwsCred(TmpDirCase):
         self.assertNotEqual(p.returncode, 0, p.stderr)
         self.assertIn("no AWS credentials found", p.stderr)
         self.assertEqual(self.creds.calls, [])
+
+    # -- credential_process --
+
+    HELPER = """import json, sys, urllib.request
+mode, url, log = sys.argv[1:4]
+with open(log, "a") as f:
+    f.write(json.dumps(sys.argv[4:]) + "\\n")
+if mode == "fail":
+    sys.stderr.write("helper: no session, log in first\\n")
+    sys.exit(3)
+d = json.loads(urllib.request.urlopen(url + "/process").read())
+if mode == "v2":
+    d["Version"] = 2
+print(json.dumps(d, indent=2))
+"""
+
+    def process_profile(self, mode="ok", config_keys=False):
+        """A profile dev whose credential_process runs the helper with quoted
+        arguments; returns (env, command line, argv log)."""
+        helper = write(os.path.join(self.dir, "helper.py"), self.HELPER)
+        log = os.path.join(self.dir, "argv.log")
+        cmd = (f"/usr/bin/python3 {helper} {mode} {self.creds.url} {log} 'two words' "
+               f'"q\\"x" it\\ s --token s3cr3t-in-args')
+        keys = (f"aws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n"
+                if config_keys else "")
+        cfg = write(os.path.join(self.dir, "cfg"),
+                    f"[profile dev]\nregion = us-east-1\ncredential_process = {cmd}\n{keys}")
+        env = {"AWS_PROFILE": "dev", "AWS_CONFIG_FILE": cfg,
+               "AWS_SHARED_CREDENTIALS_FILE": os.path.join(self.dir, "no-creds")}
+        return env, cmd, log
+
+    def test_credential_process(self):
+        env, cmd, log = self.process_profile(config_keys=True)
+        p, key = self.upload(env)
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "process")
+        self.assertEqual(self.creds.kinds(), ["process"])
+        # split as the AWS CLI splits it (shlex), run without a shell
+        with open(log) as f:
+            self.assertEqual([json.loads(line) for line in f], [shlex.split(cmd)[5:]])
+        self.assertNotIn("s3cr3t-in-args", p.stdout + p.stderr)
+        # the credentials file's keys for the profile come before the process
+        write(env["AWS_SHARED_CREDENTIALS_FILE"],
+              f"[dev]\naws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n")
+        self.creds.calls.clear()
+        p, _ = self.upload(env, "--retries", "0")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertEqual(self.source(p), "shared-files")
+        self.assertEqual(self.creds.kinds(), [])
+
+    def test_credential_process_failures(self):
+        env, _, _ = self.process_profile("fail")
+        p, _ = self.upload(env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("credential_process of profile 'dev': '/usr/bin/python3' exited with status 3",
+                      p.stderr)
+        self.assertIn("helper: no session, log in first", p.stderr)  # its stderr is ours
+        self.assertNotIn("s3cr3t-in-args", p.stdout + p.stderr)
+        env, _, _ = self.process_profile("v2")
+        p, _ = self.upload(env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn('is not {"Version": 1, ...} JSON', p.stderr)
+        self.assertNotIn(self.s3.secret, p.stderr)
+
+    def test_credential_process_renewed_before_expiry(self):
+        """Keys that live 8 s over an upload of about 16 s: the process runs
+        again before they expire (the gate never answers ExpiredToken)."""
+        self.creds.lifetime = 8
+        env, _, _ = self.process_profile()
+        big = make(os.path.join(self.dir, "shard.bin"), 40 * MiB + 5, 4)
+        p, key = self.upload(env, "--part-size", "5MiB", "--multipart-threshold", "5MiB",
+                             "--max-rate", "2.5MiB", "--concurrency", "2", path=big, timeout=170)
+        self.assert_landed(p, key, big)
+        self.assertGreaterEqual(self.creds.kinds().count("process"), 2)
+        self.assertEqual(self.issuer.refused, [])
+        self.assertIn("source=process reason=expiring", p.stderr)
+
+    # -- role_arn with source_profile or credential_source (STS AssumeRole) --
+
+    SOURCE_ID, SOURCE_SECRET = "AKIASOURCEPROFILE001", "source/Secret/Key/For/AssumeRole/000001"
+    ROLE = "arn:aws:iam::210987654321:role/checkpoint-writer"
+
+    def role_files(self, config, creds=""):
+        cfg = write(os.path.join(self.dir, "cfg"), config)
+        cr = write(os.path.join(self.dir, "creds"), creds)
+        self.creds.signers[self.SOURCE_ID] = self.SOURCE_SECRET
+        return {"AWS_CONFIG_FILE": cfg, "AWS_SHARED_CREDENTIALS_FILE": cr,
+                "AWS_ENDPOINT_URL_STS": self.creds.url}
+
+    def assumed(self):
+        return [c[1] for c in self.creds.calls if c[0] == "assume"]
+
+    def test_assume_role_with_source_profile(self):
+        """The source keys sign AssumeRole (the stand-in checks the SigV4
+        signature); s3rver refuses them, so only the role's keys can land."""
+        self.creds.roles.add(self.ROLE)
+        env = self.role_files(
+            f"[profile dev]\nrole_arn = {self.ROLE}\nsource_profile = base\n"
+            "role_session_name = trainer-9\nexternal_id = ext-42\nduration_seconds = 1800\n"
+            "region = eu-west-1\n",
+            f"[base]\naws_access_key_id = {self.SOURCE_ID}\n"
+            f"aws_secret_access_key = {self.SOURCE_SECRET}\n")
+        env["AWS_PROFILE"] = "dev"
+        p, key = self.upload(env)
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "assume-role")
+        self.assertEqual(self.assumed(), [{
+            "Action": "AssumeRole", "DurationSeconds": "1800", "ExternalId": "ext-42",
+            "RoleArn": self.ROLE, "RoleSessionName": "trainer-9", "Version": "2011-06-15",
+            "signer": self.SOURCE_ID, "token": False}])
+        self.assertNotIn(self.SOURCE_SECRET, p.stdout + p.stderr)
+        # a role STS does not grant, and source keys whose signature fails
+        self.creds.roles.clear()
+        p, _ = self.upload(env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(f"STS refused role '{self.ROLE}' for profile 'dev'", p.stderr)
+        self.assertIn("AccessDenied", p.stderr)
+        self.creds.roles.add(self.ROLE)
+        self.creds.signers[self.SOURCE_ID] = "another/secret"
+        p, _ = self.upload(env)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("SignatureDoesNotMatch", p.stderr)
+        self.assertNotIn(self.SOURCE_SECRET, p.stdout + p.stderr)
+
+    def test_assume_role_chained_and_credential_source(self):
+        role_b = self.ROLE + "-b"
+        self.creds.roles.update({self.ROLE, role_b})
+        _, cmd, _ = self.process_profile()
+        env = self.role_files(
+            f"[profile a]\nrole_arn = {self.ROLE}\nsource_profile = b\n"
+            f"[profile b]\nrole_arn = {role_b}\nsource_profile = c\n"
+            f"[profile c]\ncredential_process = {cmd}\n"
+            f"[profile ecs]\nrole_arn = {self.ROLE}\ncredential_source = EcsContainer\n"
+            f"[profile loop1]\nrole_arn = {self.ROLE}\nsource_profile = loop2\n"
+            f"[profile loop2]\nrole_arn = {role_b}\nsource_profile = loop1\n"
+            f"[profile nosource]\nrole_arn = {self.ROLE}\n"
+            "[profile sso]\nsso_session = corp\nsso_account_id = 210987654321\n"
+            "sso_role_name = writer\n")
+        # a -> b -> c: the process's keys (with their session token) sign b's
+        # AssumeRole, b's keys sign a's
+        p, key = self.upload(dict(env, AWS_PROFILE="a"))
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "assume-role")
+        self.assertEqual([(c["RoleArn"], c["signer"], c["token"]) for c in self.assumed()],
+                         [(role_b, self.s3.key_id, True), (self.ROLE, self.s3.key_id, True)])
+        self.assertEqual(self.creds.kinds().count("process"), 1)
+        # credential_source EcsContainer: the container's keys sign
+        self.creds.calls.clear()
+        p, key = self.upload(dict(env, AWS_PROFILE="ecs",
+                                  AWS_CONTAINER_CREDENTIALS_FULL_URI=self.creds.url + "/creds"))
+        self.assert_landed(p, key)
+        self.assertEqual(self.creds.kinds(), ["container", "assume"])
+        # configurations the AWS CLI refuses too, each named
+        for profile, says in [("loop1", "more than 5 roles chained"),
+                              ("nosource", "role_arn without source_profile"),
+                              ("sso", "add to it: credential_process = aws configure "
+                                      "export-credentials --profile sso --format process")]:
+            with self.subTest(profile=profile):
+                self.creds.calls.clear()
+                p, _ = self.upload(dict(env, AWS_PROFILE=profile,
+                                        AWS_CONTAINER_CREDENTIALS_FULL_URI=self.creds.url + "/creds"))
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(says, p.stderr)
+                self.assertEqual(self.creds.kinds(), [], "no other source stood in")
+
+    def test_assume_role_renewed_before_expiry(self):
+        self.creds.lifetime = 8
+        self.creds.roles.add(self.ROLE)
+        env = self.role_files(
+            f"[profile dev]\nrole_arn = {self.ROLE}\nsource_profile = base\n",
+            f"[base]\naws_access_key_id = {self.SOURCE_ID}\n"
+            f"aws_secret_access_key = {self.SOURCE_SECRET}\n")
+        big = make(os.path.join(self.dir, "shard.bin"), 40 * MiB + 9, 5)
+        p, key = self.upload(dict(env, AWS_PROFILE="dev"), "--part-size", "5MiB",
+                             "--multipart-threshold", "5MiB", "--max-rate", "2.5MiB",
+                             "--concurrency", "2", path=big, timeout=170)
+        self.assert_landed(p, key, big)
+        self.assertGreaterEqual(len(self.assumed()), 2)
+        self.assertEqual(self.issuer.refused, [])
+        self.assertIn("source=assume-role reason=expiring", p.stderr)
 
     # -- the order --
 

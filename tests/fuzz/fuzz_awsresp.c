@@ -1,13 +1,15 @@
 /* libFuzzer: what the credential chain and the S3 client parse from a
  * server or a user's files: the JSON of the container and instance metadata
  * services, the XML of STS and S3 answers (one tag's text, entities
- * decoded), ISO 8601 expirations, Retry-After, and the AWS CLI's INI files
- * (~/.aws/config and credentials). An endpoint can be hostile or broken; the
+ * decoded), ISO 8601 expirations, Retry-After, the AWS CLI's INI files
+ * (~/.aws/config and credentials) and the splitting of a credential_process
+ * line. An endpoint can be hostile or broken; the
  * input is copied to the heap with its terminator and nothing after it, so
  * a read past the end shows up under ASan. */
 #include "fuzz_common.h"
 #include "stores/awsconfig.h"
 #include "stores/awscred.h"
+#include "stores/awsprocess.h"
 #include "stores/net.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -28,7 +30,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)ck_awscred_is_expired_code(out);
         (void)ck_xml_tag(s, keys[i], small, sizeof small);
     }
+    long long v;
+    (void)ck_awscred_json_int(s, "Version", &v);
     (void)ck_awscred_parse_time(s);
+    char **argv = NULL; /* a credential_process line */
+    if (ck_awsprocess_split(s, "fuzz", &argv) == 0)
+        ck_awsprocess_argv_free(argv);
     (void)ck_parse_retry_after(s, 1795507200LL);
 
     char path[600];

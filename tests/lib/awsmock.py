@@ -1,11 +1,17 @@
 """Stand-ins for the AWS credential services, on loopback, for the credential
 chain tests (issue 17): STS AssumeRoleWithWebIdentity, the container
 credentials endpoint (ECS / EKS Pod Identity) and EC2 instance metadata
-(IMDSv2). They follow the documented wire formats:
+(IMDSv2), and /process, which a test's credential_process helper fetches
+and prints (the AWS CLI's process format: Version 1, AccessKeyId,
+SecretAccessKey, SessionToken, Expiration). They follow the documented wire
+formats:
 
 - STS: POST / with a form body (Action, RoleArn, RoleSessionName,
   WebIdentityToken, Version), XML answer with Credentials/AccessKeyId,
-  SecretAccessKey, SessionToken, Expiration.
+  SecretAccessKey, SessionToken, Expiration. AssumeRole (RoleArn,
+  RoleSessionName, DurationSeconds, ExternalId) must carry an AWS Signature
+  Version 4, checked here from the request as received (canonical request,
+  string to sign, HMAC chain) with the secret of its key id.
 - container: GET the URI with an Authorization header, JSON answer with
   AccessKeyId, SecretAccessKey, Token, Expiration.
 - IMDSv2: PUT /latest/api/token (X-aws-ec2-metadata-token-ttl-seconds) gives a
@@ -19,8 +25,11 @@ the signature) with a fresh session token. A TokenGate in front of s3rver
 expired one is answered 400 ExpiredToken, an unknown one 403 InvalidToken.
 """
 import datetime
+import hashlib
+import hmac
 import http.server
 import json
+import re
 import secrets
 import threading
 import time
@@ -84,6 +93,8 @@ class CredServer:
         self.role_arn = "arn:aws:iam::123456789012:role/ckptd"
         self.container_auth = None     # the Authorization value the container endpoint wants
         self.imds_tokens = set()
+        self.roles = set()             # RoleArn values AssumeRole grants
+        self.signers = {}              # key id -> secret of keys that may sign AssumeRole
         self.calls = []
         self.lock = threading.Lock()
         outer = self
@@ -104,8 +115,11 @@ class CredServer:
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
-                form = urllib.parse.parse_qs(self.rfile.read(n).decode(), keep_blank_values=True)
+                raw = self.rfile.read(n)
+                form = urllib.parse.parse_qs(raw.decode(), keep_blank_values=True)
                 one = {k: v[0] for k, v in form.items()}
+                if one.get("Action") == "AssumeRole":
+                    return self.assume_role(raw, one)
                 with outer.lock:
                     outer.calls.append(("sts", one))
                 if one.get("Action") != "AssumeRoleWithWebIdentity" or one.get("Version") != "2011-06-15":
@@ -125,6 +139,54 @@ class CredServer:
     </Credentials>
   </AssumeRoleWithWebIdentityResult>
 </AssumeRoleWithWebIdentityResponse>""", "text/xml")
+
+            def assume_role(self, raw, one):
+                """STS AssumeRole: SigV4-signed by keys the stand-in knows
+                (outer.signers, or keys it issued with their session token)."""
+                kid = self.sigv4_signer(raw)
+                tok = self.headers.get("x-amz-security-token")
+                with outer.lock:
+                    outer.calls.append(("assume", dict(one, signer=kid, token=tok is not None)))
+                if kid is None or (tok is not None and tok not in outer.issuer.tokens):
+                    return self.reply(403, "<ErrorResponse><Error><Code>SignatureDoesNotMatch</Code></Error></ErrorResponse>", "text/xml")
+                if one.get("Version") != "2011-06-15" or one.get("RoleArn") not in outer.roles:
+                    return self.reply(403, "<ErrorResponse><Error><Code>AccessDenied</Code></Error></ErrorResponse>", "text/xml")
+                kid, sec, tok, exp = outer.issuer.issue(outer.lifetime)
+                self.reply(200, f"""<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">
+  <AssumeRoleResult>
+    <AssumedRoleUser><Arn>{one['RoleArn']}/{one.get('RoleSessionName')}</Arn><AssumedRoleId>AROA:y</AssumedRoleId></AssumedRoleUser>
+    <Credentials>
+      <AccessKeyId>{kid}</AccessKeyId>
+      <SecretAccessKey>{sec}</SecretAccessKey>
+      <SessionToken>{tok}</SessionToken>
+      <Expiration>{iso(exp)}</Expiration>
+    </Credentials>
+  </AssumeRoleResult>
+</AssumeRoleResponse>""", "text/xml")
+
+            def sigv4_signer(self, body):
+                """The access key id whose AWS Signature Version 4 over this
+                request verifies (service sts), or None."""
+                m = re.fullmatch(r"AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/(sts)/aws4_request, ?"
+                                 r"SignedHeaders=([a-z0-9;-]+), ?Signature=([0-9a-f]{64})",
+                                 self.headers.get("Authorization", ""))
+                secrets_by_id = dict(outer.signers, **{outer.issuer.key_id: outer.issuer.secret})
+                if not m or m[1] not in secrets_by_id or "x-amz-date" not in m[5].split(";"):
+                    return None
+                kid, date, region, service, signed, sig = m.groups()
+                path, _, query = self.path.partition("?")
+                headers = "".join(f"{h}:{' '.join((self.headers.get(h) or '').split())}\n"
+                                  for h in signed.split(";"))
+                creq = "\n".join(["POST", path, "&".join(sorted(query.split("&"))) if query else "",
+                                  headers, signed, hashlib.sha256(body).hexdigest()])
+                scope = f"{date}/{region}/{service}/aws4_request"
+                to_sign = "\n".join(["AWS4-HMAC-SHA256", self.headers["x-amz-date"], scope,
+                                     hashlib.sha256(creq.encode()).hexdigest()])
+                k = ("AWS4" + secrets_by_id[kid]).encode()
+                for part in (date, region, service, "aws4_request"):
+                    k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+                want = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+                return kid if hmac.compare_digest(want, sig) else None
 
             def keys_json(self, with_code):
                 kid, sec, tok, exp = outer.issuer.issue(outer.lifetime)
@@ -160,6 +222,15 @@ class CredServer:
                     if p == base + outer.ROLE:
                         return self.reply(200, self.keys_json(True))
                     return self.reply(404, "")
+                if p.startswith("/process"):
+                    # what a credential_process helper fetches (the test's
+                    # helper script prints it as the AWS CLI's process format)
+                    with outer.lock:
+                        outer.calls.append(("process", p))
+                    kid, sec, tok, exp = outer.issuer.issue(outer.lifetime)
+                    return self.reply(200, json.dumps({"Version": 1, "AccessKeyId": kid,
+                                                       "SecretAccessKey": sec, "SessionToken": tok,
+                                                       "Expiration": iso(exp)}))
                 with outer.lock:
                     outer.calls.append(("container", p, self.headers.get("Authorization")))
                 if outer.container_auth is not None and self.headers.get("Authorization") != outer.container_auth:

@@ -6,9 +6,11 @@
  * ISO 8601, and Python's calendar.timegm for the epoch values. */
 #include "tests/unit/test_main.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "stores/awsconfig.h"
 #include "stores/awscred.h"
+#include "stores/awsprocess.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -216,6 +218,97 @@ static void json_fields(void **state)
     assert_string_equal(out, "JK");
 }
 
+static void json_integers(void **state)
+{
+    (void)state;
+    long long v = 0;
+    assert_true(ck_awscred_json_int("{\"Version\": 1}", "Version", &v));
+    assert_int_equal(v, 1);
+    assert_true(ck_awscred_json_int("{\"A\":\"Version\", \"Version\":-12,}", "Version", &v));
+    assert_int_equal(v, -12);
+    assert_false(ck_awscred_json_int("{\"Version\": \"1\"}", "Version", &v));
+    assert_false(ck_awscred_json_int("{\"Version\": 1.0}", "Version", &v));
+    assert_false(ck_awscred_json_int("{\"Version\": 1e3}", "Version", &v));
+    assert_false(ck_awscred_json_int("{\"Version\": -}", "Version", &v));
+    assert_false(ck_awscred_json_int("{\"Version\": 99999999999999999999}", "Version", &v));
+    assert_false(ck_awscred_json_int("{\"Version\"", "Version", &v));
+}
+
+/* The splitting of credential_process, against what Python's shlex.split
+ * (the AWS CLI's splitter) gives for the same line (worked out by hand from
+ * its rules; tests/e2e/test_awscred.py compares with shlex itself). */
+static void process_command_split(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *cmd;
+        const char *want[6];
+    } ok[] = {
+        {"helper", {"helper"}},
+        {"  /bin/helper --profile  dev\t", {"/bin/helper", "--profile", "dev"}},
+        {"a 'b c' \"d e\"", {"a", "b c", "d e"}},
+        {"a 'it''s' x\\ y", {"a", "its", "x y"}},
+        {"a \"q\\\"q\" \"b\\\\s\" \"\\n\"", {"a", "q\"q", "b\\s", "\\n"}},
+        {"a '' \"\" b", {"a", "", "", "b"}},
+        {"a'b'\"c\"d", {"abcd"}},
+        {"a '\\' \\'", {"a", "\\", "'"}},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        char **argv = NULL;
+        assert_int_equal(ck_awsprocess_split(ok[i].cmd, "t", &argv), 0);
+        size_t n = 0;
+        for (; ok[i].want[n]; n++) {
+            assert_non_null(argv[n]);
+            assert_string_equal(argv[n], ok[i].want[n]);
+        }
+        assert_null(argv[n]);
+        ck_awsprocess_argv_free(argv);
+    }
+    static const char *const bad[] = {"a 'b", "a \"b", "a \"b\\\"", "a b\\", "", "  \t "};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char **argv = (char **)1;
+        assert_true(ck_awsprocess_split(bad[i], "credential_process of profile 'x'", &argv) < 0);
+        assert_null(argv);
+        assert_non_null(strstr(ck_error_msg(), "credential_process of profile 'x'"));
+        ck_error_clear();
+    }
+}
+
+static void process_run(void **state)
+{
+    (void)state;
+    struct ck_buf out = CK_BUF_INIT;
+    const char *what = "credential_process of profile 'u'";
+    assert_int_equal(ck_awsprocess_run("printf '%s|' 'a b' \"c\"", what, 10, &out), 0);
+    assert_string_equal(ck_buf_str(&out), "a b|c|");
+    ck_buf_reset(&out);
+    /* stdin is /dev/null: a helper that reads it ends */
+    assert_int_equal(ck_awsprocess_run("cat", what, 10, &out), 0);
+    assert_int_equal(out.len, 0);
+    static const struct {
+        const char *cmd, *says;
+    } bad[] = {
+        {"sh -c 'echo secret-in-output; exit 3'", "'sh' exited with status 3"},
+        {"sh -c 'kill -TERM $$'", "'sh' was ended by signal 15"},
+        {"/nonexistent/helper --token secret-in-args", "cannot run '/nonexistent/helper'"},
+        {"head -c 70000 /dev/zero", "'head' printed more than 64 KiB"},
+        {"sh -c 'sleep 30'", "'sh' did not finish within 1 s (killed)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        ck_buf_reset(&out);
+        int64_t t0 = ck_mono_ms();
+        assert_true(ck_awsprocess_run(bad[i].cmd, what, 1, &out) < 0);
+        assert_true(ck_mono_ms() - t0 < 10000); /* the sleeper was killed, not waited for */
+        const char *msg = ck_error_msg();
+        assert_non_null(strstr(msg, what));
+        if (!strstr(msg, bad[i].says))
+            fail_msg("'%s': '%s' does not say '%s'", bad[i].cmd, msg, bad[i].says);
+        assert_null(strstr(msg, "secret-in"));
+        ck_error_clear();
+    }
+    ck_buf_release(&out);
+}
+
 static void expired_codes(void **state)
 {
     assert_true(ck_awscred_is_expired_code("ExpiredToken"));
@@ -232,6 +325,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(profile_region_endpoint_order),
     cmocka_unit_test(iso8601_times),
     cmocka_unit_test(json_fields),
+    cmocka_unit_test(json_integers),
+    cmocka_unit_test(process_command_split),
+    cmocka_unit_test(process_run),
     cmocka_unit_test(expired_codes),
 };
 CK_TEST_MAIN(tests)
