@@ -105,6 +105,7 @@ static const struct key keys[] = {
      "watch serves /healthz /readyz /metrics /status on HOST:PORT (like 127.0.0.1:9464)"},
     {"upload.stores", T_CUSTOM, 0, parse_upload_stores,
      "list of stores: {url: s3://b/p | http(s)://... | sftp://u@h/p | file:///p, endpoint, region,"
+     " profile,"
      " credentials: s3 env | file:/path, http/sftp env:NAME | file:/path, auth: basic|bearer, key,"
      " host_key, compress: zstd, bundle: true, move: false}"},
     {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 8)"},

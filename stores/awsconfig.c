@@ -212,15 +212,18 @@ static void config_section(char *out, size_t outsz, const struct ck_awsprofile *
         snprintf(out, outsz, "profile %s", p->name);
 }
 
-int ck_awsprofile_open(struct ck_awsprofile *p)
+int ck_awsprofile_open(struct ck_awsprofile *p, const char *name)
 {
     memset(p, 0, sizeof *p);
-    const char *name = env("AWS_PROFILE");
+    p->explicit_name = name != NULL;
+    if (!name)
+        name = env("AWS_PROFILE");
     if (!name)
         name = env("AWS_DEFAULT_PROFILE");
     p->named = name != NULL;
     if (strlen(name ? name : "") >= sizeof p->name)
-        return ck_error(CK_ECONFIG, "AWS_PROFILE: the profile name is too long");
+        return ck_error(CK_ECONFIG, "%s: the profile name is too long",
+                        p->explicit_name ? "profile" : "AWS_PROFILE");
     snprintf(p->name, sizeof p->name, "%s", name ? name : "default");
     default_path(p->config_path, sizeof p->config_path, "AWS_CONFIG_FILE", "config");
     default_path(p->creds_path, sizeof p->creds_path, "AWS_SHARED_CREDENTIALS_FILE", "credentials");

@@ -33,15 +33,17 @@ void ck_awsini_free(struct ck_awsini *f);
  * ck_awsprofile_release. */
 struct ck_awsprofile {
     char name[128];                   /* AWS_PROFILE, AWS_DEFAULT_PROFILE, or "default" */
-    bool named;                       /* the name came from the environment */
+    bool named;                       /* the name was given (the environment or explicit) */
+    bool explicit_name;               /* given by the store's profile: (aws --profile) */
     char config_path[1024];           /* AWS_CONFIG_FILE or ~/.aws/config */
     char creds_path[1024];            /* AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials */
     struct ck_awsini *config, *creds; /* NULL when the file is absent */
 };
 
-/* Reads both files for the profile the environment names. A profile named
- * by AWS_PROFILE that neither file has is CK_ECONFIG (as the AWS CLI does). */
-int ck_awsprofile_open(struct ck_awsprofile *p);
+/* Reads both files for the profile named explicitly (name, or NULL) or by
+ * the environment. A profile named that neither file has is CK_ECONFIG (as
+ * the AWS CLI does). */
+int ck_awsprofile_open(struct ck_awsprofile *p, const char *name);
 void ck_awsprofile_release(struct ck_awsprofile *p);
 /* A key of the profile's section in the config file, or NULL. */
 const char *ck_awsprofile_config(const struct ck_awsprofile *p, const char *key);

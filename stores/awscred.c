@@ -1025,14 +1025,17 @@ static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awspro
     }
     c->kind = SRC_ENV;
     snprintf(c->where, sizeof c->where, "AWS_ACCESS_KEY_ID");
-    if (from_env(c))
+    /* a profile named in the store's config (aws --profile) is used even when
+     * keys are in the environment, as the AWS CLI does */
+    if ((!p->explicit_name || (ref && !strcmp(ref, "env"))) && from_env(c))
         return 0;
     if (ref && !strcmp(ref, "env"))
         return ck_error(CK_ECONFIG,
                         "store '%s': AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not set "
                         "(credentials: env)",
                         label);
-    ck_buf_puts(tried, "the environment");
+    ck_buf_puts(tried,
+                p->explicit_name ? "(not the environment: profile given)" : "the environment");
     c->kind = SRC_ASSUME_ROLE;
     if ((err = assume_role_config(c, p, region, 0)) < 0)
         return err;

@@ -17,7 +17,7 @@ static const char schema_sql[] =
     "  id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE, endpoint TEXT, region TEXT,"
     "  credentials TEXT, auth TEXT, key_file TEXT, host_key TEXT,"
     "  compress INTEGER NOT NULL DEFAULT 0, bundle INTEGER NOT NULL DEFAULT 0,"
-    "  no_move INTEGER NOT NULL DEFAULT 0);"
+    "  no_move INTEGER NOT NULL DEFAULT 0, profile TEXT);"
     "CREATE TABLE IF NOT EXISTS upload_jobs("
     "  id INTEGER PRIMARY KEY, store INTEGER NOT NULL REFERENCES upload_stores(id),"
     "  src TEXT NOT NULL, key TEXT NOT NULL, phase INTEGER NOT NULL, kind INTEGER NOT NULL,"
@@ -110,6 +110,10 @@ int ck_queue_init(sqlite3 *db)
                        version, CK_QUEUE_SCHEMA);
         goto fail;
     }
+    /* schema 1 had no upload_stores.profile (queues a ckptd before it left) */
+    if (version == 1 &&
+        (err = exec(db, "ALTER TABLE upload_stores ADD COLUMN profile TEXT", "adding profile")) < 0)
+        goto fail;
     if (version < CK_QUEUE_SCHEMA) {
         char sql[96];
         snprintf(sql, sizeof sql, "DELETE FROM upload_schema; INSERT INTO upload_schema VALUES(%d)",
@@ -129,9 +133,11 @@ int ck_queue_store_put(sqlite3 *db, const struct ck_store_spec *s, int64_t *id)
     int err;
     if ((err = prep(db,
                     "INSERT INTO upload_stores(url, endpoint, region, credentials, auth, key_file,"
-                    " host_key, compress, bundle, no_move) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)"
+                    " host_key, compress, bundle, no_move, profile)"
+                    " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"
                     " ON CONFLICT(url) DO UPDATE SET endpoint=?2, region=?3, credentials=?4,"
-                    " auth=?5, key_file=?6, host_key=?7, compress=?8, bundle=?9, no_move=?10",
+                    " auth=?5, key_file=?6, host_key=?7, compress=?8, bundle=?9, no_move=?10,"
+                    " profile=?11",
                     &st)) < 0)
         return err;
     bind_text(st, 1, s->url);
@@ -144,6 +150,7 @@ int ck_queue_store_put(sqlite3 *db, const struct ck_store_spec *s, int64_t *id)
     sqlite3_bind_int(st, 8, s->compress);
     sqlite3_bind_int(st, 9, s->bundle);
     sqlite3_bind_int(st, 10, s->no_move);
+    bind_text(st, 11, s->profile);
     if ((err = run(db, st, "recording a store")) < 0)
         return err;
     if ((err = prep(db, "SELECT id FROM upload_stores WHERE url = ?1", &st)) < 0)
@@ -171,7 +178,7 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out)
     memset(out, 0, sizeof *out);
     if ((err = prep(db,
                     "SELECT url, endpoint, region, credentials, auth, key_file, host_key,"
-                    " compress, bundle, no_move FROM upload_stores WHERE id = ?1",
+                    " compress, bundle, no_move, profile FROM upload_stores WHERE id = ?1",
                     &st)) < 0)
         return err;
     sqlite3_bind_int64(st, 1, id);
@@ -189,6 +196,7 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out)
     out->compress = sqlite3_column_int(st, 7);
     out->bundle = sqlite3_column_int(st, 8);
     out->no_move = sqlite3_column_int(st, 9);
+    out->profile = col_dup(st, 10);
     sqlite3_finalize(st);
     return out->url ? 0 : ck_error(CK_ENOMEM, "out of memory");
 }

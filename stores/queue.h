@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CK_QUEUE_SCHEMA 1
+#define CK_QUEUE_SCHEMA 2 /* 2: upload_stores.profile */
 
 enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED };
 /* BUNDLE packs the folder src; BUNDLE_PMF only its PMF tree (data/, the configuration,

@@ -92,6 +92,8 @@ static int s3_check(const struct ck_store_spec *spec)
                         spec->url);
     if (spec->region && (!*spec->region || strlen(spec->region) > 60))
         return ck_error(CK_ECONFIG, "store '%s': bad region", spec->url);
+    if (spec->profile && (!*spec->profile || strlen(spec->profile) > 127))
+        return ck_error(CK_ECONFIG, "store '%s': bad profile name", spec->url);
     return 0;
 }
 
@@ -118,7 +120,7 @@ static int s3_open(struct ck_store **out, const struct ck_store_spec *spec, stru
         return err;
     }
     /* region, endpoint and credentials as the AWS CLI resolves them (awsconfig.h) */
-    if ((err = ck_awsprofile_open(&prof)) < 0) {
+    if ((err = ck_awsprofile_open(&prof, spec->profile)) < 0) {
         s3_free(&s->base);
         return err;
     }
@@ -638,8 +640,8 @@ static int composite_sha256(struct ck_xfer *x, int nparts, char *out, size_t out
         size_t n = 0;
         struct base64_decode_ctx dc;
         base64_decode_init(&dc);
-        if (!base64_decode_update(&dc, &n, pb, strlen(part_b64), part_b64) || !base64_decode_final(&dc) ||
-            n != SHA256_DIGEST_SIZE)
+        if (!base64_decode_update(&dc, &n, pb, strlen(part_b64), part_b64) ||
+            !base64_decode_final(&dc) || n != SHA256_DIGEST_SIZE)
             return -1;
         sha256_update(&md, n, pb);
     }

@@ -139,7 +139,7 @@ int ck_store_spec_copy(struct ck_store_spec *dst, const struct ck_store_spec *sr
 {
     memset(dst, 0, sizeof *dst);
     if (dup_field(&dst->url, src->url) < 0 || dup_field(&dst->endpoint, src->endpoint) < 0 ||
-        dup_field(&dst->region, src->region) < 0 ||
+        dup_field(&dst->region, src->region) < 0 || dup_field(&dst->profile, src->profile) < 0 ||
         dup_field(&dst->credentials, src->credentials) < 0 ||
         dup_field(&dst->auth, src->auth) < 0 || dup_field(&dst->key_file, src->key_file) < 0 ||
         dup_field(&dst->host_key, src->host_key) < 0) {
@@ -157,6 +157,7 @@ void ck_store_spec_release(struct ck_store_spec *s)
     free(s->url);
     free(s->endpoint);
     free(s->region);
+    free(s->profile);
     free(s->credentials);
     free(s->auth);
     free(s->key_file);
@@ -248,6 +249,7 @@ int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *v)
         {"url", offsetof(struct ck_store_spec, url)},
         {"endpoint", offsetof(struct ck_store_spec, endpoint)},
         {"region", offsetof(struct ck_store_spec, region)},
+        {"profile", offsetof(struct ck_store_spec, profile)},
         {"credentials", offsetof(struct ck_store_spec, credentials)},
         {"auth", offsetof(struct ck_store_spec, auth)},
         {"key", offsetof(struct ck_store_spec, key_file)},

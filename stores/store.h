@@ -24,6 +24,8 @@ struct ck_store_spec {
     char *endpoint;    /* s3: http(s)://host[:port] of an S3-compatible service (default: the
                         * AWS CLI's order, awsconfig.h, else AWS) */
     char *region;      /* s3: signing region (default: the AWS CLI's order, else us-east-1) */
+    char *profile;     /* s3: the AWS profile (as aws --profile: environment keys are not
+                        * used; default AWS_PROFILE, else "default") */
     char *credentials; /* s3: "env" (AWS_* variables only) or "file:/path" (AWS credentials
                         * format, mode 0600); unset: the AWS CLI's chain (awscred.h);
                         * http: reference to "user:password" (basic) or a token
@@ -166,7 +168,7 @@ int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struc
 int ck_store_put(struct ck_store *s, struct ck_xfer *x);
 void ck_store_free(struct ck_store *s);
 
-/* Sets one field from its config key (url, endpoint, region, credentials,
+/* Sets one field from its config key (url, endpoint, region, profile, credentials,
  * auth, key, host_key, compress: zstd|none, bundle: bool, move: bool).
  * CK_ENOENT for an unknown key, CK_ECONFIG for a bad value. */
 int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *value);

@@ -49,6 +49,9 @@ static const struct ck_opt options[] = {
     {"region", 0, CK_OPT_STORE, "region", NULL, O(store), 0, "NAME",
      "s3: signing region (default: AWS_REGION, AWS_DEFAULT_REGION,\n"
      "the AWS profile's region, us-east-1)"},
+    {"profile", 0, CK_OPT_STORE, "profile", NULL, O(store), 0, "NAME",
+     "s3: the AWS profile, as aws --profile (its role, process or keys;\n"
+     "keys in the environment are then not used; default: AWS_PROFILE)"},
     {"credentials", 0, CK_OPT_STORE, "credentials", NULL, O(store), 0, "REF",
      "s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
      "default: the AWS CLI's chain (env, web identity, ~/.aws,\n"

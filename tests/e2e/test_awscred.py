@@ -395,6 +395,30 @@ print(json.dumps(d, indent=2))
                 self.assertIn(says, p.stderr)
                 self.assertEqual(self.creds.kinds(), [], "no other source stood in")
 
+    def test_explicit_profile_and_credential_source_environment(self):
+        """--profile (profile: in the config) is aws --profile: the profile's
+        role is assumed with the environment's keys (credential_source
+        Environment), which are not used as they are. With AWS_PROFILE
+        instead, the environment's keys come first, as in the AWS CLI."""
+        self.creds.roles.add(self.ROLE)
+        env = self.role_files(
+            f"[profile envrole]\nrole_arn = {self.ROLE}\ncredential_source = Environment\n")
+        env.update(AWS_ACCESS_KEY_ID=self.SOURCE_ID, AWS_SECRET_ACCESS_KEY=self.SOURCE_SECRET)
+        p, key = self.upload(env, "--profile", "envrole")
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "assume-role")
+        self.assertEqual([c["signer"] for c in self.assumed()], [self.SOURCE_ID])
+        self.creds.calls.clear()
+        p, _ = self.upload(dict(env, AWS_PROFILE="envrole"), "--retries", "0")
+        self.assertNotEqual(p.returncode, 0)  # s3rver refuses the source keys
+        self.assertEqual(self.source(p), "environment")
+        self.assertEqual(self.assumed(), [])
+        # a profile given that neither file has is an error naming it
+        p, _ = self.upload(env, "--profile", "nope")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("'nope'", p.stderr)
+        self.assertNotIn(self.SOURCE_SECRET, p.stdout + p.stderr)
+
     def test_assume_role_renewed_before_expiry(self):
         self.creds.lifetime = 8
         self.creds.roles.add(self.ROLE)

@@ -101,7 +101,7 @@ static void profile_region_endpoint_order(void **state)
     setenv("AWS_CONFIG_FILE", cfg, 1);
     setenv("AWS_SHARED_CREDENTIALS_FILE", creds, 1);
     struct ck_awsprofile p;
-    assert_int_equal(ck_awsprofile_open(&p), 0);
+    assert_int_equal(ck_awsprofile_open(&p, NULL), 0);
     assert_string_equal(p.name, "default");
     ck_awsconfig_region(out, sizeof out, NULL, &p);
     assert_string_equal(out, "us-west-2");
@@ -110,7 +110,7 @@ static void profile_region_endpoint_order(void **state)
     ck_awsprofile_release(&p);
 
     setenv("AWS_PROFILE", "dev", 1);
-    assert_int_equal(ck_awsprofile_open(&p), 0);
+    assert_int_equal(ck_awsprofile_open(&p, NULL), 0);
     assert_string_equal(ck_awsprofile_creds(&p, "aws_access_key_id"), "AKIDDEV");
     ck_awsconfig_region(out, sizeof out, NULL, &p);
     assert_string_equal(out, "eu-west-3");
@@ -148,10 +148,10 @@ static void profile_region_endpoint_order(void **state)
 
     /* a profile only the credentials file has is found; one neither has is an error */
     setenv("AWS_PROFILE", "only-creds", 1);
-    assert_int_equal(ck_awsprofile_open(&p), 0);
+    assert_int_equal(ck_awsprofile_open(&p, NULL), 0);
     ck_awsprofile_release(&p);
     setenv("AWS_PROFILE", "missing", 1);
-    assert_int_equal(ck_awsprofile_open(&p), CK_ECONFIG);
+    assert_int_equal(ck_awsprofile_open(&p, NULL), CK_ECONFIG);
     assert_non_null(strstr(ck_error_msg(), "'missing'"));
     clean_env();
 }

@@ -352,6 +352,48 @@ static void queue_newer_schema_refused(void **state)
     sqlite3_close(db);
 }
 
+/* A queue a ckptd of schema 1 left (upload_stores without profile), with a
+ * job in it: the next ckptd adds the column and the store reads back. */
+static void queue_schema_1_migrated(void **state)
+{
+    (void)state;
+    char dir[4096], path[4200];
+    sqlite3 *db;
+    ck_test_tmpdir(dir, "queue1");
+    snprintf(path, sizeof path, "%s/state.db", dir);
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(
+        sqlite3_exec(db,
+                     "CREATE TABLE upload_schema(version INTEGER NOT NULL);"
+                     "INSERT INTO upload_schema VALUES(1);"
+                     "CREATE TABLE upload_stores(id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE,"
+                     " endpoint TEXT, region TEXT, credentials TEXT, auth TEXT, key_file TEXT,"
+                     " host_key TEXT, compress INTEGER NOT NULL DEFAULT 0,"
+                     " bundle INTEGER NOT NULL DEFAULT 0, no_move INTEGER NOT NULL DEFAULT 0);"
+                     "INSERT INTO upload_stores(url, region) VALUES('s3://b/p', 'eu-west-1');",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
+    assert_int_equal(ck_queue_init(db), 0);
+    assert_int_equal(ck_queue_init(db), 0); /* and only once */
+    struct ck_store_spec got;
+    assert_int_equal(ck_queue_store_get(db, 1, &got), 0);
+    assert_string_equal(got.region, "eu-west-1");
+    assert_null(got.profile);
+    ck_store_spec_release(&got);
+    /* the new column round trips */
+    struct ck_store_spec s = {0};
+    int64_t id;
+    ck_store_spec_set(&s, "url", "s3://b/p");
+    ck_store_spec_set(&s, "profile", "trainer");
+    assert_int_equal(ck_queue_store_put(db, &s, &id), 0);
+    assert_int_equal(id, 1);
+    assert_int_equal(ck_queue_store_get(db, id, &got), 0);
+    assert_string_equal(got.profile, "trainer");
+    ck_store_spec_release(&got);
+    ck_store_spec_release(&s);
+    sqlite3_close(db);
+}
+
 static void queue_same_bytes_new_mtime_not_requeued(void **state)
 {
     char dir[4096], a[4200];
@@ -486,6 +528,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(queue_transitions),
     cmocka_unit_test(queue_metadata_after_new_data),
     cmocka_unit_test(queue_newer_schema_refused),
+    cmocka_unit_test(queue_schema_1_migrated),
     cmocka_unit_test(queue_same_bytes_new_mtime_not_requeued),
     cmocka_unit_test(queue_batch_is_one_transaction),
     cmocka_unit_test(uploader_file_store_end_to_end),
