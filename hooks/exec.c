@@ -2,6 +2,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/spawnattr.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,7 +50,6 @@ int ck_exec_start(const char *name, char *const *argv, char *const *envp, const 
     int outp[2] = {-1, -1}, inp[2] = {-1, -1}, err = 0;
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    sigset_t none, all;
     *out = NULL;
     if (!argv || !argv[0])
         return ck_error(CK_ECONFIG, "%s: no command", name);
@@ -71,15 +71,7 @@ int ck_exec_start(const char *name, char *const *argv, char *const *envp, const 
     posix_spawn_file_actions_adddup2(&fa, inp[1], 0);
     posix_spawn_file_actions_adddup2(&fa, outp[1], 1);
     posix_spawn_file_actions_adddup2(&fa, outp[1], 2);
-    posix_spawnattr_init(&attr);
-    sigemptyset(&none);
-    sigfillset(&all);
-    /* The agent may block signals (signalfd) or ignore SIGPIPE: the hook must not inherit that. */
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                        POSIX_SPAWN_SETPGROUP);
+    ck_spawnattr_clean(&attr);
     int rc = posix_spawnp(&x->pid, argv[0], &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);

@@ -380,12 +380,43 @@ static int sts_credentials(const char *x, const char *what, struct ck_awskeys *k
     return 0;
 }
 
+/* POSTs an STS form (SigV4-signed with sign's keys, their session token in
+ * a header, when sign is set) and takes the Credentials of the answer. A
+ * refusal says "WHAT: STS refused WHOM: HTTP <status> <Code>". */
+static int sts_call(const char *url, const char *form, const struct signing *sign, const char *what,
+                    const char *action, const char *whom, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_buf resp = CK_BUF_INIT, tokhdr = CK_BUF_INIT, spare = CK_BUF_INIT;
+    char label[128];
+    long status = 0;
+    struct curl_slist *hd =
+        curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded");
+    hd = curl_slist_append(hd, "Accept: application/xml");
+    if (sign && sign->keys->token[0]) {
+        ck_buf_printf(&tokhdr, "x-amz-security-token: %s", sign->keys->token);
+        hd = curl_slist_append(hd, ck_buf_str(&tokhdr));
+    }
+    snprintf(label, sizeof label, "%s: STS %s", what, action);
+    int err = fetch(label, "POST", url, hd, form, sign, 10, 3, &resp, &status);
+    wipe_headers(hd);
+    const char *x = ck_buf_str(&resp);
+    if (err == 0 && status != 200) {
+        char code[128] = "";
+        ck_xml_tag(x, "Code", code, sizeof code);
+        err = ck_error(status == 400 || status == 403 ? CK_EAUTH : CK_ENET,
+                       "%s: STS refused %s: HTTP %ld %s", what, whom, status, code);
+    } else if (err == 0) {
+        err = sts_credentials(x, what, k, expiry);
+    }
+    wipe_bufs(&resp, &tokhdr, &spare);
+    return err;
+}
+
 /* STS AssumeRoleWithWebIdentity: the token file is read again each time (it rotates). */
 static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
-    struct ck_buf tok = CK_BUF_INIT, body = CK_BUF_INIT, resp = CK_BUF_INIT;
+    struct ck_buf tok = CK_BUF_INIT, body = CK_BUF_INIT, spare = CK_BUF_INIT;
     char *enc = NULL, arn[6200], name[400];
-    long status = 0;
     int err;
     if ((err = ck_read_file(c->token_file, TOKEN_FILE_MAX, &tok)) < 0) {
         err = ck_error(CK_ECONFIG, "web identity: cannot read the token file '%s'", c->token_file);
@@ -409,30 +440,16 @@ static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long l
                   "Action=AssumeRoleWithWebIdentity&RoleArn=%s&RoleSessionName=%s"
                   "&Version=2011-06-15&WebIdentityToken=%s",
                   arn, name, enc);
-    struct curl_slist *hd =
-        curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded");
-    hd = curl_slist_append(hd, "Accept: application/xml");
-    err = fetch("web identity: STS AssumeRoleWithWebIdentity", "POST", c->sts_url, hd,
-                ck_buf_str(&body), NULL, 10, 3, &resp, &status);
-    curl_slist_free_all(hd);
-    if (err < 0)
-        goto out;
-    const char *x = ck_buf_str(&resp);
-    if (status != 200) {
-        char code[128] = "";
-        ck_xml_tag(x, "Code", code, sizeof code);
-        err = ck_error(status == 400 || status == 403 ? CK_EAUTH : CK_ENET,
-                       "web identity: STS refused role '%s' with the token in '%s': HTTP %ld %s",
-                       c->role_arn, c->token_file, status, code);
-        goto out;
-    }
-    err = sts_credentials(x, "web identity", k, expiry);
+    char whom[3400];
+    snprintf(whom, sizeof whom, "role '%s' with the token in '%s'", c->role_arn, c->token_file);
+    err = sts_call(c->sts_url, ck_buf_str(&body), NULL, "web identity", "AssumeRoleWithWebIdentity",
+                   whom, k, expiry);
 out:
     if (enc) {
         explicit_bzero(enc, strlen(enc));
         free(enc);
     }
-    wipe_bufs(&tok, &body, &resp);
+    wipe_bufs(&tok, &body, &spare);
     return err;
 }
 
@@ -601,9 +618,8 @@ out:
 static int fetch_assume_role(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
     struct ck_awskeys sk;
-    struct ck_buf body = CK_BUF_INIT, resp = CK_BUF_INIT, tokhdr = CK_BUF_INIT;
+    struct ck_buf body = CK_BUF_INIT;
     char arn[6200], name[400], ext[4000];
-    long status = 0;
     int err;
     memset(&sk, 0, sizeof sk);
     if ((err = ck_awscred_get(c->source, &sk)) < 0) {
@@ -624,33 +640,15 @@ static int fetch_assume_role(struct ck_awscred *c, struct ck_awskeys *k, long lo
     if (c->external_id[0])
         ck_buf_printf(&body, "&ExternalId=%s", ext);
     ck_buf_printf(&body, "&RoleArn=%s&RoleSessionName=%s&Version=2011-06-15", arn, name);
-    struct curl_slist *hd =
-        curl_slist_append(NULL, "Content-Type: application/x-www-form-urlencoded");
-    hd = curl_slist_append(hd, "Accept: application/xml");
-    if (sk.token[0]) {
-        ck_buf_printf(&tokhdr, "x-amz-security-token: %s", sk.token);
-        hd = curl_slist_append(hd, ck_buf_str(&tokhdr));
-    }
     struct signing sign = {&sk, c->sigv4};
-    err = fetch("assume role: STS AssumeRole", "POST", c->sts_url, hd, ck_buf_str(&body), &sign, 10,
-                3, &resp, &status);
-    wipe_headers(hd);
-    if (err < 0)
-        goto out;
-    const char *x = ck_buf_str(&resp);
-    if (status != 200) {
-        char code[128] = "";
-        ck_xml_tag(x, "Code", code, sizeof code);
-        err = ck_error(status == 400 || status == 403 ? CK_EAUTH : CK_ENET,
-                       "assume role: STS refused role '%s' for profile '%s' (source: %s): HTTP "
-                       "%ld %s",
-                       c->role_arn, c->profile, src_names[c->source->kind], status, code);
-        goto out;
-    }
-    err = sts_credentials(x, "assume role", k, expiry);
+    char whom[2600];
+    snprintf(whom, sizeof whom, "role '%s' for profile '%s' (source: %s)", c->role_arn, c->profile,
+             src_names[c->source->kind]);
+    err = sts_call(c->sts_url, ck_buf_str(&body), &sign, "assume role", "AssumeRole", whom, k,
+                   expiry);
 out:
     ck_awskeys_wipe(&sk);
-    wipe_bufs(&body, &resp, &tokhdr);
+    ck_buf_release(&body);
     return err;
 }
 

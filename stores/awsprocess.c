@@ -1,6 +1,7 @@
 #include "stores/awsprocess.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/spawnattr.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -135,7 +136,6 @@ int ck_awsprocess_run(const char *cmd, const char *what, double timeout, struct 
     pid_t pid = 0;
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    sigset_t none, all;
     if (pipe2(pipefd, O_CLOEXEC) < 0) {
         err = ck_error_os(CK_EIO, "%s: cannot create a pipe", what);
         goto out;
@@ -143,16 +143,7 @@ int ck_awsprocess_run(const char *cmd, const char *what, double timeout, struct 
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-    posix_spawnattr_init(&attr);
-    sigemptyset(&none);
-    sigfillset(&all);
-    /* the agent blocks signals for its signalfd and ignores SIGPIPE: the
-     * helper gets the defaults, and a group of its own to be killed with */
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                        POSIX_SPAWN_SETPGROUP);
+    ck_spawnattr_clean(&attr); /* a group of its own, to be killed with */
     int rc = posix_spawnp(&pid, argv[0], &fa, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
