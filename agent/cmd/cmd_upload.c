@@ -54,8 +54,9 @@ static const struct ck_opt options[] = {
      "keys in the environment are then not used; default: AWS_PROFILE)"},
     {"credentials", 0, CK_OPT_STORE, "credentials", NULL, O(store), 0, "REF",
      "s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
-     "default: the AWS CLI's chain (env, web identity, ~/.aws,\n"
-     "container, instance metadata; see the README)\n"
+     "default: the AWS CLI's chain (env, a profile's role, web identity,\n"
+     "~/.aws keys or credential_process, container, instance metadata;\n"
+     "see the README)\n"
      "http: env:NAME or file:/path holding user:password or a token"},
     {"auth", 0, CK_OPT_STORE, "auth", NULL, O(store), 0, "basic|bearer", "http authentication"},
     {"key", 0, CK_OPT_STORE, "key", NULL, O(store), 0, "FILE",

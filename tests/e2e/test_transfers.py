@@ -128,12 +128,14 @@ class Transfers(TmpDirCase):
         src = os.path.join(self.dir, "hf")
         for i in range(6):
             make(os.path.join(src, f"f{i}.bin"), MiB, i)
-        p = self.upload("--max-rate", "8MiB", src, "s3://ckpt/d")
+        # slow enough (each of the 4 bodies takes about a second) that the 4th
+        # starts before the 1st ends even on a loaded machine
+        p = self.upload("--max-rate", "4MiB", src, "s3://ckpt/d")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(self.proxy.max_puts, 4)
         cfg = os.path.join(self.dir, "ckptd.yaml")
         with open(cfg, "w") as f:
-            f.write("upload:\n  transfers: 2\n  max_rate: 8MiB\n")
+            f.write("upload:\n  transfers: 2\n  max_rate: 4MiB\n")
         self.proxy.max_puts = 0
         p = self.upload("-c", cfg, src, "s3://ckpt/c")
         self.assertEqual(p.returncode, 0, p.stderr)
