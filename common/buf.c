@@ -21,6 +21,13 @@ void ck_buf_release(struct ck_buf *b)
     ck_buf_init(b, b->max);
 }
 
+void ck_buf_wipe(struct ck_buf *b)
+{
+    if (b->data)
+        explicit_bzero(b->data, b->cap);
+    ck_buf_release(b);
+}
+
 void ck_buf_reset(struct ck_buf *b)
 {
     b->len = 0;

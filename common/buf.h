@@ -16,6 +16,8 @@ struct ck_buf {
 
 void ck_buf_init(struct ck_buf *b, size_t max);
 void ck_buf_release(struct ck_buf *b);
+/* ck_buf_release for a buffer that held a secret: what it held is zeroed first. */
+void ck_buf_wipe(struct ck_buf *b);
 void ck_buf_reset(struct ck_buf *b);
 int ck_buf_reserve(struct ck_buf *b, size_t extra);
 int ck_buf_append(struct ck_buf *b, const void *data, size_t len);

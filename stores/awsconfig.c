@@ -154,9 +154,7 @@ int ck_awsini_load(struct ck_awsini **out, const char *path)
     } else {
         err = parse(f, (char *)ck_buf_str(&b), path);
     }
-    if (b.data)
-        explicit_bzero(b.data, b.len);
-    ck_buf_release(&b);
+    ck_buf_wipe(&b);
     if (err < 0) {
         ck_awsini_free(f);
         return err;
@@ -233,16 +231,20 @@ int ck_awsprofile_open(struct ck_awsprofile *p, const char *name)
         ck_awsprofile_release(p);
         return err;
     }
-    char sec[300];
-    config_section(sec, sizeof sec, p);
-    if (p->named && !ck_awsini_has_section(p->config, sec) &&
-        !ck_awsini_has_section(p->creds, p->name)) {
+    if (p->named && !ck_awsprofile_exists(p)) {
         err = ck_error(CK_ECONFIG, "the AWS profile '%s' is in neither '%s' nor '%s'", p->name,
                        p->config_path, p->creds_path);
         ck_awsprofile_release(p);
         return err;
     }
     return 0;
+}
+
+bool ck_awsprofile_exists(const struct ck_awsprofile *p)
+{
+    char sec[300];
+    config_section(sec, sizeof sec, p);
+    return ck_awsini_has_section(p->config, sec) || ck_awsini_has_section(p->creds, p->name);
 }
 
 void ck_awsprofile_release(struct ck_awsprofile *p)

@@ -45,6 +45,8 @@ struct ck_awsprofile {
  * the AWS CLI does). */
 int ck_awsprofile_open(struct ck_awsprofile *p, const char *name);
 void ck_awsprofile_release(struct ck_awsprofile *p);
+/* Whether either file has a section for the profile's name. */
+bool ck_awsprofile_exists(const struct ck_awsprofile *p);
 /* A key of the profile's section in the config file, or NULL. */
 const char *ck_awsprofile_config(const struct ck_awsprofile *p, const char *key);
 /* A key of the profile's section in the credentials file, or NULL. */

@@ -250,8 +250,6 @@ static size_t body_cb(char *data, size_t size, size_t n, void *ud)
     return len;
 }
 
-/* One request; *status is the HTTP status (0 when none came back). Tries
- * again after a connection error or a 5xx, attempts times. */
 /* A request signed with SigV4 (STS AssumeRole): the keys and libcurl's
  * provider string ("aws:amz:REGION:sts"); the session token goes in the
  * caller's headers. */
@@ -259,6 +257,10 @@ struct signing {
     const struct ck_awskeys *keys;
     const char *sigv4;
 };
+
+/* One request (signed when sign is set); *status is the HTTP status (0
+ * when none came back). Tries again after a connection error or a 5xx,
+ * attempts times. */
 
 static int fetch(const char *what, const char *method, const char *url, struct curl_slist *hd,
                  const char *body, const struct signing *sign, long timeout_s, int attempts,
@@ -354,12 +356,9 @@ static void wipe_headers(struct curl_slist *hd)
 
 static void wipe_bufs(struct ck_buf *a, struct ck_buf *b, struct ck_buf *c)
 {
-    struct ck_buf *v[] = {a, b, c};
-    for (size_t i = 0; i < 3; i++) {
-        if (v[i]->data)
-            explicit_bzero(v[i]->data, v[i]->len);
-        ck_buf_release(v[i]);
-    }
+    ck_buf_wipe(a);
+    ck_buf_wipe(b);
+    ck_buf_wipe(c);
 }
 
 /* The Credentials of an STS answer (AssumeRole, AssumeRoleWithWebIdentity). */
@@ -386,7 +385,7 @@ static int sts_credentials(const char *x, const char *what, struct ck_awskeys *k
 static int sts_call(const char *url, const char *form, const struct signing *sign, const char *what,
                     const char *action, const char *whom, struct ck_awskeys *k, long long *expiry)
 {
-    struct ck_buf resp = CK_BUF_INIT, tokhdr = CK_BUF_INIT, spare = CK_BUF_INIT;
+    struct ck_buf resp = CK_BUF_INIT, tokhdr = CK_BUF_INIT;
     char label[128];
     long status = 0;
     struct curl_slist *hd =
@@ -408,14 +407,15 @@ static int sts_call(const char *url, const char *form, const struct signing *sig
     } else if (err == 0) {
         err = sts_credentials(x, what, k, expiry);
     }
-    wipe_bufs(&resp, &tokhdr, &spare);
+    ck_buf_wipe(&resp);
+    ck_buf_wipe(&tokhdr);
     return err;
 }
 
 /* STS AssumeRoleWithWebIdentity: the token file is read again each time (it rotates). */
 static int fetch_web_identity(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
-    struct ck_buf tok = CK_BUF_INIT, body = CK_BUF_INIT, spare = CK_BUF_INIT;
+    struct ck_buf tok = CK_BUF_INIT, body = CK_BUF_INIT;
     char *enc = NULL, arn[6200], name[400];
     int err;
     if ((err = ck_read_file(c->token_file, TOKEN_FILE_MAX, &tok)) < 0) {
@@ -449,7 +449,8 @@ out:
         explicit_bzero(enc, strlen(enc));
         free(enc);
     }
-    wipe_bufs(&tok, &body, &spare);
+    ck_buf_wipe(&tok);
+    ck_buf_wipe(&body);
     return err;
 }
 
@@ -607,9 +608,7 @@ static int fetch_process(struct ck_awscred *c, struct ck_awskeys *k, long long *
     *k = nk;
 out:
     ck_awskeys_wipe(&nk);
-    if (out.data)
-        explicit_bzero(out.data, out.len);
-    ck_buf_release(&out);
+    ck_buf_wipe(&out);
     return err;
 }
 
@@ -776,13 +775,18 @@ static int from_shared(struct ck_awscred *c, const struct ck_awsprofile *p, bool
     return 0;
 }
 
-/* The profile's credential_process (the credentials file's first, as the
- * AWS CLI merges the two files). 1 when configured. */
+/* A key of the profile, the credentials file's first (the AWS CLI merges
+ * the two files, the credentials file winning). */
+static const char *profile_get(const struct ck_awsprofile *p, const char *key)
+{
+    const char *v = ck_awsprofile_creds(p, key);
+    return v ? v : ck_awsprofile_config(p, key);
+}
+
+/* The profile's credential_process. 1 when configured. */
 static int process_config(struct ck_awscred *c, const struct ck_awsprofile *p)
 {
-    const char *cmd = ck_awsprofile_creds(p, "credential_process");
-    if (!cmd)
-        cmd = ck_awsprofile_config(p, "credential_process");
+    const char *cmd = profile_get(p, "credential_process");
     if (!cmd || !*cmd)
         return 0;
     snprintf(c->process_what, sizeof c->process_what, "credential_process of profile '%s'",
@@ -864,22 +868,6 @@ static int fetch_first(struct ck_awscred *c)
     return err;
 }
 
-/* A key of the profile, the credentials file's first (the AWS CLI merges
- * the two files, the credentials file winning). */
-static const char *profile_get(const struct ck_awsprofile *p, const char *key)
-{
-    const char *v = ck_awsprofile_creds(p, key);
-    return v ? v : ck_awsprofile_config(p, key);
-}
-
-static bool has_section(const struct ck_awsprofile *p)
-{
-    char sec[300];
-    snprintf(sec, sizeof sec, "profile %s", p->name);
-    return ck_awsini_has_section(p->creds, p->name) || ck_awsini_has_section(p->config, sec) ||
-           (!strcmp(p->name, "default") && ck_awsini_has_section(p->config, "default"));
-}
-
 static int assume_role_config(struct ck_awscred *c, const struct ck_awsprofile *p,
                               const char *region, int depth);
 
@@ -933,7 +921,7 @@ static int role_source(struct ck_awscred *s, const struct ck_awsprofile *p, cons
     if (strlen(sp) >= sizeof q.name)
         return ck_error(CK_ECONFIG, "profile '%s': source_profile is too long", p->name);
     snprintf(q.name, sizeof q.name, "%s", sp);
-    if (!has_section(&q))
+    if (!ck_awsprofile_exists(&q))
         return ck_error(CK_ECONFIG,
                         "profile '%s': its source_profile '%s' is in neither '%s' nor '%s'",
                         p->name, sp, p->creds_path, p->config_path);

@@ -93,9 +93,7 @@ int ck_awsprocess_split(const char *cmd, const char *what, char ***argv_out)
         err = push(&argv, &n, &tok);
     if (err >= 0 && n == 0)
         err = ck_error(CK_ECONFIG, "%s: the command is empty", what);
-    if (tok.data)
-        explicit_bzero(tok.data, tok.len);
-    ck_buf_release(&tok);
+    ck_buf_wipe(&tok);
     if (err < 0) {
         ck_awsprocess_argv_free(argv);
         return err;

@@ -189,8 +189,7 @@ static int s3_request(struct s3 *s, CURL *h, struct ck_req *r, struct ck_resp *r
             struct ck_buf b = CK_BUF_INIT;
             ck_buf_printf(&b, "x-amz-security-token: %s", c->keys.token);
             hd = curl_slist_append(hd, ck_buf_str(&b));
-            explicit_bzero(b.data, b.len);
-            ck_buf_release(&b);
+            ck_buf_wipe(&b);
         }
         r->headers = hd;
         r->setup_ctx = c;
