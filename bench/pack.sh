@@ -23,21 +23,24 @@ ckptd=$build/agent/ckptd
 work=$(mktemp -d "${TMPDIR:-/tmp}/ckptd-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# One timed run of "$@" in seconds, every run starting from the same
-# machine state (bench/same_start.py: the outputs removed, the disk settled,
-# the checkpoint page-cached, a page-cached copy of it written and removed).
-once() {
-    local t0 t1
+# Every timed run starts from the same machine state (bench/same_start.py:
+# the outputs removed, the disk settled, the checkpoint page-cached, a
+# page-cached copy of it written and removed).
+same_start() {
     rm -f "$work"/out.*
     /usr/bin/python3 "$here/bench/same_start.py" "$work" "$src"
+}
+# One timed run of "$@" in seconds.
+once() {
+    local t0 t1
+    same_start
     t0=$(date +%s.%N); "$@" >/dev/null 2>&1; t1=$(date +%s.%N)
     awk -v a="$t0" -v z="$t1" 'BEGIN { printf "%.4f", z - a }'
 }
-# "TOTAL SYNC" seconds of one `cp` then `sync FILE`, from the same start
+# "TOTAL SYNC" seconds of one `cp` then `sync FILE`
 cp_then_sync() {
     local t0 t1 t2
-    rm -f "$work"/out.*
-    /usr/bin/python3 "$here/bench/same_start.py" "$work" "$src"
+    same_start
     t0=$(date +%s.%N); cp "$src" "$work/out.cps"; t1=$(date +%s.%N); sync "$work/out.cps"; t2=$(date +%s.%N)
     awk -v a="$t0" -v b="$t1" -v z="$t2" 'BEGIN { printf "%.4f %.4f\n", z - a, z - b }'
 }
