@@ -358,18 +358,9 @@ static int inputs_for(const struct ck_pipeline *p, const struct ck_model *m,
             continue;
         }
         /* the same fixed inputs as `ckptd verify` without --inputs */
-        const struct ck_model_io *io = &m->inputs[k];
-        int64_t dims[CK_INFER_MAX_RANK];
-        if (io->rank > CK_INFER_MAX_RANK)
-            return ck_error(CK_EFORMAT, "input '%s': rank %d", io->name, io->rank);
-        for (int d = 0; d < io->rank; d++)
-            dims[d] = io->dims[d] < 0 ? 1 : io->dims[d];
-        int err = ck_infer_array_init(&(*in)[k], io->name, io->rank, dims);
+        int err = ck_infer_default_input(&m->inputs[k], k, 0, &(*in)[k]);
         if (err < 0)
             return err;
-        uint64_t n = ck_infer_array_numel(&(*in)[k]);
-        for (uint64_t i = 0; i < n; i++)
-            (*in)[k].data[i] = (float)sin(0.5 * (double)i + (double)k);
     }
     return 0;
 }

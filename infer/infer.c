@@ -4,6 +4,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,6 +26,27 @@ int ck_infer_array_init(struct ck_infer_array *a, const char *name, int rank, co
         ck_infer_array_release(a);
         return ck_error(CK_ENOMEM, "out of memory for an array of %lld values", (long long)n);
     }
+    return 0;
+}
+
+int ck_infer_default_input(const struct ck_model_io *io, size_t k, uint64_t max_values,
+                           struct ck_infer_array *out)
+{
+    memset(out, 0, sizeof *out);
+    if (io->rank > CK_INFER_MAX_RANK)
+        return ck_error(CK_EFORMAT, "input '%s': rank %d", io->name, io->rank);
+    struct ck_ishape s = {io->rank, {0}};
+    for (int d = 0; d < io->rank; d++)
+        s.d[d] = io->dims[d] < 0 ? 1 : io->dims[d];
+    int64_t n = ck_ishape_numel(&s);
+    if (max_values && (n < 0 || (uint64_t)n > max_values))
+        return ck_error(CK_ESIZE, "input '%s': more than %llu values", io->name,
+                        (unsigned long long)max_values);
+    int err = ck_infer_array_init(out, io->name, io->rank, s.d);
+    if (err < 0)
+        return err;
+    for (int64_t i = 0; i < n; i++)
+        out->data[i] = (float)sin(0.5 * (double)i + (double)k);
     return 0;
 }
 
@@ -94,7 +116,8 @@ static int bind_inputs(struct ck_infer *e, const struct ck_infer_array *in, size
         for (int d = 0; ok && d < io->rank; d++)
             ok = io->dims[d] < 0 || io->dims[d] == in[i].dims[d];
         if (!ok) {
-            struct ck_ishape want = {io->rank < CK_INFER_MAX_RANK ? io->rank : CK_INFER_MAX_RANK, {0}};
+            struct ck_ishape want = {io->rank < CK_INFER_MAX_RANK ? io->rank : CK_INFER_MAX_RANK,
+                                     {0}};
             struct ck_ishape got = {in[i].rank, {0}};
             memcpy(want.d, io->dims, sizeof(int64_t) * (size_t)want.rank);
             memcpy(got.d, in[i].dims, sizeof(int64_t) * (size_t)got.rank);

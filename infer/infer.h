@@ -62,6 +62,14 @@ const double *ck_infer_node_seconds(const struct ck_infer *e);
 int ck_infer_array_init(struct ck_infer_array *a, const char *name, int rank,
                         const int64_t *dims);
 uint64_t ck_infer_array_numel(const struct ck_infer_array *a);
+/* The fixed input `ckptd verify` and the pack stage run when given none:
+ * one sample of the model's input io (an unknown dimension taken as 1),
+ * value i of input k being sin(0.5 i + k) (numpy: np.sin(0.5*np.arange(n) +
+ * k).astype('f4')). CK_EFORMAT for a rank over CK_INFER_MAX_RANK, CK_ESIZE
+ * for more than max_values values (0: no limit), before anything is
+ * allocated. */
+int ck_infer_default_input(const struct ck_model_io *io, size_t k, uint64_t max_values,
+                           struct ck_infer_array *out);
 void ck_infer_array_release(struct ck_infer_array *a);
 void ck_infer_arrays_free(struct ck_infer_array *a, size_t n);
 
