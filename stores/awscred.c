@@ -3,6 +3,7 @@
 #include "common/codec.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/hash.h"
 #include "common/log.h"
 #include "common/secret.h"
 #include "stores/awsconfig.h"
@@ -11,6 +12,7 @@
 #include "stores/store.h"
 
 #include <curl/curl.h>
+#include <nettle/sha1.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -30,19 +32,20 @@ enum src {
     SRC_ENV,
     SRC_ASSUME_ROLE,
     SRC_WEB_IDENTITY,
+    SRC_SSO,
     SRC_SHARED,
     SRC_PROCESS,
     SRC_CONTAINER,
     SRC_IMDS
 };
-static const char *const src_names[] = {"config",       "environment",      "assume-role",
-                                        "web-identity", "shared-files",     "process",
-                                        "container",    "instance-metadata"};
+static const char *const src_names[] = {"config",       "environment", "assume-role",
+                                        "web-identity", "sso",         "shared-files",
+                                        "process",      "container",   "instance-metadata"};
 
 /* The sources whose keys can be fetched again (and may expire). */
 static bool renewable(enum src k)
 {
-    return k == SRC_ASSUME_ROLE || k == SRC_WEB_IDENTITY || k == SRC_PROCESS ||
+    return k == SRC_ASSUME_ROLE || k == SRC_WEB_IDENTITY || k == SRC_SSO || k == SRC_PROCESS ||
            k == SRC_CONTAINER || k == SRC_IMDS;
 }
 
@@ -60,6 +63,9 @@ struct ck_awscred {
     char imds_url[600];
     /* credential_process: the command (it may hold secrets: never logged) */
     char process_cmd[4096], process_what[400];
+    /* IAM Identity Center: the token cache file `aws sso login` writes and
+     * the portal's GetRoleCredentials URL (account and role in its query) */
+    char sso_cache[1200], sso_url[1600];
     /* assume role (role_arn, session_name and sts_url above): the keys that
      * sign the AssumeRole request, from source_profile or credential_source */
     struct ck_awscred *source; /* owned */
@@ -612,6 +618,90 @@ out:
     return err;
 }
 
+/* IAM Identity Center (AWS SSO): the access token `aws sso login` left in
+ * its cache, read again each time (a new login replaces it), traded at the
+ * portal for the role's keys (GetRoleCredentials: a GET with the token in
+ * x-amz-sso_bearer_token). ckptd does not refresh the token itself (that
+ * would write to the AWS CLI's cache); an expired one is an error that says
+ * to log in again. */
+static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
+{
+    struct ck_buf cache = CK_BUF_INIT, hdr = CK_BUF_INIT, resp = CK_BUF_INIT;
+    struct curl_slist *hd = NULL;
+    struct ck_awskeys nk = {0};
+    char tok[8192], exp[64], what[300];
+    long status = 0;
+    long long ms = 0;
+    int err = 0;
+    snprintf(what, sizeof what, "IAM Identity Center for profile '%s'", c->profile);
+    if ((err = ck_read_file(c->sso_cache, TOKEN_FILE_MAX, &cache)) < 0) {
+        err = ck_error(err == CK_ENOENT ? CK_EAUTH : err,
+                       "%s: no cached token ('%s'): run 'aws sso login --profile %s'", what,
+                       c->sso_cache, c->profile);
+        goto out;
+    }
+    const char *json = ck_buf_str(&cache);
+    if (!ck_awscred_json_str(json, "accessToken", tok, sizeof tok) || !tok[0] ||
+        !ck_awscred_json_str(json, "expiresAt", exp, sizeof exp)) {
+        err = ck_error(CK_EAUTH, "%s: '%s' has no accessToken and expiresAt", what, c->sso_cache);
+        goto out;
+    }
+    /* the AWS CLI v1 wrote "2019-11-14T04:05:45UTC" */
+    size_t el = strlen(exp);
+    if (el > 3 && !strcmp(exp + el - 3, "UTC"))
+        snprintf(exp + el - 3, sizeof exp - (el - 3), "Z");
+    long long until = ck_awscred_parse_time(exp);
+    if (until < 0) {
+        err = ck_error(CK_EAUTH, "%s: '%s': expiresAt '%s' is not an ISO 8601 time", what,
+                       c->sso_cache, exp);
+        goto out;
+    }
+    if (until <= now_s()) {
+        err = ck_error(CK_EAUTH,
+                       "%s: the cached token expired at %s: run 'aws sso login --profile %s'", what,
+                       exp, c->profile);
+        goto out;
+    }
+    if (strpbrk(tok, "\r\n")) {
+        err = ck_error(CK_EAUTH, "%s: '%s': the accessToken has a line break", what, c->sso_cache);
+        goto out;
+    }
+    ck_buf_printf(&hdr, "x-amz-sso_bearer_token: %s", tok);
+    hd = curl_slist_append(hd, ck_buf_str(&hdr));
+    hd = curl_slist_append(hd, "Accept: application/json");
+    if ((err = fetch(what, "GET", c->sso_url, hd, NULL, NULL, 5, 3, &resp, &status)) < 0)
+        goto out;
+    json = ck_buf_str(&resp);
+    if (status == 401 || status == 403) {
+        err = ck_error(
+            CK_EAUTH,
+            "%s: the portal refused the cached token (HTTP %ld): run 'aws sso login --profile %s'",
+            what, status, c->profile);
+        goto out;
+    }
+    if (status != 200) {
+        err = ck_error(CK_ENET, "%s: HTTP %ld from the portal", what, status);
+        goto out;
+    }
+    if (!ck_awscred_json_str(json, "accessKeyId", nk.id, sizeof nk.id) ||
+        !ck_awscred_json_str(json, "secretAccessKey", nk.secret, sizeof nk.secret) ||
+        !ck_awscred_json_str(json, "sessionToken", nk.token, sizeof nk.token) || !nk.id[0] ||
+        !nk.secret[0] || !ck_awscred_json_int(json, "expiration", &ms) || ms <= 0) {
+        err = ck_error(CK_ENET,
+                       "%s: the portal's answer has no roleCredentials with keys and expiration",
+                       what);
+        goto out;
+    }
+    *expiry = ms / 1000; /* milliseconds since the epoch */
+    *k = nk;
+out:
+    explicit_bzero(tok, sizeof tok);
+    ck_awskeys_wipe(&nk);
+    wipe_headers(hd);
+    wipe_bufs(&cache, &hdr, &resp);
+    return err;
+}
+
 /* STS AssumeRole signed with the source keys (taken anew each time: they
  * may be temporary themselves and renewed). */
 static int fetch_assume_role(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
@@ -658,6 +748,8 @@ static int fetch_again(struct ck_awscred *c, struct ck_awskeys *k, long long *ex
         return fetch_assume_role(c, k, expiry);
     case SRC_WEB_IDENTITY:
         return fetch_web_identity(c, k, expiry);
+    case SRC_SSO:
+        return fetch_sso(c, k, expiry);
     case SRC_PROCESS:
         return fetch_process(c, k, expiry);
     case SRC_CONTAINER:
@@ -798,6 +890,94 @@ static int process_config(struct ck_awscred *c, const struct ck_awsprofile *p)
     return 1;
 }
 
+/* The profile's IAM Identity Center settings, as the AWS CLI's SSO provider
+ * reads them: sso_account_id and sso_role_name in the profile, sso_start_url
+ * and sso_region in the [sso-session NAME] section it names (or, the older
+ * form, in the profile itself). The token cache is
+ * ~/.aws/sso/cache/<SHA-1 hex of the session name, else of the start URL>.json.
+ * 1 when configured. */
+static int sso_config(struct ck_awscred *c, const struct ck_awsprofile *p)
+{
+    const char *account = profile_get(p, "sso_account_id"), *role = profile_get(p, "sso_role_name"),
+               *session = profile_get(p, "sso_session"), *start = profile_get(p, "sso_start_url"),
+               *region = profile_get(p, "sso_region");
+    if (!account && !role) {
+        /* sign-in settings alone give no keys: rather than another identity
+         * further down the chain, say so (unless the profile has keys or a
+         * process of its own) */
+        if ((session || start) && !profile_get(p, "credential_process") &&
+            !profile_get(p, "aws_access_key_id"))
+            return ck_error(CK_ECONFIG,
+                            "profile '%s' uses IAM Identity Center but has no sso_account_id and "
+                            "sso_role_name",
+                            p->name);
+        return 0;
+    }
+    if (session) {
+        char sect[300];
+        snprintf(sect, sizeof sect, "sso-session %s", session);
+        if (!ck_awsini_has_section(p->config, sect))
+            return ck_error(CK_ECONFIG, "profile '%s': its sso_session '%s' has no [%s] in '%s'",
+                            p->name, session, sect, p->config_path);
+        static const char *const shared[] = {"sso_start_url", "sso_region"};
+        const char **mine[] = {&start, &region};
+        for (int i = 0; i < 2; i++) {
+            const char *v = ck_awsini_get(p->config, sect, shared[i]);
+            if (v && *mine[i] && strcmp(v, *mine[i]))
+                return ck_error(CK_ECONFIG, "profile '%s': %s differs between the profile and [%s]",
+                                p->name, shared[i], sect);
+            if (v)
+                *mine[i] = v;
+        }
+    }
+    char missing[200] = "";
+    const char *const names[] = {"sso_start_url", "sso_region", "sso_account_id", "sso_role_name"};
+    const char *const vals[] = {start, region, account, role};
+    for (int i = 0; i < 4; i++)
+        if (!vals[i] || !*vals[i])
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+                     missing[0] ? ", " : "", names[i]);
+    if (missing[0])
+        return ck_error(CK_ECONFIG, "profile '%s' is set up for IAM Identity Center but misses %s",
+                        p->name, missing);
+    const char *home = env("HOME");
+    if (!home)
+        return ck_error(CK_ECONFIG,
+                        "profile '%s': IAM Identity Center's token cache is under "
+                        "~/.aws/sso/cache, and HOME is not set",
+                        p->name);
+    /* the cache file's name, as the AWS CLI derives it */
+    const char *key = session ? session : start;
+    struct sha1_ctx h;
+    uint8_t bin[SHA1_DIGEST_SIZE];
+    char hex[2 * SHA1_DIGEST_SIZE + 1], base[600], acc[200], rol[400];
+    sha1_init(&h);
+    sha1_update(&h, strlen(key), (const uint8_t *)key);
+    sha1_digest(&h, sizeof bin, bin);
+    ck_hex(hex, bin, sizeof bin);
+    int n = snprintf(c->sso_cache, sizeof c->sso_cache, "%s/.aws/sso/cache/%s.json", home, hex);
+    if (n < 0 || (size_t)n >= sizeof c->sso_cache)
+        return ck_error(CK_ECONFIG, "HOME is too long");
+    int err = ck_awsconfig_endpoint(base, sizeof base, NULL, "sso", p);
+    if (err < 0)
+        return err;
+    if (!base[0])
+        snprintf(base, sizeof base, "https://portal.sso.%s.amazonaws.com", region);
+    size_t bl = strlen(base);
+    while (bl && base[bl - 1] == '/')
+        base[--bl] = '\0';
+    if (ck_store_encode(acc, sizeof acc, account, false) < 0 ||
+        ck_store_encode(rol, sizeof rol, role, false) < 0 || strlen(p->name) >= sizeof c->profile)
+        return ck_error(CK_ECONFIG, "profile '%s': sso_account_id or sso_role_name is too long",
+                        p->name);
+    snprintf(c->sso_url, sizeof c->sso_url, "%s/federation/credentials?account_id=%s&role_name=%s",
+             base, acc, rol);
+    snprintf(c->profile, sizeof c->profile, "%s", p->name);
+    snprintf(c->where, sizeof c->where, "profile %s %s %s, role %s in account %s", p->name,
+             session ? "sso_session" : "sso_start_url", key, role, account);
+    return 1;
+}
+
 /* Full URIs must stay on this host or the known link-local agents, or use TLS (as the SDKs check).
  */
 static bool container_host_allowed(const char *url)
@@ -873,8 +1053,8 @@ static int assume_role_config(struct ck_awscred *c, const struct ck_awsprofile *
 
 /* The keys that sign a role's AssumeRole: credential_source (Environment,
  * Ec2InstanceMetadata, EcsContainer) or source_profile, whose own keys are
- * taken as the AWS CLI takes them: another role (chained), web identity, a
- * credential_process, or static keys (a profile that names itself as its
+ * taken as the AWS CLI takes them: another role (chained), web identity, IAM
+ * Identity Center, a credential_process, or static keys (a profile that names itself as its
  * source uses its static keys). */
 static int role_source(struct ck_awscred *s, const struct ck_awsprofile *p, const char *region,
                        int depth)
@@ -935,6 +1115,9 @@ static int role_source(struct ck_awscred *s, const struct ck_awsprofile *p, cons
                 return err;
             return fetch_first(s);
         }
+        s->kind = SRC_SSO;
+        if ((err = sso_config(s, &q)) != 0)
+            return err < 0 ? err : fetch_first(s);
         s->kind = SRC_PROCESS;
         if ((err = process_config(s, &q)) != 0)
             return err < 0 ? err : fetch_first(s);
@@ -1036,16 +1219,12 @@ static int resolve(struct ck_awscred *c, const char *ref, const struct ck_awspro
         return fetch_first(c);
     }
     ck_buf_puts(tried, ", web identity");
-    /* IAM Identity Center comes next in the AWS CLI's order. ckptd does not
-     * read its token cache: unless the profile has keys or a process too,
-     * say what works instead of going on to other keys (another identity). */
-    if ((profile_get(p, "sso_session") || profile_get(p, "sso_start_url")) &&
-        !profile_get(p, "credential_process") && !profile_get(p, "aws_access_key_id"))
-        return ck_error(CK_ECONFIG,
-                        "store '%s': profile '%s' uses IAM Identity Center (sso_*), which ckptd "
-                        "does not read; add to it: credential_process = aws configure "
-                        "export-credentials --profile %s --format process",
-                        label, p->name, p->name);
+    /* IAM Identity Center comes next in the AWS CLI's order */
+    c->kind = SRC_SSO;
+    if ((err = sso_config(c, p)) < 0)
+        return err;
+    if (err == 1)
+        return fetch_first(c);
     /* the AWS CLI's order: the credentials file's keys, the profile's
      * credential_process, then the config file's keys */
     c->kind = SRC_SHARED;

@@ -3,22 +3,25 @@
  *   1. the store's explicit config: credentials: env | file:/path
  *   2. the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY [, AWS_SESSION_TOKEN]
  *   3. assume role: the profile's role_arn with source_profile (its keys,
- *      process, web identity or own role: chained) or credential_source
- *      (Environment, EcsContainer, Ec2InstanceMetadata), through STS
- *      AssumeRole signed with those keys
+ *      process, web identity, Identity Center or own role: chained) or
+ *      credential_source (Environment, EcsContainer, Ec2InstanceMetadata),
+ *      through STS AssumeRole signed with those keys
  *   4. web identity (IRSA): AWS_WEB_IDENTITY_TOKEN_FILE + AWS_ROLE_ARN
  *      [+ AWS_ROLE_SESSION_NAME] (or the profile's web_identity_token_file,
  *      role_arn, role_session_name), through STS AssumeRoleWithWebIdentity
- *   5. the shared files: the profile (AWS_PROFILE)'s keys in
+ *   5. IAM Identity Center: the profile's sso_account_id and sso_role_name
+ *      with sso_session (or sso_start_url and sso_region): the token
+ *      `aws sso login` cached, traded at the portal (GetRoleCredentials)
+ *   6. the shared files: the profile (AWS_PROFILE)'s keys in
  *      AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), its
  *      credential_process (stores/awsprocess.h), its keys in AWS_CONFIG_FILE
  *      (~/.aws/config)
- *   6. container credentials (ECS, EKS Pod Identity):
+ *   7. container credentials (ECS, EKS Pod Identity):
  *      AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI, with
  *      AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE or _TOKEN
- *   7. EC2 instance metadata (IMDSv2, session token first), unless
+ *   8. EC2 instance metadata (IMDSv2, session token first), unless
  *      AWS_EC2_METADATA_DISABLED=true; AWS_EC2_METADATA_SERVICE_ENDPOINT
- * Temporary credentials (3, 4, 6, 7, and a process's keys with an
+ * Temporary credentials (3, 4, 5, 7, 8, and a process's keys with an
  * Expiration) are fetched again before they expire: when less than min(5
  * min, half their lifetime) is left. Every request takes a copy of the
  * current keys, so a refresh in the middle of a multipart upload applies to

@@ -55,7 +55,8 @@ static const struct ck_opt options[] = {
     {"credentials", 0, CK_OPT_STORE, "credentials", NULL, O(store), 0, "REF",
      "s3: env (AWS_* variables) or file:/path (0600, AWS format);\n"
      "default: the AWS CLI's chain (env, a profile's role, web identity,\n"
-     "~/.aws keys or credential_process, container, instance metadata;\n"
+     "IAM Identity Center (aws sso login), ~/.aws keys or\n"
+     "credential_process, container, instance metadata;\n"
      "see the README)\n"
      "http: env:NAME or file:/path holding user:password or a token"},
     {"auth", 0, CK_OPT_STORE, "auth", NULL, O(store), 0, "basic|bearer", "http authentication"},

@@ -1,16 +1,19 @@
 """The AWS credential and config chain of the s3 store (issue 17), against
 s3rver behind a gate that enforces session tokens, with loopback stand-ins
-for STS, the container credentials endpoint and IMDSv2 (tests/lib/awsmock.py).
+for STS, IAM Identity Center's portal, the container credentials endpoint and
+IMDSv2 (tests/lib/awsmock.py).
 
 What is checked comes from outside ckptd: which service was asked (the
 stand-ins' own records), what s3rver stored (read back with the aws CLI and
 compared with hashlib), and that a source lower in the chain holds keys
 s3rver refuses, so a wrong pick fails the upload.
 """
+import datetime
 import hashlib
 import json
 import os
 import re
+import secrets
 import shlex
 import sys
 import threading
@@ -26,7 +29,7 @@ MiB = 1 << 20
 AWS_VARS = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
             "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
             "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-            "AWS_ENDPOINT_URL_STS", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+            "AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL_SSO", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
             "AWS_ROLE_SESSION_NAME", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
             "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
             "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_DISABLED",
@@ -85,7 +88,7 @@ class AwsCred(TmpDirCase):
         key = f"run{self.n}"
         p = run(*args, *extra, path or self.src, f"s3://ckpt/{key}", env=e, check=check,
                 timeout=timeout)
-        for secret in [self.s3.secret, BOGUS_SECRET, *self.issuer.tokens]:
+        for secret in [self.s3.secret, BOGUS_SECRET, *self.issuer.tokens, *self.creds.sso_tokens]:
             self.assertNotIn(secret, p.stdout + p.stderr, "a secret in ckptd's output")
         return p, f"{key}/{os.path.basename(path or self.src)}"
 
@@ -385,8 +388,7 @@ print(json.dumps(d, indent=2))
         # configurations the AWS CLI refuses too, each named
         for profile, says in [("loop1", "more than 5 roles chained"),
                               ("nosource", "role_arn without source_profile"),
-                              ("sso", "add to it: credential_process = aws configure "
-                                      "export-credentials --profile sso --format process")]:
+                              ("sso", "has no [sso-session corp] in")]:
             with self.subTest(profile=profile):
                 self.creds.calls.clear()
                 p, _ = self.upload(dict(env, AWS_PROFILE=profile,
@@ -442,12 +444,14 @@ print(json.dumps(d, indent=2))
         every source after it keys s3rver refuses. Then the winner is removed."""
         cfg = write(os.path.join(self.dir, "cfg"), "[default]\nregion = us-east-1\n")
         creds = os.path.join(self.dir, "creds")
-        order = ["explicit", "environment", "web-identity", "shared-files", "container",
+        order = ["explicit", "environment", "web-identity", "sso", "shared-files", "container",
                  "instance-metadata"]
+        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
         for i, winner in enumerate(order):
             with self.subTest(winner=winner):
                 good = lambda name: name == winner  # noqa: E731
-                env = {"AWS_CONFIG_FILE": cfg, "AWS_SHARED_CREDENTIALS_FILE": creds}
+                env = {"AWS_CONFIG_FILE": cfg, "AWS_SHARED_CREDENTIALS_FILE": creds,
+                       "AWS_ENDPOINT_URL_SSO": self.creds.url}
                 extra = []
                 if i <= 0:
                     f = write(os.path.join(self.dir, "explicit"),
@@ -461,11 +465,18 @@ print(json.dumps(d, indent=2))
                     env.update(self.web_identity_env() if good("web-identity") else
                                self.web_identity_env("eyJ.not-accepted.sig", accepted=False))
                 if i <= 3:
+                    write(cfg, "[default]\nregion = us-east-1\n" + self.SSO_DEV.replace("profile dev", "default"))
+                    tok = self.sso_login("corp")
+                    if not good("sso"):
+                        self.creds.sso_tokens.discard(tok)
+                else:
+                    write(cfg, "[default]\nregion = us-east-1\n")
+                if i <= 4:
                     k, s = (self.s3.key_id, self.s3.secret) if good("shared-files") else (BOGUS_ID, BOGUS_SECRET)
                     write(creds, f"[default]\naws_access_key_id = {k}\naws_secret_access_key = {s}\n")
                 elif os.path.exists(creds):
                     os.unlink(creds)
-                if i <= 4:
+                if i <= 5:
                     env.update(AWS_CONTAINER_CREDENTIALS_FULL_URI=self.creds.url + "/creds")
                     self.creds.container_auth = None if good("container") else "not-sent"
                 env.update(AWS_EC2_METADATA_DISABLED="", AWS_EC2_METADATA_SERVICE_ENDPOINT=self.creds.url)
@@ -475,8 +486,142 @@ print(json.dumps(d, indent=2))
                 self.assertEqual(self.source(p), "config" if winner == "explicit" else winner)
                 asked = set(self.creds.kinds())
                 self.assertEqual("sts" in asked, winner == "web-identity")
+                self.assertEqual("sso" in asked, winner == "sso")
                 self.assertEqual("container" in asked, winner == "container")
                 self.assertEqual("imds-token" in asked, winner == "instance-metadata")
+
+    # -- IAM Identity Center: the token `aws sso login` cached --
+
+    ACCOUNT, SSO_ROLE = "210987654321", "checkpoint-writer"
+    SSO_DEV = ("[profile dev]\nsso_session = corp\n"
+               f"sso_account_id = {ACCOUNT}\nsso_role_name = {SSO_ROLE}\n"
+               "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n"
+               "sso_region = eu-west-1\nsso_registration_scopes = sso:account:access\n")
+
+    def sso_login(self, key, lifetime=3600, fmt="%Y-%m-%dT%H:%M:%SZ"):
+        """What `aws sso login` leaves: ~/.aws/sso/cache/<SHA-1 hex of the
+        session name, or of the start URL>.json; the portal takes its token."""
+        tok = "aoa" + secrets.token_urlsafe(300)
+        self.creds.sso_tokens.add(tok)
+        d = os.path.join(self.home, ".aws", "sso", "cache")
+        os.makedirs(d, exist_ok=True)
+        exp = datetime.datetime.fromtimestamp(time.time() + lifetime, datetime.timezone.utc)
+        write(os.path.join(d, hashlib.sha1(key.encode()).hexdigest() + ".json"),
+              json.dumps({"startUrl": "https://corp.awsapps.com/start", "region": "eu-west-1",
+                          "accessToken": tok, "expiresAt": exp.strftime(fmt),
+                          "clientId": "cid", "clientSecret": "csecret", "refreshToken": "rtok"}))
+        return tok
+
+    def sso_asked(self):
+        return [c[1:] for c in self.creds.calls if c[0] == "sso"]
+
+    def test_iam_identity_center(self):
+        """A profile with sso_session (and the older form, the start URL in
+        the profile): the cached token is traded at the portal for the
+        role's keys, before the credentials file's keys (the AWS CLI's
+        order); such a profile also signs another's AssumeRole."""
+        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
+        self.creds.roles.add(self.ROLE)
+        env = self.role_files(
+            self.SSO_DEV +
+            "[profile legacy]\nsso_start_url = https://old.awsapps.com/start\n"
+            f"sso_region = us-east-1\nsso_account_id = {self.ACCOUNT}\n"
+            f"sso_role_name = {self.SSO_ROLE}\n"
+            f"[profile writer]\nrole_arn = {self.ROLE}\nsource_profile = dev\n",
+            f"[dev]\naws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n")
+        env["AWS_ENDPOINT_URL_SSO"] = self.creds.url
+        tok = self.sso_login("corp")
+        p, key = self.upload(dict(env, AWS_PROFILE="dev"))
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "sso")
+        self.assertEqual(self.sso_asked(), [((self.ACCOUNT, self.SSO_ROLE), tok)])
+        # the older form; the AWS CLI v1 wrote expiresAt with "UTC"
+        self.creds.calls.clear()
+        old = self.sso_login("https://old.awsapps.com/start", fmt="%Y-%m-%dT%H:%M:%SUTC")
+        p, key = self.upload(dict(env, AWS_PROFILE="legacy"))
+        self.assert_landed(p, key)
+        self.assertEqual(self.sso_asked(), [((self.ACCOUNT, self.SSO_ROLE), old)])
+        # the source of a role
+        self.creds.calls.clear()
+        p, key = self.upload(dict(env, AWS_PROFILE="writer"))
+        self.assert_landed(p, key)
+        self.assertEqual(self.source(p), "assume-role")
+        self.assertEqual(self.creds.kinds(), ["sso", "assume"])
+        self.assertEqual([(c["RoleArn"], c["token"]) for c in self.assumed()], [(self.ROLE, True)])
+
+    def test_iam_identity_center_failures(self):
+        """Each says what is wrong and what to run; none falls through to
+        other keys (the credentials file's here would be another identity)."""
+        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
+        env = self.role_files(
+            self.SSO_DEV +
+            "[profile half]\nsso_session = corp\nsso_account_id = 1\n"
+            "[profile nosession]\nsso_session = gone\nsso_account_id = 1\nsso_role_name = r\n"
+            "[profile mixed]\nsso_session = corp\nsso_region = us-west-2\n"
+            "sso_account_id = 1\nsso_role_name = r\n"
+            "[profile signin]\nsso_session = corp\n"
+            "[profile other]\nsso_session = corp\nsso_account_id = 999999999999\n"
+            f"sso_role_name = {self.SSO_ROLE}\n",
+            f"[dev]\naws_access_key_id = {self.s3.key_id}\naws_secret_access_key = {self.s3.secret}\n")
+        env["AWS_ENDPOINT_URL_SSO"] = self.creds.url
+
+        def fails(profile, says, asked):
+            with self.subTest(profile=profile, says=says):
+                self.creds.calls.clear()
+                p, _ = self.upload(dict(env, AWS_PROFILE=profile))
+                self.assertNotEqual(p.returncode, 0)
+                self.assertIn(says, p.stderr)
+                self.assertEqual(self.creds.kinds(), ["sso"] * asked)
+                self.assertNotIn("source=shared-files", p.stderr)
+        fails("dev", "no cached token", 0)
+        fails("dev", "run 'aws sso login --profile dev'", 0)
+        tok = self.sso_login("corp", lifetime=-60)
+        fails("dev", "the cached token expired at", 0)
+        tok = self.sso_login("corp")
+        self.creds.sso_tokens.discard(tok)  # signed out elsewhere
+        fails("dev", "the portal refused the cached token (HTTP 401)", 1)
+        self.sso_login("corp")
+        fails("other", "the portal refused the cached token (HTTP 403)", 1)
+        fails("half", "misses sso_role_name", 0)
+        fails("nosession", "its sso_session 'gone' has no [sso-session gone]", 0)
+        fails("mixed", "sso_region differs between the profile and [sso-session corp]", 0)
+        fails("signin", "uses IAM Identity Center but has no sso_account_id and sso_role_name", 0)
+        cache = os.path.join(self.home, ".aws", "sso", "cache",
+                             hashlib.sha1(b"corp").hexdigest() + ".json")
+        write(cache, '{"accessToken": "x"}')
+        fails("dev", "has no accessToken and expiresAt", 0)
+
+    def test_iam_identity_center_renewed_with_a_new_login(self):
+        """The role's keys live 6 s over an upload of about 10 s: they are
+        fetched again before they expire, with the token of the login made
+        meanwhile (the cache file is read again; the first token is gone)."""
+        self.creds.lifetime = 6
+        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
+        env = self.role_files(self.SSO_DEV)
+        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_PROFILE="dev")
+        first = self.sso_login("corp")
+        big = make(os.path.join(self.dir, "shard.bin"), 25 * MiB + 1, 5)
+        relogged = []
+
+        def login_again():
+            while not self.sso_asked():
+                time.sleep(0.05)
+            self.creds.sso_tokens.discard(first)
+            relogged.append(self.sso_login("corp"))
+        t = threading.Thread(target=login_again)
+        t.start()
+        try:
+            p, key = self.upload(env, "--part-size", "5MiB", "--multipart-threshold", "5MiB",
+                                 "--max-rate", "2.5MiB", "--concurrency", "2", path=big, timeout=120)
+        finally:
+            t.join(timeout=60)
+        self.assert_landed(p, key, big)
+        toks = [tok for _, tok in self.sso_asked()]
+        self.assertGreaterEqual(len(toks), 2)
+        self.assertEqual(toks[0], first)
+        self.assertEqual(set(toks[1:]), set(relogged))
+        self.assertEqual(self.issuer.refused, [])
+        self.assertIn("source=sso reason=expiring", p.stderr)
 
     # -- temporary keys over a long upload --
 

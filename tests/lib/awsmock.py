@@ -14,6 +14,11 @@ formats:
   string to sign, HMAC chain) with the secret of its key id.
 - container: GET the URI with an Authorization header, JSON answer with
   AccessKeyId, SecretAccessKey, Token, Expiration.
+- IAM Identity Center's portal (GetRoleCredentials): GET
+  /federation/credentials?account_id=...&role_name=... with the access token
+  in x-amz-sso_bearer_token (401 UnauthorizedException for a token it did
+  not hand out), JSON answer {"roleCredentials": {accessKeyId,
+  secretAccessKey, sessionToken, expiration (milliseconds since the epoch)}}.
 - IMDSv2: PUT /latest/api/token (X-aws-ec2-metadata-token-ttl-seconds) gives a
   session token; GETs under /latest/meta-data/iam/security-credentials/ need
   it in X-aws-ec2-metadata-token (401 without), the listing gives the role
@@ -95,6 +100,8 @@ class CredServer:
         self.imds_tokens = set()
         self.roles = set()             # RoleArn values AssumeRole grants
         self.signers = {}              # key id -> secret of keys that may sign AssumeRole
+        self.sso_tokens = set()        # access tokens the Identity Center portal accepts
+        self.sso_roles = set()         # (account id, role name) pairs it grants
         self.calls = []
         self.lock = threading.Lock()
         outer = self
@@ -222,6 +229,8 @@ class CredServer:
                     if p == base + outer.ROLE:
                         return self.reply(200, self.keys_json(True))
                     return self.reply(404, "")
+                if p.startswith("/federation/credentials?"):
+                    return self.sso_role_credentials(p)
                 if p.startswith("/process"):
                     # what a credential_process helper fetches (the test's
                     # helper script prints it as the AWS CLI's process format)
@@ -238,6 +247,21 @@ class CredServer:
                 if p not in ("/v2/credentials/pod", "/creds"):
                     return self.reply(404, "")
                 self.reply(200, self.keys_json(False))
+
+            def sso_role_credentials(self, p):
+                q = {k: v[0] for k, v in urllib.parse.parse_qs(p.partition("?")[2]).items()}
+                tok = self.headers.get("x-amz-sso_bearer_token")
+                pair = (q.get("account_id"), q.get("role_name"))
+                with outer.lock:
+                    outer.calls.append(("sso", pair, tok))
+                if tok not in outer.sso_tokens:
+                    return self.reply(401, '{"message":"Session token not found or invalid"}')
+                if pair not in outer.sso_roles:
+                    return self.reply(403, '{"message":"No access"}')
+                kid, sec, stok, exp = outer.issuer.issue(outer.lifetime)
+                self.reply(200, json.dumps({"roleCredentials": {
+                    "accessKeyId": kid, "secretAccessKey": sec, "sessionToken": stok,
+                    "expiration": exp * 1000}}))
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.port = self.server.server_address[1]
