@@ -618,6 +618,45 @@ out:
     return err;
 }
 
+int ck_awscred_sso_cache_parse(const char *json, const char *what, char *tok, size_t toksz,
+                               long long *until)
+{
+    char exp[64];
+    if (!ck_awscred_json_str(json, "accessToken", tok, toksz) || !tok[0] ||
+        !ck_awscred_json_str(json, "expiresAt", exp, sizeof exp))
+        return ck_error(CK_EAUTH, "%s has no accessToken and expiresAt", what);
+    if (strpbrk(tok, "\r\n"))
+        return ck_error(CK_EAUTH, "%s: the accessToken has a line break", what);
+    /* the AWS CLI v1 wrote "2019-11-14T04:05:45UTC" */
+    size_t el = strlen(exp);
+    if (el > 3 && !strcmp(exp + el - 3, "UTC"))
+        snprintf(exp + el - 3, sizeof exp - (el - 3), "Z");
+    if ((*until = ck_awscred_parse_time(exp)) < 0)
+        return ck_error(CK_EAUTH, "%s: expiresAt '%s' is not an ISO 8601 time", what, exp);
+    return 0;
+}
+
+int ck_awscred_sso_answer_parse(const char *json, const char *what, struct ck_awskeys *k,
+                                long long *expiry)
+{
+    struct ck_awskeys nk = {0};
+    long long ms = 0;
+    int err = 0;
+    if (!ck_awscred_json_str(json, "accessKeyId", nk.id, sizeof nk.id) ||
+        !ck_awscred_json_str(json, "secretAccessKey", nk.secret, sizeof nk.secret) ||
+        !ck_awscred_json_str(json, "sessionToken", nk.token, sizeof nk.token) || !nk.id[0] ||
+        !nk.secret[0] || !ck_awscred_json_int(json, "expiration", &ms) || ms <= 0)
+        err = ck_error(CK_ENET,
+                       "%s: the portal's answer has no roleCredentials with keys and expiration",
+                       what);
+    if (err == 0) {
+        *expiry = ms / 1000; /* milliseconds since the epoch */
+        *k = nk;
+    }
+    ck_awskeys_wipe(&nk);
+    return err;
+}
+
 /* IAM Identity Center (AWS SSO): the access token `aws sso login` left in
  * its cache, read again each time (a new login replaces it), traded at the
  * portal for the role's keys (GetRoleCredentials: a GET with the token in
@@ -628,42 +667,28 @@ static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expi
 {
     struct ck_buf cache = CK_BUF_INIT, hdr = CK_BUF_INIT, resp = CK_BUF_INIT;
     struct curl_slist *hd = NULL;
-    struct ck_awskeys nk = {0};
-    char tok[8192], exp[64], what[300];
+    char tok[8192], what[300], file[1600];
     long status = 0;
-    long long ms = 0;
+    long long until = 0;
     int err = 0;
     snprintf(what, sizeof what, "IAM Identity Center for profile '%s'", c->profile);
+    snprintf(file, sizeof file, "%s: '%s'", what, c->sso_cache);
     if ((err = ck_read_file(c->sso_cache, TOKEN_FILE_MAX, &cache)) < 0) {
         err = ck_error(err == CK_ENOENT ? CK_EAUTH : err,
                        "%s: no cached token ('%s'): run 'aws sso login --profile %s'", what,
                        c->sso_cache, c->profile);
         goto out;
     }
-    const char *json = ck_buf_str(&cache);
-    if (!ck_awscred_json_str(json, "accessToken", tok, sizeof tok) || !tok[0] ||
-        !ck_awscred_json_str(json, "expiresAt", exp, sizeof exp)) {
-        err = ck_error(CK_EAUTH, "%s: '%s' has no accessToken and expiresAt", what, c->sso_cache);
+    if ((err = ck_awscred_sso_cache_parse(ck_buf_str(&cache), file, tok, sizeof tok, &until)) < 0)
         goto out;
-    }
-    /* the AWS CLI v1 wrote "2019-11-14T04:05:45UTC" */
-    size_t el = strlen(exp);
-    if (el > 3 && !strcmp(exp + el - 3, "UTC"))
-        snprintf(exp + el - 3, sizeof exp - (el - 3), "Z");
-    long long until = ck_awscred_parse_time(exp);
-    if (until < 0) {
-        err = ck_error(CK_EAUTH, "%s: '%s': expiresAt '%s' is not an ISO 8601 time", what,
-                       c->sso_cache, exp);
-        goto out;
-    }
     if (until <= now_s()) {
+        time_t t = (time_t)until;
+        struct tm tm;
+        char when[32];
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
         err = ck_error(CK_EAUTH,
                        "%s: the cached token expired at %s: run 'aws sso login --profile %s'", what,
-                       exp, c->profile);
-        goto out;
-    }
-    if (strpbrk(tok, "\r\n")) {
-        err = ck_error(CK_EAUTH, "%s: '%s': the accessToken has a line break", what, c->sso_cache);
+                       when, c->profile);
         goto out;
     }
     ck_buf_printf(&hdr, "x-amz-sso_bearer_token: %s", tok);
@@ -671,32 +696,17 @@ static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expi
     hd = curl_slist_append(hd, "Accept: application/json");
     if ((err = fetch(what, "GET", c->sso_url, hd, NULL, NULL, 5, 3, &resp, &status)) < 0)
         goto out;
-    json = ck_buf_str(&resp);
-    if (status == 401 || status == 403) {
+    if (status == 401 || status == 403)
         err = ck_error(
             CK_EAUTH,
             "%s: the portal refused the cached token (HTTP %ld): run 'aws sso login --profile %s'",
             what, status, c->profile);
-        goto out;
-    }
-    if (status != 200) {
+    else if (status != 200)
         err = ck_error(CK_ENET, "%s: HTTP %ld from the portal", what, status);
-        goto out;
-    }
-    if (!ck_awscred_json_str(json, "accessKeyId", nk.id, sizeof nk.id) ||
-        !ck_awscred_json_str(json, "secretAccessKey", nk.secret, sizeof nk.secret) ||
-        !ck_awscred_json_str(json, "sessionToken", nk.token, sizeof nk.token) || !nk.id[0] ||
-        !nk.secret[0] || !ck_awscred_json_int(json, "expiration", &ms) || ms <= 0) {
-        err = ck_error(CK_ENET,
-                       "%s: the portal's answer has no roleCredentials with keys and expiration",
-                       what);
-        goto out;
-    }
-    *expiry = ms / 1000; /* milliseconds since the epoch */
-    *k = nk;
+    else
+        err = ck_awscred_sso_answer_parse(ck_buf_str(&resp), what, k, expiry);
 out:
     explicit_bzero(tok, sizeof tok);
-    ck_awskeys_wipe(&nk);
     wipe_headers(hd);
     wipe_bufs(&cache, &hdr, &resp);
     return err;

@@ -78,4 +78,15 @@ bool ck_awscred_json_str(const char *json, const char *name, char *out, size_t o
  * an integer or out of range. */
 bool ck_awscred_json_int(const char *json, const char *name, long long *out);
 
+/* IAM Identity Center, parsed apart from the I/O so that they can be fuzzed.
+ * The accessToken and expiresAt (seconds since the epoch; the AWS CLI v1's
+ * "...UTC" form too) of a token cache file; what names the file in errors. */
+int ck_awscred_sso_cache_parse(const char *json, const char *what, char *tok, size_t toksz,
+                               long long *until);
+/* The keys and expiry (milliseconds in the answer) of a GetRoleCredentials
+ * answer, {"roleCredentials": {"accessKeyId", "secretAccessKey",
+ * "sessionToken", "expiration"}}. */
+int ck_awscred_sso_answer_parse(const char *json, const char *what, struct ck_awskeys *k,
+                                long long *expiry);
+
 #endif

@@ -1,6 +1,7 @@
 /* libFuzzer: what the credential chain and the S3 client parse from a
  * server or a user's files: the JSON of the container and instance metadata
- * services, the XML of STS and S3 answers (one tag's text, entities
+ * services and IAM Identity Center (its token cache, its portal's answer),
+ * the XML of STS and S3 answers (one tag's text, entities
  * decoded), ISO 8601 expirations, Retry-After, the AWS CLI's INI files
  * (~/.aws/config and credentials) and the splitting of a credential_process
  * line. An endpoint can be hostile or broken; the
@@ -32,6 +33,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     long long v;
     (void)ck_awscred_json_int(s, "Version", &v);
+    struct ck_awskeys k; /* IAM Identity Center's token cache and portal answer */
+    if (ck_awscred_sso_cache_parse(s, "fuzz", out, sizeof out, &v) == 0)
+        (void)ck_awscred_sso_cache_parse(s, "fuzz", small, sizeof small, &v);
+    (void)ck_awscred_sso_answer_parse(s, "fuzz", &k, &v);
+    ck_awskeys_wipe(&k);
     (void)ck_awscred_parse_time(s);
     char **argv = NULL; /* a credential_process line */
     if (ck_awsprocess_split(s, "fuzz", &argv) == 0)

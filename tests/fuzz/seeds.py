@@ -228,6 +228,10 @@ def main(out):
         b"<AccessKeyId>ASIA</AccessKeyId><SecretAccessKey>a&amp;b&lt;</SecretAccessKey>"
         b"<SessionToken>t</SessionToken><Expiration>2026-11-24T09:00:00+01:00</Expiration>"
         b"</Credentials></AssumeRoleWithWebIdentityResponse>")
+    put(out, "awsresp", "sso-cache", b'{"startUrl": "https://corp.awsapps.com/start", "region": '
+        b'"eu-west-1", "accessToken": "aoa\\u0041b", "expiresAt": "2026-11-25T12:00:00UTC"}')
+    put(out, "awsresp", "sso-portal", b'{"roleCredentials": {"accessKeyId": "ASIA", "secretAccessKey": '
+        b'"s", "sessionToken": "t", "expiration": 1795507200000}}')
     put(out, "awsresp", "error", b"<Error><Code>ExpiredToken</Code><UploadId>u</UploadId></Error>")
     put(out, "awsresp", "ini", b"[default]\nregion = eu-west-1\naws_access_key_id=AKIA\n"
         b"[profile dev]\nendpoint_url = http://127.0.0.1:9000\ns3 =\n  max_concurrent_requests = 4\n"
