@@ -1,6 +1,7 @@
 #include "agent/child.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/spawnattr.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,24 +47,13 @@ int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture)
         fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
         posix_spawn_file_actions_adddup2(&fa, pipes[i][1], i + 1);
     }
+    /* Every signal at its default and none blocked, whatever ckptd's parent
+     * ignored (nohup, a shell's background job) or ckptd set for itself
+     * (its signalfd's mask, SIGPIPE and SIGIO ignored: agent/settle.h); its
+     * own process group, so that our signals reach the command and its
+     * children once each, whoever sent them. */
     posix_spawnattr_t attr;
-    sigset_t none, dfl;
-    sigemptyset(&none);
-    sigemptyset(&dfl);
-    sigaddset(&dfl, SIGINT);
-    sigaddset(&dfl, SIGTERM);
-    sigaddset(&dfl, SIGHUP);
-    sigaddset(&dfl, SIGCHLD);
-    sigaddset(&dfl, SIGPIPE);
-    sigaddset(&dfl, SIGIO); /* ignored in the watcher (agent/settle.h), not in the command */
-    posix_spawnattr_init(&attr);
-    /* Its own process group: our signals reach the command and its children
-     * once each, whoever sent them. */
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                        POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &dfl);
+    ck_spawnattr_clean(&attr);
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], capture ? &fa : NULL, &attr, argv, environ);
     posix_spawnattr_destroy(&attr);
