@@ -9,7 +9,9 @@
 #    the folder), `rclone copy` (both; Debian's rclone, skipped when absent);
 #  - 5 runs of each tool (CKPTD_BENCH_ROUNDS), tools alternating; each tool's
 #    best and median; the ratio is the fastest peer's time over ckptd's (above
-#    1: ckptd is faster), by medians and by bests; peak RSS (VmHWM) of every tool.
+#    1: ckptd is faster), by medians and by bests; peak RSS (VmHWM) of every tool,
+#    its CPU time, and how busy the server's main thread was (its CPU time over
+#    the run's wall time: near 100%, the server sets the pace for every tool).
 # Every remote copy is deleted from the server's disk right after its run,
 # and the scratch folder on exit (a trap): the bench needs about 2.5 GiB.
 # Usage: bench/upload.sh [BUILD_DIR] [FILE_MIB] [FOLDER_FILES] [FOLDER_FILE_MIB]

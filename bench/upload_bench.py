@@ -1,7 +1,8 @@
 """The body of bench/upload.sh (see there): ckptd upload against aws-cli, curl
 and rclone, to s3rver and nginx WebDAV, one large file and a folder of many
-medium files. Prints one line per (server, data, tool) and the ratio to the
-fastest peer."""
+medium files. Prints one line per (server, data, tool), with the tool's CPU
+time and how busy the server's main thread was, and the ratio to the fastest
+peer."""
 import glob
 import os
 import shutil
@@ -48,23 +49,49 @@ def vmhwm(pid):
     return 0
 
 
+TCK = os.sysconf("SC_CLK_TCK")
+server_pids = []  # the running server's main threads (s3rver's node, nginx's worker)
+
+
+def main_thread_cpu():
+    """CPU seconds (user + system) of the server's main threads so far: the
+    one thread that parses every request (s3rver's event loop, nginx's single
+    worker). Busy for the whole of a run, it sets the pace for every client."""
+    total = 0
+    for pid in server_pids:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/stat") as f:
+                v = f.read().rsplit(")", 1)[1].split()
+            total += int(v[11]) + int(v[12])
+        except OSError:
+            pass
+    return total / TCK
+
+
 def timed(cmd, env):
-    """wall seconds and peak RSS (KiB) of cmd; fails loudly on a non-zero exit.
+    """wall seconds, peak RSS (KiB), the tool's CPU seconds and the server's
+    main-thread CPU seconds over the run; fails loudly on a non-zero exit.
     The peak is VmHWM sampled every 20 ms: rusage's ru_maxrss would count the
     memory of this Python process, which the child shares until its exec."""
     with tempfile.TemporaryFile() as errf:
+        s0 = main_thread_cpu()
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=errf)
         peak = 0
-        while p.poll() is None:
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)  # reaped here: its rusage
+            if pid:
+                break
             peak = max(peak, vmhwm(p.pid))
             time.sleep(0.02)
         t = time.perf_counter() - t0
+        server = main_thread_cpu() - s0
+        p.returncode = os.waitstatus_to_exitcode(status)
         if p.returncode != 0:
             errf.seek(0)
             sys.exit(f"bench: {' '.join(cmd[:4])}... failed:\n"
                      f"{errf.read().decode(errors='replace')[-2000:]}")
-    return t, peak
+    return t, peak, ru.ru_utime + ru.ru_stime, server
 
 
 def best(tools, clean, src):
@@ -76,10 +103,10 @@ def best(tools, clean, src):
         for name, fn in tools:
             seq[0] += 1
             same_start(work, [src])
-            t, rss = fn(f"r{seq[0]}")
+            t, rss, cpu, server = fn(f"r{seq[0]}")
             clean()
-            times, peak = out.get(name, ([], 0))
-            out[name] = (times + [t], max(rss, peak))
+            times, peak, cpus, busy = out.get(name, ([], 0, [], []))
+            out[name] = (times + [t], max(rss, peak), cpus + [cpu], busy + [server / t])
     return out
 
 
@@ -93,9 +120,10 @@ def report(server, what, size, res):
     The best of several peers is the minimum of more runs than ckptd's best
     (two peers: twice as many), so on a noisy machine it favours the peers
     even when all run at the server's speed; the median has no such bias."""
-    for name, (ts, rss) in res.items():
+    for name, (ts, rss, cpus, busy) in res.items():
         print(f"{server:7} {what:22} {name:7} best {min(ts):6.2f} s median {median(ts):6.2f} s "
-              f"{size / MB / min(ts):5.0f} MB/s peak RSS {rss / 1024:6.1f} MiB")
+              f"{size / MB / min(ts):5.0f} MB/s peak RSS {rss / 1024:6.1f} MiB; CPU {median(cpus):5.2f} s, "
+              f"server's main thread busy {100 * median(busy):3.0f}% (medians)")
     peers = {k: v[0] for k, v in res.items() if k != "ckptd"}
     c = res["ckptd"][0]
     fb = min(peers, key=lambda k: min(peers[k]))
@@ -147,6 +175,7 @@ def rclone_s3_env(env, s3, endpoint):
 
 def bench_s3():
     with S3Server(work) as s3:
+        server_pids[:] = [s3.proc.pid]
         env = dict(os.environ, **s3.env())
         renv = rclone_s3_env(env, s3, s3.endpoint)
         for kind, src, size, what in data:
@@ -163,6 +192,9 @@ def bench_s3():
 
 def bench_webdav():
     with Nginx(work) as web:
+        # its one worker (worker_processes 1), the master's child
+        with open(f"/proc/{web.proc.pid}/task/{web.proc.pid}/children") as f:
+            server_pids[:] = [int(x) for x in f.read().split()]
         env = dict(os.environ)
         renv = dict(env, RCLONE_CONFIG_DAV_TYPE="webdav", RCLONE_CONFIG_DAV_URL=web.url,
                     RCLONE_CONFIG_DAV_VENDOR="other")
@@ -197,6 +229,7 @@ def bench_s3_latency():
     for i in range(n):
         make(os.path.join(small, f"f{i:02d}.bin"), size)
     with S3Server(work) as s3, FlakyProxy(s3.port, [], gate=lambda *a: time.sleep(rtt)) as px:
+        server_pids[:] = [s3.proc.pid]
         env = dict(os.environ, **s3.env())
         renv = rclone_s3_env(env, s3, px.url)
         tools = [("ckptd", ckptd_up(small, "s3://ckpt", env, ("--endpoint", px.url))),
