@@ -3,8 +3,10 @@
  * x-amz-content-sha256 nor sorts the query: every request here sets the
  * payload hash itself and builds its query in canonical order.
  *
- * Under multipart_threshold: one PUT with Content-MD5 and
- * x-amz-checksum-sha256; a HEAD then checks the size and the ETag (the MD5).
+ * Under multipart_threshold: one PUT with x-amz-checksum-sha256 (and
+ * Content-MD5 until the service has shown that it keeps checksums); a HEAD
+ * then checks the size and S3's checksum of the object, or on services that
+ * return none the ETag against the body's MD5.
  * Above (and for metadata, whatever its size): CreateMultipartUpload, parts
  * in parallel, each read into memory so the bytes hashed are the bytes sent,
  * each with x-amz-checksum-sha256 (SHA-256 alone: one hash per byte), then
@@ -46,6 +48,11 @@ struct s3 {
     char endpoint[512];
     char sigv4[128];
     struct ck_awscred *cred; /* owned: the credential chain (awscred.h) */
+    /* a HEAD or a part came back with S3's own x-amz-checksum-sha256: the
+     * service checks the checksum sent with each body and keeps it (AWS,
+     * MinIO), so later uploads need no MD5 (ETags are not MD5s anyway on
+     * SSE-KMS or SSE-C buckets) */
+    atomic_bool server_checks;
 };
 
 static int parse_url(const char *url, char *bucket, size_t bsz, char *prefix, size_t psz)
@@ -112,6 +119,7 @@ static int s3_open(struct ck_store **out, const struct ck_store_spec *spec, stru
     int err;
     if (!s)
         return ck_error(CK_ENOMEM, "out of memory");
+    atomic_init(&s->server_checks, false);
     s->base.spec = spec;
     ck_store_url_redact(label, sizeof label, spec->url);
     if ((err = parse_url(spec->url, s->bucket, sizeof s->bucket, s->prefix, sizeof s->prefix)) <
@@ -256,31 +264,53 @@ static void sha256_bin(const void *data, size_t len, uint8_t out[SHA256_DIGEST_S
     sha256_digest(&c, SHA256_DIGEST_SIZE, out);
 }
 
-/* HEAD a single-PUT object and compare its size and ETag (the body's MD5)
- * with what was sent. */
-static int verify(struct s3 *s, CURL *h, const char *key, uint64_t size, const char *want_etag)
+/* HEAD a single-PUT object and compare its size, then S3's checksum of it
+ * (x-amz-checksum-mode) with the SHA-256 sent; on a service that returns
+ * none, the ETag with the body's MD5 (md5_hex, or taken from the file now
+ * when the PUT went without one). */
+static int verify(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *sha256_b64,
+                  const char *md5_hex)
 {
-    char url[8192];
+    char url[8192], etag[40];
     int err;
-    if ((err = object_url(s, key, NULL, url, sizeof url)) < 0)
+    if ((err = object_url(s, x->key, NULL, url, sizeof url)) < 0)
         return err;
     struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
+    hd = curl_slist_append(hd, "x-amz-checksum-mode: ENABLED");
     struct ck_req r = {.method = "HEAD",
                        .url = url,
                        .headers = hd,
                        .fd = -1,
                        .setup = s3_setup,
                        .setup_ctx = s,
-                       .what = key};
+                       .what = x->key};
     struct ck_resp resp;
     ck_resp_init(&resp);
     err = s3_request(s, h, &r, &resp);
-    if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != size))
-        err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", key,
-                       (long long)resp.length, (unsigned long long)size);
-    if (err == 0 && strcasecmp(resp.etag, want_etag) != 0)
-        err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ", key,
-                       resp.etag, want_etag);
+    if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != x->size))
+        err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", x->key,
+                       (long long)resp.length, (unsigned long long)x->size);
+    if (err == 0 && resp.checksum_sha256[0]) {
+        if (strcmp(resp.checksum_sha256, sha256_b64) != 0)
+            err = ck_error(CK_ENET,
+                           "'%s': the stored object's checksum %s is not %s: the data differ",
+                           x->key, resp.checksum_sha256, sha256_b64);
+        else
+            atomic_store(&s->server_checks, true);
+    } else if (err == 0) {
+        struct ck_digests d;
+        if (!md5_hex) {
+            /* the service had checked checksums before, and this time gave none */
+            if ((err = ck_hash_file(x->path, CK_HASH_MD5, &d, NULL)) < 0)
+                goto out;
+            md5_hex = d.md5;
+        }
+        snprintf(etag, sizeof etag, "\"%s\"", md5_hex);
+        if (strcasecmp(resp.etag, etag) != 0)
+            err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ",
+                           x->key, resp.etag, etag);
+    }
+out:
     ck_resp_release(&resp);
     curl_slist_free_all(hd);
     return err;
@@ -290,10 +320,13 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
 {
     struct ck_digests d;
     struct stat st;
-    char url[8192], b64[48], md5b64[32], etag[40];
+    char url[8192], b64[48], md5b64[32];
     unsigned char bin[32];
     int err, fd = -1;
-    if ((err = ck_hash_file(x->path, CK_HASH_BOTH, &d, &st)) < 0)
+    /* the MD5 only for a service not known to keep checksums: for its
+     * Content-MD5 and the ETag check (half of the CPU a PUT costs) */
+    bool want_md5 = !atomic_load(&s->server_checks);
+    if ((err = ck_hash_file(x->path, want_md5 ? CK_HASH_BOTH : CK_HASH_SHA256, &d, &st)) < 0)
         return err;
     if (d.size != x->size)
         return ck_error(CK_ECHANGED, "'%s' has %llu bytes, %llu when it was queued", x->path,
@@ -303,11 +336,13 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
         return err;
     ck_codec_unhex(bin, 32, d.sha256);
     ck_codec_base64(b64, bin, 32);
-    ck_codec_unhex(bin, 16, d.md5);
-    ck_codec_base64(md5b64, bin, 16);
     struct curl_slist *hd = base_headers(s, d.sha256);
     hd = add(hd, "x-amz-checksum-sha256", b64);
-    hd = add(hd, "Content-MD5", md5b64);
+    if (want_md5) {
+        ck_codec_unhex(bin, 16, d.md5);
+        ck_codec_base64(md5b64, bin, 16);
+        hd = add(hd, "Content-MD5", md5b64);
+    }
     hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
     if (x->orig_sha256)
         hd = add(hd, "x-amz-meta-ckptd-original-sha256", x->orig_sha256);
@@ -333,12 +368,11 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
         err = ck_error(CK_ENOMEM, "cannot create a curl handle");
     } else if ((err = s3_request(s, h, &r, &resp)) == 0) {
         ck_xfer_body_sent(x);
-        snprintf(etag, sizeof etag, "\"%s\"", d.md5);
         struct stat st2;
         if (fstat(fd, &st2) == 0 && !ck_stat_unchanged(&st, &st2))
             err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
         else
-            err = verify(s, h, x->key, x->size, etag);
+            err = verify(s, h, x, b64, want_md5 ? d.md5 : NULL);
     }
     if (err == 0)
         x->parts_sent = 1;
@@ -565,8 +599,10 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         else if (resp.checksum_sha256[0] && strcmp(resp.checksum_sha256, p.sha256_b64) != 0)
             err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s", what,
                            resp.checksum_sha256, p.sha256_b64);
-        else if (resp.checksum_sha256[0])
+        else if (resp.checksum_sha256[0]) {
             atomic_store(&m->server_checks, true);
+            atomic_store(&s->server_checks, true);
+        }
     }
     if (err == 0 && (fstat(m->fd, &after) < 0 || !ck_stat_unchanged(&before, &after)))
         err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
@@ -819,7 +855,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
     CURL *h = ck_net_handle(s->base.net);
     struct mp m = {.s = s, .x = x, .fd = -1};
     int err = 0;
-    atomic_init(&m.server_checks, false);
+    atomic_init(&m.server_checks, atomic_load(&s->server_checks));
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     pthread_mutex_init(&m.mu, NULL);

@@ -17,7 +17,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
-from servers import FlakyProxy, Nginx, S3Server, Sshd, free_port, need  # noqa: E402
+from servers import AwsChecksums, FlakyProxy, Nginx, S3Server, Sshd, free_port, need  # noqa: E402
 
 MiB = 1 << 20
 
@@ -184,6 +184,48 @@ class S3(TmpDirCase):
         got = os.path.join(self.dir, "got")
         self.s3.get("e/big.bin", got)
         self.assertEqual(sha256(got), sha256(big))
+
+    def test_a_service_that_keeps_checksums_gives_no_md5_etags(self):
+        """AWS with an SSE-KMS bucket (servers.AwsChecksums in front of
+        s3rver): ETags are not MD5s, and S3 checks and keeps the checksum sent
+        with each body. Single PUTs and a multipart object are checked
+        against S3's checksum; once the service has shown that it keeps
+        them, the files after it go without an MD5 (no Content-MD5)."""
+        src = os.path.join(self.dir, "shards")
+        files = [make(os.path.join(src, f"s{i}.bin"), 2 * MiB + i, 20 + i) for i in range(4)]
+        files.append(make(os.path.join(src, "z-big.bin"), 12 * MiB + 3, 30))
+        aws = AwsChecksums()
+        with FlakyProxy(self.s3.port, [], respond=aws) as px:
+            p = run("upload", "--state", self.state, "--endpoint", px.url, "--transfers", "1",
+                    "--multipart-threshold", "8MiB", "--part-size", "5MiB", src, "s3://ckpt/k/",
+                    env=self.env, check=0, timeout=120)
+        self.assertNotIn("ETag", p.stderr)
+        for f in files:
+            got = os.path.join(self.dir, "got")
+            self.s3.get("k/" + os.path.basename(f), got)
+            self.assertEqual(sha256(got), sha256(f))
+        self.assertEqual(aws.heads_with_checksum, 5)
+        # in the order they arrived: the first with an MD5 (nothing known yet);
+        # with one body at a time, the third and later after a checked HEAD
+        md5s = [m for _, m in aws.puts]
+        self.assertEqual(len(md5s), 4)
+        self.assertEqual((md5s[0], md5s[2:]), (True, [False, False]))
+        # the single PUTs record the SHA-256 sent (S3 checked it)
+        self.assertEqual([j["sha256"] for j in sorted(queue(self.state), key=lambda j: j["key"])][:4],
+                         [sha256(f) for f in files[:4]])
+
+    def test_a_checksum_that_differs_is_found(self):
+        """The service keeps a checksum other than the one sent (the stored
+        bytes differ): a single PUT and a multipart object are refused."""
+        small = make(os.path.join(self.dir, "small.bin"), 3 * MiB, 40)
+        big = make(os.path.join(self.dir, "big.bin"), 11 * MiB, 41)
+        for f, extra in ((small, []), (big, ["--multipart-threshold", "5MiB", "--part-size", "5MiB"])):
+            with self.subTest(f=os.path.basename(f)), \
+                    FlakyProxy(self.s3.port, [], respond=AwsChecksums(damage=True)) as px:
+                p = run("upload", "--state", self.state, "--endpoint", px.url, "--retries", "0",
+                        *extra, f, "s3://ckpt/d/", env=self.env, check=1, timeout=60)
+                self.assertRegex(p.stderr, os.path.basename(f) + r"': the stored object's checksum "
+                                 r"\S+ is not \S+: the data differ")
 
     def test_kill_9_during_multipart_resumes_missing_parts(self):
         big = make(os.path.join(self.dir, "big.bin"), 40 * MiB, 5)

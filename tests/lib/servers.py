@@ -296,6 +296,66 @@ class Sshd(_Process):
         return f"sftp://{user}@127.0.0.1:{self.port}{path}"
 
 
+class AwsChecksums:
+    """A FlakyProxy respond hook that makes s3rver answer as AWS does for a
+    bucket with SSE-KMS encryption: ETags that are not the MD5 of the body
+    (PutObject and HEAD), and the x-amz-checksum-sha256 a body came with,
+    checked against the body and kept: on the PutObject and UploadPart
+    answers, and on a HEAD with x-amz-checksum-mode: ENABLED (a single PUT's
+    own, a multipart object's composite "base64(sha256(part sha256s))-N").
+    damage=True answers HEADs with the checksum of other bytes (the stored
+    object differs). puts lists (key, had Content-MD5) of every PutObject."""
+
+    def __init__(self, damage=False):
+        self.damage = damage
+        self.lock = threading.Lock()
+        self.objects = {}  # key -> base64 checksum
+        self.parts = {}    # upload id -> {part number: raw sha256}
+        self.puts = []
+        self.heads_with_checksum = 0
+
+    def __call__(self, method, path, headers, body, status, answer):
+        import base64
+        import hashlib
+        import urllib.parse
+        target, _, query = path.partition("?")
+        key = urllib.parse.unquote(target.split("/", 2)[2]) if target.count("/") >= 2 else ""
+        q = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+        sent = headers.get("x-amz-checksum-sha256")
+        raw = hashlib.sha256(body).digest()
+        out = [(k, v) for k, v in answer if k.lower() != "etag"]
+        etag = next((v for k, v in answer if k.lower() == "etag"), None)
+        with self.lock:
+            if method == "PUT" and status == 200 and "uploadId" not in q:
+                self.puts.append((key, "Content-MD5" in headers))
+                if sent:
+                    if base64.b64decode(sent) != raw:
+                        raise AssertionError(f"{key}: a checksum that is not its body's")
+                    self.objects[key] = sent
+                    out.append(("x-amz-checksum-sha256", sent))
+            elif method == "PUT" and status == 200 and sent:
+                self.parts.setdefault(q["uploadId"], {})[int(q["partNumber"])] = raw
+                out.append(("x-amz-checksum-sha256", sent))
+            elif method == "POST" and status == 200 and "uploadId" in q:
+                ps = self.parts.pop(q["uploadId"], {})
+                comp = hashlib.sha256(b"".join(ps[n] for n in sorted(ps))).digest()
+                self.objects[key] = base64.b64encode(comp).decode() + f"-{len(ps)}"
+            elif method == "HEAD" and status == 200 and key in self.objects and \
+                    headers.get("x-amz-checksum-mode") == "ENABLED":
+                self.heads_with_checksum += 1
+                got = self.objects[key]
+                if self.damage:
+                    got = base64.b64encode(hashlib.sha256(got.encode()).digest()).decode()
+                out.append(("x-amz-checksum-sha256", got))
+        if etag is not None:
+            # an SSE-KMS ETag: not the MD5 of the data (the parts' ETags are left
+            # alone: s3rver checks them at CompleteMultipartUpload)
+            if method in ("HEAD", "POST") or "uploadId" not in q:
+                etag = '"' + hashlib.md5(b"kms:" + etag.encode()).hexdigest() + '"'
+            out.append(("ETag", etag))
+        return out
+
+
 class FlakyProxy:
     """An HTTP proxy on loopback that answers the first requests with the
     scripted statuses (optionally with Retry-After) and forwards the rest to
@@ -303,11 +363,14 @@ class FlakyProxy:
     signatures stay valid). requests lists (method, path, status) seen."""
 
     def __init__(self, upstream_port, statuses, retry_after=None, fail_methods=None, gate=None,
-                 rewrite=None):
+                 rewrite=None, respond=None):
         # gate(method, path, headers) -> None to go on, or (status, body) to answer instead
         self.gate = gate
         # rewrite(method, path, body) -> the body forwarded (a damaging network or server)
         self.rewrite = rewrite
+        # respond(method, path, request headers, body, status, [(name, value)]) -> the
+        # answer's headers (a service that answers differently, e.g. AwsChecksums)
+        self.respond = respond
         self.statuses = list(statuses)
         self.retry_after = retry_after
         self.fail_methods = fail_methods
@@ -388,7 +451,11 @@ class FlakyProxy:
                     outer.requests.append((self.command, self.path, r.status))
                     outer.headers.append((self.command, self.path, dict(self.headers.items())))
                 self.send_response(r.status)
-                for k, v in r.getheaders():
+                answer = r.getheaders()
+                if outer.respond:
+                    answer = outer.respond(self.command, self.path, self.headers, body, r.status,
+                                           answer)
+                for k, v in answer:
                     if k.lower() not in ("connection", "transfer-encoding", "content-length",
                                          "keep-alive", "date", "server"):
                         self.send_header(k, v)
