@@ -21,6 +21,7 @@
 #include "stores/awsconfig.h"
 #include "stores/awscred.h"
 #include "stores/net.h"
+#include "stores/source.h"
 #include "stores/store.h"
 #include "common/codec.h"
 
@@ -957,6 +958,12 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             err = verify_multipart(s, h, x, m.nparts);
         break;
     }
+    /* the parts were hashed one by one, never the whole file: record the
+     * SHA-256 the agent took at registration when it is this file's (as
+     * HTTP and SFTP do, stores/source.h) */
+    struct stat st;
+    if (err == 0 && stat(x->path, &st) == 0 && ck_source_known_for(x, &st))
+        memcpy(x->sha256, x->known_sha256, sizeof x->sha256);
     free(m.done);
     pthread_mutex_destroy(&m.mu);
     curl_easy_cleanup(h);

@@ -16,6 +16,13 @@ static void *hash_thread(void *arg)
     return NULL;
 }
 
+bool ck_source_known_for(const struct ck_xfer *x, const struct stat *st)
+{
+    const struct stat *k = &x->known_st;
+    return x->known_sha256[0] && k->st_dev == st->st_dev && k->st_ino == st->st_ino &&
+           ck_stat_unchanged(k, st);
+}
+
 int ck_source_open(struct ck_source *src, const struct ck_xfer *x)
 {
     memset(src, 0, sizeof *src);
@@ -25,9 +32,7 @@ int ck_source_open(struct ck_source *src, const struct ck_xfer *x)
     if (fstat(src->fd, &src->before) < 0 || (uint64_t)src->before.st_size != x->size)
         return ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
     posix_fadvise(src->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    const struct stat *k = &x->known_st;
-    src->known = x->known_sha256[0] && k->st_dev == src->before.st_dev &&
-                 k->st_ino == src->before.st_ino && ck_stat_unchanged(k, &src->before);
+    src->known = ck_source_known_for(x, &src->before);
     /* without the thread the transfer still goes; only its SHA-256 is missing */
     if (!src->known && x->hash_unknown)
         src->hashing = pthread_create(&src->tid, NULL, hash_thread, src) == 0;

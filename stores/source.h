@@ -27,6 +27,9 @@ struct ck_source {
     char hash_msg[512];
 };
 
+/* Whether the SHA-256 the agent took at registration (x->known_sha256)
+ * is that of the file with stat st: same device, inode, size and times. */
+bool ck_source_known_for(const struct ck_xfer *x, const struct stat *st);
 /* Opens x->path (CK_ECHANGED when its size is not the queued one) and starts
  * hashing it unless its SHA-256 is known or not wanted. On error nothing is left to release but ck_source_finish. */
 int ck_source_open(struct ck_source *src, const struct ck_xfer *x);

@@ -714,6 +714,23 @@ class Scan(TmpDirCase):
                 self.assertEqual(sha256(os.path.join(web.root, "runs", "r1", key)),
                                  sha256(os.path.join(train, "ckpts", f"epoch_{e}.pt")))
 
+    def test_scan_to_s3_multipart_records_the_sha256_registration_took(self):
+        """A multipart upload hashes its parts, never the whole file: the
+        queue records the SHA-256 the sidecar took when it registered the
+        checkpoint, as WebDAV does."""
+        need("aws", "checking S3 uploads needs awscli")
+        train = os.path.join(self.dir, "train")
+        write_old(os.path.join(train, "ckpts", "epoch_1.pt"), os.urandom(11 * MiB + 5))
+        with S3Server(self.dir) as s3:
+            self.write_config([{"url": "s3://ckpt/r", "endpoint": s3.endpoint}],
+                              "  multipart_threshold: 5MiB\n  part_size: 5MiB\n")
+            p = run("scan", train, env=s3.env(), check=0)
+            self.assertIn("parts_sent=3", p.stderr)
+            jobs = {j["key"]: j for j in queue(os.path.join(train, ".ckptd"))}
+            job = jobs["data/checkpoints/epoch_1.pt"]
+            self.assertEqual((job["state"], job["sha256"]),
+                             ("done", sha256(os.path.join(train, "ckpts", "epoch_1.pt"))))
+
     def test_scan_exit_status_reflects_failed_uploads(self):
         train = os.path.join(self.dir, "train")
         write_old(os.path.join(train, "epoch_1.pt"), os.urandom(1000))
