@@ -265,16 +265,19 @@ static void sha256_bin(const void *data, size_t len, uint8_t out[SHA256_DIGEST_S
     sha256_digest(&c, SHA256_DIGEST_SIZE, out);
 }
 
-/* HEAD a single-PUT object and compare its size, then S3's checksum of it
- * (x-amz-checksum-mode) with the SHA-256 sent; on a service that returns
- * none, the ETag with the body's MD5 (md5_hex, or taken from the file now
- * when the PUT went without one). */
-static int verify(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *sha256_b64,
-                  const char *md5_hex)
+/* HEAD the stored object asking for S3's checksum of it (x-amz-checksum-mode)
+ * and compare its size with what was sent, then that checksum, when the
+ * service gave one, with want (a single PUT's SHA-256, a multipart
+ * object's composite). A match also tells that the service keeps checksums.
+ * resp (initialised here, released by the caller) keeps the ETag for
+ * services that give no checksum. */
+static int head_stored(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *want,
+                       struct ck_resp *resp)
 {
-    char url[8192], etag[40];
-    int err;
-    if ((err = object_url(s, x->key, NULL, url, sizeof url)) < 0)
+    char url[8192];
+    ck_resp_init(resp);
+    int err = object_url(s, x->key, NULL, url, sizeof url);
+    if (err < 0)
         return err;
     struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
     hd = curl_slist_append(hd, "x-amz-checksum-mode: ENABLED");
@@ -285,35 +288,50 @@ static int verify(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *sh
                        .setup = s3_setup,
                        .setup_ctx = s,
                        .what = x->key};
-    struct ck_resp resp;
-    ck_resp_init(&resp);
-    err = s3_request(s, h, &r, &resp);
-    if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != x->size))
+    err = s3_request(s, h, &r, resp);
+    curl_slist_free_all(hd);
+    if (err == 0 && (resp->length < 0 || (uint64_t)resp->length != x->size))
         err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", x->key,
-                       (long long)resp.length, (unsigned long long)x->size);
-    if (err == 0 && resp.checksum_sha256[0]) {
-        if (strcmp(resp.checksum_sha256, sha256_b64) != 0)
+                       (long long)resp->length, (unsigned long long)x->size);
+    if (err == 0 && resp->checksum_sha256[0]) {
+        if (strcmp(resp->checksum_sha256, want) != 0)
             err = ck_error(CK_ENET,
                            "'%s': the stored object's checksum %s is not %s: the data differ",
-                           x->key, resp.checksum_sha256, sha256_b64);
+                           x->key, resp->checksum_sha256, want);
         else
             atomic_store(&s->server_checks, true);
-    } else if (err == 0) {
-        struct ck_digests d;
-        if (!md5_hex) {
-            /* the service had checked checksums before, and this time gave none */
-            if ((err = ck_hash_file(x->path, CK_HASH_MD5, &d, NULL)) < 0)
-                goto out;
-            md5_hex = d.md5;
-        }
-        snprintf(etag, sizeof etag, "\"%s\"", md5_hex);
-        if (strcasecmp(resp.etag, etag) != 0)
-            err = ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ",
-                           x->key, resp.etag, etag);
     }
-out:
+    return err;
+}
+
+/* The ETag of an object stored by a service that gives no checksum, against
+ * the MD5 ETag computed for it. */
+static int etag_is(const struct ck_xfer *x, const struct ck_resp *resp, const char *etag)
+{
+    if (strcasecmp(resp->etag, etag) != 0)
+        return ck_error(CK_ENET, "'%s': the stored object's ETag %s is not %s: the data differ",
+                        x->key, resp->etag, etag);
+    return 0;
+}
+
+/* After a single PUT: head_stored with the SHA-256 sent; on a service that
+ * returns no checksum, the ETag against the body's MD5 (md5_hex, or taken
+ * from the file now when the PUT went without one). */
+static int verify(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *sha256_b64,
+                  const char *md5_hex)
+{
+    struct ck_resp resp;
+    struct ck_digests d;
+    char etag[40];
+    int err = head_stored(s, h, x, sha256_b64, &resp);
+    if (err == 0 && !resp.checksum_sha256[0]) {
+        /* without md5_hex: the service had kept checksums before, not this time */
+        if (md5_hex || (err = ck_hash_file(x->path, CK_HASH_MD5, &d, NULL)) == 0) {
+            snprintf(etag, sizeof etag, "\"%s\"", md5_hex ? md5_hex : d.md5);
+            err = etag_is(x, &resp, etag);
+        }
+    }
     ck_resp_release(&resp);
-    curl_slist_free_all(hd);
     return err;
 }
 
@@ -737,34 +755,12 @@ static bool part_etags_are_md5s(const struct ck_xfer *x, int nparts)
  * AWS), else checked against the file's MD5 (one more read). */
 static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts)
 {
-    char url[8192], want[80];
-    int err;
-    if ((err = object_url(s, x->key, NULL, url, sizeof url)) < 0)
-        return err;
+    char want[80];
     if (composite_sha256(x, nparts, want, sizeof want) < 0)
         return ck_error(CK_ENET, "'%s': the recorded parts do not cover the file", x->key);
-    struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
-    hd = curl_slist_append(hd, "x-amz-checksum-mode: ENABLED");
-    struct ck_req r = {.method = "HEAD",
-                       .url = url,
-                       .headers = hd,
-                       .fd = -1,
-                       .setup = s3_setup,
-                       .setup_ctx = s,
-                       .what = x->key};
     struct ck_resp resp;
-    ck_resp_init(&resp);
-    err = s3_request(s, h, &r, &resp);
-    if (err == 0 && (resp.length < 0 || (uint64_t)resp.length != x->size))
-        err = ck_error(CK_ENET, "'%s': the stored object has %lld bytes, %llu were sent", x->key,
-                       (long long)resp.length, (unsigned long long)x->size);
-    if (err == 0 && resp.checksum_sha256[0]) {
-        if (strcmp(resp.checksum_sha256, want) != 0)
-            err = ck_error(CK_ENET,
-                           "'%s': the stored object's checksum %s is not %s: the data "
-                           "differ",
-                           x->key, resp.checksum_sha256, want);
-    } else if (err == 0) {
+    int err = head_stored(s, h, x, want, &resp);
+    if (err == 0 && !resp.checksum_sha256[0]) {
         bool whole = !strchr(resp.etag, '-');
         bool have = parts_have_md5(x, nparts); /* sorted by composite_sha256 */
         struct md5job now = {.path = x->path, .part_size = x->part_size, .whole = whole};
@@ -775,17 +771,10 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
         } else {
             err = md5_etags(&now);
         }
-        if (err == 0 && now.etag[0]) {
-            const char *md5 = now.etag;
-            if (strcasecmp(resp.etag, md5) != 0)
-                err = ck_error(CK_ENET,
-                               "'%s': the stored object's ETag %s is not %s: the data "
-                               "differ",
-                               x->key, resp.etag, md5);
-        }
+        if (err == 0 && now.etag[0])
+            err = etag_is(x, &resp, now.etag);
     }
     ck_resp_release(&resp);
-    curl_slist_free_all(hd);
     return err;
 }
 
