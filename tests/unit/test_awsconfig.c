@@ -234,6 +234,67 @@ static void json_integers(void **state)
     assert_false(ck_awscred_json_int("{\"Version\"", "Version", &v));
 }
 
+/* IAM Identity Center: what `aws sso login` caches and what the portal
+ * answers. 2026-11-25T12:00:00Z is 1795608000 s after the epoch (date -ud). */
+static void sso_parsers(void **state)
+{
+    (void)state;
+    char tok[64], small[4];
+    long long t = 0;
+    assert_int_equal(ck_awscred_sso_cache_parse("{\"startUrl\": \"u\", \"accessToken\": \"aoa1\","
+                                                " \"expiresAt\": \"2026-11-25T12:00:00Z\"}",
+                                                "c", tok, sizeof tok, &t),
+                     0);
+    assert_string_equal(tok, "aoa1");
+    assert_int_equal(t, 1795608000LL);
+    /* the AWS CLI v1's form */
+    assert_int_equal(ck_awscred_sso_cache_parse("{\"accessToken\": \"x\", \"expiresAt\": "
+                                                "\"2026-11-25T12:00:00UTC\"}",
+                                                "c", tok, sizeof tok, &t),
+                     0);
+    assert_int_equal(t, 1795608000LL);
+    static const char *const bad[] = {
+        "{\"accessToken\": \"x\"}",                                              /* no expiry */
+        "{\"expiresAt\": \"2026-11-25T12:00:00Z\"}",                             /* no token */
+        "{\"accessToken\": \"\", \"expiresAt\": \"2026-11-25T12:00:00Z\"}",      /* empty */
+        "{\"accessToken\": \"a\\nb\", \"expiresAt\": \"2026-11-25T12:00:00Z\"}", /* a header break
+                                                                                  */
+        "{\"accessToken\": \"x\", \"expiresAt\": \"tomorrow\"}",
+        "{\"accessToken\": \"x\", \"expiresAt\": 1795608000}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(ck_awscred_sso_cache_parse(bad[i], "c", tok, sizeof tok, &t), CK_EAUTH);
+    /* a token longer than the buffer is refused, not cut */
+    assert_int_equal(ck_awscred_sso_cache_parse("{\"accessToken\": \"abcdef\", \"expiresAt\": "
+                                                "\"2026-11-25T12:00:00Z\"}",
+                                                "c", small, sizeof small, &t),
+                     CK_EAUTH);
+
+    struct ck_awskeys k;
+    assert_int_equal(ck_awscred_sso_answer_parse(
+                         "{\"roleCredentials\": {\"accessKeyId\": \"ASIA1\", \"secretAccessKey\": "
+                         "\"s/k\", \"sessionToken\": \"t\", \"expiration\": 1795608000999}}",
+                         "p", &k, &t),
+                     0);
+    assert_string_equal(k.id, "ASIA1");
+    assert_string_equal(k.secret, "s/k");
+    assert_string_equal(k.token, "t");
+    assert_int_equal(t, 1795608000LL); /* milliseconds in the answer */
+    ck_awskeys_wipe(&k);
+    static const char *const bad_answers[] = {
+        "{\"roleCredentials\": {\"accessKeyId\": \"A\", \"secretAccessKey\": \"s\", "
+        "\"sessionToken\": \"t\"}}",
+        "{\"roleCredentials\": {\"accessKeyId\": \"A\", \"secretAccessKey\": \"s\", "
+        "\"sessionToken\": \"t\", \"expiration\": 0}}",
+        "{\"roleCredentials\": {\"accessKeyId\": \"\", \"secretAccessKey\": \"s\", "
+        "\"sessionToken\": \"t\", \"expiration\": 1}}",
+        "{\"message\": \"Session token not found or invalid\"}",
+    };
+    for (size_t i = 0; i < sizeof bad_answers / sizeof *bad_answers; i++)
+        assert_int_equal(ck_awscred_sso_answer_parse(bad_answers[i], "p", &k, &t), CK_ENET);
+    ck_error_clear();
+}
+
 /* The splitting of credential_process, against what Python's shlex.split
  * (the AWS CLI's splitter) gives for the same line (worked out by hand from
  * its rules; tests/e2e/test_awscred.py compares with shlex itself). */
@@ -326,6 +387,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(iso8601_times),
     cmocka_unit_test(json_fields),
     cmocka_unit_test(json_integers),
+    cmocka_unit_test(sso_parsers),
     cmocka_unit_test(process_command_split),
     cmocka_unit_test(process_run),
     cmocka_unit_test(expired_codes),
