@@ -1,9 +1,22 @@
 # Test helpers. Tests are named area.case and every one has a timeout.
 
-# ck_unit_test(area SOURCE file.c LIBS lib...): a cmocka test executable whose
-# cases are registered one by one (the binary runs one case when given its name).
+# ck_unit_test(area SOURCES file.c LIBS lib... CASES a b c): a cmocka test
+# executable whose cases are registered one by one (the binary runs one case
+# when given its name). A case its sources define but CASES does not list is a
+# configure error: such a case would never run.
 function(ck_unit_test area)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;CASES" ${ARGN})
+  foreach(src IN LISTS T_SOURCES)
+    set(path ${CMAKE_CURRENT_SOURCE_DIR}/${src})
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    file(STRINGS ${path} defs REGEX "cmocka_unit_test(_setup_teardown)?\\([a-z_0-9]+")
+    foreach(def IN LISTS defs)
+      string(REGEX REPLACE ".*cmocka_unit_test(_setup_teardown)?\\(([a-z_0-9]+).*" "\\2" case "${def}")
+      if(NOT case IN_LIST T_CASES)
+        message(FATAL_ERROR "${src} defines the case '${case}', which the CASES of ck_unit_test(${area}) do not list")
+      endif()
+    endforeach()
+  endforeach()
   add_executable(test_${area} ${T_SOURCES})
   target_link_libraries(test_${area} PRIVATE ${T_LIBS} PkgConfig::CMOCKA ck_options)
   foreach(case IN LISTS T_CASES)
@@ -17,6 +30,9 @@ endfunction()
 # cases of the real binary, written with Python's unittest; each case is one test.
 function(ck_e2e_test area)
   cmake_parse_arguments(T "" "SCRIPT;TIMEOUT;CLASS" "CASES;LABELS" ${ARGN})
+  # for ck_e2e_check_listed: every script and the cases listed for it
+  set_property(GLOBAL APPEND PROPERTY CK_E2E_SCRIPTS ${T_SCRIPT})
+  set_property(GLOBAL APPEND PROPERTY CK_E2E_CASES_${T_SCRIPT} ${T_CASES})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
@@ -26,5 +42,24 @@ function(ck_e2e_test area)
     set_tests_properties(${area}.${case} PROPERTIES TIMEOUT ${T_TIMEOUT}
       LABELS "e2e;${T_LABELS}"
       ENVIRONMENT "CKPTD=$<TARGET_FILE:ckptd>;CK_TEST_TMP=${CMAKE_BINARY_DIR}/tmp;CK_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data;PYTHONDONTWRITEBYTECODE=1")
+  endforeach()
+endfunction()
+
+# After the last ck_e2e_test: a test_ method of a script that no ck_e2e_test
+# lists (for any of its classes) is a configure error: it would never run.
+function(ck_e2e_check_listed)
+  get_property(scripts GLOBAL PROPERTY CK_E2E_SCRIPTS)
+  list(REMOVE_DUPLICATES scripts)
+  foreach(script IN LISTS scripts)
+    get_property(cases GLOBAL PROPERTY CK_E2E_CASES_${script})
+    set(path ${PROJECT_SOURCE_DIR}/${script})
+    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+    file(STRINGS ${path} defs REGEX "^    def test_[a-z_0-9]+\\(")
+    foreach(def IN LISTS defs)
+      string(REGEX REPLACE "^    def test_([a-z_0-9]+).*" "\\1" case "${def}")
+      if(NOT case IN_LIST cases)
+        message(FATAL_ERROR "${script} defines test_${case}, which no ck_e2e_test lists in its CASES")
+      endif()
+    endforeach()
   endforeach()
 endfunction()
