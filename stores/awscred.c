@@ -66,6 +66,9 @@ struct ck_awscred {
     /* IAM Identity Center: the token cache file `aws sso login` writes and
      * the portal's GetRoleCredentials URL (account and role in its query) */
     char sso_cache[1200], sso_url[1600];
+    /* the sso-session form's token is refreshed at the OIDC service (CreateToken) */
+    char sso_oidc_url[600];
+    bool sso_refreshes;
     /* assume role (role_arn, session_name and sts_url above): the keys that
      * sign the AssumeRole request, from source_profile or credential_source */
     struct ck_awscred *source; /* owned */
@@ -657,12 +660,120 @@ int ck_awscred_sso_answer_parse(const char *json, const char *what, struct ck_aw
     return err;
 }
 
+/* "key": "value" into b, the value escaped for JSON. */
+static void json_put(struct ck_buf *b, const char *key, const char *v, bool last)
+{
+    ck_buf_printf(b, "\"%s\": \"", key);
+    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            ck_buf_printf(b, "\\%c", *p);
+        else if (*p < 0x20)
+            ck_buf_printf(b, "\\u%04x", *p);
+        else
+            ck_buf_append(b, p, 1);
+    }
+    ck_buf_puts(b, last ? "\"}" : "\", ");
+}
+
+#define SSO_REFRESH_WINDOW_S (15 * 60) /* as the AWS CLI v2: 15 minutes before expiry */
+
+/* The sso-session form, as the AWS CLI v2 and the SDKs do it: within 15
+ * minutes of its expiry, the access token is renewed at the OIDC service
+ * (CreateToken with grant type refresh_token and the client registration
+ * the cache holds), and the cache file is rewritten (atomically, mode 0600)
+ * with the new token, for the AWS CLI too. On success tok and until hold the
+ * new token; a cache without a registration is CK_ENOENT (nothing to try). */
+static int sso_refresh(struct ck_awscred *c, const char *what, const char *cache, char *tok,
+                       size_t toksz, long long *until)
+{
+    char cid[1024], csec[8192], rtok[8192], regexp[64], start[1200], region[64], code[128];
+    char ntok[8192], nrtok[8192], exp[32];
+    struct ck_buf body = CK_BUF_INIT, resp = CK_BUF_INIT, out = CK_BUF_INIT;
+    struct curl_slist *hd = NULL;
+    long status = 0;
+    long long in = 0;
+    int err = 0;
+    if (!ck_awscred_json_str(cache, "clientId", cid, sizeof cid) ||
+        !ck_awscred_json_str(cache, "clientSecret", csec, sizeof csec) ||
+        !ck_awscred_json_str(cache, "refreshToken", rtok, sizeof rtok)) {
+        err = CK_ENOENT;
+        goto out;
+    }
+    bool has_reg = ck_awscred_json_str(cache, "registrationExpiresAt", regexp, sizeof regexp);
+    if (has_reg && ck_awscred_parse_time(regexp) >= 0 && ck_awscred_parse_time(regexp) <= now_s()) {
+        err = ck_error(CK_EAUTH, "%s: the client registration in the cache expired at %s", what,
+                       regexp);
+        goto out;
+    }
+    ck_buf_puts(&body, "{");
+    json_put(&body, "clientId", cid, false);
+    json_put(&body, "clientSecret", csec, false);
+    json_put(&body, "grantType", "refresh_token", false);
+    json_put(&body, "refreshToken", rtok, true);
+    char url[700];
+    snprintf(url, sizeof url, "%s/token", c->sso_oidc_url);
+    hd = curl_slist_append(hd, "Content-Type: application/json");
+    hd = curl_slist_append(hd, "Accept: application/json");
+    if ((err = fetch(what, "POST", url, hd, ck_buf_str(&body), NULL, 5, 2, &resp, &status)) < 0)
+        goto out;
+    const char *json = ck_buf_str(&resp);
+    if (status != 200) {
+        if (!ck_awscred_json_str(json, "error", code, sizeof code))
+            code[0] = '\0';
+        err = ck_error(CK_EAUTH, "%s: the OIDC service refused to refresh the token: HTTP %ld %s",
+                       what, status, code);
+        goto out;
+    }
+    if (!ck_awscred_json_str(json, "accessToken", ntok, sizeof ntok) || !ntok[0] ||
+        strpbrk(ntok, "\r\n") || strlen(ntok) >= toksz ||
+        !ck_awscred_json_int(json, "expiresIn", &in) || in <= 0 || in > 30LL * 86400) {
+        err = ck_error(CK_ENET, "%s: the OIDC service's answer has no accessToken and expiresIn",
+                       what);
+        goto out;
+    }
+    if (!ck_awscred_json_str(json, "refreshToken", nrtok, sizeof nrtok) || !nrtok[0])
+        snprintf(nrtok, sizeof nrtok, "%s", rtok);
+    long long t = now_s() + in;
+    time_t tt = (time_t)t;
+    struct tm tm;
+    strftime(exp, sizeof exp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
+    /* the cache as the AWS CLI writes it */
+    ck_buf_puts(&out, "{");
+    if (ck_awscred_json_str(cache, "startUrl", start, sizeof start))
+        json_put(&out, "startUrl", start, false);
+    if (ck_awscred_json_str(cache, "region", region, sizeof region))
+        json_put(&out, "region", region, false);
+    json_put(&out, "accessToken", ntok, false);
+    json_put(&out, "expiresAt", exp, false);
+    json_put(&out, "clientId", cid, false);
+    json_put(&out, "clientSecret", csec, false);
+    if (has_reg)
+        json_put(&out, "registrationExpiresAt", regexp, false);
+    json_put(&out, "refreshToken", nrtok, true);
+    if ((err = ck_write_file_atomic(c->sso_cache, out.data, out.len, 0600)) < 0) {
+        err = ck_error_wrap(err, "%s: cannot write the refreshed token", what);
+        goto out;
+    }
+    snprintf(tok, toksz, "%s", ntok);
+    *until = t;
+    ck_info("s3.credentials.sso_token_refreshed", "profile=%s expires_in=%llds", c->profile, in);
+out:
+    explicit_bzero(cid, sizeof cid);
+    explicit_bzero(csec, sizeof csec);
+    explicit_bzero(rtok, sizeof rtok);
+    explicit_bzero(ntok, sizeof ntok);
+    explicit_bzero(nrtok, sizeof nrtok);
+    wipe_headers(hd);
+    wipe_bufs(&body, &resp, &out);
+    return err;
+}
+
 /* IAM Identity Center (AWS SSO): the access token `aws sso login` left in
- * its cache, read again each time (a new login replaces it), traded at the
- * portal for the role's keys (GetRoleCredentials: a GET with the token in
- * x-amz-sso_bearer_token). ckptd does not refresh the token itself (that
- * would write to the AWS CLI's cache); an expired one is an error that says
- * to log in again. */
+ * its cache, read again each time (a new login replaces it), refreshed when
+ * near its expiry (the sso-session form: sso_refresh), traded at the portal
+ * for the role's keys (GetRoleCredentials: a GET with the token in
+ * x-amz-sso_bearer_token). An expired token that cannot be refreshed is an
+ * error that says to log in again. */
 static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
     struct ck_buf cache = CK_BUF_INIT, hdr = CK_BUF_INIT, resp = CK_BUF_INIT;
@@ -681,6 +792,15 @@ static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expi
     }
     if ((err = ck_awscred_sso_cache_parse(ck_buf_str(&cache), file, tok, sizeof tok, &until)) < 0)
         goto out;
+    if (c->sso_refreshes && until - now_s() < SSO_REFRESH_WINDOW_S) {
+        /* a failed refresh leaves a token that is still valid in use */
+        int rerr = sso_refresh(c, what, ck_buf_str(&cache), tok, sizeof tok, &until);
+        if (rerr < 0 && rerr != CK_ENOENT && until > now_s()) {
+            ck_warn("s3.credentials.sso_refresh_failed", "profile=%s expires_in=%llds error=\"%s\"",
+                    c->profile, until - now_s(), ck_error_msg());
+            ck_error_clear();
+        }
+    }
     if (until <= now_s()) {
         time_t t = (time_t)until;
         struct tm tm;
@@ -982,6 +1102,13 @@ static int sso_config(struct ck_awscred *c, const struct ck_awsprofile *p)
                         p->name);
     snprintf(c->sso_url, sizeof c->sso_url, "%s/federation/credentials?account_id=%s&role_name=%s",
              base, acc, rol);
+    /* only the sso-session form refreshes its token (as the AWS CLI) */
+    c->sso_refreshes = session != NULL;
+    if ((err = ck_awsconfig_endpoint(c->sso_oidc_url, sizeof c->sso_oidc_url, NULL, "sso_oidc",
+                                     p)) < 0)
+        return err;
+    if (!c->sso_oidc_url[0])
+        snprintf(c->sso_oidc_url, sizeof c->sso_oidc_url, "https://oidc.%s.amazonaws.com", region);
     snprintf(c->profile, sizeof c->profile, "%s", p->name);
     snprintf(c->where, sizeof c->where, "profile %s %s %s, role %s in account %s", p->name,
              session ? "sso_session" : "sso_start_url", key, role, account);

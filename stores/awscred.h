@@ -11,7 +11,8 @@
  *      role_arn, role_session_name), through STS AssumeRoleWithWebIdentity
  *   5. IAM Identity Center: the profile's sso_account_id and sso_role_name
  *      with sso_session (or sso_start_url and sso_region): the token
- *      `aws sso login` cached, traded at the portal (GetRoleCredentials)
+ *      `aws sso login` cached (refreshed at the OIDC service near its
+ *      expiry, sso-session form), traded at the portal (GetRoleCredentials)
  *   6. the shared files: the profile (AWS_PROFILE)'s keys in
  *      AWS_SHARED_CREDENTIALS_FILE (~/.aws/credentials), its
  *      credential_process (stores/awsprocess.h), its keys in AWS_CONFIG_FILE

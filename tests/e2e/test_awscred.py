@@ -29,7 +29,8 @@ MiB = 1 << 20
 AWS_VARS = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
             "AWS_DEFAULT_PROFILE", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
             "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3",
-            "AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL_SSO", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+            "AWS_ENDPOINT_URL_STS", "AWS_ENDPOINT_URL_SSO", "AWS_ENDPOINT_URL_SSO_OIDC",
+            "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
             "AWS_ROLE_SESSION_NAME", "AWS_CONTAINER_CREDENTIALS_FULL_URI",
             "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN",
             "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_EC2_METADATA_DISABLED",
@@ -451,7 +452,7 @@ print(json.dumps(d, indent=2))
             with self.subTest(winner=winner):
                 good = lambda name: name == winner  # noqa: E731
                 env = {"AWS_CONFIG_FILE": cfg, "AWS_SHARED_CREDENTIALS_FILE": creds,
-                       "AWS_ENDPOINT_URL_SSO": self.creds.url}
+                       "AWS_ENDPOINT_URL_SSO": self.creds.url, "AWS_ENDPOINT_URL_SSO_OIDC": self.creds.url}
                 extra = []
                 if i <= 0:
                     f = write(os.path.join(self.dir, "explicit"),
@@ -498,18 +499,23 @@ print(json.dumps(d, indent=2))
                "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n"
                "sso_region = eu-west-1\nsso_registration_scopes = sso:account:access\n")
 
-    def sso_login(self, key, lifetime=3600, fmt="%Y-%m-%dT%H:%M:%SZ"):
+    def sso_cache(self, key):
+        return os.path.join(self.home, ".aws", "sso", "cache",
+                            hashlib.sha1(key.encode()).hexdigest() + ".json")
+
+    def sso_login(self, key, lifetime=3600, fmt="%Y-%m-%dT%H:%M:%SZ", refresh="rt-unknown"):
         """What `aws sso login` leaves: ~/.aws/sso/cache/<SHA-1 hex of the
-        session name, or of the start URL>.json; the portal takes its token."""
+        session name, or of the start URL>.json; the portal takes its token,
+        the OIDC stand-in its refresh token when it is registered there."""
         tok = "aoa" + secrets.token_urlsafe(300)
         self.creds.sso_tokens.add(tok)
-        d = os.path.join(self.home, ".aws", "sso", "cache")
-        os.makedirs(d, exist_ok=True)
+        os.makedirs(os.path.dirname(self.sso_cache(key)), exist_ok=True)
         exp = datetime.datetime.fromtimestamp(time.time() + lifetime, datetime.timezone.utc)
-        write(os.path.join(d, hashlib.sha1(key.encode()).hexdigest() + ".json"),
+        write(self.sso_cache(key),
               json.dumps({"startUrl": "https://corp.awsapps.com/start", "region": "eu-west-1",
                           "accessToken": tok, "expiresAt": exp.strftime(fmt),
-                          "clientId": "cid", "clientSecret": "csecret", "refreshToken": "rtok"}))
+                          "clientId": "cid", "clientSecret": "csecret",
+                          "registrationExpiresAt": "2099-01-01T00:00:00Z", "refreshToken": refresh}))
         return tok
 
     def sso_asked(self):
@@ -529,7 +535,7 @@ print(json.dumps(d, indent=2))
             f"sso_role_name = {self.SSO_ROLE}\n"
             f"[profile writer]\nrole_arn = {self.ROLE}\nsource_profile = dev\n",
             f"[dev]\naws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n")
-        env["AWS_ENDPOINT_URL_SSO"] = self.creds.url
+        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
         tok = self.sso_login("corp")
         p, key = self.upload(dict(env, AWS_PROFILE="dev"))
         self.assert_landed(p, key)
@@ -563,20 +569,20 @@ print(json.dumps(d, indent=2))
             "[profile other]\nsso_session = corp\nsso_account_id = 999999999999\n"
             f"sso_role_name = {self.SSO_ROLE}\n",
             f"[dev]\naws_access_key_id = {self.s3.key_id}\naws_secret_access_key = {self.s3.secret}\n")
-        env["AWS_ENDPOINT_URL_SSO"] = self.creds.url
+        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
 
-        def fails(profile, says, asked):
+        def fails(profile, says, asked, oidc=0):
             with self.subTest(profile=profile, says=says):
                 self.creds.calls.clear()
                 p, _ = self.upload(dict(env, AWS_PROFILE=profile))
                 self.assertNotEqual(p.returncode, 0)
                 self.assertIn(says, p.stderr)
-                self.assertEqual(self.creds.kinds(), ["sso"] * asked)
+                self.assertEqual(self.creds.kinds(), ["oidc"] * oidc + ["sso"] * asked)
                 self.assertNotIn("source=shared-files", p.stderr)
         fails("dev", "no cached token", 0)
         fails("dev", "run 'aws sso login --profile dev'", 0)
         tok = self.sso_login("corp", lifetime=-60)
-        fails("dev", "the cached token expired at", 0)
+        fails("dev", "the cached token expired at", 0, oidc=1)  # its refresh token refused
         tok = self.sso_login("corp")
         self.creds.sso_tokens.discard(tok)  # signed out elsewhere
         fails("dev", "the portal refused the cached token (HTTP 401)", 1)
@@ -591,6 +597,58 @@ print(json.dumps(d, indent=2))
         write(cache, '{"accessToken": "x"}')
         fails("dev", "has no accessToken and expiresAt", 0)
 
+    def test_iam_identity_center_token_refreshed_as_the_aws_cli_does(self):
+        """Within 15 minutes of its expiry the sso-session form's token is
+        refreshed at the OIDC service with the cache's refresh token, and the
+        cache rewritten (mode 0600) with the new one; a refused refresh keeps
+        a token that is still valid; the older form does not refresh."""
+        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
+        env = self.role_files(
+            self.SSO_DEV + "[profile legacy]\nsso_start_url = https://old.awsapps.com/start\n"
+            f"sso_region = us-east-1\nsso_account_id = {self.ACCOUNT}\n"
+            f"sso_role_name = {self.SSO_ROLE}\n")
+        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
+        self.creds.refresh_tokens.add("rt-1")
+        old = self.sso_login("corp", lifetime=300, refresh="rt-1")
+        t0 = time.time()
+        p, key = self.upload(dict(env, AWS_PROFILE="dev"))
+        self.assert_landed(p, key)
+        with open(self.sso_cache("corp")) as f:
+            cache = json.load(f)
+        self.assertEqual(os.stat(self.sso_cache("corp")).st_mode & 0o777, 0o600)
+        new = cache["accessToken"]
+        self.assertNotEqual(new, old)
+        self.assertEqual(self.creds.calls[0], ("oidc", "refresh_token", "rt-1"))
+        self.assertEqual(self.sso_asked(), [((self.ACCOUNT, self.SSO_ROLE), new)])
+        self.assertIn(cache["refreshToken"], self.creds.refresh_tokens)
+        exp = datetime.datetime.strptime(cache["expiresAt"], "%Y-%m-%dT%H:%M:%SZ").replace(
+            tzinfo=datetime.timezone.utc).timestamp()
+        self.assertLess(abs(exp - (t0 + 3600)), 60)
+        self.assertEqual({k: cache[k] for k in ("startUrl", "region", "clientId", "clientSecret",
+                                                 "registrationExpiresAt")},
+                         {"startUrl": "https://corp.awsapps.com/start", "region": "eu-west-1",
+                          "clientId": "cid", "clientSecret": "csecret",
+                          "registrationExpiresAt": "2099-01-01T00:00:00Z"})
+        self.assertIn("sso_token_refreshed", p.stderr)
+        for secret in (cache["refreshToken"], "rt-1", "csecret"):
+            self.assertNotIn(secret, p.stdout + p.stderr)
+        # refused (signed out elsewhere) while the token has 5 minutes left: it is used
+        self.creds.calls.clear()
+        kept = self.sso_login("corp", lifetime=300, refresh="rt-revoked")
+        p, key = self.upload(dict(env, AWS_PROFILE="dev"))
+        self.assert_landed(p, key)
+        self.assertIn("sso_refresh_failed", p.stderr)
+        self.assertIn("invalid_grant", p.stderr)
+        self.assertEqual(self.sso_asked(), [((self.ACCOUNT, self.SSO_ROLE), kept)])
+        # the older form has no refresh
+        self.creds.calls.clear()
+        self.creds.refresh_tokens.add("rt-2")
+        legacy = self.sso_login("https://old.awsapps.com/start", lifetime=300, refresh="rt-2")
+        p, key = self.upload(dict(env, AWS_PROFILE="legacy"))
+        self.assert_landed(p, key)
+        self.assertEqual(self.creds.kinds(), ["sso"])
+        self.assertEqual(self.sso_asked(), [((self.ACCOUNT, self.SSO_ROLE), legacy)])
+
     def test_iam_identity_center_renewed_with_a_new_login(self):
         """The role's keys live 6 s over an upload of about 10 s: they are
         fetched again before they expire, with the token of the login made
@@ -598,7 +656,8 @@ print(json.dumps(d, indent=2))
         self.creds.lifetime = 6
         self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
         env = self.role_files(self.SSO_DEV)
-        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_PROFILE="dev")
+        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url,
+                   AWS_PROFILE="dev")
         first = self.sso_login("corp")
         big = make(os.path.join(self.dir, "shard.bin"), 25 * MiB + 1, 5)
         relogged = []

@@ -19,6 +19,9 @@ formats:
   in x-amz-sso_bearer_token (401 UnauthorizedException for a token it did
   not hand out), JSON answer {"roleCredentials": {accessKeyId,
   secretAccessKey, sessionToken, expiration (milliseconds since the epoch)}}.
+- IAM Identity Center's OIDC service (CreateToken): POST /token with JSON
+  (clientId, clientSecret, grantType refresh_token, refreshToken), JSON
+  answer with accessToken, expiresIn (seconds) and a new refreshToken.
 - IMDSv2: PUT /latest/api/token (X-aws-ec2-metadata-token-ttl-seconds) gives a
   session token; GETs under /latest/meta-data/iam/security-credentials/ need
   it in X-aws-ec2-metadata-token (401 without), the listing gives the role
@@ -102,6 +105,8 @@ class CredServer:
         self.signers = {}              # key id -> secret of keys that may sign AssumeRole
         self.sso_tokens = set()        # access tokens the Identity Center portal accepts
         self.sso_roles = set()         # (account id, role name) pairs it grants
+        self.oidc_client = ("cid", "csecret")  # the client registration CreateToken knows
+        self.refresh_tokens = set()    # refresh tokens CreateToken takes (each once)
         self.calls = []
         self.lock = threading.Lock()
         outer = self
@@ -123,6 +128,8 @@ class CredServer:
             def do_POST(self):
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n)
+                if self.path == "/token":
+                    return self.create_token(raw)
                 form = urllib.parse.parse_qs(raw.decode(), keep_blank_values=True)
                 one = {k: v[0] for k, v in form.items()}
                 if one.get("Action") == "AssumeRole":
@@ -247,6 +254,27 @@ class CredServer:
                 if p not in ("/v2/credentials/pod", "/creds"):
                     return self.reply(404, "")
                 self.reply(200, self.keys_json(False))
+
+            def create_token(self, raw):
+                """IAM Identity Center's OIDC CreateToken with a refresh token:
+                JSON in, a new access token (the portal takes it) and a new
+                refresh token out; 400 invalid_grant for a refresh token it
+                did not hand out."""
+                req = json.loads(raw or b"{}")
+                with outer.lock:
+                    outer.calls.append(("oidc", req.get("grantType"), req.get("refreshToken")))
+                if (req.get("grantType") != "refresh_token" or
+                        (req.get("clientId"), req.get("clientSecret")) != outer.oidc_client or
+                        req.get("refreshToken") not in outer.refresh_tokens):
+                    return self.reply(400, '{"error":"invalid_grant"}')
+                tok = "aoa" + secrets.token_urlsafe(300)
+                new_refresh = "rt-" + secrets.token_urlsafe(40)
+                with outer.lock:
+                    outer.sso_tokens.add(tok)
+                    outer.refresh_tokens.discard(req["refreshToken"])
+                    outer.refresh_tokens.add(new_refresh)
+                self.reply(200, json.dumps({"accessToken": tok, "expiresIn": 3600,
+                                            "refreshToken": new_refresh, "tokenType": "Bearer"}))
 
             def sso_role_credentials(self, p):
                 q = {k: v[0] for k, v in urllib.parse.parse_qs(p.partition("?")[2]).items()}
