@@ -1,5 +1,19 @@
 # Test helpers. Tests are named area.case and every one has a timeout.
 
+# Stops configure when the file at path defines a test case (a line matching
+# regex, the case's name its group-th group) that cases do not list: it would
+# never run. Editing the file configures again.
+function(ck_check_listed path regex group cases who)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
+  file(STRINGS ${path} defs REGEX "${regex}")
+  foreach(def IN LISTS defs)
+    string(REGEX REPLACE "${regex}" "\\${group}" case "${def}")
+    if(NOT case IN_LIST cases)
+      message(FATAL_ERROR "${path} defines the test case '${case}', which the CASES of ${who} do not list")
+    endif()
+  endforeach()
+endfunction()
+
 # ck_unit_test(area SOURCES file.c LIBS lib... CASES a b c): a cmocka test
 # executable whose cases are registered one by one (the binary runs one case
 # when given its name). A case its sources define but CASES does not list is a
@@ -7,15 +21,8 @@
 function(ck_unit_test area)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;CASES" ${ARGN})
   foreach(src IN LISTS T_SOURCES)
-    set(path ${CMAKE_CURRENT_SOURCE_DIR}/${src})
-    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
-    file(STRINGS ${path} defs REGEX "cmocka_unit_test(_setup_teardown)?\\([a-z_0-9]+")
-    foreach(def IN LISTS defs)
-      string(REGEX REPLACE ".*cmocka_unit_test(_setup_teardown)?\\(([a-z_0-9]+).*" "\\2" case "${def}")
-      if(NOT case IN_LIST T_CASES)
-        message(FATAL_ERROR "${src} defines the case '${case}', which the CASES of ck_unit_test(${area}) do not list")
-      endif()
-    endforeach()
+    ck_check_listed(${CMAKE_CURRENT_SOURCE_DIR}/${src}
+      ".*cmocka_unit_test(_setup_teardown)?\\(([a-z_0-9]+).*" 2 "${T_CASES}" "ck_unit_test(${area})")
   endforeach()
   add_executable(test_${area} ${T_SOURCES})
   target_link_libraries(test_${area} PRIVATE ${T_LIBS} PkgConfig::CMOCKA ck_options)
@@ -52,14 +59,7 @@ function(ck_e2e_check_listed)
   list(REMOVE_DUPLICATES scripts)
   foreach(script IN LISTS scripts)
     get_property(cases GLOBAL PROPERTY CK_E2E_CASES_${script})
-    set(path ${PROJECT_SOURCE_DIR}/${script})
-    set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${path})
-    file(STRINGS ${path} defs REGEX "^    def test_[a-z_0-9]+\\(")
-    foreach(def IN LISTS defs)
-      string(REGEX REPLACE "^    def test_([a-z_0-9]+).*" "\\1" case "${def}")
-      if(NOT case IN_LIST cases)
-        message(FATAL_ERROR "${script} defines test_${case}, which no ck_e2e_test lists in its CASES")
-      endif()
-    endforeach()
+    ck_check_listed(${PROJECT_SOURCE_DIR}/${script} "^    def test_([a-z_0-9]+)\\(.*" 1 "${cases}"
+      "any ck_e2e_test of it")
   endforeach()
 endfunction()
