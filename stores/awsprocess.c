@@ -181,13 +181,15 @@ int ck_awsprocess_run(const char *cmd, const char *what, double timeout, struct 
     explicit_bzero(buf, sizeof buf);
     if (late || too_much)
         kill(-pid, SIGKILL); /* its whole group: a child of it may hold the pipe */
+    /* after our SIGKILL, reap's -1 only says the child was not dead yet
+     * when first looked at: the reason it was killed is ours to give */
     int status = reap(pid, late || too_much ? 0 : deadline);
-    if (late || status == -1)
-        err = ck_error(CK_EAUTH, "%s: '%s' did not finish within %.0f s (killed)", what, argv[0],
-                       timeout);
-    else if (too_much)
+    if (too_much)
         err = ck_error(CK_EAUTH, "%s: '%s' printed more than %u KiB", what, argv[0],
                        CK_AWSPROCESS_OUTPUT_MAX >> 10);
+    else if (late || status == -1)
+        err = ck_error(CK_EAUTH, "%s: '%s' did not finish within %.0f s (killed)", what, argv[0],
+                       timeout);
     else if (WIFSIGNALED(status))
         err =
             ck_error(CK_EAUTH, "%s: '%s' was ended by signal %d", what, argv[0], WTERMSIG(status));
