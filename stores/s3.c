@@ -519,9 +519,6 @@ struct mp {
     int next; /* next part index to look at */
     int err;
     char msg[1024];
-    /* a part answered with S3's checksum: the service checks what it gets
-     * and will give the object's checksum, so later parts need no MD5 */
-    atomic_bool server_checks;
 };
 
 static int next_part(struct mp *m)
@@ -557,7 +554,7 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     struct md5_ctx md5;
     /* for a service that does not check checksums: each part's MD5, taken on
      * the same bytes while in cache, against the part's ETag and the object's */
-    bool want_md5 = !atomic_load(&m->server_checks);
+    bool want_md5 = !atomic_load(&s->server_checks);
     sha256_init(&md);
     md5_init(&md5);
     size_t got = 0;
@@ -618,10 +615,8 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         else if (resp.checksum_sha256[0] && strcmp(resp.checksum_sha256, p.sha256_b64) != 0)
             err = ck_error(CK_ENET, "%s: the server's checksum %s is not the SHA-256 sent %s", what,
                            resp.checksum_sha256, p.sha256_b64);
-        else if (resp.checksum_sha256[0]) {
-            atomic_store(&m->server_checks, true);
-            atomic_store(&s->server_checks, true);
-        }
+        else if (resp.checksum_sha256[0])
+            atomic_store(&s->server_checks, true); /* later parts need no MD5 */
     }
     if (err == 0 && (fstat(m->fd, &after) < 0 || !ck_stat_unchanged(&before, &after)))
         err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
@@ -845,7 +840,6 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
     CURL *h = ck_net_handle(s->base.net);
     struct mp m = {.s = s, .x = x, .fd = -1};
     int err = 0;
-    atomic_init(&m.server_checks, atomic_load(&s->server_checks));
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     pthread_mutex_init(&m.mu, NULL);
