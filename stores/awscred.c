@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/secret.h"
 #include "stores/awsconfig.h"
@@ -463,32 +464,42 @@ out:
     return err;
 }
 
+/* The keys of a JSON credentials document: AccessKeyId, SecretAccessKey,
+ * the session token under token_key (optional) and an ISO 8601 Expiration
+ * (optional: without one the keys do not expire). noun names the document
+ * in errors ("answer", "output"); err_code is the error they give. */
+static int json_creds(const char *json, const char *token_key, const char *what, const char *noun,
+                      int err_code, struct ck_awskeys *k, long long *expiry)
+{
+    char exp[64];
+    struct ck_awskeys nk = {0};
+    int err = 0;
+    *expiry = 0;
+    if (!ck_awscred_json_str(json, "AccessKeyId", nk.id, sizeof nk.id) ||
+        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) || !nk.id[0] ||
+        !nk.secret[0])
+        err = ck_error(err_code, "%s: the %s has no AccessKeyId and SecretAccessKey", what, noun);
+    else if (ck_awscred_json_str(json, "Expiration", exp, sizeof exp) &&
+             (*expiry = ck_awscred_parse_time(exp)) < 0)
+        err = ck_error(err_code, "%s: the %s's Expiration '%s' is not an ISO 8601 time", what, noun,
+                       exp);
+    if (err == 0) {
+        if (!ck_awscred_json_str(json, token_key, nk.token, sizeof nk.token))
+            nk.token[0] = '\0';
+        *k = nk;
+    }
+    ck_awskeys_wipe(&nk);
+    return err;
+}
+
 /* The JSON of the container and instance metadata services. */
 static int parse_json_creds(const char *json, const char *what, struct ck_awskeys *k,
                             long long *expiry)
 {
-    char exp[64], code[64];
-    struct ck_awskeys nk = {0};
+    char code[64];
     if (ck_awscred_json_str(json, "Code", code, sizeof code) && strcmp(code, "Success"))
         return ck_error(CK_EAUTH, "%s: the service answered Code '%s'", what, code);
-    if (!ck_awscred_json_str(json, "AccessKeyId", nk.id, sizeof nk.id) ||
-        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) || !nk.id[0] ||
-        !nk.secret[0]) {
-        ck_awskeys_wipe(&nk);
-        return ck_error(CK_ENET, "%s: the answer has no AccessKeyId and SecretAccessKey", what);
-    }
-    if (!ck_awscred_json_str(json, "Token", nk.token, sizeof nk.token))
-        nk.token[0] = '\0';
-    *expiry = 0;
-    if (ck_awscred_json_str(json, "Expiration", exp, sizeof exp) &&
-        (*expiry = ck_awscred_parse_time(exp)) < 0) {
-        ck_awskeys_wipe(&nk);
-        return ck_error(CK_ENET, "%s: the answer's Expiration '%s' is not an ISO 8601 time", what,
-                        exp);
-    }
-    *k = nk;
-    ck_awskeys_wipe(&nk);
-    return 0;
+    return json_creds(json, "Token", what, "answer", CK_ENET, k, expiry);
 }
 
 static int fetch_container(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
@@ -587,36 +598,14 @@ out:
 static int fetch_process(struct ck_awscred *c, struct ck_awskeys *k, long long *expiry)
 {
     struct ck_buf out = CK_BUF_INIT;
-    char exp[64];
     long long version = 0;
-    struct ck_awskeys nk = {0};
     const char *what = c->process_what;
     int err = ck_awsprocess_run(c->process_cmd, what, CK_AWSPROCESS_TIMEOUT_S, &out);
     const char *json = ck_buf_str(&out);
-    if (err < 0)
-        goto out;
-    if (!ck_awscred_json_int(json, "Version", &version) || version != 1) {
+    if (err == 0 && (!ck_awscred_json_int(json, "Version", &version) || version != 1))
         err = ck_error(CK_EAUTH, "%s: the output is not {\"Version\": 1, ...} JSON", what);
-        goto out;
-    }
-    if (!ck_awscred_json_str(json, "AccessKeyId", nk.id, sizeof nk.id) ||
-        !ck_awscred_json_str(json, "SecretAccessKey", nk.secret, sizeof nk.secret) || !nk.id[0] ||
-        !nk.secret[0]) {
-        err = ck_error(CK_EAUTH, "%s: the output has no AccessKeyId and SecretAccessKey", what);
-        goto out;
-    }
-    if (!ck_awscred_json_str(json, "SessionToken", nk.token, sizeof nk.token))
-        nk.token[0] = '\0';
-    *expiry = 0;
-    if (ck_awscred_json_str(json, "Expiration", exp, sizeof exp) &&
-        (*expiry = ck_awscred_parse_time(exp)) < 0) {
-        err = ck_error(CK_EAUTH, "%s: the output's Expiration '%s' is not an ISO 8601 time", what,
-                       exp);
-        goto out;
-    }
-    *k = nk;
-out:
-    ck_awskeys_wipe(&nk);
+    if (err == 0)
+        err = json_creds(json, "SessionToken", what, "output", CK_EAUTH, k, expiry);
     ck_buf_wipe(&out);
     return err;
 }
@@ -660,19 +649,12 @@ int ck_awscred_sso_answer_parse(const char *json, const char *what, struct ck_aw
     return err;
 }
 
-/* "key": "value" into b, the value escaped for JSON. */
-static void json_put(struct ck_buf *b, const char *key, const char *v, bool last)
+/* t (seconds since the epoch) as ISO 8601 UTC, as the AWS CLI writes it. */
+static void iso_utc(char out[32], long long t)
 {
-    ck_buf_printf(b, "\"%s\": \"", key);
-    for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            ck_buf_printf(b, "\\%c", *p);
-        else if (*p < 0x20)
-            ck_buf_printf(b, "\\u%04x", *p);
-        else
-            ck_buf_append(b, p, 1);
-    }
-    ck_buf_puts(b, last ? "\"}" : "\", ");
+    time_t tt = (time_t)t;
+    struct tm tm;
+    strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
 }
 
 #define SSO_REFRESH_WINDOW_S (15 * 60) /* as the AWS CLI v2: 15 minutes before expiry */
@@ -705,11 +687,14 @@ static int sso_refresh(struct ck_awscred *c, const char *what, const char *cache
                        regexp);
         goto out;
     }
-    ck_buf_puts(&body, "{");
-    json_put(&body, "clientId", cid, false);
-    json_put(&body, "clientSecret", csec, false);
-    json_put(&body, "grantType", "refresh_token", false);
-    json_put(&body, "refreshToken", rtok, true);
+    struct ck_json j;
+    ck_json_init(&j, &body, false);
+    ck_json_begin_object(&j);
+    ck_json_kstr(&j, "clientId", cid);
+    ck_json_kstr(&j, "clientSecret", csec);
+    ck_json_kstr(&j, "grantType", "refresh_token");
+    ck_json_kstr(&j, "refreshToken", rtok);
+    ck_json_end_object(&j);
     char url[700];
     snprintf(url, sizeof url, "%s/token", c->sso_oidc_url);
     hd = curl_slist_append(hd, "Content-Type: application/json");
@@ -734,22 +719,22 @@ static int sso_refresh(struct ck_awscred *c, const char *what, const char *cache
     if (!ck_awscred_json_str(json, "refreshToken", nrtok, sizeof nrtok) || !nrtok[0])
         snprintf(nrtok, sizeof nrtok, "%s", rtok);
     long long t = now_s() + in;
-    time_t tt = (time_t)t;
-    struct tm tm;
-    strftime(exp, sizeof exp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
+    iso_utc(exp, t);
     /* the cache as the AWS CLI writes it */
-    ck_buf_puts(&out, "{");
+    ck_json_init(&j, &out, false);
+    ck_json_begin_object(&j);
     if (ck_awscred_json_str(cache, "startUrl", start, sizeof start))
-        json_put(&out, "startUrl", start, false);
+        ck_json_kstr(&j, "startUrl", start);
     if (ck_awscred_json_str(cache, "region", region, sizeof region))
-        json_put(&out, "region", region, false);
-    json_put(&out, "accessToken", ntok, false);
-    json_put(&out, "expiresAt", exp, false);
-    json_put(&out, "clientId", cid, false);
-    json_put(&out, "clientSecret", csec, false);
+        ck_json_kstr(&j, "region", region);
+    ck_json_kstr(&j, "accessToken", ntok);
+    ck_json_kstr(&j, "expiresAt", exp);
+    ck_json_kstr(&j, "clientId", cid);
+    ck_json_kstr(&j, "clientSecret", csec);
     if (has_reg)
-        json_put(&out, "registrationExpiresAt", regexp, false);
-    json_put(&out, "refreshToken", nrtok, true);
+        ck_json_kstr(&j, "registrationExpiresAt", regexp);
+    ck_json_kstr(&j, "refreshToken", nrtok);
+    ck_json_end_object(&j);
     if ((err = ck_write_file_atomic(c->sso_cache, out.data, out.len, 0600)) < 0) {
         err = ck_error_wrap(err, "%s: cannot write the refreshed token", what);
         goto out;
@@ -802,10 +787,8 @@ static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expi
         }
     }
     if (until <= now_s()) {
-        time_t t = (time_t)until;
-        struct tm tm;
         char when[32];
-        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        iso_utc(when, until);
         err = ck_error(CK_EAUTH,
                        "%s: the cached token expired at %s: run 'aws sso login --profile %s'", what,
                        when, c->profile);
