@@ -13,6 +13,7 @@ import time
 
 sys.path.insert(0, os.environ["CKPTD_BENCH_LIB"])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procstat import cpu_seconds  # noqa: E402
 from same_start import same_start  # noqa: E402
 from servers import FlakyProxy, Nginx, S3Server  # noqa: E402
 
@@ -49,7 +50,6 @@ def vmhwm(pid):
     return 0
 
 
-TCK = os.sysconf("SC_CLK_TCK")
 server_pids = []  # the running server's main threads (s3rver's node, nginx's worker)
 
 
@@ -60,12 +60,10 @@ def main_thread_cpu():
     total = 0
     for pid in server_pids:
         try:
-            with open(f"/proc/{pid}/task/{pid}/stat") as f:
-                v = f.read().rsplit(")", 1)[1].split()
-            total += int(v[11]) + int(v[12])
+            total += cpu_seconds(pid, tid=pid)
         except OSError:
             pass
-    return total / TCK
+    return total
 
 
 def timed(cmd, env):

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from procstat import cpu_seconds
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIM = os.path.join(HERE, "..", "tests", "sim_trainer.py")
 MIB = 1 << 20
@@ -198,12 +200,6 @@ def burst(ckptd, n):
         shutil.rmtree(work, ignore_errors=True)
 
 
-def proc_cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def proc_rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -236,15 +232,15 @@ def idle(ckptd, nfiles, seconds):
             time.sleep(0.05)
         # the pass that registered them may still be busy after metadata.yaml (events,
         # hooks' bookkeeping): idle is when the CPU time stops moving for 3 s
-        last, still = proc_cpu(p.pid), 0
+        last, still = cpu_seconds(p.pid), 0
         while still < 3:
             time.sleep(1)
-            cur = proc_cpu(p.pid)
+            cur = cpu_seconds(p.pid)
             still = still + 1 if cur == last else 0
             last = cur
-        c0, rss0 = proc_cpu(p.pid), proc_rss_kib(p.pid)
+        c0, rss0 = cpu_seconds(p.pid), proc_rss_kib(p.pid)
         time.sleep(seconds)
-        c1, rss1 = proc_cpu(p.pid), proc_rss_kib(p.pid)
+        c1, rss1 = cpu_seconds(p.pid), proc_rss_kib(p.pid)
         with open(f"/proc/{p.pid}/status") as f:
             hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
         anon = file_backed = 0
