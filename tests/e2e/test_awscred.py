@@ -499,6 +499,13 @@ print(json.dumps(d, indent=2))
                "[sso-session corp]\nsso_start_url = https://corp.awsapps.com/start\n"
                "sso_region = eu-west-1\nsso_registration_scopes = sso:account:access\n")
 
+    def sso_files(self, config, creds=""):
+        """role_files for the IAM Identity Center cases: the stand-in portal
+        grants (ACCOUNT, SSO_ROLE) and answers for the portal and OIDC."""
+        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
+        return dict(self.role_files(config, creds), AWS_ENDPOINT_URL_SSO=self.creds.url,
+                    AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
+
     def sso_cache(self, key):
         return os.path.join(self.home, ".aws", "sso", "cache",
                             hashlib.sha1(key.encode()).hexdigest() + ".json")
@@ -526,16 +533,14 @@ print(json.dumps(d, indent=2))
         the profile): the cached token is traded at the portal for the
         role's keys, before the credentials file's keys (the AWS CLI's
         order); such a profile also signs another's AssumeRole."""
-        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
         self.creds.roles.add(self.ROLE)
-        env = self.role_files(
+        env = self.sso_files(
             self.SSO_DEV +
             "[profile legacy]\nsso_start_url = https://old.awsapps.com/start\n"
             f"sso_region = us-east-1\nsso_account_id = {self.ACCOUNT}\n"
             f"sso_role_name = {self.SSO_ROLE}\n"
             f"[profile writer]\nrole_arn = {self.ROLE}\nsource_profile = dev\n",
             f"[dev]\naws_access_key_id = {BOGUS_ID}\naws_secret_access_key = {BOGUS_SECRET}\n")
-        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
         tok = self.sso_login("corp")
         p, key = self.upload(dict(env, AWS_PROFILE="dev"))
         self.assert_landed(p, key)
@@ -558,8 +563,7 @@ print(json.dumps(d, indent=2))
     def test_iam_identity_center_failures(self):
         """Each says what is wrong and what to run; none falls through to
         other keys (the credentials file's here would be another identity)."""
-        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
-        env = self.role_files(
+        env = self.sso_files(
             self.SSO_DEV +
             "[profile half]\nsso_session = corp\nsso_account_id = 1\n"
             "[profile nosession]\nsso_session = gone\nsso_account_id = 1\nsso_role_name = r\n"
@@ -569,7 +573,6 @@ print(json.dumps(d, indent=2))
             "[profile other]\nsso_session = corp\nsso_account_id = 999999999999\n"
             f"sso_role_name = {self.SSO_ROLE}\n",
             f"[dev]\naws_access_key_id = {self.s3.key_id}\naws_secret_access_key = {self.s3.secret}\n")
-        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
 
         def fails(profile, says, asked, oidc=0):
             with self.subTest(profile=profile, says=says):
@@ -602,12 +605,10 @@ print(json.dumps(d, indent=2))
         refreshed at the OIDC service with the cache's refresh token, and the
         cache rewritten (mode 0600) with the new one; a refused refresh keeps
         a token that is still valid; the older form does not refresh."""
-        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
-        env = self.role_files(
+        env = self.sso_files(
             self.SSO_DEV + "[profile legacy]\nsso_start_url = https://old.awsapps.com/start\n"
             f"sso_region = us-east-1\nsso_account_id = {self.ACCOUNT}\n"
             f"sso_role_name = {self.SSO_ROLE}\n")
-        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url)
         self.creds.refresh_tokens.add("rt-1")
         old = self.sso_login("corp", lifetime=300, refresh="rt-1")
         t0 = time.time()
@@ -654,10 +655,8 @@ print(json.dumps(d, indent=2))
         fetched again before they expire, with the token of the login made
         meanwhile (the cache file is read again; the first token is gone)."""
         self.creds.lifetime = 6
-        self.creds.sso_roles.add((self.ACCOUNT, self.SSO_ROLE))
-        env = self.role_files(self.SSO_DEV)
-        env.update(AWS_ENDPOINT_URL_SSO=self.creds.url, AWS_ENDPOINT_URL_SSO_OIDC=self.creds.url,
-                   AWS_PROFILE="dev")
+        env = self.sso_files(self.SSO_DEV)
+        env["AWS_PROFILE"] = "dev"
         first = self.sso_login("corp")
         big = make(os.path.join(self.dir, "shard.bin"), 25 * MiB + 1, 5)
         relogged = []

@@ -10,6 +10,8 @@ when its program is missing. Secrets go through environment variables and
     with Sshd(tmp) as ssh: ...      ssh.url(path), ssh.key, ssh.host_key_sha256
     with FlakyProxy(upstream, [500, 503]) as p: ...  p.url, p.requests
 """
+import base64
+import hashlib
 import http.client
 import http.server
 import os
@@ -21,6 +23,7 @@ import subprocess
 import threading
 import time
 import unittest
+import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -315,9 +318,6 @@ class AwsChecksums:
         self.heads_with_checksum = 0
 
     def __call__(self, method, path, headers, body, status, answer):
-        import base64
-        import hashlib
-        import urllib.parse
         target, _, query = path.partition("?")
         key = urllib.parse.unquote(target.split("/", 2)[2]) if target.count("/") >= 2 else ""
         q = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
