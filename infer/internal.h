@@ -16,7 +16,7 @@ struct ck_ishape {
 
 /* Largest element count of one value (2^40 floats = 4 TiB: beyond any real
  * model, small enough that byte sizes never overflow). */
-#define CK_INFER_NUMEL_MAX (INT64_C(1) << 40)
+#define CK_INFER_NUMEL_MAX CK_MODEL_NUMEL_MAX
 
 /* numel of s; -1 when over CK_INFER_NUMEL_MAX. */
 int64_t ck_ishape_numel(const struct ck_ishape *s);

@@ -3,6 +3,7 @@
  * shape, before any buffer is allocated, so that a graph whose shapes do not
  * chain fails naming the node before anything is computed. */
 #include "infer/internal.h"
+#include "model/dims.h"
 #include "common/error.h"
 
 #include <stdio.h>
@@ -10,14 +11,18 @@
 
 int64_t ck_ishape_numel(const struct ck_ishape *s)
 {
-    int64_t n = 1;
-    for (int i = 0; i < s->rank; i++) {
-        if (s->d[i] < 0)
-            return -1;
-        if (s->d[i] && n > CK_INFER_NUMEL_MAX / s->d[i])
-            return -1;
-        n *= s->d[i];
-    }
+    int64_t n = 0, nz = 0;
+    /* the non-zero dims too must multiply within the limit: a [0, 2^62, 2^62]
+     * has no element, but a flatten of it would overflow */
+    if (!ck_dims_prod(s->d, 0, s->rank, &n))
+        return -1;
+    for (int i = 0, first = 1; i < s->rank; i++)
+        if (s->d[i]) {
+            nz = first ? s->d[i] : nz * s->d[i]; /* fits: ck_dims_prod checked it */
+            first = 0;
+            if (nz > CK_INFER_NUMEL_MAX)
+                return -1;
+        }
     return n;
 }
 
@@ -76,8 +81,9 @@ static int dense(const struct ck_model_node *n, const struct ck_ishape *in, size
         return BAD("node '%s' (dense): axis out of range for input %s", n->name,
                    ck_ishape_text(x, sx, sizeof sx));
     int64_t k = 1;
-    for (int i = axis; i < x->rank; i++)
-        k *= x->d[i];
+    if (!ck_dims_prod(x->d, axis, x->rank, &k))
+        return BAD("node '%s' (dense): input %s has too many features", n->name,
+                   ck_ishape_text(x, sx, sizeof sx));
     if (w->rank < 2 || (n->p.trans_w && w->rank != 2))
         return BAD("node '%s' (dense): weight of shape %s is not a matrix", n->name,
                    ck_ishape_text(w, sw, sizeof sw));
@@ -97,7 +103,9 @@ static int dense(const struct ck_model_node *n, const struct ck_ishape *in, size
         for (int i = 1; i < w->rank; i++) {
             if (out->rank >= CK_INFER_MAX_RANK)
                 return BAD("node '%s' (dense): output rank over %d", n->name, CK_INFER_MAX_RANK);
-            wn *= w->d[i];
+            if (!ck_dim_mul(wn, w->d[i], &wn))
+                return BAD("node '%s' (dense): weight %s is too large", n->name,
+                           ck_ishape_text(w, sw, sizeof sw));
             out->d[out->rank++] = w->d[i];
         }
     }
@@ -112,10 +120,13 @@ static int dense(const struct ck_model_node *n, const struct ck_ishape *in, size
 static int64_t window_out(int64_t size, int64_t k, int64_t s, int64_t d, int64_t p0, int64_t p1,
                           bool ceil_mode)
 {
-    int64_t span = d * (k - 1) + 1, room = size + p0 + p1 - span;
-    if (k < 1 || s < 1 || d < 1 || p0 < 0 || p1 < 0 || room < 0)
+    int64_t span = 0, room = 0;
+    if (k < 1 || s < 1 || d < 1 || p0 < 0 || p1 < 0 || !ck_dim_mul(d, k - 1, &span) ||
+        !ck_dim_add(span, 1, &span) || !ck_dim_add(size, p0, &room) ||
+        !ck_dim_add(room, p1, &room) || (room -= span) < 0 ||
+        (ceil_mode && !ck_dim_add(room, s - 1, &room)))
         return -1;
-    int64_t o = (ceil_mode ? (room + s - 1) / s : room / s) + 1;
+    int64_t o = room / s + 1;
     /* torch: the last window must start inside the input or its left padding */
     if (ceil_mode && (o - 1) * s >= size + p0)
         o--;
@@ -450,8 +461,8 @@ static int flatten(const struct ck_model_node *n, const struct ck_ishape *x, str
     if (a < 0 || a > x->rank)
         return BAD("node '%s' (flatten): axis out of range", n->name);
     int64_t lo = 1, hi = 1;
-    for (int i = 0; i < x->rank; i++)
-        *(i < a ? &lo : &hi) *= x->d[i];
+    if (!ck_dims_prod(x->d, 0, (int)a, &lo) || !ck_dims_prod(x->d, (int)a, x->rank, &hi))
+        return BAD("node '%s' (flatten): input too large", n->name);
     *out = (struct ck_ishape){2, {lo, hi}};
     return 0;
 }
@@ -473,8 +484,8 @@ static int norm_checks(const struct ck_model_node *n, const struct ck_ishape *in
         if (axis < 0)
             return BAD("node '%s' (layernorm): axis out of range", n->name);
         int64_t inner = 1;
-        for (int i = axis; i < x->rank; i++)
-            inner *= x->d[i];
+        if (!ck_dims_prod(x->d, axis, x->rank, &inner))
+            return BAD("node '%s' (layernorm): input too large", n->name);
         for (size_t i = 1; i < nin; i++)
             if (ck_ishape_numel(&in[i]) != inner)
                 return BAD("node '%s' (layernorm): parameter %zu has %lld values for %lld "

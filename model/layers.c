@@ -1,4 +1,5 @@
 #include "model/layers.h"
+#include "model/dims.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -684,7 +685,10 @@ static int guess_input(struct lctx *c, int *rank, int64_t *dims)
     if (w && n->op == CK_OP_CONV2D && w->rank == 4) {
         *rank = 4;
         dims[0] = dims[2] = dims[3] = -1;
-        dims[1] = w->dims[1] * n->p.groups;
+        if (!ck_dim_mul(w->dims[1], n->p.groups, &dims[1]) || dims[1] < 1)
+            return ck_error(CK_EFORMAT,
+                            "'%s': conv2d weight '%s' and groups %lld give no input channel count",
+                            c->label, w->name, (long long)n->p.groups);
         return 0;
     }
     return ck_error(CK_EFORMAT,

@@ -1,7 +1,9 @@
 #include "model/model.h"
+#include "model/dims.h"
 #include "common/error.h"
 
 #include <math.h>
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,9 +203,21 @@ int ck_model_node_set_ints(struct ck_model_node *n, const int64_t *v, size_t cou
 int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_dtype dtype,
                     int rank, const int64_t *dims)
 {
+    const char *path = m->weights && m->weights->path ? m->weights->path : "";
     if (rank < 0 || rank > CK_TENSOR_MAX_RANK)
-        return ck_error(CK_ESIZE, "graph %s '%s': rank %d out of range",
+        return ck_error(CK_ESIZE, "'%s': graph %s '%s': rank %d out of range", path,
                         output ? "output" : "input", name, rank);
+    /* what the engine and every archive format can hold: each dim -1 (any)
+     * or at most CK_MODEL_NUMEL_MAX, and so the product of the known ones */
+    int64_t known = 1;
+    for (int d = 0; d < rank; d++)
+        if (dims[d] < -1 || dims[d] > CK_MODEL_NUMEL_MAX ||
+            (dims[d] > 0 && !ck_dim_mul(known, dims[d], &known)) || known > CK_MODEL_NUMEL_MAX)
+            return ck_error(CK_ESIZE,
+                            "'%s': graph %s '%s': dimension %d (%" PRId64 ") makes a shape "
+                            "larger than %" PRId64 " elements",
+                            path, output ? "output" : "input", name, d, dims[d],
+                            (int64_t)CK_MODEL_NUMEL_MAX);
     struct ck_model_io **v = output ? &m->outputs : &m->inputs;
     size_t *n = output ? &m->noutputs : &m->ninputs;
     if (*n >= 4096)

@@ -80,6 +80,10 @@ const char *ck_op_name(enum ck_op op);
 enum ck_op ck_op_from_name(const char *name);
 
 #define CK_MODEL_MAX_INTS 64
+/* The most elements one value of a model may have (2^40 floats = 4 TiB:
+ * beyond any real model, small enough that no size computation overflows);
+ * the engine (CK_INFER_NUMEL_MAX) and the mldef validator use the same. */
+#define CK_MODEL_NUMEL_MAX (INT64_C(1) << 40)
 
 /* Every op's parameters in one struct: each op reads the fields its line in
  * the enum names and ignores the rest. ck_op_params_init sets the defaults. */
