@@ -638,6 +638,27 @@ double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i)
     return ck_dtype_get_f64(t->data + i * es, t->dtype, t->big_endian, NULL);
 }
 
+int ck_tensor_get_i64(const struct ck_tensor *t, uint64_t i, int64_t *out)
+{
+    size_t es = ck_dtype_size(t->dtype);
+    uint64_t n;
+    if ((t->dtype == CK_DT_I64 || t->dtype == CK_DT_U64) && t->data &&
+        ck_tensor_numel(t, &n) == 0 && i < n && n <= t->nbytes / es) {
+        if (t->fortran_order && t->rank > 1)
+            i = fortran_index(t, i);
+        uint64_t u = load(t->data + i * es, 8, t->big_endian);
+        if (t->dtype == CK_DT_U64 && u > INT64_MAX)
+            return CK_EFORMAT;
+        *out = (int64_t)u;
+        return 0;
+    }
+    double d = ck_tensor_get_f64(t, i);
+    if (!isfinite(d) || d != floor(d))
+        return CK_EFORMAT;
+    *out = d >= 0x1p63 ? INT64_MAX : d <= -0x1p63 ? INT64_MIN : (int64_t)d;
+    return 0;
+}
+
 #define CRC_CHUNK ((uint64_t)8 << 20)
 
 static uint32_t crc_chunked(const struct ck_tensor_set *s, uint32_t crc, const unsigned char *p,
@@ -753,6 +774,46 @@ int ck_graph_node_add_output(struct ck_graph_node *n, const char *tensor)
 int ck_graph_node_add_attr(struct ck_graph_node *n, const char *key, const char *value)
 {
     return kv_push(&n->attrs, &n->nattrs, key, value);
+}
+
+static bool count_ok(size_t n, size_t lo, size_t hi)
+{
+    return n >= lo && (!hi || n <= hi);
+}
+
+/* "2", "2 to 3", "at least 1" */
+static const char *count_text(size_t lo, size_t hi, char *buf, size_t size)
+{
+    if (lo == hi)
+        snprintf(buf, size, "%zu", lo);
+    else if (!hi)
+        snprintf(buf, size, "at least %zu", lo);
+    else
+        snprintf(buf, size, "%zu to %zu", lo, hi);
+    return buf;
+}
+
+int ck_graph_node_check_arity(const struct ck_graph_node *n, const struct ck_arity *a,
+                              const char *path)
+{
+    char want[64];
+    if (!count_ok(n->ninputs, a->in_lo, a->in_hi))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu inputs, the op takes %s", path,
+                        n->name, n->op, n->ninputs,
+                        count_text(a->in_lo, a->in_hi, want, sizeof want));
+    if (!count_ok(n->noutputs, a->out_lo, a->out_hi))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu outputs, the op gives %s", path,
+                        n->name, n->op, n->noutputs,
+                        count_text(a->out_lo, a->out_hi, want, sizeof want));
+    for (size_t i = 0; i < a->in_lo; i++)
+        if (!n->inputs[i][0])
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): required input %zu is missing",
+                            path, n->name, n->op, i);
+    for (size_t i = 0; i < a->out_lo; i++)
+        if (!n->outputs[i][0])
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): output %zu has no name", path,
+                            n->name, n->op, i);
+    return 0;
 }
 
 int ck_graph_add_io(struct ck_graph *g, bool output, const char *tensor)

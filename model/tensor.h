@@ -145,6 +145,12 @@ int ck_tensor_check_size(const struct ck_tensor *t, const char *file);
  * integer of a quantized type. NaN for strings, a tensor without data, or i
  * past the end. */
 double ck_tensor_get_f64(const struct ck_tensor *t, uint64_t i);
+/* Element i as an exact integer into *out: the 64-bit integer dtypes as
+ * stored (U64 above INT64_MAX refused), the others through the double of
+ * ck_tensor_get_f64 when it is finite, integral and in int64's range (a
+ * real past 2^63 saturates: INT64_MAX in a float tensor means "to the end").
+ * CK_EFORMAT when the element is no such integer or does not exist. */
+int ck_tensor_get_i64(const struct ck_tensor *t, uint64_t i, int64_t *out);
 /* One element at p as a double, for any numeric dtype in either byte order
  * (the one decoder: model/convert uses it for its general path); *imag, when
  * not NULL, gets a complex's imaginary part (0 otherwise). The 64-bit
@@ -165,6 +171,20 @@ int ck_graph_node_add_input(struct ck_graph_node *n, const char *tensor);
 int ck_graph_node_add_output(struct ck_graph_node *n, const char *tensor);
 int ck_graph_node_add_attr(struct ck_graph_node *n, const char *key, const char *value);
 int ck_graph_add_io(struct ck_graph *g, bool output, const char *tensor);
+
+/* How many inputs and outputs an op of a source format takes, as its
+ * reader's op table declares it; a hi of 0 means any number. */
+struct ck_arity {
+    uint16_t in_lo, in_hi, out_lo, out_hi;
+};
+
+/* The one check of a source node's input and output counts, made before a
+ * mapping reads any of them: CK_EFORMAT naming the file, the node and its op
+ * when a count is outside a, or when one of the first in_lo inputs (the
+ * required ones) has an empty name (ONNX's "absent"). After it, a mapping
+ * may read inputs[0..in_lo) and outputs[0..out_lo). */
+int ck_graph_node_check_arity(const struct ck_graph_node *n, const struct ck_arity *a,
+                              const char *path);
 int ck_graph_add_attr(struct ck_graph *g, const char *key, const char *value);
 
 /* IEEE half and bfloat16 to float. */

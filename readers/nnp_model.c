@@ -126,14 +126,8 @@ static int node(struct nctx *c, enum ck_op op, struct ck_model_node **out)
 
 static int need_inputs(const struct nctx *c, size_t lo, size_t hi)
 {
-    if (c->gn->ninputs < lo || c->gn->ninputs > hi) {
-        if (hi == lo)
-            return nfail(c, "%zu inputs (expected %zu)", c->gn->ninputs, lo);
-        return nfail(c, "%zu inputs (expected %zu to %zu)", c->gn->ninputs, lo, hi);
-    }
-    if (c->gn->noutputs != 1)
-        return nfail(c, "%zu outputs (expected 1)", c->gn->noutputs);
-    return 0;
+    struct ck_arity a = {(uint16_t)lo, (uint16_t)hi, 1, 1};
+    return ck_graph_node_check_arity(c->gn, &a, c->path);
 }
 
 /* Inputs in the given order (indices into the NNabla inputs; -1 ends), then the output. */
@@ -356,9 +350,8 @@ static int map_concat(struct nctx *c, enum ck_op op)
 {
     struct ck_model_node *n;
     int err;
-    if (c->gn->ninputs < 1 || c->gn->noutputs != 1)
-        return nfail(c, "%zu inputs and %zu outputs", c->gn->ninputs, c->gn->noutputs);
-    if ((err = node(c, op, &n)) < 0 || (err = attr_int(c, "axis", -1, &n->p.axis)) < 0)
+    if ((err = need_inputs(c, 1, 0)) < 0 || (err = node(c, op, &n)) < 0 ||
+        (err = attr_int(c, "axis", -1, &n->p.axis)) < 0)
         return err;
     for (size_t i = 0; i < c->gn->ninputs; i++)
         if ((err = ck_model_node_add_input(n, c->gn->inputs[i])) < 0)

@@ -12,6 +12,7 @@
 #include "readers/reader.h"
 
 #include "common/error.h"
+#include "model/dims.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -222,6 +223,17 @@ static int input(struct cx *c, const struct ck_graph_node *n, size_t i, struct v
     return 0;
 }
 
+/* A folded value as an integer: int64 values are kept as doubles, so
+ * INT64_MAX (Slice's "to the end") reads back as 2^63 and saturates to
+ * INT64_MAX, like INT64_MIN; a NaN or an infinity is no integer. */
+static bool to_i64(double d, int64_t *out)
+{
+    if (isnan(d) || isinf(d))
+        return false;
+    *out = d >= 0x1p63 ? INT64_MAX : d <= -0x1p63 ? INT64_MIN : (int64_t)d;
+    return true;
+}
+
 /* Input i as a list of integers (a constant: Reshape's shape, Slice's starts...). */
 static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int64_t *v, size_t max,
                       size_t *count)
@@ -235,7 +247,9 @@ static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int
                         "'%s': node '%s' (%s): input '%s' is not a constant that can be folded",
                         c->path, n->name, n->op, x->name);
     for (size_t k = 0; k < x->cn; k++)
-        v[k] = (int64_t)x->c[k];
+        if (!to_i64(x->c[k], &v[k]))
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' holds a value that is not an integer",
+                            c->path, n->name, n->op, x->name);
     *count = x->cn;
     return 0;
 }
@@ -302,12 +316,17 @@ static int broadcast(const struct val *a, const struct val *b, struct val *o)
     return 0;
 }
 
-static int conv_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe, bool ceil)
+/* An output extent of a convolution or pool; -1 when it is not positive
+ * or the arithmetic on the file's values overflows. */
+static int64_t conv_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb, int64_t pe,
+                        bool ceil)
 {
-    int64_t span = in + pb + pe - d * (k - 1) - 1;
-    if (span < 0 || s <= 0)
+    int64_t span = 0, reach = 0;
+    if (s <= 0 || k < 1 || d < 1 || !ck_dim_mul(d, k - 1, &reach) || !ck_dim_add(in, pb, &span) ||
+        !ck_dim_add(span, pe, &span) || !ck_dim_add(span, -reach - 1, &span) || span < 0 ||
+        (ceil && !ck_dim_add(span, s - 1, &span)))
         return -1;
-    return (int)((ceil ? (span + s - 1) / s : span / s) + 1);
+    return span / s + 1;
 }
 
 /* Output shapes of mapped ops from their inputs' shapes; unknown stays -1. */
@@ -391,8 +410,9 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         if ((err = attr_int(c, n, "axis", 1, &axis)) < 0)
             return err;
         axis = norm_axis(axis, r);
-        for (int i = 0; i < r; i++)
-            *(i < axis ? &a : &b) *= x->dims[i];
+        if (axis < 0 || axis > r || !ck_dims_prod(x->dims, 0, (int)axis, &a) ||
+            !ck_dims_prod(x->dims, (int)axis, r, &b))
+            return 0;
         d[0] = a, d[1] = b;
         set_shape(out[0], 2, d);
         return 0;
@@ -410,17 +430,16 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         int infer_at = -1;
         if ((err = const_ints(c, n, 1, k, RANK_MAX, &nk)) < 0)
             return err;
-        for (int i = 0; i < r; i++)
-            total *= x->dims[i];
+        bool total_known = ck_dims_prod(x->dims, 0, r, &total);
         for (size_t i = 0; i < nk; i++) {
             d[i] = k[i] == 0 && (int)i < r ? x->dims[i] : k[i];
-            if (d[i] == -1)
+            if (d[i] == -1 && infer_at < 0)
                 infer_at = (int)i;
-            else
-                known *= d[i];
+            else if (d[i] < 0 || !ck_dim_mul(known, d[i], &known))
+                return 0; /* not a shape this can follow: the engine's check refuses it */
         }
-        if (infer_at >= 0 && known)
-            d[infer_at] = total / known;
+        if (infer_at >= 0)
+            d[infer_at] = total_known && known ? total / known : -1;
         set_shape(out[0], (int)nk, d);
         return 0;
     }
@@ -435,9 +454,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         for (size_t i = 0; i < n->ninputs; i++) {
             if ((err = input(c, n, i, &w)) < 0)
                 return err;
-            if (w->rank != r)
+            if (w->rank != r || w->dims[axis] < 0 || !ck_dim_add(d[axis], w->dims[axis], &d[axis]))
                 return 0;
-            d[axis] += w->dims[axis];
         }
         set_shape(out[0], r, d);
         return 0;
@@ -617,12 +635,11 @@ static double binop(const char *op, double a, double b, bool is_int)
     }
 }
 
+/* Elements of v; -1 when unknown or too many to count. */
 static int64_t numel(const struct val *v)
 {
-    int64_t n = 1;
-    for (int i = 0; i < v->rank; i++)
-        n *= v->dims[i];
-    return n;
+    int64_t n = 0;
+    return ck_dims_prod(v->dims, 0, v->rank, &n) ? n : -1;
 }
 
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
@@ -689,9 +706,11 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         if (a->cn > RANK_MAX)
             return 0;
         for (size_t i = 0; i < a->cn; i++) {
+            if (!(a->c[i] >= 0 && a->c[i] <= FOLD_MAX))
+                return 0;
             d[i] = (int64_t)a->c[i];
             total *= d[i];
-            if (d[i] < 0 || total > FOLD_MAX)
+            if (total > FOLD_MAX)
                 return 0;
         }
         if (tv)
@@ -703,7 +722,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         set_shape(o, (int)a->cn, d);
         return 1;
     }
-    if (o->rank < 0 || numel(o) > FOLD_MAX)
+    if (o->rank < 0 || numel(o) < 0 || numel(o) > FOLD_MAX)
         return 0;
     size_t total = (size_t)numel(o);
     if (!strcmp(op, "Identity") || !strcmp(op, "Reshape") || !strcmp(op, "Unsqueeze") ||
@@ -736,7 +755,10 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         if (total != b->cn || (err = set_const(o, total, a->is_int)) < 0)
             return err < 0 ? err : 0;
         for (size_t i = 0; i < total; i++) {
-            int64_t k = (int64_t)b->c[i];
+            int64_t k = 0;
+            if (!to_i64(b->c[i], &k) || k < -(int64_t)a->cn)
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Gather): index out of range", c->path,
+                                n->name);
             if (k < 0)
                 k += (int64_t)a->cn;
             if (k < 0 || k >= (int64_t)a->cn)
@@ -760,7 +782,9 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return at == total ? 1 : 0;
     }
     if (!strcmp(op, "Slice") && a->rank == 1 && o->rank == 1 && b && in[2]) {
-        int64_t s = (int64_t)b->c[0], dim = (int64_t)a->cn;
+        int64_t s = 0, dim = (int64_t)a->cn;
+        if (!to_i64(b->c[0], &s))
+            return 0;
         if (s < 0)
             s += dim;
         if (s < 0)
@@ -780,12 +804,16 @@ struct row;
 typedef int (*map_fn)(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                       struct ck_model_node *mn);
 
+/* One ONNX op. Its input and output counts are checked against the row
+ * (ck_graph_node_check_arity) before anything reads a node's inputs, so a
+ * mapping may read inputs[0..in_lo) and outputs[0..out_lo) unchecked. */
 struct row {
     const char *onnx;
-    enum ck_op op;
-    int ndata;    /* leading inputs that are data (-1: all); the rest are folded params */
-    map_fn map;   /* NULL: no parameters */
-    int64_t axis; /* the ONNX default axis for map_axis */
+    enum ck_op op; /* CK_OP_INVALID: folded into a constant, never emitted */
+    int ndata;     /* leading inputs that are data (-1: all); the rest are folded params */
+    map_fn map;    /* NULL: no parameters */
+    int64_t axis;  /* the ONNX default axis for map_axis */
+    struct ck_arity arity;
 };
 
 static int map_axis(struct cx *c, const struct ck_graph_node *n, const struct row *row,
@@ -1058,6 +1086,29 @@ static int map_pad(struct cx *c, const struct ck_graph_node *n, const struct row
     return ck_model_node_set_ints(mn, w, k);
 }
 
+/* Dropout is the identity at inference only: a training_mode input that is
+ * not a constant false would drop values at random, which ckptd does not
+ * compute (refused rather than answered as the identity). */
+static int map_dropout(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                       struct ck_model_node *mn)
+{
+    float training = 0;
+    int err = 0;
+    (void)row;
+    (void)mn;
+    if (has_input(n, 2) && (err = const_scalar(c, n, 2, &training)) < 0)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (Dropout): training_mode is not a constant: dropout in "
+                        "training mode is not supported",
+                        c->path, n->name);
+    if (training != 0)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s' (Dropout): training_mode is true: dropout in training "
+                        "mode is not supported",
+                        c->path, n->name);
+    return 0;
+}
+
 static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
@@ -1082,47 +1133,52 @@ static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct ro
 
 /* clang-format off */
 static const struct row rows[] = {
-    {"Gemm",               CK_OP_DENSE,          0, map_gemm,      0},
-    {"MatMul",             CK_OP_MATMUL,         2, NULL,          0},
-    {"Conv",               CK_OP_CONV2D,         3, map_pool,      0},
-    {"MaxPool",            CK_OP_MAXPOOL,        1, map_pool,      0},
-    {"AveragePool",        CK_OP_AVGPOOL,        1, map_pool,      0},
-    {"GlobalAveragePool",  CK_OP_GLOBAL_AVGPOOL, 1, NULL,          0},
-    {"GlobalMaxPool",      CK_OP_GLOBAL_MAXPOOL, 1, NULL,          0},
-    {"Relu",               CK_OP_RELU,           1, NULL,          0},
-    {"LeakyRelu",          CK_OP_LEAKY_RELU,     1, map_alpha,     0},
-    {"Sigmoid",            CK_OP_SIGMOID,        1, NULL,          0},
-    {"Tanh",               CK_OP_TANH,           1, NULL,          0},
-    {"Erf",                CK_OP_ERF,            1, NULL,          0},
-    {"Sqrt",               CK_OP_SQRT,           1, NULL,          0},
-    {"Exp",                CK_OP_EXP,            1, NULL,          0},
-    {"Log",                CK_OP_LOG,            1, NULL,          0},
-    {"Neg",                CK_OP_NEG,            1, NULL,          0},
-    {"Softmax",            CK_OP_SOFTMAX,        1, map_softmax,   0},
-    {"LogSoftmax",         CK_OP_LOG_SOFTMAX,    1, map_softmax,   0},
-    {"Add",                CK_OP_ADD,            0, map_binary,    0},
-    {"Sub",                CK_OP_SUB,            0, map_binary,    0},
-    {"Mul",                CK_OP_MUL,            0, map_binary,    0},
-    {"Div",                CK_OP_DIV,            0, map_binary,    0},
-    {"Pow",                CK_OP_POW,            0, map_binary,    0},
-    {"Reshape",            CK_OP_RESHAPE,        1, map_reshape,   0},
-    {"Flatten",            CK_OP_FLATTEN,        1, map_axis,      1},
-    {"Transpose",          CK_OP_TRANSPOSE,      1, map_transpose, 0},
-    {"Concat",             CK_OP_CONCAT,        -1, map_axis,      0},
-    {"Split",              CK_OP_SPLIT,          1, map_split,     0},
-    {"Slice",              CK_OP_SLICE,          1, map_slice,     0},
-    {"Squeeze",            CK_OP_SQUEEZE,        1, map_axes,      0},
-    {"Unsqueeze",          CK_OP_UNSQUEEZE,      1, map_axes,      0},
-    {"BatchNormalization", CK_OP_BATCHNORM,      5, map_norm,      1},
-    {"LayerNormalization", CK_OP_LAYERNORM,      3, map_norm,     -1},
-    {"Gather",             CK_OP_GATHER,         2, map_axis,      0},
-    {"Identity",           CK_OP_IDENTITY,       1, NULL,          0},
-    {"Dropout",            CK_OP_IDENTITY,       1, NULL,          0},
-    {"Cast",               CK_OP_IDENTITY,       1, map_cast,      0},
-    {"ReduceMean",         CK_OP_REDUCE_MEAN,    1, map_axes,      0},
-    {"ReduceSum",          CK_OP_REDUCE_SUM,     1, map_axes,      0},
-    {"Clip",               CK_OP_CLIP,           1, map_clip,      0},
-    {"Pad",                CK_OP_PAD,            1, map_pad,       0},
+    {"Gemm",               CK_OP_DENSE,          0, map_gemm,      0, {2, 3, 1, 1}},
+    {"MatMul",             CK_OP_MATMUL,         2, NULL,          0, {2, 2, 1, 1}},
+    {"Conv",               CK_OP_CONV2D,         3, map_pool,      0, {2, 3, 1, 1}},
+    {"MaxPool",            CK_OP_MAXPOOL,        1, map_pool,      0, {1, 1, 1, 1}},
+    {"AveragePool",        CK_OP_AVGPOOL,        1, map_pool,      0, {1, 1, 1, 1}},
+    {"GlobalAveragePool",  CK_OP_GLOBAL_AVGPOOL, 1, NULL,          0, {1, 1, 1, 1}},
+    {"GlobalMaxPool",      CK_OP_GLOBAL_MAXPOOL, 1, NULL,          0, {1, 1, 1, 1}},
+    {"Relu",               CK_OP_RELU,           1, NULL,          0, {1, 1, 1, 1}},
+    {"LeakyRelu",          CK_OP_LEAKY_RELU,     1, map_alpha,     0, {1, 1, 1, 1}},
+    {"Sigmoid",            CK_OP_SIGMOID,        1, NULL,          0, {1, 1, 1, 1}},
+    {"Tanh",               CK_OP_TANH,           1, NULL,          0, {1, 1, 1, 1}},
+    {"Erf",                CK_OP_ERF,            1, NULL,          0, {1, 1, 1, 1}},
+    {"Sqrt",               CK_OP_SQRT,           1, NULL,          0, {1, 1, 1, 1}},
+    {"Exp",                CK_OP_EXP,            1, NULL,          0, {1, 1, 1, 1}},
+    {"Log",                CK_OP_LOG,            1, NULL,          0, {1, 1, 1, 1}},
+    {"Neg",                CK_OP_NEG,            1, NULL,          0, {1, 1, 1, 1}},
+    {"Softmax",            CK_OP_SOFTMAX,        1, map_softmax,   0, {1, 1, 1, 1}},
+    {"LogSoftmax",         CK_OP_LOG_SOFTMAX,    1, map_softmax,   0, {1, 1, 1, 1}},
+    {"Add",                CK_OP_ADD,            0, map_binary,    0, {2, 2, 1, 1}},
+    {"Sub",                CK_OP_SUB,            0, map_binary,    0, {2, 2, 1, 1}},
+    {"Mul",                CK_OP_MUL,            0, map_binary,    0, {2, 2, 1, 1}},
+    {"Div",                CK_OP_DIV,            0, map_binary,    0, {2, 2, 1, 1}},
+    {"Pow",                CK_OP_POW,            0, map_binary,    0, {2, 2, 1, 1}},
+    {"Reshape",            CK_OP_RESHAPE,        1, map_reshape,   0, {2, 2, 1, 1}},
+    {"Flatten",            CK_OP_FLATTEN,        1, map_axis,      1, {1, 1, 1, 1}},
+    {"Transpose",          CK_OP_TRANSPOSE,      1, map_transpose, 0, {1, 1, 1, 1}},
+    {"Concat",             CK_OP_CONCAT,        -1, map_axis,      0, {1, 0, 1, 1}},
+    {"Split",              CK_OP_SPLIT,          1, map_split,     0, {1, 2, 1, 0}},
+    {"Slice",              CK_OP_SLICE,          1, map_slice,     0, {3, 5, 1, 1}},
+    {"Squeeze",            CK_OP_SQUEEZE,        1, map_axes,      0, {1, 2, 1, 1}},
+    {"Unsqueeze",          CK_OP_UNSQUEEZE,      1, map_axes,      0, {1, 2, 1, 1}},
+    {"BatchNormalization", CK_OP_BATCHNORM,      5, map_norm,      1, {5, 5, 1, 1}},
+    {"LayerNormalization", CK_OP_LAYERNORM,      3, map_norm,     -1, {2, 3, 1, 1}},
+    {"Gather",             CK_OP_GATHER,         2, map_axis,      0, {2, 2, 1, 1}},
+    {"Identity",           CK_OP_IDENTITY,       1, NULL,          0, {1, 1, 1, 1}},
+    {"Dropout",            CK_OP_IDENTITY,       1, map_dropout,   0, {1, 3, 1, 2}},
+    {"Cast",               CK_OP_IDENTITY,       1, map_cast,      0, {1, 1, 1, 1}},
+    {"ReduceMean",         CK_OP_REDUCE_MEAN,    1, map_axes,      0, {1, 2, 1, 1}},
+    {"ReduceSum",          CK_OP_REDUCE_SUM,     1, map_axes,      0, {1, 2, 1, 1}},
+    {"Clip",               CK_OP_CLIP,           1, map_clip,      0, {1, 3, 1, 1}},
+    {"Pad",                CK_OP_PAD,            1, map_pad,       0, {1, 3, 1, 1}},
+    /* folded only: the shape arithmetic around Reshape and Slice */
+    {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
+    {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
+    {"ConstantOfShape",    CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
+    {"Equal",              CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
 };
 /* clang-format on */
 
@@ -1249,32 +1305,74 @@ static int map_node(struct cx *c, const struct ck_graph_node *n)
     struct val *out[RANK_MAX] = {NULL};
     struct ck_model_node *mn = NULL;
     int err = 0;
-    if (n->noutputs == 0 || n->noutputs > RANK_MAX)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu outputs", c->path, n->name, n->op,
-                        n->noutputs);
+    const struct row *row = find_row(n->op);
+    if (!row) /* ck_onnx_to_model named every unmapped op before this */
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
+                        "operation vocabulary",
+                        c->path, n->name, n->op);
+    if ((err = ck_graph_node_check_arity(n, &row->arity, c->path)) < 0)
+        return err;
+    if (n->noutputs > RANK_MAX)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu outputs, more than %d", c->path,
+                        n->name, n->op, n->noutputs, RANK_MAX);
     for (size_t i = 0; i < n->noutputs; i++)
         if ((err = get(c, n->outputs[i], &out[i])) < 0)
             return err;
     if ((err = infer(c, n, out)) < 0 || (err = fold(c, n, out)) != 0)
         return err < 0 ? err : 0;
-    const struct row *row = find_row(n->op);
-    if (!row)
+    if (row->op == CK_OP_INVALID)
         return ck_error(CK_EFORMAT,
-                        "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
-                        "operation vocabulary",
-                        c->path, n->name, n->op);
+                        "'%s': node '%s' (%s): its inputs are not constants, and ckptd computes "
+                        "%s only when folding shapes",
+                        c->path, n->name, n->op, n->op);
     if (row->ndata == 0) /* the row emits its own nodes */
         return row->map(c, n, row, NULL);
     size_t nin = row->ndata < 0 ? n->ninputs : (size_t)row->ndata;
-    const char *in[CK_MODEL_MAX_INTS];
+    const char **in = calloc(nin ? nin : 1, sizeof *in);
     size_t k = 0;
-    for (size_t i = 0; i < nin && i < n->ninputs && k < CK_MODEL_MAX_INTS; i++)
+    if (!in)
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < nin && i < n->ninputs; i++)
         if (has_input(n, i))
             in[k++] = n->inputs[i];
     size_t nout = row->op == CK_OP_SPLIT ? n->noutputs : 1;
-    if ((err = emit(c, n->name, row->op, in, k, (const char *const *)n->outputs, nout, &mn)) < 0)
+    err = emit(c, n->name, row->op, in, k, (const char *const *)n->outputs, nout, &mn);
+    free(in);
+    if (err < 0)
         return err;
     return row->map ? row->map(c, n, row, mn) : 0;
+}
+
+/* Before anything is mapped: every op of the graph that has no row, named
+ * together (an LSTM is reported as the LSTM, not as the first helper node
+ * the exporter put before it). */
+static int check_ops(struct cx *c)
+{
+    char names[1024];
+    size_t used = 0, missing = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < c->g->nnodes; i++) {
+        const char *op = c->g->nodes[i].op;
+        bool seen = false;
+        if (find_row(op))
+            continue;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = !strcmp(c->g->nodes[j].op, op);
+        if (seen)
+            continue;
+        missing++;
+        if (used < sizeof names - 1)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s' (node '%s')",
+                                     missing > 1 ? ", " : "", op, c->g->nodes[i].name);
+    }
+    if (!missing)
+        return 0;
+    if (used >= sizeof names - 1)
+        snprintf(names + sizeof names - 5, 5, "...");
+    return ck_error(CK_EFORMAT,
+                    "'%s': %zu ONNX op%s without a mapping in ckptd's operation vocabulary: %s",
+                    c->path, missing, missing > 1 ? "s" : "", names);
 }
 
 /* "2,5,8" -> dims */
@@ -1358,6 +1456,8 @@ int ck_onnx_to_model(struct ck_tensor_set *s, struct ck_model **out)
     for (size_t i = 0; i < c.g->ninputs; i++)
         if ((err = add_io(&c, false, c.g->inputs[i])) < 0)
             goto out;
+    if ((err = check_ops(&c)) < 0)
+        goto out;
     for (size_t i = 0; i < c.g->nnodes; i++)
         if ((err = map_node(&c, &c.g->nodes[i])) < 0)
             goto out;

@@ -190,7 +190,8 @@ class Onnx(Base):
         run("inspect", p, check=0)  # inspect lists any op
         r = run("verify", p)
         self.assertEqual(r.returncode, 1, r.stdout)
-        self.assertIn("node 'mix': ONNX op 'Einsum' has no mapping", r.stderr)
+        self.assertIn("1 ONNX op without a mapping in ckptd's operation vocabulary: "
+                      "'Einsum' (node 'mix')", r.stderr)
 
     def test_hostile_files_fail_cleanly(self):
         p = self.export("mlp")
