@@ -221,35 +221,54 @@ double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p
     }
 }
 
-void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, double v)
+bool ck_dl4j_arg_is_int(const struct ck_dl4j_arg *a)
 {
     switch (a->field) {
     case CK_DF_KH:
-        p->kernel[0] = (int64_t)v;
+    case CK_DF_KW:
+    case CK_DF_SH:
+    case CK_DF_SW:
+    case CK_DF_PH:
+    case CK_DF_PW:
+    case CK_DF_DH:
+    case CK_DF_DW:
+    case CK_DF_AXIS:
+    case CK_DF_INTS:
+        return true;
+    default:
+        return false;
+    }
+}
+
+void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, int64_t i, double v)
+{
+    switch (a->field) {
+    case CK_DF_KH:
+        p->kernel[0] = i;
         break;
     case CK_DF_KW:
-        p->kernel[1] = (int64_t)v;
+        p->kernel[1] = i;
         break;
     case CK_DF_SH:
-        p->stride[0] = (int64_t)v;
+        p->stride[0] = i;
         break;
     case CK_DF_SW:
-        p->stride[1] = (int64_t)v;
+        p->stride[1] = i;
         break;
     case CK_DF_PH:
-        p->pad[0] = p->pad[2] = (int64_t)v;
+        p->pad[0] = p->pad[2] = i;
         break;
     case CK_DF_PW:
-        p->pad[1] = p->pad[3] = (int64_t)v;
+        p->pad[1] = p->pad[3] = i;
         break;
     case CK_DF_DH:
-        p->dilation[0] = (int64_t)v;
+        p->dilation[0] = i;
         break;
     case CK_DF_DW:
-        p->dilation[1] = (int64_t)v;
+        p->dilation[1] = i;
         break;
     case CK_DF_AXIS:
-        p->axis = (int64_t)v;
+        p->axis = i;
         break;
     case CK_DF_TRANS_W:
         p->trans_w = v != 0;

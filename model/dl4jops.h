@@ -84,8 +84,11 @@ int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **ou
 
 /* An argument's value from params (p.ints are not scalars: see CK_DF_INTS). */
 double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p);
-/* Sets params from an argument's value. */
-void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, double v);
+/* Whether the argument sets an integer field (read with the exact integer). */
+bool ck_dl4j_arg_is_int(const struct ck_dl4j_arg *a);
+/* Sets params from an argument's value: integer fields from i (exact, as the
+ * file wrote it), the others from v. */
+void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, int64_t i, double v);
 /* Sets the row's variant flags on p. */
 void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p);
 /* Canonical input index of DL4J input k, or -1 when the row has no such input. */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,43 @@ static const char *attr(const struct ck_graph_node *n, const char *key)
     return NULL;
 }
 
+/* One argument value as the file wrote it: integers exactly (an iArg of
+ * INT64_MAX, DL4J's "to the end of the axis", must not pass through a
+ * double), reals as doubles. */
+struct argval {
+    int64_t i;
+    double d;
+    bool has_int; /* i holds the value exactly (false: a NaN, an infinity, out of range) */
+};
+
+/* One number of an argument list into v: an integer token with strtoll
+ * (exact, out of range refused), anything else with strtod; a real used
+ * where an integer is read is kept only when finite and in int64's range
+ * (a NaN or 1e300 in a hostile file is refused, not converted). */
+static int parse_number(const char *s, char **end, struct argval *v)
+{
+    errno = 0;
+    long long ll = strtoll(s, end, 10);
+    if (*end != s && **end != '.' && **end != 'e' && **end != 'E' && **end != 'n' &&
+        **end != 'i' && **end != 'N' && **end != 'I') {
+        if (errno)
+            return -1;
+        v->i = ll;
+        v->d = (double)ll;
+        v->has_int = true;
+        return 0;
+    }
+    errno = 0;
+    v->d = strtod(s, end);
+    if (*end == s || errno)
+        return -1;
+    v->has_int = isfinite(v->d) && v->d >= -0x1p63 && v->d < 0x1p63;
+    v->i = v->has_int ? (int64_t)v->d : 0;
+    return 0;
+}
+
 /* "[1,2,3]" or "[true,false]" into v (at most max); the count, or -1. */
-static int parse_list(const char *s, double *v, int max)
+static int parse_list(const char *s, struct argval *v, int max)
 {
     int n = 0;
     if (!s || *s++ != '[')
@@ -32,15 +68,13 @@ static int parse_list(const char *s, double *v, int max)
         if (n == max)
             return -1;
         if (!strncmp(s, "true", 4)) {
-            v[n++] = 1;
+            v[n++] = (struct argval){1, 1, true};
             s += 4;
         } else if (!strncmp(s, "false", 5)) {
-            v[n++] = 0;
+            v[n++] = (struct argval){0, 0, true};
             s += 5;
         } else {
-            errno = 0;
-            v[n++] = strtod(s, &end);
-            if (end == s || errno)
+            if (parse_number(s, &end, &v[n++]) < 0)
                 return -1;
             s = end;
         }
@@ -51,7 +85,7 @@ static int parse_list(const char *s, double *v, int max)
 }
 
 struct positional {
-    double v[MAX_VALUES];
+    struct argval v[MAX_VALUES];
     int n, next;
 };
 
@@ -71,7 +105,7 @@ static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn
                     struct ck_model_node *mn, const char *file)
 {
     struct positional pi, pt, pb;
-    double v[MAX_VALUES];
+    struct argval v[MAX_VALUES];
     int err;
     if ((err = load_pos(gn, "extraInteger", &pi, file)) < 0 ||
         (err = load_pos(gn, "extraParams", &pt, file)) < 0 ||
@@ -89,23 +123,29 @@ static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn
                                 a->name);
         } else if (a->field == CK_DF_INTS) {
             n = pos->n - pos->next; /* the rest of the iArgs */
-            memcpy(v, pos->v + pos->next, (size_t)(n > 0 ? n : 0) * sizeof(double));
+            memcpy(v, pos->v + pos->next, (size_t)(n > 0 ? n : 0) * sizeof v[0]);
             pos->next = pos->n;
         } else if (pos->next < pos->n) {
             v[0] = pos->v[pos->next++];
             n = 1;
         } else {
-            v[0] = a->def;
+            /* the table's defaults are small and finite */
+            v[0] = (struct argval){(int64_t)a->def, a->def, true};
             n = a->field == CK_DF_CONST ? 0 : 1;
         }
+        bool want_int = a->field == CK_DF_INTS || ck_dl4j_arg_is_int(a);
+        for (int k = 0; want_int && k < n; k++)
+            if (!v[k].has_int)
+                return ck_error(CK_EFORMAT, "'%s': node '%s': argument '%s' is not an integer",
+                                file, gn->name, a->name);
         if (a->field == CK_DF_INTS) {
             int64_t iv[MAX_VALUES];
             for (int k = 0; k < n; k++)
-                iv[k] = (int64_t)v[k];
+                iv[k] = v[k].i;
             if (n > 0 && (err = ck_model_node_set_ints(mn, iv, (size_t)n)) < 0)
                 return err;
         } else if (n >= 1 && a->field != CK_DF_CONST) {
-            ck_dl4j_arg_set(a, &mn->p, v[0]);
+            ck_dl4j_arg_set(a, &mn->p, v[0].i, v[0].d);
         }
     }
     return 0;
@@ -123,7 +163,8 @@ static int const_values(const struct ck_tensor_set *s, const struct ck_nameidx *
     if (!t->data || ck_tensor_numel(t, &numel) < 0 || numel > max)
         return CK_ENOENT;
     for (uint64_t i = 0; i < numel; i++)
-        out[i] = (int64_t)ck_tensor_get_f64(t, i);
+        if (ck_tensor_get_i64(t, i, &out[i]) < 0)
+            return CK_ENOENT; /* not integers: taken as a data input */
     *n = (size_t)numel;
     return 0;
 }

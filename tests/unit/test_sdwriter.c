@@ -165,7 +165,7 @@ static void dl4j_table_both_directions(void **state)
     struct ck_op_params q;
     ck_op_params_init(&q);
     for (const struct ck_dl4j_arg *a = row->args; a->name; a++)
-        ck_dl4j_arg_set(a, &q, ck_dl4j_arg_get(a, &n.p));
+        ck_dl4j_arg_set(a, &q, (int64_t)ck_dl4j_arg_get(a, &n.p), ck_dl4j_arg_get(a, &n.p));
     assert_memory_equal(q.kernel, n.p.kernel, sizeof(q.kernel));
     assert_memory_equal(q.stride, n.p.stride, sizeof(q.stride));
     assert_memory_equal(q.pad, n.p.pad, sizeof(q.pad));
