@@ -289,12 +289,12 @@ static int open_model(const struct opts *o, struct ck_model **m)
     return ck_reader_open_model(o->model, NULL, o->graph, m);
 }
 
-static int default_inputs(const struct ck_model *m, struct ck_infer_array *in)
+static int default_inputs(const struct ck_model *m, const char *model, struct ck_infer_array *in)
 {
     for (size_t k = 0; k < m->ninputs; k++) {
         int err = ck_infer_default_input(&m->inputs[k], k, 0, &in[k]);
         if (err < 0)
-            return err;
+            return ck_error_wrap(err, "'%s': the default input", model);
     }
     return 0;
 }
@@ -541,7 +541,7 @@ static int run(const struct opts *o)
         goto done;
     }
     if ((err = o->ninputs ? load_all(o->inputs, nin, m->inputs, false, in)
-                          : default_inputs(m, in)) < 0 ||
+                          : default_inputs(m, o->model, in)) < 0 ||
         (err = load_all(o->expected, o->nexpected, m->outputs, true, want)) < 0)
         goto out;
     struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};

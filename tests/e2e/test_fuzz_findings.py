@@ -1,0 +1,172 @@
+"""What fuzzing found, kept as regression tests that run the real binary: each
+file is one the fuzzers (or a reading of their findings) produced, rebuilt
+here with the onnx package or tests/lib/sdfb.py, and every command that opens
+it must refuse it by name with exit 1: no signal, no sanitizer report (the
+test build halts on both), and the sidecar must go on registering what comes
+after it."""
+import base64
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import torch_gen as tg  # noqa: E402
+from ckptd_test import TmpDirCase, run  # noqa: E402
+
+# fuzz_onnx, about 80 s in: a Gemm node with no inputs (and an op name the
+# mutation garbled) made verify and pack die with SIGSEGV.
+GEMM_224 = (
+    "CAg61wEKM/0BaAoBdxIBaBoCZmMiBEdlbW0qDwoFYWxwaGEVAAAAP6ABASoNCgZ0cmFuc0IYAaABAgoOCgFoEgJocyIF"
+    "U2hhcGUKEgoBaAoBcxIBciIHUm1zaGFwZQolCgFyEgF5IgdTb2Z0bWF4KhQKBGF4aXMY//////////7/AaABAhIBZyob"
+    "CAIIAhABIhAAAIA/AAAAQAAAQEAAPRVUQgF3KgsIAhAHOgIBBEIBc1oTCgF4Eg4KDAgBEggKAggCCgIIAmIDCgF5Eg4K"
+    "DAgBEggKAggBCgIIBEICEBE="
+)
+
+
+class Base(TmpDirCase):
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def refused(self, cmd, path, words):
+        """cmd on path exits 1 with words in its error and nothing undefined."""
+        args = (cmd, path) if cmd != "pack" else (cmd, path, "-o", self.path("out.mldef"))
+        r = run(*args, timeout=120)
+        self.assertEqual(r.returncode, 1, f"{cmd}: {r.stderr}")
+        self.assertNotIn("runtime error", r.stderr)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertIn(path, r.stderr)
+        self.assertIn(words, r.stderr)
+        self.assertFalse(os.path.exists(self.path("out.mldef")))
+
+
+class Onnx(Base):
+    def setUp(self):
+        super().setUp()
+        self.onnx = tg.need_onnx()
+        from onnx import TensorProto, helper
+        self.h, self.TP = helper, TensorProto
+
+    def model(self, nodes, inits, ins, outs, name="m.onnx"):
+        h = self.h
+        g = h.make_graph(nodes, "g", ins, outs, initializer=inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+        p = self.path(name)
+        self.onnx.save(m, p)
+        return p
+
+    def vi(self, name, shape):
+        return self.h.make_tensor_value_info(name, self.TP.FLOAT, shape)
+
+    def test_the_224_byte_file_is_refused(self):
+        p = self.path("fuzz.onnx")
+        with open(p, "wb") as f:
+            f.write(base64.b64decode(GEMM_224))
+        self.assertEqual(os.path.getsize(p), 224)
+        for cmd in ("verify", "pack"):
+            self.refused(cmd, p, "without a mapping in ckptd's operation vocabulary: 'Rmshape'")
+        self.assertEqual(run("inspect", p).returncode, 0)  # its tensors are readable
+
+    def test_node_without_its_inputs_is_refused_before_mapping(self):
+        h = self.h
+        w = h.make_tensor("w", self.TP.FLOAT, [2, 2], np.ones(4, np.float32))
+        cases = {
+            "Gemm": (h.make_node("Gemm", [], ["y"], name="g"), "0 inputs, the op takes 2 to 3"),
+            "MatMul": (h.make_node("MatMul", ["x"], ["y"], name="g"), "1 inputs, the op takes 2"),
+            "Conv": (h.make_node("Conv", ["x", "", "w"], ["y"], name="g"),
+                     "required input 1 is missing"),
+            "Relu": (h.make_node("Relu", ["x"], [], name="g"), "0 outputs, the op gives 1"),
+            "Shape": (h.make_node("Shape", [], ["y"], name="g"), "0 inputs, the op takes 1"),
+        }
+        for op, (node, words) in cases.items():
+            with self.subTest(op=op):
+                p = self.model([node], [w], [self.vi("x", [2, 2])], [self.vi("y", [2, 2])],
+                               name=op + ".onnx")
+                for cmd in ("verify", "pack"):
+                    self.refused(cmd, p, f"node 'g' ({op}): {words}")
+
+    def test_shape_arithmetic_near_int64_max_is_refused(self):
+        """UBSan found signed overflows in Reshape's folding (dims near 2^62)."""
+        h = self.h
+        big = 1 << 62
+        shape = h.make_tensor("s", self.TP.INT64, [2], [big, -1])
+        reshape = h.make_node("Reshape", ["x", "s"], ["y"], name="r")
+        p = self.model([reshape], [shape], [self.vi("x", [big, big])], [self.vi("y", None)],
+                       name="reshape.onnx")
+        for cmd in ("verify", "pack"):
+            self.refused(cmd, p, "")
+        # a flatten of a tensor with no element but huge dims
+        w = h.make_tensor("w", self.TP.FLOAT, [0, big, big], [])
+        flat = h.make_node("Flatten", ["w"], ["y"], name="f", axis=2)
+        p = self.model([flat], [w], [], [self.vi("y", None)], name="flatten.onnx")
+        for cmd in ("verify", "pack"):
+            self.refused(cmd, p, "")
+        # a convolution whose pads overflow the output extent
+        k = h.make_tensor("k", self.TP.FLOAT, [1, 1, 1, 1], [1.0])
+        conv = h.make_node("Conv", ["x", "k"], ["y"], name="c",
+                           pads=[big, big, big, big], dilations=[big, big])
+        p = self.model([conv], [k], [self.vi("x", [1, 1, 4, 4])], [self.vi("y", None)],
+                       name="conv.onnx")
+        self.refused("verify", p, "")
+
+    def test_dropout_in_training_mode_is_refused_not_answered(self):
+        """ONNX's test_training_dropout: identity there would be a wrong answer."""
+        h = self.h
+        t = h.make_tensor("t", self.TP.BOOL, [], [True])
+        r = h.make_tensor("r", self.TP.FLOAT, [], [0.5])
+        d = h.make_node("Dropout", ["x", "r", "t"], ["y"], name="d")
+        p = self.model([d], [r, t], [self.vi("x", [2, 2])], [self.vi("y", [2, 2])])
+        self.refused("verify", p, "node 'd' (Dropout): training_mode is true")
+
+
+class SameDiff(Base):
+    def setUp(self):
+        super().setUp()
+        import sdfb
+        sdfb.sd()  # skips without flatc
+        self.sdfb = sdfb
+
+    def test_integer_argument_that_is_nan_is_refused(self):
+        """fuzz_samediff: '-nan is outside the range of representable values of
+        type long' (integer arguments were parsed through a double)."""
+        w = {"W": np.ones((3, 2), np.float32)}
+        nodes = [("matmul", "mm", ["input", "W"], ["mm"], {}),
+                 ("softmax", "out", ["mm"], ["out"], {"dimension": ("d", [float("nan")])})]
+        p = self.path("nan.fb")
+        self.sdfb.write_graph(p, w, {"input": [-1, 3]}, nodes, ["out"])
+        for cmd in ("verify", "pack"):
+            self.refused(cmd, p, "node 'out': argument 'dimension' is not an integer")
+
+
+class Watcher(Onnx):
+    def test_a_hostile_checkpoint_does_not_stop_registration(self):
+        """The 224-byte file as a checkpoint in a packing sidecar's folder: it
+        fails its pack, the next checkpoint is still registered and packed."""
+        d = self.path("run")
+        os.makedirs(d)
+        with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+            f.write("checkpoints: {patterns: ['epoch_{epoch}.onnx']}\npack: {formats: [mldef]}\n")
+        with open(os.path.join(d, "epoch_1.onnx"), "wb") as f:
+            f.write(base64.b64decode(GEMM_224))
+        h = self.h
+        w = h.make_tensor("w", self.TP.FLOAT, [2, 2], np.eye(2, dtype=np.float32).ravel())
+        good = self.model([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [w],
+                          [self.vi("x", [1, 2])], [self.vi("y", [1, 2])], name="good.onnx")
+        os.replace(good, os.path.join(d, "epoch_2.onnx"))
+        for name in ("epoch_1.onnx", "epoch_2.onnx"):  # complete: older than checkpoints.min_age
+            os.utime(os.path.join(d, name), (os.path.getmtime(d) - 60,) * 2)
+        r = run("scan", d, timeout=120)
+        self.assertNotIn("runtime error", r.stderr)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertIn("epoch_1.onnx", r.stderr)
+        meta = open(os.path.join(d, "metadata.yaml")).read()
+        self.assertIn("epoch_2.onnx", meta)
+        self.assertIn("epoch_1.onnx", meta)  # registered: its bytes are a checkpoint
+        packed = os.listdir(os.path.join(d, "data", "deploy")) if os.path.isdir(
+            os.path.join(d, "data", "deploy")) else []
+        self.assertTrue(any("epoch_2" in p for p in packed), packed)
+
+
+if __name__ == "__main__":
+    unittest.main()
