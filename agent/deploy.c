@@ -250,7 +250,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
     char undo[PATH_MAX] = "";
     if (!strcmp(format, "samediff") && (err = gate_snapshot(p, path, name, undo, sizeof undo)) < 0)
         return err;
-    if ((err = ck_pack(src, path, &o, &r)) < 0) {
+    if ((err = ck_pack_isolated(src, path, &o, &r)) < 0) {
         if (undo[0])
             unlink(undo); /* a failed append leaves the archive as it was */
         return err;
@@ -721,7 +721,7 @@ static int gate_repack(const struct ck_pipeline *p, struct packed *e)
     };
     int err = undo_path(p, ck_basename(e->path), undo, sizeof undo);
     if (err == 0 && (err = ck_zipapp_snapshot(e->path, undo)) == 0 &&
-        (err = ck_pack(e->src, e->path, &o, &r)) < 0)
+        (err = ck_pack_isolated(e->src, e->path, &o, &r)) < 0)
         unlink(undo);
     if (err < 0)
         return err;

@@ -1,4 +1,5 @@
 #include "agent/pack.h"
+#include "infer/sandbox.h"
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -11,6 +12,7 @@
 #include "readers/reader.h"
 #include "writers/mldefzip.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -114,6 +116,52 @@ void ck_pack_print_report(FILE *f, const char *path, const struct ck_mldef_repor
     else
         fprintf(f, "%s: %zu violation%s\n", path, r->n + r->dropped,
                 r->n + r->dropped == 1 ? "" : "s");
+}
+
+struct isolated {
+    const char *src, *out;
+    const struct ck_pack_opts *o;
+};
+
+static int pack_child(void *arg, int fd)
+{
+    const struct isolated *j = arg;
+    struct ck_pack_result r;
+#ifndef NDEBUG
+    /* Debug builds only (the tests'): a reader that crashes, on demand, to
+     * show what the sidecar does about one (no release binary has this). */
+    const char *fault = getenv("CKPTD_TEST_FAULT");
+    if (fault && !strcmp(fault, "reader-crash"))
+        raise(SIGSEGV);
+#endif
+    memset(&r, 0, sizeof r);
+    int err = ck_pack(j->src, j->out, j->o, &r);
+    if (err < 0)
+        return err;
+    return ck_write_all(fd, &r, sizeof r) < 0 ? ck_error_os(CK_EIO, "cannot answer") : 0;
+}
+
+int ck_pack_isolated(const char *src, const char *out, const struct ck_pack_opts *o,
+                     struct ck_pack_result *r)
+{
+    struct isolated j = {src, out, o};
+    struct ck_sandbox_limits lim = {.who = "the checkpoint's reader"};
+    enum ck_sandbox_status st;
+    unsigned char *answer = NULL;
+    uint64_t len = 0;
+    int err = ck_sandbox_call(pack_child, &j, &lim, sizeof *r, &answer, &len, &st, NULL);
+    if (err == 0 && len != sizeof *r)
+        err = ck_error(CK_ERR, "'%s': the packing process answered %llu bytes, not %zu", src,
+                       (unsigned long long)len, sizeof *r);
+    if (err == 0) {
+        memcpy(r, answer, sizeof *r);
+        r->sha256[sizeof r->sha256 - 1] = 0;
+        r->samediff.tag[sizeof r->samediff.tag - 1] = 0;
+    } else if (st == CK_SANDBOX_CRASHED) {
+        ck_error_wrap(err, "'%s'", src);
+    }
+    free(answer);
+    return err;
 }
 
 int ck_pack_mldef_from_manifest(const char *manifest, const char *out, int level,

@@ -38,6 +38,15 @@ int ck_pack_load_model(const char *src, const char *src_format, const char *grap
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
             struct ck_pack_result *r);
 
+/* ck_pack in a child process (infer/sandbox, no resource limits): the
+ * readers parse files that a trainer, or anyone who can write the watched
+ * folder, made, and a reader that crashes on one costs the child, not the
+ * sidecar. A crash is CK_ERR naming the signal ("crashed: the checkpoint's
+ * reader was killed by signal 11 (SIGSEGV, ...)"); whatever the child left
+ * under a temporary name is the next sweep's. */
+int ck_pack_isolated(const char *src, const char *out, const struct ck_pack_opts *o,
+                     struct ck_pack_result *r);
+
 /* `mldef -c`: checks manifest (outside a zip) and every file it names, then
  * zips them into out (nothing written when a rule is broken: CK_EFORMAT
  * after printing every violation to err). sign_key may be NULL. */

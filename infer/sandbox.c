@@ -26,6 +26,9 @@
 #endif
 #endif
 
+/* What runs in the child, for messages. */
+#define WHO(lim) ((lim) && (lim)->who ? (lim)->who : "the engine")
+
 const char *ck_sandbox_status_name(enum ck_sandbox_status s)
 {
     static const char *const names[] = {"ok", "failed", "timeout", "memory", "crashed"};
@@ -86,15 +89,15 @@ static void child(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits *l
 }
 
 /* Reads the child's answer until EOF or the wall-clock deadline. */
-static int read_answer(int fd, pid_t pid, double wall, uint64_t max, unsigned char **buf,
-                       uint64_t *len, bool *killed)
+static int read_answer(const struct ck_sandbox_limits *lim, int fd, pid_t pid, double wall,
+                       uint64_t max, unsigned char **buf, uint64_t *len, bool *killed)
 {
     uint64_t cap = 4096;
     double deadline = wall > 0 ? ck_mono_s() + wall : 0;
     *buf = malloc(cap);
     *len = 0;
     if (!*buf)
-        return ck_error(CK_ENOMEM, "out of memory for the engine's answer");
+        return ck_error(CK_ENOMEM, "out of memory for %s's answer", WHO(lim));
     for (;;) {
         int ms = -1;
         if (deadline) {
@@ -115,13 +118,13 @@ static int read_answer(int fd, pid_t pid, double wall, uint64_t max, unsigned ch
         if (*len == cap) {
             if (cap >= max + 64) {
                 kill(pid, SIGKILL);
-                return ck_error(CK_ESIZE, "the engine's answer is over %llu bytes",
+                return ck_error(CK_ESIZE, "%s's answer is over %llu bytes", WHO(lim),
                                 (unsigned long long)max);
             }
             unsigned char *n = realloc(*buf, cap * 2);
             if (!n) {
                 kill(pid, SIGKILL);
-                return ck_error(CK_ENOMEM, "out of memory for the engine's answer");
+                return ck_error(CK_ENOMEM, "out of memory for %s's answer", WHO(lim));
             }
             *buf = n;
             cap *= 2;
@@ -136,7 +139,8 @@ static int read_answer(int fd, pid_t pid, double wall, uint64_t max, unsigned ch
 }
 
 /* The error frame at the end of what a failed child wrote. */
-static int child_error(const unsigned char *buf, uint64_t len, enum ck_sandbox_status *status)
+static int child_error(const struct ck_sandbox_limits *lim, const unsigned char *buf, uint64_t len,
+                       enum ck_sandbox_status *status)
 {
     const unsigned char *e = NULL;
     for (uint64_t i = 0; i + 7 <= len; i++)
@@ -144,7 +148,7 @@ static int child_error(const unsigned char *buf, uint64_t len, enum ck_sandbox_s
             e = buf + i;
     if (!e) {
         *status = CK_SANDBOX_CRASHED;
-        return ck_error(CK_ERR, "the engine crashed: it exited without an answer");
+        return ck_error(CK_ERR, "crashed: %s exited without an answer", WHO(lim));
     }
     int32_t code;
     memcpy(&code, e + 3, 4);
@@ -168,13 +172,13 @@ int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits 
     *len = 0;
     *status = CK_SANDBOX_CRASHED;
     if (pipe2(fds, O_CLOEXEC) < 0)
-        return ck_error_os(CK_EIO, "cannot create the engine's pipe");
+        return ck_error_os(CK_EIO, "cannot create %s's pipe", WHO(lim));
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
-        return ck_error_os(CK_EIO, "cannot start the engine's process");
+        return ck_error_os(CK_EIO, "cannot start %s's process", WHO(lim));
     }
     if (pid == 0) {
         close(fds[0]);
@@ -183,7 +187,7 @@ int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits 
     close(fds[1]);
     unsigned char *buf = NULL;
     double wall = lim->timeout > 0 ? lim->timeout * 3 + 1 : 0;
-    err = read_answer(fds[0], pid, wall, max_answer, &buf, len, &killed);
+    err = read_answer(lim, fds[0], pid, wall, max_answer, &buf, len, &killed);
     close(fds[0]);
     if (killed || err < 0)
         kill(pid, SIGKILL);
@@ -193,20 +197,22 @@ int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits 
         goto fail;
     if (killed || (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGXCPU)) {
         *status = CK_SANDBOX_TIMEOUT;
-        err = ck_error(CK_ERR, "timeout: the engine ran over its limit of %g s", lim->timeout);
+        err = ck_error(CK_ERR, "timeout: %s ran over its limit of %g s", WHO(lim), lim->timeout);
     } else if (WIFSIGNALED(ws)) {
         /* SIGKILL we did not send: the kernel's OOM killer */
         *status = WTERMSIG(ws) == SIGKILL ? CK_SANDBOX_MEMORY : CK_SANDBOX_CRASHED;
-        err = ck_error(CK_ERR, "%s: the engine was killed by signal %d (%s)",
-                       ck_sandbox_status_name(*status), WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+        const char *abbrev = sigabbrev_np(WTERMSIG(ws));
+        err = ck_error(CK_ERR, "%s: %s was killed by signal %d (SIG%s, %s)",
+                       ck_sandbox_status_name(*status), WHO(lim), WTERMSIG(ws),
+                       abbrev ? abbrev : "?", strsignal(WTERMSIG(ws)));
     } else if (WEXITSTATUS(ws) == 0) {
         *status = CK_SANDBOX_OK;
         *answer = buf;
         return 0;
     } else if (WEXITSTATUS(ws) == 3) {
-        err = child_error(buf, *len, status);
+        err = child_error(lim, buf, *len, status);
     } else {
-        err = ck_error(CK_ERR, "crashed: the engine exited with status %d", WEXITSTATUS(ws));
+        err = ck_error(CK_ERR, "crashed: %s exited with status %d", WHO(lim), WEXITSTATUS(ws));
     }
 fail:
     free(buf);

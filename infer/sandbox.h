@@ -31,6 +31,7 @@ const char *ck_sandbox_status_name(enum ck_sandbox_status s);
 struct ck_sandbox_limits {
     uint64_t max_memory; /* bytes of address space; 0: no limit */
     double timeout;      /* seconds of CPU time; 0: no limit */
+    const char *who;     /* what runs there, for messages ("the reader"); NULL: "the engine" */
 };
 
 /* The child's work: writes its answer to fd, returns 0 or an error code

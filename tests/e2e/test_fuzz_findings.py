@@ -6,14 +6,17 @@ test build halts on both), and the sidecar must go on registering what comes
 after it."""
 import base64
 import os
+import signal
+import subprocess
 import sys
+import time
 import unittest
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import torch_gen as tg  # noqa: E402
-from ckptd_test import TmpDirCase, run  # noqa: E402
+from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
 
 # fuzz_onnx, about 80 s in: a Gemm node with no inputs (and an op name the
 # mutation garbled) made verify and pack die with SIGSEGV.
@@ -166,6 +169,56 @@ class Watcher(Onnx):
         packed = os.listdir(os.path.join(d, "data", "deploy")) if os.path.isdir(
             os.path.join(d, "data", "deploy")) else []
         self.assertTrue(any("epoch_2" in p for p in packed), packed)
+
+    def test_a_reader_that_crashes_costs_the_child_not_the_watcher(self):
+        """A reader killed by a signal while packing (forced in the test build
+        by CKPTD_TEST_FAULT): the watcher logs archive.failed naming the
+        signal, keeps the checkpoint registered, and registers the next one."""
+        d = self.path("run")
+        os.makedirs(os.path.join(d, ".ckptd"))
+        with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+            f.write("checkpoints: {patterns: ['epoch_{epoch}.onnx']}\npack: {formats: [mldef]}\n"
+                    "watch: {settle: 0.2s}\n")
+        h = self.h
+        w = h.make_tensor("w", self.TP.FLOAT, [2, 2], np.eye(2, dtype=np.float32).ravel())
+        good = self.model([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [w],
+                          [self.vi("x", [1, 2])], [self.vi("y", [1, 2])], name="good.onnx")
+        log_path = os.path.join(d, ".ckptd", "watch.log")
+        env = dict(os.environ, CKPTD_TEST_FAULT="reader-crash")
+        with open(log_path, "wb") as log:
+            p = subprocess.Popen([CKPTD, "watch", "-v", d], stdout=subprocess.DEVNULL,
+                                 stderr=log, env=env)
+        try:
+            def log_has(words, n=1, timeout=60):
+                end = time.monotonic() + timeout
+                while time.monotonic() < end:
+                    with open(log_path, errors="replace") as f:
+                        text = f.read()
+                    if text.count(words) >= n:
+                        return
+                    self.assertIsNone(p.poll(), text)
+                    time.sleep(0.05)
+                self.fail(f"no {words!r} x{n} in:\n" + text)
+            log_has("watch.started")
+            for epoch in (1, 2):
+                tmp = os.path.join(d, f".epoch_{epoch}.tmp")
+                with open(good, "rb") as src, open(tmp, "wb") as dst:
+                    dst.write(src.read())
+                os.rename(tmp, os.path.join(d, f"epoch_{epoch}.onnx"))
+                log_has(f"archive.failed: checkpoint='epoch_{epoch}.onnx'")
+            with open(log_path, errors="replace") as f:
+                text = f.read()
+            # SIGSEGV, or SIGABRT where AddressSanitizer turned it into an abort
+            self.assertRegex(text, r"archive\.failed: checkpoint='epoch_2\.onnx' format=mldef: "
+                             r"'[^']*epoch_2\.onnx': crashed: the checkpoint's reader was "
+                             r"killed by signal (11 \(SIGSEGV|6 \(SIGABRT)")
+            with open(os.path.join(d, "metadata.yaml")) as f:
+                self.assertIn("epoch_2.onnx", f.read())
+            self.assertIsNone(p.poll())  # the watcher lives on
+        finally:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+            p.wait(60)
 
 
 if __name__ == "__main__":
