@@ -178,8 +178,96 @@ def mldef_seeds(out):
         b"ed25519 " + b"1" * 64 + b" " + b"2" * 128 + b"\n")
 
 
+def zip_seeds(out):
+    """fuzz_zip: archives as the zip-based formats write them: stored and
+    deflated members, a folder, a data descriptor (a streamed member), zip64
+    extra fields, an empty archive."""
+    def make(name, members, **kw):
+        b = io.BytesIO()
+        with zipfile.ZipFile(b, "w", **kw) as z:
+            for n, data, method in members:
+                z.writestr(zipfile.ZipInfo(n, (2024, 1, 1, 0, 0, 0)), data, method)
+        put(out, "zip", name, b.getvalue())
+    st, dfl = zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED
+    make("stored", [("manifest.json", b'{"a": 1}', st), ("data/w.float32", bytes(64), st)])
+    make("deflated", [("graph.fb", bytes(range(256)) * 4, dfl), ("tags.txt", b"e1\ne2\n", dfl)])
+    make("folder", [("e1/", b"", st), ("e1/params.txt", b"w e1/0\n", st)])
+    make("empty", [])
+    b = io.BytesIO()  # a member written as a stream: sizes in a data descriptor
+    with zipfile.ZipFile(b, "w") as z:
+        with z.open("stream.bin", "w", force_zip64=True) as f:
+            f.write(bytes(100))
+    put(out, "zip", "descriptor-zip64", b.getvalue())
+
+
+def graph_seeds(out):
+    """fuzz_graph: byte strings its decoder reads as small valid graphs
+    (weights, inputs, a chain of ops with their parameters)."""
+    for op in range(1, 44):
+        # 1 weight [3, 4]; 1 input [1, 4]; 2 nodes: op over (input, weight), then relu
+        body = bytes([1, 2, 3, 4, 0, 2, 1, 4, 2, op, 2, 1, 0]) + bytes([1] * 12) + \
+            bytes([0] * 4) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + bytes([9, 2, 1, 1, 0, 0])
+        put(out, "graph", "op%02d" % op, body)
+
+
+def yaml_seeds(out):
+    """fuzz_yaml: configs as the README writes them, and metadata.yaml as
+    the reference PMF implementation writes it."""
+    put(out, "yaml", "config", b"""model: {name: mnist}
+checkpoints:
+  patterns: ['epoch_{epoch}.pt', 'checkpoint-{step}/']
+  steps_per_epoch: 100
+watch: {settle: 2s}
+pack:
+  formats: [mldef, samediff]
+  graph:
+    input: {name: x, shape: [-1, 12]}
+    layers:
+      - {op: dense, weight: fc1.weight, bias: fc1.bias}
+      - {op: relu}
+verify: {atol: 1e-4, timeout: 300s, max_memory: 8GiB}
+upload:
+  stores:
+    - {url: 's3://bucket/runs/', region: eu-west-1, compress: zstd}
+    - {url: 'https://dav.example/runs/', credentials: 'env:DAV_TOKEN', auth: bearer}
+  multipart_threshold: 64MiB
+hooks:
+  webhooks: [{url: 'http://127.0.0.1:9/h', secret: 'env:SECRET', events: ['checkpoint.*']}]
+  exec: [{event: training.finished, command: ['/bin/true', '{checkpoint}'], timeout: 30s}]
+listen: 127.0.0.1:9464
+""")
+    put(out, "yaml", "metadata", b"""id: 6c1f1e5e-9f9b-4d6e-8b1e-0f7c2a3b4d5e
+status: running
+start_time: 2026-11-27T10:00:00.000000Z
+latest_time: 2026-11-27T11:00:00.000000Z
+start_epoch: 1
+latest_epoch: 2
+latest: {name: epoch_2.pt, type: checkpoint}
+checkpoints:
+  - {epoch: 1, path: data/checkpoints/epoch_1.pt, md5: d41d8cd98f00b204e9800998ecf8427e,
+     ref: {name: epoch_1.pt, type: checkpoint}}
+  - {epoch: 2, path: data/checkpoints/epoch_2.pt, md5: 0cc175b9c0f1b6a831c399e269772661,
+     ref: {name: epoch_2.pt, type: checkpoint}}
+""")
+
+
+def requests_seeds(out):
+    """fuzz_requests: ops endpoint requests (first byte < 0x80) and control
+    request files (first byte >= 0x80, the rest is the file)."""
+    for i, target in enumerate([b"/healthz", b"/readyz", b"/metrics", b"/status?x=1", b"/nope"]):
+        put(out, "requests", "http%d" % i,
+            bytes([7]) + b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    put(out, "requests", "head", b"\x03HEAD /metrics HTTP/1.0\n\n")
+    for word in (b"finished", b"failed\n", b"running"):
+        put(out, "requests", "control-" + word.strip().decode(), b"\x80" + word)
+
+
 def main(out):
     shared = os.environ.get("CK_SHARED_DATA", "")
+    zip_seeds(out)
+    graph_seeds(out)
+    yaml_seeds(out)
+    requests_seeds(out)
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     put(out, "safetensors", "small", safetensors_from_numpy(
         {"a": a, "b": np.array([1, 2], dtype=np.int64), "c": np.array(True)}, {"k": "v"}))
