@@ -94,7 +94,7 @@ static const struct key keys[] = {
      " timeout: 10s}]"},
     {"hooks.exec", T_CUSTOM, 0, parse_exec_hooks,
      "commands per event: [{event: checkpoint.registered, command: [argv...] (a string runs with"
-     " /bin/sh -c), timeout: 30s}]"},
+     " /bin/sh -c), timeout: 30s, env: [PATH, ...] (only these of ckptd's variables)}]"},
     {"hooks.retry_schedule", T_CUSTOM, 0, parse_retry_schedule,
      "delays before each webhook retry (default 5s 30s 2m 10m 30m 1h 2h 4h 6h 8h)"},
     {"hooks.failing_after", T_INT, F(hooks.failing_after), NULL,
@@ -713,6 +713,7 @@ static const struct item_key exec_keys[] = {
     {"event", I_STR, EX(event), 0, NO_FIELD, NULL},
     {"command", I_STRV, EX(argv), EX(argc), EX(shell), "is given twice"},
     {"timeout", I_TIMEOUT, EX(timeout), 0, NO_FIELD, NULL},
+    {"env", I_STRV, EX(env), EX(nenv), NO_FIELD, "is given twice"},
     {NULL, I_STR, 0, 0, NO_FIELD, NULL},
 };
 
@@ -915,6 +916,44 @@ static int walk(struct parse_ctx *c, yaml_node_t *map, const char *prefix)
     return 0;
 }
 
+/* Every env:NAME the document holds, wherever (store credentials, webhook
+ * URLs and keys, any key that takes a secret): the variables exec hooks
+ * must never see. */
+static int collect_secret_env(struct ck_yaml_doc *doc, yaml_node_t *n,
+                              struct ck_hooks_conf *h, int depth)
+{
+    int err;
+    if (!n || depth > 64)
+        return 0;
+    if (n->type == YAML_SCALAR_NODE) {
+        const char *v = (const char *)n->data.scalar.value;
+        if (strncmp(v, "env:", 4) || !v[4])
+            return 0;
+        for (size_t i = 0; i < h->nsecret_env; i++)
+            if (!strcmp(h->secret_env[i], v + 4))
+                return 0;
+        char **p = realloc(h->secret_env, (h->nsecret_env + 1) * sizeof *p);
+        if (!p)
+            return ck_error(CK_ENOMEM, "out of memory");
+        h->secret_env = p;
+        if (!(p[h->nsecret_env] = strdup(v + 4)))
+            return ck_error(CK_ENOMEM, "out of memory");
+        h->nsecret_env++;
+        return 0;
+    }
+    if (n->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
+             it++)
+            if ((err = collect_secret_env(doc, ck_yaml_node(doc, *it), h, depth + 1)) < 0)
+                return err;
+    } else if (n->type == YAML_MAPPING_NODE) {
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++)
+            if ((err = collect_secret_env(doc, ck_yaml_node(doc, p->value), h, depth + 1)) < 0)
+                return err;
+    }
+    return 0;
+}
+
 int ck_config_load(struct ck_config *cfg, const char *path)
 {
     struct ck_buf b = CK_BUF_INIT;
@@ -935,6 +974,8 @@ int ck_config_load(struct ck_config *cfg, const char *path)
                        ck_yaml_line(root));
     else if (root)
         err = walk(&c, root, "");
+    if (err == 0 && root)
+        err = collect_secret_env(&doc, root, &cfg->hooks, 0);
     if (err == 0 && ck_patterns_check(&cfg->ckpt.patterns) < 0)
         err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
     if (err == 0 && cfg->verify_source == CK_VERIFY_RECORDED && cfg->verify_expected.n)

@@ -103,7 +103,9 @@ void ck_hooks_conf_release(struct ck_hooks_conf *c)
     for (size_t i = 0; i < c->nexecs; i++) {
         free(c->execs[i].event);
         free_strv(c->execs[i].argv, c->execs[i].argc);
+        free_strv(c->execs[i].env, c->execs[i].nenv);
     }
+    free_strv(c->secret_env, c->nsecret_env);
     free(c->execs);
     free(c->retry_schedule);
     memset(c, 0, sizeof *c);
@@ -278,6 +280,14 @@ int ck_hooks_new(const struct ck_hooks_conf *conf, const char *cfg, struct ck_ho
         }
     }
     h->nhooks = conf->nwebhooks;
+    for (size_t i = 0; i < conf->nsecret_env; i++) {
+        char ref[512];
+        snprintf(ref, sizeof ref, "env:%s", conf->secret_env[i]);
+        if ((err = add_hidden(h, ref)) < 0) {
+            ck_hooks_free(h);
+            return err;
+        }
+    }
     for (size_t i = 0; i < conf->nwebhooks; i++)
         if ((err = setup_webhook(h, i, cfg)) < 0) {
             ck_hooks_free(h);
@@ -365,15 +375,30 @@ static bool hidden(const struct ck_hooks *h, const char *kv)
     return false;
 }
 
-/* The command's environment: ours without our secrets' variables and
+/* Whether kv ("NAME=value") is named by the hook's env: allow-list. */
+static bool allowed(const struct ck_exec_conf *x, const char *kv)
+{
+    if (!x->env)
+        return true;
+    for (size_t i = 0; i < x->nenv; i++) {
+        size_t n = strlen(x->env[i]);
+        if (!strncmp(kv, x->env[i], n) && kv[n] == '=')
+            return true;
+    }
+    return false;
+}
+
+/* The command's environment: ours (only what its env: names, when it has
+ * one) without the variables any of the config's secrets come from and
  * without stale CKPTD_* values, then the event's fields. */
-static int build_env(const struct ck_hooks *h, const char *lines, char ***env, size_t *n)
+static int build_env(const struct ck_hooks *h, const struct ck_exec_conf *x, const char *lines,
+                     char ***env, size_t *n)
 {
     int err;
     *env = NULL;
     *n = 0;
     for (char **e = environ; e && *e; e++) {
-        if (hidden(h, *e) || !strncmp(*e, "CKPTD_", 6))
+        if (hidden(h, *e) || !strncmp(*e, "CKPTD_", 6) || !allowed(x, *e))
             continue;
         char **p = realloc(*env, (*n + 2) * sizeof *p);
         if (!p)
@@ -481,7 +506,7 @@ static int queue_exec(struct ck_hooks *h, size_t i, const char *event_id, const 
         queued_free(&q);
         return ck_error(CK_ENOMEM, "out of memory");
     }
-    if ((err = build_env(h, env_lines, &q.env, &q.nenv)) < 0) {
+    if ((err = build_env(h, &h->conf->execs[i], env_lines, &q.env, &q.nenv)) < 0) {
         queued_free(&q);
         return err;
     }

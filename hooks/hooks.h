@@ -42,6 +42,9 @@ struct ck_exec_conf {
     size_t argc;
     bool shell;     /* the command was one string: run as /bin/sh -c STRING */
     double timeout; /* seconds; 0: the default (30 s) */
+    char **env;     /* env: the variable names passed from the agent's environment (an
+                     * allow-list); NULL: the whole environment but the config's secrets */
+    size_t nenv;
     int line;
 };
 
@@ -53,6 +56,10 @@ struct ck_hooks_conf {
     double *retry_schedule; /* seconds before each retry; NULL: ck_backoff_default */
     size_t nretry;
     int64_t failing_after; /* consecutive failures that mark a receiver failing; 0: 5 */
+    char **secret_env; /* variables any part of the config reads a secret from (its
+                        * env:NAME references: store credentials, webhook keys...):
+                        * never passed to an exec hook, whatever its env: says */
+    size_t nsecret_env;
 };
 
 #define CK_HOOKS_WEBHOOK_TIMEOUT_S 10.0

@@ -383,6 +383,42 @@ hooks:
         self.assertNotIn("CK_WH_A", text)
         no_secret_in(self, text)
 
+    def test_no_secret_of_the_config_reaches_a_command(self):
+        """Every env:NAME anywhere in the config (a store's credentials here,
+        not only the hooks' own keys) is kept from exec hooks, and a hook's
+        env: list passes only the variables it names (a secret still not)."""
+        full, clean = os.path.join(self.dir, "env-full"), os.path.join(self.dir, "env-clean")
+        self.config(f"""
+upload:
+  stores:
+    - {{url: 'http://127.0.0.1:9/dav/', credentials: 'env:CK_DAV_CRED', auth: basic}}
+hooks:
+  exec:
+    - event: agent.started
+      command: ["/bin/sh", "-c", "env > {full}"]
+    - event: agent.started
+      command: ["/bin/sh", "-c", "env > {clean}"]
+      env: [PATH, CK_OTHER, CK_DAV_CRED]
+""")
+        self.emit("agent.started", env=dict(CK_DAV_CRED="user:" + SECRET_A,
+                                            CK_OTHER="kept", CK_UNLISTED="there"))
+        with open(full) as f:
+            text = f.read()
+        self.assertIn("CK_OTHER=kept", text)
+        self.assertIn("CK_UNLISTED=there", text)
+        self.assertNotIn("CK_DAV_CRED", text)
+        no_secret_in(self, text)
+        with open(clean) as f:
+            names = sorted(line.split("=", 1)[0] for line in f.read().splitlines() if "=" in line)
+        self.assertIn("PATH", names)
+        self.assertIn("CK_OTHER", names)
+        self.assertNotIn("CK_UNLISTED", names)
+        self.assertNotIn("CK_DAV_CRED", names)
+        self.assertIn("CKPTD_EVENT", names)  # the event's own variables always come
+        # nothing else of the agent's environment: only the list and CKPTD_*
+        self.assertEqual([n for n in names if not n.startswith("CKPTD_")
+                          and n not in ("PATH", "CK_OTHER", "PWD", "SHLVL", "_")], [])
+
 
 class BadConfig(HookCase):
     def check_config(self, text, *want, cmd=("config",), env=ENV):
