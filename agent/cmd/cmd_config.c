@@ -28,7 +28,7 @@ int ck_cmd_config(int argc, char **argv)
     bool keys = false;
     int rc;
     ck_cli_init(&cli);
-    if ((rc = ck_cli_parse("config", argc, argv, options, &keys, &cli, false)) != 0)
+    if ((rc = ck_cli_parse("config", argc, argv, options, &keys, &cli, true)) != 0)
         return rc;
     if (cli.help) {
         ck_cli_help(head, options, "");

@@ -56,7 +56,7 @@ int ck_cmd_scan(int argc, char **argv)
     struct ck_scan_opts so = {.end_status = -1, .min_age = -1};
     int rc;
     ck_cli_init(&cli);
-    if ((rc = ck_cli_parse("scan", argc, argv, options, &fl, &cli, false)) != 0)
+    if ((rc = ck_cli_parse("scan", argc, argv, options, &fl, &cli, true)) != 0)
         return rc;
     if (cli.help) {
         ck_cli_help(head, options, tail);

@@ -535,6 +535,21 @@ class BadInput(TmpDirCase):
         self.assertEqual(run("scan", "--help").returncode, 0)
         self.assertIn("ckptd", run("--version").stdout)
 
+    def test_options_go_before_or_after_the_operands(self):
+        """Every command takes its options on either side of its operands,
+        as getopt's users expect (config and scan took them only before)."""
+        model = os.path.join(self.dir, "m.npy")
+        import numpy as np
+        np.save(model, np.zeros(2, np.float32))
+        cases = [("config", [self.dir], ["-v"]), ("scan", [self.dir], ["-q"]),
+                 ("status", [self.dir], ["--json"]), ("inspect", [model], ["--json"]),
+                 ("queue", [self.dir], ["--json"])]
+        for cmd, operands, opts in cases:
+            for args in (opts + operands, operands + opts):
+                with self.subTest(cmd=cmd, args=args):
+                    p = run(cmd, *args)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
