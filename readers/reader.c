@@ -117,7 +117,7 @@ int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set
                      struct ck_tensor_crcs *crcs)
 {
     if (!ops || !ops->verify)
-        return 0;
+        return CK_VERIFY_NONE;
     return ops->verify(s, crcs);
 }
 

@@ -31,8 +31,10 @@ struct ck_reader_ops {
     int (*probe)(const char *path, const unsigned char *head, size_t headlen);
     /* Reads path into a new set (*out owned by the caller). */
     int (*open)(const char *path, struct ck_tensor_set **out);
-    /* Checks every checksum the format stores (NULL: the format stores none).
-     * Returns CK_EFORMAT naming the first tensor whose data does not match.
+    /* Checks every checksum the file stores (NULL: the format stores none):
+     * 0 when there were some and all matched, CK_VERIFY_NONE when this file
+     * stores none (a SameDiff .fb, where its zip has a CRC per member);
+     * CK_EFORMAT naming the first tensor or member whose data does not match.
      * crcs (may be NULL) gets the CRC-32C of the tensors it read on the way. */
     int (*verify)(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs);
     /* Builds the canonical model (model/model.h) from a set this reader
@@ -69,7 +71,10 @@ const struct ck_reader_ops *ck_reader_find(const char *name);
 int ck_reader_detect(const char *path, const struct ck_reader_ops **out);
 /* Detects (or uses format when not NULL) and opens. */
 int ck_reader_open(const char *path, const char *format, struct ck_tensor_set **out);
-/* ops->verify, or 0 when the format stores no checksums; crcs may be NULL. */
+/* What a verify returns when there was nothing to check (> 0: no error). */
+#define CK_VERIFY_NONE 1
+/* ops->verify, or CK_VERIFY_NONE when the format stores no checksums; crcs
+ * may be NULL. 0 only when checksums were there and every one matched. */
 int ck_reader_verify(const struct ck_reader_ops *ops, const struct ck_tensor_set *s,
                      struct ck_tensor_crcs *crcs);
 /* The reader that made s (by s->format); NULL when none. */

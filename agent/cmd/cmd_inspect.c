@@ -342,9 +342,17 @@ static int inspect(void *arg)
         err = crcs.crc32c && crcs.known ? ck_reader_verify(ck_reader_of(s), s, &crcs)
                                         : ck_error(CK_ENOMEM, "out of memory");
     }
+    /* "verified" only where checksums were there to check */
+    bool checked = o->verify && err == 0;
+    if (err == CK_VERIFY_NONE) {
+        err = 0;
+        if (!o->json)
+            printf("%s: no checksums to verify: this %s file stores none\n", r->path,
+                   s->format);
+    }
     if (err == 0)
-        err = o->json ? print_json(s, o, o->verify ? &crcs : NULL)
-                      : print_text(s, o, o->verify ? &crcs : NULL);
+        err = o->json ? print_json(s, o, checked ? &crcs : NULL)
+                      : print_text(s, o, checked ? &crcs : NULL);
     free(crcs.crc32c);
     free(crcs.known);
     ck_tensor_set_free(s);

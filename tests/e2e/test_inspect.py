@@ -649,5 +649,69 @@ class Cli(Base):
         self.assert_fails(p, extra=("--format", "npy"))
 
 
+class Verdicts(Base):
+    """What 'inspect --verify' claims: "checksums verified" only where the
+    file stores checksums and every one matched, over every member of a zip
+    (every tag of a SameDiff archive, not only the one read)."""
+
+    def samediff_run(self):
+        import sdfb
+        sdfb.sd()  # skips without flatc
+        rng = np.random.default_rng(3)
+        out = self.path("run.zip")
+        for tag in ("e1", "e2"):
+            w = {"W1": rng.standard_normal((4, 3)).astype("f4"), "b1": np.zeros(3, "f4"),
+                 "W2": rng.standard_normal((3, 2)).astype("f4"), "b2": np.zeros(2, "f4")}
+            src = self.path(tag + ".fb")
+            sdfb.mlp(src, w)
+            run("pack", "--format", "samediff", src, "-o", out, "-q", check=0)
+        return out
+
+    def test_a_flip_in_any_member_of_any_tag_is_found(self):
+        out = self.samediff_run()
+        with open(out, "rb") as f:
+            whole = f.read()
+        with zipfile.ZipFile(out) as z:
+            members = [(i.filename, i.header_offset, i.compress_size) for i in z.infolist()]
+        self.assertTrue(any(n.startswith("e1/") for n, _, _ in members))
+        for name, off, size in members:
+            if not size:
+                continue
+            namelen, extralen = struct.unpack_from("<HH", whole, off + 26)
+            data = off + 30 + namelen + extralen
+            for at in sorted({data, data + size // 2, data + size - 1}):
+                with self.subTest(member=name, at=at - data):
+                    bad = bytearray(whole)
+                    bad[at] ^= 0x10
+                    p = self.path("bad.zip")
+                    with open(p, "wb") as f:
+                        f.write(bad)
+                    r = run("inspect", "--verify", p)
+                    self.assertEqual(r.returncode, 1, r.stdout)
+                    self.assertIn(f"member '{name}'", r.stderr)
+                    self.assertNotIn("checksums verified", r.stdout)
+        r = run("inspect", "--verify", out, check=0)
+        self.assertIn("checksums verified", r.stdout)
+
+    def test_no_checksums_is_not_called_verified(self):
+        import sdfb
+        sdfb.sd()
+        fb = self.path("one.fb")
+        sdfb.mlp(fb, {"W1": np.ones((4, 3), "f4"), "b1": np.zeros(3, "f4"),
+                      "W2": np.ones((3, 2), "f4"), "b2": np.zeros(2, "f4")})
+        npy = self.path("a.npy")
+        np.save(npy, np.arange(3, dtype=np.float32))
+        st = self.path("a.safetensors")
+        with open(st, "wb") as f:
+            f.write(safetensors_bytes([("a", "F32", [2], struct.pack("<2f", 1, 2))]))
+        for p, fmt in ((fb, "samediff"), (npy, "npy"), (st, "safetensors")):
+            with self.subTest(fmt=fmt):
+                r = run("inspect", "--verify", p, check=0)
+                self.assertNotIn("checksums verified", r.stdout)
+                self.assertIn(f"no checksums to verify: this {fmt} file stores none", r.stdout)
+                doc = json.loads(run("inspect", "--verify", "--json", p, check=0).stdout)
+                self.assertFalse(doc["verified"])
+
+
 if __name__ == "__main__":
     unittest.main()
