@@ -292,11 +292,21 @@ static bool is_int_tuple(const struct ck_pk_val *v)
  * backward_hooks[, metadata]) */
 static int rebuild_tensor(struct ck_pk *pk, const struct ck_pk_val *a)
 {
-    if (a->n < 6 || a->n > 7 || a->items[0]->kind != CK_PK_STORAGE ||
-        a->items[1]->kind != CK_PK_INT || a->items[1]->i < 0 || !is_int_tuple(a->items[2]) ||
-        !is_int_tuple(a->items[3]) || a->items[2]->n != a->items[3]->n ||
-        a->items[4]->kind != CK_PK_BOOL)
-        return fail(pk, "%s: unexpected arguments", "torch._utils._rebuild_tensor_v2");
+    static const char *const fn = "torch._utils._rebuild_tensor_v2";
+    if (a->n < 6 || a->n > 7)
+        return fail(pk, "%s: %zu arguments, it takes 6 or 7", fn, a->n);
+    if (a->items[0]->kind != CK_PK_STORAGE)
+        return fail(pk, "%s: its first argument is not a storage", fn);
+    if (a->items[1]->kind != CK_PK_INT || a->items[1]->i < 0)
+        return fail(pk, "%s: the storage offset is not an integer of at least 0", fn);
+    if (!is_int_tuple(a->items[2]) || !is_int_tuple(a->items[3]))
+        return fail(pk, "%s: the size or the stride is not a tuple of at most %d integers of at "
+                        "least 0",
+                    fn, CK_TENSOR_MAX_RANK);
+    if (a->items[2]->n != a->items[3]->n || a->items[4]->kind != CK_PK_BOOL)
+        return fail(pk, "%s: the size and the stride differ in rank, or requires_grad is not a "
+                        "bool",
+                    fn);
     struct ck_pk_val *v = new_val(pk, CK_PK_TENSOR);
     if (!v || !(v->t = calloc(1, sizeof *v->t)))
         return ck_error(CK_ENOMEM, "out of memory");

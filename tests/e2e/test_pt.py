@@ -213,6 +213,10 @@ class Hostile(Base):
             (tg.tensor_pickle(storage="Storage"), data, "global 'torch.Storage' is not allowed"),
             (tg.tensor_pickle(size=(2 ** 31 - 1, 2 ** 31 - 1), stride=(0, 0)), data,
              "copy more bytes than the file holds"),
+            (tg.tensor_pickle(offset=-1, size=(2,)), data,
+             "_rebuild_tensor_v2: the storage offset is not an integer of at least 0"),
+            (tg.tensor_pickle(size=(2,), stride=(1, 1)), data,
+             "_rebuild_tensor_v2: the size and the stride differ in rank"),
         ]
         for i, (pkl, st, words) in enumerate(cases):
             with self.subTest(words=words):
