@@ -213,7 +213,7 @@ int ck_model_add_io(struct ck_model *m, bool output, const char *name, enum ck_d
     for (int d = 0; d < rank; d++)
         if (dims[d] < -1 || dims[d] > CK_MODEL_NUMEL_MAX ||
             (dims[d] > 0 && !ck_dim_mul(known, dims[d], &known)) || known > CK_MODEL_NUMEL_MAX)
-            return ck_error(CK_ESIZE,
+            return ck_error(CK_EFORMAT,
                             "'%s': graph %s '%s': dimension %d (%" PRId64 ") makes a shape "
                             "larger than %" PRId64 " elements",
                             path, output ? "output" : "input", name, d, dims[d],

@@ -1300,6 +1300,56 @@ static const struct row *find_row(const char *op)
     return NULL;
 }
 
+/* Ops that move values without computing on them: exact on the integers
+ * float32 holds (up to 2^24), so integer tensors may pass through them. */
+static bool moves_only(enum ck_op op)
+{
+    switch (op) {
+    case CK_OP_IDENTITY:
+    case CK_OP_RESHAPE:
+    case CK_OP_FLATTEN:
+    case CK_OP_TRANSPOSE:
+    case CK_OP_CONCAT:
+    case CK_OP_SPLIT:
+    case CK_OP_SLICE:
+    case CK_OP_SQUEEZE:
+    case CK_OP_UNSQUEEZE:
+    case CK_OP_PAD:
+    case CK_OP_GATHER:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The engine computes in float32: integer arithmetic (ONNX's Div of two
+ * uint8 tensors truncates: 7/2 is 3, not 3.5) would be a wrong answer, so a
+ * computing op on an integer tensor that is not a folded constant is refused
+ * by name. Which values are integers follows from the graph's inputs and
+ * weights through the ops that only move values; Cast to float ends it. */
+static int check_integers(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                          struct val **out)
+{
+    bool is_int = false;
+    if (moves_only(row->op)) {
+        struct val *x = has_input(n, 0) ? find(c, n->inputs[0]) : NULL;
+        is_int = x && x->is_int && strcmp(n->op, "Cast");
+    } else {
+        for (size_t i = 0; i < n->ninputs; i++) {
+            struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
+            if (x && x->is_int && !x->is_const)
+                return ck_error(CK_EFORMAT,
+                                "'%s': node '%s' (%s): input '%s' is an integer tensor, and "
+                                "ckptd computes in float32: integer arithmetic is not supported",
+                                c->path, n->name, n->op, x->name);
+        }
+    }
+    for (size_t i = 0; i < n->noutputs && i < RANK_MAX; i++)
+        if (out[i] && !out[i]->is_const)
+            out[i]->is_int = is_int;
+    return 0;
+}
+
 static int map_node(struct cx *c, const struct ck_graph_node *n)
 {
     struct val *out[RANK_MAX] = {NULL};
@@ -1326,6 +1376,8 @@ static int map_node(struct cx *c, const struct ck_graph_node *n)
                         "'%s': node '%s' (%s): its inputs are not constants, and ckptd computes "
                         "%s only when folding shapes",
                         c->path, n->name, n->op, n->op);
+    if ((err = check_integers(c, n, row, out)) < 0)
+        return err;
     if (row->ndata == 0) /* the row emits its own nodes */
         return row->map(c, n, row, NULL);
     size_t nin = row->ndata < 0 ? n->ninputs : (size_t)row->ndata;
@@ -1420,6 +1472,7 @@ static int add_io(struct cx *c, bool output, const char *name)
         if (err < 0)
             return err;
         set_shape(in, rank, dims);
+        in->is_int = is_int_dtype(dtype);
         for (int i = 0; i < rank && i < RANK_MAX; i++)
             if (dims[i] < 0)
                 in->dims[i] = -1;

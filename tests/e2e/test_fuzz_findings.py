@@ -122,6 +122,32 @@ class Onnx(Base):
         p = self.model([d], [r, t], [self.vi("x", [2, 2])], [self.vi("y", [2, 2])])
         self.refused("verify", p, "node 'd' (Dropout): training_mode is true")
 
+    def test_integer_arithmetic_is_refused_not_computed_in_float(self):
+        """ONNX's test_div_uint8: 7/2 is 3 in uint8; computed in float32 it
+        was 3.5, a wrong answer where a refusal was due. A Cast to float
+        first is computed as before."""
+        h = self.h
+        ins = [h.make_tensor_value_info(n, self.TP.UINT8, [3]) for n in ("a", "b")]
+        div = h.make_node("Div", ["a", "b"], ["y"], name="d")
+        p = self.model([div], [], ins, [h.make_tensor_value_info("y", self.TP.UINT8, [3])])
+        np.save(self.path("a.npy"), np.array([7, 9, 200], np.uint8))
+        np.save(self.path("b.npy"), np.array([2, 4, 3], np.uint8))
+        np.save(self.path("y.npy"), np.array([3, 2, 66], np.uint8))
+        r = run("verify", p, "--inputs", self.path("a.npy"), self.path("b.npy"),
+                "--expected", self.path("y.npy"), timeout=120)
+        self.assertEqual(r.returncode, 1, r.stdout)
+        self.assertIn("node 'd' (Div): input 'a' is an integer tensor", r.stderr)
+        self.assertIn("integer arithmetic is not supported", r.stderr)
+        # cast to float first: float division, computed
+        casts = [h.make_node("Cast", [n], [n + "f"], name="c" + n, to=self.TP.FLOAT)
+                 for n in ("a", "b")]
+        div = h.make_node("Div", ["af", "bf"], ["y"], name="d")
+        p = self.model(casts + [div], [], ins, [self.vi("y", [3])], name="cast.onnx")
+        np.save(self.path("yf.npy"), np.array([3.5, 2.25, 200 / 3], np.float32))
+        r = run("verify", p, "--inputs", self.path("a.npy"), self.path("b.npy"),
+                "--expected", self.path("yf.npy"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
 
 class SameDiff(Base):
     def setUp(self):
