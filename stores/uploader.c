@@ -566,6 +566,43 @@ static int prepare_spool(struct run *r, struct ck_job *j)
     return j->spool ? 0 : ck_error(CK_ENOMEM, "out of memory");
 }
 
+/* A PMF tree's metadata.yaml that changed since it was queued may name
+ * checkpoints queued after it, or not queued yet (the watcher wrote it
+ * while this round ran): sent as it is now, it would reach the store before
+ * them. So the tree is queued again for this job's store: the new data
+ * files get jobs, and metadata.yaml a new one behind them (stores/queue.c
+ * replaces a pending job), which this run sends once they are done. True
+ * when that was done (the job is no longer this worker's). */
+static bool metadata_requeued(struct run *r, struct ck_job *j, int *err)
+{
+    struct stat st;
+    char root[4096];
+    size_t n = strlen(j->src);
+    *err = 0;
+    if (j->kind != CK_JOB_FILE || j->phase != 1 || n < 14 ||
+        strcmp(j->src + n - 14, "/metadata.yaml") != 0 || stat(j->src, &st) < 0 ||
+        ((uint64_t)st.st_size == j->size && ck_mtime_ns(&st) == j->mtime_ns))
+        return false;
+    ck_dirname(root, sizeof root, j->src);
+    db_lock(r);
+    const struct ck_store_spec *spec = NULL;
+    for (size_t i = 0; i < r->nstores; i++)
+        if (r->stores[i]->id == j->store_id)
+            spec = &r->stores[i]->spec;
+    int queued = 0;
+    if (spec && (*err = ck_queue_requeue(r->db, j->id, NULL)) == 0)
+        *err = ck_uploader_enqueue_pmf(r->db, spec, 1, root, false, &queued);
+    db_unlock(r);
+    if (!spec)
+        return false;
+    if (*err == 0)
+        ck_info("upload.metadata_changed",
+                "job=%lld path=\"%s\": changed since it was queued; the tree is queued again "
+                "(%d job(s)), metadata.yaml after its data",
+                (long long)j->id, j->src, queued);
+    return true;
+}
+
 /* A plain file that changed since it was queued is sent as it is now. */
 static int refresh_source(struct run *r, struct ck_job *j)
 {
@@ -691,6 +728,11 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     db_unlock(r);
     if (err < 0)
         goto failed;
+    if (metadata_requeued(r, j, &err)) {
+        if (err < 0)
+            goto failed;
+        goto out;
+    }
     if (j->kind == CK_JOB_FILE)
         err = refresh_source(r, j);
     else
