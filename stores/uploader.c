@@ -876,6 +876,14 @@ static void count_left(sqlite3 *db, struct ck_upload_report *rep)
     sqlite3_finalize(st);
 }
 
+/* ckptd_upload_queue_depth: jobs waiting or running, as the queue says now. */
+static void queue_depth(sqlite3 *db)
+{
+    int counts[4];
+    if (ck_queue_counts(db, counts) == 0)
+        ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
+}
+
 /* One of upload.transfers workers: claims a job, runs it, again. A worker
  * that finds nothing to claim while others still run waits for one of them
  * to end (a finished data job may free the metadata job); it leaves when no
@@ -935,16 +943,14 @@ static void *worker_main(void *arg)
         }
         r->active++;
         r->bodies_free--; /* run_job gives it back */
+        queue_depth(r->db);
         db_unlock(r);
         err = run_job(r, &j, r->pg, ctl, r->attempts_max, &w->rep);
         ck_job_release(&j);
         db_lock(r);
         r->active--;
         pthread_cond_broadcast(&r->cv);
-        int counts[4];
-        if (ck_queue_counts(r->db, counts) == 0)
-            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH,
-                           counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
+        queue_depth(r->db);
         if (err < 0 && !r->fatal) {
             r->fatal = err; /* the queue itself failed: stop */
             snprintf(r->fatal_msg, sizeof r->fatal_msg, "%s", ck_error_msg());
@@ -970,6 +976,7 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     memset(rep, 0, sizeof *rep);
     if ((err = ck_queue_init(db)) < 0 || (err = ck_queue_recover(db)) < 0)
         return err;
+    queue_depth(db);
     if ((err = ck_net_init(&r.net, opts, ctl)) < 0)
         return err;
     pthread_mutex_init(&r.mu, NULL);
@@ -1025,6 +1032,7 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     pthread_cond_destroy(&r.cv);
     if (err == 0)
         count_left(db, rep);
+    queue_depth(db);
     return err;
 }
 
