@@ -85,7 +85,7 @@ int ck_queue_claim(sqlite3 *db, struct ck_job *job);
 int ck_queue_claim_except(sqlite3 *db, const int64_t *skip, size_t nskip, struct ck_job *job);
 /* ids as a JSON array ("[1,2]") for SQLite's json_each: as many as fit in
  * outsz (CK_QUEUE_IDS_JSON_MAX holds 32). */
-#define CK_QUEUE_IDS_JSON_MAX 640
+#define CK_QUEUE_IDS_JSON_MAX 1024
 void ck_queue_ids_json(char *out, size_t outsz, const int64_t *ids, size_t n);
 int ck_queue_get(sqlite3 *db, int64_t id, struct ck_job *job);
 /* Multipart bookkeeping. Setting another upload id drops the recorded parts. */
