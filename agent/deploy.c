@@ -679,6 +679,7 @@ static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
         ev.error = err < 0 ? why : NULL;
         emit(p, &ev);
     }
+    ck_metrics_add(err < 0 ? CK_M_VERIFICATIONS_FAILED : CK_M_VERIFICATIONS_PASSED, 1);
     if (err < 0) {
         ck_metrics_add(CK_M_FAILURES_VERIFY, 1);
         ck_err("verification.failed", "checkpoint='%s' archive='%s': %s: %s", e->ref, e->spec, why,

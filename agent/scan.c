@@ -208,11 +208,18 @@ static int add_registered(struct ck_scan_result *res, const char *ref)
     return 0;
 }
 
-static void problem(struct scan *s, const char *rel, const char *msg)
+/* A problem of one checkpoint, counted under its stage (ckptd_failures_total):
+ * CK_M_FAILURES_SCAN, or CK_M_FAILURES_HASH when its files could not be hashed. */
+static void problem_at(struct scan *s, const char *rel, const char *msg, enum ck_metric stage)
 {
     ck_err("checkpoint.problem", "path='%s': %s", rel, msg);
     s->res->problems++;
-    ck_metrics_add(CK_M_FAILURES_SCAN, 1);
+    ck_metrics_add(stage, 1);
+}
+
+static void problem(struct scan *s, const char *rel, const char *msg)
+{
+    problem_at(s, rel, msg, CK_M_FAILURES_SCAN);
 }
 
 /* A registered checkpoint: has its content changed, or was it deleted? */
@@ -350,7 +357,7 @@ static int registered_pass(struct scan *s)
             continue;
         }
         if (c && (err = recheck(s, i, c)) < 0)
-            problem(s, c->rel, ck_error_msg());
+            problem_at(s, c->rel, ck_error_msg(), CK_M_FAILURES_HASH);
     }
     return 0;
 }
@@ -411,16 +418,19 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         char pmf_rel[PATH_MAX];
         struct ck_hash_entry h;
         uint64_t total;
+        enum ck_metric stage = CK_M_FAILURES_SCAN;
         int e = place(s, c);
-        if (e == 0)
+        if (e == 0) {
+            stage = CK_M_FAILURES_HASH;
             e = hash_candidate(s, c, pmf_rel, &h, &total);
+        }
         if (e == CK_ECHANGED) {
             ck_warn("checkpoint.changing", "ref='%s': %s; will retry", c->ref, ck_error_msg());
             s->res->waiting++;
             continue;
         }
         if (e < 0) {
-            problem(s, c->rel, ck_error_msg());
+            problem_at(s, c->rel, ck_error_msg(), stage);
             continue;
         }
         struct ck_pmf_ref ref = {false, 0, c->ref};
@@ -494,6 +504,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         if ((err = ck_read_file(meta_path, CK_METADATA_MAX, &old)) < 0 ||
             (err = ck_pmf_parse(&s.meta, meta_path, ck_buf_str(&old), old.len)) < 0) {
             ck_buf_release(&old);
+            ck_metrics_add(CK_M_FAILURES_METADATA, 1);
             return ck_error_wrap(err, "not touching it");
         }
     } else {
@@ -534,9 +545,13 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     if ((err = ck_state_commit(st)) < 0)
         goto out;
     if (fresh || out.len != old.len || memcmp(ck_buf_str(&out), ck_buf_str(&old), out.len)) {
-        if ((err = ck_write_file_atomic(meta_path, ck_buf_str(&out), out.len, 0644)) < 0)
+        if ((err = ck_write_file_atomic(meta_path, ck_buf_str(&out), out.len, 0644)) < 0) {
+            ck_metrics_add(CK_M_FAILURES_METADATA, 1);
             goto out;
+        }
         res->metadata_written = true;
+        /* counted once metadata.yaml says so */
+        ck_metrics_add(CK_M_CHECKPOINTS_UNREGISTERED, res->removed);
         ck_info("metadata.written", "path=%s checkpoints=%zu status=%s", meta_path,
                 s.meta.ncheckpoints, ck_pmf_status_name(s.meta.status));
     }

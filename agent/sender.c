@@ -82,6 +82,24 @@ int ck_sender_send(const void *data, size_t len)
     return r;
 }
 
+/* The gauges a round sets as it goes (ckptd_upload_queue_depth while a
+ * transfer runs, ckptd_hook_outbox_depth) reach the watcher's /metrics this
+ * often, not only when a job ends. */
+#define METRICS_FLUSH_MS 500
+
+static void *metrics_flusher(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {0, METRICS_FLUSH_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&helper_mu);
+        send_metrics();
+        pthread_mutex_unlock(&helper_mu);
+    }
+    return NULL;
+}
+
 static void helper_on_signal(int sig)
 {
     (void)sig;
@@ -124,6 +142,9 @@ static _Noreturn void helper_main(struct ck_sender *s, int wfd, pid_t parent)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL); /* the watcher blocks them for its signalfd */
     ck_metrics_mark(&helper_mark);
+    pthread_t flusher;
+    if (pthread_create(&flusher, NULL, metrics_flusher, NULL) != 0)
+        ck_debug("metrics.helper", "no flushing thread: the metrics come with each record");
 
     double again = s->spec.round(s->spec.arg);
 

@@ -84,12 +84,14 @@ struct watcher {
     /* the wrapped command */
     struct ck_child child;
     bool terminating; /* SIGTERM/SIGINT came */
+    double signal_at; /* ck_mono_s of the first, when the command ran (0: none) */
     int exit_code;
     /* SIGTERM/SIGINT with no wrapped command: everything complete is handed
      * over until this deadline (ck_mono_s), see handover() */
     double handover_until;
     double final_window; /* the settle window, shortened to what the grace allows */
     struct timespec handover_real; /* when the hand-over began (CLOCK_REALTIME) */
+    double handover_t0;            /* and by ck_mono_s */
     size_t young;        /* checkpoints the last final pass found too fresh */
 };
 
@@ -448,6 +450,7 @@ static void handover(struct watcher *w)
 {
     double t0 = ck_mono_s(), grace = w->cfg.watch_grace_period;
     w->handover_until = t0 + grace;
+    w->handover_t0 = t0;
     clock_gettime(CLOCK_REALTIME, &w->handover_real);
     w->final_window = grace / 4 < w->cfg.watch_settle ? grace / 4 : w->cfg.watch_settle;
     size_t passes = 0;
@@ -502,10 +505,27 @@ static void output_step(void *arg)
         ck_child_read(&w->child, i);
 }
 
+/* The wrapped command ended after SIGTERM/SIGINT: from here on it is the
+ * hand-over of a watcher without a command (handover()), except that the
+ * final pass is reap's own (the writer is gone: no settle window). Its
+ * deadline: what is left of watch.grace_period since the signal, and at
+ * least upload.grace, which a transfer in flight would get anyway. */
+static void handover_after_command(struct watcher *w)
+{
+    double now = ck_mono_s(), until = w->signal_at + w->cfg.watch_grace_period;
+    if (until < now + w->cfg.upload.grace)
+        until = now + w->cfg.upload.grace;
+    w->handover_until = until;
+    w->handover_t0 = now;
+    clock_gettime(CLOCK_REALTIME, &w->handover_real);
+}
+
 static void reap(struct watcher *w)
 {
     if (!ck_child_reap(&w->child))
         return;
+    if (w->terminating && w->handover_until <= 0)
+        handover_after_command(w);
     int end = w->child.code == 0 ? CK_PMF_FINISHED : CK_PMF_FAILED;
     int err = pass(w, end, true, false);
     w->exit_code = w->child.code;
@@ -609,7 +629,7 @@ static void log_left_behind(struct watcher *w)
                 uploads, (long long)deliveries);
     else
         ck_info("watch.handed_over", "seconds=%.3f: everything registered, uploaded and delivered",
-                w->cfg.watch_grace_period - handover_left(w));
+                ck_mono_s() - w->handover_t0);
 }
 
 /* ---- signals ---- */
@@ -675,6 +695,8 @@ static void on_signal(struct ck_loop *loop, int fd, uint32_t events, void *arg)
             ck_info("signal.received", "signal=%s", sig == SIGINT ? "SIGINT" : "SIGTERM");
             w->terminating = true;
             if (w->child.pid > 0) {
+                if (w->signal_at <= 0)
+                    w->signal_at = ck_mono_s();
                 ck_child_signal(&w->child, sig);
                 if (!w->grace_t)
                     ck_loop_add_timer(loop, w->cfg.watch_grace_period, 0, on_grace, w, &w->grace_t);

@@ -79,6 +79,8 @@ const char *ck_err_name(int code)
     case CK_EAUTH: return "auth";
     case CK_EEXIST: return "exist";
     case CK_ESIZE: return "size";
+    case CK_EUNREACH: return "unreachable";
+    case CK_EREFUSED: return "refused";
     default: return "error";
     }
 }

@@ -25,6 +25,8 @@ enum ck_err {
     CK_EAUTH = -12,    /* a remote refused our credentials (not retried) */
     CK_EEXIST = -13,   /* something is already there */
     CK_ESIZE = -14,    /* a length or size out of range */
+    CK_EUNREACH = -15, /* a remote cannot be reached: connection refused, unknown host */
+    CK_EREFUSED = -16, /* a remote refused the request for good (a 4xx but 408, 429) */
 };
 
 /* Sets the thread's message and returns code (so it can be returned directly). */

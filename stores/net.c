@@ -14,6 +14,7 @@
 
 #define RESP_MAX (1u << 20)
 #define CHUNK_CAPPED (64u << 10) /* read size while a bandwidth cap is on */
+#define UNREACHABLE_CAP 2.0      /* seconds: the longest wait to retry where nobody answered */
 
 static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
 {
@@ -466,15 +467,29 @@ int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *
                                 detail, where);
             retry = ck_net_is_retryable(resp->status, resp->code);
         }
+        /* nobody answers there: the caller gives up the whole store for
+         * now, not just this request (stores/net.h) */
+        bool unreachable = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST ||
+                           cc == CURLE_COULDNT_RESOLVE_PROXY;
         if (!retry || attempt >= retries)
-            return ck_error(CK_ENET, "%s: %s (%s)%s", what, detail, where,
+            return ck_error(unreachable ? CK_EUNREACH
+                            : !retry && cc == CURLE_OK ? CK_EREFUSED
+                                                       : CK_ENET,
+                            "%s: %s (%s)%s", what, detail, where,
                             retry ? ", giving up after retries" : "");
         pthread_mutex_lock(&n->rate_mu); /* transfers retry from several threads */
         double rnd = (double)rand_r(&n->rand_state) / ((double)RAND_MAX + 1.0);
         pthread_mutex_unlock(&n->rate_mu);
-        double d = ck_backoff_delay(attempt, n->opts->retry_base, n->opts->retry_cap,
-                                    resp->retry_after, rnd);
-        ck_warn("upload.retry", "what=\"%s\" error=\"%s\" attempt=%d delay=%.1fs", what, detail,
+        /* Nobody answering costs the server nothing, and the job is not
+         * failed by it (it stays queued for the next round): short delays,
+         * so that a round learns soon that the store is down. */
+        double cap = unreachable && n->opts->retry_cap > UNREACHABLE_CAP ? UNREACHABLE_CAP
+                                                                         : n->opts->retry_cap;
+        double d = ck_backoff_delay(attempt, n->opts->retry_base, cap, resp->retry_after, rnd);
+        /* an attempt that will be retried is news, not a problem: the warning
+         * is the caller's once the retries are spent (one per store when
+         * nobody answers, see stores/uploader.c) */
+        ck_info("upload.retry", "what=\"%s\" error=\"%s\" attempt=%d delay=%.1fs", what, detail,
                 attempt + 1, d);
         long long until = ck_mono_ms() + (long long)(d * 1000);
         while (ck_mono_ms() < until) {

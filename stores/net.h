@@ -68,9 +68,12 @@ void ck_resp_init(struct ck_resp *r);
 void ck_resp_release(struct ck_resp *r);
 
 /* Performs r with retries. 2xx is 0. Errors: CK_EAUTH for 401/403 (never
- * retried), CK_ENET when retries ran out or the error is permanent (the
- * message says the status or curl's error, the S3 code and the URL without
- * secrets), CK_ECHANGED... never; a stop past the deadline is CK_ENET too. A
+ * retried), CK_EREFUSED for any other answer that is final (a 4xx but 408
+ * and 429: never retried), CK_EUNREACH when nobody answered (connection
+ * refused, unknown host) after the retries, CK_ENET when the retries ran out
+ * otherwise (the message says the status or curl's error, the S3 code and
+ * the URL without secrets); a stop past the deadline is CK_ENET too. Each
+ * attempt that will be retried is logged at info level (upload.retry). A
  * status in ok_status (0-terminated; NULL: 2xx only) also counts as success. */
 int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *resp,
                    const long *ok_status);

@@ -405,7 +405,7 @@ static int sync_level(sqlite3 *db)
     return level;
 }
 
-static int claim(sqlite3 *db, struct ck_job *job);
+static int claim(sqlite3 *db, const int64_t *skip, size_t nskip, struct ck_job *job);
 
 /* Claiming a job needs no durability of its own: a running job whose process
  * is gone goes back to pending anyway. So its commit is not synced (WAL with
@@ -413,11 +413,16 @@ static int claim(sqlite3 *db, struct ck_job *job);
  * next synced commit (the job's end). One fsync less per job. */
 int ck_queue_claim(sqlite3 *db, struct ck_job *job)
 {
+    return ck_queue_claim_except(db, NULL, 0, job);
+}
+
+int ck_queue_claim_except(sqlite3 *db, const int64_t *skip, size_t nskip, struct ck_job *job)
+{
     int level = sync_level(db);
     char sql[48];
     if (level > 1)
         exec(db, "PRAGMA synchronous=NORMAL", "claiming a job");
-    int err = claim(db, job);
+    int err = claim(db, skip, nskip, job);
     if (level > 1) {
         snprintf(sql, sizeof sql, "PRAGMA synchronous=%d", level);
         int e2 = exec(db, sql, "claiming a job");
@@ -429,22 +434,35 @@ int ck_queue_claim(sqlite3 *db, struct ck_job *job)
     return err;
 }
 
-static int claim(sqlite3 *db, struct ck_job *job)
+void ck_queue_ids_json(char *out, size_t outsz, const int64_t *ids, size_t n)
+{
+    size_t o = 0;
+    out[o++] = '[';
+    for (size_t i = 0; i < n && o + 24 < outsz; i++)
+        o += (size_t)snprintf(out + o, outsz - o, "%s%lld", i ? "," : "", (long long)ids[i]);
+    snprintf(out + o, outsz - o, "]");
+}
+
+static int claim(sqlite3 *db, const int64_t *skip, size_t nskip, struct ck_job *job)
 {
     sqlite3_stmt *st;
+    char skipped[CK_QUEUE_IDS_JSON_MAX];
     int err;
     memset(job, 0, sizeof *job);
+    ck_queue_ids_json(skipped, sizeof skipped, skip, nskip);
     if ((err = exec(db, "BEGIN IMMEDIATE", "claiming a job")) < 0)
         return err;
     /* data first; metadata only when no data job of its store is unfinished (the
-     * metadata may name any of them) */
+     * metadata may name any of them); none of a skipped store */
     if ((err = prep(db,
                     "SELECT " JOB_COLS " WHERE j.state = 0 AND j.next_try <= ?1 AND"
                     " (j.phase = 0 OR NOT EXISTS (SELECT 1 FROM upload_jobs d WHERE"
                     " d.store = j.store AND d.phase = 0 AND d.state != 2))"
+                    " AND j.store NOT IN (SELECT value FROM json_each(?2))"
                     " ORDER BY j.phase, j.id LIMIT 1",
                     &st)) < 0)
         goto fail;
+    sqlite3_bind_text(st, 2, skipped, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 1, now_s());
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {

@@ -80,6 +80,13 @@ bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65]);
 /* Claims the next runnable job (pending, not blocked by the metadata-last
  * rule, next_try reached) and marks it running. CK_ENOENT when none. */
 int ck_queue_claim(sqlite3 *db, struct ck_job *job);
+/* The same, leaving the jobs of the nskip stores in skip (queue store ids)
+ * alone: stores a run gave up (stores/uploader.c). */
+int ck_queue_claim_except(sqlite3 *db, const int64_t *skip, size_t nskip, struct ck_job *job);
+/* ids as a JSON array ("[1,2]") for SQLite's json_each: as many as fit in
+ * outsz (CK_QUEUE_IDS_JSON_MAX holds 32). */
+#define CK_QUEUE_IDS_JSON_MAX 1024
+void ck_queue_ids_json(char *out, size_t outsz, const int64_t *ids, size_t n);
 int ck_queue_get(sqlite3 *db, int64_t id, struct ck_job *job);
 /* Multipart bookkeeping. Setting another upload id drops the recorded parts. */
 int ck_queue_set_upload(sqlite3 *db, int64_t id, const char *upload_id, uint64_t part_size);

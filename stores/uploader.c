@@ -374,6 +374,7 @@ struct opened {
     struct ck_store *store;
     int err;
     char msg[512];
+    bool gone; /* nobody answered there: this run leaves its jobs queued */
 };
 
 struct run {
@@ -565,6 +566,43 @@ static int prepare_spool(struct run *r, struct ck_job *j)
     return j->spool ? 0 : ck_error(CK_ENOMEM, "out of memory");
 }
 
+/* A PMF tree's metadata.yaml that changed since it was queued may name
+ * checkpoints queued after it, or not queued yet (the watcher wrote it
+ * while this round ran): sent as it is now, it would reach the store before
+ * them. So the tree is queued again for this job's store: the new data
+ * files get jobs, and metadata.yaml a new one behind them (stores/queue.c
+ * replaces a pending job), which this run sends once they are done. True
+ * when that was done (the job is no longer this worker's). */
+static bool metadata_requeued(struct run *r, struct ck_job *j, int *err)
+{
+    struct stat st;
+    char root[4096];
+    size_t n = strlen(j->src);
+    *err = 0;
+    if (j->kind != CK_JOB_FILE || j->phase != 1 || n < 14 ||
+        strcmp(j->src + n - 14, "/metadata.yaml") != 0 || stat(j->src, &st) < 0 ||
+        ((uint64_t)st.st_size == j->size && ck_mtime_ns(&st) == j->mtime_ns))
+        return false;
+    ck_dirname(root, sizeof root, j->src);
+    db_lock(r);
+    const struct ck_store_spec *spec = NULL;
+    for (size_t i = 0; i < r->nstores; i++)
+        if (r->stores[i]->id == j->store_id)
+            spec = &r->stores[i]->spec;
+    int queued = 0;
+    if (spec && (*err = ck_queue_requeue(r->db, j->id, NULL)) == 0)
+        *err = ck_uploader_enqueue_pmf(r->db, spec, 1, root, false, &queued);
+    db_unlock(r);
+    if (!spec)
+        return false;
+    if (*err == 0)
+        ck_info("upload.metadata_changed",
+                "job=%lld path=\"%s\": changed since it was queued; the tree is queued again "
+                "(%d job(s)), metadata.yaml after its data",
+                (long long)j->id, j->src, queued);
+    return true;
+}
+
 /* A plain file that changed since it was queued is sent as it is now. */
 static int refresh_source(struct run *r, struct ck_job *j)
 {
@@ -606,7 +644,57 @@ static void remote_checkpoint_time(sqlite3 *db, int64_t store)
 static bool is_permanent(int err)
 {
     return err == CK_EAUTH || err == CK_ECONFIG || err == CK_EFORMAT || err == CK_ENOENT ||
-           err == CK_ESIZE;
+           err == CK_ESIZE || err == CK_EREFUSED;
+}
+
+/* With r->mu held: the ids of the stores this run gave up, for the queue's
+ * claim (at most n). */
+static size_t gone_ids(const struct run *r, int64_t *ids, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < r->nstores && k < n; i++)
+        if (r->stores[i]->gone)
+            ids[k++] = r->stores[i]->id;
+    return k;
+}
+
+/* With r->mu held: jobs of a store still queued. */
+static int store_pending(sqlite3 *db, int64_t store)
+{
+    sqlite3_stmt *st;
+    int n = 0;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM upload_jobs WHERE store = ?1 AND state IN (0, 1)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    sqlite3_bind_int64(st, 1, store);
+    if (sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* Nobody answered at j's store after the retries (connection refused, an
+ * unknown host): the job goes back to the queue without an attempt counted
+ * (the file is not at fault), the rest of the run leaves that store alone,
+ * and one warning says so for the store, not one per file and attempt. */
+static int give_up_store(struct run *r, const struct ck_job *j, const char *where,
+                         const char *msg)
+{
+    db_lock(r);
+    int err = ck_queue_requeue(r->db, j->id, msg);
+    for (size_t i = 0; i < r->nstores; i++) {
+        struct opened *o = r->stores[i];
+        if (o->id != j->store_id || o->gone)
+            continue;
+        o->gone = true;
+        ck_warn("upload.store_unreachable",
+                "store=\"%s\" error=\"%s\": giving up this store for now; %d job(s) stay "
+                "queued for the next round",
+                where, msg, store_pending(r->db, j->store_id));
+        ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
+    }
+    db_unlock(r);
+    return err;
 }
 
 static void report_outcome(struct run *r, const struct ck_job *j, const char *where, bool ok,
@@ -640,6 +728,11 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     db_unlock(r);
     if (err < 0)
         goto failed;
+    if (metadata_requeued(r, j, &err)) {
+        if (err < 0)
+            goto failed;
+        goto out;
+    }
     if (j->kind == CK_JOB_FILE)
         err = refresh_source(r, j);
     else
@@ -713,6 +806,12 @@ failed : {
         rep->stopped = true;
         goto out;
     }
+    if (err == CK_EUNREACH) {
+        ck_debug("upload.kept", "job=%lld key=\"%s\": its store is not answering", (long long)j->id,
+                 j->key);
+        err = give_up_store(r, j, where, msg);
+        goto out;
+    }
     bool permanent = is_permanent(err) || j->attempts + 1 >= attempts_max;
     double rnd = (double)rand() / ((double)RAND_MAX + 1.0);
     double delay =
@@ -738,18 +837,22 @@ out:
 
 /* Seconds until the next job waiting for its retry time may run, -1 when
  * none waits (claim found nothing runnable now: the rest is blocked). */
-static double next_wait(sqlite3 *db)
+static double next_wait(sqlite3 *db, const int64_t *skip, size_t nskip)
 {
     sqlite3_stmt *st;
     double w = -1;
     struct timespec ts;
+    char skipped[CK_QUEUE_IDS_JSON_MAX];
     clock_gettime(CLOCK_REALTIME, &ts);
     double now = (double)ts.tv_sec + ts.tv_nsec / 1e9;
-    if (sqlite3_prepare_v2(
-            db, "SELECT min(next_try) FROM upload_jobs WHERE state = 0 AND next_try > ?1", -1, &st,
-            NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT min(next_try) FROM upload_jobs WHERE state = 0 AND next_try > ?1"
+                           " AND store NOT IN (SELECT value FROM json_each(?2))",
+                           -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_double(st, 1, now);
+    ck_queue_ids_json(skipped, sizeof skipped, skip, nskip);
+    sqlite3_bind_text(st, 2, skipped, -1, SQLITE_TRANSIENT);
     if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL)
         w = sqlite3_column_double(st, 0) - now;
     sqlite3_finalize(st);
@@ -771,6 +874,14 @@ static void count_left(sqlite3 *db, struct ck_upload_report *rep)
         rep->blocked = sqlite3_column_int(st, 1);
     }
     sqlite3_finalize(st);
+}
+
+/* ckptd_upload_queue_depth: jobs waiting or running, as the queue says now. */
+static void queue_depth(sqlite3 *db)
+{
+    int counts[4];
+    if (ck_queue_counts(db, counts) == 0)
+        ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
 }
 
 /* One of upload.transfers workers: claims a job, runs it, again. A worker
@@ -803,14 +914,16 @@ static void *worker_main(void *arg)
             continue;
         }
         struct ck_job j;
-        int err = ck_queue_claim(r->db, &j);
+        int64_t gone[32];
+        size_t ngone = gone_ids(r, gone, sizeof gone / sizeof *gone);
+        int err = ck_queue_claim_except(r->db, gone, ngone, &j);
         if (err == CK_ENOENT) {
             if (r->active > 0) {
                 /* woken when a job ends; the timeout rechecks stop */
                 wait_a_little(r);
                 continue;
             }
-            double wt = next_wait(r->db);
+            double wt = next_wait(r->db, gone, ngone);
             if (wt < 0 || !(r->ro && r->ro->wait_retries))
                 break;
             long long d = atomic_load(&ctl->deadline);
@@ -830,16 +943,14 @@ static void *worker_main(void *arg)
         }
         r->active++;
         r->bodies_free--; /* run_job gives it back */
+        queue_depth(r->db);
         db_unlock(r);
         err = run_job(r, &j, r->pg, ctl, r->attempts_max, &w->rep);
         ck_job_release(&j);
         db_lock(r);
         r->active--;
         pthread_cond_broadcast(&r->cv);
-        int counts[4];
-        if (ck_queue_counts(r->db, counts) == 0)
-            ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH,
-                           counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
+        queue_depth(r->db);
         if (err < 0 && !r->fatal) {
             r->fatal = err; /* the queue itself failed: stop */
             snprintf(r->fatal_msg, sizeof r->fatal_msg, "%s", ck_error_msg());
@@ -865,6 +976,7 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     memset(rep, 0, sizeof *rep);
     if ((err = ck_queue_init(db)) < 0 || (err = ck_queue_recover(db)) < 0)
         return err;
+    queue_depth(db);
     if ((err = ck_net_init(&r.net, opts, ctl)) < 0)
         return err;
     pthread_mutex_init(&r.mu, NULL);
@@ -920,6 +1032,7 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     pthread_cond_destroy(&r.cv);
     if (err == 0)
         count_left(db, rep);
+    queue_depth(db);
     return err;
 }
 

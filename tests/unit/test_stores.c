@@ -516,6 +516,46 @@ static void uploader_file_store_end_to_end(void **state)
     sqlite3_close(db);
 }
 
+/* The stores a run gave up (nobody answered there) are skipped by the claim,
+ * their jobs left pending; the other stores' jobs are claimed as before. */
+static void queue_claim_skips_given_up_stores(void **state)
+{
+    char dir[4096], a[4200], b[4200], skipped[CK_QUEUE_IDS_JSON_MAX];
+    (void)state;
+    sqlite3 *db = open_db(dir);
+    snprintf(a, sizeof a, "%s/a.bin", dir);
+    snprintf(b, sizeof b, "%s/b.bin", dir);
+    write_file(a, "aaaa");
+    write_file(b, "bbbb");
+    int64_t dead = store_row(db, "file:///tmp/dead"), live = store_row(db, "file:///tmp/live");
+    int64_t ja, jb;
+    bool added;
+    assert_int_equal(ck_queue_add(db, dead, a, "a.bin", 0, CK_JOB_FILE, &ja, &added), 0);
+    assert_int_equal(ck_queue_add(db, live, b, "b.bin", 0, CK_JOB_FILE, &jb, &added), 0);
+    struct ck_job j;
+    int64_t gone[] = {dead};
+    assert_int_equal(ck_queue_claim_except(db, gone, 1, &j), 0);
+    assert_true(j.id == jb); /* a.bin came first, but its store is skipped */
+    ck_job_release(&j);
+    assert_int_equal(ck_queue_claim_except(db, gone, 1, &j), CK_ENOENT);
+    int counts[4];
+    ck_queue_counts(db, counts);
+    assert_int_equal(counts[CK_JOB_PENDING], 1);
+    assert_int_equal(ck_queue_claim(db, &j), 0); /* the next run takes it */
+    assert_true(j.id == ja);
+    ck_job_release(&j);
+    /* the list as SQLite's json_each reads it; as many ids as fit, still JSON */
+    int64_t ids[] = {3, 12, 7};
+    ck_queue_ids_json(skipped, sizeof skipped, ids, 3);
+    assert_string_equal(skipped, "[3,12,7]");
+    ck_queue_ids_json(skipped, sizeof skipped, NULL, 0);
+    assert_string_equal(skipped, "[]");
+    char small[26];
+    ck_queue_ids_json(small, sizeof small, ids, 3);
+    assert_string_equal(small, "[3]");
+    sqlite3_close(db);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(key_encoding),
     cmocka_unit_test(join_and_redact),
@@ -526,6 +566,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(xml),
     cmocka_unit_test(spec_checks),
     cmocka_unit_test(queue_transitions),
+    cmocka_unit_test(queue_claim_skips_given_up_stores),
     cmocka_unit_test(queue_metadata_after_new_data),
     cmocka_unit_test(queue_newer_schema_refused),
     cmocka_unit_test(queue_schema_1_migrated),
