@@ -44,6 +44,10 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
 int ck_pack_mldef_from_manifest(const char *manifest, const char *out, int level,
                                 const char *sign_key, FILE *err);
 
+/* Valid means runnable: when the engine cannot run m (ck_infer_check), a
+ * violation "engine.runs" saying why is added to r (`mldef -i`, `mldef -c`). */
+int ck_pack_check_runnable(struct ck_mldef_report *r, const struct ck_model *m);
+
 /* Prints a validator report: one line per violation ("PATH: WHERE: MESSAGE
  * [RULE]"), then a summary; or one JSON document. */
 void ck_pack_print_report(FILE *f, const char *path, const struct ck_mldef_report *r, bool json);

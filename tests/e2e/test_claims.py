@@ -352,5 +352,131 @@ class PathRule(TmpDirCase):
         self.check(p, os.path.join(conf, "keys", "deploy.key"))
 
 
+def numpy_forward(a, x):
+    h = np.maximum(x @ a["fc1.weight"].T + a["fc1.bias"], 0)
+    return h @ a["fc2.weight"].T + a["fc2.bias"]
+
+
+def signer(path):
+    """The Ed25519 public key on an .mldef's SIGNATURE line, or None when unsigned."""
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        if "SIGNATURE" not in z.namelist():
+            return None
+        return z.read("SIGNATURE").decode().splitlines()[-1].split()[1]
+
+
+class PackConfig(TmpDirCase):
+    """`ckptd pack -c FILE` honours the pack.* keys as the sidecar does; a flag
+    overrides its key."""
+
+    def setUp(self):
+        super().setUp()
+        self.src = os.path.join(self.dir, "epoch_1.safetensors")
+        write_ckpt(self.src, weights(1))
+        self.conf = os.path.join(self.dir, "conf")
+        os.makedirs(os.path.join(self.conf, "keys"))
+        self.key = os.path.join(self.conf, "keys", "deploy.key")
+        run("keygen", "-o", self.key, check=0)
+        self.pub = open(self.key + ".pub").read().split()[1]
+        self.cfg = os.path.join(self.conf, "ckptd.yaml")
+
+    def write(self, text):
+        with open(self.cfg, "w") as f:
+            f.write(text)
+
+    def check_outputs(self, archive):
+        x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(1, 12)
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), numpy_forward(weights(1), x).astype(np.float32))
+        run("verify", archive, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+            os.path.join(self.dir, "y.npy"), "--atol", "1e-5", check=0)
+
+    def test_sign_key_from_the_config(self):
+        # the graph by flag, the key only in the config (relative: the config's folder)
+        self.write("pack:\n  sign_key: file:keys/deploy.key\n")
+        graph = os.path.join(self.dir, "layers.yaml")
+        with open(graph, "w") as f:
+            f.write(SAFE_GRAPH.split("  graph:\n")[1].replace("\n    ", "\n").lstrip())
+        out = os.path.join(self.dir, "a.mldef")
+        run_in(self.dir, "pack", "-c", self.cfg, self.src, "--graph", "layers.yaml", "-o", out)
+        self.assertEqual(signer(out), self.pub)
+        mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
+        q = subprocess.run([mldef, "-s", "--pubkey", self.key + ".pub", out],
+                           capture_output=True, text=True)
+        self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("signature good", q.stdout)
+
+    def test_graph_dir_and_formats_from_the_config(self):
+        self.write(SAFE_GRAPH + "  dir: out\n  sign_key: file:keys/deploy.key\n")
+        p = run_in("/", "pack", "-c", self.cfg, self.src)  # no -o: pack.dir, named as the sidecar
+        self.assertEqual(p.returncode, 0, p.stderr)
+        out = os.path.join(self.conf, "out", "epoch_1.mldef")
+        self.assertEqual(signer(out), self.pub)
+        self.check_outputs(out)
+        # pack.formats: [samediff] names the format; --format overrides it
+        self.write(SAFE_GRAPH.replace("[mldef]", "[samediff]") + "  dir: out\n")
+        p = run_in("/", "pack", "-c", self.cfg, self.src)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        import zipfile
+        with zipfile.ZipFile(os.path.join(self.conf, "out", "epoch_1.zip")) as z:
+            self.assertEqual(z.read("tags.txt").decode().split(), ["epoch_1"])
+        flag = os.path.join(self.dir, "flag.mldef")
+        p = run_in("/", "pack", "-c", self.cfg, self.src, "--format", "mldef", "-o", flag)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIsNone(signer(flag))  # this config has no key
+        self.check_outputs(flag)
+
+
+class Runnable(TmpDirCase):
+    """Valid means runnable: what the engine refuses (a concat of 17 inputs)
+    is neither packed nor called valid."""
+
+    def graph(self, n):
+        layers = "".join(f"      - {{op: relu, name: r{i}, from: [x]}}\n" for i in range(n))
+        refs = ", ".join(f"r{i}" for i in range(n))
+        return ("pack:\n  formats: [mldef]\n  graph:\n    input: {name: x, shape: [-1, 12]}\n"
+                "    layers:\n      - {op: dense, weight: fc1.weight, bias: fc1.bias, name: h}\n"
+                + layers.replace("from: [x]", "from: [h]")
+                + f"      - {{op: concat, axis: 1, from: [{refs}]}}\n")
+
+    def test_concat_over_the_engines_limit(self):
+        src = os.path.join(self.dir, "epoch_1.safetensors")
+        write_ckpt(src, weights(1))
+        cfg = os.path.join(self.dir, "c.yaml")
+        with open(cfg, "w") as f:
+            f.write(self.graph(16))
+        ok = os.path.join(self.dir, "ok.mldef")
+        run("pack", "-c", cfg, src, "-o", ok, check=0)
+        v = run("verify", ok, check=0)  # the engine runs 16: [1, 16 * 8]
+        self.assertIn("[1, 128]", v.stdout)
+        with open(cfg, "w") as f:
+            f.write(self.graph(17))
+        bad = os.path.join(self.dir, "bad.mldef")
+        p = run("pack", "-c", cfg, src, "-o", bad, check=1)
+        self.assertIn("17 inputs", p.stderr)
+        self.assertIn("at most 16", p.stderr)
+        self.assertFalse(os.path.exists(bad))
+        # an archive that has one (the 16-input one with a 17th added to its manifest):
+        # mldef -i does not call it valid, and verify refuses it alike
+        import zipfile
+        with zipfile.ZipFile(ok) as z:
+            items = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+        man = json.loads(dict(items)["manifest.json"])
+        cat = next(lay for lay in man["Layers"] if lay.get("Type", lay.get("Op", "")).lower()
+                   .startswith("concat"))
+        key = "Inputs" if "Inputs" in cat else "From"
+        cat[key] = cat[key] + [cat[key][0]]
+        with zipfile.ZipFile(bad, "w") as z:
+            for name, data in items:
+                z.writestr(name, json.dumps(man) if name == "manifest.json" else data)
+        mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
+        q = subprocess.run([mldef, "-i", bad], capture_output=True, text=True)
+        self.assertEqual(q.returncode, 1, q.stdout + q.stderr)
+        self.assertIn("[engine.runs]", q.stderr)
+        self.assertNotIn("valid mldef", q.stdout)
+        run("verify", bad, check=1)
+
+
 if __name__ == "__main__":
     unittest.main()
