@@ -34,6 +34,8 @@ enum key_type {
 struct parse_ctx {
     struct ck_config *cfg;
     struct ck_yaml_doc *doc;
+    const char *text; /* the config file's text (NULL for a flag) */
+    size_t len;
     bool flag;        /* the value came from a flag (doc->name): no line number in messages */
     const char *base; /* the config file's folder, absolute; NULL for a flag */
 };
@@ -239,6 +241,7 @@ void ck_config_release(struct ck_config *cfg)
     ck_strlist_release(&cfg->verify_inputs);
     free(cfg->pack_graph_yaml);
     free(cfg->pack_graph_file);
+    free(cfg->pack_graph_label);
     ck_hooks_conf_release(&cfg->hooks);
     free(cfg->listen);
     free(cfg->source);
@@ -496,6 +499,52 @@ static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *k
     return 0;
 }
 
+/* The text of node n as written in the config file, at its own lines: the
+ * lines before it blank, the part of its first line before it spaces, so
+ * that what reports a line of it reports the config file's line. NULL
+ * (nothing set) when the text is not at hand (a flag). */
+static int source_text(struct parse_ctx *c, yaml_node_t *n, char **out)
+{
+    *out = NULL;
+    if (!c->text)
+        return 0;
+    size_t l0 = n->start_mark.line, l1 = n->end_mark.line, line = 0, i = 0;
+    struct ck_buf b = CK_BUF_INIT;
+    int err = 0;
+    for (size_t k = 0; k < l0 && err == 0; k++)
+        err = ck_buf_append(&b, "\n", 1);
+    while (i < c->len && line < l0) /* to the node's first line */
+        if (c->text[i++] == '\n')
+            line++;
+    for (; i < c->len && line <= l1 && err == 0; line++) {
+        size_t end = i;
+        while (end < c->len && c->text[end] != '\n')
+            end++;
+        size_t col = 0, from = i, to = end;
+        if (line == l1) /* the last line up to the node's end (characters, not bytes) */
+            for (to = i; to < end && col < n->end_mark.column; to++)
+                col += ((unsigned char)c->text[to] & 0xC0) != 0x80;
+        if (line == l0) /* the first line from the node's start: what is before it, spaces */
+            for (col = 0; from < to && col < n->start_mark.column; from++) {
+                bool lead = ((unsigned char)c->text[from] & 0xC0) != 0x80;
+                col += lead;
+                if (lead)
+                    err = err ? err : ck_buf_append(&b, " ", 1);
+            }
+        if (err == 0)
+            err = ck_buf_append(&b, c->text + from, to - from);
+        if (err == 0)
+            err = ck_buf_append(&b, "\n", 1);
+        i = end + 1;
+    }
+    if (err < 0) {
+        ck_buf_release(&b);
+        return err;
+    }
+    *out = ck_buf_detach(&b);
+    return *out ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
 /* pack.graph: a layer list (mapping or bare list, kept as YAML text and
  * checked when a checkpoint is packed) or file:/path */
 static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key)
@@ -503,7 +552,8 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
     struct ck_config *cfg = c->cfg;
     free(cfg->pack_graph_yaml);
     free(cfg->pack_graph_file);
-    cfg->pack_graph_yaml = cfg->pack_graph_file = NULL;
+    free(cfg->pack_graph_label);
+    cfg->pack_graph_yaml = cfg->pack_graph_file = cfg->pack_graph_label = NULL;
     if (n->type == YAML_SCALAR_NODE) {
         const char *s = NULL;
         int err = scalar_str(c, n, key, &s);
@@ -515,9 +565,17 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
             return bad(c, n, key, "must be a layer list or file:/path");
         return config_path(c, s + 5, true, &cfg->pack_graph_file);
     }
+    /* as written, so that a layer's line is the config's line */
+    int err = source_text(c, n, &cfg->pack_graph_yaml);
+    if (err < 0)
+        return err;
+    if ((err = set_str(&cfg->pack_graph_label, c->text ? c->doc->name : "pack.graph")) < 0)
+        return err;
+    if (cfg->pack_graph_yaml)
+        return 0;
     struct ck_buf b = CK_BUF_INIT;
     struct ck_yaml_out o;
-    int err = ck_yaml_out_begin(&o, &b);
+    err = ck_yaml_out_begin(&o, &b);
     ck_yaml_copy(&o, c->doc, n);
     if (err == 0)
         err = ck_yaml_out_end(&o);
@@ -1011,7 +1069,7 @@ int ck_config_load(struct ck_config *cfg, const char *path)
         ck_buf_release(&b);
         return ck_error_os(CK_ECONFIG, "'%s': cannot resolve its folder", path);
     }
-    struct parse_ctx c = {cfg, &doc, false, base};
+    struct parse_ctx c = {cfg, &doc, ck_buf_str(&b), b.len, false, base};
     if (root && root->type != YAML_MAPPING_NODE)
         err = ck_error(CK_ECONFIG, "'%s' line %d: the config must be a mapping of keys", path,
                        ck_yaml_line(root));
@@ -1051,7 +1109,7 @@ int ck_config_set(struct ck_config *cfg, const char *key, const char *value, con
     if (id == 0) {
         err = ck_error(CK_ENOMEM, "out of memory");
     } else {
-        struct parse_ctx c = {cfg, &doc, true, NULL};
+        struct parse_ctx c = {cfg, &doc, NULL, 0, true, NULL};
         err = parse_value(&c, k, ck_yaml_node(&doc, id), k->name);
     }
     ck_yaml_release(&doc);

@@ -241,6 +241,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
         .format = format,
         .graph = p->cfg->pack_graph_file,
         .graph_text = p->cfg->pack_graph_yaml,
+        .graph_label = p->cfg->pack_graph_label,
         .digest = true,
         .w = {.level = -1, .ref = ref},
     };
@@ -430,7 +431,7 @@ static int run_model(const struct ck_pipeline *p, const char *spec, const char *
     enum ck_sandbox_status st;
     struct ck_infer_stats stats = {0};
     int err = graph_text ? ck_reader_open_model_text(spec, NULL, graph_text, strlen(graph_text),
-                                                     "pack.graph", &m)
+                                                     p->cfg->pack_graph_label, &m)
                          : ck_reader_open_model(spec, NULL, graph, &m);
     if (err < 0)
         return err;
@@ -515,7 +516,8 @@ static int run_recorded(const struct ck_pipeline *p, const struct packed *e, dou
     *against = own ? CK_AGAINST_RECORDED : CK_AGAINST_SOURCE;
     if (!own) {
         const char *gt = p->cfg->pack_graph_yaml;
-        err = gt ? ck_reader_open_model_text(e->src, NULL, gt, strlen(gt), "pack.graph", &ref)
+        err = gt ? ck_reader_open_model_text(e->src, NULL, gt, strlen(gt), p->cfg->pack_graph_label,
+                                             &ref)
                  : ck_reader_open_model(e->src, NULL, p->cfg->pack_graph_file, &ref);
         if (err < 0)
             goto out;
@@ -778,6 +780,7 @@ static int gate_repack(const struct ck_pipeline *p, struct packed *e)
         .format = "samediff",
         .graph = p->cfg->pack_graph_file,
         .graph_text = p->cfg->pack_graph_yaml,
+        .graph_label = p->cfg->pack_graph_label,
         .w = {.level = -1, .ref = e->ref, .tag = tag ? tag + 1 : NULL},
     };
     int err = undo_path(p, ck_basename(e->path), undo, sizeof undo);

@@ -34,7 +34,7 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     struct ck_writer *w = NULL;
     int err;
     err = o->graph_text ? ck_reader_open_model_text(src, o->src_format, o->graph_text,
-                                                    strlen(o->graph_text), "pack.graph", &m)
+                                                    strlen(o->graph_text), o->graph_label, &m)
                         : ck_pack_load_model(src, o->src_format, o->graph, &m);
     if (err < 0)
         return err;

@@ -91,6 +91,12 @@ int ck_infer_check(const struct ck_model *m)
         err = check_io(m->inputs, m->ninputs, "input");
     if (err == 0)
         err = check_io(m->outputs, m->noutputs, "output");
+    return err < 0 ? err : ck_infer_check_nodes(m);
+}
+
+int ck_infer_check_nodes(const struct ck_model *m)
+{
+    int err = 0;
     for (size_t i = 0; i < m->nnodes && err == 0; i++) {
         const struct ck_model_node *n = &m->nodes[i];
         if (!ck_infer_op_is_supported(n->op))

@@ -54,6 +54,10 @@ void ck_infer_free(struct ck_infer *e);
  * so an archive they call valid is one `ckptd verify` runs. CK_EFORMAT
  * naming the node and the limit. */
 int ck_infer_check(const struct ck_model *m);
+/* The nodes' part of ck_infer_check (op table, inputs and outputs per
+ * node), for a model whose values are not complete yet: the config check's
+ * layer list, before any weights. */
+int ck_infer_check_nodes(const struct ck_model *m);
 /* Whether op is in the engine's op table. */
 bool ck_infer_op_is_supported(enum ck_op op);
 

@@ -111,6 +111,7 @@ static int pack_one(const struct ck_config *cfg, const struct pack_flags *fl, co
         .src_format = fl->src_format,
         .graph = cfg->pack_graph_file,
         .graph_text = cfg->pack_graph_yaml,
+        .graph_label = cfg->pack_graph_label,
         .w = {.level = fl->level,
               .sign_key = cfg->pack_sign_key,
               .tag = fl->tag,

@@ -84,6 +84,10 @@ int ck_cmd_scan(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_usage_error("scan", "'%s' is not a folder", so.dir);
     }
+    if ((err = ck_config_check_dir(so.dir)) < 0) { /* what the pass writes */
+        ck_config_release(&cfg);
+        return ck_cli_fail("scan", err);
+    }
     so.cfg = &cfg;
     /* hooks (issue 6): built before the pass, so that a bad secret stops it early */
     struct ck_hooks *hooks = NULL;

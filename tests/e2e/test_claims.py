@@ -5,8 +5,11 @@ everything exits 1. The reference outputs come from torch (Debian's
 python3-torch) and numpy in the test, never from ckptd."""
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 import numpy as np
@@ -476,6 +479,359 @@ class Runnable(TmpDirCase):
         self.assertIn("[engine.runs]", q.stderr)
         self.assertNotIn("valid mldef", q.stdout)
         run("verify", bad, check=1)
+
+
+class ConfigCheck(TmpDirCase):
+    """`ckptd config DIR` and `watch -n` fail (exit 2) on what the first
+    checkpoint would fail on, naming the file and the line as written."""
+
+    def setUp(self):
+        super().setUp()
+        self.train = os.path.join(self.dir, "train")
+        os.makedirs(self.train)
+        self.cfg = os.path.join(self.train, "ckptd.yaml")
+
+    def write(self, text):
+        with open(self.cfg, "w") as f:
+            f.write(text)
+        return text
+
+    def refused(self, *words, env=None):
+        outs = []
+        for args in (("config", self.train), ("watch", "-n", self.train),
+                     ("scan", "-n", self.train)):
+            p = run(*args, env=env)
+            self.assertEqual(p.returncode, 2, f"{args}: {p.stdout}{p.stderr}")
+            for w in words:
+                self.assertIn(w, p.stderr, args)
+            outs.append(p.stderr)
+        return outs
+
+    def line_of(self, text, needle):
+        return next(i + 1 for i, ln in enumerate(text.splitlines()) if needle in ln)
+
+    def test_layer_list_unknown_key_with_its_line(self):
+        text = self.write("# the run\nmodel:\n  name: mlp\n\n" + SAFE_GRAPH.replace(
+            "bias: fc2.bias", "bais: fc2.bias") + "verify:\n  atol: 1e-5\n")
+        n = self.line_of(text, "bais")
+        self.refused(f"'{self.cfg}' line {n}: layer 2 (dense): unknown key 'bais'")
+        # the same list in flow style on one line: that line
+        text = self.write("pack:\n  formats: [mldef]\n\n\n  graph: {layers: [{op: dense, "
+                          "weight: w}, {op: relu, bais: 1}]}\n")
+        self.refused(f"'{self.cfg}' line {self.line_of(text, 'bais')}: layer 1 (relu): "
+                     "unknown key 'bais'")
+        # and a valid one passes
+        self.write(SAFE_GRAPH)
+        run("config", self.train, check=0)
+        run("watch", "-n", self.train, check=0)
+
+    def test_graph_file_missing_and_impossible_shapes(self):
+        self.write("pack:\n  formats: [mldef]\n  graph: file:layers.yaml\n")
+        self.refused("pack.graph", os.path.join(self.train, "layers.yaml"))
+        with open(os.path.join(self.train, "layers.yaml"), "w") as f:
+            f.write("input: {name: x, shape: [-1, 0]}\nlayers:\n  - {op: relu}\n")
+        self.refused(os.path.join(self.train, "layers.yaml"), "dimension 0")
+        # over the engine's limit: a concat of 17 inputs
+        layers = "".join(f"  - {{op: relu, name: r{i}, from: [x]}}\n" for i in range(17))
+        with open(os.path.join(self.train, "layers.yaml"), "w") as f:
+            f.write("input: {name: x, shape: [-1, 4]}\nlayers:\n" + layers
+                    + "  - {op: concat, axis: 1, from: [%s]}\n"
+                    % ", ".join(f"r{i}" for i in range(17)))
+        self.refused("17 inputs", "at most 16")
+
+    def test_verify_files_and_sign_key(self):
+        self.write("verify:\n  inputs: [golden/x.npy]\n")
+        self.refused("verify.inputs", os.path.join(self.train, "golden", "x.npy"))
+        os.makedirs(os.path.join(self.train, "golden"))
+        np.save(os.path.join(self.train, "golden", "x.npy"), np.zeros((1, 12), np.float32))
+        # per-checkpoint expected files are looked for at each checkpoint
+        self.write("verify:\n  inputs: [golden/x.npy]\n  expected: ['golden/{stem}.y.npy']\n")
+        run("config", self.train, check=0)
+        self.write("pack:\n  formats: [mldef]\n  sign_key: file:keys/none.key\n")
+        self.refused("pack.sign_key")
+
+    def test_aws_profile_that_exists_nowhere(self):
+        aws = os.path.join(self.dir, "aws")
+        os.makedirs(aws)
+        with open(os.path.join(aws, "config"), "w") as f:
+            f.write("[profile train]\nregion = eu-west-1\n")
+        with open(os.path.join(aws, "credentials"), "w") as f:
+            f.write("[train]\naws_access_key_id = AKIAEXAMPLE\naws_secret_access_key = x\n")
+        os.chmod(os.path.join(aws, "credentials"), 0o600)
+        env = {"AWS_CONFIG_FILE": os.path.join(aws, "config"),
+               "AWS_SHARED_CREDENTIALS_FILE": os.path.join(aws, "credentials")}
+        self.write("upload:\n  stores:\n    - url: s3://b/p\n      endpoint: http://127.0.0.1:9\n"
+                   "      profile: trian\n")
+        self.refused("upload.stores[0]", "profile", "trian", env=env)
+        self.write("upload:\n  stores:\n    - url: s3://b/p\n      endpoint: http://127.0.0.1:9\n"
+                   "      profile: train\n")
+        run("config", self.train, env=env, check=0)
+
+    def test_dir_not_writable_by_the_user(self):
+        need("setpriv", "running as another user needs setpriv (util-linux)")
+        if os.getuid() != 0:
+            raise unittest.SkipTest("needs root to run as nobody")
+        # a copy of the binary nobody can reach, and a DIR nobody can write
+        pub = os.path.join("/tmp", os.path.basename(self.dir) + ".pub")
+        os.makedirs(pub)
+        self.addCleanup(lambda: subprocess.run(["rm", "-rf", pub]))
+        os.chmod(pub, 0o755)
+        binary = os.path.join(pub, "ckptd")
+        subprocess.run(["cp", CKPTD, binary], check=True)
+        d = os.path.join(pub, "train")
+        os.makedirs(os.path.join(d, ".ckptd"))
+        os.chmod(d, 0o755)
+        with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+            f.write("checkpoints:\n  min_age: 1s\n")
+        os.chmod(os.path.join(d, "ckptd.yaml"), 0o644)
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", binary]
+        env = dict(os.environ, ASAN_OPTIONS="detect_leaks=0")
+        for args in (["config", d], ["watch", "-n", d], ["scan", "-n", d]):
+            p = subprocess.run(nobody + args, capture_output=True, text=True, env=env, cwd="/")
+            self.assertEqual(p.returncode, 2, f"{args}: {p.stdout}{p.stderr}")
+            self.assertIn(f"'{d}': the model folder is not writable by this user", p.stderr)
+        # DIR writable, its .ckptd not (made by another user)
+        os.chmod(d, 0o777)
+        os.chmod(os.path.join(d, ".ckptd"), 0o755)
+        p = subprocess.run(nobody + ["config", d], capture_output=True, text=True, env=env)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("the state folder is not writable", p.stderr)
+        os.chmod(os.path.join(d, ".ckptd"), 0o777)
+        p = subprocess.run(nobody + ["config", d], capture_output=True, text=True, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+
+
+MiB = 1 << 20
+
+
+class KeyTable(TmpDirCase):
+    """Flags and config are one table: every command's `--help` says which
+    config keys its flags stand for ([config: KEY]); each such key, given
+    in a config file (-c) and no flag, must do what the flag does. The walk
+    fails on a claim with no probe below, so a new one cannot go unchecked."""
+
+    def claims(self):
+        keys = {ln.split()[0] for ln in run("config", "--keys", check=0).stdout.splitlines()}
+        top = run("--help", check=0).stdout
+        cmds = re.findall(r"^  ([a-z]+) {2,}", top, re.M)
+        self.assertIn("pack", cmds)
+        out = []
+        for c in cmds:
+            text = run(c, "--help", check=0).stdout
+            for k in re.findall(r"\[config: ([a-z0-9_.]+)\]", text):
+                self.assertIn(k, keys, f"ckptd {c} --help claims an unknown key {k}")
+                out.append((c, k))
+        return out
+
+    def test_every_claimed_key_is_honoured_from_the_config(self):
+        claims = self.claims()
+        missing = [(c, k) for c, k in claims if not hasattr(self, "probe_%s__%s" % (
+            c, k.replace(".", "_")))]
+        self.assertEqual(missing, [], "claims without a probe")
+        self.assertGreaterEqual(len(claims), 18, claims)
+        for c, k in claims:
+            with self.subTest(command=c, key=k):
+                d = os.path.join(self.dir, f"{c}-{k}")
+                os.makedirs(d)
+                getattr(self, "probe_%s__%s" % (c, k.replace(".", "_")))(d)
+
+    def conf(self, d, text):
+        path = os.path.join(d, "conf", "c.yaml")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    # ---- scan ----
+    def probe_scan__checkpoints_min_age(self, d):
+        train = os.path.join(d, "train")
+        write_ckpt(os.path.join(train, "epoch_1.safetensors"), weights(1), age=5)
+        p = run("scan", "-c", self.conf(d, "checkpoints:\n  min_age: 1m\n"), train, check=0)
+        self.assertIn("registered=0", p.stderr)
+        self.assertIn("waiting=1", p.stderr)
+        p = run("scan", "-c", self.conf(d, "checkpoints:\n  min_age: 1s\n"), train, check=0)
+        self.assertIn("registered=1", p.stderr)
+
+    def probe_scan__metrics_file(self, d):
+        train = os.path.join(d, "train")
+        write_ckpt(os.path.join(train, "epoch_1.safetensors"), weights(1))
+        run_in("/", "scan", "-c", self.conf(d, "metrics_file: m.prom\n"), train)
+        with open(os.path.join(d, "conf", "m.prom")) as f:  # the config's folder
+            self.assertIn("ckptd_", f.read())
+
+    # ---- pack ----
+    def pack(self, d, text, *extra):
+        src = os.path.join(d, "epoch_1.safetensors")
+        write_ckpt(src, weights(1))
+        p = run_in("/", "pack", "-c", self.conf(d, text), src, *extra)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return p
+
+    def probe_pack__pack_graph(self, d):
+        out = os.path.join(d, "a.mldef")
+        self.pack(d, SAFE_GRAPH, "-o", out)  # no --graph: a weight-only file needs the key
+        import zipfile
+        with zipfile.ZipFile(out) as z:
+            self.assertEqual(len(json.loads(z.read("manifest.json"))["Layers"]), 3 + 1)
+
+    def probe_pack__pack_dir(self, d):
+        self.pack(d, SAFE_GRAPH + "  dir: /%s/out\n" % d.strip("/"))
+        self.assertTrue(os.path.exists(os.path.join(d, "out", "epoch_1.mldef")))
+
+    def probe_pack__pack_formats(self, d):
+        out = os.path.join(d, "a.zip")
+        self.pack(d, SAFE_GRAPH.replace("[mldef]", "[samediff]"), "-o", out)
+        import zipfile
+        with zipfile.ZipFile(out) as z:
+            self.assertIn("tags.txt", z.namelist())
+
+    def probe_pack__pack_sign_key(self, d):
+        key = os.path.join(d, "conf", "k")
+        os.makedirs(os.path.dirname(key))
+        run("keygen", "-o", key, check=0)
+        out = os.path.join(d, "a.mldef")
+        self.pack(d, SAFE_GRAPH + "  sign_key: file:k\n", "-o", out)
+        self.assertEqual(signer(out), open(key + ".pub").read().split()[1])
+
+    # ---- watch ----
+    def watch(self, d, text, check, *cmd, stop=True):
+        train = os.path.join(d, "train")
+        os.makedirs(train, exist_ok=True)
+        log = open(os.path.join(d, "watch.log"), "w+")
+        args = [CKPTD, "watch", "-c", self.conf(d, text), train]
+        if cmd:
+            args += ["--", *cmd]
+        w = subprocess.Popen(args, stderr=log, stdout=subprocess.DEVNULL)
+        self.addCleanup(lambda: w.poll() is None and w.kill())
+        end = time.time() + 60
+        while "watch.started" not in open(log.name).read() and time.time() < end:
+            time.sleep(0.1)
+        try:
+            check(open(log.name).read(), w)
+        finally:
+            if stop and w.poll() is None:
+                w.send_signal(signal.SIGTERM)
+                w.wait(timeout=60)
+
+    def probe_watch__watch_poll(self, d):
+        self.watch(d, "watch:\n  poll: true\n",
+                   lambda log, w: self.assertIn("backend=poll", log))
+
+    def probe_watch__watch_poll_interval(self, d):
+        self.watch(d, "watch:\n  poll_interval: 3s\n",
+                   lambda log, w: self.assertIn("poll_interval=3s", log))
+
+    def probe_watch__watch_settle(self, d):
+        self.watch(d, "watch:\n  settle: 1.5s\n",
+                   lambda log, w: self.assertIn("settle=1.5s", log))
+
+    def probe_watch__listen(self, d):
+        import socket
+        import urllib.request
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+
+        def check(log, w):
+            end, body = time.time() + 30, None
+            while body is None and time.time() < end:
+                try:
+                    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz",
+                                                  timeout=5).read()
+                except OSError:
+                    time.sleep(0.2)
+            self.assertIsNotNone(body, log)
+        self.watch(d, f"listen: 127.0.0.1:{port}\n", check)
+
+    def probe_watch__watch_grace_period(self, d):
+        # a trainer that ignores SIGTERM is killed after the grace period, not the default 20s
+        def check(log, w):
+            t0 = time.time()
+            w.send_signal(signal.SIGTERM)
+            w.wait(timeout=60)
+            self.assertLess(time.time() - t0, 12)
+        self.watch(d, "watch:\n  grace_period: 1s\n", check, "/bin/sh", "-c",
+                   "trap '' TERM; sleep 100 & wait; sleep 100")
+
+    # ---- upload ----
+    def s3_upload(self, d, text, files, statuses=()):
+        from servers import FlakyProxy
+        need("aws", "checking S3 uploads needs awscli")
+        s3 = S3Server(d)
+        self.addCleanup(s3.stop)
+        proxy = FlakyProxy(s3.port, list(statuses))
+        self.addCleanup(proxy.stop)
+        src = os.path.join(d, "src")
+        os.makedirs(src, exist_ok=True)
+        for name, size in files:
+            with open(os.path.join(src, name), "wb") as f:
+                f.write(os.urandom(size))
+        p = run("upload", "--no-progress", "--state", os.path.join(d, "state"), "--endpoint",
+                proxy.url, "-c", self.conf(d, text), src if len(files) > 1 else
+                os.path.join(src, files[0][0]), "s3://ckpt/p", env=s3.env(), timeout=170)
+        return p, proxy
+
+    def parts(self, proxy):
+        return [r for r in proxy.requests if r[0] == "PUT" and "partNumber" in r[1]]
+
+    def probe_upload__upload_part_size(self, d):
+        p, proxy = self.s3_upload(d, "upload:\n  part_size: 5MiB\n  multipart_threshold: 5MiB\n",
+                                  [("a.bin", 12 * MiB)])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(self.parts(proxy)), 3)
+
+    def probe_upload__upload_multipart_threshold(self, d):
+        p, proxy = self.s3_upload(d, "upload:\n  multipart_threshold: 100MiB\n",
+                                  [("a.bin", 70 * MiB)])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.parts(proxy), [])  # under the threshold: one PUT
+
+    def probe_upload__upload_concurrency(self, d):
+        p, proxy = self.s3_upload(d, "upload:\n  concurrency: 1\n  part_size: 5MiB\n"
+                                  "  multipart_threshold: 5MiB\n  max_rate: 12MiB\n",
+                                  [("a.bin", 20 * MiB)])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(self.parts(proxy)), 4)
+        self.assertEqual(proxy.max_puts, 1)
+
+    def probe_upload__upload_transfers(self, d):
+        p, proxy = self.s3_upload(d, "upload:\n  transfers: 1\n  max_rate: 4MiB\n",
+                                  [("a.bin", MiB), ("b.bin", MiB), ("c.bin", MiB)])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(proxy.max_puts, 1)
+
+    def probe_upload__upload_max_rate(self, d):
+        t0 = time.time()
+        p, proxy = self.s3_upload(d, "upload:\n  max_rate: 1MiB\n", [("a.bin", 3 * MiB)])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertGreater(time.time() - t0, 1.5)
+
+    def probe_upload__upload_retries(self, d):
+        # a store that answers 500: each round makes 1 + retries attempts
+        n = {}
+        for retries in (0, 2):
+            sub = os.path.join(d, f"r{retries}")
+            os.makedirs(sub)
+            p, proxy = self.s3_upload(sub, f"upload:\n  retries: {retries}\n",
+                                      [("a.bin", 1000)], statuses=[500] * 100)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            n[retries] = len([r for r in proxy.requests if r[0] == "PUT"])
+        self.assertGreater(n[0], 0)
+        self.assertEqual(n[2], 3 * n[0], n)
+
+    def probe_upload__upload_sha256(self, d):
+        from servers import Nginx
+        src = os.path.join(d, "a.bin")
+        data = os.urandom(5000)
+        with open(src, "wb") as f:
+            f.write(data)
+        with Nginx(d) as web:
+            p = run("upload", "--no-progress", "--state", os.path.join(d, "state"), "-c",
+                    self.conf(d, "upload:\n  sha256: always\n"), src, web.url + "/up", check=0)
+        import hashlib
+        done = [ln for ln in p.stderr.splitlines() if " upload.done:" in ln]
+        self.assertTrue(done, p.stderr)
+        self.assertIn("sha256=" + hashlib.sha256(data).hexdigest(), done[0])
 
 
 if __name__ == "__main__":
