@@ -17,12 +17,27 @@
 
 #define CONFIG_MAX (1u << 20)
 
-enum key_type { T_STR, T_INT, T_BOOL, T_DURATION, T_STRLIST, T_LOGFORMAT, T_LOGLEVEL, T_CUSTOM };
+/* T_PATH, T_PATHLIST: a T_STR or T_STRLIST of file paths, under the one path rule (config_path) */
+enum key_type {
+    T_STR,
+    T_PATH,
+    T_INT,
+    T_BOOL,
+    T_DURATION,
+    T_STRLIST,
+    T_PATHLIST,
+    T_LOGFORMAT,
+    T_LOGLEVEL,
+    T_CUSTOM
+};
 
 struct parse_ctx {
     struct ck_config *cfg;
     struct ck_yaml_doc *doc;
-    bool flag; /* the value came from a flag (doc->name): no line number in messages */
+    const char *text; /* the config file's text (NULL for a flag) */
+    size_t len;
+    bool flag;        /* the value came from a flag (doc->name): no line number in messages */
+    const char *base; /* the config file's folder, absolute; NULL for a flag */
 };
 
 typedef int (*custom_fn)(struct parse_ctx *c, yaml_node_t *n, const char *key);
@@ -53,7 +68,7 @@ static int parse_verify_inputs(struct parse_ctx *c, yaml_node_t *n, const char *
 /* Every config key. Keep the README's config section in step with this table. */
 static const struct key keys[] = {
     {"model.name", T_STR, F(model_name), NULL, "model name in metadata.yaml (default: the folder's name)"},
-    {"model.configuration", T_STR, F(model_configuration), NULL,
+    {"model.configuration", T_PATH, F(model_configuration), NULL,
      "training configuration file (default: config.yaml, config.json, hparams.yaml, config.py, ...)"},
     {"model.initialisation", T_CUSTOM, 0, parse_initialisation,
      "null, {file: PATH, name: NAME} or {pmf: PATH, checkpoint: REF}"},
@@ -99,7 +114,7 @@ static const struct key keys[] = {
      "delays before each webhook retry (default 5s 30s 2m 10m 30m 1h 2h 4h 6h 8h)"},
     {"hooks.failing_after", T_INT, F(hooks.failing_after), NULL,
      "consecutive failures that mark a webhook receiver failing (default 5)"},
-    {"metrics_file", T_STR, F(metrics_file), NULL,
+    {"metrics_file", T_PATH, F(metrics_file), NULL,
      "scan writes its metrics here at the end (node_exporter textfile collector, *.prom)"},
     {"listen", T_CUSTOM, 0, parse_listen,
      "watch serves /healthz /readyz /metrics /status on HOST:PORT (like 127.0.0.1:9464)"},
@@ -129,14 +144,16 @@ static const struct key keys[] = {
      "archives made of every new checkpoint: [mldef], [samediff] or both (default: none)"},
     {"pack.graph", T_CUSTOM, 0, parse_pack_graph,
      "the layer list of weight-only checkpoints: inline (YAML) or file:/path"},
-    {"pack.dir", T_STR, F(pack_dir), NULL, "where archives are written (default DIR/data/deploy)"},
-    {"pack.sign_key", T_STR, F(pack_sign_key), NULL,
+    {"pack.dir", T_PATH, F(pack_dir), NULL, "where archives are written (default DIR/data/deploy)"},
+    {"pack.sign_key", T_PATH, F(pack_sign_key), NULL,
      "mldef: sign archives with this Ed25519 private key (file:/path)"},
     {"verify.inputs", T_CUSTOM, 0, parse_verify_inputs,
      "input files (.npy, csv, raw float32), one per network input, or 'recorded': the "
      "archive's recorded test sets (default: those when it has some, else fixed inputs)"},
-    {"verify.expected", T_STRLIST, F(verify_expected), NULL,
-     "expected output files, one per output (default: the checkpoint's own outputs)"},
+    {"verify.expected", T_PATHLIST, F(verify_expected), NULL,
+     "the trainer's expected output files, one per output; {name} and {stem} stand for the "
+     "checkpoint's name (default: the source checkpoint's outputs, which cannot catch a wrong "
+     "layer list)"},
     {"verify.record", T_BOOL, F(verify_record), NULL,
      "record the inputs and outputs of a passing verification in the archive (default false)"},
     {"verify.atol", T_CUSTOM, 0, parse_verify_opt, "absolute tolerance (default 1e-4)"},
@@ -211,9 +228,9 @@ void ck_config_release(struct ck_config *cfg)
 {
     for (size_t i = 0; i < NKEYS; i++) {
         void *field = (char *)cfg + keys[i].offset;
-        if (keys[i].type == T_STR)
+        if (keys[i].type == T_STR || keys[i].type == T_PATH)
             free(*(char **)field);
-        else if (keys[i].type == T_STRLIST)
+        else if (keys[i].type == T_STRLIST || keys[i].type == T_PATHLIST)
             ck_strlist_release(field);
     }
     free(cfg->init_path);
@@ -224,6 +241,7 @@ void ck_config_release(struct ck_config *cfg)
     ck_strlist_release(&cfg->verify_inputs);
     free(cfg->pack_graph_yaml);
     free(cfg->pack_graph_file);
+    free(cfg->pack_graph_label);
     ck_hooks_conf_release(&cfg->hooks);
     free(cfg->listen);
     free(cfg->source);
@@ -294,6 +312,28 @@ static int set_str(char **field, const char *v)
     return *field ? 0 : ck_error(CK_ENOMEM, "out of memory");
 }
 
+/* The one path rule (README "Paths in the config"): a relative path written
+ * in a config file is relative to that file's folder (for DIR/ckptd.yaml:
+ * DIR), whatever the working directory; a flag's value is the command line's,
+ * relative to the working directory, and stays as given. A value "file:X"
+ * (a secret or key reference) has X resolved; with any_path, a value with no
+ * such prefix is a path too ("env:NAME" never is). *field gets the result. */
+static int config_path(struct parse_ctx *c, const char *s, bool any_path, char **field)
+{
+    const char *path = s;
+    if (!strncmp(s, "file:", 5))
+        path = s + 5;
+    else if (!any_path || !strncmp(s, "env:", 4))
+        path = NULL;
+    if (!path || !path[0] || path[0] == '/' || !c->base)
+        return set_str(field, s);
+    char out[8192];
+    if (snprintf(out, sizeof out, "%.*s%s/%s", (int)(path - s), s, c->base, path) >=
+        (int)sizeof out)
+        return ck_error(CK_ECONFIG, "'%s': path '%s' too long", c->doc->name, s);
+    return set_str(field, out);
+}
+
 static int parse_value(struct parse_ctx *c, const struct key *k, yaml_node_t *n, const char *key)
 {
     void *field = (char *)c->cfg + k->offset;
@@ -311,6 +351,15 @@ static int parse_value(struct parse_ctx *c, const struct key *k, yaml_node_t *n,
         if ((err = scalar_str(c, n, key, &s)) < 0)
             return err;
         return set_str(field, s);
+    case T_PATH:
+        if (v.type == CK_Y_NULL) {
+            free(*(char **)field);
+            *(char **)field = NULL;
+            return 0;
+        }
+        if ((err = scalar_str(c, n, key, &s)) < 0)
+            return err;
+        return config_path(c, s, true, field);
     case T_INT:
         if (v.type != CK_Y_INT)
             return bad(c, n, key, "must be a whole number");
@@ -327,7 +376,8 @@ static int parse_value(struct parse_ctx *c, const struct key *k, yaml_node_t *n,
         if (ck_parse_duration(s, field) < 0)
             return bad(c, n, key, "must be a duration like 500ms, 2s or 5m");
         return 0;
-    case T_STRLIST: {
+    case T_STRLIST:
+    case T_PATHLIST: {
         struct ck_strlist *l = field;
         if (n->type != YAML_SEQUENCE_NODE)
             return bad(c, n, key, "must be a list");
@@ -335,9 +385,14 @@ static int parse_value(struct parse_ctx *c, const struct key *k, yaml_node_t *n,
         for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
              it++) {
             yaml_node_t *item = ck_yaml_node(c->doc, *it);
+            char *path = NULL;
             if ((err = scalar_str(c, item, key, &s)) < 0)
                 return err;
-            if ((err = ck_strlist_add(l, s)) < 0)
+            if (k->type == T_PATHLIST && (err = config_path(c, s, true, &path)) < 0)
+                return err;
+            err = ck_strlist_add(l, path ? path : s);
+            free(path);
+            if (err < 0)
                 return err;
         }
         return 0;
@@ -383,7 +438,7 @@ static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char 
             if (cfg->init_kind != CK_INIT_NONE)
                 return bad(c, kn, full, "conflicts with another initialisation kind");
             cfg->init_kind = k[0] == 'f' ? CK_INIT_FILE : CK_INIT_PMF;
-            err = set_str(&cfg->init_path, s);
+            err = config_path(c, s, true, &cfg->init_path);
         } else if (!strcmp(k, "name")) {
             err = set_str(&cfg->init_name, s);
         } else if (!strcmp(k, "checkpoint")) {
@@ -425,12 +480,15 @@ static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *k
 {
     const char *s = NULL;
     int err;
-    if (n->type != YAML_SEQUENCE_NODE)
+    bool one = c->flag && n->type == YAML_SCALAR_NODE; /* a flag (pack --format) names one */
+    if (n->type != YAML_SEQUENCE_NODE && !one)
         return bad(c, n, key, "must be a list of formats, like [mldef, samediff]");
     ck_strlist_release(&c->cfg->pack_formats);
-    for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
-         it++) {
-        yaml_node_t *item = ck_yaml_node(c->doc, *it);
+    yaml_node_item_t self = 0;
+    yaml_node_item_t *start = one ? &self : n->data.sequence.items.start,
+                     *top = one ? &self + 1 : n->data.sequence.items.top;
+    for (yaml_node_item_t *it = start; it < top; it++) {
+        yaml_node_t *item = one ? n : ck_yaml_node(c->doc, *it);
         if ((err = scalar_str(c, item, key, &s)) < 0)
             return err;
         if (!ck_writer_find(s))
@@ -441,6 +499,52 @@ static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *k
     return 0;
 }
 
+/* The text of node n as written in the config file, at its own lines: the
+ * lines before it blank, the part of its first line before it spaces, so
+ * that what reports a line of it reports the config file's line. NULL
+ * (nothing set) when the text is not at hand (a flag). */
+static int source_text(struct parse_ctx *c, yaml_node_t *n, char **out)
+{
+    *out = NULL;
+    if (!c->text)
+        return 0;
+    size_t l0 = n->start_mark.line, l1 = n->end_mark.line, line = 0, i = 0;
+    struct ck_buf b = CK_BUF_INIT;
+    int err = 0;
+    for (size_t k = 0; k < l0 && err == 0; k++)
+        err = ck_buf_append(&b, "\n", 1);
+    while (i < c->len && line < l0) /* to the node's first line */
+        if (c->text[i++] == '\n')
+            line++;
+    for (; i < c->len && line <= l1 && err == 0; line++) {
+        size_t end = i;
+        while (end < c->len && c->text[end] != '\n')
+            end++;
+        size_t col = 0, from = i, to = end;
+        if (line == l1) /* the last line up to the node's end (characters, not bytes) */
+            for (to = i; to < end && col < n->end_mark.column; to++)
+                col += ((unsigned char)c->text[to] & 0xC0) != 0x80;
+        if (line == l0) /* the first line from the node's start: what is before it, spaces */
+            for (col = 0; from < to && col < n->start_mark.column; from++) {
+                bool lead = ((unsigned char)c->text[from] & 0xC0) != 0x80;
+                col += lead;
+                if (lead)
+                    err = err ? err : ck_buf_append(&b, " ", 1);
+            }
+        if (err == 0)
+            err = ck_buf_append(&b, c->text + from, to - from);
+        if (err == 0)
+            err = ck_buf_append(&b, "\n", 1);
+        i = end + 1;
+    }
+    if (err < 0) {
+        ck_buf_release(&b);
+        return err;
+    }
+    *out = ck_buf_detach(&b);
+    return *out ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
 /* pack.graph: a layer list (mapping or bare list, kept as YAML text and
  * checked when a checkpoint is packed) or file:/path */
 static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key)
@@ -448,21 +552,30 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
     struct ck_config *cfg = c->cfg;
     free(cfg->pack_graph_yaml);
     free(cfg->pack_graph_file);
-    cfg->pack_graph_yaml = cfg->pack_graph_file = NULL;
+    free(cfg->pack_graph_label);
+    cfg->pack_graph_yaml = cfg->pack_graph_file = cfg->pack_graph_label = NULL;
     if (n->type == YAML_SCALAR_NODE) {
         const char *s = NULL;
         int err = scalar_str(c, n, key, &s);
         if (err < 0)
             return err;
+        if (c->flag && strncmp(s, "file:", 5) != 0 && s[0]) /* pack --graph FILE */
+            return set_str(&cfg->pack_graph_file, s);
         if (strncmp(s, "file:", 5) != 0 || !s[5])
             return bad(c, n, key, "must be a layer list or file:/path");
-        if (!(cfg->pack_graph_file = strdup(s + 5)))
-            return ck_error(CK_ENOMEM, "out of memory");
-        return 0;
+        return config_path(c, s + 5, true, &cfg->pack_graph_file);
     }
+    /* as written, so that a layer's line is the config's line */
+    int err = source_text(c, n, &cfg->pack_graph_yaml);
+    if (err < 0)
+        return err;
+    if ((err = set_str(&cfg->pack_graph_label, c->text ? c->doc->name : "pack.graph")) < 0)
+        return err;
+    if (cfg->pack_graph_yaml)
+        return 0;
     struct ck_buf b = CK_BUF_INIT;
     struct ck_yaml_out o;
-    int err = ck_yaml_out_begin(&o, &b);
+    err = ck_yaml_out_begin(&o, &b);
     ck_yaml_copy(&o, c->doc, n);
     if (err == 0)
         err = ck_yaml_out_end(&o);
@@ -493,8 +606,13 @@ static int parse_verify_inputs(struct parse_ctx *c, yaml_node_t *n, const char *
         return bad(c, n, key, "must be a list of files or 'recorded'");
     for (yaml_node_item_t *it = n->data.sequence.items.start; it < n->data.sequence.items.top;
          it++) {
+        char *path = NULL;
         if ((err = scalar_str(c, ck_yaml_node(c->doc, *it), key, &s)) < 0 ||
-            (err = ck_strlist_add(&cfg->verify_inputs, s)) < 0)
+            (err = config_path(c, s, true, &path)) < 0)
+            return err;
+        err = ck_strlist_add(&cfg->verify_inputs, path);
+        free(path);
+        if (err < 0)
             return err;
     }
     cfg->verify_source = cfg->verify_inputs.n ? CK_VERIFY_FILES : CK_VERIFY_AUTO;
@@ -569,7 +687,13 @@ static int parse_upload_stores(struct parse_ctx *c, yaml_node_t *n, const char *
                 snprintf(full, sizeof full, "%s.%s", key, k);
                 if ((err = scalar_str(c, vn, full, &v)) < 0)
                     return err;
-                if ((err = ck_store_spec_set(spec, k, v)) < 0) {
+                char *path = NULL; /* key files and secret references: the path rule */
+                if ((!strcmp(k, "key") || !strcmp(k, "credentials")) &&
+                    (err = config_path(c, v, !strcmp(k, "key"), &path)) < 0)
+                    return err;
+                err = ck_store_spec_set(spec, k, path ? path : v);
+                free(path);
+                if (err < 0) {
                     char msg[512];
                     snprintf(msg, sizeof msg, "%s", ck_error_msg());
                     return bad(c, kn, full, msg);
@@ -680,7 +804,8 @@ static int hook_duration(struct parse_ctx *c, yaml_node_t *n, const char *key, d
 
 /* The keys of one item of a list key (hooks.webhooks[i], hooks.exec[i]): a
  * table like the top-level one, over the item's struct. */
-enum item_type { I_STR, I_STRV, I_PATH, I_TIMEOUT };
+/* I_REF, I_REFV: an I_STR, I_STRV whose "file:X" references follow the path rule */
+enum item_type { I_STR, I_REF, I_STRV, I_REFV, I_PATH, I_TIMEOUT };
 
 #define NO_FIELD ((size_t)-1)
 
@@ -697,13 +822,13 @@ struct item_key {
 #define EX(f) offsetof(struct ck_exec_conf, f)
 
 static const struct item_key webhook_keys[] = {
-    {"url", I_STR, WH(url), 0, NO_FIELD, NULL},
-    {"secret", I_STRV, WH(secrets), WH(nsecrets), NO_FIELD,
+    {"url", I_REF, WH(url), 0, NO_FIELD, NULL},
+    {"secret", I_REFV, WH(secrets), WH(nsecrets), NO_FIELD,
      "repeats the secret: use 'secrets' for several"},
-    {"secrets", I_STRV, WH(secrets), WH(nsecrets), NO_FIELD,
+    {"secrets", I_REFV, WH(secrets), WH(nsecrets), NO_FIELD,
      "repeats the secret: use 'secrets' for several"},
     {"events", I_STRV, WH(events), WH(nevents), NO_FIELD, "is given twice"},
-    {"template", I_PATH, WH(template_path), 0, NO_FIELD, NULL}, /* relative to the config */
+    {"template", I_PATH, WH(template_path), 0, NO_FIELD, NULL},
     {"timeout", I_TIMEOUT, WH(timeout), 0, NO_FIELD, NULL},
     {NULL, I_STR, 0, 0, NO_FIELD, NULL},
 };
@@ -721,7 +846,6 @@ static int parse_item_value(struct parse_ctx *c, const struct item_key *ik, yaml
                             const char *full, void *base)
 {
     char *field = (char *)base + ik->offset;
-    char dir[4096], path[8192];
     const char *s = NULL;
     int err;
     switch (ik->type) {
@@ -729,20 +853,29 @@ static int parse_item_value(struct parse_ctx *c, const struct item_key *ik, yaml
         if ((err = scalar_str(c, vn, full, &s)) < 0)
             return err;
         return set_str((char **)field, s);
-    case I_STRV: {
+    case I_REF:
+    case I_PATH:
+        if ((err = scalar_str(c, vn, full, &s)) < 0)
+            return err;
+        return config_path(c, s, ik->type == I_PATH, (char **)field);
+    case I_STRV:
+    case I_REFV: {
         size_t *count = (size_t *)((char *)base + ik->count_offset);
         if (*count)
             return bad(c, vn, full, ik->twice);
         if (ik->shell_offset != NO_FIELD)
             *(bool *)((char *)base + ik->shell_offset) = vn->type == YAML_SCALAR_NODE;
-        return hook_strv(c, vn, full, (char ***)field, count);
-    }
-    case I_PATH:
-        if ((err = scalar_str(c, vn, full, &s)) < 0)
+        if ((err = hook_strv(c, vn, full, (char ***)field, count)) < 0)
             return err;
-        ck_dirname(dir, sizeof dir, c->doc->name);
-        snprintf(path, sizeof path, "%s%s%s", s[0] == '/' ? "" : dir, s[0] == '/' ? "" : "/", s);
-        return set_str((char **)field, path);
+        for (size_t i = 0; ik->type == I_REFV && i < *count; i++) {
+            char **v = &(*(char ***)field)[i], *path = NULL;
+            if ((err = config_path(c, *v, false, &path)) < 0)
+                return err;
+            free(*v);
+            *v = path;
+        }
+        return 0;
+    }
     case I_TIMEOUT:
         return hook_duration(c, vn, full, (double *)field);
     }
@@ -968,7 +1101,14 @@ int ck_config_load(struct ck_config *cfg, const char *path)
         return CK_ECONFIG;
     }
     yaml_node_t *root = ck_yaml_root(&doc);
-    struct parse_ctx c = {cfg, &doc, false};
+    char dir[4096], base[4096];
+    ck_dirname(dir, sizeof dir, path);
+    if (!realpath(dir, base)) {
+        ck_yaml_release(&doc);
+        ck_buf_release(&b);
+        return ck_error_os(CK_ECONFIG, "'%s': cannot resolve its folder", path);
+    }
+    struct parse_ctx c = {cfg, &doc, ck_buf_str(&b), b.len, false, base};
     if (root && root->type != YAML_MAPPING_NODE)
         err = ck_error(CK_ECONFIG, "'%s' line %d: the config must be a mapping of keys", path,
                        ck_yaml_line(root));
@@ -1010,7 +1150,7 @@ int ck_config_set(struct ck_config *cfg, const char *key, const char *value, con
     if (id == 0) {
         err = ck_error(CK_ENOMEM, "out of memory");
     } else {
-        struct parse_ctx c = {cfg, &doc, true};
+        struct parse_ctx c = {cfg, &doc, NULL, 0, true, NULL};
         err = parse_value(&c, k, ck_yaml_node(&doc, id), k->name);
     }
     ck_yaml_release(&doc);

@@ -82,6 +82,10 @@ struct ck_config {
     struct ck_strlist pack_formats; /* writer names (writers/writer.h); empty: no packing */
     char *pack_graph_yaml;          /* pack.graph given inline: the layer list as YAML text */
     char *pack_graph_file;          /* pack.graph: file:/path */
+    /* what errors in the inline layer list name: the config file (whose line
+     * numbers pack_graph_yaml keeps: its text as written, earlier lines
+     * blank), or "pack.graph" for a flag */
+    char *pack_graph_label;
     char *pack_dir;                 /* where archives go; NULL: DIR/data/deploy */
     char *pack_sign_key;            /* mldef: sign with this key (file:/path) */
     enum ck_verify_source verify_source; /* verify.inputs: files, "recorded" or not set */

@@ -241,6 +241,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
         .format = format,
         .graph = p->cfg->pack_graph_file,
         .graph_text = p->cfg->pack_graph_yaml,
+        .graph_label = p->cfg->pack_graph_label,
         .digest = true,
         .w = {.level = -1, .ref = ref},
     };
@@ -255,10 +256,17 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
             unlink(undo); /* a failed append leaves the archive as it was */
         return err;
     }
-    /* the store key: where the archive is in the tree, else deploy/NAME */
-    size_t dl = strlen(p->dir);
-    if (!strncmp(path, p->dir, dl) && path[dl] == '/')
-        snprintf(key, sizeof key, "%s", path + dl + 1);
+    /* the store key: where the archive is in the tree, else deploy/NAME
+     * (pack.dir may name the tree's folder by another path: compared resolved) */
+    char root[PATH_MAX], real[PATH_MAX];
+    if (!realpath(p->dir, root))
+        snprintf(root, sizeof root, "%s", p->dir);
+    if (!realpath(dir, real))
+        snprintf(real, sizeof real, "%s", dir);
+    size_t dl = strlen(root);
+    if (!strncmp(real, root, dl) && (real[dl] == '/' || !real[dl]))
+        snprintf(key, sizeof key, "%s%s%s", real + dl + (real[dl] == '/'), real[dl] ? "/" : "",
+                 name);
     else
         snprintf(key, sizeof key, "deploy/%s", name);
     char size[32];
@@ -305,7 +313,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
     return 0;
 }
 
-int ck_deploy_pack(const struct ck_pipeline *p, const char *ref, struct ck_archives *out)
+int ck_deploy_pack(struct ck_pipeline *p, const char *ref, struct ck_archives *out)
 {
     const struct ck_strlist *f = &p->cfg->pack_formats;
     if (f->n == 0)
@@ -327,6 +335,7 @@ int ck_deploy_pack(const struct ck_pipeline *p, const char *ref, struct ck_archi
         }
     }
     if (why[0]) {
+        p->pack_failed++;
         /* once per checkpoint, whichever formats failed */
         struct ck_event ev;
         if (ck_event_init(&ev, CK_EV_ARCHIVE_FAILED) == 0) {
@@ -422,7 +431,7 @@ static int run_model(const struct ck_pipeline *p, const char *spec, const char *
     enum ck_sandbox_status st;
     struct ck_infer_stats stats = {0};
     int err = graph_text ? ck_reader_open_model_text(spec, NULL, graph_text, strlen(graph_text),
-                                                     "pack.graph", &m)
+                                                     p->cfg->pack_graph_label, &m)
                          : ck_reader_open_model(spec, NULL, graph, &m);
     if (err < 0)
         return err;
@@ -485,7 +494,8 @@ static int run_on(const struct ck_pipeline *p, const struct ck_model *m,
  * ones (its Tolerance as atol), or for sets of an older tag within the
  * checkpoint's own network's outputs on the same inputs. 1: the archive
  * has none and fixed inputs may run instead. */
-static int run_recorded(const struct ck_pipeline *p, const struct packed *e, double *seconds)
+static int run_recorded(const struct ck_pipeline *p, const struct packed *e, double *seconds,
+                        const char **against)
 {
     struct ck_model *m = NULL, *ref = NULL;
     struct ck_testset *sets = NULL;
@@ -503,9 +513,11 @@ static int run_recorded(const struct ck_pipeline *p, const struct packed *e, dou
                   : 1;
         goto out;
     }
+    *against = own ? CK_AGAINST_RECORDED : CK_AGAINST_SOURCE;
     if (!own) {
         const char *gt = p->cfg->pack_graph_yaml;
-        err = gt ? ck_reader_open_model_text(e->src, NULL, gt, strlen(gt), "pack.graph", &ref)
+        err = gt ? ck_reader_open_model_text(e->src, NULL, gt, strlen(gt), p->cfg->pack_graph_label,
+                                             &ref)
                  : ck_reader_open_model(e->src, NULL, p->cfg->pack_graph_file, &ref);
         if (err < 0)
             goto out;
@@ -594,18 +606,55 @@ out:
     return err;
 }
 
+/* A verify.expected entry for the checkpoint src: "{name}" becomes its file
+ * or folder name, "{stem}" that name without its extension. */
+static int expected_path(const char *pattern, const char *src, char *out, size_t n)
+{
+    char name[PATH_MAX], stem[PATH_MAX];
+    snprintf(name, sizeof name, "%s", src);
+    for (size_t l = strlen(name); l > 1 && name[l - 1] == '/'; l--)
+        name[l - 1] = '\0'; /* a folder checkpoint */
+    snprintf(name, sizeof name, "%s", ck_basename(name));
+    snprintf(stem, sizeof stem, "%s", name);
+    char *dot = strrchr(stem, '.');
+    if (dot && dot != stem)
+        *dot = '\0';
+    size_t used = 0;
+    for (const char *s = pattern; *s;) {
+        const char *v = NULL;
+        size_t skip = 1;
+        if (!strncmp(s, "{name}", 6))
+            v = name, skip = 6;
+        else if (!strncmp(s, "{stem}", 6))
+            v = stem, skip = 6;
+        size_t l = v ? strlen(v) : 1;
+        if (used + l >= n)
+            return ck_error(CK_ESIZE, "verify.expected '%s': path too long", pattern);
+        memcpy(out + used, v ? v : s, l);
+        used += l;
+        s += skip;
+    }
+    out[used] = '\0';
+    return 0;
+}
+
 /* The archive's outputs: finite, and within the tolerances of
- * verify.expected, or else of the checkpoint's own network run on the same
- * inputs (what the archive was packed from: a packing mistake shows here). */
-static int run_engine(const struct ck_pipeline *p, const struct packed *e, double *seconds)
+ * verify.expected (against the trainer's outputs), of the archive's own
+ * recorded sets, or else of the checkpoint's own network run on the same
+ * inputs (against the source: a packing mistake shows here, a wrong layer
+ * list cannot, since both sides run it). *against names which. */
+static int run_engine(const struct ck_pipeline *p, const struct packed *e, double *seconds,
+                      const char **against)
 {
     struct ck_infer_array *outv = NULL, *ref = NULL;
     size_t nout = 0, nref = 0;
     const struct ck_strlist *exp = &p->cfg->verify_expected;
     double ignored;
-    int err = wants_sets(p) ? run_recorded(p, e, seconds) : 1;
+    *against = exp->n ? CK_AGAINST_EXPECTED : CK_AGAINST_SOURCE;
+    int err = wants_sets(p) ? run_recorded(p, e, seconds, against) : 1;
     if (err <= 0)
         return err; /* the archive's recorded sets decided */
+    *against = exp->n ? CK_AGAINST_EXPECTED : CK_AGAINST_SOURCE;
     err = run_model(p, e->spec, NULL, NULL, &outv, &nout, seconds);
     if (err < 0)
         return err;
@@ -622,12 +671,16 @@ static int run_engine(const struct ck_pipeline *p, const struct packed *e, doubl
     for (size_t k = 0; k < nout && err == 0; k++) {
         if (exp->n) {
             struct ck_infer_array want = {0};
-            char what[PATH_MAX + 8];
-            snprintf(what, sizeof what, "'%s'", exp->items[k]);
+            char what[PATH_MAX + 8], file[PATH_MAX];
+            if ((err = expected_path(exp->items[k], e->src, file, sizeof file)) < 0)
+                break;
+            snprintf(what, sizeof what, "'%s'", file);
             struct ck_model_io io = {.name = outv[k].name, .rank = outv[k].rank};
             memcpy(io.dims, outv[k].dims, sizeof outv[k].dims);
-            if ((err = ck_testdata_load(exp->items[k], &io, true, &want)) == 0)
+            if ((err = ck_testdata_load(file, &io, true, &want)) == 0)
                 err = check_output(p, &outv[k], &want, what);
+            else
+                err = ck_error_wrap(err, "verify.expected");
             ck_infer_array_release(&want);
         } else {
             err = check_output(p, &outv[k], &ref[k], "the checkpoint's own output");
@@ -649,13 +702,14 @@ static void record_if_asked(const struct ck_pipeline *p, const struct ck_archive
 /* One packed model (a .mldef, or a tag of a SameDiff archive): run, recorded
  * (unless record is false: the caller records once the archive is final),
  * announced. */
-static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
-                      const struct packed *e, bool record, char *why, size_t whysz)
+static int verify_one(struct ck_pipeline *p, const struct ck_archive *a, const struct packed *e,
+                      bool record, char *why, size_t whysz)
 {
     char mbuf[256], secs[32];
     const char *name = ck_basename(a->path), *model = model_name(p, mbuf, sizeof mbuf);
     double seconds = 0;
-    int err = run_engine(p, e, &seconds);
+    const char *against = CK_AGAINST_SOURCE;
+    int err = run_engine(p, e, &seconds, &against);
     if (err == 0 && record)
         record_if_asked(p, a, e);
     const char *tag = strchr(e->spec + strlen(e->path), '#');
@@ -664,11 +718,17 @@ static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
     snprintf(why + strlen(why), whysz - strlen(why), "%s", err < 0 ? ck_error_msg() : "");
     snprintf(secs, sizeof secs, "%.6f", seconds);
     bool hold = err < 0 && p->cfg->verify_on_failure == CK_VERIFY_HOLD;
-    const char *fields[] = {
-        "verification",       err < 0 ? "failed" : "passed", "verification_error",
-        err < 0 ? why : NULL, "verification_seconds",        err < 0 ? NULL : secs,
-        "uploaded",           hold ? "held" : "yes"};
-    if (ck_deploy_record(p->dir, name, fields, 4) < 0)
+    const char *fields[] = {"verification",
+                            err < 0 ? "failed" : "passed",
+                            "verification_error",
+                            err < 0 ? why : NULL,
+                            "verification_seconds",
+                            err < 0 ? NULL : secs,
+                            "uploaded",
+                            hold ? "held" : "yes",
+                            "against",
+                            against};
+    if (ck_deploy_record(p->dir, name, fields, 5) < 0)
         ck_warn("archive.record_failed", "'%s': %s", name, ck_error_msg());
     struct ck_event ev;
     if (ck_event_init(&ev, err < 0 ? CK_EV_VERIFICATION_FAILED : CK_EV_VERIFICATION_PASSED) == 0) {
@@ -677,16 +737,19 @@ static int verify_one(const struct ck_pipeline *p, const struct ck_archive *a,
         ev.archive_path = a->path;
         ev.seconds = err < 0 ? -1 : seconds;
         ev.error = err < 0 ? why : NULL;
+        ev.against = against;
         emit(p, &ev);
     }
     ck_metrics_add(err < 0 ? CK_M_VERIFICATIONS_FAILED : CK_M_VERIFICATIONS_PASSED, 1);
     if (err < 0) {
+        p->verify_failed++;
         ck_metrics_add(CK_M_FAILURES_VERIFY, 1);
-        ck_err("verification.failed", "checkpoint='%s' archive='%s': %s: %s", e->ref, e->spec, why,
+        ck_err("verification.failed", "checkpoint='%s' archive='%s' against=%s: %s: %s", e->ref,
+               e->spec, against, why,
                hold ? "held back (verify.on_failure: hold)" : "uploaded marked failed");
     } else {
-        ck_info("verification.passed", "checkpoint='%s' archive='%s' seconds=%.6f", e->ref, e->spec,
-                seconds);
+        ck_info("verification.passed", "checkpoint='%s' archive='%s' against=%s seconds=%.6f",
+                e->ref, e->spec, against, seconds);
     }
     return err;
 }
@@ -718,6 +781,7 @@ static int gate_repack(const struct ck_pipeline *p, struct packed *e)
         .format = "samediff",
         .graph = p->cfg->pack_graph_file,
         .graph_text = p->cfg->pack_graph_yaml,
+        .graph_label = p->cfg->pack_graph_label,
         .w = {.level = -1, .ref = e->ref, .tag = tag ? tag + 1 : NULL},
     };
     int err = undo_path(p, ck_basename(e->path), undo, sizeof undo);
@@ -753,7 +817,7 @@ static void gate_note(const struct ck_pipeline *p, const char *name, const struc
  * under hold a failed one is rolled back (with the tags appended after it,
  * which are appended again and verified again), so the archive holds only
  * tags that passed. Queued for upload when a tag of the pass remains. */
-static int gate_samediff(const struct ck_pipeline *p, const struct ck_archive *a)
+static int gate_samediff(struct ck_pipeline *p, const struct ck_archive *a)
 {
     struct packed *v;
     size_t n, kept = 0, last = 0;
@@ -846,7 +910,7 @@ static int gate_samediff(const struct ck_pipeline *p, const struct ck_archive *a
     return ck_error(CK_ERR, "no tag of this pass passed verification: '%s' as before", a->path);
 }
 
-int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a)
+int ck_deploy_verify(struct ck_pipeline *p, const struct ck_archive *a)
 {
     for (size_t i = 0; i < npacked; i++)
         if (!strcmp(packed[i].path, a->path) && packed[i].undo)

@@ -23,14 +23,27 @@
  *                     as failed.<tag> in the archive's record.
  *
  * A checkpoint that cannot be packed stays registered and uploaded: these
- * stages log and emit their failures and never fail the pass. */
+ * stages log and emit their failures and never fail the pass; they count
+ * them in p->pack_failed and p->verify_failed. */
 #ifndef CK_DEPLOY_H
 #define CK_DEPLOY_H
 
 #include "agent/pipeline.h"
 
-int ck_deploy_pack(const struct ck_pipeline *p, const char *ref, struct ck_archives *out);
-int ck_deploy_verify(const struct ck_pipeline *p, const struct ck_archive *a);
+/* What a verification compared the archive's outputs with (the `against`
+ * of its log line, event and record):
+ *   expected  the trainer's expected outputs (verify.expected): the only
+ *             reference that catches a wrong layer list
+ *   recorded  known-good outputs recorded in the archive (its test sets)
+ *   source    the source checkpoint's network run before packing, on the
+ *             same inputs: proves the packing, not the graph (both sides run
+ *             the same layer list) */
+#define CK_AGAINST_EXPECTED "expected"
+#define CK_AGAINST_RECORDED "recorded"
+#define CK_AGAINST_SOURCE "source"
+
+int ck_deploy_pack(struct ck_pipeline *p, const char *ref, struct ck_archives *out);
+int ck_deploy_verify(struct ck_pipeline *p, const struct ck_archive *a);
 
 /* Records (or replaces) the entry `name` under `archives:` of
  * DIR/data/build_parameters.yaml, keeping every other key. fields are

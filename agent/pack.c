@@ -8,6 +8,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/sign.h"
+#include "infer/infer.h"
 #include "model/mldef.h"
 #include "readers/reader.h"
 #include "writers/mldefzip.h"
@@ -36,10 +37,15 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     struct ck_writer *w = NULL;
     int err;
     err = o->graph_text ? ck_reader_open_model_text(src, o->src_format, o->graph_text,
-                                                    strlen(o->graph_text), "pack.graph", &m)
+                                                    strlen(o->graph_text), o->graph_label, &m)
                         : ck_pack_load_model(src, o->src_format, o->graph, &m);
     if (err < 0)
         return err;
+    /* valid means runnable: what ckptd's own engine cannot run is not packed */
+    if ((err = ck_infer_check(m)) < 0) {
+        err = ck_error_wrap(err, "'%s': not packed: the inference engine could not run it", src);
+        goto out;
+    }
     r->nlayers = m->nnodes;
     if ((err = ck_writer_open(ops, out, &o->w, &w)) < 0 || (err = ck_writer_add(w, m)) < 0 ||
         (err = ck_writer_finish(w)) < 0)
@@ -170,13 +176,40 @@ int ck_pack_isolated(const char *src, const char *out, const struct ck_pack_opts
     return err;
 }
 
+int ck_pack_check_runnable(struct ck_mldef_report *r, const struct ck_model *m)
+{
+    if (ck_infer_check(m) == 0)
+        return 0;
+    struct ck_mldef_violation *v = realloc(r->v, (r->n + 1) * sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    r->v = v;
+    r->cap = r->n + 1;
+    v = &r->v[r->n];
+    v->rule = strdup("engine.runs");
+    v->where = strdup("Layers");
+    v->msg = strdup(ck_error_msg());
+    if (!v->rule || !v->where || !v->msg) {
+        free(v->rule), free(v->where), free(v->msg);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    r->n++;
+    return 0;
+}
+
 int ck_pack_mldef_from_manifest(const char *manifest, const char *out, int level,
                                 const char *sign_key, FILE *errf)
 {
     struct ck_mldef_report rep;
-    int err = ck_mldef_check(manifest, NULL, &rep, NULL);
-    if (err < 0)
+    struct ck_model *m = NULL;
+    int err = ck_mldef_check(manifest, NULL, &rep, &m);
+    if (err == 0 && m)
+        err = ck_pack_check_runnable(&rep, m);
+    ck_model_free(m);
+    if (err < 0) {
+        ck_mldef_report_release(&rep);
         return err;
+    }
     if (rep.n || rep.dropped) {
         ck_pack_print_report(errf, manifest, &rep, false);
         err = ck_error(CK_EFORMAT, "'%s': %zu rule%s broken: nothing written", manifest,

@@ -20,6 +20,7 @@ struct ck_pack_opts {
     const char *src_format; /* reader name, or NULL to detect */
     const char *graph;      /* a layer list file (YAML) for weight-only checkpoints, or NULL */
     const char *graph_text; /* or the layer list as YAML text (the config's pack.graph) */
+    const char *graph_label; /* what errors in graph_text name (NULL: "pack.graph") */
     struct ck_writer_opts w;
     bool digest; /* fill r->sha256 (one more read of the archive; the pipeline records it) */
 };
@@ -52,6 +53,10 @@ int ck_pack_isolated(const char *src, const char *out, const struct ck_pack_opts
  * after printing every violation to err). sign_key may be NULL. */
 int ck_pack_mldef_from_manifest(const char *manifest, const char *out, int level,
                                 const char *sign_key, FILE *err);
+
+/* Valid means runnable: when the engine cannot run m (ck_infer_check), a
+ * violation "engine.runs" saying why is added to r (`mldef -i`, `mldef -c`). */
+int ck_pack_check_runnable(struct ck_mldef_report *r, const struct ck_model *m);
 
 /* Prints a validator report: one line per violation ("PATH: WHERE: MESSAGE
  * [RULE]"), then a summary; or one JSON document. */

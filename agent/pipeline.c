@@ -48,9 +48,11 @@ static void pack(struct ck_pipeline *p, const struct ck_scan_result *res, struct
 {
     for (size_t i = 0; i < res->nregistered; i++)
         for (const struct ck_pack_stage *s = ck_pack_stages; s->name; s++)
-            if (s->pack(p, res->registered[i], out) < 0)
+            if (s->pack(p, res->registered[i], out) < 0) {
+                p->pack_failed++;
                 ck_err("pipeline.pack_failed", "stage=%s checkpoint='%s': %s", s->name,
                        res->registered[i], ck_error_msg());
+            }
 }
 
 /* verify: an archive a stage refuses is dropped from the list */
@@ -59,10 +61,13 @@ static void verify(struct ck_pipeline *p, struct ck_archives *a)
     size_t kept = 0;
     for (size_t i = 0; i < a->n; i++) {
         const struct ck_verify_stage *s;
+        size_t counted = p->verify_failed; /* a stage may count its failures itself */
         for (s = ck_verify_stages; s->name; s++)
             if (s->verify(p, &a->v[i]) < 0)
                 break;
         if (s->name) {
+            if (p->verify_failed == counted)
+                p->verify_failed++;
             ck_err("pipeline.verify_failed", "stage=%s archive='%s': %s: not uploaded", s->name,
                    a->v[i].path, ck_error_msg());
             free(a->v[i].path);
@@ -150,6 +155,21 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
         ck_upload_worker_kick(p->uploads);
     }
     return err;
+}
+
+int ck_pipeline_failed(const struct ck_pipeline *p)
+{
+    char why[512] = "";
+    size_t hooks = ck_hooks_failures(p->hooks);
+#define WHY(...) snprintf(why + strlen(why), sizeof why - strlen(why), __VA_ARGS__)
+    if (p->pack_failed)
+        WHY("%s%zu checkpoint(s) could not be packed", why[0] ? ", " : "", p->pack_failed);
+    if (p->verify_failed)
+        WHY("%s%zu archive(s) failed verification", why[0] ? ", " : "", p->verify_failed);
+    if (hooks)
+        WHY("%s%zu hook delivery(ies) given up", why[0] ? ", " : "", hooks);
+#undef WHY
+    return why[0] ? ck_error(CK_ERR, "%s (see the log)", why) : 0;
 }
 
 void ck_pipeline_upload_event(struct ck_pipeline *p, const struct ck_upload_outcome *o)

@@ -41,6 +41,11 @@ struct ck_pipeline {
     bool uploaded;
     int upload_err;
     struct ck_upload_report upload;
+    /* What the pack and verify stages could not do (each logged where it
+     * happened): checkpoints a format could not be packed for, archives or
+     * tags that failed verification (held back or uploaded marked). A
+     * one-shot command exits 1 when any is set (ck_pipeline_failed). */
+    size_t pack_failed, verify_failed;
 };
 
 /* An archive a pack stage made: a local file and the key it is uploaded as. */
@@ -63,14 +68,14 @@ void ck_archives_release(struct ck_archives *a);
  * the next stage still runs; the checkpoint stays registered. */
 struct ck_pack_stage {
     const char *name;
-    int (*pack)(const struct ck_pipeline *p, const char *ref, struct ck_archives *out);
+    int (*pack)(struct ck_pipeline *p, const char *ref, struct ck_archives *out);
 };
 
 /* A verify stage: 0 lets the archive on to the upload; an error holds it
  * back (logged as pipeline.verify_failed, naming the archive and the stage). */
 struct ck_verify_stage {
     const char *name;
-    int (*verify)(const struct ck_pipeline *p, const struct ck_archive *a);
+    int (*verify)(struct ck_pipeline *p, const struct ck_archive *a);
 };
 
 /* In agent/stages.c; the last row has name == NULL. */
@@ -82,6 +87,11 @@ extern const struct ck_verify_stage ck_verify_stages[];
  * problems, and the foreground upload stage leaves its outcome in p. */
 int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
                      struct ck_scan_result *res);
+/* What failed in the pack and verify stages and the hooks (deliveries given
+ * up), as one error naming each (CK_ERR; each logged where it happened), or
+ * 0. A one-shot command exits 1 on it, after doing all it could, as it does
+ * when the upload stage did not finish (p->upload). */
+int ck_pipeline_failed(const struct ck_pipeline *p);
 /* One upload job ended (foreground, or reported by the watcher's helper):
  * its upload.* event. */
 void ck_pipeline_upload_event(struct ck_pipeline *p, const struct ck_upload_outcome *o);

@@ -840,10 +840,11 @@ static int start(struct watcher *w)
         (err = setup_ops(w)) < 0)
         return err;
     ck_info("watch.started",
-            "dir='%s' backend=%s watches=%zu polled=%zu settle=%.3gs reconcile=%.3gs pid=%ld",
+            "dir='%s' backend=%s watches=%zu polled=%zu settle=%.3gs poll_interval=%.3gs "
+            "reconcile=%.3gs pid=%ld",
             w->o->dir, ck_fswatch_backend(w->fs), ck_fswatch_nwatches(w->fs),
-            ck_fswatch_npolled(w->fs), cfg->watch_settle, cfg->watch_reconcile_interval,
-            (long)getpid());
+            ck_fswatch_npolled(w->fs), cfg->watch_settle, cfg->watch_poll_interval,
+            cfg->watch_reconcile_interval, (long)getpid());
     if ((err = pass(w, -1, false, false)) < 0)
         return err;
     /* after the first pass, so that the event carries the model's id */

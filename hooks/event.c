@@ -83,10 +83,12 @@ static const struct field fields[] = {
     {"status", F_STR, O(status), "training", "status"},
     {"exit_code", F_INT, O(exit_code), "training", "exit_code"},
     {"error", F_STR, O(error), "", "error"},
+    {"against", F_STR, O(against), "verification", "against"},
     {"message", F_STR, O(message), "", "message"},
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
-static const char *const groups[] = {"", "model", "checkpoint", "archive", "upload", "training"};
+static const char *const groups[] = {"",       "model",    "checkpoint",  "archive",
+                                     "upload", "training", "verification"};
 
 const char *const ck_event_field_names[] = {
     "type",         "id",
@@ -101,7 +103,7 @@ const char *const ck_event_field_names[] = {
     "bytes",        "seconds",
     "status",       "exit_code",
     "error",        "message",
-    NULL,
+    "against",      NULL,
 };
 
 static bool field_is_set(const struct ck_event *ev, const struct field *f)

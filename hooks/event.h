@@ -66,6 +66,7 @@ struct ck_event {
     const char *status;     /* training status: pending, running, finished, failed */
     int64_t exit_code;      /* training command's exit status */
     const char *error;      /* what failed, for *.failed events */
+    const char *against;    /* verification.*: what the outputs were compared with */
     const char *message;    /* free text (hook.test) */
 };
 

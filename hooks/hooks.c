@@ -67,6 +67,7 @@ struct ck_hooks {
     /* called when ck_hooks_emit stored a delivery (ck_hooks_set_waker) */
     void (*waker)(void *arg);
     void *waker_arg;
+    size_t failures; /* deliveries given up by this process (ck_hooks_failures) */
 };
 
 void ck_hooks_key(const char *url, char *out, size_t outsz)
@@ -457,6 +458,7 @@ static void start_queued(struct ck_hooks *h)
             ck_err("hook.exec.failed", "%s", ck_error_msg());
             ck_metrics_add(CK_M_EXEC_HOOKS_FAILED, 1);
             ck_metrics_add(CK_M_FAILURES_HOOK, 1);
+            h->failures++;
             ended(h, q.run); /* it ran as far as it could: not again after a restart */
             q.run = NULL;
         } else {
@@ -496,6 +498,7 @@ static int queue_exec(struct ck_hooks *h, size_t i, const char *event_id, const 
         ck_err("hook.exec.dropped", "hook='%s' event=%s: %d hooks already waiting", name, event_id,
                CK_HOOKS_MAX_QUEUED);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
+        h->failures++;
         return 0;
     }
     struct queued_exec q = {i, strdup(json), NULL, 0, strdup(name), NULL};
@@ -527,6 +530,7 @@ static void reap(struct ck_hooks *h, size_t slot)
     if (r->timed_out) {
         ck_metrics_add(CK_M_EXEC_HOOKS_TIMED_OUT, 1);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
+        h->failures++;
         ck_err("hook.exec.timeout", "hook='%s' ended after %.1fs: it did not finish in time",
                ck_exec_name(x), r->seconds);
     } else if (r->exited && r->exit_code == 0) {
@@ -535,6 +539,7 @@ static void reap(struct ck_hooks *h, size_t slot)
     } else {
         ck_metrics_add(CK_M_EXEC_HOOKS_FAILED, 1);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
+        h->failures++;
         if (r->exited)
             ck_err("hook.exec.failed", "hook='%s' exit=%d seconds=%.2f", ck_exec_name(x),
                    r->exit_code, r->seconds);
@@ -874,6 +879,7 @@ static int attempt(struct ck_hooks *h, sqlite3 *db, struct webhook *w,
     if (gave_up) {
         ck_metrics_add(CK_M_WEBHOOK_GAVE_UP, 1);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
+        h->failures++;
         ck_err("webhook.gave_up",
                "hook=%s url=%s event=%s id=%s after %d attempts "
                "('ckptd hooks replay %s' resends it)",
@@ -954,6 +960,11 @@ static int deliver_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, siz
     ck_outbox_prune(db, now_unix_ms() - KEEP_DELIVERED_MS);
     *delivered = ok;
     return err;
+}
+
+size_t ck_hooks_failures(const struct ck_hooks *h)
+{
+    return h ? h->failures : 0;
 }
 
 int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered)

@@ -96,6 +96,10 @@ int ck_hooks_emit(struct ck_hooks *h, sqlite3 *db, const struct ck_event *ev);
  * left. A receiver that fails once is not tried again in the same call.
  * *delivered (may be NULL) receives how many were accepted. */
 int ck_hooks_run_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, size_t *delivered);
+/* Deliveries this h gave up: webhooks past their retry schedule, exec hooks
+ * that failed, timed out or were dropped (what a one-shot command's exit
+ * code reports). 0 for NULL. */
+size_t ck_hooks_failures(const struct ck_hooks *h);
 /* Delivery away from the caller's event loop (the watcher runs it in a
  * helper process, agent/sender.h, so that a receiver that answers slowly or
  * not at all never stalls it, and libcurl never stays in its memory).

@@ -75,11 +75,48 @@ void ck_infer_arrays_free(struct ck_infer_array *a, size_t n)
     free(a);
 }
 
+static int check_io(const struct ck_model_io *io, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (io[i].rank > CK_INFER_MAX_RANK)
+            return ck_error(CK_EFORMAT, "%s '%s': rank %d, the engine runs at most %d", what,
+                            io[i].name, io[i].rank, CK_INFER_MAX_RANK);
+    return 0;
+}
+
+int ck_infer_check(const struct ck_model *m)
+{
+    int err = ck_model_check(m);
+    if (err == 0)
+        err = check_io(m->inputs, m->ninputs, "input");
+    if (err == 0)
+        err = check_io(m->outputs, m->noutputs, "output");
+    return err < 0 ? err : ck_infer_check_nodes(m);
+}
+
+int ck_infer_check_nodes(const struct ck_model *m)
+{
+    int err = 0;
+    for (size_t i = 0; i < m->nnodes && err == 0; i++) {
+        const struct ck_model_node *n = &m->nodes[i];
+        if (!ck_infer_op_is_supported(n->op))
+            err = ck_error(CK_EFORMAT, "node '%s': op '%s' is not one the inference engine runs",
+                           n->name, ck_op_name(n->op));
+        else if (n->ninputs > CK_INFER_MAX_NODE_IO || n->noutputs > CK_INFER_MAX_NODE_IO)
+            err =
+                ck_error(CK_EFORMAT,
+                         "node '%s' (%s): %zu inputs and %zu outputs, the engine runs at most "
+                         "%d of each",
+                         n->name, ck_op_name(n->op), n->ninputs, n->noutputs, CK_INFER_MAX_NODE_IO);
+    }
+    return err;
+}
+
 int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o, struct ck_infer **out)
 {
     int err;
     *out = NULL;
-    if ((err = ck_model_check(m)) < 0)
+    if ((err = ck_infer_check(m)) < 0)
         return err;
     struct ck_infer *e = calloc(1, sizeof *e);
     if (!e)
@@ -144,12 +181,12 @@ static int bind_inputs(struct ck_infer *e, const struct ck_infer_array *in, size
 static int run_node(struct ck_infer *e, size_t i, float *scratch)
 {
     const struct ck_model_node *n = &e->m->nodes[i];
-    const float *inp[16];
-    float *outp[16];
-    struct ck_ishape ins[16], outs[16];
-    if (n->ninputs > 16 || n->noutputs > 16)
-        return ck_error(CK_EFORMAT, "node '%s' (%s): more than 16 inputs or outputs", n->name,
-                        ck_op_name(n->op));
+    const float *inp[CK_INFER_MAX_NODE_IO];
+    float *outp[CK_INFER_MAX_NODE_IO];
+    struct ck_ishape ins[CK_INFER_MAX_NODE_IO], outs[CK_INFER_MAX_NODE_IO];
+    if (n->ninputs > CK_INFER_MAX_NODE_IO || n->noutputs > CK_INFER_MAX_NODE_IO)
+        return ck_error(CK_EFORMAT, "node '%s' (%s): more than %d inputs or outputs", n->name,
+                        ck_op_name(n->op), CK_INFER_MAX_NODE_IO);
     for (size_t k = 0; k < n->ninputs; k++) {
         inp[k] = e->values[e->nodes[i].in[k]].data;
         ins[k] = e->values[e->nodes[i].in[k]].shape;

@@ -21,6 +21,8 @@
 #include <stdint.h>
 
 #define CK_INFER_MAX_RANK 8
+/* The most inputs, and the most outputs, of one node the engine runs. */
+#define CK_INFER_MAX_NODE_IO 16
 
 /* A float32 array in C order. */
 struct ck_infer_array {
@@ -43,6 +45,21 @@ struct ck_infer;
 int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o,
                  struct ck_infer **out);
 void ck_infer_free(struct ck_infer *e);
+
+/* Whether the engine can run m, without converting or running anything: the
+ * model is well formed (ck_model_check), every node's op is in the engine's
+ * op table, has at most CK_INFER_MAX_NODE_IO inputs and outputs, and every
+ * graph input and output has a rank of at most CK_INFER_MAX_RANK. The one
+ * check `ckptd pack`, `mldef -i` and the config check share with the engine,
+ * so an archive they call valid is one `ckptd verify` runs. CK_EFORMAT
+ * naming the node and the limit. */
+int ck_infer_check(const struct ck_model *m);
+/* The nodes' part of ck_infer_check (op table, inputs and outputs per
+ * node), for a model whose values are not complete yet: the config check's
+ * layer list, before any weights. */
+int ck_infer_check_nodes(const struct ck_model *m);
+/* Whether op is in the engine's op table. */
+bool ck_infer_op_is_supported(enum ck_op op);
 
 /* Runs the model on inputs (one per model input, in the model's order; their
  * names are ignored). *outputs is a new array of the model's outputs, owned

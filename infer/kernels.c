@@ -15,28 +15,43 @@ int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_i
     }
 }
 
-int ck_infer_kernel(const struct ck_kcall *k)
+/* The engine's op table: the kernel family of op, or NULL when the engine
+ * does not run it (ck_infer_check asks the same table before a run). */
+static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
 {
-    switch (k->n->op) {
+    switch (op) {
     case CK_OP_IDENTITY: case CK_OP_RELU: case CK_OP_LEAKY_RELU: case CK_OP_SIGMOID:
     case CK_OP_TANH: case CK_OP_GELU: case CK_OP_SQRT: case CK_OP_EXP: case CK_OP_LOG:
     case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
-        return ck_infer_k_elementwise(k);
+        return ck_infer_k_elementwise;
     case CK_OP_ADD: case CK_OP_SUB: case CK_OP_MUL: case CK_OP_DIV: case CK_OP_POW:
-        return ck_infer_k_binary(k);
+        return ck_infer_k_binary;
     case CK_OP_DENSE: case CK_OP_MATMUL: case CK_OP_CONV2D:
-        return ck_infer_k_linear(k);
+        return ck_infer_k_linear;
     case CK_OP_MAXPOOL: case CK_OP_AVGPOOL: case CK_OP_GLOBAL_AVGPOOL: case CK_OP_GLOBAL_MAXPOOL:
-        return ck_infer_k_pool(k);
+        return ck_infer_k_pool;
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
     case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM:
-        return ck_infer_k_norm(k);
+        return ck_infer_k_norm;
     case CK_OP_TRANSPOSE: case CK_OP_RESHAPE: case CK_OP_FLATTEN: case CK_OP_SQUEEZE:
     case CK_OP_UNSQUEEZE: case CK_OP_CONCAT: case CK_OP_SPLIT: case CK_OP_SLICE:
     case CK_OP_GATHER: case CK_OP_PAD:
-        return ck_infer_k_layout(k);
+        return ck_infer_k_layout;
     default:
+        return NULL;
+    }
+}
+
+bool ck_infer_op_is_supported(enum ck_op op)
+{
+    return kernel_of(op) != NULL;
+}
+
+int ck_infer_kernel(const struct ck_kcall *k)
+{
+    int (*kernel)(const struct ck_kcall *) = kernel_of(k->n->op);
+    if (!kernel)
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not supported by the inference engine",
                         k->n->name, ck_op_name(k->n->op));
-    }
+    return kernel(k);
 }

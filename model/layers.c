@@ -34,6 +34,7 @@ static const struct alias {
 struct lctx {
     struct ck_yaml_doc *d;
     const char *label;
+    bool dry; /* no weights (ck_layers_check): tensor names taken as given, no shapes */
     struct ck_model *m;
     const char *input; /* the graph input's value name (borrowed from the model) */
     char **values;     /* per layer: the name of its (first) output */
@@ -459,6 +460,8 @@ static int tensor(struct lctx *c, struct ck_model_node *n, yaml_node_t *layer, c
     }
     if ((err = get_str(c, v, key, &s)) < 0)
         return err;
+    if (c->dry)
+        return ck_model_node_add_input(n, s);
     const struct ck_tensor *t = ck_model_weight(c->m, s);
     const char *file =
         c->m->weights && c->m->weights->path ? c->m->weights->path : "the checkpoint";
@@ -750,6 +753,8 @@ static int build(struct lctx *c, yaml_node_t *root)
         if ((err = layer(c, l, i + 1 == count, outname)) < 0)
             return err;
     }
+    if (c->dry) /* what the weights decide waits for them */
+        return 0;
     if (!have && (err = guess_input(c, &rank, dims)) < 0)
         return err;
     if ((err = ck_model_add_io(c->m, false, inname, CK_DT_F32, rank, dims)) < 0 ||
@@ -765,10 +770,10 @@ static int build(struct lctx *c, yaml_node_t *root)
     return 0;
 }
 
-int ck_layers_build(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
-                    const char *label, struct ck_model **out)
+static int build_model(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
+                       const char *label, bool dry, struct ck_model **out)
 {
-    struct lctx c = {.d = d, .label = label ? label : "layer list"};
+    struct lctx c = {.d = d, .label = label ? label : "layer list", .dry = dry};
     int err;
     *out = NULL;
     if ((err = ck_model_new(weights, "layers", &c.m)) < 0)
@@ -786,6 +791,24 @@ int ck_layers_build(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_n
     }
     *out = c.m;
     return 0;
+}
+
+int ck_layers_build(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
+                    const char *label, struct ck_model **out)
+{
+    return build_model(weights, d, node, label, false, out);
+}
+
+int ck_layers_check(const char *label, const char *text, size_t len, struct ck_model **out)
+{
+    struct ck_yaml_doc d;
+    int err;
+    *out = NULL;
+    if ((err = ck_yaml_load(&d, label, text, len)) < 0)
+        return err;
+    err = build_model(NULL, &d, ck_yaml_root(&d), label, true, out);
+    ck_yaml_release(&d);
+    return err;
 }
 
 int ck_layers_parse(struct ck_tensor_set *weights, const char *label, const char *text, size_t len,

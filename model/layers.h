@@ -30,6 +30,12 @@
  * name, or "pack.graph"). The model's outputs carry the inferred shapes. */
 int ck_layers_build(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
                     const char *label, struct ck_model **out);
+/* The list's own shape, before any checkpoint (the config check): keys,
+ * ops, references, counts, the input; not what the weights decide (tensor
+ * names, the shapes that chain). *out gets its nodes (ops, inputs by name,
+ * weights as named) without weights or shapes, for checking the ops; owned
+ * by the caller. Errors as ck_layers_build's. */
+int ck_layers_check(const char *label, const char *text, size_t len, struct ck_model **out);
 /* Reads the YAML file at path and builds (weights owned as above). */
 int ck_layers_load(struct ck_tensor_set *weights, const char *path, struct ck_model **out);
 /* The same from YAML text in memory (tests, the config's copy). */

@@ -13,8 +13,10 @@ static const char head[] =
     "\n"
     "Checks a config file (the one --config names, else DIR/ckptd.yaml) and exits\n"
     "0 when it is valid, 2 with the key and line of the first problem when not.\n"
-    "Every env: and file: secret, key file and the listen address are resolved as\n"
-    "a start resolves them (values are never printed): a config that passes starts.\n"
+    "Every env: and file: secret, key file, AWS profile, the layer list (its keys\n"
+    "and ops against the engine's), the verify files and the listen address are\n"
+    "resolved as a start resolves them (values are never printed), and DIR and\n"
+    "DIR/.ckptd must be writable: a config that passes starts.\n"
     "\n";
 
 static const struct ck_opt options[] = {
@@ -45,6 +47,9 @@ int ck_cmd_config(int argc, char **argv)
     int err = ck_config_for_dir(&cfg, cli.config_path, dir);
     if (err == 0)
         err = ck_config_resolve(&cfg); /* what the start resolves, resolved now */
+    /* the folder the first pass writes */
+    if (err == 0 && optind < argc)
+        err = ck_config_check_dir(dir);
     if (err < 0) {
         ck_config_release(&cfg);
         return ck_cli_fail("config", err);

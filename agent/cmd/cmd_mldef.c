@@ -143,9 +143,15 @@ static int check(const struct opts *o, const char *path, bool signature)
         co.trusted_pub = pub.pub;
     }
     struct ck_mldef_report r;
-    int err = ck_mldef_check(path, &co, &r, NULL);
-    if (err < 0)
+    struct ck_model *m = NULL;
+    int err = ck_mldef_check(path, &co, &r, &m);
+    if (err == 0 && m) /* valid means ckptd's engine runs it (`ckptd verify`) */
+        err = ck_pack_check_runnable(&r, m);
+    ck_model_free(m);
+    if (err < 0) {
+        ck_mldef_report_release(&r);
         return fail(err);
+    }
     ck_pack_print_report(r.n ? stderr : stdout, path, &r, o->json);
     int rc = (r.n || r.dropped) ? CK_EXIT_FAILED : CK_EXIT_OK;
     ck_mldef_report_release(&r);

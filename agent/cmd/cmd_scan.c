@@ -26,8 +26,9 @@ static const char head[] =
     "\n";
 static const char tail[] =
     "\n"
-    "exit: 0 done, 1 something could not be done (see the log), 2 usage or config\n"
-    "error, 3 another ckptd holds DIR's lock\n";
+    "exit: 0 done, 1 something could not be done (a checkpoint registered, packed,\n"
+    "verified or uploaded, a hook delivered: see the log), 2 usage or config error,\n"
+    "3 another ckptd holds DIR's lock\n";
 
 struct scan_flags {
     int end_status; /* -1, CK_PMF_FINISHED or CK_PMF_FAILED */
@@ -83,6 +84,10 @@ int ck_cmd_scan(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_usage_error("scan", "'%s' is not a folder", so.dir);
     }
+    if ((err = ck_config_check_dir(so.dir)) < 0) { /* what the pass writes */
+        ck_config_release(&cfg);
+        return ck_cli_fail("scan", err);
+    }
     so.cfg = &cfg;
     /* hooks (issue 6): built before the pass, so that a bad secret stops it early */
     struct ck_hooks *hooks = NULL;
@@ -127,6 +132,8 @@ int ck_cmd_scan(int argc, char **argv)
     if (err == 0 && res.problems > 0)
         err = ck_error(CK_ERR, "%zu checkpoint(s) could not be registered (see the log)",
                        res.problems);
+    if (err == 0) /* a stage after the pass, or a hook, failed: all was done that could be */
+        err = ck_pipeline_failed(&pl);
 out:
     ck_scan_result_release(&res);
     if (st.db && !check)

@@ -35,8 +35,10 @@ static const char head[] =
     "\n";
 static const char tail[] =
     "\n"
-    "exit: 0 done, 1 the status could not be read or changed, 2 usage or config\n"
-    "error, 3 DIR's lock is held by a process that did not answer\n";
+    "exit: 0 done, 1 the status could not be read or changed, or (--finished/--failed\n"
+    "with no watcher) the final pass could not pack, verify or upload everything or a\n"
+    "hook's delivery was given up, 2 usage or config error, 3 DIR's lock is held by a\n"
+    "process that did not answer\n";
 
 struct status_flags {
     int to; /* -1, CK_PMF_FINISHED or CK_PMF_FAILED */
@@ -87,6 +89,9 @@ static int end_under_lock(const char *dir, struct ck_config *cfg, int to, int *u
         if (pl.uploaded)
             *upload_rc = ck_upload_report_exit("status", pl.upload_err, &pl.upload);
         ck_pipeline_finish(&pl);
+        int failed = ck_pipeline_failed(&pl); /* a stage or a hook: the status is set */
+        if (err == 0 && failed < 0)
+            *upload_rc = ck_cli_fail("status", failed);
     }
     ck_scan_result_release(&res);
     ck_hooks_free(hooks);

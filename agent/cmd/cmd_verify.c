@@ -471,8 +471,9 @@ static int replay(const struct opts *o, const struct ck_model *m, bool mldef)
         }
         ck_infer_arrays_free(out, nout);
     }
-    printf("verify: '%s': %zu test set%s %s\n", o->model, n, n == 1 ? "" : "s",
-           rc == CK_EXIT_OK ? "ok" : "FAILED");
+    printf("verify: '%s': %zu test set%s %s against=recorded (the known-good outputs recorded "
+           "in the archive)\n",
+           o->model, n, n == 1 ? "" : "s", rc == CK_EXIT_OK ? "ok" : "FAILED");
     ck_testset_free(m, sets, n);
     return rc;
 }
@@ -570,10 +571,14 @@ static int run(const struct opts *o)
            stats.runs, stats.runs == 1 ? "" : "s", stats.median_s * 1e3, stats.min_s * 1e3,
            stats.median_cpu_s * 1e3, (double)stats.peak_activation_bytes / 1024,
            (double)stats.weight_bytes / 1024, (double)stats.child_max_rss / (1 << 20));
-    if (rc != CK_EXIT_OK)
-        printf("verify: '%s': FAILED\n", o->model);
-    else if (o->nexpected)
-        printf("verify: '%s': ok\n", o->model);
+    if (o->nexpected)
+        printf("verify: '%s': %s against=expected (the --expected files)\n", o->model,
+               rc == CK_EXIT_OK ? "ok" : "FAILED");
+    else
+        printf("verify: '%s': %s against=none (outputs %s; nothing to compare them with: give "
+               "--expected)\n",
+               o->model, rc == CK_EXIT_OK ? "ok" : "FAILED",
+               rc == CK_EXIT_OK ? "finite" : "not finite");
     if (rc == CK_EXIT_OK && o->record) {
         if (fflush(stdout) != 0)
             goto done;

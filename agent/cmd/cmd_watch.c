@@ -131,6 +131,10 @@ int ck_cmd_watch(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_usage_error("watch", "'%s' is not a folder", wo.dir);
     }
+    if ((err = ck_config_check_dir(wo.dir)) < 0) { /* what the first pass writes */
+        ck_config_release(&cfg);
+        return ck_cli_fail("watch", err);
+    }
     if (check) {
         /* No lock: checking a config must work beside the running watcher. */
         struct ck_scan_opts so = {.dir = wo.dir, .cfg = &cfg, .end_status = -1, .min_age = -1};

@@ -759,8 +759,14 @@ class Contrib(unittest.TestCase):
             with open(nxt, "w") as f:
                 f.write(SECRET_B)
             os.chmod(nxt, 0o600)
+            # the files the check reads: verify inputs beside the config, the signing key
+            os.makedirs(os.path.join(tmp, "golden"))
+            open(os.path.join(tmp, "golden", "x.npy"), "wb").close()
+            key = os.path.join(tmp, "deploy.key")
+            run("keygen", "-o", key, check=0)
             with open(path) as f:
-                text = f.read().replace("/etc/ckptd/webhook-secret.next", nxt)
+                text = f.read().replace("/etc/ckptd/webhook-secret.next", nxt).replace(
+                    "/etc/ckptd/deploy.key", key)
             copy = os.path.join(tmp, "ckptd.yaml")
             with open(copy, "w") as f:
                 f.write(text)

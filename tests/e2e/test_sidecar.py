@@ -163,7 +163,7 @@ class Sidecar(TmpDirCase):
         write_ckpt(os.path.join(train, "ckpts", "epoch_3.safetensors"), damaged)
         with S3Server(self.dir) as s3:
             self.config(train, s3)
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             self.check_uploaded(train, s3, good=[1, 2], bad=[3])
             ev = events(train)
             types = [e["type"] for e in ev]
@@ -215,7 +215,7 @@ class Sidecar(TmpDirCase):
         with S3Server(self.dir) as s3:
             self.config(train, s3)
             edit_config(train, ("formats: [mldef, samediff]", "formats: [samediff]"))
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             rec = archives(train)["train.zip"]
             self.assertIn("taken back", rec["failed.epoch_2.safetensors"], p.stderr)
             got = os.path.join(self.dir, "got.zip")
@@ -227,7 +227,7 @@ class Sidecar(TmpDirCase):
             damaged4["fc1.bias"][0] = np.inf
             write_ckpt(os.path.join(train, "ckpts", "epoch_4.safetensors"), damaged4)
             before = open(os.path.join(train, "data", "deploy", "train.zip"), "rb").read()
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             self.assertEqual(open(os.path.join(train, "data", "deploy", "train.zip"), "rb").read(),
                              before)
             rec = archives(train)["train.zip"]
@@ -244,7 +244,7 @@ class Sidecar(TmpDirCase):
             damaged6 = weights(6)
             damaged6["fc2.bias"][1] = np.nan
             write_ckpt(os.path.join(train, "ckpts", "epoch_6.safetensors"), damaged6)
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             rec = archives(train)["train.zip"]
             self.assertIn("kept in the archive, marked failed", rec["failed.epoch_6.safetensors"], p.stderr)
             self.assertEqual((rec["verification"], rec["uploaded"]), ("failed", "yes"))
@@ -270,7 +270,7 @@ class Sidecar(TmpDirCase):
             self.config(train, s3)
             edit_config(train, ("formats: [mldef, samediff]", "formats: [samediff]"),
                         ("  on_failure: hold\n", "  on_failure: hold\n  record: true\n"))
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             rec = archives(train)["train.zip"]
             self.assertIn("taken back", rec["failed.epoch_2.safetensors"], p.stderr)
             got = os.path.join(self.dir, "got.zip")
@@ -304,7 +304,7 @@ class Sidecar(TmpDirCase):
             edit_config(train, ("  atol: 1e-5\n", "  atol: 1e-5\n  expected: [%s]\n"
                                  % os.path.join(self.dir, "y.npy")),
                         ("formats: [mldef, samediff]", "formats: [mldef]"))
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             keys = s3.keys()
             self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", keys, p.stderr)
             # epoch 2 has other weights: its outputs deviate from y.npy
@@ -331,7 +331,7 @@ class Sidecar(TmpDirCase):
             self.config(train, s3)
             edit_config(train, ("on_failure: hold", "on_failure: upload_marked"),
                         ("formats: [mldef, samediff]", "formats: [mldef]"))
-            p = run("scan", train, env=s3.env(), check=0, timeout=300)
+            p = run("scan", train, env=s3.env(), check=1, timeout=300)
             self.assertIn("runs/r1/data/deploy/epoch_1.safetensors.mldef", s3.keys(), p.stderr)
             rec = archives(train)["epoch_1.safetensors.mldef"]
             self.assertEqual((rec["verification"], rec["uploaded"]), ("failed", "yes"))
@@ -406,8 +406,8 @@ class RecordedSets(TmpDirCase):
         with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
             f.write("pack:\n  formats: [%s]\n" % formats + GRAPH + "verify:\n" + verify)
 
-    def scan(self):
-        return run("scan", self.train, check=0, timeout=300)
+    def scan(self, check=0):
+        return run("scan", self.train, check=check, timeout=300)
 
     def test_samediff_tags_run_and_carry_recorded_sets(self):
         import sdfb
@@ -447,7 +447,7 @@ class RecordedSets(TmpDirCase):
         bad = weights(3)
         bad["fc2.weight"][1, 2] = np.nan
         write_ckpt(os.path.join(self.train, "ckpts", "epoch_3.safetensors"), bad)
-        p = self.scan()
+        p = self.scan(check=1)  # a failed verification: exit 1 (issue 27)
         rec = archives(self.train)["train.zip"]
         # held (the default): the tag is taken back, the archive is as before
         why = rec["failed.epoch_3.safetensors"]
@@ -461,7 +461,7 @@ class RecordedSets(TmpDirCase):
     def test_recorded_without_sets_fails_and_mldef_records_signed(self):
         write_ckpt(os.path.join(self.train, "ckpts", "epoch_1.safetensors"), weights(1))
         self.config("mldef", "  inputs: recorded\n")
-        p = self.scan()
+        p = self.scan(check=1)
         rec = archives(self.train)["epoch_1.safetensors.mldef"]
         self.assertEqual(rec["verification"], "failed", p.stderr)
         self.assertIn("no recorded test sets", rec["verification_error"])
