@@ -150,21 +150,33 @@ static const struct key keys[] = {
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
-/* The names the common frameworks give checkpoints. Each base is tried with
- * each extension, so that 'epoch_3.log' is not taken for a checkpoint. */
+/* The names the common frameworks give checkpoints (docs/checkpoints.md has
+ * an example of each). Each base is tried with each extension, so that
+ * 'epoch_3.log' is not taken for a checkpoint. A name several patterns read
+ * is read by the one that captures the most (agent/rules.h). */
 static const char *default_bases[] = {
     "epoch_{epoch}", "epoch-{epoch}", "epoch{epoch}", "*_epoch_{epoch}", "*-epoch-{epoch}",
     "*_epoch{epoch}", "*-epoch={epoch}*", "checkpoint_{step}", "checkpoint-{step}", "ckpt_{step}",
     "ckpt-{step}", "step_{step}", "step-{step}", "*_step_{step}", "*-step-{step}", "*-step={step}",
     "model_{step}", "iter_{step}",
+    /* Keras ModelCheckpoint: weights.{epoch:02d}-{val_loss:.2f}.h5 */
+    "weights.{epoch}-*", "weights.{epoch}", "model.{epoch}-*", "model.{epoch}",
 };
 static const char *default_exts[] = {
     "pt", "pth", "bin", "ckpt", "safetensors", "h5", "hdf5", "keras", "npz", "npy", "nnp",
     "pkl", "msgpack", "onnx", "fb", "zip", "tar",
 };
 static const char *default_other[] = {
-    "*.ckpt-{step}", "ckpt-{step}", "model.ckpt-{step}",           /* TensorFlow bundles */
-    "checkpoint-{step}/", "global_step{step}/", "step_{step}/", "ckpt-{step}/", /* folders */
+    /* PyTorch Lightning's ModelCheckpoint (filename '{epoch}-{step}', metrics
+     * and '-v1' versions after them); last.ckpt's epoch comes from the file */
+    "epoch={epoch}-step={step}.ckpt", "epoch={epoch}-step={step}-*.ckpt",
+    "*-epoch={epoch}-step={step}*.ckpt", "epoch={epoch}-*.ckpt", "epoch={epoch}.ckpt",
+    "step={step}.ckpt", "last.ckpt",
+    "*.ckpt-{step}", "ckpt-{step}", "model.ckpt-{step}", "cp-{epoch}.ckpt", /* TensorFlow bundles */
+    "checkpoint-{step}/",  /* Hugging Face Trainer (trainer_state.json) */
+    "global_step{step}/",  /* DeepSpeed (its 'latest' file) */
+    "iter_{step}/",        /* Megatron-LM (latest_checkpointed_iteration.txt) */
+    "step_{step}/", "step-{step}/", "ckpt-{step}/", "epoch_{epoch}/", /* PyTorch DCP, Orbax */
 };
 static const char *default_markers[] = {
     "trainer_state.json",  /* Hugging Face Trainer */

@@ -90,6 +90,7 @@ static struct ck_candidate *new_cand(struct walk *w, enum ck_cand_kind kind, con
     c->epoch = cap->epoch;
     c->has_step = cap->has_step;
     c->step = cap->step;
+    c->names = *cap;
     c->in_tree = in_tree(rel);
     c->ref = strdup(ref);
     c->rel = strdup(rel);
@@ -266,6 +267,22 @@ static bool deepspeed_latest_names(int parent_fd, const char *name)
     return !strcmp(buf, name);
 }
 
+/* Megatron-LM writes latest_checkpointed_iteration.txt (the iteration, or
+ * "release") beside its iter_NNNNNNN folders once a save is complete: every
+ * iteration up to the one it names is whole. */
+static bool megatron_tracker_covers(int parent_fd, const struct ck_name_captures *cap)
+{
+    char buf[64], *end;
+    if (!cap->has_step || ck_read_small_at(parent_fd, CK_MEGATRON_TRACKER, true, buf, sizeof buf) < 0)
+        return false;
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (buf[0] < '0' || buf[0] > '9')
+        return false;
+    errno = 0;
+    long long it = strtoll(buf, &end, 10);
+    return errno == 0 && *end == '\0' && it >= cap->step;
+}
+
 static int take_folder(struct walk *w, int parent_fd, const char *rel, const char *name,
                        bool *taken)
 {
@@ -287,6 +304,7 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
     if (c->in_tree)
         marker = true; /* our own copy is only made once the source was complete */
     c->complete = !broken && (marker || deepspeed_latest_names(parent_fd, name) ||
+                              megatron_tracker_covers(parent_fd, &cap) ||
                               (w->rules->folder_markers.n == 0 && c->nfiles > 0));
     return err;
 }

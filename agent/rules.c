@@ -85,9 +85,11 @@ int ck_patterns_check(const struct ck_strlist *patterns)
 {
     for (size_t i = 0; i < patterns->n; i++) {
         const char *p = patterns->items[i];
-        if (!strstr(p, "{epoch}") && !strstr(p, "{step}"))
+        if (!strstr(p, "{epoch}") && !strstr(p, "{step}") && strpbrk(p, "*?"))
             return ck_error(CK_ECONFIG,
-                            "checkpoint pattern '%s' captures neither {epoch} nor {step}", p);
+                            "checkpoint pattern '%s' captures neither {epoch} nor {step} (only a "
+                            "plain name may, like last.ckpt: its file must record its epoch)",
+                            p);
         const char *slash = strchr(p, '/');
         if (slash && slash[1] && strchr(slash + 1, '/') == NULL && slash == p)
             return ck_error(CK_ECONFIG, "checkpoint pattern '%s' must be relative", p);
@@ -95,13 +97,28 @@ int ck_patterns_check(const struct ck_strlist *patterns)
     return 0;
 }
 
+static int ncaptures(const struct ck_name_captures *c)
+{
+    return (int)c->has_epoch + (int)c->has_step;
+}
+
+/* Whether two readings of one name contradict each other: a capture both
+ * have with different values. A reading with fewer captures that agrees on
+ * those it has (a step-only pattern over 'epoch=2-step=150.ckpt') does not:
+ * the fuller reading is taken without a word. */
+static bool contradicts(const struct ck_name_captures *a, const struct ck_name_captures *b)
+{
+    return (a->has_epoch && b->has_epoch && a->epoch != b->epoch) ||
+           (a->has_step && b->has_step && a->step != b->step);
+}
+
 bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char *rel, bool folder,
                     struct ck_name_captures *c)
 {
-    struct ck_name_captures scratch;
+    struct ck_name_captures best, cur;
+    bool found = false;
     char pat[1024];
-    if (!c)
-        c = &scratch;
+    memset(&best, 0, sizeof best);
     for (size_t i = 0; i < r->patterns.n; i++) {
         const char *p = r->patterns.items[i];
         size_t n = strlen(p);
@@ -110,11 +127,37 @@ bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char 
             continue;
         snprintf(pat, sizeof pat, "%.*s", (int)(is_folder ? n - 1 : n), p);
         const char *subject = strchr(pat, '/') ? rel : name;
-        memset(c, 0, sizeof *c);
-        if (match_at(pat, subject, c))
-            return true;
+        memset(&cur, 0, sizeof cur);
+        if (!match_at(pat, subject, &cur))
+            continue;
+        if (!c)
+            return true; /* the path filter asks only whether it matches */
+        cur.pattern = p;
+        if (!found) {
+            best = cur;
+            found = true;
+            continue;
+        }
+        struct ck_name_captures *lost = &cur;
+        if (ncaptures(&cur) > ncaptures(&best)) {
+            struct ck_name_captures t = best;
+            best = cur;
+            cur = t;
+            best.ambiguous = cur.ambiguous;
+            best.alt_has_epoch = cur.alt_has_epoch, best.alt_has_step = cur.alt_has_step;
+            best.alt_epoch = cur.alt_epoch, best.alt_step = cur.alt_step;
+            best.alt_pattern = cur.alt_pattern;
+        }
+        if (!best.ambiguous && contradicts(&best, lost)) {
+            best.ambiguous = true;
+            best.alt_has_epoch = lost->has_epoch, best.alt_has_step = lost->has_step;
+            best.alt_epoch = lost->epoch, best.alt_step = lost->step;
+            best.alt_pattern = lost->pattern;
+        }
     }
-    return false;
+    if (found)
+        *c = best;
+    return found;
 }
 
 bool ck_rules_ignored(const struct ck_ckpt_rules *r, const char *name)
