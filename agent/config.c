@@ -129,6 +129,9 @@ static const struct key keys[] = {
      "archives made of every new checkpoint: [mldef], [samediff] or both (default: none)"},
     {"pack.graph", T_CUSTOM, 0, parse_pack_graph,
      "the layer list of weight-only checkpoints: inline (YAML) or file:/path"},
+    {"pack.weights", T_STR, F(pack_weights), NULL,
+     "where a training checkpoint keeps the model's tensors for the layer list: a container"
+     " (state_dict, model, ema, ...) or a dotted prefix (default: found; docs/model.md)"},
     {"pack.dir", T_STR, F(pack_dir), NULL, "where archives are written (default DIR/data/deploy)"},
     {"pack.sign_key", T_STR, F(pack_sign_key), NULL,
      "mldef: sign archives with this Ed25519 private key (file:/path)"},
@@ -187,6 +190,18 @@ static const char *default_markers[] = {
 static const char *default_ignore[] = {
     "*.tmp", "*.temp", "*.partial", "*.tempstate*", "*.orbax-checkpoint-tmp-*", ".~*", ".*",
 };
+
+/* pack.weights: a dotted name (state_dict, state_dict.model), no spaces, no empty part. */
+static int ck_weights_key_check(const char *v)
+{
+    bool ok = *v && *v != '.';
+    for (const char *p = v; *p && ok; p++)
+        ok = (unsigned char)*p > ' ' && *p != 0x7f && !(p[0] == '.' && p[1] == '.');
+    return ok ? 0
+              : ck_error(CK_ECONFIG, "'%s' is not a container name or dotted prefix (like "
+                                     "state_dict or state_dict.model)",
+                         v);
+}
 
 void ck_config_init(struct ck_config *cfg)
 {
@@ -947,6 +962,8 @@ int ck_config_load(struct ck_config *cfg, const char *path)
                        ck_yaml_line(root));
     else if (root)
         err = walk(&c, root, "");
+    if (err == 0 && cfg->pack_weights && ck_weights_key_check(cfg->pack_weights) < 0)
+        err = ck_error_wrap(CK_ECONFIG, "'%s': pack.weights", path);
     if (err == 0 && ck_patterns_check(&cfg->ckpt.patterns) < 0)
         err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
     if (err == 0 && cfg->verify_source == CK_VERIFY_RECORDED && cfg->verify_expected.n)

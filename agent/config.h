@@ -82,6 +82,7 @@ struct ck_config {
     struct ck_strlist pack_formats; /* writer names (writers/writer.h); empty: no packing */
     char *pack_graph_yaml;          /* pack.graph given inline: the layer list as YAML text */
     char *pack_graph_file;          /* pack.graph: file:/path */
+    char *pack_weights;             /* pack.weights: where a training dict's model tensors are */
     char *pack_dir;                 /* where archives go; NULL: DIR/data/deploy */
     char *pack_sign_key;            /* mldef: sign with this key (file:/path) */
     enum ck_verify_source verify_source; /* verify.inputs: files, "recorded" or not set */

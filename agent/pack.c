@@ -32,9 +32,10 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     struct ck_model *m = NULL;
     struct ck_writer *w = NULL;
     int err;
-    err = o->graph_text ? ck_reader_open_model_text(src, o->src_format, o->graph_text,
-                                                    strlen(o->graph_text), "pack.graph", &m)
-                        : ck_pack_load_model(src, o->src_format, o->graph, &m);
+    struct ck_layers_opts lo = {o->weights, o->weights_key};
+    err = ck_reader_open_model_sel(src, o->src_format, o->graph_text ? NULL : o->graph,
+                                   o->graph_text, o->graph_text ? strlen(o->graph_text) : 0,
+                                   "pack.graph", &lo, &m);
     if (err < 0)
         return err;
     r->nlayers = m->nnodes;

@@ -20,6 +20,8 @@ struct ck_pack_opts {
     const char *src_format; /* reader name, or NULL to detect */
     const char *graph;      /* a layer list file (YAML) for weight-only checkpoints, or NULL */
     const char *graph_text; /* or the layer list as YAML text (the config's pack.graph) */
+    const char *weights;    /* where a training dict's model tensors are (pack.weights), or NULL */
+    const char *weights_key;/* what set it, for messages: "pack.weights" (NULL) or "--weights" */
     struct ck_writer_opts w;
     bool digest; /* fill r->sha256 (one more read of the archive; the pipeline records it) */
 };

@@ -51,7 +51,7 @@ static const struct {
 static int fail(struct ck_pk *pk, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(struct ck_pk *pk, const char *fmt, ...)
 {
-    char what[320];
+    char what[640];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
@@ -236,6 +236,21 @@ static int memo_get(struct ck_pk *pk, uint64_t idx)
 
 /* ---- globals, calls, persistent ids ---- */
 
+/* Whether the opcodes after a refused GLOBAL make an instance of it: its
+ * memo put, then EMPTY_TUPLE NEWOBJ (how protocol 2, torch.save's, pickles
+ * an object: a saved nn.Module starts so). Only peeks; nothing runs. */
+static bool instantiated(const struct ck_pk *pk)
+{
+    const unsigned char *p = pk->p, *end = pk->end;
+    if (p < end && *p == 'q')
+        p += 2;
+    else if (p < end && *p == 'r')
+        p += 5;
+    else if (p < end && *p == 0x94)
+        p += 1;
+    return p < end && end - p >= 2 && p[0] == ')' && p[1] == 0x81;
+}
+
 static int global(struct ck_pk *pk, const char *mod, size_t ml, const char *name, size_t nl)
 {
     char full[160];
@@ -261,6 +276,12 @@ static int global(struct ck_pk *pk, const char *mod, size_t ml, const char *name
             full[k++] = (char)c;
     }
     full[k] = 0;
+    if (instantiated(pk))
+        return fail(pk,
+                    "an object of class '%s' (torch.save(model) pickles the whole module, "
+                    "which only its own code can load, and ckptd runs none): save "
+                    "model.state_dict() instead, e.g. torch.save(model.state_dict(), PATH)",
+                    full);
     return fail(pk,
                 "global '%s' is not allowed (a state dict holds only tensors, dicts, lists, "
                 "tuples, strings and numbers; nothing is executed)",

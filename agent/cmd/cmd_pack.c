@@ -15,6 +15,7 @@
 
 static const char head[] =
     "usage: ckptd pack SRC -o OUT [--format mldef|samediff] [--graph FILE] [-0..-9]\n"
+    "                  [--weights PREFIX]\n"
     "                  [--sign-key file:/path] [--src-format NAME]\n"
     "                  [--tag TAG] [--ref REF] [--dtype fp16|bf16|int8]\n"
     "\n"
@@ -31,7 +32,7 @@ static const char head[] =
     "\n";
 
 struct pack_flags {
-    const char *out, *format, *graph, *sign_key, *src_format, *tag, *ref, *dtype;
+    const char *out, *format, *graph, *weights, *sign_key, *src_format, *tag, *ref, *dtype;
     int level; /* -1: the format's default */
 };
 
@@ -46,6 +47,9 @@ static const struct ck_opt options[] = {
      "archive format (default mldef; the list below)"},
     {"graph", 0, CK_OPT_STR, NULL, NULL, O(graph), 0, "FILE",
      "the layer list (YAML) of a weight-only checkpoint"},
+    {"weights", 0, CK_OPT_STR, NULL, NULL, O(weights), 0, "PREFIX",
+     "a training checkpoint's container of the model's\ntensors (state_dict, model, ema, ...) "
+     "or a dotted\nprefix; default: found (the config's pack.weights)"},
     LEVEL(0, "zip level: -0 stores data files uncompressed so a\n"
              "loader can map them (the default); -1..-9 deflate"),
     LEVEL(1, "deflate, fastest"),
@@ -94,6 +98,8 @@ int ck_cmd_pack(int argc, char **argv)
         .format = fl.format,
         .src_format = fl.src_format,
         .graph = fl.graph,
+        .weights = fl.weights,
+        .weights_key = "--weights",
         .w = {.level = fl.level,
               .sign_key = fl.sign_key,
               .tag = fl.tag,
