@@ -3,8 +3,9 @@
  * A TensorFlow bundle (PREFIX.index + PREFIX.data-NNNNN-of-MMMMM) is one
  * checkpoint named PREFIX, complete when the index and every shard exist.
  * A folder checkpoint is complete when its marker exists (written last by
- * the framework), DeepSpeed's 'latest' file names it, or Megatron-LM's
- * tracker (CK_MEGATRON_TRACKER beside it) names its iteration or a later one. */
+ * the framework), DeepSpeed's 'latest' file names it or a later global_stepN,
+ * or Megatron-LM's tracker (CK_MEGATRON_TRACKER beside it) names its
+ * iteration or a later one. */
 #ifndef CK_DISCOVER_H
 #define CK_DISCOVER_H
 

@@ -30,6 +30,9 @@ static const struct {
     enum ck_dtype dtype;
 } globals[] = {
     {"collections", "OrderedDict", CK_PKG_ORDERED_DICT, CK_DT_INVALID},
+    {"torch", "Size", CK_PKG_SIZE, CK_DT_INVALID},
+    {"__builtin__", "set", CK_PKG_SET, CK_DT_INVALID},
+    {"builtins", "set", CK_PKG_SET, CK_DT_INVALID},
     {"torch._utils", "_rebuild_tensor_v2", CK_PKG_REBUILD_TENSOR_V2, CK_DT_INVALID},
     {"torch._utils", "_rebuild_parameter", CK_PKG_REBUILD_PARAMETER, CK_DT_INVALID},
     {"torch._utils", "_rebuild_parameter_with_state", CK_PKG_REBUILD_PARAMETER_WITH_STATE,
@@ -363,6 +366,18 @@ static int ordered_dict(struct ck_pk *pk, const struct ck_pk_val *a)
     return push(pk, d);
 }
 
+/* torch.Size((ints...)): the tuple itself, every item an int. */
+static int torch_size(struct ck_pk *pk, struct ck_pk_val *args)
+{
+    struct ck_pk_val *dims = args->n == 1 ? args->items[0] : NULL;
+    if (!dims || dims->kind != CK_PK_TUPLE)
+        return fail(pk, "%s: torch.Size of something that is not a tuple", "bad pickle");
+    for (size_t i = 0; i < dims->n; i++)
+        if (dims->items[i]->kind != CK_PK_INT)
+            return fail(pk, "%s: torch.Size with an item that is not an int", "bad pickle");
+    return push(pk, dims);
+}
+
 static int reduce(struct ck_pk *pk)
 {
     struct ck_pk_val *args = NULL, *f = NULL;
@@ -380,6 +395,12 @@ static int reduce(struct ck_pk *pk)
         return rebuild_parameter(pk, args, 3);
     case CK_PKG_REBUILD_PARAMETER_WITH_STATE:
         return rebuild_parameter(pk, args, 4);
+    case CK_PKG_SIZE:
+        return torch_size(pk, args);
+    case CK_PKG_SET:
+        if (args->n != 1 || args->items[0]->kind != CK_PK_LIST)
+            return fail(pk, "%s: set of something that is not a list", "bad pickle");
+        return push(pk, args->items[0]);
     case CK_PKG_STORAGE:
         break;
     }
