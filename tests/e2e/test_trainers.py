@@ -326,6 +326,20 @@ class Weights(Base):
         self.assertEqual(len(skips), 1, p.stderr)
         self.assertIn(f"tensors={nstate + 1} ", skips[0])
         self.assertIn(f"optimizer_state={nstate} other=1 ('callbacks.ModelCheckpoint", skips[0])
+        # inspect --model: the module's own tensors, by its own names, the rest counted
+        p = run("inspect", "--model", "--json", "--values", "1000", src, check=0)
+        doc = json.loads(p.stdout)
+        self.assertEqual(doc["model"], {"container": "state_dict", "prefix": "state_dict.model.",
+                                        "tensors": 4, "optimizer_state": nstate, "other": 1})
+        sd = net.state_dict()
+        self.assertEqual([t["name"] for t in doc["tensors"]], list(sd))
+        for t in doc["tensors"]:
+            np.testing.assert_array_equal(np.array(t["values"], np.float32),
+                                          sd[t["name"]].numpy().ravel(), t["name"])
+        p = run("inspect", "--model", src, check=0)
+        self.assertIn("model: 4 tensors under 'state_dict.model.' (container 'state_dict')",
+                      p.stdout)
+        self.assertNotIn("optimizer_states.0.state.", p.stdout)  # its tensors; param_groups are metadata
         with zipfile.ZipFile(out) as z:
             manifest = json.loads(z.read("manifest.json"))
         self.assertIn("state_dict.model.fc1.weight", json.dumps(manifest))
@@ -382,6 +396,13 @@ class Weights(Base):
                       "(4 tensors)", p.stderr)
         self.assertIn("pack.weights", p.stderr)
         self.assertFalse(os.path.exists(out))
+        p = run("inspect", "--model", src, check=1)
+        self.assertIn("could be under 'model' (4 tensors) or 'ema'", p.stderr)
+        doc = json.loads(run("inspect", "--model", "--weights", "ema", "--json", "--values", "100",
+                             src, check=0).stdout)
+        self.assertEqual(doc["model"]["prefix"], "ema.")
+        self.assertEqual({t["name"]: t["values"] for t in doc["tensors"]},
+                         {k: v.numpy().ravel().tolist() for k, v in ema.state_dict().items()})
         p, out = self.pack_and_verify(src, ema, "--weights", "ema")
         self.assertIn("container='ema' prefix='ema.' tensors=4 (chosen)", p.stderr)
         x, y = self.io(net)  # the other candidate's outputs are not these
