@@ -103,22 +103,27 @@ static int ncaptures(const struct ck_name_captures *c)
 }
 
 /* Whether two readings of one name contradict each other: a capture both
- * have with different values. A reading with fewer captures that agrees on
- * those it has (a step-only pattern over 'epoch=2-step=150.ckpt') does not:
- * the fuller reading is taken without a word. */
+ * have with different values, or one reading with only an epoch and the
+ * other with only a step (the step's epoch would be derived from it). A
+ * reading with fewer captures that agrees on those it has (a step-only
+ * pattern over 'epoch=2-step=150.ckpt') does not: the fuller reading is
+ * taken without a word. */
 static bool contradicts(const struct ck_name_captures *a, const struct ck_name_captures *b)
 {
     return (a->has_epoch && b->has_epoch && a->epoch != b->epoch) ||
-           (a->has_step && b->has_step && a->step != b->step);
+           (a->has_step && b->has_step && a->step != b->step) ||
+           (a->has_epoch != b->has_epoch && a->has_step != b->has_step && ncaptures(a) == 1 &&
+            ncaptures(b) == 1);
 }
+
+#define READINGS_MAX 16
 
 bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char *rel, bool folder,
                     struct ck_name_captures *c)
 {
-    struct ck_name_captures best, cur;
-    bool found = false;
+    struct ck_name_captures seen[READINGS_MAX], cur;
+    size_t nseen = 0, best = 0;
     char pat[1024];
-    memset(&best, 0, sizeof best);
     for (size_t i = 0; i < r->patterns.n; i++) {
         const char *p = r->patterns.items[i];
         size_t n = strlen(p);
@@ -133,31 +138,29 @@ bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char 
         if (!c)
             return true; /* the path filter asks only whether it matches */
         cur.pattern = p;
-        if (!found) {
-            best = cur;
-            found = true;
+        if (nseen == READINGS_MAX) {
+            /* more readings than kept: the fullest still wins */
+            if (ncaptures(&cur) > ncaptures(&seen[best]))
+                seen[best] = cur;
             continue;
         }
-        struct ck_name_captures *lost = &cur;
-        if (ncaptures(&cur) > ncaptures(&best)) {
-            struct ck_name_captures t = best;
-            best = cur;
-            cur = t;
-            best.ambiguous = cur.ambiguous;
-            best.alt_has_epoch = cur.alt_has_epoch, best.alt_has_step = cur.alt_has_step;
-            best.alt_epoch = cur.alt_epoch, best.alt_step = cur.alt_step;
-            best.alt_pattern = cur.alt_pattern;
-        }
-        if (!best.ambiguous && contradicts(&best, lost)) {
-            best.ambiguous = true;
-            best.alt_has_epoch = lost->has_epoch, best.alt_has_step = lost->has_step;
-            best.alt_epoch = lost->epoch, best.alt_step = lost->step;
-            best.alt_pattern = lost->pattern;
-        }
+        seen[nseen] = cur;
+        if (nseen == 0 || ncaptures(&cur) > ncaptures(&seen[best]))
+            best = nseen;
+        nseen++;
     }
-    if (found)
-        *c = best;
-    return found;
+    if (!nseen)
+        return false;
+    *c = seen[best];
+    for (size_t i = 0; i < nseen && !c->ambiguous; i++) {
+        if (i == best || !contradicts(&seen[best], &seen[i]))
+            continue;
+        c->ambiguous = true;
+        c->alt_has_epoch = seen[i].has_epoch, c->alt_has_step = seen[i].has_step;
+        c->alt_epoch = seen[i].epoch, c->alt_step = seen[i].step;
+        c->alt_pattern = seen[i].pattern;
+    }
+    return true;
 }
 
 bool ck_rules_ignored(const struct ck_ckpt_rules *r, const char *name)

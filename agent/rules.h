@@ -27,8 +27,8 @@ struct ck_name_captures {
     int64_t epoch, step;
     const char *pattern;     /* the pattern read (borrowed from the rules) */
     /* Another pattern read the name otherwise (a capture both have, with
-     * another value): the reading not taken, for the log line that says
-     * which was chosen. */
+     * another value; or only an epoch against only a step): the reading not
+     * taken, for the log line that says which was chosen. */
     bool ambiguous;
     bool alt_has_epoch, alt_has_step;
     int64_t alt_epoch, alt_step;
