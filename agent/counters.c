@@ -58,9 +58,9 @@ static int lightning(const char *path, struct ck_counters *out)
         out->has_epoch = parse_count(e, &out->epoch);
         out->has_step = parse_count(g, &out->step);
         if ((e && !out->has_epoch) || (g && !out->has_step))
-            err = ck_error(CK_EFORMAT, "'%s': a Lightning checkpoint whose %s is not a count ('%s')",
-                           path, e && !out->has_epoch ? "epoch" : "global_step",
-                           e && !out->has_epoch ? e : g);
+            err = ck_error(
+                CK_EFORMAT, "'%s': a Lightning checkpoint whose %s is not a count ('%s')", path,
+                e && !out->has_epoch ? "epoch" : "global_step", e && !out->has_epoch ? e : g);
         else if (out->has_epoch || out->has_step)
             out->source = "lightning";
     }

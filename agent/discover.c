@@ -284,7 +284,8 @@ static bool deepspeed_latest_names(int parent_fd, const char *name,
 static bool megatron_tracker_covers(int parent_fd, const struct ck_name_captures *cap)
 {
     char buf[64], *end;
-    if (!cap->has_step || ck_read_small_at(parent_fd, CK_MEGATRON_TRACKER, true, buf, sizeof buf) < 0)
+    if (!cap->has_step ||
+        ck_read_small_at(parent_fd, CK_MEGATRON_TRACKER, true, buf, sizeof buf) < 0)
         return false;
     buf[strcspn(buf, "\r\n")] = '\0';
     if (buf[0] < '0' || buf[0] > '9')

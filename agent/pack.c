@@ -33,9 +33,9 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     struct ck_writer *w = NULL;
     int err;
     struct ck_layers_opts lo = {o->weights, o->weights_key};
-    err = ck_reader_open_model_sel(src, o->src_format, o->graph_text ? NULL : o->graph,
-                                   o->graph_text, o->graph_text ? strlen(o->graph_text) : 0,
-                                   "pack.graph", &lo, &m);
+    err =
+        ck_reader_open_model_sel(src, o->src_format, o->graph_text ? NULL : o->graph, o->graph_text,
+                                 o->graph_text ? strlen(o->graph_text) : 0, "pack.graph", &lo, &m);
     if (err < 0)
         return err;
     r->nlayers = m->nnodes;

@@ -121,7 +121,8 @@ static void log_ambiguous(const struct ck_candidate *c)
     ck_warn("checkpoint.name_ambiguous",
             "ref='%s': read as %s (pattern '%s'), not as %s (pattern '%s'); set "
             "checkpoints.patterns to choose",
-            c->ref, took, n->pattern ? n->pattern : "", other, n->alt_pattern ? n->alt_pattern : "");
+            c->ref, took, n->pattern ? n->pattern : "", other,
+            n->alt_pattern ? n->alt_pattern : "");
 }
 
 static int cmp_str(const void *a, const void *b)

@@ -491,8 +491,9 @@ static int tensor(struct lctx *c, struct ck_model_node *n, yaml_node_t *layer, c
     if (!t && c->m->weights) {
         if ((err = select_weights(c)) < 0)
             return err;
-        if (c->sel.prefix[0] && snprintf(full, sizeof full, "%s%s", c->sel.prefix, s) <
-                                    (int)sizeof full && (t = ck_model_weight(c->m, full)))
+        if (c->sel.prefix[0] &&
+            snprintf(full, sizeof full, "%s%s", c->sel.prefix, s) < (int)sizeof full &&
+            (t = ck_model_weight(c->m, full)))
             s = full;
     }
     if (!t && chosen)

@@ -7,18 +7,44 @@
 #include <string.h>
 
 static const char *const containers[] = {
-    "state_dict", "model_state_dict", "model", "module", "net", "network", "ema",
-    "model_ema", "ema_state_dict", "state_dict_ema", "ema_model", "params", "weights",
+    "state_dict", "model_state_dict", "model",          "module",    "net",    "network", "ema",
+    "model_ema",  "ema_state_dict",   "state_dict_ema", "ema_model", "params", "weights",
 };
 
 /* Top-level keys of training state: tensors there are never the model's. */
 static const char *const training_state[] = {
-    "optimizer", "optimizer_states", "optimizer_state_dict", "optimizer_state", "optim",
-    "optimizers", "lr_scheduler", "lr_schedulers", "scheduler", "schedulers",
-    "scheduler_state_dict", "lr_scheduler_state_dict", "scaler", "grad_scaler", "amp",
-    "callbacks", "loops", "rng_state", "rng_states", "hyper_parameters", "hparams", "args",
-    "config", "metrics", "epoch", "global_step", "step", "iteration", "best_metric",
-    "best_score", "loss", "datamodule_hyper_parameters",
+    "optimizer",
+    "optimizer_states",
+    "optimizer_state_dict",
+    "optimizer_state",
+    "optim",
+    "optimizers",
+    "lr_scheduler",
+    "lr_schedulers",
+    "scheduler",
+    "schedulers",
+    "scheduler_state_dict",
+    "lr_scheduler_state_dict",
+    "scaler",
+    "grad_scaler",
+    "amp",
+    "callbacks",
+    "loops",
+    "rng_state",
+    "rng_states",
+    "hyper_parameters",
+    "hparams",
+    "args",
+    "config",
+    "metrics",
+    "epoch",
+    "global_step",
+    "step",
+    "iteration",
+    "best_metric",
+    "best_score",
+    "loss",
+    "datamodule_hyper_parameters",
 };
 
 static const char *const wrappers[] = {"model.", "module.", "_orig_mod."};
@@ -96,8 +122,7 @@ int ck_weightsel_find(const struct ck_tensor_set *s, const char *choice, const c
         const char *name = s->tensors[i].name;
         size_t len = strcspn(name, ".");
         if (!is_numeric(&s->tensors[i]) || !name[len] ||
-            in_list(training_state, NELEM(training_state), name, len))
-        {
+            in_list(training_state, NELEM(training_state), name, len)) {
             /* a top-level tensor with no dot is a plain state dict's own ("bias") */
             if (is_numeric(&s->tensors[i]) && !name[len] &&
                 !in_list(training_state, NELEM(training_state), name, len))
@@ -127,9 +152,8 @@ int ck_weightsel_find(const struct ck_tensor_set *s, const char *choice, const c
                 k += (size_t)snprintf(list + k, sizeof list - k, "%s'%s' (%zu tensors)",
                                       k ? " or " : "", containers[c], found[c]);
         return ck_error(CK_EFORMAT,
-                        "'%s': the model's weights could be under %s: choose one with %s "
-                        "(the config key pack.weights: %s, or --weights %s for pack and "
-                        "verify)",
+                        "'%s': the model's weights could be under %s: choose one (%s; "
+                        "pack.weights: %s in the config, --weights %s on the command line)",
                         file, list, key, containers[which], containers[which]);
     }
     if (!plain && nfound == 1) {

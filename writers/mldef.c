@@ -176,9 +176,12 @@ static void log_unused(const struct mldef_writer *w, const struct ck_model *m)
     ck_optstate_release(&os);
     if (unused)
         ck_info("pack.skip",
-                "archive=%s tensors=%zu reason=\"used by no layer\" optimizer_state=%zu other=%zu%s%s%s",
+                "archive=%s tensors=%zu reason=\"used by no layer\" optimizer_state=%zu "
+                "other=%zu%s%s%s",
                 w->path, unused, optimizer, other, other ? " (" : "", first,
-                other > 3 ? ", ...)" : other ? ")" : "");
+                other > 3 ? ", ...)"
+                : other   ? ")"
+                          : "");
 }
 
 /* Places each node's new weights back to back in one data file. */

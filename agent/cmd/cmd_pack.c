@@ -109,6 +109,8 @@ int ck_cmd_pack(int argc, char **argv)
     ck_cli_setup_logging(&cli, -1, -1);
     if (argc - optind != 1 || !out)
         return ck_cli_usage_error("pack", "expected SRC and -o OUT");
+    if (o.weights && !o.graph)
+        return ck_cli_usage_error("pack", "--weights goes with --graph (a layer list)");
     if (!ck_writer_find(o.format))
         return ck_cli_usage_error("pack", "unknown --format '%s'", o.format);
     if (o.src_format && !ck_reader_find(o.src_format))

@@ -285,6 +285,8 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
         return ck_cli_usage_error("verify", "--sign-key is only valid with --record");
     if (o->record && !o->ninputs)
         return ck_cli_usage_error("verify", "--record needs --inputs FILE...");
+    if (o->weights && !o->graph)
+        return ck_cli_usage_error("verify", "--weights goes with --graph (a layer list)");
     if (o->record && o->graph)
         return ck_cli_usage_error("verify",
                                   "--record takes an archive (.mldef, SameDiff), not --graph");

@@ -340,6 +340,20 @@ class Weights(Base):
         self.assertIn("model: 4 tensors under 'state_dict.model.' (container 'state_dict')",
                       p.stdout)
         self.assertNotIn("optimizer_states.0.state.", p.stdout)  # its tensors; param_groups are metadata
+        # SameDiff keeps the optimizer state as updater state, tied to the model's
+        # parameters as torch names them (not to the callback's tensor outside state_dict)
+        zout = self.path("run.zip")
+        run("pack", src, "-o", zout, "--format", "samediff", "--graph", self.graph, "--tag", "e2",
+            check=0)
+        import sdfb
+        _, a = sdfb.read_archive(zout)
+        names = [n for n, _ in net.named_parameters()]
+        self.assertEqual(sorted(a["e2"]["updater"]), sorted("state_dict.model." + n for n in names))
+        state = opt.state_dict()["state"]
+        for i, n in enumerate(names):
+            for key, ref in state[i].items():
+                np.testing.assert_array_equal(a["e2"]["updater"]["state_dict.model." + n][key],
+                                              ref.numpy(), err_msg=f"{n} {key}")
         with zipfile.ZipFile(out) as z:
             manifest = json.loads(z.read("manifest.json"))
         self.assertIn("state_dict.model.fc1.weight", json.dumps(manifest))
@@ -410,6 +424,10 @@ class Weights(Base):
         self.pack_and_verify(src, net, "--weights", "model")
         p = run("pack", src, "-o", out, "--graph", self.graph, "--weights", "swa", check=1)
         self.assertIn("--weights 'swa' holds no tensor of the file", p.stderr)
+        # --weights picks among a layer list's tensors: alone it is a usage error
+        for cmd in (["pack", src, "-o", out], ["verify", src], ["inspect", src]):
+            p = run(*cmd, "--weights", "ema", check=2)
+            self.assertIn("--weights goes with", p.stderr)
 
     def test_messages_show_the_way(self):
         torch = self.torch
@@ -447,6 +465,7 @@ class Weights(Base):
                    self.path("epoch_2.pt"))
         p = self.scan(self.dir)
         self.assertIn("container='ema' prefix='ema.' tensors=4 (chosen)", p.stderr)
+        self.assertIn("verification.passed: checkpoint='epoch_2.pt'", p.stderr)
         self.assertEqual(epochs(validate_tree(self.dir)), {"epoch_2.pt": 2})
         archives = [f for f in os.listdir(self.path("data", "deploy")) if f.endswith(".mldef")]
         self.assertEqual(len(archives), 1, p.stderr)
