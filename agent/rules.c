@@ -85,10 +85,13 @@ int ck_patterns_check(const struct ck_strlist *patterns)
 {
     for (size_t i = 0; i < patterns->n; i++) {
         const char *p = patterns->items[i];
-        if (!strstr(p, "{epoch}") && !strstr(p, "{step}") && strpbrk(p, "*?"))
+        size_t n = strlen(p);
+        bool plain_ckpt = !strpbrk(p, "*?/") && n > 5 && !strcmp(p + n - 5, ".ckpt");
+        if (!strstr(p, "{epoch}") && !strstr(p, "{step}") && !plain_ckpt)
             return ck_error(CK_ECONFIG,
                             "checkpoint pattern '%s' captures neither {epoch} nor {step} (only a "
-                            "plain name may, like last.ckpt: its file must record its epoch)",
+                            "plain .ckpt name may, like last.ckpt: Lightning records the epoch "
+                            "in the file)",
                             p);
         const char *slash = strchr(p, '/');
         if (slash && slash[1] && strchr(slash + 1, '/') == NULL && slash == p)

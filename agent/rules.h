@@ -57,8 +57,8 @@ bool ck_pattern_match(const char *pattern, const char *name, bool *has_epoch, in
 /* A glob without captures, for ignore lists. */
 bool ck_glob_match(const char *glob, const char *name);
 /* Checks a pattern list at config time: each must capture {epoch} or {step},
- * or be a plain name without '*' or '?' (like Lightning's last.ckpt: its
- * epoch must then come from the file itself, agent/counters.h). */
+ * or be a plain .ckpt file name without '*', '?' or '/' (like Lightning's
+ * last.ckpt: its epoch then comes from the file itself, agent/counters.h). */
 int ck_patterns_check(const struct ck_strlist *patterns);
 
 #endif

@@ -131,6 +131,19 @@ class Names(Base):
         self.assertIn("path='last.ckpt'", p.stderr)
         self.assertIn("has no {epoch} or {step} and the file records neither", p.stderr)
         self.assertEqual(epochs(validate_tree(other, require_checkpoints=False)), {})
+        # a pattern of one's own without captures: a plain .ckpt name (ModelCheckpoint's
+        # filename='best'); its epoch comes from the file. Other plain names are refused.
+        mine = self.path("mine")
+        os.makedirs(mine)
+        with open(os.path.join(mine, "ckptd.yaml"), "w") as f:
+            f.write("checkpoints:\n  patterns: ['best.ckpt', 'epoch_{epoch}.pt']\n")
+        tl.lightning_save(tl.lightning_dict(lit, opt, sched, 6, 420), os.path.join(mine, "best.ckpt"))
+        p = self.scan(mine)
+        self.assertEqual(epochs(validate_tree(mine)), {"best.ckpt": 6})
+        with open(os.path.join(mine, "ckptd.yaml"), "w") as f:
+            f.write("checkpoints:\n  patterns: ['best.pt']\n")
+        p = run("config", mine, check=2)
+        self.assertIn("'best.pt' captures neither {epoch} nor {step}", p.stderr)
 
     def test_hugging_face_trainer_folders(self):
         net, opt, sched = self.trained()
