@@ -16,15 +16,6 @@
 #define MAX_DEPTH 32
 #define MAX_FILES_PER_FOLDER 100000
 
-int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch)
-{
-    if (c->has_epoch)
-        return c->epoch;
-    if (c->has_step && steps_per_epoch > 0)
-        return c->step / steps_per_epoch;
-    return c->step;
-}
-
 /* ---- the walk ---- */
 
 static bool in_tree(const char *rel)

@@ -54,7 +54,4 @@ void ck_discovery_release(struct ck_discovery *d);
 int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
                      size_t n, struct ck_discovery *out);
 
-/* The epoch a candidate stands for: {epoch}, else {step} / steps_per_epoch. */
-int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch);
-
 #endif

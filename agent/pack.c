@@ -16,12 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
-                       struct ck_model **out)
-{
-    return ck_reader_open_model(src, src_format, graph, out);
-}
-
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
             struct ck_pack_result *r)
 {

@@ -33,9 +33,6 @@ struct ck_pack_result {
     struct ck_samediff_result samediff; /* samediff: the tag appended (tag "" otherwise) */
 };
 
-/* The canonical model of src: the reader's to_model, or the layer list. */
-int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
-                       struct ck_model **out);
 /* Packs src into out. Nothing is left under out's name when this fails. */
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
             struct ck_pack_result *r);
