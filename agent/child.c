@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <signal.h>
@@ -27,8 +29,49 @@ static void close_capture(struct ck_child *c)
     }
 }
 
-int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture)
+/* Our environment without CKPTD_DIR and CKPTD_CONFIG, then theirs for the
+ * command (*out and the strings set[] owned by the caller; free with free). */
+static int child_env(const char *dir, const char *config, char ***out, char *set[2])
 {
+    char abs[2][PATH_MAX];
+    size_t n = 0, k = 0;
+    *out = NULL;
+    set[0] = set[1] = NULL;
+    if (!realpath(dir, abs[0]))
+        return ck_error_os(CK_EIO, "cannot resolve '%s'", dir);
+    if (config && !realpath(config, abs[1]))
+        return ck_error_os(CK_EIO, "cannot resolve '%s'", config);
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (env && asprintf(&set[0], "CKPTD_DIR=%s", abs[0]) < 0)
+        set[0] = NULL;
+    if (env && set[0] && config && asprintf(&set[1], "CKPTD_CONFIG=%s", abs[1]) < 0)
+        set[1] = NULL;
+    if (!env || !set[0] || (config && !set[1])) {
+        free(env);
+        free(set[0]);
+        set[0] = NULL;
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "CKPTD_DIR=", 10) && strncmp(environ[i], "CKPTD_CONFIG=", 13))
+            env[k++] = environ[i];
+    env[k++] = set[0];
+    if (set[1])
+        env[k++] = set[1];
+    env[k] = NULL;
+    *out = env;
+    return 0;
+}
+
+int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture, const char *dir,
+                   const char *config)
+{
+    char **env = NULL, *set[2] = {NULL, NULL};
+    int eerr = child_env(dir, config, &env, set);
+    if (eerr < 0)
+        return eerr;
     int pipes[2][2] = {{-1, -1}, {-1, -1}};
     c->out[0] = c->out[1] = -1;
     posix_spawn_file_actions_t fa;
@@ -42,6 +85,9 @@ int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture)
                     if (pipes[k][e] >= 0)
                         close(pipes[k][e]);
             posix_spawn_file_actions_destroy(&fa);
+            free(env);
+            free(set[0]);
+            free(set[1]);
             return err;
         }
         fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
@@ -55,8 +101,11 @@ int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture)
     posix_spawnattr_t attr;
     ck_spawnattr_clean(&attr);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], capture ? &fa : NULL, &attr, argv, environ);
+    int rc = posix_spawnp(&pid, argv[0], capture ? &fa : NULL, &attr, argv, env);
     posix_spawnattr_destroy(&attr);
+    free(env);
+    free(set[0]);
+    free(set[1]);
     posix_spawn_file_actions_destroy(&fa);
     for (int i = 0; capture && i < 2; i++) {
         close(pipes[i][1]);

@@ -25,8 +25,11 @@ struct ck_child {
 
 /* Starts argv (NULL-terminated, looked up in PATH). With capture, its stdout
  * and stderr are pipes the caller reads with ck_child_read (structured logs:
- * each line a command.output record); else it shares ours. */
-int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture);
+ * each line a command.output record); else it shares ours. Its environment
+ * is ours with CKPTD_DIR (dir made absolute) and CKPTD_CONFIG (config made
+ * absolute; removed when config is NULL: no config file is in use). */
+int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture, const char *dir,
+                   const char *config);
 /* Reads what stream (0 stdout, 1 stderr) has without blocking and logs each
  * complete line as command.output (line, stream). At the end of the stream
  * the last partial line is logged and the fd closed (out[stream] = -1):

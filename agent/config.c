@@ -144,6 +144,9 @@ static const struct key keys[] = {
      "archives made of every new checkpoint: [mldef], [samediff] or both (default: none)"},
     {"pack.graph", T_CUSTOM, 0, parse_pack_graph,
      "the layer list of weight-only checkpoints: inline (YAML) or file:/path"},
+    {"pack.weights", T_STR, F(pack_weights), NULL,
+     "where a training checkpoint keeps the model's tensors for the layer list: a container"
+     " (state_dict, model, ema, ...) or a dotted prefix (default: found; docs/model.md)"},
     {"pack.dir", T_PATH, F(pack_dir), NULL, "where archives are written (default DIR/data/deploy)"},
     {"pack.sign_key", T_PATH, F(pack_sign_key), NULL,
      "mldef: sign archives with this Ed25519 private key (file:/path)"},
@@ -167,21 +170,33 @@ static const struct key keys[] = {
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
-/* The names the common frameworks give checkpoints. Each base is tried with
- * each extension, so that 'epoch_3.log' is not taken for a checkpoint. */
+/* The names the common frameworks give checkpoints (docs/checkpoints.md has
+ * an example of each). Each base is tried with each extension, so that
+ * 'epoch_3.log' is not taken for a checkpoint. A name several patterns read
+ * is read by the one that captures the most (agent/rules.h). */
 static const char *default_bases[] = {
     "epoch_{epoch}", "epoch-{epoch}", "epoch{epoch}", "*_epoch_{epoch}", "*-epoch-{epoch}",
     "*_epoch{epoch}", "*-epoch={epoch}*", "checkpoint_{step}", "checkpoint-{step}", "ckpt_{step}",
     "ckpt-{step}", "step_{step}", "step-{step}", "*_step_{step}", "*-step-{step}", "*-step={step}",
     "model_{step}", "iter_{step}",
+    /* Keras ModelCheckpoint: weights.{epoch:02d}-{val_loss:.2f}.h5 */
+    "weights.{epoch}-*", "weights.{epoch}", "model.{epoch}-*", "model.{epoch}",
 };
 static const char *default_exts[] = {
     "pt", "pth", "bin", "ckpt", "safetensors", "h5", "hdf5", "keras", "npz", "npy", "nnp",
     "pkl", "msgpack", "onnx", "fb", "zip", "tar",
 };
 static const char *default_other[] = {
-    "*.ckpt-{step}", "ckpt-{step}", "model.ckpt-{step}",           /* TensorFlow bundles */
-    "checkpoint-{step}/", "global_step{step}/", "step_{step}/", "ckpt-{step}/", /* folders */
+    /* PyTorch Lightning's ModelCheckpoint (filename '{epoch}-{step}', metrics
+     * and '-v1' versions after them); last.ckpt's epoch comes from the file */
+    "epoch={epoch}-step={step}.ckpt", "epoch={epoch}-step={step}-*.ckpt",
+    "*-epoch={epoch}-step={step}*.ckpt", "epoch={epoch}-*.ckpt", "epoch={epoch}.ckpt",
+    "step={step}.ckpt", "last.ckpt",
+    "*.ckpt-{step}", "ckpt-{step}", "model.ckpt-{step}", "cp-{epoch}.ckpt", /* TensorFlow bundles */
+    "checkpoint-{step}/",  /* Hugging Face Trainer (trainer_state.json) */
+    "global_step{step}/",  /* DeepSpeed (its 'latest' file) */
+    "iter_{step}/",        /* Megatron-LM (latest_checkpointed_iteration.txt) */
+    "step_{step}/", "step-{step}/", "ckpt-{step}/", "epoch_{epoch}/", /* PyTorch DCP, Orbax */
 };
 static const char *default_markers[] = {
     "trainer_state.json",  /* Hugging Face Trainer */
@@ -192,6 +207,18 @@ static const char *default_markers[] = {
 static const char *default_ignore[] = {
     "*.tmp", "*.temp", "*.partial", "*.tempstate*", "*.orbax-checkpoint-tmp-*", ".~*", ".*",
 };
+
+/* pack.weights: a dotted name (state_dict, state_dict.model), no spaces, no empty part. */
+static int ck_weights_key_check(const char *v)
+{
+    bool ok = *v && *v != '.';
+    for (const char *p = v; *p && ok; p++)
+        ok = (unsigned char)*p > ' ' && *p != 0x7f && !(p[0] == '.' && p[1] == '.');
+    return ok ? 0
+              : ck_error(CK_ECONFIG, "'%s' is not a container name or dotted prefix (like "
+                                     "state_dict or state_dict.model)",
+                         v);
+}
 
 void ck_config_init(struct ck_config *cfg)
 {
@@ -1116,6 +1143,8 @@ int ck_config_load(struct ck_config *cfg, const char *path)
         err = walk(&c, root, "");
     if (err == 0 && root)
         err = collect_secret_env(&doc, root, &cfg->hooks, 0);
+    if (err == 0 && cfg->pack_weights && ck_weights_key_check(cfg->pack_weights) < 0)
+        err = ck_error_wrap(CK_ECONFIG, "'%s': pack.weights", path);
     if (err == 0 && ck_patterns_check(&cfg->ckpt.patterns) < 0)
         err = ck_error_wrap(CK_ECONFIG, "'%s': checkpoints.patterns", path);
     if (err == 0 && cfg->verify_source == CK_VERIFY_RECORDED && cfg->verify_expected.n)

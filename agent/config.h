@@ -86,6 +86,7 @@ struct ck_config {
      * numbers pack_graph_yaml keeps: its text as written, earlier lines
      * blank), or "pack.graph" for a flag */
     char *pack_graph_label;
+    char *pack_weights;             /* pack.weights: where a training dict's model tensors are */
     char *pack_dir;                 /* where archives go; NULL: DIR/data/deploy */
     char *pack_sign_key;            /* mldef: sign with this key (file:/path) */
     enum ck_verify_source verify_source; /* verify.inputs: files, "recorded" or not set */

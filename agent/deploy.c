@@ -242,6 +242,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
         .graph = p->cfg->pack_graph_file,
         .graph_text = p->cfg->pack_graph_yaml,
         .graph_label = p->cfg->pack_graph_label,
+        .weights = p->cfg->pack_weights,
         .digest = true,
         .w = {.level = -1, .ref = ref},
     };
@@ -430,9 +431,11 @@ static int run_model(const struct ck_pipeline *p, const char *spec, const char *
     size_t nin = 0;
     enum ck_sandbox_status st;
     struct ck_infer_stats stats = {0};
-    int err = graph_text ? ck_reader_open_model_text(spec, NULL, graph_text, strlen(graph_text),
-                                                     p->cfg->pack_graph_label, &m)
-                         : ck_reader_open_model(spec, NULL, graph, &m);
+    struct ck_layers_opts lo = {p->cfg->pack_weights, "pack.weights"};
+    int err = ck_reader_open_model_sel(spec, NULL, graph_text ? NULL : graph, graph_text,
+                                       graph_text ? strlen(graph_text) : 0,
+                                       p->cfg->pack_graph_label, &lo,
+                                       &m);
     if (err < 0)
         return err;
     if ((err = inputs_for(p, m, &in, &nin)) == 0) {
@@ -516,9 +519,10 @@ static int run_recorded(const struct ck_pipeline *p, const struct packed *e, dou
     *against = own ? CK_AGAINST_RECORDED : CK_AGAINST_SOURCE;
     if (!own) {
         const char *gt = p->cfg->pack_graph_yaml;
-        err = gt ? ck_reader_open_model_text(e->src, NULL, gt, strlen(gt), p->cfg->pack_graph_label,
-                                             &ref)
-                 : ck_reader_open_model(e->src, NULL, p->cfg->pack_graph_file, &ref);
+        struct ck_layers_opts lo = {p->cfg->pack_weights, "pack.weights"};
+        err = ck_reader_open_model_sel(e->src, NULL, gt ? NULL : p->cfg->pack_graph_file, gt,
+                                       gt ? strlen(gt) : 0,
+                                       p->cfg->pack_graph_label, &lo, &ref);
         if (err < 0)
             goto out;
     }
@@ -782,6 +786,7 @@ static int gate_repack(const struct ck_pipeline *p, struct packed *e)
         .graph = p->cfg->pack_graph_file,
         .graph_text = p->cfg->pack_graph_yaml,
         .graph_label = p->cfg->pack_graph_label,
+        .weights = p->cfg->pack_weights,
         .w = {.level = -1, .ref = e->ref, .tag = tag ? tag + 1 : NULL},
     };
     int err = undo_path(p, ck_basename(e->path), undo, sizeof undo);

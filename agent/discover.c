@@ -16,15 +16,6 @@
 #define MAX_DEPTH 32
 #define MAX_FILES_PER_FOLDER 100000
 
-int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch)
-{
-    if (c->has_epoch)
-        return c->epoch;
-    if (c->has_step && steps_per_epoch > 0)
-        return c->step / steps_per_epoch;
-    return c->step;
-}
-
 /* ---- the walk ---- */
 
 static bool in_tree(const char *rel)
@@ -90,6 +81,7 @@ static struct ck_candidate *new_cand(struct walk *w, enum ck_cand_kind kind, con
     c->epoch = cap->epoch;
     c->has_step = cap->has_step;
     c->step = cap->step;
+    c->names = *cap;
     c->in_tree = in_tree(rel);
     c->ref = strdup(ref);
     c->rel = strdup(rel);
@@ -257,13 +249,41 @@ static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const
     return err;
 }
 
-static bool deepspeed_latest_names(int parent_fd, const char *name)
+/* DeepSpeed writes 'latest' (the tag of the newest save) once a save is
+ * complete: the tag it names is whole, and so is every global_stepN folder
+ * up to the step of a global_stepN tag it names (saved before it). */
+static bool deepspeed_latest_names(int parent_fd, const char *name,
+                                   const struct ck_name_captures *cap)
 {
-    char buf[256];
+    char buf[256], *end;
     if (ck_read_small_at(parent_fd, "latest", true, buf, sizeof buf) < 0)
         return false;
     buf[strcspn(buf, "\r\n")] = '\0';
-    return !strcmp(buf, name);
+    if (!strcmp(buf, name))
+        return true;
+    if (!cap->has_step || strncmp(name, "global_step", 11) || strncmp(buf, "global_step", 11) ||
+        buf[11] < '0' || buf[11] > '9')
+        return false;
+    errno = 0;
+    long long step = strtoll(buf + 11, &end, 10);
+    return errno == 0 && *end == '\0' && step >= cap->step;
+}
+
+/* Megatron-LM writes latest_checkpointed_iteration.txt (the iteration, or
+ * "release") beside its iter_NNNNNNN folders once a save is complete: every
+ * iteration up to the one it names is whole. */
+static bool megatron_tracker_covers(int parent_fd, const struct ck_name_captures *cap)
+{
+    char buf[64], *end;
+    if (!cap->has_step ||
+        ck_read_small_at(parent_fd, CK_MEGATRON_TRACKER, true, buf, sizeof buf) < 0)
+        return false;
+    buf[strcspn(buf, "\r\n")] = '\0';
+    if (buf[0] < '0' || buf[0] > '9')
+        return false;
+    errno = 0;
+    long long it = strtoll(buf, &end, 10);
+    return errno == 0 && *end == '\0' && it >= cap->step;
 }
 
 static int take_folder(struct walk *w, int parent_fd, const char *rel, const char *name,
@@ -286,7 +306,8 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
     int err = collect_folder(w, c, fd, rel, 0, &marker, &broken);
     if (c->in_tree)
         marker = true; /* our own copy is only made once the source was complete */
-    c->complete = !broken && (marker || deepspeed_latest_names(parent_fd, name) ||
+    c->complete = !broken && (marker || deepspeed_latest_names(parent_fd, name, &cap) ||
+                              megatron_tracker_covers(parent_fd, &cap) ||
                               (w->rules->folder_markers.n == 0 && c->nfiles > 0));
     return err;
 }

@@ -3,7 +3,9 @@
  * A TensorFlow bundle (PREFIX.index + PREFIX.data-NNNNN-of-MMMMM) is one
  * checkpoint named PREFIX, complete when the index and every shard exist.
  * A folder checkpoint is complete when its marker exists (written last by
- * the framework) or DeepSpeed's 'latest' file names it. */
+ * the framework), DeepSpeed's 'latest' file names it or a later global_stepN,
+ * or Megatron-LM's tracker (CK_MEGATRON_TRACKER beside it) names its
+ * iteration or a later one. */
 #ifndef CK_DISCOVER_H
 #define CK_DISCOVER_H
 
@@ -13,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define CK_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
+
 enum ck_cand_kind { CK_CAND_FILE, CK_CAND_TFSET, CK_CAND_DIR };
 
 struct ck_candidate {
@@ -21,6 +25,7 @@ struct ck_candidate {
     char *rel;            /* owned: path relative to DIR (the file, the prefix, the folder) */
     bool has_epoch, has_step;
     int64_t epoch, step;
+    struct ck_name_captures names; /* the name's reading, with another one when ambiguous */
     char **files;         /* owned: member files relative to DIR (a file: itself) */
     size_t nfiles;
     bool complete;        /* every part is there (TF shards, folder marker) */
@@ -48,8 +53,5 @@ void ck_discovery_release(struct ck_discovery *d);
  * whole). For the watcher's targeted passes; a missing folder is skipped. */
 int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
                      size_t n, struct ck_discovery *out);
-
-/* The epoch a candidate stands for: {epoch}, else {step} / steps_per_epoch. */
-int64_t ck_candidate_epoch(const struct ck_candidate *c, int64_t steps_per_epoch);
 
 #endif

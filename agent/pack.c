@@ -20,12 +20,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
-                       struct ck_model **out)
-{
-    return ck_reader_open_model(src, src_format, graph, out);
-}
-
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
             struct ck_pack_result *r)
 {
@@ -36,9 +30,11 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
     struct ck_model *m = NULL;
     struct ck_writer *w = NULL;
     int err;
-    err = o->graph_text ? ck_reader_open_model_text(src, o->src_format, o->graph_text,
-                                                    strlen(o->graph_text), o->graph_label, &m)
-                        : ck_pack_load_model(src, o->src_format, o->graph, &m);
+    struct ck_layers_opts lo = {o->weights, o->weights_key};
+    err =
+        ck_reader_open_model_sel(src, o->src_format, o->graph_text ? NULL : o->graph, o->graph_text,
+                                 o->graph_text ? strlen(o->graph_text) : 0,
+                                 o->graph_label ? o->graph_label : "pack.graph", &lo, &m);
     if (err < 0)
         return err;
     /* valid means runnable: what ckptd's own engine cannot run is not packed */

@@ -21,6 +21,8 @@ struct ck_pack_opts {
     const char *graph;      /* a layer list file (YAML) for weight-only checkpoints, or NULL */
     const char *graph_text; /* or the layer list as YAML text (the config's pack.graph) */
     const char *graph_label; /* what errors in graph_text name (NULL: "pack.graph") */
+    const char *weights;    /* where a training dict's model tensors are (pack.weights), or NULL */
+    const char *weights_key;/* what set it, for messages: "pack.weights" (NULL) or "--weights" */
     struct ck_writer_opts w;
     bool digest; /* fill r->sha256 (one more read of the archive; the pipeline records it) */
 };
@@ -32,9 +34,6 @@ struct ck_pack_result {
     struct ck_samediff_result samediff; /* samediff: the tag appended (tag "" otherwise) */
 };
 
-/* The canonical model of src: the reader's to_model, or the layer list. */
-int ck_pack_load_model(const char *src, const char *src_format, const char *graph,
-                       struct ck_model **out);
 /* Packs src into out. Nothing is left under out's name when this fails. */
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
             struct ck_pack_result *r);

@@ -1,4 +1,5 @@
 #include "agent/pathfilter.h"
+#include "agent/discover.h"
 #include "common/fsutil.h"
 
 #include <limits.h>
@@ -25,7 +26,8 @@ bool ck_pathfilter_relevant(const struct ck_pathfilter *f, const char *rel)
         return true;
     if (ck_rules_any_ignored(f->rules, rel))
         return false;
-    if (!strcmp(name, "latest") || pattern_hits(f, name, rel, false))
+    if (!strcmp(name, "latest") || !strcmp(name, CK_MEGATRON_TRACKER) ||
+        pattern_hits(f, name, rel, false))
         return true;
     /* a TF bundle part: PREFIX.index, PREFIX.data-NNNNN-of-MMMMM */
     char prefix[PATH_MAX];

@@ -85,9 +85,14 @@ int ck_patterns_check(const struct ck_strlist *patterns)
 {
     for (size_t i = 0; i < patterns->n; i++) {
         const char *p = patterns->items[i];
-        if (!strstr(p, "{epoch}") && !strstr(p, "{step}"))
+        size_t n = strlen(p);
+        bool plain_ckpt = !strpbrk(p, "*?/") && n > 5 && !strcmp(p + n - 5, ".ckpt");
+        if (!strstr(p, "{epoch}") && !strstr(p, "{step}") && !plain_ckpt)
             return ck_error(CK_ECONFIG,
-                            "checkpoint pattern '%s' captures neither {epoch} nor {step}", p);
+                            "checkpoint pattern '%s' captures neither {epoch} nor {step} (only a "
+                            "plain .ckpt name may, like last.ckpt: Lightning records the epoch "
+                            "in the file)",
+                            p);
         const char *slash = strchr(p, '/');
         if (slash && slash[1] && strchr(slash + 1, '/') == NULL && slash == p)
             return ck_error(CK_ECONFIG, "checkpoint pattern '%s' must be relative", p);
@@ -95,13 +100,33 @@ int ck_patterns_check(const struct ck_strlist *patterns)
     return 0;
 }
 
+static int ncaptures(const struct ck_name_captures *c)
+{
+    return (int)c->has_epoch + (int)c->has_step;
+}
+
+/* Whether two readings of one name contradict each other: a capture both
+ * have with different values, or one reading with only an epoch and the
+ * other with only a step (the step's epoch would be derived from it). A
+ * reading with fewer captures that agrees on those it has (a step-only
+ * pattern over 'epoch=2-step=150.ckpt') does not: the fuller reading is
+ * taken without a word. */
+static bool contradicts(const struct ck_name_captures *a, const struct ck_name_captures *b)
+{
+    return (a->has_epoch && b->has_epoch && a->epoch != b->epoch) ||
+           (a->has_step && b->has_step && a->step != b->step) ||
+           (a->has_epoch != b->has_epoch && a->has_step != b->has_step && ncaptures(a) == 1 &&
+            ncaptures(b) == 1);
+}
+
+#define READINGS_MAX 16
+
 bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char *rel, bool folder,
                     struct ck_name_captures *c)
 {
-    struct ck_name_captures scratch;
+    struct ck_name_captures seen[READINGS_MAX], cur;
+    size_t nseen = 0, best = 0;
     char pat[1024];
-    if (!c)
-        c = &scratch;
     for (size_t i = 0; i < r->patterns.n; i++) {
         const char *p = r->patterns.items[i];
         size_t n = strlen(p);
@@ -110,11 +135,35 @@ bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char 
             continue;
         snprintf(pat, sizeof pat, "%.*s", (int)(is_folder ? n - 1 : n), p);
         const char *subject = strchr(pat, '/') ? rel : name;
-        memset(c, 0, sizeof *c);
-        if (match_at(pat, subject, c))
-            return true;
+        memset(&cur, 0, sizeof cur);
+        if (!match_at(pat, subject, &cur))
+            continue;
+        if (!c)
+            return true; /* the path filter asks only whether it matches */
+        cur.pattern = p;
+        if (nseen == READINGS_MAX) {
+            /* more readings than kept: the fullest still wins */
+            if (ncaptures(&cur) > ncaptures(&seen[best]))
+                seen[best] = cur;
+            continue;
+        }
+        seen[nseen] = cur;
+        if (nseen == 0 || ncaptures(&cur) > ncaptures(&seen[best]))
+            best = nseen;
+        nseen++;
     }
-    return false;
+    if (!nseen)
+        return false;
+    *c = seen[best];
+    for (size_t i = 0; i < nseen && !c->ambiguous; i++) {
+        if (i == best || !contradicts(&seen[best], &seen[i]))
+            continue;
+        c->ambiguous = true;
+        c->alt_has_epoch = seen[i].has_epoch, c->alt_has_step = seen[i].has_step;
+        c->alt_epoch = seen[i].epoch, c->alt_step = seen[i].step;
+        c->alt_pattern = seen[i].pattern;
+    }
+    return true;
 }
 
 bool ck_rules_ignored(const struct ck_ckpt_rules *r, const char *name)

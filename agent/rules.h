@@ -25,11 +25,22 @@ struct ck_ckpt_rules {
 struct ck_name_captures {
     bool has_epoch, has_step;
     int64_t epoch, step;
+    const char *pattern;     /* the pattern read (borrowed from the rules) */
+    /* Another pattern read the name otherwise (a capture both have, with
+     * another value; or only an epoch against only a step): the reading not
+     * taken, for the log line that says which was chosen. */
+    bool ambiguous;
+    bool alt_has_epoch, alt_has_step;
+    int64_t alt_epoch, alt_step;
+    const char *alt_pattern; /* borrowed */
 };
 
 /* Whether name (a file, or with folder a folder; rel its path relative to
  * DIR) matches one of the patterns of its kind. c (may be NULL) gets the
- * captures of the first pattern that matched. Does not look at ignore. */
+ * reading of the pattern that captures the most ({epoch} and {step} over
+ * one of them; the first such pattern in the list), and says whether
+ * another pattern reads the name in a way that contradicts it. Does not
+ * look at ignore. */
 bool ck_rules_match(const struct ck_ckpt_rules *r, const char *name, const char *rel, bool folder,
                     struct ck_name_captures *c);
 /* Whether name (one path component) is a temporary name. */
@@ -45,7 +56,9 @@ bool ck_pattern_match(const char *pattern, const char *name, bool *has_epoch, in
                       bool *has_step, int64_t *step);
 /* A glob without captures, for ignore lists. */
 bool ck_glob_match(const char *glob, const char *name);
-/* Checks a pattern list at config time: each must capture {epoch} or {step}. */
+/* Checks a pattern list at config time: each must capture {epoch} or {step},
+ * or be a plain .ckpt file name without '*', '?' or '/' (like Lightning's
+ * last.ckpt: its epoch then comes from the file itself, agent/counters.h). */
 int ck_patterns_check(const struct ck_strlist *patterns);
 
 #endif

@@ -1,4 +1,5 @@
 #include "agent/scan.h"
+#include "agent/counters.h"
 #include "agent/discover.h"
 #include "agent/layout.h"
 #include "common/error.h"
@@ -56,18 +57,72 @@ static double now_seconds(void)
 
 /* ---- checkpoints ---- */
 
-static int cmp_cands(const void *a, const void *b)
+/* A new checkpoint with what it will be registered as: the epoch and step
+ * its file records (agent/counters.h) win over its name's. */
+struct todo {
+    const struct ck_candidate *c;
+    struct ck_counters file;
+    bool has_epoch, has_step;
+    int64_t epoch, step; /* epoch: the one registered */
+};
+
+static int cmp_todo(const void *a, const void *b)
 {
-    const struct ck_candidate *x = *(const struct ck_candidate *const *)a;
-    const struct ck_candidate *y = *(const struct ck_candidate *const *)b;
-    int64_t ex = x->has_epoch ? x->epoch : x->step, ey = y->has_epoch ? y->epoch : y->step;
-    if (ex != ey)
-        return ex < ey ? -1 : 1;
-    if (x->step != y->step)
-        return x->step < y->step ? -1 : 1;
+    const struct todo *tx = a, *ty = b;
+    const struct ck_candidate *x = tx->c, *y = ty->c;
+    if (tx->epoch != ty->epoch)
+        return tx->epoch < ty->epoch ? -1 : 1;
+    if (tx->step != ty->step)
+        return tx->step < ty->step ? -1 : 1;
     if (x->newest_mtime != y->newest_mtime)
         return x->newest_mtime < y->newest_mtime ? -1 : 1;
     return strcmp(x->ref, y->ref);
+}
+
+/* The epoch and step of t->c: its file's, else its name's; false when
+ * neither says (a plain name like last.ckpt whose file records nothing). */
+static bool resolve_counters(struct scan *s, struct todo *t)
+{
+    const struct ck_candidate *c = t->c;
+    if (ck_counters_read(s->o->dir, c, &t->file) < 0)
+        ck_warn("checkpoint.counters_unread", "ref='%s': %s; the name's epoch and step are used",
+                c->ref, ck_error_msg());
+    t->has_step = t->file.has_step || c->has_step;
+    t->step = t->file.has_step ? t->file.step : c->has_step ? c->step : 0;
+    t->has_epoch = true;
+    if (t->file.has_epoch)
+        t->epoch = t->file.epoch;
+    else if (c->has_epoch)
+        t->epoch = c->epoch;
+    else if (t->has_step)
+        t->epoch = s->o->cfg->steps_per_epoch > 0 ? t->step / s->o->cfg->steps_per_epoch : t->step;
+    else
+        t->has_epoch = false;
+    return t->has_epoch;
+}
+
+/* A name two patterns read differently: said once, when it is registered. */
+static void log_ambiguous(const struct ck_candidate *c)
+{
+    const struct ck_name_captures *n = &c->names;
+    if (!n->ambiguous)
+        return;
+    char took[96] = "", other[96] = "";
+    if (n->has_epoch)
+        snprintf(took, sizeof took, "epoch %lld", (long long)n->epoch);
+    if (n->has_step)
+        snprintf(took + strlen(took), sizeof took - strlen(took), "%sstep %lld",
+                 n->has_epoch ? " " : "", (long long)n->step);
+    if (n->alt_has_epoch)
+        snprintf(other, sizeof other, "epoch %lld", (long long)n->alt_epoch);
+    if (n->alt_has_step)
+        snprintf(other + strlen(other), sizeof other - strlen(other), "%sstep %lld",
+                 n->alt_has_epoch ? " " : "", (long long)n->alt_step);
+    ck_warn("checkpoint.name_ambiguous",
+            "ref='%s': read as %s (pattern '%s'), not as %s (pattern '%s'); set "
+            "checkpoints.patterns to choose",
+            c->ref, took, n->pattern ? n->pattern : "", other,
+            n->alt_pattern ? n->alt_pattern : "");
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -243,6 +298,19 @@ static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
         memcpy(cp->md5, h.md5, 33);
         if ((err = replace_str(&cp->path, pmf_rel)) < 0)
             return err;
+        /* a file rewritten in place (Lightning's last.ckpt) moves to the epoch it records */
+        struct ck_counters fc;
+        if (s->meta.status == CK_PMF_RUNNING && s->meta.latest_epoch.set &&
+            ck_counters_read(s->o->dir, c, &fc) == 0 && fc.has_epoch && fc.epoch != cp->epoch) {
+            ck_info("checkpoint.epoch_changed", "ref='%s': epoch %lld -> %lld (from=%s)", c->ref,
+                    (long long)cp->epoch, (long long)fc.epoch, fc.source);
+            cp->epoch = fc.epoch;
+            if (fc.epoch > s->meta.latest_epoch.v)
+                s->meta.latest_epoch.v = fc.epoch;
+            if (s->meta.start_epoch.set && fc.epoch < s->meta.start_epoch.v)
+                s->meta.start_epoch.v = fc.epoch;
+        }
+        ck_error_clear();
         s->res->updated++;
         return record(s, c, pmf_rel, &h, total);
     }
@@ -372,13 +440,37 @@ static bool path_registered(const struct strset *paths, const struct ck_candidat
     return strset_has(paths, ck_basename(rel));
 }
 
+/* checkpoint.registered: the epoch and step taken, where they came from
+ * (the file or the name), and the name's reading beside the file's. */
+static void log_registered(const struct ck_pmf_ref *ref, const struct todo *t, const char *pmf_rel,
+                           const struct ck_hash_entry *h, uint64_t total)
+{
+    const struct ck_candidate *c = t->c;
+    char txt[64], step[32] = "", name[96] = "";
+    if (t->has_step)
+        snprintf(step, sizeof step, " step=%lld", (long long)t->step);
+    if (t->file.source && c->has_epoch)
+        snprintf(name, sizeof name, " name_epoch=%lld", (long long)c->epoch);
+    if (t->file.source && c->has_step)
+        snprintf(name + strlen(name), sizeof name - strlen(name), " name_step=%lld",
+                 (long long)c->step);
+    ck_info("checkpoint.registered", "ref='%s' epoch=%lld path=%s md5=%s bytes=%llu%s from=%s%s",
+            ck_pmf_ref_str(ref, txt, sizeof txt), (long long)t->epoch, pmf_rel, h->md5,
+            (unsigned long long)total, step, t->file.source ? t->file.source : "name", name);
+    if (t->file.source && ((t->file.has_epoch && c->has_epoch && t->file.epoch != c->epoch) ||
+                           (t->file.has_step && c->has_step && t->file.step != c->step)))
+        ck_warn("checkpoint.name_differs",
+                "ref='%s': the file (%s) records epoch %lld step %lld, the name says otherwise; "
+                "the file's are registered",
+                c->ref, t->file.source, (long long)t->epoch, (long long)t->step);
+}
+
 static int new_pass(struct scan *s, const struct ck_discovery *d)
 {
     double min_age = s->o->min_age >= 0 ? s->o->min_age : s->o->cfg->min_age;
-    const struct ck_candidate **todo = calloc(d->ncands ? d->ncands : 1, sizeof *todo);
+    struct todo *todo = calloc(d->ncands ? d->ncands : 1, sizeof *todo);
     struct strset refs = {0}, paths = {0};
     size_t n = 0;
-    char txt[64];
     int err = 0;
     if (!todo)
         return ck_error(CK_ENOMEM, "out of memory");
@@ -410,11 +502,19 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
             s->res->waiting++;
             continue;
         }
-        todo[n++] = c;
+        todo[n].c = c;
+        if (!resolve_counters(s, &todo[n])) {
+            problem(s, c->rel,
+                    "its name has no {epoch} or {step} and the file records neither (a "
+                    "Lightning .ckpt records both): not registered");
+            continue;
+        }
+        n++;
     }
-    qsort(todo, n, sizeof *todo, cmp_cands);
+    qsort(todo, n, sizeof *todo, cmp_todo);
     for (size_t i = 0; i < n && err == 0; i++) {
-        const struct ck_candidate *c = todo[i];
+        const struct todo *t = &todo[i];
+        const struct ck_candidate *c = t->c;
         char pmf_rel[PATH_MAX];
         struct ck_hash_entry h;
         uint64_t total;
@@ -434,7 +534,7 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
             continue;
         }
         struct ck_pmf_ref ref = {false, 0, c->ref};
-        int64_t epoch = ck_candidate_epoch(c, s->o->cfg->steps_per_epoch);
+        int64_t epoch = t->epoch;
         if ((err = ck_pmf_register(&s->meta, &ref, epoch, pmf_rel, h.md5, s->now, 0)) == CK_ESTATE) {
             problem(s, c->rel, ck_error_msg());
             err = 0;
@@ -446,9 +546,8 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
             (err = add_registered(s->res, c->ref)) < 0)
             break;
         ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 1);
-        ck_info("checkpoint.registered", "ref='%s' epoch=%lld path=%s md5=%s bytes=%llu",
-                ck_pmf_ref_str(&ref, txt, sizeof txt), (long long)epoch, pmf_rel, h.md5,
-                (unsigned long long)total);
+        log_ambiguous(c);
+        log_registered(&ref, t, pmf_rel, &h, total);
     }
     /* the links must be durable before metadata.yaml names them */
     if (err == 0)

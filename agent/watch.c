@@ -867,7 +867,13 @@ static int start(struct watcher *w)
          * that one stream stays parseable; text: it shares ours */
         bool capture = ck_log_format_get() == CK_LOG_JSON;
         static const struct ck_loop_poller output = {output_fds, output_deadline, output_step};
-        if ((err = ck_child_spawn(&w->child, w->o->command, capture)) < 0 ||
+        /* the command is told DIR and the config in use (the one a reload reads) */
+        char conf[PATH_MAX];
+        const char *config = w->o->config_path;
+        if (!config && ck_path_join(conf, sizeof conf, w->o->dir, "ckptd.yaml") == 0 &&
+            ck_exists(conf))
+            config = conf;
+        if ((err = ck_child_spawn(&w->child, w->o->command, capture, w->o->dir, config)) < 0 ||
             (capture && (err = ck_loop_add_poller(w->loop, &output, w, &w->output_h)) < 0)) {
             w->exit_code = 127;
             return err;

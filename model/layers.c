@@ -3,8 +3,10 @@
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/log.h"
 #include "model/convert.h"
 #include "model/shape.h"
+#include "model/weightsel.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -41,6 +43,10 @@ struct lctx {
     char **names;      /* per layer: its name: key, or NULL */
     size_t n;          /* layers so far */
     size_t count;      /* entries of values and names */
+    /* where names not in the file as written are looked up (model/weightsel.h) */
+    const struct ck_layers_opts *o;
+    bool sel_done;
+    struct ck_weightsel sel;
     /* the layer being read, for messages */
     size_t index;
     int line;
@@ -446,6 +452,23 @@ static int refs(struct lctx *c, struct ck_model_node *n, yaml_node_t *from)
     return 0;
 }
 
+/* Finds (once) where the model's tensors sit in a training checkpoint. */
+static int select_weights(struct lctx *c)
+{
+    if (c->sel_done)
+        return 0;
+    const char *key = c->o && c->o->weights_key ? c->o->weights_key : "pack.weights";
+    int err = ck_weightsel_find(c->m->weights, c->o ? c->o->weights : NULL, key, &c->sel);
+    if (err < 0)
+        return lfail(c, err, "%s", ck_error_msg());
+    c->sel_done = true;
+    if (c->sel.prefix[0])
+        ck_info("weights.chosen", "file='%s' container='%s' prefix='%s' tensors=%zu%s",
+                c->m->weights->path ? c->m->weights->path : "", c->sel.container, c->sel.prefix,
+                c->sel.ntensors, c->o && c->o->weights ? " (chosen)" : "");
+    return 0;
+}
+
 /* A tensor key: must name a tensor of the checkpoint. */
 static int tensor(struct lctx *c, struct ck_model_node *n, yaml_node_t *layer, const char *key,
                   bool required)
@@ -462,11 +485,31 @@ static int tensor(struct lctx *c, struct ck_model_node *n, yaml_node_t *layer, c
         return err;
     if (c->dry)
         return ck_model_node_add_input(n, s);
-    const struct ck_tensor *t = ck_model_weight(c->m, s);
+    char full[CK_WEIGHTSEL_PREFIX_MAX + 1024];
+    const struct ck_tensor *t = NULL;
     const char *file =
         c->m->weights && c->m->weights->path ? c->m->weights->path : "the checkpoint";
-    if (!t)
-        return lfail(c, CK_EFORMAT, "%s '%s' is not a tensor of '%s'", key, s, file);
+    bool chosen = c->o && c->o->weights;
+    if (!chosen)
+        t = ck_model_weight(c->m, s);
+    if (!t && c->m->weights) {
+        if ((err = select_weights(c)) < 0)
+            return err;
+        if (c->sel.prefix[0] &&
+            snprintf(full, sizeof full, "%s%s", c->sel.prefix, s) < (int)sizeof full &&
+            (t = ck_model_weight(c->m, full)))
+            s = full;
+    }
+    if (!t && chosen)
+        t = ck_model_weight(c->m, s);
+    if (!t) {
+        char near[1024] = "";
+        if (c->m->weights)
+            ck_weightsel_closest(c->m->weights, c->sel_done ? c->sel.prefix : NULL, s, 3, near,
+                                 sizeof near);
+        return lfail(c, CK_EFORMAT, "%s '%s' is not a tensor of '%s'%s%s%s", key, s, file,
+                     near[0] ? " (closest: " : "", near, near[0] ? ")" : "");
+    }
     if (!t->data)
         return lfail(c, CK_EFORMAT, "%s '%s' has no data in '%s'", key, s, file);
     if (ck_convert_kind_f32(t->dtype) == CK_CONVERT_NONE)
@@ -771,9 +814,10 @@ static int build(struct lctx *c, yaml_node_t *root)
 }
 
 static int build_model(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
-                       const char *label, bool dry, struct ck_model **out)
+                       const char *label, bool dry, const struct ck_layers_opts *o,
+                       struct ck_model **out)
 {
-    struct lctx c = {.d = d, .label = label ? label : "layer list", .dry = dry};
+    struct lctx c = {.d = d, .label = label ? label : "layer list", .dry = dry, .o = o};
     int err;
     *out = NULL;
     if ((err = ck_model_new(weights, "layers", &c.m)) < 0)
@@ -796,7 +840,13 @@ static int build_model(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yam
 int ck_layers_build(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
                     const char *label, struct ck_model **out)
 {
-    return build_model(weights, d, node, label, false, out);
+    return build_model(weights, d, node, label, false, NULL, out);
+}
+
+int ck_layers_build_opts(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
+                         const char *label, const struct ck_layers_opts *o, struct ck_model **out)
+{
+    return build_model(weights, d, node, label, false, o, out);
 }
 
 int ck_layers_check(const char *label, const char *text, size_t len, struct ck_model **out)
@@ -806,13 +856,19 @@ int ck_layers_check(const char *label, const char *text, size_t len, struct ck_m
     *out = NULL;
     if ((err = ck_yaml_load(&d, label, text, len)) < 0)
         return err;
-    err = build_model(NULL, &d, ck_yaml_root(&d), label, true, out);
+    err = build_model(NULL, &d, ck_yaml_root(&d), label, true, NULL, out);
     ck_yaml_release(&d);
     return err;
 }
 
 int ck_layers_parse(struct ck_tensor_set *weights, const char *label, const char *text, size_t len,
                     struct ck_model **out)
+{
+    return ck_layers_parse_opts(weights, label, text, len, NULL, out);
+}
+
+int ck_layers_parse_opts(struct ck_tensor_set *weights, const char *label, const char *text,
+                         size_t len, const struct ck_layers_opts *o, struct ck_model **out)
 {
     struct ck_yaml_doc d;
     int err;
@@ -821,12 +877,18 @@ int ck_layers_parse(struct ck_tensor_set *weights, const char *label, const char
         ck_tensor_set_free(weights);
         return err;
     }
-    err = ck_layers_build(weights, &d, ck_yaml_root(&d), label, out);
+    err = ck_layers_build_opts(weights, &d, ck_yaml_root(&d), label, o, out);
     ck_yaml_release(&d);
     return err;
 }
 
 int ck_layers_load(struct ck_tensor_set *weights, const char *path, struct ck_model **out)
+{
+    return ck_layers_load_opts(weights, path, NULL, out);
+}
+
+int ck_layers_load_opts(struct ck_tensor_set *weights, const char *path,
+                        const struct ck_layers_opts *o, struct ck_model **out)
 {
     struct ck_buf b;
     int err;
@@ -837,7 +899,7 @@ int ck_layers_load(struct ck_tensor_set *weights, const char *path, struct ck_mo
         ck_buf_release(&b);
         return err;
     }
-    err = ck_layers_parse(weights, path, ck_buf_str(&b), b.len, out);
+    err = ck_layers_parse_opts(weights, path, ck_buf_str(&b), b.len, o, out);
     ck_buf_release(&b);
     return err;
 }

@@ -25,6 +25,15 @@
 /* The most bytes a layer list file may have. */
 #define CK_LAYERS_MAX_FILE (4u << 20)
 
+/* Where the layer list's tensor names are looked up, for a training
+ * checkpoint whose weights sit under a container (model/weightsel.h): a
+ * name not in the file as written is looked up under the prefix found (or
+ * chosen), which is logged once (weights.chosen). */
+struct ck_layers_opts {
+    const char *weights;     /* the container or prefix of the model's tensors; NULL: found */
+    const char *weights_key; /* what sets it, for messages (default "pack.weights") */
+};
+
 /* Builds a model from the layer list at node of d, on weights (owned: freed
  * with the model, also on failure). label names the list in errors (the file
  * name, or "pack.graph"). The model's outputs carry the inferred shapes. */
@@ -36,10 +45,16 @@ int ck_layers_build(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_n
  * weights as named) without weights or shapes, for checking the ops; owned
  * by the caller. Errors as ck_layers_build's. */
 int ck_layers_check(const char *label, const char *text, size_t len, struct ck_model **out);
+int ck_layers_build_opts(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yaml_node_t *node,
+                         const char *label, const struct ck_layers_opts *o, struct ck_model **out);
 /* Reads the YAML file at path and builds (weights owned as above). */
 int ck_layers_load(struct ck_tensor_set *weights, const char *path, struct ck_model **out);
+int ck_layers_load_opts(struct ck_tensor_set *weights, const char *path,
+                        const struct ck_layers_opts *o, struct ck_model **out);
 /* The same from YAML text in memory (tests, the config's copy). */
 int ck_layers_parse(struct ck_tensor_set *weights, const char *label, const char *text, size_t len,
                     struct ck_model **out);
+int ck_layers_parse_opts(struct ck_tensor_set *weights, const char *label, const char *text,
+                         size_t len, const struct ck_layers_opts *o, struct ck_model **out);
 
 #endif

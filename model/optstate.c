@@ -1,5 +1,6 @@
 /* Optimizer state by each source's naming (model/optstate.h). */
 #include "model/optstate.h"
+#include "model/weightsel.h"
 
 #include "common/error.h"
 
@@ -168,9 +169,18 @@ static bool parse_ids(const char *text, size_t **ids, size_t *n)
     return p[1] == '\0';
 }
 
-/* PyTorch: "<P>state.<N>.<key>" tied through "<P>param_groups.<g>.params". */
+/* PyTorch: "<P>state.<N>.<key>" tied through "<P>param_groups.<g>.params".
+ * In a training checkpoint whose model tensors sit under a container
+ * (model/weightsel.h: a Lightning .ckpt's state_dict), only those are the
+ * variables: a callback's tensor outside it is not a parameter. */
 static int torch_state(const struct ck_tensor_set *s, struct ck_optstate *o, struct list *l)
 {
+    struct ck_weightsel ws;
+    const char *mp = NULL;
+    if (ck_weightsel_find(s, NULL, "pack.weights", &ws) == 0 && ws.prefix[0])
+        mp = ws.prefix;
+    ck_error_clear(); /* two candidates: no container, every tensor counts as before */
+    size_t mpl = mp ? strlen(mp) : 0;
     for (size_t m = 0; m < s->nmeta; m++) {
         const char *k = s->meta[m].key, *pg = strstr(k, "param_groups.");
         if (!pg || !ends_with(k, ".params") || (pg != k && pg[-1] != '.'))
@@ -197,8 +207,9 @@ static int torch_state(const struct ck_tensor_set *s, struct ck_optstate *o, str
         }
         for (size_t i = 0; i < s->ntensors; i++) {
             const struct ck_tensor *t = &s->tensors[i];
-            if (!strncmp(t->name, k, plen) || !is_float(t->dtype) || o->is_state[i] ||
-                ends_with(t->name, ".running_mean") || ends_with(t->name, ".running_var"))
+            if (!strncmp(t->name, k, plen) || (mp && strncmp(t->name, mp, mpl)) ||
+                !is_float(t->dtype) || o->is_state[i] || ends_with(t->name, ".running_mean") ||
+                ends_with(t->name, ".running_var"))
                 continue;
             cand[ncand++] = i;
         }

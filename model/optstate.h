@@ -17,7 +17,9 @@
  *                     tensor outside "<P>" in file order, not counting BatchNorm's
  *                     running_mean/running_var (what model.parameters() lists);
  *                     tied only when the counts agree and every array's shape is
- *                     its variable's, else the state is counted as unmapped. */
+ *                     its variable's, else the state is counted as unmapped; in a
+ *                     training checkpoint with a model container (model/weightsel.h:
+ *                     a Lightning .ckpt's state_dict), only the tensors under it count */
 #ifndef CK_OPTSTATE_H
 #define CK_OPTSTATE_H
 

@@ -30,6 +30,9 @@ static const struct {
     enum ck_dtype dtype;
 } globals[] = {
     {"collections", "OrderedDict", CK_PKG_ORDERED_DICT, CK_DT_INVALID},
+    {"torch", "Size", CK_PKG_SIZE, CK_DT_INVALID},
+    {"__builtin__", "set", CK_PKG_SET, CK_DT_INVALID},
+    {"builtins", "set", CK_PKG_SET, CK_DT_INVALID},
     {"torch._utils", "_rebuild_tensor_v2", CK_PKG_REBUILD_TENSOR_V2, CK_DT_INVALID},
     {"torch._utils", "_rebuild_parameter", CK_PKG_REBUILD_PARAMETER, CK_DT_INVALID},
     {"torch._utils", "_rebuild_parameter_with_state", CK_PKG_REBUILD_PARAMETER_WITH_STATE,
@@ -51,7 +54,7 @@ static const struct {
 static int fail(struct ck_pk *pk, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(struct ck_pk *pk, const char *fmt, ...)
 {
-    char what[320];
+    char what[640];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
@@ -236,6 +239,21 @@ static int memo_get(struct ck_pk *pk, uint64_t idx)
 
 /* ---- globals, calls, persistent ids ---- */
 
+/* Whether the opcodes after a refused GLOBAL make an instance of it: its
+ * memo put, then EMPTY_TUPLE NEWOBJ (how protocol 2, torch.save's, pickles
+ * an object: a saved nn.Module starts so). Only peeks; nothing runs. */
+static bool instantiated(const struct ck_pk *pk)
+{
+    const unsigned char *p = pk->p, *end = pk->end;
+    if (p < end && *p == 'q')
+        p += 2;
+    else if (p < end && *p == 'r')
+        p += 5;
+    else if (p < end && *p == 0x94)
+        p += 1;
+    return p < end && end - p >= 2 && p[0] == ')' && p[1] == 0x81;
+}
+
 static int global(struct ck_pk *pk, const char *mod, size_t ml, const char *name, size_t nl)
 {
     char full[160];
@@ -261,6 +279,12 @@ static int global(struct ck_pk *pk, const char *mod, size_t ml, const char *name
             full[k++] = (char)c;
     }
     full[k] = 0;
+    if (instantiated(pk))
+        return fail(pk,
+                    "an object of class '%s' (torch.save(model) pickles the whole module, "
+                    "which only its own code can load, and ckptd runs none): save "
+                    "model.state_dict() instead, e.g. torch.save(model.state_dict(), PATH)",
+                    full);
     return fail(pk,
                 "global '%s' is not allowed (a state dict holds only tensors, dicts, lists, "
                 "tuples, strings and numbers; nothing is executed)",
@@ -352,6 +376,18 @@ static int ordered_dict(struct ck_pk *pk, const struct ck_pk_val *a)
     return push(pk, d);
 }
 
+/* torch.Size((ints...)): the tuple itself, every item an int. */
+static int torch_size(struct ck_pk *pk, struct ck_pk_val *args)
+{
+    struct ck_pk_val *dims = args->n == 1 ? args->items[0] : NULL;
+    if (!dims || dims->kind != CK_PK_TUPLE)
+        return fail(pk, "%s: torch.Size of something that is not a tuple", "bad pickle");
+    for (size_t i = 0; i < dims->n; i++)
+        if (dims->items[i]->kind != CK_PK_INT)
+            return fail(pk, "%s: torch.Size with an item that is not an int", "bad pickle");
+    return push(pk, dims);
+}
+
 static int reduce(struct ck_pk *pk)
 {
     struct ck_pk_val *args = NULL, *f = NULL;
@@ -369,6 +405,12 @@ static int reduce(struct ck_pk *pk)
         return rebuild_parameter(pk, args, 3);
     case CK_PKG_REBUILD_PARAMETER_WITH_STATE:
         return rebuild_parameter(pk, args, 4);
+    case CK_PKG_SIZE:
+        return torch_size(pk, args);
+    case CK_PKG_SET:
+        if (args->n != 1 || args->items[0]->kind != CK_PK_LIST)
+            return fail(pk, "%s: set of something that is not a list", "bad pickle");
+        return push(pk, args->items[0]);
     case CK_PKG_STORAGE:
         break;
     }

@@ -1,6 +1,7 @@
 /* A restricted unpickler for PyTorch state dicts: it knows only the binary
  * opcodes (protocols 2 to 5) and the globals a torch.save of tensors,
- * dicts, OrderedDicts, lists, tuples, strings and numbers needs, and builds
+ * dicts, OrderedDicts, lists, tuples, sets (as lists), strings, numbers and
+ * torch.Size (a tuple of ints) needs, and builds
  * a tree of plain values from them. Nothing is called or imported: a
  * global is a name compared with a fixed list, and any other name (os.system,
  * builtins.eval, a user's class) is refused with an error naming it, before
@@ -44,6 +45,8 @@ enum ck_pk_global {
     CK_PKG_REBUILD_PARAMETER,
     CK_PKG_REBUILD_PARAMETER_WITH_STATE,
     CK_PKG_STORAGE, /* torch.FloatStorage, ... (dtype) */
+    CK_PKG_SIZE,    /* torch.Size((d0, d1, ...)): becomes the tuple of ints (DeepSpeed's param_shapes) */
+    CK_PKG_SET,     /* set([items]) (protocol 2's __builtin__.set): becomes the list */
 };
 
 struct ck_pk_val;

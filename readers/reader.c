@@ -129,7 +129,8 @@ bool ck_reader_has_graph(const struct ck_tensor_set *s)
 
 /* The model from s and what the caller gave for its graph; takes s. */
 static int model_of(struct ck_tensor_set *s, const char *graph_path, struct ck_yaml_doc *d,
-                    yaml_node_t *graph, const char *label, struct ck_model **out)
+                    yaml_node_t *graph, const char *label, const struct ck_layers_opts *lo,
+                    struct ck_model **out)
 {
     const struct ck_reader_ops *ops = ck_reader_of(s);
     if (graph_path) {
@@ -139,10 +140,10 @@ static int model_of(struct ck_tensor_set *s, const char *graph_path, struct ck_y
         if (ck_reader_detect(graph_path, &g) == 0 && g == &ck_reader_onnx)
             return ck_onnx_graph_for(s, graph_path, out);
         ck_error_clear();
-        return ck_layers_load(s, graph_path, out);
+        return ck_layers_load_opts(s, graph_path, lo, out);
     }
     if (graph)
-        return ck_layers_build(s, d, graph, label, out);
+        return ck_layers_build_opts(s, d, graph, label, lo, out);
     if (ops && ops->to_model && s->graph)
         return ops->to_model(s, out);
     int err = ck_error(CK_EUSAGE,
@@ -161,7 +162,7 @@ int ck_reader_open_model(const char *path, const char *format, const char *graph
     *out = NULL;
     if ((err = ck_reader_open(path, format, &s)) < 0)
         return err;
-    return model_of(s, graph_path, NULL, NULL, NULL, out);
+    return model_of(s, graph_path, NULL, NULL, NULL, NULL, out);
 }
 
 int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_yaml_doc *d,
@@ -172,7 +173,7 @@ int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_ya
     *out = NULL;
     if ((err = ck_reader_open(path, format, &s)) < 0)
         return err;
-    return model_of(s, NULL, d, graph, label ? label : "pack.graph", out);
+    return model_of(s, NULL, d, graph, label ? label : "pack.graph", NULL, out);
 }
 
 int ck_reader_open_model_text(const char *path, const char *format, const char *text, size_t len,
@@ -184,6 +185,20 @@ int ck_reader_open_model_text(const char *path, const char *format, const char *
     if ((err = ck_reader_open(path, format, &s)) < 0)
         return err;
     if (!text)
-        return model_of(s, NULL, NULL, NULL, NULL, out);
+        return model_of(s, NULL, NULL, NULL, NULL, NULL, out);
     return ck_layers_parse(s, label ? label : "pack.graph", text, len, out);
+}
+
+int ck_reader_open_model_sel(const char *path, const char *format, const char *graph_path,
+                             const char *text, size_t len, const char *label,
+                             const struct ck_layers_opts *lo, struct ck_model **out)
+{
+    struct ck_tensor_set *s;
+    int err;
+    *out = NULL;
+    if ((err = ck_reader_open(path, format, &s)) < 0)
+        return err;
+    if (text && !graph_path)
+        return ck_layers_parse_opts(s, label ? label : "pack.graph", text, len, lo, out);
+    return model_of(s, graph_path, NULL, NULL, NULL, lo, out);
 }

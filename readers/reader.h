@@ -7,6 +7,7 @@
 #define CK_READER_H
 
 #include "common/yamlutil.h"
+#include "model/layers.h"
 #include "model/model.h"
 #include "model/tensor.h"
 
@@ -100,5 +101,12 @@ int ck_reader_open_model_yaml(const char *path, const char *format, struct ck_ya
  * text: ck_yaml_copy of the node into a buffer); text NULL behaves as above. */
 int ck_reader_open_model_text(const char *path, const char *format, const char *text, size_t len,
                               const char *label, struct ck_model **out);
+
+/* Any of the above: the layer list from graph_path (a file: YAML or an ONNX
+ * graph) or text[0..len) (YAML; label names it), or neither; lo (may be
+ * NULL) says where a training checkpoint's weights are (model/layers.h). */
+int ck_reader_open_model_sel(const char *path, const char *format, const char *graph_path,
+                             const char *text, size_t len, const char *label,
+                             const struct ck_layers_opts *lo, struct ck_model **out);
 
 #endif

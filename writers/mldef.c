@@ -1,4 +1,5 @@
 #include "writers/mldef.h"
+#include "model/optstate.h"
 
 #include "common/buf.h"
 #include "common/error.h"
@@ -146,6 +147,43 @@ static int add_seg(struct datafile *f, const struct ck_tensor *t, uint64_t numel
     return 0;
 }
 
+/* Tensors no layer uses (a training checkpoint's optimizer state, its
+ * callbacks' tensors): one line for all of them, each one at debug level. */
+static void log_unused(const struct mldef_writer *w, const struct ck_model *m)
+{
+    struct ck_optstate os = {0};
+    size_t unused = 0, optimizer = 0, other = 0;
+    char first[512] = "";
+    if (ck_optstate_find(m->weights, &os) < 0)
+        ck_error_clear(); /* then every unused tensor is counted as other */
+    for (size_t i = 0; i < m->weights->ntensors; i++) {
+        const char *name = m->weights->tensors[i].name;
+        bool used = false;
+        for (size_t k = 0; k < m->nnodes && !used; k++)
+            for (size_t j = 0; j < m->nodes[k].ninputs && !used; j++)
+                used = strcmp(m->nodes[k].inputs[j], name) == 0;
+        if (used)
+            continue;
+        unused++;
+        ck_debug("pack.skip", "archive=%s tensor=%s reason=\"used by no layer\"", w->path, name);
+        if (os.is_state && os.is_state[i]) {
+            optimizer++;
+        } else if (other++ < 3) {
+            size_t l = strlen(first);
+            snprintf(first + l, sizeof first - l, "%s'%.120s'", l ? ", " : "", name);
+        }
+    }
+    ck_optstate_release(&os);
+    if (unused)
+        ck_info("pack.skip",
+                "archive=%s tensors=%zu reason=\"used by no layer\" optimizer_state=%zu "
+                "other=%zu%s%s%s",
+                w->path, unused, optimizer, other, other ? " (" : "", first,
+                other > 3 ? ", ...)"
+                : other   ? ")"
+                          : "");
+}
+
 /* Places each node's new weights back to back in one data file. */
 static int layout(struct mldef_writer *w, const struct ck_model *m)
 {
@@ -206,15 +244,7 @@ static int layout(struct mldef_writer *w, const struct ck_model *m)
         }
         p->count = f->npoints - p->start;
     }
-    for (size_t i = 0; i < m->weights->ntensors; i++) {
-        const char *name = m->weights->tensors[i].name;
-        bool used = false;
-        for (size_t k = 0; k < m->nnodes && !used; k++)
-            for (size_t j = 0; j < m->nodes[k].ninputs && !used; j++)
-                used = strcmp(m->nodes[k].inputs[j], name) == 0;
-        if (!used)
-            ck_info("pack.skip", "archive=%s tensor=%s reason=\"used by no layer\"", w->path, name);
-    }
+    log_unused(w, m);
     return 0;
 }
 

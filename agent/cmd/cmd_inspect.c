@@ -8,6 +8,8 @@
 #include "common/error.h"
 #include "common/json.h"
 #include "common/sign.h"
+#include "model/optstate.h"
+#include "model/weightsel.h"
 #include "readers/reader.h"
 
 #include <inttypes.h>
@@ -18,6 +20,7 @@
 
 static const char head[] =
     "usage: ckptd inspect PATH [--json] [--verify] [--values N] [--format NAME] [--tag TAG]\n"
+    "                     [--model [--weights PREFIX]]\n"
     "\n"
     "Detects the checkpoint format of PATH by content (a file, or a TensorFlow\n"
     "prefix such as DIR/variables), and prints every tensor: name, dtype, shape,\n"
@@ -37,6 +40,13 @@ struct opts {
     const char *format;
     const char *pubkey;
     const char *tag;
+    bool model;          /* --model: the model's tensors only, as a layer list names them */
+    const char *weights; /* --weights: their container or prefix (default: found) */
+    /* set for --model before printing */
+    const char *mprefix; /* stripped from the names shown */
+    const char *mcontainer;
+    const bool *mkeep; /* per tensor: shown */
+    size_t mshown, mopt, mother;
 };
 
 #define O(f) offsetof(struct opts, f)
@@ -53,6 +63,12 @@ static const struct ck_opt options[] = {
      ".mldef: the trusted key its SIGNATURE must be made with"},
     {"tag", 0, CK_OPT_STR, NULL, NULL, O(tag), 0, "TAG",
      "a SameDiff archive's tag (default: the newest; also\nwritten PATH#TAG)"},
+    {"model", 0, CK_OPT_SET, NULL, NULL, O(model), 0, NULL,
+     "a training checkpoint: only the model's tensors, named\nas a layer list names them "
+     "(the container found,\nmodel./module./_orig_mod. stripped); the rest counted"},
+    {"weights", 0, CK_OPT_STR, NULL, NULL, O(weights), 0, "PREFIX",
+     "with --model: the container or prefix of the model's\ntensors (state_dict, model, ema, "
+     "...)"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -67,6 +83,18 @@ static int tensor_crc(const struct ck_tensor_set *s, const struct ck_tensor *t,
         return 0;
     }
     return ck_tensor_crc32c(s, t, crc);
+}
+
+/* The name shown: without the --model prefix. */
+static const char *shown(const struct opts *o, const struct ck_tensor *t)
+{
+    size_t n = o->mprefix ? strlen(o->mprefix) : 0;
+    return n && !strncmp(t->name, o->mprefix, n) ? t->name + n : t->name;
+}
+
+static bool hidden(const struct ck_tensor_set *s, const struct opts *o, const struct ck_tensor *t)
+{
+    return o->mkeep && !o->mkeep[t - s->tensors];
 }
 
 static void shape_text(struct ck_buf *b, const struct ck_tensor *t)
@@ -109,20 +137,26 @@ static int print_text(const struct ck_tensor_set *s, const struct opts *o,
     else
         printf("  deployable: weights only, give the graph with --graph FILE (a layer list, "
                "docs/model.md)\n");
+    if (o->mkeep)
+        printf("  model: %zu tensors under '%s' (container '%s'), named as a layer list names "
+               "them; not shown: %zu optimizer state, %zu other\n",
+               o->mshown, o->mprefix, o->mcontainer, o->mopt, o->mother);
     for (size_t i = 0; i < s->nmeta; i++)
         printf("  meta %s = %s\n", s->meta[i].key, s->meta[i].value);
     for (size_t i = 0; i < s->ntensors; i++) {
         const struct ck_tensor *t = &s->tensors[i];
         uint32_t crc;
         uint64_t n;
+        if (hidden(s, o, t))
+            continue;
         ck_buf_reset(&b);
         shape_text(&b, t);
         if (tensor_crc(s, t, verified, &crc) == 0)
-            printf("  %s  %s %s  %" PRIu64 " bytes  crc32c %08x\n", t->name,
+            printf("  %s  %s %s  %" PRIu64 " bytes  crc32c %08x\n", shown(o, t),
                    ck_dtype_name(t->dtype), ck_buf_str(&b), t->nbytes, crc);
         else
-            printf("  %s  %s %s  %" PRIu64 " bytes  (no data)\n", t->name, ck_dtype_name(t->dtype),
-                   ck_buf_str(&b), t->nbytes);
+            printf("  %s  %s %s  %" PRIu64 " bytes  (no data)\n", shown(o, t),
+                   ck_dtype_name(t->dtype), ck_buf_str(&b), t->nbytes);
         if (show_values(o, t, &n)) {
             ck_buf_reset(&b);
             for (uint64_t k = 0; k < n; k++) {
@@ -215,7 +249,7 @@ static void json_tensor(struct ck_json *j, const struct ck_tensor_set *s, const 
     uint32_t crc;
     uint64_t n = 0;
     ck_json_begin_object(j);
-    ck_json_kstr(j, "name", t->name);
+    ck_json_kstr(j, "name", shown(o, t));
     ck_json_kstr(j, "dtype", ck_dtype_name(t->dtype));
     ck_json_key(j, "shape");
     ck_json_begin_array(j);
@@ -295,10 +329,24 @@ static int print_json(const struct ck_tensor_set *s, const struct opts *o,
     ck_json_kbool(&j, "verified", verified != NULL);
     ck_json_kbool(&j, "has_network", ck_reader_has_graph(s));
     json_kvs(&j, "metadata", s->meta, s->nmeta);
+    if (o->mkeep) {
+        ck_json_key(&j, "model");
+        ck_json_begin_object(&j);
+        ck_json_kstr(&j, "container", o->mcontainer);
+        ck_json_kstr(&j, "prefix", o->mprefix);
+        ck_json_key(&j, "tensors");
+        ck_json_int(&j, (int64_t)o->mshown);
+        ck_json_key(&j, "optimizer_state");
+        ck_json_int(&j, (int64_t)o->mopt);
+        ck_json_key(&j, "other");
+        ck_json_int(&j, (int64_t)o->mother);
+        ck_json_end_object(&j);
+    }
     ck_json_key(&j, "tensors");
     ck_json_begin_array(&j);
     for (size_t i = 0; i < s->ntensors; i++)
-        json_tensor(&j, s, &s->tensors[i], o, verified);
+        if (!hidden(s, o, &s->tensors[i]))
+            json_tensor(&j, s, &s->tensors[i], o, verified);
     ck_json_end_array(&j);
     json_graph(&j, s->graph);
     ck_json_end_object(&j);
@@ -350,9 +398,31 @@ static int inspect(void *arg)
             printf("%s: no checksums to verify: this %s file stores none\n", r->path,
                    s->format);
     }
+    struct opts mo = *o;
+    struct ck_weightsel sel;
+    struct ck_optstate os = {0};
+    bool *keep = NULL;
+    if (err == 0 && o->model && (err = ck_weightsel_find(s, o->weights, "--weights", &sel)) == 0 &&
+        (err = ck_optstate_find(s, &os)) == 0) {
+        size_t pl = strlen(sel.prefix);
+        if (!(keep = calloc(s->ntensors + 1, sizeof *keep)))
+            err = ck_error(CK_ENOMEM, "out of memory");
+        for (size_t i = 0; keep && i < s->ntensors; i++) {
+            bool state = os.is_state && os.is_state[i];
+            keep[i] = !strncmp(s->tensors[i].name, sel.prefix, pl) && !state;
+            mo.mshown += keep[i];
+            mo.mopt += !keep[i] && state;
+            mo.mother += !keep[i] && !state;
+        }
+        mo.mkeep = keep;
+        mo.mprefix = sel.prefix;
+        mo.mcontainer = sel.container;
+    }
     if (err == 0)
-        err = o->json ? print_json(s, o, checked ? &crcs : NULL)
-                      : print_text(s, o, checked ? &crcs : NULL);
+        err = o->json ? print_json(s, &mo, checked ? &crcs : NULL)
+                      : print_text(s, &mo, checked ? &crcs : NULL);
+    ck_optstate_release(&os);
+    free(keep);
     free(crcs.crc32c);
     free(crcs.known);
     ck_tensor_set_free(s);
@@ -407,6 +477,8 @@ int ck_cmd_inspect(int argc, char **argv)
             return ck_cli_usage_error("inspect", "--values takes a count, not '%s'", o.values_arg);
         o.want_values = true;
     }
+    if (o.weights && !o.model)
+        return ck_cli_usage_error("inspect", "--weights goes with --model");
     if (o.format && !ck_reader_find(o.format))
         return ck_cli_usage_error("inspect", "unknown format '%s'", o.format);
     if (cli.help) {

@@ -16,6 +16,7 @@
 
 static const char head[] =
     "usage: ckptd pack SRC -o OUT [--format mldef|samediff] [--graph FILE] [-0..-9]\n"
+    "                  [--weights PREFIX]\n"
     "                  [--sign-key file:/path] [--src-format NAME]\n"
     "                  [--tag TAG] [--ref REF] [--dtype fp16|bf16|int8]\n"
     "       ckptd pack SRC --dir DIR ... (or pack.dir in the config)\n"
@@ -32,7 +33,7 @@ static const char head[] =
     "parameter identical to one an earlier tag stored is referenced, not copied.\n"
     "\n"
     "The pack.* keys of the config (-c FILE) apply as the sidecar applies them:\n"
-    "pack.formats, pack.graph, pack.sign_key, pack.dir; a flag overrides its key.\n"
+    "pack.formats, pack.graph, pack.weights, pack.sign_key, pack.dir; a flag overrides its key.\n"
     "Without -o, each format of pack.formats (default mldef) is written into\n"
     "pack.dir, named as the sidecar names it: REF.mldef, MODEL.zip (model.name,\n"
     "else REF).\n"
@@ -56,6 +57,9 @@ static const struct ck_opt options[] = {
      "the layer list (YAML) of a weight-only checkpoint"},
     {"dir", 0, CK_OPT_CONFIG, "pack.dir", NULL, 0, 0, "DIR",
      "without -o: write the archive into DIR"},
+    {"weights", 0, CK_OPT_CONFIG, "pack.weights", NULL, 0, 0, "PREFIX",
+     "a training checkpoint's container of the model's\ntensors (state_dict, model, ema, ...) "
+     "or a dotted\nprefix; default: found"},
     LEVEL(0, "zip level: -0 stores data files uncompressed so a\n"
              "loader can map them (the default); -1..-9 deflate"),
     LEVEL(1, "deflate, fastest"),
@@ -112,6 +116,8 @@ static int pack_one(const struct ck_config *cfg, const struct pack_flags *fl, co
         .graph = cfg->pack_graph_file,
         .graph_text = cfg->pack_graph_yaml,
         .graph_label = cfg->pack_graph_label,
+        .weights = cfg->pack_weights,
+        .weights_key = "pack.weights (--weights)",
         .w = {.level = fl->level,
               .sign_key = cfg->pack_sign_key,
               .tag = fl->tag,
@@ -167,6 +173,8 @@ int ck_cmd_pack(int argc, char **argv)
                                 "pack.formats names %zu formats and -o one archive: give "
                                 "--format",
                                 cfg.pack_formats.n);
+    else if (cfg.pack_weights && !cfg.pack_graph_file && !cfg.pack_graph_yaml)
+        rc = ck_cli_usage_error("pack", "--weights goes with --graph (a layer list)");
     else if (fl.src_format && !ck_reader_find(fl.src_format))
         rc = ck_cli_usage_error("pack", "unknown --src-format '%s'", fl.src_format);
     if (rc != CK_EXIT_OK) {

@@ -22,6 +22,7 @@
 
 static const char help[] =
     "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
+    "                   [--weights PREFIX]\n"
     "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
     "                   [--max-memory BYTES] [--tag TAG] [--record [--sign-key file:KEY]]\n"
     "\n"
@@ -49,6 +50,9 @@ static const char help[] =
     "      --rtol Y          relative tolerance (default 1e-5)\n"
     "      --graph FILE      the network of a weight-only checkpoint: a layer list\n"
     "                        (YAML) or an ONNX model of the same parameters\n"
+    "      --weights PREFIX  with --graph, where a training checkpoint keeps the\n"
+    "                        model's tensors: state_dict, model, ema, ... or a dotted\n"
+    "                        prefix (default: found; docs/model.md)\n"
     "      --save-outputs DIR  write each output as DIR/NAME.npy (float32)\n"
     "      --timeout S       CPU seconds the engine may use (default 300)\n"
     "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
@@ -89,6 +93,7 @@ enum {
     OPT_ATOL,
     OPT_RTOL,
     OPT_GRAPH,
+    OPT_WEIGHTS,
     OPT_SAVE,
     OPT_TIMEOUT,
     OPT_MAXMEM,
@@ -100,7 +105,7 @@ enum {
 };
 
 struct opts {
-    const char *model, *graph, *save, *sign_key, *tag;
+    const char *model, *graph, *weights, *save, *sign_key, *tag;
     char *spec; /* owned: MODEL#TAG with --tag */
     bool record;
     const char **inputs, **expected;
@@ -187,6 +192,7 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
                                              {"atol", required_argument, NULL, OPT_ATOL},
                                              {"rtol", required_argument, NULL, OPT_RTOL},
                                              {"graph", required_argument, NULL, OPT_GRAPH},
+                                             {"weights", required_argument, NULL, OPT_WEIGHTS},
                                              {"save-outputs", required_argument, NULL, OPT_SAVE},
                                              {"timeout", required_argument, NULL, OPT_TIMEOUT},
                                              {"max-memory", required_argument, NULL, OPT_MAXMEM},
@@ -219,6 +225,9 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
             break;
         case OPT_GRAPH:
             o->graph = optarg;
+            break;
+        case OPT_WEIGHTS:
+            o->weights = optarg;
             break;
         case OPT_SAVE:
             o->save = optarg;
@@ -276,6 +285,8 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
         return ck_cli_usage_error("verify", "--sign-key is only valid with --record");
     if (o->record && !o->ninputs)
         return ck_cli_usage_error("verify", "--record needs --inputs FILE...");
+    if (o->weights && !o->graph)
+        return ck_cli_usage_error("verify", "--weights goes with --graph (a layer list)");
     if (o->record && o->graph)
         return ck_cli_usage_error("verify",
                                   "--record takes an archive (.mldef, SameDiff), not --graph");
@@ -286,7 +297,8 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
  * list or an ONNX file), through the readers' one entry point. */
 static int open_model(const struct opts *o, struct ck_model **m)
 {
-    return ck_reader_open_model(o->model, NULL, o->graph, m);
+    struct ck_layers_opts lo = {o->weights, "--weights"};
+    return ck_reader_open_model_sel(o->model, NULL, o->graph, NULL, 0, NULL, &lo, m);
 }
 
 static int default_inputs(const struct ck_model *m, const char *model, struct ck_infer_array *in)

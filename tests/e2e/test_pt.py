@@ -147,7 +147,8 @@ class Pt(Base):
 
     def test_whole_module_is_refused_by_class_name(self):
         p = tg.save(tg.mlp(), self.path("model.pt"))
-        self.assert_refused(p, "global 'torch.nn.modules.container.Sequential' is not allowed")
+        self.assert_refused(p, "an object of class 'torch.nn.modules.container.Sequential'",
+                            "save model.state_dict() instead")
 
 
 class Hostile(Base):
