@@ -1,4 +1,5 @@
 #include "agent/counters.h"
+#include "infer/sandbox.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -107,6 +108,59 @@ out:
     return err;
 }
 
+/* What the child answers: the counters without the source's pointer. */
+struct answer {
+    bool has_epoch, has_step, has_source;
+    int64_t epoch, step;
+};
+
+struct job {
+    const char *path;
+    int (*read)(const char *path, struct ck_counters *out);
+};
+
+static int read_child(void *arg, int fd)
+{
+    const struct job *j = arg;
+    struct ck_counters c;
+    memset(&c, 0, sizeof c);
+    int err = j->read(j->path, &c);
+    if (err < 0)
+        return err;
+    struct answer a = {c.has_epoch, c.has_step, c.source != NULL, c.epoch, c.step};
+    return ck_write_all(fd, &a, sizeof a) < 0 ? ck_error_os(CK_EIO, "cannot answer") : 0;
+}
+
+/* read(path) in a child process (infer/sandbox): the watcher reads a file
+ * the trainer wrote with the pickle and JSON readers, and a reader that
+ * crashes on it must cost that checkpoint's counters, not the watcher. */
+static int read_isolated(const char *path, int (*read)(const char *, struct ck_counters *),
+                         const char *source, struct ck_counters *out)
+{
+    struct job j = {path, read};
+    struct ck_sandbox_limits lim = {.who = "the checkpoint's reader"};
+    enum ck_sandbox_status st;
+    unsigned char *buf = NULL;
+    uint64_t len = 0;
+    int err = ck_sandbox_call(read_child, &j, &lim, sizeof(struct answer), &buf, &len, &st, NULL);
+    if (err == 0 && len != sizeof(struct answer))
+        err = ck_error(CK_ERR, "'%s': the reading process answered %llu bytes", path,
+                       (unsigned long long)len);
+    if (err == 0) {
+        struct answer a;
+        memcpy(&a, buf, sizeof a);
+        out->has_epoch = a.has_epoch;
+        out->has_step = a.has_step;
+        out->epoch = a.epoch;
+        out->step = a.step;
+        out->source = a.has_source ? source : NULL;
+    } else if (st == CK_SANDBOX_CRASHED) {
+        ck_error_wrap(err, "'%s'", path);
+    }
+    free(buf);
+    return err;
+}
+
 int ck_counters_read(const char *dir, const struct ck_candidate *c, struct ck_counters *out)
 {
     char path[PATH_MAX], rel[PATH_MAX];
@@ -115,7 +169,7 @@ int ck_counters_read(const char *dir, const struct ck_candidate *c, struct ck_co
     if (c->kind == CK_CAND_FILE && c->nfiles == 1 && ends_with(c->files[0], ".ckpt")) {
         if ((err = ck_path_join(path, sizeof path, dir, c->files[0])) < 0)
             return err;
-        err = lightning(path, out);
+        err = read_isolated(path, lightning, "lightning", out);
     } else if (c->kind == CK_CAND_DIR) {
         bool has = false;
         for (size_t i = 0; i < c->nfiles && !has; i++)
@@ -125,7 +179,7 @@ int ck_counters_read(const char *dir, const struct ck_candidate *c, struct ck_co
         if (snprintf(rel, sizeof rel, "%s/trainer_state.json", c->rel) >= (int)sizeof rel ||
             (err = ck_path_join(path, sizeof path, dir, rel)) < 0)
             return ck_error(CK_ESIZE, "path too long: '%s'", c->rel);
-        err = trainer_state(path, out);
+        err = read_isolated(path, trainer_state, "trainer_state.json", out);
     } else {
         return 0;
     }
