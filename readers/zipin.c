@@ -21,6 +21,9 @@ bool ck_zipin_name_is_safe(const char *name)
 {
     if (!name || !*name || name[0] == '/' || strchr(name, '\\'))
         return false;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) /* control bytes: a terminal's escapes in every message */
+            return false;
     if (((name[0] >= 'A' && name[0] <= 'Z') || (name[0] >= 'a' && name[0] <= 'z')) &&
         name[1] == ':')
         return false;

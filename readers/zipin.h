@@ -1,6 +1,6 @@
 /* Reading members of a zip archive (libzip) for the readers that take one
  * (.nnp, SameDiff zips), with hostile input in mind: an archive with a member
- * whose name could escape a folder ("../x", "/etc/x", "a\\b", "C:x") is
+ * whose name could escape a folder ("../x", "/etc/x", "a\\b", "C:x") or holds a control byte is
  * refused as a whole, and a member is read only after its size has been
  * checked against the caller's maximum and against what its compressed size
  * can really expand to. */
@@ -50,7 +50,8 @@ int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t le
  * (into crcs, which may be NULL; readers/sumpass.h); others through libzip.
  * CK_EFORMAT naming the archive and the first bad member. */
 int ck_zipin_check_crcs(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs);
-/* Whether a member name is safe to use as a relative path. */
+/* Whether a member name is safe to use as a relative path (and to print: no
+ * control bytes). */
 bool ck_zipin_name_is_safe(const char *name);
 
 #endif

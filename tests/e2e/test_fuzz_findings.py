@@ -149,6 +149,21 @@ class Onnx(Base):
         self.assertEqual(r.returncode, 0, r.stderr)
 
 
+class Zip(Base):
+    def test_a_member_name_with_a_control_byte_is_refused(self):
+        """fuzz_zip: a member named '    \x01,st.json' was listed but could not
+        be found again by its name; names with control bytes (a terminal's
+        escapes, in every message that names them) are refused."""
+        import zipfile
+        p = self.path("ctl.npz")
+        with zipfile.ZipFile(p, "w") as z:
+            buf = self.path("a.npy")
+            np.save(buf, np.zeros(2, np.float32))
+            z.write(buf, "a.npy")
+            z.writestr("b\x1b[2J.npy", open(buf, "rb").read())
+        self.refused("inspect", p, "has an unsafe name")
+
+
 class SameDiff(Base):
     def setUp(self):
         super().setUp()
