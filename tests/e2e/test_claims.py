@@ -685,6 +685,22 @@ class KeyTable(TmpDirCase):
         with zipfile.ZipFile(out) as z:
             self.assertIn("tags.txt", z.namelist())
 
+    def probe_pack__pack_weights(self, d):
+        # a training dict with two containers of the model: pack.weights picks one
+        src = os.path.join(d, "train.safetensors")
+        w = weights(1)
+        write_ckpt(src, {**{"model." + k: v for k, v in w.items()},
+                         **{"ema." + k: v * 2 for k, v in w.items()}})
+        p = run_in("/", "pack", "-c", self.conf(d, SAFE_GRAPH), src, "-o",
+                   os.path.join(d, "a.mldef"))
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("pack.weights", p.stderr)
+        out = os.path.join(d, "b.mldef")
+        p = run_in("/", "pack", "-c", self.conf(d, SAFE_GRAPH + "  weights: ema\n"), src, "-o",
+                   out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("container='ema'", p.stderr)
+
     def probe_pack__pack_sign_key(self, d):
         key = os.path.join(d, "conf", "k")
         os.makedirs(os.path.dirname(key))
