@@ -63,6 +63,9 @@ void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k
                    int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 int ck_infer_reduce_axes(const struct ck_model_node *n, int rank, bool *axes);
+/* The step a slice of an axis of size elements really takes (a file's step
+ * clamped to [-size - 1, size + 1], which changes nothing it selects). */
+int64_t ck_infer_slice_step(int64_t size, int64_t step);
 void ck_infer_slice_axis(int64_t size, int64_t start, int64_t end, int64_t step, int64_t *first,
                          int64_t *count);
 

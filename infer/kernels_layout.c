@@ -56,7 +56,7 @@ static void slice(const struct ck_kcall *k)
         if ((size_t)a < k->n->p.nints / 3) {
             const int64_t *t = &k->n->p.ints[3 * a];
             ck_infer_slice_axis(x->d[a], t[0], t[1], t[2], &first, &count);
-            s = t[2];
+            s = ck_infer_slice_step(x->d[a], t[2]);
         }
         base += first * st[a];
         step[a] = s * st[a];

@@ -344,9 +344,22 @@ static int split(const struct ck_model_node *n, const struct ck_ishape *x, struc
 }
 
 /* numpy's slice.indices(): start, count for one axis. */
+int64_t ck_infer_slice_step(int64_t size, int64_t step)
+{
+    /* a step past the axis takes one element, as a step of size + 1 does:
+     * clamped so that no arithmetic on a file's step (INT64_MIN included)
+     * overflows */
+    if (step > size)
+        return size + 1;
+    if (step < -size - 1)
+        return -size - 1;
+    return step;
+}
+
 void ck_infer_slice_axis(int64_t size, int64_t start, int64_t end, int64_t step, int64_t *first,
                          int64_t *count)
 {
+    step = ck_infer_slice_step(size, step);
     int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? size : size - 1;
     if (start < 0)
         start = start + size < lo ? lo : start + size;

@@ -113,6 +113,23 @@ class Onnx(Base):
                        name="conv.onnx")
         self.refused("verify", p, "")
 
+    def test_slice_with_a_step_near_int64_max(self):
+        """fuzz_graph: the engine's slice multiplied a file's step by a
+        stride (216735916767641857 * 75 overflowed); a step past the axis
+        takes one element, as numpy and ONNX say."""
+        h = self.h
+        consts = [h.make_tensor(n, self.TP.INT64, [1], [v]) for n, v in
+                  (("st", 1), ("en", 1 << 62), ("ax", 1), ("sp", 216735916767641857))]
+        sl = h.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"], name="s")
+        p = self.model([sl], consts, [self.vi("x", [2, 75])], [self.vi("y", [2, 1])])
+        x = np.arange(150, dtype=np.float32).reshape(2, 75)
+        np.save(self.path("x.npy"), x)
+        np.save(self.path("y.npy"), x[:, 1::216735916767641857])
+        r = run("verify", p, "--inputs", self.path("x.npy"), "--expected", self.path("y.npy"),
+                timeout=120)
+        self.assertNotIn("runtime error", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_dropout_in_training_mode_is_refused_not_answered(self):
         """ONNX's test_training_dropout: identity there would be a wrong answer."""
         h = self.h
