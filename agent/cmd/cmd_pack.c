@@ -42,6 +42,7 @@ static const char head[] =
 struct pack_flags {
     const char *out, *src_format, *tag, *ref, *dtype;
     int level; /* -1: the format's default */
+    const char *weights_origin; /* what set pack.weights, for messages: "--weights" or the key */
 };
 
 #define O(f) offsetof(struct pack_flags, f)
@@ -117,7 +118,7 @@ static int pack_one(const struct ck_config *cfg, const struct pack_flags *fl, co
         .graph_text = cfg->pack_graph_yaml,
         .graph_label = cfg->pack_graph_label,
         .weights = cfg->pack_weights,
-        .weights_key = "pack.weights (--weights)",
+        .weights_key = fl->weights_origin,
         .w = {.level = fl->level,
               .sign_key = cfg->pack_sign_key,
               .tag = fl->tag,
@@ -155,6 +156,10 @@ int ck_cmd_pack(int argc, char **argv)
         ck_cli_help(head, options, tail);
         return CK_EXIT_OK;
     }
+    fl.weights_origin = "pack.weights";
+    for (size_t i = 0; i < cli.noverrides; i++)
+        if (!strcmp(cli.overrides[i].key, "pack.weights"))
+            fl.weights_origin = "--weights";
     /* the config's pack.* keys, the flags over them (one table: agent/config.c) */
     struct ck_config cfg;
     int err = ck_config_for_dir(&cfg, cli.config_path, NULL);
