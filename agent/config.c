@@ -311,7 +311,10 @@ int ck_parse_size(const char *s, uint64_t *out)
                  {"G", 1e9},    {"GB", 1e9},      {"GiB", 1073741824.0}};
     for (size_t i = 0; i < sizeof units / sizeof *units; i++)
         if (!strcmp(end, units[i].suffix)) {
-            *out = (uint64_t)(v * units[i].mult);
+            double bytes = v * units[i].mult;
+            if (!(bytes < 0x1p64)) /* the cast of a larger double is undefined */
+                return ck_error(CK_ECONFIG, "'%s' is too large a size", s);
+            *out = (uint64_t)bytes;
             return 0;
         }
     return ck_error(CK_ECONFIG, "'%s' is not a size (like 4096, 64KiB, 8MiB, 1G)", s);

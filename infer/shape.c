@@ -142,13 +142,13 @@ static int conv2d(const struct ck_model_node *n, const struct ck_ishape *in, siz
     if (x->rank != 4 || w->rank != 4)
         return BAD("node '%s' (conv2d): input %s and weight %s must be 4-d (NCHW, OIHW)", n->name,
                    ck_ishape_text(x, sx, sizeof sx), ck_ishape_text(w, sw, sizeof sw));
+    int64_t cin = -1;
     if (p->groups < 1 || x->d[1] % p->groups || w->d[0] % p->groups ||
-        w->d[1] * p->groups != x->d[1])
+        !ck_dim_mul(w->d[1], p->groups, &cin) || cin != x->d[1])
         return BAD("node '%s' (conv2d): input %s has %lld channels, weight %s with %lld groups "
                    "takes %lld",
                    n->name, ck_ishape_text(x, sx, sizeof sx), (long long)x->d[1],
-                   ck_ishape_text(w, sw, sizeof sw), (long long)p->groups,
-                   (long long)(w->d[1] * p->groups));
+                   ck_ishape_text(w, sw, sizeof sw), (long long)p->groups, (long long)cin);
     int64_t oh = window_out(x->d[2], w->d[2], p->stride[0], p->dilation[0], p->pad[0], p->pad[2],
                             false);
     int64_t ow = window_out(x->d[3], w->d[3], p->stride[1], p->dilation[1], p->pad[1], p->pad[3],

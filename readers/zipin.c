@@ -68,6 +68,16 @@ int ck_zipin_open(struct ck_zipin *zi, const char *path)
             ck_zipin_close(zi);
             return err;
         }
+        /* the name must lead back to this member: two members of one name (a
+         * reader would take one, another tool the other), or a name cut at a
+         * NUL byte, are an archive that means two things */
+        if (zip_name_locate(zi->z, name, ZIP_FL_ENC_RAW) != (zip_int64_t)i) {
+            int err = ck_error(CK_EFORMAT,
+                               "'%s': member '%s' is named twice, or its name holds a NUL byte",
+                               path, name);
+            ck_zipin_close(zi);
+            return err;
+        }
     }
     return 0;
 }

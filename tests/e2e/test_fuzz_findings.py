@@ -180,6 +180,36 @@ class Zip(Base):
             z.writestr("b\x1b[2J.npy", open(buf, "rb").read())
         self.refused("inspect", p, "has an unsafe name")
 
+    def test_two_members_of_one_name_are_refused(self):
+        """fuzz_zip: a listed member that its name does not lead back to. Two
+        members of one name mean two things (a reader takes one, Python's
+        zipfile the other): refused (libzip's own check names it first; a
+        name cut at a NUL byte is ckptd's)."""
+        import warnings
+        import zipfile
+        p = self.path("twice.npz")
+        buf = self.path("a.npy")
+        with zipfile.ZipFile(p, "w") as z, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zipfile warns of the duplicate, and writes it
+            for v in (0, 1):
+                np.save(buf, np.full(2, v, np.float32))
+                z.write(buf, "a.npy")
+        self.refused("inspect", p, "not a readable zip archive: File already exists")
+
+
+class Config(Base):
+    def test_a_size_past_2_to_the_64_is_refused(self):
+        """fuzz_yaml: a size whose bytes do not fit 64 bits was cast from a
+        double (undefined); it is a config error naming the value."""
+        d = self.path("run")
+        os.makedirs(d)
+        with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+            f.write("verify: {max_memory: 1e40GiB}\n")
+        r = run("config", d)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("line 1: 'verify.max_memory' must be a size", r.stderr)
+        self.assertNotIn("runtime error", r.stderr)
+
 
 class SameDiff(Base):
     def setUp(self):
