@@ -96,6 +96,9 @@ int ck_infer_k_pool(const struct ck_kcall *k)
         planes *= x->d[i];
     enum ck_op op = k->n->op;
     if (op == CK_OP_GLOBAL_AVGPOOL || op == CK_OP_GLOBAL_MAXPOOL) {
+        /* one value per (N, C): every axis from 2 on is pooled, also for
+         * NCDHW (the output is [N, C, 1, ...]; planes above counts D too) */
+        planes = x->d[0] * x->d[1];
         int64_t inner = ck_ishape_numel(x) / (planes ? planes : 1);
         for (int64_t pl = 0; pl < planes; pl++) {
             const float *xp = k->in[0] + pl * inner;

@@ -130,6 +130,21 @@ class Onnx(Base):
         self.assertNotIn("runtime error", r.stderr)
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_global_pool_of_a_5d_input(self):
+        """fuzz_graph: a global pool of an NCDHW input wrote N*C*D values
+        into an output of N*C (a heap overflow): every axis from 2 on is
+        pooled, as ONNX says."""
+        h = self.h
+        p = self.model([h.make_node("GlobalAveragePool", ["x"], ["y"], name="g")], [],
+                       [self.vi("x", [1, 2, 3, 4, 5])], [self.vi("y", [1, 2, 1, 1, 1])])
+        x = np.random.default_rng(5).standard_normal((1, 2, 3, 4, 5)).astype(np.float32)
+        np.save(self.path("x.npy"), x)
+        np.save(self.path("y.npy"), x.mean(axis=(2, 3, 4), keepdims=True))
+        r = run("verify", p, "--inputs", self.path("x.npy"), "--expected", self.path("y.npy"),
+                timeout=120)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_dropout_in_training_mode_is_refused_not_answered(self):
         """ONNX's test_training_dropout: identity there would be a wrong answer."""
         h = self.h
