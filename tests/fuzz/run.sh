@@ -15,7 +15,8 @@
 # (executions, coverage, corpus size) go to BUILD_DIR/fuzz-summary.tsv.
 # CK_FUZZ_JOBS=N runs N targets at a time (default 1).
 # CK_FUZZ_KEEP=1 then merges each target's corpus, minimised (libFuzzer's
-# -merge=1 keeps the inputs that add coverage), into tests/fuzz/corpus.
+# -merge=1 keeps the inputs that add coverage), into tests/fuzz/corpus, less
+# any input holding a copy of the real files (keep_clean.py).
 set -eu
 if [ $# -lt 1 ]; then
     echo "usage: $0 BUILD_DIR [SECONDS|long] [TARGET...]" >&2
@@ -96,6 +97,9 @@ run_one() {
     if [ "${CK_FUZZ_KEEP:-0}" = 1 ]; then
         mkdir -p "$kept"
         "$build/tests/fuzz/fuzz_$t" -merge=1 "$kept" "$corpus" "$seeds/$t" >"$log.merge" 2>&1
+        # the real files seed every run from ../shared/data; the repository
+        # keeps only what the fuzzers made, no copy of them
+        /usr/bin/python3 "$src/tests/fuzz/keep_clean.py" "$kept"
     fi
 }
 
