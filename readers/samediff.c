@@ -1217,23 +1217,12 @@ out:
     return 0;
 }
 
-/* A zip: the CRC-32 and true size of every member (every tag of a SameDiff archive), the older
- * ones as well as what this read used; anything else stores no checksum. */
-static int sd_verify(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs)
-{
-    const unsigned char *p;
-    uint64_t len;
-    if (ck_tensor_set_first_mapping(s, &p, &len) < 0 || !ck_zipin_is_zip(p, len))
-        return CK_VERIFY_NONE;
-    return ck_zipin_check_crcs(s, crcs);
-}
-
 const struct ck_reader_ops ck_reader_samediff = {
     .name = "samediff",
     .description = "DL4J SameDiff FlatBuffers graph (.fb) or tagged zip",
     .probe = sd_probe,
     .open = sd_open,
-    .verify = sd_verify,
+    .verify = ck_zipin_verify_archive, /* a zip: every member (every tag) */
     .to_model = ck_samediff_to_model,
 };
 

@@ -333,3 +333,12 @@ out:
     ck_tensor_set_free(scratch);
     return err;
 }
+
+int ck_zipin_verify_archive(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs)
+{
+    const unsigned char *p;
+    uint64_t len;
+    if (ck_tensor_set_first_mapping(s, &p, &len) < 0 || !ck_zipin_is_zip(p, len))
+        return CK_VERIFY_NONE;
+    return ck_zipin_check_crcs(s, crcs);
+}

@@ -50,6 +50,11 @@ int ck_zipin_stored(struct ck_tensor_set *s, const unsigned char *b, uint64_t le
  * (into crcs, which may be NULL; readers/sumpass.h); others through libzip.
  * CK_EFORMAT naming the archive and the first bad member. */
 int ck_zipin_check_crcs(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs);
+/* A reader's verify for formats that are a zip or a plain file (.nnp,
+ * SameDiff): a zip (s's first mapping) has every member's CRC-32 and size
+ * checked (ck_zipin_check_crcs), the older tags of a SameDiff archive too;
+ * anything else stores no checksum (CK_VERIFY_NONE). */
+int ck_zipin_verify_archive(const struct ck_tensor_set *s, struct ck_tensor_crcs *crcs);
 /* Whether a member name is safe to use as a relative path (and to print: no
  * control bytes). */
 bool ck_zipin_name_is_safe(const char *name);
