@@ -31,6 +31,8 @@ tmp=$(mktemp -d)
 trap '$sudo dpkg --purge ckptd >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 head -c 32 /dev/urandom | base64 | sed 's/^/whsec_/' > "$tmp/next" && chmod 600 "$tmp/next"
 cp /usr/share/doc/ckptd/examples/slack.json "$tmp/"
+# the files its verify keys name, beside it (relative paths: the config's folder)
+mkdir -p "$tmp/golden" && : > "$tmp/golden/x.npy"
 sed "s#/etc/ckptd/webhook-secret.next#$tmp/next#" /usr/share/doc/ckptd/examples/ckptd.example.yaml \
     > "$tmp/ckptd.yaml"
 CKPTD_WEBHOOK_SECRET="whsec_$(head -c 32 /dev/urandom | base64)" \
