@@ -33,8 +33,9 @@ head -c 32 /dev/urandom | base64 | sed 's/^/whsec_/' > "$tmp/next" && chmod 600 
 cp /usr/share/doc/ckptd/examples/slack.json "$tmp/"
 # the files its verify keys name, beside it (relative paths: the config's folder)
 mkdir -p "$tmp/golden" && : > "$tmp/golden/x.npy"
-sed "s#/etc/ckptd/webhook-secret.next#$tmp/next#" /usr/share/doc/ckptd/examples/ckptd.example.yaml \
-    > "$tmp/ckptd.yaml"
+/usr/bin/ckptd keygen -o "$tmp/deploy.key" >/dev/null || fail "keygen does not write a key"
+sed -e "s#/etc/ckptd/webhook-secret.next#$tmp/next#" -e "s#/etc/ckptd/deploy.key#$tmp/deploy.key#" \
+    /usr/share/doc/ckptd/examples/ckptd.example.yaml > "$tmp/ckptd.yaml"
 CKPTD_WEBHOOK_SECRET="whsec_$(head -c 32 /dev/urandom | base64)" \
 CKPTD_SLACK_WEBHOOK_URL=https://hooks.example.com/x \
     /usr/bin/ckptd config -c "$tmp/ckptd.yaml" >/dev/null || fail "the installed example config does not load"
