@@ -78,7 +78,7 @@ static int matmul(const struct ck_kcall *k)
     for (int i = br - 1; i >= 0; i--) {
         int ja = i - (br - (a.rank - 2)), jb = i - (br - (b.rank - 2));
         int64_t da = ja < 0 ? 1 : a.d[ja], db = jb < 0 ? 1 : b.d[jb];
-        bd[i] = da > db ? da : db;
+        bd[i] = da == 1 ? db : da; /* numpy's rule, as the shape rule: 1 with 0 is 0 */
         sa[i] = da == 1 ? 0 : acca;
         sb[i] = db == 1 ? 0 : accb;
         acca *= da;

@@ -145,6 +145,21 @@ class Onnx(Base):
         self.assertNotIn("Sanitizer", r.stderr)
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_matmul_broadcasting_an_empty_batch(self):
+        """fuzz_graph: a batch dim of 0 against 1 broadcast to 1 in the
+        matmul kernel (to 0 in the shape rule, as numpy): one product written
+        into an empty output, a heap overflow."""
+        h = self.h
+        w = h.make_tensor("w", self.TP.FLOAT, [1, 3, 4], np.ones(12, np.float32))
+        p = self.model([h.make_node("MatMul", ["x", "w"], ["y"], name="mm")], [w],
+                       [self.vi("x", [0, 2, 3])], [self.vi("y", [0, 2, 4])])
+        np.save(self.path("x.npy"), np.zeros((0, 2, 3), np.float32))
+        np.save(self.path("y.npy"), np.zeros((0, 2, 4), np.float32))
+        r = run("verify", p, "--inputs", self.path("x.npy"), "--expected", self.path("y.npy"),
+                timeout=120)
+        self.assertNotIn("Sanitizer", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_dropout_in_training_mode_is_refused_not_answered(self):
         """ONNX's test_training_dropout: identity there would be a wrong answer."""
         h = self.h
