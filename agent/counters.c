@@ -138,26 +138,15 @@ static int read_isolated(const char *path, int (*read)(const char *, struct ck_c
                          const char *source, struct ck_counters *out)
 {
     struct job j = {path, read};
-    struct ck_sandbox_limits lim = {.who = "the checkpoint's reader"};
-    enum ck_sandbox_status st;
-    unsigned char *buf = NULL;
-    uint64_t len = 0;
-    int err = ck_sandbox_call(read_child, &j, &lim, sizeof(struct answer), &buf, &len, &st, NULL);
-    if (err == 0 && len != sizeof(struct answer))
-        err = ck_error(CK_ERR, "'%s': the reading process answered %llu bytes", path,
-                       (unsigned long long)len);
+    struct answer a;
+    int err = ck_sandbox_call_fixed(read_child, &j, "the checkpoint's reader", path, &a, sizeof a);
     if (err == 0) {
-        struct answer a;
-        memcpy(&a, buf, sizeof a);
         out->has_epoch = a.has_epoch;
         out->has_step = a.has_step;
         out->epoch = a.epoch;
         out->step = a.step;
         out->source = a.has_source ? source : NULL;
-    } else if (st == CK_SANDBOX_CRASHED) {
-        ck_error_wrap(err, "'%s'", path);
     }
-    free(buf);
     return err;
 }
 

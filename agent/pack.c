@@ -153,22 +153,11 @@ int ck_pack_isolated(const char *src, const char *out, const struct ck_pack_opts
                      struct ck_pack_result *r)
 {
     struct isolated j = {src, out, o};
-    struct ck_sandbox_limits lim = {.who = "the checkpoint's reader"};
-    enum ck_sandbox_status st;
-    unsigned char *answer = NULL;
-    uint64_t len = 0;
-    int err = ck_sandbox_call(pack_child, &j, &lim, sizeof *r, &answer, &len, &st, NULL);
-    if (err == 0 && len != sizeof *r)
-        err = ck_error(CK_ERR, "'%s': the packing process answered %llu bytes, not %zu", src,
-                       (unsigned long long)len, sizeof *r);
+    int err = ck_sandbox_call_fixed(pack_child, &j, "the checkpoint's reader", src, r, sizeof *r);
     if (err == 0) {
-        memcpy(r, answer, sizeof *r);
         r->sha256[sizeof r->sha256 - 1] = 0;
         r->samediff.tag[sizeof r->samediff.tag - 1] = 0;
-    } else if (st == CK_SANDBOX_CRASHED) {
-        ck_error_wrap(err, "'%s'", src);
     }
-    free(answer);
     return err;
 }
 

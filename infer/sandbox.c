@@ -219,3 +219,22 @@ fail:
     *len = 0;
     return err;
 }
+
+int ck_sandbox_call_fixed(ck_sandbox_fn fn, void *arg, const char *who, const char *path,
+                          void *out, size_t size)
+{
+    struct ck_sandbox_limits lim = {.who = who};
+    enum ck_sandbox_status st;
+    unsigned char *answer = NULL;
+    uint64_t len = 0;
+    int err = ck_sandbox_call(fn, arg, &lim, size, &answer, &len, &st, NULL);
+    if (err == 0 && len != size)
+        err = ck_error(CK_ERR, "'%s': %s answered %llu bytes, not %zu", path, who,
+                       (unsigned long long)len, size);
+    if (err == 0)
+        memcpy(out, answer, size);
+    else if (st == CK_SANDBOX_CRASHED)
+        ck_error_wrap(err, "'%s'", path);
+    free(answer);
+    return err;
+}

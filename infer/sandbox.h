@@ -46,6 +46,13 @@ int ck_sandbox_call(ck_sandbox_fn fn, void *arg, const struct ck_sandbox_limits 
                     uint64_t max_answer, unsigned char **answer, uint64_t *len,
                     enum ck_sandbox_status *status, struct rusage *ru);
 
+/* fn(arg, fd) in a child with no resource limits, whose answer must be
+ * exactly size bytes, copied into out. who names what runs there; a crash's
+ * message is prefixed with 'path' (the file it was reading). For work that
+ * parses a hostile file on behalf of the sidecar: a crash costs the child. */
+int ck_sandbox_call_fixed(ck_sandbox_fn fn, void *arg, const char *who, const char *path,
+                          void *out, size_t size);
+
 /* What a sandboxed run measured. */
 struct ck_infer_stats {
     unsigned runs;                   /* how many times the model ran */

@@ -11,18 +11,14 @@
 
 int64_t ck_ishape_numel(const struct ck_ishape *s)
 {
-    int64_t n = 0, nz = 0;
+    int64_t n = 0, nz = 1;
     /* the non-zero dims too must multiply within the limit: a [0, 2^62, 2^62]
      * has no element, but a flatten of it would overflow */
     if (!ck_dims_prod(s->d, 0, s->rank, &n))
         return -1;
-    for (int i = 0, first = 1; i < s->rank; i++)
-        if (s->d[i]) {
-            nz = first ? s->d[i] : nz * s->d[i]; /* fits: ck_dims_prod checked it */
-            first = 0;
-            if (nz > CK_INFER_NUMEL_MAX)
-                return -1;
-        }
+    for (int i = 0; i < s->rank; i++)
+        if (s->d[i] && (nz *= s->d[i]) > CK_INFER_NUMEL_MAX) /* fits: ck_dims_prod checked */
+            return -1;
     return n;
 }
 
