@@ -40,4 +40,15 @@ static inline bool ck_dims_prod(const int64_t *dims, int from, int to, int64_t *
     return true;
 }
 
+/* A dim or index kept as a double (folded constants, a float tensor's
+ * values) as an int64: saturating, since INT64_MAX (Slice's "to the end")
+ * reads back as 2^63; false for a NaN or an infinity, which are no integer. */
+static inline bool ck_dim_from_double(double d, int64_t *out)
+{
+    if (!__builtin_isfinite(d))
+        return false;
+    *out = d >= 0x1p63 ? INT64_MAX : d <= -0x1p63 ? INT64_MIN : (int64_t)d;
+    return true;
+}
+
 #endif

@@ -1,4 +1,5 @@
 #include "model/tensor.h"
+#include "model/dims.h"
 #include "common/crc32c.h"
 #include "common/error.h"
 
@@ -653,10 +654,7 @@ int ck_tensor_get_i64(const struct ck_tensor *t, uint64_t i, int64_t *out)
         return 0;
     }
     double d = ck_tensor_get_f64(t, i);
-    if (!isfinite(d) || d != floor(d))
-        return CK_EFORMAT;
-    *out = d >= 0x1p63 ? INT64_MAX : d <= -0x1p63 ? INT64_MIN : (int64_t)d;
-    return 0;
+    return d == floor(d) && ck_dim_from_double(d, out) ? 0 : CK_EFORMAT;
 }
 
 #define CRC_CHUNK ((uint64_t)8 << 20)

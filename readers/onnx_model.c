@@ -223,17 +223,6 @@ static int input(struct cx *c, const struct ck_graph_node *n, size_t i, struct v
     return 0;
 }
 
-/* A folded value as an integer: int64 values are kept as doubles, so
- * INT64_MAX (Slice's "to the end") reads back as 2^63 and saturates to
- * INT64_MAX, like INT64_MIN; a NaN or an infinity is no integer. */
-static bool to_i64(double d, int64_t *out)
-{
-    if (isnan(d) || isinf(d))
-        return false;
-    *out = d >= 0x1p63 ? INT64_MAX : d <= -0x1p63 ? INT64_MIN : (int64_t)d;
-    return true;
-}
-
 /* Input i as a list of integers (a constant: Reshape's shape, Slice's starts...). */
 static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int64_t *v, size_t max,
                       size_t *count)
@@ -247,7 +236,7 @@ static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int
                         "'%s': node '%s' (%s): input '%s' is not a constant that can be folded",
                         c->path, n->name, n->op, x->name);
     for (size_t k = 0; k < x->cn; k++)
-        if (!to_i64(x->c[k], &v[k]))
+        if (!ck_dim_from_double(x->c[k], &v[k]))
             return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' holds a value that is not an integer",
                             c->path, n->name, n->op, x->name);
     *count = x->cn;
@@ -756,7 +745,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             return err < 0 ? err : 0;
         for (size_t i = 0; i < total; i++) {
             int64_t k = 0;
-            if (!to_i64(b->c[i], &k) || k < -(int64_t)a->cn)
+            if (!ck_dim_from_double(b->c[i], &k) || k < -(int64_t)a->cn)
                 return ck_error(CK_EFORMAT, "'%s': node '%s' (Gather): index out of range", c->path,
                                 n->name);
             if (k < 0)
@@ -783,7 +772,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     }
     if (!strcmp(op, "Slice") && a->rank == 1 && o->rank == 1 && b && in[2]) {
         int64_t s = 0, dim = (int64_t)a->cn;
-        if (!to_i64(b->c[0], &s))
+        if (!ck_dim_from_double(b->c[0], &s))
             return 0;
         if (s < 0)
             s += dim;
