@@ -88,7 +88,7 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
     /* The tree first, so that the archives go after the checkpoint data and
      * before metadata.yaml (the queue runs by phase, then order; the round
      * queues the tree again and finds it queued). */
-    if (err == 0 && a->n) {
+    if (err == 0 && (a->n || p->queue_tree_now)) {
         char root[PATH_MAX];
         int q = 0;
         if (!realpath(p->dir, root))

@@ -33,6 +33,12 @@ struct ck_pipeline {
     /* The upload stage: NULL runs it here until the queue is empty; else the
      * watcher's helper gets a kick when metadata.yaml changed. */
     struct ck_upload_worker *uploads;
+    /* With a helper: the tree is queued here, in this pass, not by the
+     * helper's next round. A watcher's final pass sets it: a hand-over may
+     * end before the helper lists the tree again, and what is left behind
+     * must be in the queue (counted, and sent by the next start), not only
+     * on disk. */
+    bool queue_tree_now;
     /* The events stage could not store an event (already logged): the
      * caller must not exit 0, so that a restart announces it (notify.c
      * announces at start what an earlier run left unannounced). */

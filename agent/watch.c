@@ -304,7 +304,8 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
     double t0 = ck_mono_s();
     /* the pass and what it hands on: events, pack, verify, a kick to the upload helper */
     struct ck_pipeline pl = {
-        .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up};
+        .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up,
+        .queue_tree_now = final && w->up};
     int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
     if (pl.events_err < 0 && !w->ended) {

@@ -23,10 +23,11 @@ from pmf_validate import validate_tree  # noqa: E402
 import yaml  # noqa: E402
 
 # Writes N checkpoints of SIZE bytes (temporary name, then renamed into
-# place, as frameworks do), waits DELAY after the last one closed, then
-# sends SIGTERM to ckptd; killed by the forwarded signal, or exiting 0 on it.
+# place, as frameworks do), waits until ckptd's LOG shows an upload started,
+# then (with "late") one more checkpoint that only the final pass can
+# register, then DELAY, then sends SIGTERM to ckptd; killed by the forwarded signal, or exiting 0 on it.
 TRAINER = r"""
-n=$1 size=$2 delay=$3 mode=$4
+n=$1 size=$2 delay=$3 mode=$4 log=$5 late=$6
 if [ "$mode" = clean ]; then trap 'exit 0' TERM; fi
 i=1
 while [ $i -le $n ]; do
@@ -35,6 +36,14 @@ while [ $i -le $n ]; do
   i=$((i + 1))
   [ $i -le $n ] && sleep 1
 done
+# the signal must find a transfer running: wait for ckptd to start one (a
+# loaded machine may take seconds), then DELAY
+t=0
+while ! grep -q 'upload\.start' "$log" && [ $t -lt 600 ]; do sleep 0.1; t=$((t + 1)); done
+if [ "$late" = late ]; then
+  head -c 1000 /dev/urandom > epoch_$i.pt.tmp
+  mv epoch_$i.pt.tmp epoch_$i.pt
+fi
 sleep $delay
 kill -TERM $PPID
 sleep 5 & wait
@@ -50,7 +59,7 @@ def md5(path):
 
 
 class WrappedHandover(TmpDirCase):
-    def round(self, web, name, delay, mode, upload="", watch="", size=600000, n=2):
+    def round(self, web, name, delay, mode, upload="", watch="", size=600000, n=2, late=False):
         tree = os.path.join(self.dir, name)
         os.makedirs(tree)
         with open(os.path.join(tree, "ckptd.yaml"), "w") as f:
@@ -63,7 +72,7 @@ class WrappedHandover(TmpDirCase):
         log = open(os.path.join(self.dir, name + ".log"), "w+")
         t0 = time.monotonic()
         p = subprocess.Popen([CKPTD, "watch", tree, "--", "/bin/sh", script, str(n), str(size),
-                              str(delay), mode], stdout=log, stderr=subprocess.STDOUT, cwd=tree)
+                              str(delay), mode, log.name, "late" if late else "-"], stdout=log, stderr=subprocess.STDOUT, cwd=tree)
         try:
             code = p.wait(timeout=EXIT_BOUND)
         except subprocess.TimeoutExpired:
@@ -118,19 +127,28 @@ class WrappedHandover(TmpDirCase):
 
     def test_what_cannot_be_finished_is_counted(self):
         """A hand-over too short for what is queued: the rest stays queued,
-        watch.handover_incomplete says how much, and the next start sends it."""
+        watch.handover_incomplete says how much, and the next start sends it.
+        A checkpoint closed just before the signal is registered by the final
+        pass and queued with it, though the hand-over ends first."""
         with Nginx(self.dir) as web:
             tree, code, text, secs = self.round(
                 web, "short", 0, "killed", upload="  grace: 1s\n", watch="  grace_period: 1s\n",
-                size=3000000, n=1)
+                size=3000000, n=1, late=True)
             self.assertEqual(code, 128 + 15, text)
             m = re.search(r"watch\.handover_incomplete: uploads_left=(\d+) deliveries_left=(\d+)",
                           text)
             self.assertIsNotNone(m, text)
             jobs = [json.loads(x) for x in run("queue", "--json", tree).stdout.splitlines() if x]
             left = [j for j in jobs if j["state"] in ("pending", "running")]
-            self.assertEqual(int(m.group(1)), len(left), jobs)
-            self.assertIn("metadata.yaml", [j["key"] for j in left])
+            self.assertEqual(int(m.group(1)), len(left), f"{jobs}\n{text}")
+            self.assertIn("metadata.yaml", [j["key"] for j in left], f"{jobs}\n{text}")
+            # what the final pass registered is queued or sent, never only on disk
+            meta = validate_tree(tree)["model"]["training"]
+            self.assertIn("epoch_2.pt", meta["checkpoints"], text)
+            for ref, c in meta["checkpoints"].items():
+                sent = os.path.exists(os.path.join(web.root, "short", c["path"]))
+                self.assertTrue(sent or c["path"] in [j["key"] for j in left],
+                                f"{ref}: neither sent nor queued\n{jobs}\n{text}")
             # the store never saw a metadata.yaml naming what it lacks
             self.assertFalse(os.path.exists(os.path.join(web.root, "short", "metadata.yaml")))
             # the next run sends what stayed queued: the store ends as the tree is

@@ -310,7 +310,8 @@ class S3(TmpDirCase):
             f.write("checkpoints: {}\n")
         cfg = os.path.join(self.dir, "ckptd.yaml")
         with open(cfg, "w") as f:
-            f.write("upload:\n  grace: 500ms\n  max_rate: 2MiB\n")
+            # one file at a time: when the first is done, three are left for the signal
+            f.write("upload:\n  grace: 500ms\n  max_rate: 2MiB\n  transfers: 1\n")
         proc = subprocess.Popen([CKPTD, "upload", "-c", cfg, "--state", self.state, "--endpoint",
                                  self.s3.endpoint, tree, "s3://ckpt/t"],
                                 env=dict(os.environ, **self.env), stdout=subprocess.DEVNULL,
