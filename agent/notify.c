@@ -346,6 +346,7 @@ static void emit_for_model(struct ck_hooks *h, struct ck_state *st, const char *
             ev.seconds = o->seconds;
             ev.sha256 = o->sha256 && o->sha256[0] ? o->sha256 : NULL;
             ev.error = o->error;
+            ev.check = o->check;
         }
         err = ck_hooks_emit(h, st->db, &ev);
     }

@@ -18,7 +18,7 @@
 /* A failed job waits for its retry time; a round is run again this often. */
 #define RETRY_LOOK_S 5
 /* Fields of an outcome record, NUL-separated, in this order. */
-#define OUTCOME_FIELDS 9
+#define OUTCOME_FIELDS 10
 
 struct ck_upload_worker {
     const struct ck_config *cfg;
@@ -31,13 +31,13 @@ struct ck_upload_worker {
 
 /* ---- in the helper ---- */
 
-/* ok, bytes, seconds, store_url, key, src, sha256, has_error, error */
+/* ok, bytes, seconds, store_url, key, src, sha256, check, has_error, error */
 static void send_outcome(void *arg, const struct ck_upload_outcome *o)
 {
     struct ck_buf b = CK_BUF_INIT;
     (void)arg;
     ck_buf_printf(&b, "%d%c%" PRIu64 "%c%.6f%c", o->ok ? 1 : 0, 0, o->bytes, 0, o->seconds, 0);
-    const char *s[] = {o->store_url, o->key, o->src, o->sha256};
+    const char *s[] = {o->store_url, o->key, o->src, o->sha256, o->check};
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
         ck_buf_puts(&b, s[i] ? s[i] : "");
         ck_buf_putc(&b, '\0');
@@ -114,7 +114,8 @@ static void on_record(void *arg, const char *data, size_t len)
         .key = f[4],
         .src = f[5],
         .sha256 = f[6],
-        .error = f[7][0] == '1' ? f[8] : NULL,
+        .check = f[7][0] ? f[7] : NULL,
+        .error = f[8][0] == '1' ? f[9] : NULL,
     };
     if (w->on_outcome)
         w->on_outcome(w->arg, &o);

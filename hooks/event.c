@@ -79,6 +79,7 @@ static const struct field fields[] = {
     {"store", F_STR, O(store), "upload", "store"},
     {"remote_url", F_STR, O(remote_url), "upload", "url"},
     {"bytes", F_INT, O(bytes), "upload", "bytes"},
+    {"check", F_STR, O(check), "upload", "check"},
     {"seconds", F_DBL, O(seconds), "", "seconds"},
     {"status", F_STR, O(status), "training", "status"},
     {"exit_code", F_INT, O(exit_code), "training", "exit_code"},
@@ -103,7 +104,8 @@ const char *const ck_event_field_names[] = {
     "bytes",        "seconds",
     "status",       "exit_code",
     "error",        "message",
-    "against",      NULL,
+    "against",      "check",
+    NULL,
 };
 
 static bool field_is_set(const struct ck_event *ev, const struct field *f)

@@ -55,6 +55,7 @@ struct ck_event {
     const char *source; /* where the training job wrote it */
     const char *md5;
     const char *sha256;
+    const char *check; /* upload.completed: which check of the stored copy ran */
     int64_t size;               /* bytes */
     const char *archive_format; /* mldef, samediff, bundle */
     const char *archive_path;

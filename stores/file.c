@@ -147,6 +147,7 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
     if ((err = ck_fsync_dir(dir)) < 0)
         goto out;
     memcpy(x->sha256, sha, sizeof x->sha256);
+    x->check = "read-back-sha256";
     x->parts_sent = 1;
 out:
     if (in >= 0)

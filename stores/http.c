@@ -255,6 +255,7 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
         if (err < 0)
             goto out;
     }
+    x->check = s->exact ? "none" : "size";
     if ((err = ck_source_check_unchanged(&src, x)) < 0)
         goto out;
     x->parts_sent = 1;

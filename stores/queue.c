@@ -25,7 +25,7 @@ static const char schema_sql[] =
     "  spool TEXT, upload_id TEXT NOT NULL DEFAULT '', part_size INTEGER NOT NULL DEFAULT 0,"
     "  attempts INTEGER NOT NULL DEFAULT 0, next_try REAL NOT NULL DEFAULT 0,"
     "  sha256 TEXT NOT NULL DEFAULT '', orig_sha256 TEXT NOT NULL DEFAULT '', error TEXT,"
-    "  created REAL NOT NULL, updated REAL NOT NULL);"
+    "  created REAL NOT NULL, updated REAL NOT NULL, checked TEXT NOT NULL DEFAULT '');"
     "CREATE INDEX IF NOT EXISTS upload_jobs_by_key ON upload_jobs(store, key);"
     "CREATE INDEX IF NOT EXISTS upload_jobs_by_state ON upload_jobs(state, phase, id);"
     "CREATE TABLE IF NOT EXISTS upload_parts("
@@ -113,6 +113,11 @@ int ck_queue_init(sqlite3 *db)
     /* schema 1 had no upload_stores.profile (queues a ckptd before it left) */
     if (version == 1 &&
         (err = exec(db, "ALTER TABLE upload_stores ADD COLUMN profile TEXT", "adding profile")) < 0)
+        goto fail;
+    /* schemas 1 and 2 had no upload_jobs.checked */
+    if (version >= 1 && version <= 2 &&
+        (err = exec(db, "ALTER TABLE upload_jobs ADD COLUMN checked TEXT NOT NULL DEFAULT ''",
+                    "adding checked")) < 0)
         goto fail;
     if (version < CK_QUEUE_SCHEMA) {
         char sql[96];
@@ -220,7 +225,7 @@ const char *ck_job_state_name(enum ck_job_state s)
 #define JOB_COLS                                                                                   \
     "j.id, j.store, s.url, j.src, j.key, j.spool, j.phase, j.kind, j.state, j.size, j.mtime_ns,"   \
     " j.upload_id, j.part_size, j.attempts, j.sha256, j.orig_sha256, j.error, j.created,"          \
-    " j.updated FROM upload_jobs j JOIN upload_stores s ON s.id = j.store"
+    " j.updated, j.checked FROM upload_jobs j JOIN upload_stores s ON s.id = j.store"
 
 static void read_job(sqlite3_stmt *st, struct ck_job *j)
 {
@@ -247,6 +252,8 @@ static void read_job(sqlite3_stmt *st, struct ck_job *j)
     j->error = col_dup(st, 16);
     j->created = sqlite3_column_double(st, 17);
     j->updated = sqlite3_column_double(st, 18);
+    t = sqlite3_column_text(st, 19);
+    snprintf(j->checked, sizeof j->checked, "%s", t ? (const char *)t : "");
 }
 
 int ck_queue_batch_begin(sqlite3 *db)
@@ -601,18 +608,19 @@ int ck_queue_set_spool(sqlite3 *db, int64_t id, const char *spool, uint64_t size
     return run(db, st, "recording a spool file");
 }
 
-int ck_queue_done(sqlite3 *db, int64_t id, const char *sha256)
+int ck_queue_done(sqlite3 *db, int64_t id, const char *sha256, const char *checked)
 {
     sqlite3_stmt *st;
     int err;
     if ((err = prep(db,
-                    "UPDATE upload_jobs SET state=2, sha256=?2, error=NULL, spool=NULL, updated=?3"
-                    " WHERE id=?1",
+                    "UPDATE upload_jobs SET state=2, sha256=?2, error=NULL, spool=NULL, updated=?3,"
+                    " checked=?4 WHERE id=?1",
                     &st)) < 0)
         return err;
     sqlite3_bind_int64(st, 1, id);
     bind_text(st, 2, sha256 ? sha256 : "");
     sqlite3_bind_double(st, 3, now_s());
+    bind_text(st, 4, checked ? checked : "");
     return run(db, st, "finishing a job");
 }
 

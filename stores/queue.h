@@ -22,7 +22,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CK_QUEUE_SCHEMA 2 /* 2: upload_stores.profile */
+#define CK_QUEUE_SCHEMA 3 /* 2: upload_stores.profile, 3: upload_jobs.checked */
 
 enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED };
 /* BUNDLE packs the folder src; BUNDLE_PMF only its PMF tree (data/, the configuration,
@@ -46,6 +46,7 @@ struct ck_job {
     int attempts;
     char sha256[65];         /* of what was sent, once done */
     char orig_sha256[65];    /* zstd: of the original */
+    char checked[24];        /* once done: which check the store made (ck_xfer.check) */
     char *error;             /* owned: the last error, or NULL */
     double created, updated; /* seconds since the epoch */
 };
@@ -98,7 +99,7 @@ int ck_queue_set_spool(sqlite3 *db, int64_t id, const char *spool, uint64_t size
 /* The source changed since it was queued: new size and mtime, multipart state dropped. */
 int ck_queue_reset_source(sqlite3 *db, int64_t id, uint64_t size, int64_t mtime_ns);
 /* Ends a running job. */
-int ck_queue_done(sqlite3 *db, int64_t id, const char *sha256);
+int ck_queue_done(sqlite3 *db, int64_t id, const char *sha256, const char *checked);
 /* permanent: failed now; else pending again after delay seconds unless
  * attempts reached max_attempts (then failed). */
 int ck_queue_fail(sqlite3 *db, int64_t id, const char *msg, bool permanent, double delay,

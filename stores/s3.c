@@ -317,7 +317,7 @@ static int etag_is(const struct ck_xfer *x, const struct ck_resp *resp, const ch
 /* After a single PUT: head_stored with the SHA-256 sent; on a service that
  * returns no checksum, the ETag against the body's MD5 (md5_hex, or taken
  * from the file now when the PUT went without one). */
-static int verify(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *sha256_b64,
+static int verify(struct s3 *s, CURL *h, struct ck_xfer *x, const char *sha256_b64,
                   const char *md5_hex)
 {
     struct ck_resp resp;
@@ -331,6 +331,8 @@ static int verify(struct s3 *s, CURL *h, const struct ck_xfer *x, const char *sh
             err = etag_is(x, &resp, etag);
         }
     }
+    if (err == 0)
+        x->check = resp.checksum_sha256[0] ? "sha256" : "md5";
     ck_resp_release(&resp);
     return err;
 }
@@ -769,6 +771,8 @@ static int verify_multipart(struct s3 *s, CURL *h, struct ck_xfer *x, int nparts
         if (err == 0 && now.etag[0])
             err = etag_is(x, &resp, now.etag);
     }
+    if (err == 0)
+        x->check = resp.checksum_sha256[0] ? "sha256" : "md5";
     ck_resp_release(&resp);
     return err;
 }

@@ -232,6 +232,7 @@ static int sftp_put(struct ck_store *st, struct ck_xfer *x)
                        (long long)got, (unsigned long long)x->size);
         goto out;
     }
+    x->check = "size";
     if ((err = ck_source_check_unchanged(&src, x)) < 0)
         goto out;
     x->parts_sent = 1;

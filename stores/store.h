@@ -124,6 +124,12 @@ struct ck_xfer {
     atomic_ullong sent;
     /* out */
     char sha256[65];   /* hex SHA-256 of the whole object sent, when computed */
+    /* Which check of what landed the store made, a static name (docs/uploads.md):
+     * "sha256" the service's own SHA-256 of the object equals what was sent;
+     * "md5" its ETag equals the MD5 of what was sent; "read-back-sha256" the
+     * copy was read back and hashed; "size" only the stored size could be
+     * compared; "none" nothing could be asked (a presigned PUT URL). */
+    const char *check;
     int parts_sent;    /* parts sent by this call (not counting resumed ones) */
     int parts_resumed; /* parts skipped because an earlier run had them accepted */
 };

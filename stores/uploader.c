@@ -698,11 +698,11 @@ static int give_up_store(struct run *r, const struct ck_job *j, const char *wher
 }
 
 static void report_outcome(struct run *r, const struct ck_job *j, const char *where, bool ok,
-                           const char *sha256, double secs, const char *error)
+                           const char *sha256, const char *check, double secs, const char *error)
 {
     if (!r->ro || !r->ro->on_job)
         return;
-    struct ck_upload_outcome o = {ok, where, j->key, j->src, j->size, secs, sha256, error};
+    struct ck_upload_outcome o = {ok, where, j->key, j->src, j->size, secs, sha256, error, check};
     /* one at a time, with the database's lock: callers record events in it */
     db_lock(r);
     r->ro->on_job(r->ro->on_job_arg, &o);
@@ -773,7 +773,9 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     if (err < 0)
         goto failed;
     db_lock(r);
-    err = ck_queue_done(r->db, j->id, x->sha256);
+    if (!x->check)
+        x->check = "none"; /* a store that says nothing has checked nothing */
+    err = ck_queue_done(r->db, j->id, x->sha256, x->check);
     if (err == 0 && j->phase == 1)
         remote_checkpoint_time(r->db, j->store_id);
     db_unlock(r);
@@ -783,16 +785,16 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
         unlink(j->spool);
     double secs = (double)(ck_mono_ms() - t0) / 1000.0;
     ck_info("upload.done",
-            "job=%lld store=\"%s\" key=\"%s\" size=%llu sha256=%s parts_sent=%d parts_resumed=%d "
-            "seconds=%.2f MBps=%.1f",
+            "job=%lld store=\"%s\" key=\"%s\" size=%llu sha256=%s check=%s parts_sent=%d "
+            "parts_resumed=%d seconds=%.2f MBps=%.1f",
             (long long)j->id, where, j->key, (unsigned long long)j->size,
-            x->sha256[0] ? x->sha256 : "-", x->parts_sent, x->parts_resumed, secs,
+            x->sha256[0] ? x->sha256 : "-", x->check, x->parts_sent, x->parts_resumed, secs,
             secs > 0 ? (double)j->size / secs / 1e6 : 0.0);
     rep->done++;
     ck_metrics_add(CK_M_UPLOADS_COMPLETED, 1);
     ck_metrics_add(CK_M_BYTES_UPLOADED, j->size);
     ck_metrics_observe(CK_H_UPLOAD_SECONDS, secs);
-    report_outcome(r, j, where, true, x->sha256, secs, NULL);
+    report_outcome(r, j, where, true, x->sha256, x->check, secs, NULL);
     goto out;
 failed : {
     char msg[2048];
@@ -824,7 +826,7 @@ failed : {
     if (permanent) {
         rep->failed++;
         ck_metrics_add(CK_M_UPLOADS_FAILED, 1);
-        report_outcome(r, j, where, false, "", (double)(ck_mono_ms() - t0) / 1000.0, msg);
+        report_outcome(r, j, where, false, "", NULL, (double)(ck_mono_ms() - t0) / 1000.0, msg);
     }
     ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
 }

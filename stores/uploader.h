@@ -51,6 +51,7 @@ struct ck_upload_outcome {
     double seconds;
     const char *sha256;     /* of what was sent ("" when unknown) */
     const char *error;      /* why it failed, or NULL */
+    const char *check;      /* sent: which check the store made (ck_xfer.check), else NULL */
 };
 
 /* Where a transfer stands, for ck_uploader_run_opts.on_progress. */

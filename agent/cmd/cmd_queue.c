@@ -54,6 +54,11 @@ static int print_job(const struct ck_job *j, void *ctx)
     struct list_ctx *c = ctx;
     char where[512];
     ck_store_url_redact(where, sizeof where, j->store_url);
+    /* the object's name as the store has it: a store URL written with a
+     * trailing slash (s3://b/c/) names the same prefix as without */
+    size_t wl = strlen(where);
+    while (wl > 0 && where[wl - 1] == '/' && !(wl >= 3 && !strcmp(where + wl - 3, "://")))
+        where[--wl] = '\0';
     if (c->json) {
         struct ck_buf b = CK_BUF_INIT;
         struct ck_json w;
@@ -70,6 +75,7 @@ static int print_job(const struct ck_job *j, void *ctx)
         ck_json_kstr(&w, "upload_id", j->upload_id);
         ck_json_kstr(&w, "sha256", j->sha256);
         ck_json_kstr(&w, "original_sha256", j->orig_sha256);
+        ck_json_kstr(&w, "check", j->checked);
         if (j->error)
             ck_json_kstr(&w, "error", j->error);
         else {

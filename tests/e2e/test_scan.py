@@ -265,6 +265,9 @@ class Scan(TmpDirCase):
         keys = sorted(e["data"]["upload"]["url"] for e in got if e["type"] == "upload.completed")
         self.assertTrue(any(k.endswith("metadata.yaml") for k in keys), keys)
         self.assertTrue(any(k.endswith("data/checkpoints/epoch_2.pt") for k in keys), keys)
+        # each event says which check of the stored copy ran (a file store reads it back)
+        checks = {e["data"]["upload"]["check"] for e in got if e["type"] == "upload.completed"}
+        self.assertEqual(checks, {"read-back-sha256"})
 
     def test_status_finished_without_a_watcher_hands_on_like_a_pass(self):
         # `status --finished` with no watcher runs the pass's pipeline: the

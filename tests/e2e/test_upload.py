@@ -99,6 +99,14 @@ class S3(TmpDirCase):
         jobs = queue(self.state)
         self.assertEqual([j["state"] for j in jobs], ["done", "done"])
         self.assertEqual(jobs[0]["sha256"], sha256(small))
+        # s3rver keeps no checksum: the ETag was compared with the MD5 sent,
+        # and the record and the event say so
+        self.assertEqual([j["check"] for j in jobs], ["md5", "md5"])
+        self.assertIn("check=md5", p.stderr)
+        # the listing names the objects as the store has them (no "//")
+        listing = run("queue", "--state", self.state, check=0).stdout
+        self.assertIn("s3://ckpt/run 1/big.safetensors", listing)
+        self.assertNotIn("//big", listing)
         # the same file again: nothing is sent twice
         n_before = len(s3_log_order(self.s3))
         p = self.upload(small, "s3://ckpt/run 1/")
@@ -211,8 +219,10 @@ class S3(TmpDirCase):
         self.assertEqual(len(md5s), 4)
         self.assertEqual((md5s[0], md5s[2:]), (True, [False, False]))
         # the single PUTs record the SHA-256 sent (S3 checked it)
-        self.assertEqual([j["sha256"] for j in sorted(queue(self.state), key=lambda j: j["key"])][:4],
-                         [sha256(f) for f in files[:4]])
+        jobs = sorted(queue(self.state), key=lambda j: j["key"])
+        self.assertEqual([j["sha256"] for j in jobs][:4], [sha256(f) for f in files[:4]])
+        # the service's own SHA-256 of each object was compared
+        self.assertEqual({j["check"] for j in jobs}, {"sha256"})
 
     def test_a_checksum_that_differs_is_found(self):
         """The service keeps a checksum other than the one sent (the stored
@@ -381,6 +391,8 @@ class Http(TmpDirCase):
             # a file the agent never hashed: no SHA-256 is computed (as curl
             # and rclone: the server cannot check one) unless asked for
             self.assertEqual(queue(state)[0]["sha256"], "")
+            # what was checked: the stored size (WebDAV gives no checksum)
+            self.assertEqual(queue(state)[0]["check"], "size")
             other = make(os.path.join(self.dir, "src", "epoch=4.bin"), 3 * MiB + 1, 72)
             run("upload", "--state", state, "--sha256", other, web.url + "/models/run1",
                 check=0)
@@ -450,6 +462,8 @@ class Http(TmpDirCase):
                 log = f.read()
             self.assertIn('"PUT /direct/a.bin HTTP/1.1" 201', log)
             self.assertEqual(sha256(os.path.join(web.root, "direct", "a.bin")), sha256(src))
+            # a presigned URL cannot be asked about the object: nothing checked, and said
+            self.assertEqual([j["check"] for j in queue(state)], ["none", "size"])
 
     def test_bearer_token_from_env(self):
         with Nginx(self.dir) as web, FlakyProxy(web.port, []) as px:
@@ -511,6 +525,7 @@ class Sftp(TmpDirCase):
                             "root@127.0.0.1"], check=True, capture_output=True, timeout=30)
             self.assertEqual(sha256(got), sha256(src))
             self.assertEqual(os.listdir(os.path.join(dest_dir, "sub")), ["w 1.bin"])
+            self.assertEqual(queue(state)[0]["check"], "size")  # the listed size
 
     def test_one_login_for_a_folder(self):
         with Sshd(self.dir) as ssh:
@@ -556,8 +571,10 @@ class Local(TmpDirCase):
         src = make(os.path.join(self.dir, "a.bin"), 2 * MiB, 90)
         state = os.path.join(self.dir, "state")
         dest = os.path.join(self.dir, "nfs")
-        run("upload", "--state", state, src, "file://" + dest, check=0)
+        p = run("upload", "--state", state, src, "file://" + dest, check=0)
         self.assertEqual(sha256(os.path.join(dest, "a.bin")), sha256(src))
+        self.assertEqual(queue(state)[0]["check"], "read-back-sha256")
+        self.assertIn("check=read-back-sha256", p.stderr)
         self.assertEqual(os.listdir(dest), ["a.bin"])
         # a state folder on a full disk: a clear error, the source untouched
         if os.geteuid() != 0:

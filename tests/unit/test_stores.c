@@ -283,13 +283,13 @@ static void queue_transitions(void **state)
     assert_int_equal(j.attempts, 0);
     assert_string_equal(j.upload_id, "UP1");
     ck_job_release(&j);
-    assert_int_equal(ck_queue_done(db, ja, "abc"), 0);
+    assert_int_equal(ck_queue_done(db, ja, "abc", "size"), 0);
     /* now metadata runs */
     assert_int_equal(ck_queue_claim(db, &j), 0);
     assert_true(j.id == jm);
     assert_int_equal(j.phase, 1);
     ck_job_release(&j);
-    assert_int_equal(ck_queue_done(db, jm, ""), 0);
+    assert_int_equal(ck_queue_done(db, jm, "", "size"), 0);
     assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
 
     /* done and unchanged: not queued again; changed: queued anew */
@@ -327,13 +327,13 @@ static void queue_metadata_after_new_data(void **state)
     assert_int_equal(ck_queue_claim(db, &j), 0);
     assert_true(j.id == ja);
     ck_job_release(&j);
-    ck_queue_done(db, ja, "");
+    ck_queue_done(db, ja, "", "size");
     assert_int_equal(ck_queue_claim(db, &j), 0);
     assert_true(j.id == jb);
     ck_job_release(&j);
     /* b running: the metadata waits */
     assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
-    ck_queue_done(db, jb, "");
+    ck_queue_done(db, jb, "", "size");
     assert_int_equal(ck_queue_claim(db, &j), 0);
     assert_true(j.id == jm2);
     ck_job_release(&j);
@@ -408,7 +408,7 @@ static void queue_same_bytes_new_mtime_not_requeued(void **state)
     ck_job_release(&j);
     /* SHA-256("abc"), FIPS 180-2 appendix B.1 */
     assert_int_equal(
-        ck_queue_done(db, id, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ck_queue_done(db, id, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad", "sha256"),
         0);
     struct timespec ts[2] = {{0, UTIME_NOW}, {12345, 0}};
     assert_int_equal(utimensat(AT_FDCWD, a, ts, 0), 0);
