@@ -36,7 +36,7 @@ endfunction()
 # ck_e2e_test(area SCRIPT tests/e2e/x.py CASES a b c [TIMEOUT s]): end-to-end
 # cases of the real binary, written with Python's unittest; each case is one test.
 function(ck_e2e_test area)
-  cmake_parse_arguments(T "" "SCRIPT;TIMEOUT;CLASS" "CASES;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "SCRIPT;TIMEOUT;CLASS;FIXTURES" "CASES;LABELS" ${ARGN})
   # for ck_e2e_check_listed: every script and the cases listed for it
   set_property(GLOBAL APPEND PROPERTY CK_E2E_SCRIPTS ${T_SCRIPT})
   set_property(GLOBAL APPEND PROPERTY CK_E2E_CASES_${T_SCRIPT} ${T_CASES})
@@ -48,7 +48,10 @@ function(ck_e2e_test area)
       COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/${T_SCRIPT} -v ${T_CLASS}.test_${case})
     set_tests_properties(${area}.${case} PROPERTIES TIMEOUT ${T_TIMEOUT}
       LABELS "e2e;${T_LABELS}"
-      ENVIRONMENT "CKPTD=$<TARGET_FILE:ckptd>;CK_TEST_TMP=${CMAKE_BINARY_DIR}/tmp;CK_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data;PYTHONDONTWRITEBYTECODE=1")
+      ENVIRONMENT "CKPTD=$<TARGET_FILE:ckptd>;CK_TEST_TMP=${CMAKE_BINARY_DIR}/tmp;CK_SHARED_DATA=${PROJECT_SOURCE_DIR}/../shared/data;CK_RGW_DIR=${CMAKE_BINARY_DIR}/rgw;PYTHONDONTWRITEBYTECODE=1")
+    if(T_FIXTURES)
+      set_tests_properties(${area}.${case} PROPERTIES FIXTURES_REQUIRED ${T_FIXTURES})
+    endif()
   endforeach()
 endfunction()
 

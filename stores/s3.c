@@ -637,6 +637,167 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
     return err;
 }
 
+/* One <Part> of a ListParts answer: its number, size, ETag and (when the
+ * service keeps it) its SHA-256 checksum. false when a field is missing or
+ * out of range (a hostile or broken answer is not trusted). */
+static bool listed_part(const char *blk, struct ck_part *p)
+{
+    char num[16], size[24];
+    memset(p, 0, sizeof *p);
+    if (!ck_xml_tag(blk, "PartNumber", num, sizeof num) ||
+        !ck_xml_tag(blk, "Size", size, sizeof size) || !ck_xml_tag(blk, "ETag", p->etag, sizeof p->etag))
+        return false;
+    char *end;
+    long n = strtol(num, &end, 10);
+    if (*end || n < 1 || n > MAX_PARTS)
+        return false;
+    unsigned long long z = strtoull(size, &end, 10);
+    if (*end || !size[0] || size[0] == '-')
+        return false;
+    p->number = (int)n;
+    p->size = z;
+    if (!ck_xml_tag(blk, "ChecksumSHA256", p->sha256_b64, sizeof p->sha256_b64))
+        p->sha256_b64[0] = '\0';
+    return true;
+}
+
+/* ListParts: the parts the service holds for x's multipart upload, every
+ * page. A run killed after the service accepted a part and before the
+ * queue recorded it left the part on the server only: resuming from the
+ * record alone sends it again. *out is the caller's to free. */
+static int list_parts(struct s3 *s, CURL *h, const struct ck_xfer *x, struct ck_part **out,
+                      size_t *n)
+{
+    char url[8192], enc_id[600], query[720];
+    struct ck_part *v = NULL;
+    size_t nv = 0;
+    int marker = 0, err;
+    *out = NULL;
+    *n = 0;
+    if ((err = ck_store_encode(enc_id, sizeof enc_id, x->upload_id, false)) < 0)
+        return err;
+    for (int page = 0; page <= MAX_PARTS / 1000; page++) {
+        /* canonical order: part-number-marker < uploadId */
+        if (marker)
+            snprintf(query, sizeof query, "part-number-marker=%d&uploadId=%s", marker, enc_id);
+        else
+            snprintf(query, sizeof query, "uploadId=%s", enc_id);
+        if ((err = object_url(s, x->key, query, url, sizeof url)) < 0)
+            break;
+        struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
+        struct ck_req r = {.method = "GET", .url = url, .headers = hd, .fd = -1,
+                           .setup = s3_setup, .setup_ctx = s, .what = x->key};
+        struct ck_resp resp;
+        ck_resp_init(&resp);
+        err = s3_request(s, h, &r, &resp);
+        curl_slist_free_all(hd);
+        const char *body = err == 0 ? ck_buf_str(&resp.body) : "";
+        for (const char *a = strstr(body, "<Part>"); err == 0 && a; a = strstr(a, "<Part>")) {
+            const char *b = strstr(a, "</Part>");
+            if (!b)
+                break;
+            char blk[1024];
+            size_t len = (size_t)(b - a);
+            a = b + 7;
+            if (len >= sizeof blk)
+                continue;
+            memcpy(blk, b - len, len);
+            blk[len] = '\0';
+            struct ck_part p;
+            if (!listed_part(blk, &p))
+                continue;
+            if (nv >= MAX_PARTS)
+                break;
+            struct ck_part *nvv = realloc(v, (nv + 1) * sizeof *v);
+            if (!nvv) {
+                err = ck_error(CK_ENOMEM, "out of memory");
+                break;
+            }
+            v = nvv;
+            v[nv++] = p;
+        }
+        char trunc[8] = "", next[16] = "";
+        bool more = err == 0 && ck_xml_tag(body, "IsTruncated", trunc, sizeof trunc) &&
+                    !strcmp(trunc, "true") &&
+                    ck_xml_tag(body, "NextPartNumberMarker", next, sizeof next);
+        ck_resp_release(&resp);
+        int nm = more ? atoi(next) : 0;
+        if (!more || nm <= marker || nm > MAX_PARTS)
+            break;
+        marker = nm;
+    }
+    if (err < 0) {
+        free(v);
+        return err;
+    }
+    *out = v;
+    *n = nv;
+    return 0;
+}
+
+/* Takes the parts the service holds and the record lacks, each only when
+ * the service's checksum of it (or, on a service that keeps none, its MD5
+ * ETag) equals that of the file's bytes at its place: read here, which
+ * costs a read of those parts instead of their upload. */
+static size_t adopt_listed_parts(struct mp *m, const struct ck_part *listed, size_t nlisted)
+{
+    struct ck_xfer *x = m->x;
+    size_t taken = 0;
+    unsigned char *buf = NULL;
+    for (size_t i = 0; i < nlisted; i++) {
+        const struct ck_part *l = &listed[i];
+        if (l->number < 1 || l->number > m->nparts || m->done[l->number - 1])
+            continue;
+        uint64_t off = (uint64_t)(l->number - 1) * x->part_size;
+        uint64_t want = x->size - off < x->part_size ? x->size - off : x->part_size;
+        if (l->size != want)
+            continue;
+        if (!buf && !(buf = malloc(PART_IO)))
+            break;
+        struct sha256_ctx md;
+        struct md5_ctx md5;
+        sha256_init(&md);
+        md5_init(&md5);
+        uint64_t got = 0;
+        while (got < want) {
+            size_t chunk = want - got < PART_IO ? (size_t)(want - got) : PART_IO;
+            ssize_t r = pread(m->fd, buf, chunk, (off_t)(off + got));
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            sha256_update(&md, (size_t)r, buf);
+            md5_update(&md5, (size_t)r, buf);
+            got += (uint64_t)r;
+        }
+        if (got != want)
+            break;
+        unsigned char sha[SHA256_DIGEST_SIZE], mb[MD5_DIGEST_SIZE];
+        struct ck_part p = {.number = l->number, .size = want};
+        sha256_digest(&md, sizeof sha, sha);
+        md5_digest(&md5, sizeof mb, mb);
+        ck_codec_base64(p.sha256_b64, sha, 32);
+        ck_hex(p.md5, mb, MD5_DIGEST_SIZE);
+        char md5_etag[40];
+        snprintf(md5_etag, sizeof md5_etag, "\"%s\"", p.md5);
+        bool same = l->sha256_b64[0] ? !strcmp(l->sha256_b64, p.sha256_b64)
+                                     : !strcasecmp(l->etag, md5_etag);
+        if (!same)
+            continue; /* sent again: what the service holds is not these bytes */
+        snprintf(p.etag, sizeof p.etag, "%s", l->etag);
+        if (x->save_part(x->cb_ctx, &p) < 0) {
+            ck_error_clear();
+            break;
+        }
+        m->done[p.number - 1] = 1;
+        x->parts[x->nparts++] = p;
+        atomic_fetch_add(&x->sent, p.size);
+        taken++;
+    }
+    free(buf);
+    return taken;
+}
+
 static void *part_worker(void *arg)
 {
     struct mp *m = arg;
@@ -847,6 +1008,7 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     pthread_mutex_init(&m.mu, NULL);
+    bool resuming = x->upload_id[0] && x->part_size;
     for (int round = 0; round < 2; round++) {
         if (round > 0 && (err = ck_xfer_body_again(x)) < 0)
             break;
@@ -879,16 +1041,34 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             x->parts[kept++] = *p;
         }
         x->nparts = kept;
-        x->parts_resumed = (int)kept;
         for (size_t i = 0; i < kept; i++)
             atomic_fetch_add(&x->sent, x->parts[i].size);
-        if (kept)
-            ck_info("upload.resume", "key=\"%s\" parts_accepted=%zu parts_total=%d", x->key, kept,
-                    m.nparts);
         if ((m.fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
             err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
             break;
         }
+        /* an upload an earlier run began: the service's list of its parts,
+         * not only the record (a part may have landed unrecorded) */
+        size_t listed_n = 0, adopted = 0;
+        if (resuming && round == 0 && (int)kept < m.nparts) {
+            struct ck_part *listed = NULL;
+            if (list_parts(s, h, x, &listed, &listed_n) == 0)
+                adopted = adopt_listed_parts(&m, listed, listed_n);
+            else {
+                /* the record alone, as before; a vanished upload shows below */
+                ck_warn("upload.list_parts_failed", "key=\"%s\" error=\"%s\": resuming from the "
+                        "record only", x->key, ck_error_msg());
+                ck_error_clear();
+            }
+            free(listed);
+            kept = x->nparts;
+        }
+        x->parts_resumed = (int)kept;
+        if (kept)
+            ck_info("upload.resume",
+                    "key=\"%s\" parts_accepted=%zu parts_total=%d parts_listed=%zu "
+                    "parts_unrecorded_taken=%zu",
+                    x->key, kept, m.nparts, listed_n, adopted);
         if ((int)kept == m.nparts && round == 0) {
             /* every part was accepted before: an earlier run may have completed the
              * upload and died before recording it; if the object is there, done */

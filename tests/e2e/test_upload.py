@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -17,7 +18,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
-from servers import AwsChecksums, FlakyProxy, Nginx, S3Server, Sshd, free_port, need  # noqa: E402
+from servers import RgwServer, AwsChecksums, FlakyProxy, Nginx, S3Server, Sshd, free_port, need  # noqa: E402
 
 MiB = 1 << 20
 
@@ -370,6 +371,111 @@ class S3(TmpDirCase):
         subprocess.run(["tar", "--zstd", "-xf", got, "-C", out], check=True)
         self.assertEqual(sha256(os.path.join(out, "checkpoints", "a.bin")),
                          sha256(os.path.join(tree, "checkpoints", "a.bin")))
+
+
+class Rgw(TmpDirCase):
+    """Against Ceph's RADOS Gateway, a production S3 implementation (s3rver
+    answers ListParts with 405, so resuming from the server's list of parts
+    is tested here)."""
+
+    def setUp(self):
+        super().setUp()
+        need("aws", "checking S3 uploads needs awscli")
+        self.s3 = RgwServer(self.dir)
+        self.addCleanup(self.s3.stop)
+        self.env = self.s3.env()
+        self.state = os.path.join(self.dir, "state")
+
+    def upload(self, *args, check=0, env=None, timeout=120):
+        e = dict(self.env, **(env or {}))
+        return run("upload", "--state", self.state, "--endpoint", self.s3.endpoint, *args,
+                   env=e, check=check, timeout=timeout)
+
+    def test_single_and_multipart_say_the_md5_check(self):
+        """RGW keeps no SHA-256 checksum (HEAD with checksum mode returns
+        none): the ETag is compared with the MD5 sent, and that is what the
+        record says; the bytes read back with aws-cli are the file's."""
+        small = make(os.path.join(self.dir, "a.bin"), MiB + 3, 8)
+        big = make(os.path.join(self.dir, "b.bin"), 11 * MiB + 1, 9)
+        self.upload(small, f"s3://{self.s3.bucket}/r/")
+        self.upload("--multipart-threshold", "5MiB", "--part-size", "5MiB", big,
+                    f"s3://{self.s3.bucket}/r/")
+        self.assertEqual(sorted(self.s3.parts_put("r/b.bin")), [1, 2, 3])
+        for src, key in ((small, "r/a.bin"), (big, "r/b.bin")):
+            got = os.path.join(self.dir, "got")
+            self.s3.get(key, got)
+            self.assertEqual(sha256(got), sha256(src), key)
+        self.assertEqual([j["check"] for j in queue(self.state)], ["md5", "md5"])
+
+    def test_record_behind_the_server_resumes_from_the_servers_parts(self):
+        """kill -9 between the server accepting a part and the queue recording
+        it leaves parts on the server only: resume asks the server (ListParts)
+        and sends only what it lacks. The record is set behind on purpose
+        (its part rows removed) after a kill, which is what that instant leaves."""
+        KEY = "lag/big.bin"
+        big = make(os.path.join(self.dir, "big.bin"), 40 * MiB, 6)
+        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
+                "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency", "2",
+                "--max-rate", "8MiB", big, f"s3://{self.s3.bucket}/lag/"]
+        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(self.s3.parts_put(KEY)) < 3:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        on_server = set(self.s3.parts_put(KEY))
+        self.assertGreaterEqual(len(on_server), 3)
+        # the record forgets every accepted part: only the server knows them
+        db = sqlite3.connect(os.path.join(self.state, "state.db"))
+        with db:
+            db.execute("DELETE FROM upload_parts")
+        db.close()
+        p = self.upload(big, f"s3://{self.s3.bucket}/lag/", "--multipart-threshold", "5MiB",
+                        "--part-size", "5MiB")
+        second = self.s3.parts_put(KEY)[len(on_server):]
+        # what the server held was not sent again; the rest was, once each
+        self.assertEqual(sorted(second), sorted(set(range(1, 9)) - on_server), p.stderr)
+        self.assertIn(f"parts_resumed={len(on_server)}", p.stderr)
+        self.assertIn(f"parts_unrecorded_taken={len(on_server)}", p.stderr)
+        got = os.path.join(self.dir, "got")
+        self.s3.get("lag/big.bin", got)
+        self.assertEqual(sha256(got), sha256(big))
+
+    def test_a_server_part_with_other_bytes_is_sent_again(self):
+        """A part the server holds whose bytes are not the file's (the file
+        was rewritten after the kill): listed, compared, and sent again."""
+        KEY = "other/big.bin"
+        big = make(os.path.join(self.dir, "big.bin"), 20 * MiB, 7)
+        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
+                "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency", "1",
+                "--max-rate", "6MiB", big, f"s3://{self.s3.bucket}/other/"]
+        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(self.s3.parts_put(KEY)) < 2:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        on_server = set(self.s3.parts_put(KEY))
+        self.assertGreaterEqual(len(on_server), 2)
+        db = sqlite3.connect(os.path.join(self.state, "state.db"))
+        with db:
+            db.execute("DELETE FROM upload_parts")
+        db.close()
+        # part 1's bytes change, same size and mtime kept (the queue's identity)
+        st = os.stat(big)
+        with open(big, "r+b") as f:
+            f.write(b"\xff" * 4096)
+        os.utime(big, ns=(st.st_atime_ns, st.st_mtime_ns))
+        p = self.upload(big, f"s3://{self.s3.bucket}/other/", "--multipart-threshold", "5MiB",
+                        "--part-size", "5MiB")
+        second = self.s3.parts_put(KEY)[len(on_server):]
+        self.assertIn(1, second, p.stderr)
+        self.assertEqual(sorted(second), sorted((set(range(1, 5)) - on_server) | {1}), p.stderr)
+        got = os.path.join(self.dir, "got")
+        self.s3.get("other/big.bin", got)
+        self.assertEqual(sha256(got), sha256(big))
 
 
 class Http(TmpDirCase):

@@ -6,6 +6,7 @@ when its program is missing. Secrets go through environment variables and
 0600 files, never through command lines.
 
     with S3Server(tmp) as s3: ...   s3.endpoint, s3.bucket, s3.key_id, s3.secret
+    RgwServer(tmp): Ceph's RADOS Gateway (the rgw.start ctest fixture), a bucket per test
     with Nginx(tmp, users={"u": "p"}) as web: ...   web.url, web.root
     with Sshd(tmp) as ssh: ...      ssh.url(path), ssh.key, ssh.host_key_sha256
     with FlakyProxy(upstream, [500, 503]) as p: ...  p.url, p.requests
@@ -179,6 +180,57 @@ class S3Server(_Process):
         import json
         out = json.loads(p.stdout or "{}")
         return sorted(o["Key"] for o in out.get("Contents", []))
+
+
+class RgwServer:
+    """Ceph's RADOS Gateway, a production S3 implementation, started once
+    per test run by tests/lib/rgw.sh (the ctest fixture rgw.start: its
+    folder is CK_RGW_DIR). Each test gets a bucket of its own. Without the
+    fixture: SkipTest, except under CI (CI=true), where a missing RGW fails."""
+
+    def __init__(self, tmp):
+        d = os.environ.get("CK_RGW_DIR", "")
+        if not d or not os.path.exists(os.path.join(d, "endpoint")):
+            msg = "RGW tests need the rgw.start fixture (ceph-mon, ceph-osd, ceph-mgr, radosgw)"
+            if os.environ.get("CI"):
+                raise AssertionError(msg + ": RGW is not running under CI")
+            raise unittest.SkipTest(msg)
+        self.dir = d
+        with open(os.path.join(d, "endpoint")) as f:
+            self.endpoint = f.read().strip()
+        with open(os.path.join(d, "keys")) as f:
+            self.key_id, self.secret = f.read().split()
+        self.tmp = tmp
+        self.bucket = "ckpt-" + secrets.token_hex(6)
+        self.aws("s3api", "create-bucket", "--bucket", self.bucket)
+
+    def env(self):
+        # in the run's RGW folder: the bucket's removal outlives the test's folder
+        cfg = os.path.join(self.dir, "aws-config")
+        if not os.path.exists(cfg):
+            with open(cfg + f".{os.getpid()}", "w") as f:
+                f.write("[default]\nregion = us-east-1\ns3 =\n    addressing_style = path\n")
+            os.replace(cfg + f".{os.getpid()}", cfg)
+        return {"AWS_ACCESS_KEY_ID": self.key_id, "AWS_SECRET_ACCESS_KEY": self.secret,
+                "AWS_CONFIG_FILE": cfg, "AWS_EC2_METADATA_DISABLED": "true",
+                "AWS_SHARED_CREDENTIALS_FILE": os.path.join(self.dir, "no-credentials")}
+
+    aws = S3Server.aws
+    get = S3Server.get
+    keys = S3Server.keys
+
+    def parts_put(self, key):
+        """Part numbers RGW accepted (UploadPart answered 200) for
+        bucket/key, in the order its access log has them."""
+        with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
+            text = f.read()
+        path = urllib.parse.quote(f"/{self.bucket}/{key}")
+        import re
+        return [int(n) for n in re.findall(
+            r'"PUT ' + re.escape(path) + r'\?partNumber=(\d+)&uploadId=[^ ]* HTTP/1\.1" 200 ', text)]
+
+    def stop(self):
+        self.aws("s3", "rb", "--force", f"s3://{self.bucket}", check=False)
 
 
 _NGINX_CONF = """
