@@ -661,6 +661,44 @@ static bool listed_part(const char *blk, struct ck_part *p)
     return true;
 }
 
+/* One page of a ListParts answer (docs in stores/store.h). */
+int ck_s3_list_parts_parse(const char *body, struct ck_part **v, size_t *nv, int *next_marker)
+{
+    *next_marker = 0;
+    for (const char *a = strstr(body, "<Part>"); a; a = strstr(a, "<Part>")) {
+        const char *b = strstr(a, "</Part>");
+        if (!b)
+            break;
+        char blk[1024];
+        size_t len = (size_t)(b - a);
+        const char *from = a;
+        a = b + 7;
+        if (len >= sizeof blk)
+            continue;
+        memcpy(blk, from, len);
+        blk[len] = '\0';
+        struct ck_part p;
+        if (!listed_part(blk, &p))
+            continue;
+        if (*nv >= MAX_PARTS)
+            break;
+        struct ck_part *nvv = realloc(*v, (*nv + 1) * sizeof **v);
+        if (!nvv)
+            return ck_error(CK_ENOMEM, "out of memory");
+        *v = nvv;
+        (*v)[(*nv)++] = p;
+    }
+    char trunc[8] = "", next[16] = "";
+    if (ck_xml_tag(body, "IsTruncated", trunc, sizeof trunc) && !strcmp(trunc, "true") &&
+        ck_xml_tag(body, "NextPartNumberMarker", next, sizeof next)) {
+        char *end;
+        long nm = strtol(next, &end, 10);
+        if (!*end && nm > 0 && nm <= MAX_PARTS)
+            *next_marker = (int)nm;
+    }
+    return 0;
+}
+
 /* ListParts: the parts the service holds for x's multipart upload, every
  * page. A run killed after the service accepted a part and before the
  * queue recorded it left the part on the server only: resuming from the
@@ -691,40 +729,13 @@ static int list_parts(struct s3 *s, CURL *h, const struct ck_xfer *x, struct ck_
         ck_resp_init(&resp);
         err = s3_request(s, h, &r, &resp);
         curl_slist_free_all(hd);
-        const char *body = err == 0 ? ck_buf_str(&resp.body) : "";
-        for (const char *a = strstr(body, "<Part>"); err == 0 && a; a = strstr(a, "<Part>")) {
-            const char *b = strstr(a, "</Part>");
-            if (!b)
-                break;
-            char blk[1024];
-            size_t len = (size_t)(b - a);
-            a = b + 7;
-            if (len >= sizeof blk)
-                continue;
-            memcpy(blk, b - len, len);
-            blk[len] = '\0';
-            struct ck_part p;
-            if (!listed_part(blk, &p))
-                continue;
-            if (nv >= MAX_PARTS)
-                break;
-            struct ck_part *nvv = realloc(v, (nv + 1) * sizeof *v);
-            if (!nvv) {
-                err = ck_error(CK_ENOMEM, "out of memory");
-                break;
-            }
-            v = nvv;
-            v[nv++] = p;
-        }
-        char trunc[8] = "", next[16] = "";
-        bool more = err == 0 && ck_xml_tag(body, "IsTruncated", trunc, sizeof trunc) &&
-                    !strcmp(trunc, "true") &&
-                    ck_xml_tag(body, "NextPartNumberMarker", next, sizeof next);
+        int next = 0;
+        if (err == 0)
+            err = ck_s3_list_parts_parse(ck_buf_str(&resp.body), &v, &nv, &next);
         ck_resp_release(&resp);
-        int nm = more ? atoi(next) : 0;
-        if (!more || nm <= marker || nm > MAX_PARTS)
+        if (err < 0 || next <= marker) /* a marker that does not advance ends the walk */
             break;
-        marker = nm;
+        marker = next;
     }
     if (err < 0) {
         free(v);

@@ -86,6 +86,13 @@ struct ck_part {
     char md5[33];        /* hex MD5 of the part */
 };
 
+/* One page of an S3 ListParts answer: the <Part> entries whose number,
+ * size and ETag parse (and their ChecksumSHA256 when given) are appended to
+ * *v (*nv of them, realloc'd, the caller frees; at most 10,000 in all);
+ * *next_marker is the next page's part-number-marker, 0 when this was the
+ * last. Hostile text: entries that do not parse are skipped. */
+int ck_s3_list_parts_parse(const char *body, struct ck_part **v, size_t *nv, int *next_marker);
+
 /* One object to send. The caller (the queue) fills the inputs and the
  * resume state it recorded; the store calls the callbacks as it goes. */
 struct ck_xfer {

@@ -2,7 +2,7 @@
  * server or a user's files: the JSON of the container and instance metadata
  * services and IAM Identity Center (its token cache, its portal's answer),
  * the XML of STS and S3 answers (one tag's text, entities
- * decoded), ISO 8601 expirations, Retry-After, the AWS CLI's INI files
+ * decoded; a ListParts page), ISO 8601 expirations, Retry-After, the AWS CLI's INI files
  * (~/.aws/config and credentials) and the splitting of a credential_process
  * line. An endpoint can be hostile or broken; the
  * input is copied to the heap with its terminator and nothing after it, so
@@ -12,6 +12,7 @@
 #include "stores/awscred.h"
 #include "stores/awsprocess.h"
 #include "stores/net.h"
+#include "stores/store.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -43,6 +44,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ck_awsprocess_split(s, "fuzz", &argv) == 0)
         ck_awsprocess_argv_free(argv);
     (void)ck_parse_retry_after(s, 1795507200LL);
+    struct ck_part *parts = NULL; /* a ListParts page */
+    size_t nparts = 0;
+    int next = 0;
+    (void)ck_s3_list_parts_parse(s, &parts, &nparts, &next);
+    free(parts);
 
     char path[600];
     snprintf(path, sizeof path, "%s/config", ck_fuzz_dir());

@@ -321,6 +321,12 @@ def main(out):
     put(out, "awsresp", "sso-portal", b'{"roleCredentials": {"accessKeyId": "ASIA", "secretAccessKey": '
         b'"s", "sessionToken": "t", "expiration": 1795507200000}}')
     put(out, "awsresp", "error", b"<Error><Code>ExpiredToken</Code><UploadId>u</UploadId></Error>")
+    put(out, "awsresp", "list-parts", b"<ListPartsResult><UploadId>2~x</UploadId>"
+        b"<NextPartNumberMarker>2</NextPartNumberMarker><IsTruncated>true</IsTruncated>"
+        b"<Part><PartNumber>1</PartNumber><ETag>&quot;9e107d9d372bb6826bd81d3542a419d6&quot;</ETag>"
+        b"<Size>5242880</Size></Part><Part><PartNumber>2</PartNumber><ETag>\"e4d9\"</ETag>"
+        b"<Size>5242880</Size><ChecksumSHA256>47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=</ChecksumSHA256>"
+        b"</Part></ListPartsResult>")
     put(out, "awsresp", "ini", b"[default]\nregion = eu-west-1\naws_access_key_id=AKIA\n"
         b"[profile dev]\nendpoint_url = http://127.0.0.1:9000\ns3 =\n  max_concurrent_requests = 4\n"
         b"# comment\n; other\n")
