@@ -134,7 +134,7 @@ def ckptd_up(src, dest, env, extra=()):
     def run(tag):
         state = os.path.join(work, "state-" + tag)  # a fresh queue: nothing skipped as sent
         r = timed([ckptd, "upload", "-q", "--no-progress", "--state", state, *extra, src,
-                   f"{dest}/{tag}"], env)
+                   f"{dest}/{tag}/"], env)  # a prefix: the file keeps its name
         shutil.rmtree(state, ignore_errors=True)
         return r
     return run

@@ -23,8 +23,11 @@ static const char head[] =
     "usage: ckptd upload [options] PATH DEST\n"
     "\n"
     "Uploads PATH (a file, or a PMF tree: its files first, metadata.yaml last) to DEST,\n"
-    "a store URL taken as a folder: s3://bucket/prefix, http(s)://host/path,\n"
-    "sftp://user@host/path, file:///path. A file keeps its name; a tree keeps its layout.\n"
+    "a store URL: s3://bucket/key, http(s)://host/path, sftp://user@host/path,\n"
+    "file:///path. As aws s3 cp: a file goes to DEST itself (s3://b/x/w.pt is the\n"
+    "object x/w.pt), or keeps its name under DEST when DEST ends with '/' (s3://b/x/),\n"
+    "is a bucket or host alone, is a store of the config, or is an existing folder\n"
+    "(file://). A folder always goes under DEST, keeping its layout.\n"
     "Every upload is a job in a durable queue: after a crash or a kill, running\n"
     "`ckptd upload` (or `ckptd queue run`) again resumes it, multipart uploads with\n"
     "the missing parts only. A store named in the config (upload.stores) takes its\n"
@@ -91,6 +94,39 @@ static const struct ck_opt options[] = {
      "no progress bar even on a terminal"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
+
+/* aws-cli's rule for where a single file goes (aws s3 cp FILE DEST): DEST
+ * names the object itself, unless it ends with '/' (a prefix: the file
+ * keeps its name), has no path below the bucket or host, names a store of
+ * the config (a store is a prefix), names an existing folder of a file://
+ * store (cp's rule), or is a URL with a query (a presigned PUT URL: the
+ * object itself, sent there as it is). Splits DEST into the store URL
+ * (store, the part before the last '/') and the object's name (name);
+ * name is "" when DEST is a prefix. */
+static int dest_object(const struct ck_config *cfg, const char *dest, char *store, size_t ssz,
+                       char *name, size_t nsz)
+{
+    name[0] = '\0';
+    if (snprintf(store, ssz, "%s", dest) >= (int)ssz)
+        return ck_error(CK_EUSAGE, "'%s': the destination is too long", dest);
+    size_t l = strlen(dest);
+    const char *scheme = strstr(dest, "://");
+    if (!scheme || l == 0 || dest[l - 1] == '/' || strchr(dest, '?'))
+        return 0;
+    for (size_t i = 0; i < cfg->n_upload_stores; i++)
+        if (!strcmp(cfg->upload_stores[i].url, dest))
+            return 0;
+    const char *path = strchr(scheme + 3, '/'); /* after the bucket or host */
+    if (!path || !path[1])
+        return 0;
+    if (!strncmp(dest, "file://", 7) && ck_is_dir(dest + 7))
+        return 0;
+    const char *slash = strrchr(dest, '/');
+    if (snprintf(name, nsz, "%s", slash + 1) >= (int)nsz)
+        return ck_error(CK_EUSAGE, "'%s': the object name is too long", dest);
+    store[slash - dest] = '\0';
+    return 0;
+}
 
 /* The spec for DEST: the config's row with that URL, else DEST with the flags. */
 static int pick_spec(const struct ck_config *cfg, const char *dest,
@@ -170,7 +206,16 @@ int ck_cmd_upload(int argc, char **argv)
         goto done;
     }
     ck_cli_setup_logging(&cli, cfg.log_format, cfg.log_level);
-    if ((rc = pick_spec(&cfg, dest, &fl.store, &spec)) < 0 || (rc = ck_store_check(&spec)) < 0) {
+    /* a folder goes under DEST (always a prefix); a file to DEST's object */
+    char store_url[4096], object[1024] = "";
+    snprintf(store_url, sizeof store_url, "%s", dest);
+    if (!ck_is_dir(path) &&
+        (rc = dest_object(&cfg, dest, store_url, sizeof store_url, object, sizeof object)) < 0) {
+        rc = ck_cli_fail("upload", rc);
+        goto done;
+    }
+    if ((rc = pick_spec(&cfg, store_url, &fl.store, &spec)) < 0 ||
+        (rc = ck_store_check(&spec)) < 0) {
         rc = ck_cli_fail("upload", rc);
         goto done;
     }
@@ -197,7 +242,8 @@ int ck_cmd_upload(int argc, char **argv)
         char real[4096];
         if (!realpath(path, real))
             snprintf(real, sizeof real, "%s", path);
-        rc = ck_uploader_enqueue_file(db, &spec, real, ck_basename(real), 0, &added);
+        rc = ck_uploader_enqueue_file(db, &spec, real, object[0] ? object : ck_basename(real), 0,
+                                      &added);
         queued = added;
     }
     if (rc < 0) {

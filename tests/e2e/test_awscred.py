@@ -87,7 +87,7 @@ class AwsCred(TmpDirCase):
         if endpoint:
             args += ["--endpoint", self.gate.url]
         key = f"run{self.n}"
-        p = run(*args, *extra, path or self.src, f"s3://ckpt/{key}", env=e, check=check,
+        p = run(*args, *extra, path or self.src, f"s3://ckpt/{key}/", env=e, check=check,
                 timeout=timeout)
         for secret in [self.s3.secret, BOGUS_SECRET, *self.issuer.tokens, *self.creds.sso_tokens]:
             self.assertNotIn(secret, p.stdout + p.stderr, "a secret in ckptd's output")

@@ -114,6 +114,27 @@ class S3(TmpDirCase):
         self.assertIn("already queued or sent", p.stderr)
         self.assertEqual(len(s3_log_order(self.s3)), n_before)
 
+    def test_dest_names_the_object_as_aws_cli_does(self):
+        """aws s3 cp FILE s3://b/key writes exactly key; a trailing '/' (or a
+        bucket alone) makes DEST a prefix; a folder always goes under DEST."""
+        src = make(os.path.join(self.dir, "w.bin"), 1000, 60)
+        self.upload(src, "s3://ckpt/x/hi.txt")
+        self.upload(src, "s3://ckpt/x/")
+        self.upload(src, "s3://ckpt")
+        tree = os.path.join(self.dir, "tree")
+        make(os.path.join(tree, "a.bin"), 10, 61)
+        self.upload(tree, "s3://ckpt/folder")
+        self.assertEqual(self.s3.keys(), ["folder/a.bin", "w.bin", "x/hi.txt", "x/w.bin"])
+        # the same as aws-cli itself writes
+        self.s3.aws("s3", "cp", "--no-progress", src, "s3://ckpt/cli/hi.txt")
+        self.assertIn("cli/hi.txt", self.s3.keys())
+        got = os.path.join(self.dir, "got")
+        self.s3.get("x/hi.txt", got)
+        self.assertEqual(sha256(got), sha256(src))
+        # the queue names the objects as the store has them
+        listing = run("queue", "--state", self.state, check=0).stdout
+        self.assertIn("s3://ckpt/x/hi.txt", listing)
+
     def test_tree_metadata_last(self):
         tree = os.path.join(self.dir, "model")
         for i in range(3):
@@ -136,7 +157,7 @@ class S3(TmpDirCase):
 
     def test_wrong_credentials(self):
         src = make(os.path.join(self.dir, "a.bin"), 1000, 3)
-        p = self.upload(src, "s3://ckpt/x", env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"},
+        p = self.upload(src, "s3://ckpt/x/", env={"AWS_SECRET_ACCESS_KEY": "not-the-secret"},
                         check=1)
         self.assertIn("SignatureDoesNotMatch", p.stderr)
         self.assertIn("refused the credentials", p.stderr)
@@ -150,11 +171,11 @@ class S3(TmpDirCase):
         cred = self.s3.credentials_file(os.path.join(self.dir, "aws-creds"))
         os.chmod(cred, 0o644)
         env = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": ""}
-        p = self.upload("--credentials", "file:" + cred, src, "s3://ckpt/x", env=env, check=1)
+        p = self.upload("--credentials", "file:" + cred, src, "s3://ckpt/x/", env=env, check=1)
         self.assertIn("0600", p.stderr)
         os.chmod(cred, 0o600)
         run("queue", "retry", "--all", "--state", self.state, check=0)
-        self.upload("--credentials", "file:" + cred, src, "s3://ckpt/x", env=env)
+        self.upload("--credentials", "file:" + cred, src, "s3://ckpt/x/", env=env)
         self.assertEqual(self.s3.keys(), ["x/a.bin"])
 
     def test_500_then_200_and_slowdown(self):
@@ -345,7 +366,7 @@ class S3(TmpDirCase):
     def test_compress_zstd_records_original_hash(self):
         zstd = need("zstd", "checking compressed uploads needs the zstd tool")
         src = make(os.path.join(self.dir, "w.bin"), 3 * MiB, 50)
-        self.upload("--compress", "zstd", src, "s3://ckpt/z")
+        self.upload("--compress", "zstd", src, "s3://ckpt/z/")
         self.assertEqual(self.s3.keys(), ["z/w.bin.zst"])
         got = os.path.join(self.dir, "got.zst")
         self.s3.get("z/w.bin.zst", got)
@@ -483,7 +504,7 @@ class Http(TmpDirCase):
         with Nginx(self.dir) as web:
             src = make(os.path.join(self.dir, "src", "epoch=3.bin"), 5 * MiB + 3, 70)
             state = os.path.join(self.dir, "state")
-            run("upload", "--state", state, src, web.url + "/models/run1", check=0)
+            run("upload", "--state", state, src, web.url + "/models/run1/", check=0)
             got = os.path.join(self.dir, "got")
             subprocess.run(["curl", "-sSf", "-o", got, web.url + "/models/run1/epoch%3D3.bin"],
                            check=True)
@@ -499,8 +520,11 @@ class Http(TmpDirCase):
             self.assertEqual(queue(state)[0]["sha256"], "")
             # what was checked: the stored size (WebDAV gives no checksum)
             self.assertEqual(queue(state)[0]["check"], "size")
+            # DEST without a trailing '/' names the object itself (as aws s3 cp)
+            run("upload", "--state", state, src, web.url + "/models/named.bin", check=0)
+            self.assertEqual(sha256(os.path.join(web.root, "models", "named.bin")), sha256(src))
             other = make(os.path.join(self.dir, "src", "epoch=4.bin"), 3 * MiB + 1, 72)
-            run("upload", "--state", state, "--sha256", other, web.url + "/models/run1",
+            run("upload", "--state", state, "--sha256", other, web.url + "/models/run1/",
                 check=0)
             jobs = {os.path.basename(j["src"]): j for j in queue(state)}
             self.assertEqual(jobs["epoch=4.bin"]["sha256"], sha256(other))
@@ -514,14 +538,14 @@ class Http(TmpDirCase):
             os.write(fd, b"uploader:wrong-pw\n")
             os.close(fd)
             p = run("upload", "--state", state, "--credentials", "file:" + cred, src,
-                    web.url + "/x", check=1)
+                    web.url + "/x/", check=1)
             self.assertIn("HTTP 401", p.stderr)
             self.assertNotIn("wrong-pw", p.stderr)
             with open(cred, "w") as f:
                 f.write("uploader:s3cr3t-pw\n")
             run("queue", "retry", "--all", "--state", state, check=0)
             run("upload", "--state", state, "--credentials", "file:" + cred, src,
-                web.url + "/x", check=0)
+                web.url + "/x/", check=0)
             with open(os.path.join(web.root, "x", "a.bin"), "rb") as f:
                 self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha256(src))
 
@@ -534,7 +558,7 @@ class Http(TmpDirCase):
             f.write("upload:\n  retries: 2\n  retry_base: 100ms\n")
         web = Nginx(self.dir, port=port)
         web.kill()  # gone before the upload starts
-        p = run("upload", "-c", cfg, "--state", state, src, f"http://127.0.0.1:{port}/d",
+        p = run("upload", "-c", cfg, "--state", state, src, f"http://127.0.0.1:{port}/d/",
                 check=1, timeout=90)
         self.assertRegex(p.stderr, r"(Couldn't connect|Failed to connect|Connection refused)")
         # nobody answered: the store is given up for this run, the job stays
@@ -563,7 +587,7 @@ class Http(TmpDirCase):
             self.assertNotIn("MOVE", log)
             self.assertEqual(sha256(os.path.join(web.root, "signed", "object.bin")), sha256(src))
             # move: false puts straight to the final name
-            run("upload", "--state", state, "--no-move", src, web.url + "/direct", check=0)
+            run("upload", "--state", state, "--no-move", src, web.url + "/direct/", check=0)
             with open(os.path.join(web.dir, "access.log")) as f:
                 log = f.read()
             self.assertIn('"PUT /direct/a.bin HTTP/1.1" 201', log)
@@ -577,7 +601,7 @@ class Http(TmpDirCase):
             state = os.path.join(self.dir, "state")
             token = "tok-" + os.urandom(8).hex()
             p = run("upload", "--state", state, "--auth", "bearer", "--credentials",
-                    "env:CK_TEST_TOKEN", src, px.url + "/b", env={"CK_TEST_TOKEN": token}, check=0)
+                    "env:CK_TEST_TOKEN", src, px.url + "/b/", env={"CK_TEST_TOKEN": token}, check=0)
             self.assertNotIn(token, p.stderr)
             auth = {h.get("Authorization") for m, path, h in px.headers if m == "PUT"}
             self.assertEqual(auth, {"Bearer " + token})
@@ -607,7 +631,7 @@ class Http(TmpDirCase):
         with Nginx(self.dir) as web, FlakyProxy(web.port, [500, 500], fail_methods={"PUT"}) as px:
             src = make(os.path.join(self.dir, "a.bin"), 300000, 73)
             state = os.path.join(self.dir, "state")
-            p = run("upload", "--state", state, src, px.url + "/r", check=0, timeout=60)
+            p = run("upload", "--state", state, src, px.url + "/r/", check=0, timeout=60)
             self.assertEqual(p.stderr.count("upload.retry"), 2)
             with open(os.path.join(web.root, "r", "a.bin"), "rb") as f:
                 self.assertEqual(hashlib.sha256(f.read()).hexdigest(), sha256(src))
@@ -620,7 +644,7 @@ class Sftp(TmpDirCase):
             state = os.path.join(self.dir, "state")
             dest_dir = os.path.join(self.dir, "remote")
             run("upload", "--state", state, "--key", ssh.key, "--host-key", ssh.host_key_sha256,
-                src, ssh.url(dest_dir + "/sub"), check=0, timeout=60)
+                src, ssh.url(dest_dir + "/sub/"), check=0, timeout=60)
             # read back with OpenSSH's sftp client
             got = os.path.join(self.dir, "got")
             batch = os.path.join(self.dir, "batch")
@@ -632,6 +656,10 @@ class Sftp(TmpDirCase):
             self.assertEqual(sha256(got), sha256(src))
             self.assertEqual(os.listdir(os.path.join(dest_dir, "sub")), ["w 1.bin"])
             self.assertEqual(queue(state)[0]["check"], "size")  # the listed size
+            # DEST without a trailing '/' names the file itself
+            run("upload", "--state", state, "--key", ssh.key, "--host-key", ssh.host_key_sha256,
+                src, ssh.url(dest_dir + "/sub/named.bin"), check=0, timeout=60)
+            self.assertEqual(sha256(os.path.join(dest_dir, "sub", "named.bin")), sha256(src))
 
     def test_one_login_for_a_folder(self):
         with Sshd(self.dir) as ssh:
@@ -677,11 +705,20 @@ class Local(TmpDirCase):
         src = make(os.path.join(self.dir, "a.bin"), 2 * MiB, 90)
         state = os.path.join(self.dir, "state")
         dest = os.path.join(self.dir, "nfs")
-        p = run("upload", "--state", state, src, "file://" + dest, check=0)
+        p = run("upload", "--state", state, src, "file://" + dest + "/", check=0)
         self.assertEqual(sha256(os.path.join(dest, "a.bin")), sha256(src))
         self.assertEqual(queue(state)[0]["check"], "read-back-sha256")
+        self.assertEqual(os.listdir(dest), ["a.bin"])  # only the file: no temporary left
+        # file://: a path that is not a folder names the file, a folder keeps
+        # the name (cp's rule), a trailing '/' is a folder
+        run("upload", "--state", state, src, "file://" + dest + "/renamed.bin", check=0)
+        run("upload", "--state", state, src, "file://" + dest + "/in", check=0)
+        os.makedirs(os.path.join(dest, "dir"))
+        run("upload", "--state", state, src, "file://" + dest + "/dir", check=0)
+        self.assertEqual(sorted(os.listdir(dest)), ["a.bin", "dir", "in", "renamed.bin"])
+        self.assertEqual(os.listdir(os.path.join(dest, "dir")), ["a.bin"])
+        self.assertTrue(os.path.isfile(os.path.join(dest, "in")))
         self.assertIn("check=read-back-sha256", p.stderr)
-        self.assertEqual(os.listdir(dest), ["a.bin"])
         # a state folder on a full disk: a clear error, the source untouched
         if os.geteuid() != 0:
             raise unittest.SkipTest("mounting a small tmpfs needs root")
@@ -693,7 +730,7 @@ class Local(TmpDirCase):
             raise unittest.SkipTest(f"cannot mount a tmpfs here: {r.stderr.strip()}")
         self.addCleanup(subprocess.run, ["umount", "-l", mnt])
         tstate = os.path.join(mnt, "state")
-        run("upload", "--state", tstate, "--queue-only", src, "file://" + dest + "2", check=0)
+        run("upload", "--state", tstate, "--queue-only", src, "file://" + dest + "2/", check=0)
         fd = os.open(os.path.join(mnt, "filler"), os.O_WRONLY | os.O_CREAT)
         try:
             while True:

@@ -289,7 +289,7 @@ class WatchCase(TmpDirCase):
                 [f"data/checkpoints/epoch_{e}.safetensors" for e in (1, 2, 3)]:
             with open(os.path.join(self.dir, rel), "rb") as a, \
                     open(os.path.join(remote, rel), "rb") as b:
-                self.assertEqual(a.read(), b.read(), rel)
+                self.assertEqual(a.read(), b.read(), f"{rel}\n{w.text()}")
         done = re.findall(r'upload\.done: job=\d+ store="[^"]*" key="([^"]+)"', w.text())
         self.assertTrue(done and done[-1].endswith("metadata.yaml"), done)
         last_meta = len(done) - 1
