@@ -8,6 +8,7 @@
 #include "common/sign.h"
 #include "model/mldef.h"
 #include "readers/mldefctx.h"
+#include "readers/zipin.h"
 
 #include <errno.h>
 #include <math.h>
@@ -514,6 +515,10 @@ int ck_mldef_check(const char *path, const struct ck_mldef_check_opts *o, struct
         return ck_error(CK_ENOMEM, "out of memory");
     }
     archive_names(&c);
+    /* every member's CRC-32 and true size, read or not by the rules below:
+     * the same check inspect --verify makes (readers/zipin.h) */
+    if (c.src.is_zip && ck_zipin_check_file(path, true) < 0)
+        ck_mldefc_vio(&c, "zip.member", path, "%s", ck_error_msg());
     walk(&c, o);
     ctx_release(&c);
     ck_tensor_set_free(c.set);

@@ -39,6 +39,12 @@ int ck_mldef_src_open(struct ck_mldef_src *s, const char *path)
         zip_error_fini(&e);
         return err;
     }
+    /* the layout every zip reader of ckptd checks (local headers agree with
+     * the directory, no overlap): before any member is read or hashed */
+    if ((err = ck_zipin_check_file(path, false)) < 0) {
+        ck_mldef_src_close(s);
+        return err;
+    }
     zip_int64_t n = zip_get_num_entries(s->z, 0);
     if (n < 0 || n > 100000) {
         ck_mldef_src_close(s);
