@@ -439,8 +439,7 @@ int ck_zipin_layout(const char *path, const unsigned char *b, uint64_t len, uint
     for (uint64_t i = 0; i < n; i++, p += reclen) {
         struct ck_zipin_member *m = &v[i];
         if ((err = cd_record(path, i, p, cdsize - (uint64_t)(p - (b + cdoff)), m, &reclen)) < 0 ||
-            (err = member_claims(path, i, m, max)) < 0 ||
-            (err = local_header(path, i, b, cdoff, m)) < 0)
+            (err = member_claims(path, i, m, max)) < 0)
             goto fail;
         /* in the file's order, none inside another: an entry that points back
          * (90 directory entries over one stream) is refused before its bytes
@@ -457,6 +456,8 @@ int ck_zipin_layout(const char *path, const unsigned char *b, uint64_t len, uint
                            shown(q->name, q->namelen, c));
             goto fail;
         }
+        if ((err = local_header(path, i, b, cdoff, m)) < 0)
+            goto fail;
         end = m->data + m->csize;
     }
     *out = v;

@@ -1,0 +1,266 @@
+"""Hostile and damaged archives (issue 28): every validator of ckptd decides
+"valid" by the same zip checks (readers/zipin.h ck_zipin_check_members), so
+`mldef -i` and `ckptd inspect --verify` give the same verdict on every file
+made here. The hostile files are written byte by byte by raw_zip() below, from
+the zip specification (PKWARE APPNOTE), never by ckptd; Python's zipfile and
+zlib are the independent references for what a member holds."""
+import os
+import random
+import resource
+import struct
+import subprocess
+import sys
+import zipfile
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+sys.path.insert(0, HERE)
+from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
+from test_mldef import mldef, write_example  # noqa: E402
+
+
+def raw_zip(entries, cd_order=None):
+    """A zip from entries, each a dict: name, data (uncompressed), method (0/8),
+    and lies: local_name (the local header's name), cd_usize / cd_csize (the
+    central directory's sizes), local_of (index of an earlier entry whose local
+    header this directory record points at), zip64_usize (a zip64 extra with
+    this uncompressed size, in both headers). cd_order: the directory's order."""
+    out = bytearray()
+    locs = []
+    for e in entries:
+        data = e["data"]
+        comp = data if e.get("method", 0) == 0 else zlib.compress(data, 9)[2:-4]
+        crc = zlib.crc32(data)
+        e["_crc"], e["_csize"], e["_comp"] = crc, len(comp), comp
+        if "local_of" in e:
+            locs.append(locs[e["local_of"]])
+            continue
+        lname = e.get("local_name", e["name"]).encode()
+        usize, extra = len(data), b""
+        if "zip64_usize" in e:
+            usize = 0xFFFFFFFF
+            extra = struct.pack("<HHQQ", 1, 16, e["zip64_usize"], len(comp))
+        csize = 0xFFFFFFFF if extra else len(comp)
+        locs.append(len(out))
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 45 if extra else 20, 0,
+                           e.get("method", 0), 0, 0x21, crc, csize, usize, len(lname),
+                           len(extra))
+        out += lname + extra + comp
+    cd = bytearray()
+    for i in cd_order or range(len(entries)):
+        e = entries[i]
+        name = e["name"].encode()
+        usize = e.get("cd_usize", len(e["data"]))
+        csize = e.get("cd_csize", e["_csize"])
+        extra = b""
+        if "zip64_usize" in e:
+            extra = struct.pack("<HHQQ", 1, 16, e["zip64_usize"], csize)
+            usize = csize = 0xFFFFFFFF
+        cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 45 if extra else 20,
+                          45 if extra else 20, 0, e.get("method", 0), 0, 0x21, e["_crc"],
+                          csize, usize, len(name), len(extra), 0, 0, 0, 0, locs[i])
+        cd += name + extra
+    cdoff = len(out)
+    out += cd
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(cd),
+                       cdoff, 0)
+    return bytes(out)
+
+
+def members_of(path):
+    """(name, data offset, compressed size, method, content) of each member, by
+    zipfile and the local headers."""
+    with open(path, "rb") as f:
+        whole = f.read()
+    out = []
+    with zipfile.ZipFile(path) as z:
+        for i in z.infolist():
+            nl, xl = struct.unpack_from("<HH", whole, i.header_offset + 26)
+            out.append((i.filename, i.header_offset + 30 + nl + xl, i.compress_size,
+                        i.compress_type, z.read(i.filename)))
+    return whole, out
+
+
+def flip_changes_content(comp_flipped, method, content):
+    """Whether a member's flipped bytes mean other content (zlib decides for a
+    deflated member: a stream that fails to inflate changes it too)."""
+    if method == zipfile.ZIP_STORED:
+        return comp_flipped != content
+    try:
+        d = zlib.decompressobj(-15)
+        got = d.decompress(comp_flipped) + d.flush()
+        return got != content or not d.eof or d.unused_data != b""
+    except zlib.error:
+        return True
+
+
+def deflate_bomb(size):
+    """A raw deflate stream of size zero bytes (a multiple of 16 MiB), made of
+    one fully flushed 16 MiB block repeated: about 1 KiB per MiB."""
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = z.compress(bytes(16 << 20)) + z.flush(zlib.Z_FULL_FLUSH)
+    return block * (size // (16 << 20)) + z.flush()
+
+
+def child_maxrss_mb():
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+class Layout(TmpDirCase):
+    def example(self, level=None, key=None):
+        write_example(self.dir)
+        out = os.path.join(self.dir, f"a{level or ''}.mldef")
+        args = ["-c", "-f", out] + ([f"-{level}"] if level else [])
+        if key:
+            args += ["-s", "--key", key]
+        mldef(*args, os.path.join(self.dir, "manifest.json"), check=0)
+        return out
+
+    def refused_by_every_validator(self, path, *needles):
+        """mldef -i and inspect --verify both refuse path, naming it and each needle."""
+        p = mldef("-i", path)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertNotIn("valid mldef", p.stdout)
+        self.assertIn(os.path.basename(path), p.stderr)
+        for n in needles:
+            self.assertIn(n, p.stderr)
+        r = run("inspect", "--verify", path)
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertNotIn("checksums verified", r.stdout)
+        for n in needles:
+            self.assertIn(n, r.stderr)
+        return p.stderr
+
+    def write(self, name, data):
+        p = os.path.join(self.dir, name)
+        with open(p, "wb") as f:
+            f.write(data)
+        return p
+
+    def test_every_flip_in_every_member_is_refused(self):
+        k = os.path.join(self.dir, "k")
+        run("keygen", "-o", k, check=0)
+        rng = random.Random(28)
+        for level in (None, 6):  # stored members and deflated ones
+            a = self.example(level, key=k)
+            mldef("-i", a, check=0)
+            whole, members = members_of(a)
+            self.assertGreaterEqual(len(members), 5)
+            flips = 0
+            for name, data, csize, method, content in members:
+                if not csize:
+                    continue
+                spots = {data, data + csize - 1} | {data + rng.randrange(csize) for _ in range(2)}
+                for at in sorted(spots):
+                    bit = 1 << rng.randrange(8)
+                    comp = bytearray(whole[data:data + csize])
+                    comp[at - data] ^= bit
+                    if not flip_changes_content(bytes(comp), method, content):
+                        continue
+                    with self.subTest(level=level, member=name, at=at - data, bit=bit):
+                        bad = bytearray(whole)
+                        bad[at] ^= bit
+                        self.refused_by_every_validator(self.write("bad.mldef", bad),
+                                                        f"'{name}'")
+                        flips += 1
+            self.assertGreaterEqual(flips, 3 * len(members) - 2)
+
+    def test_local_header_name_slip(self):
+        """A signed archive whose data entry's local header is named
+        '../../../../tmp/x': zipfile refuses it, and so does every validator,
+        signature or not."""
+        k = os.path.join(self.dir, "k")
+        run("keygen", "-o", k, check=0)
+        a = self.example(key=k)
+        with zipfile.ZipFile(a) as z:
+            entries = [{"name": i.filename, "data": z.read(i.filename)} for i in z.infolist()]
+        for e in entries:
+            if e["name"] == "data/w000.float32":
+                e["local_name"] = "../../../../tmp/x"
+        bad = self.write("slip.mldef", raw_zip(entries))
+        with zipfile.ZipFile(bad) as z, self.assertRaises(zipfile.BadZipFile):
+            z.read("data/w000.float32")
+        err = self.refused_by_every_validator(bad, "'data/w000.float32'", "'../../../../tmp/x'")
+        self.assertNotIn("signature good", err)
+        p = mldef("-s", "--pubkey", k + ".pub", bad)
+        self.assertEqual(p.returncode, 1)
+        self.assertNotIn("signature good", p.stdout)
+        # the same archive written honestly is valid: the test breaks only the name
+        good = self.write("good.mldef", raw_zip([dict(e, local_name=e["name"]) for e in entries]))
+        self.assertIn("signature good", mldef("-s", "--pubkey", k + ".pub", good, check=0).stdout)
+
+    def test_central_directory_lying_about_sizes(self):
+        a = self.example()
+        with zipfile.ZipFile(a) as z:
+            entries = [{"name": i.filename, "data": z.read(i.filename)} for i in z.infolist()]
+        w = next(e for e in entries if e["name"] == "data/w000.float32")
+        n = len(w["data"])
+        for lie in ({"cd_usize": n // 2, "cd_csize": n // 2}, {"cd_usize": n + 4, "cd_csize": n + 4},
+                    {"cd_usize": n * 2}):
+            with self.subTest(lie=lie):
+                bad = self.write("lie.mldef", raw_zip([dict(e, **lie) if e is w else e
+                                                       for e in entries]))
+                self.refused_by_every_validator(bad, "'data/w000.float32'")
+
+    def test_a_header_claiming_10_gib(self):
+        """A 64 KiB deflated stream whose headers say 10 GiB: refused from the
+        headers, before anything is inflated or allocated."""
+        a = self.example()
+        with zipfile.ZipFile(a) as z:
+            entries = [{"name": i.filename, "data": z.read(i.filename)} for i in z.infolist()]
+        entries.append({"name": "tests/big.float32", "data": bytes(64 << 10), "method": 8,
+                        "zip64_usize": 10 << 30})
+        bad = self.write("big.mldef", raw_zip(entries))
+        before = child_maxrss_mb()
+        err = self.refused_by_every_validator(bad, "'tests/big.float32'")
+        self.assertIn(f"claims {10 << 30} bytes from", err)
+        self.assertLess(child_maxrss_mb(), max(before, 400))
+
+    def test_overlapping_and_out_of_order_entries(self):
+        """90 directory entries over one 1 MiB stream, and a directory listing
+        members in another order than the file: refused at the directory."""
+        blob = os.urandom(1 << 20)
+        entries = [{"name": "manifest.json", "data": blob}]
+        entries += [{"name": f"m{i:02d}", "data": blob, "local_of": 0} for i in range(89)]
+        bad = self.write("overlap.mldef", raw_zip(entries))
+        self.refused_by_every_validator(bad, "overlaps")
+        entries = [{"name": "manifest.json", "data": b"{}"}, {"name": "x.csv", "data": b"1"}]
+        bad = self.write("order.mldef", raw_zip(entries, cd_order=[1, 0]))
+        with zipfile.ZipFile(bad) as z:  # zipfile reads it: only the order is wrong
+            self.assertEqual(z.read("x.csv"), b"1")
+        self.refused_by_every_validator(bad, "comes before")
+
+    def test_deflate_bomb_inflates_no_further_than_declared(self):
+        """10 MB of deflate that expands to 10 GB, its headers claiming 1 MiB:
+        refused after 1 MiB, not after 10 GB."""
+        bomb = self.bomb_zip(deflate_bomb(10 << 30), 1 << 20, zlib.crc32(bytes(1 << 20)))
+        self.assertLess(len(bomb), 12 << 20)
+        bad = self.write("bomb.mldef", bomb)
+        before = child_maxrss_mb()
+        err = self.refused_by_every_validator(bad, "inflates past its declared 1048576 bytes")
+        self.assertIn("'data/w.float32'", err)
+        self.assertLess(child_maxrss_mb(), max(before, 400))
+
+    @staticmethod
+    def bomb_zip(comp, usize, crc):
+        out = bytearray()
+        man = b"{}"
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 0, 0, 0x21, zlib.crc32(man),
+                           len(man), len(man), 13, 0) + b"manifest.json" + man
+        loc = len(out)
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, 0x21, crc, len(comp),
+                           usize, 14, 0) + b"data/w.float32" + comp
+        cd = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 0, 0, 0x21,
+                         zlib.crc32(man), len(man), len(man), 13, 0, 0, 0, 0, 0, 0)
+        cd += b"manifest.json"
+        cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, 0x21, crc,
+                          len(comp), usize, 14, 0, 0, 0, 0, 0, loc) + b"data/w.float32"
+        cdoff = len(out)
+        out += cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 2, 2, len(cd), cdoff, 0)
+        return bytes(out)
+
+
+if __name__ == "__main__":
+    import unittest
+    unittest.main()
