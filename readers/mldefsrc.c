@@ -67,6 +67,10 @@ int ck_mldef_src_open(struct ck_mldef_src *s, const char *path)
             ck_mldef_src_close(s);
             return ck_error(CK_ENOMEM, "out of memory");
         }
+        if ((err = ck_strset_put(&s->byname, s->names[s->n], s->n, NULL)) < 0) {
+            ck_mldef_src_close(s);
+            return err;
+        }
         s->index[s->n++] = (uint64_t)i;
     }
     return 0;
@@ -80,17 +84,17 @@ void ck_mldef_src_close(struct ck_mldef_src *s)
         free(s->names[i]);
     free(s->names);
     free(s->index);
+    ck_strset_release(&s->byname);
     memset(s, 0, sizeof *s);
 }
 
 static bool find(const struct ck_mldef_src *s, const char *name, uint64_t *index)
 {
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->names[i], name) == 0) {
-            *index = s->index[i];
-            return true;
-        }
-    return false;
+    size_t k;
+    if (!ck_strset_get(&s->byname, name, &k))
+        return false;
+    *index = s->index[k];
+    return true;
 }
 
 /* A name beside the manifest; only names that passed the path rules reach
