@@ -18,6 +18,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
 from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
 from test_mldef import mldef, write_example  # noqa: E402
+import warnings  # noqa: E402
+warnings.simplefilter("ignore")  # zipfile warns of the duplicate names made on purpose
 
 
 def raw_zip(entries, cd_order=None):
@@ -259,6 +261,112 @@ class Layout(TmpDirCase):
         cdoff = len(out)
         out += cd + struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 2, 2, len(cd), cdoff, 0)
         return bytes(out)
+
+
+def timed_run(case, limit, *args, binary=None):
+    """ckptd (or binary) with args; a run past limit seconds fails the test. The
+    limits are 10x or more what the linear code takes under ASan on a loaded CI
+    machine, and a tenth or less of what the quadratic code took (issue 28)."""
+    try:
+        return subprocess.run([binary or CKPTD, *map(str, args)], capture_output=True,
+                              text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        case.fail(f"{' '.join(map(str, args))}: still running after {limit} s")
+
+
+class Bounded(TmpDirCase):
+    """Costs that the input decides grow linearly: each bomb of the issue, at a
+    size where a quadratic cost would show."""
+
+    def test_tags_txt_of_100k_lines(self):
+        import numpy as np
+        sys.path.insert(0, HERE)
+        import sdfb
+        sdfb.sd()  # skips without flatc
+        fb = os.path.join(self.dir, "one.fb")
+        sdfb.mlp(fb, {"W1": np.ones((4, 3), "f4"), "b1": np.zeros(3, "f4"),
+                      "W2": np.ones((3, 2), "f4"), "b2": np.zeros(2, "f4")})
+        src = os.path.join(self.dir, "one.zip")
+        run("pack", "--format", "samediff", fb, "-o", src, "-q", check=0)
+        with zipfile.ZipFile(src) as z:
+            items = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+        bad = os.path.join(self.dir, "tags.zip")
+        for dup in (False, True):
+            lines = [f"t{i}" for i in range(100000)] + ["one"] + (["T5"] if dup else [])
+            with zipfile.ZipFile(bad, "w") as z:
+                for n, d in items:
+                    z.writestr(n, "\n".join(lines) + "\n" if n == "tags.txt" else d)
+            p = timed_run(self, 60, "inspect", bad)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            if dup:  # the second spelling, on its line
+                self.assertIn("tags.txt line 100002: tag 'T5' appears twice", p.stderr)
+            else:
+                self.assertIn("tags.txt lists 't0' but 't0/graph.fb' is missing", p.stderr)
+            p = timed_run(self, 60, "pack", "--format", "samediff", fb, "-o", bad, "--tag", "x")
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("tags.zip'", p.stderr)
+
+    def test_nested_yaml_is_refused_at_its_depth_limit(self):
+        deep = os.path.join(self.dir, "deep.yaml")
+        with open(deep, "w") as f:
+            f.write("a: " + "[" * 100000 + "]" * 100000 + "\n")
+        p = timed_run(self, 60, "config", "-c", deep)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("deep.yaml' line 1 column 67: nested more than 64 deep", p.stderr)
+        tree = os.path.join(self.dir, "tree")
+        os.makedirs(tree)
+        with open(os.path.join(tree, "metadata.yaml"), "w") as f:
+            f.write("a:\n" + "".join("  " * i + "- \n" for i in range(1, 70)))
+        p = timed_run(self, 60, "scan", tree)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("metadata.yaml' line 65 ", p.stderr)  # line k opens level k
+        self.assertIn("nested more than 64 deep", p.stderr)
+        # 64 levels are fine: the limit is no lower than it says
+        ok = os.path.join(self.dir, "ok.yaml")
+        with open(ok, "w") as f:
+            f.write("a: " + "[" * 63 + "]" * 63 + "\n")
+        p = timed_run(self, 60, "config", "-c", ok)
+        self.assertNotIn("nested more than", p.stderr)
+
+    def test_layer_list_of_30k_layers(self):
+        import numpy as np
+        from ckpt_formats import safetensors_from_numpy
+        w = os.path.join(self.dir, "w.safetensors")
+        with open(w, "wb") as f:
+            f.write(safetensors_from_numpy({"w": np.eye(4, dtype=np.float32),
+                                            "b": np.ones(4, np.float32)}))
+        g = os.path.join(self.dir, "layers.yaml")
+        n = 30000
+        with open(g, "w") as f:
+            f.write("input: {name: x, shape: [-1, 4]}\nlayers:\n"
+                    "  - {op: dense, weight: w, bias: b, name: l0}\n")
+            f.writelines(f"  - {{op: relu, name: l{i}}}\n" for i in range(1, n - 1))
+            f.write(f"  - {{op: add, from: [l1, l{n // 2}]}}\n")
+        out = os.path.join(self.dir, "l.mldef")
+        timed_run(self, 90, "pack", w, "--graph", g, "-o", out, "-q")
+        p = timed_run(self, 90, "-i", out, binary=os.path.join(os.path.dirname(CKPTD), "mldef"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"{n + 1} layers", p.stdout)  # the input is a layer too
+        with zipfile.ZipFile(out) as z:
+            import json
+            man = json.loads(z.read("manifest.json"))
+        names = [x["Name"] for x in man["Layers"]]
+        self.assertEqual(len(names), len(set(names)))
+        self.assertEqual(man["Layers"][-1]["Inputs"][:2], ["l1", f"l{n // 2}"])
+
+    def test_zip_of_70k_entries(self):
+        bad = os.path.join(self.dir, "many.mldef")
+        with zipfile.ZipFile(bad, "w") as z:
+            z.writestr("manifest.json", "{}")
+            for i in range(70000):
+                z.writestr(f"d/{i}.csv", "1")
+            z.writestr("d/5.csv", "2")  # a duplicate, last: found all the same
+        p = timed_run(self, 120, "-i", bad, binary=os.path.join(os.path.dirname(CKPTD), "mldef"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("70002 files (at most 100) [files.count]", p.stderr)
+        self.assertIn("d/5.csv: two entries with this name [files.duplicate]", p.stderr)
+        p = timed_run(self, 120, "inspect", bad)
+        self.assertEqual(p.returncode, 1, p.stderr)
 
 
 if __name__ == "__main__":
