@@ -408,8 +408,14 @@ class Outputs(TmpDirCase):
         others = [".other.mldef.ckptd-a1B2c3.tmp", ".out.mldef.partial", "out.mldef.ckptd-x.tmp"]
         for o in others:
             self.write(o, b"keep")
-        for delay in (0.5, 1.5, 3.0):
+        for delay in (0.0, 0.3, 1.0):
             p = subprocess.Popen([CKPTD, "pack", src, "-o", out, "-9"], stderr=subprocess.DEVNULL)
+            # killed while it writes: once its temporary exists (however slow the machine)
+            seen = set(self.leftovers())
+            deadline = time.monotonic() + 120
+            while p.poll() is None and set(self.leftovers()) <= seen \
+                    and time.monotonic() < deadline:
+                time.sleep(0.01)
             time.sleep(delay)
             p.send_signal(signal.SIGKILL)
             p.wait()
