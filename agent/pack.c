@@ -13,12 +13,61 @@
 #include "readers/reader.h"
 #include "writers/mldefzip.h"
 
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Read back what was written, with the same rules a device applies, while
+ * it is still at its temporary name: an archive that fails is never renamed
+ * over the output (which keeps what it held). */
+static int read_back(const char *tmp, void *arg)
+{
+    const char *out = arg;
+    struct ck_mldef_report rep;
+    int err = ck_mldef_check(tmp, NULL, &rep, NULL);
+    if (err == 0 && rep.n)
+        err = ck_error(CK_ERR,
+                       "'%s': the archive written breaks rule %s at %s: %s (a ckptd bug: please "
+                       "report; '%s' is left as it was)",
+                       out, rep.v[0].rule, rep.v[0].where, rep.v[0].msg, out);
+    else if (err < 0)
+        err = ck_error_wrap(err, "'%s': reading back the archive written", out);
+    ck_mldef_report_release(&rep);
+    return err;
+}
+
+/* Temporaries of this output's name beside it ('.OUT.ckptd-XXXXXX.tmp', and
+ * those of the run archive's journal), left by a pack that was killed: the
+ * next pack to the same output removes them and says how many. Other files,
+ * other outputs' temporaries included, are never touched. */
+static void sweep_beside(const char *out)
+{
+    char dir[PATH_MAX], prefix[NAME_MAX + 2];
+    size_t removed = 0;
+    /* an archive being appended to is flock()ed by its writer (writers/zipapp.h):
+     * its temporaries are alive, not leftovers */
+    int fd = open(out, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        close(fd);
+        return;
+    }
+    ck_dirname(dir, sizeof dir, out);
+    snprintf(prefix, sizeof prefix, ".%s.", ck_basename(out));
+    if (ck_sweep_temporaries_of(dir, prefix, &removed) < 0)
+        ck_warn("sweep.failed", "%s", ck_error_msg());
+    if (removed)
+        ck_info("sweep.removed",
+                "dir='%s' output='%s' temporaries=%zu: left by a pack that was killed", dir,
+                ck_basename(out), removed);
+    if (fd >= 0)
+        close(fd); /* and the lock with it */
+}
 
 int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
             struct ck_pack_result *r)
@@ -43,21 +92,17 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
         goto out;
     }
     r->nlayers = m->nnodes;
-    if ((err = ck_writer_open(ops, out, &o->w, &w)) < 0 || (err = ck_writer_add(w, m)) < 0 ||
+    struct ck_writer_opts wo = o->w;
+    if (strcmp(ops->name, "mldef") == 0) {
+        wo.check = read_back;
+        wo.check_arg = (void *)out;
+    }
+    sweep_beside(out); /* before the writer makes its own temporary */
+    if ((err = ck_writer_open(ops, out, &wo, &w)) < 0 || (err = ck_writer_add(w, m)) < 0 ||
         (err = ck_writer_finish(w)) < 0)
         goto out;
     if (ck_samediff_last(w))
         r->samediff = *ck_samediff_last(w);
-    if (strcmp(ops->name, "mldef") == 0) {
-        /* Read back what was written, with the same rules a device applies. */
-        struct ck_mldef_report rep;
-        if ((err = ck_mldef_check(out, NULL, &rep, NULL)) == 0 && rep.n)
-            err = ck_error(CK_ERR, "'%s' breaks rule %s at %s: %s (a ckptd bug: please report)",
-                           out, rep.v[0].rule, rep.v[0].where, rep.v[0].msg);
-        ck_mldef_report_release(&rep);
-        if (err < 0)
-            goto out;
-    }
     struct stat st;
     if (stat(out, &st) < 0) {
         err = ck_error_os(CK_EIO, "cannot stat '%s'", out);

@@ -375,6 +375,11 @@ bool ck_is_own_temporary(const char *name)
 
 int ck_sweep_temporaries(const char *dir, size_t *removed)
 {
+    return ck_sweep_temporaries_of(dir, NULL, removed);
+}
+
+int ck_sweep_temporaries_of(const char *dir, const char *prefix, size_t *removed)
+{
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT || errno == ENOTDIR ? 0
@@ -382,7 +387,8 @@ int ck_sweep_temporaries(const char *dir, size_t *removed)
     struct dirent *e;
     int err = 0;
     while ((e = readdir(d)) != NULL) {
-        if (!ck_is_own_temporary(e->d_name))
+        if (!ck_is_own_temporary(e->d_name) ||
+            (prefix && strncmp(e->d_name, prefix, strlen(prefix)) != 0))
             continue;
         if (unlinkat(dirfd(d), e->d_name, 0) == 0)
             (*removed)++;

@@ -74,6 +74,9 @@ bool ck_is_own_temporary(const char *name);
  * Call only while holding the folder's lock: a live writer's temporary
  * matches too. */
 int ck_sweep_temporaries(const char *dir, size_t *removed);
+/* The same for those whose name starts with prefix only (".OUT." for the
+ * temporaries of OUT and of OUT's journal). */
+int ck_sweep_temporaries_of(const char *dir, const char *prefix, size_t *removed);
 bool ck_exists(const char *path);
 
 struct stat;

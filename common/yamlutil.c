@@ -191,12 +191,46 @@ void ck_yaml_resolve(const yaml_node_t *n, struct ck_yaml_value *out)
         out->f = parse_float(out->s);
 }
 
+/* Refuses a document nested deeper than CK_YAML_MAX_DEPTH, from libyaml's
+ * events, before the document is built: libyaml's scanner checks every open
+ * flow level on every token, so 100k nested brackets (200 KB) cost minutes.
+ * Stopped at the limit, the pass costs a fixed amount per token. A syntax
+ * error is left to the load, which words it. */
+static int depth_check(const char *name, const char *data, size_t len)
+{
+    yaml_parser_t p;
+    yaml_event_t ev;
+    int depth = 0, err = 0;
+    if (!yaml_parser_initialize(&p))
+        return ck_error(CK_ENOMEM, "out of memory parsing '%s'", name);
+    yaml_parser_set_input_string(&p, (const unsigned char *)data, len);
+    for (bool done = false; !done && yaml_parser_parse(&p, &ev);) {
+        done = ev.type == YAML_STREAM_END_EVENT;
+        if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+            if (++depth > CK_YAML_MAX_DEPTH) {
+                err = ck_error(CK_EFORMAT,
+                               "cannot parse '%s' line %zu column %zu: nested more than %d deep",
+                               name, ev.start_mark.line + 1, ev.start_mark.column + 1,
+                               CK_YAML_MAX_DEPTH);
+                done = true;
+            }
+        } else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    return err;
+}
+
 int ck_yaml_load(struct ck_yaml_doc *d, const char *name, const char *data, size_t len)
 {
     yaml_parser_t p;
     int err = 0;
     memset(d, 0, sizeof *d);
     snprintf(d->name, sizeof d->name, "%s", name);
+    if ((err = depth_check(name, data, len)) < 0)
+        return err;
     if (!yaml_parser_initialize(&p))
         return ck_error(CK_ENOMEM, "out of memory parsing '%s'", name);
     yaml_parser_set_input_string(&p, (const unsigned char *)data, len);

@@ -17,6 +17,9 @@ struct ck_yaml_doc {
     char name[256];  /* the file name used in messages */
 };
 
+/* How deep a document may nest (mappings and sequences): far past what PMF
+ * metadata or a config needs, short of libyaml's quadratic cost. */
+#define CK_YAML_MAX_DEPTH 64
 /* Parses exactly one document. Errors: "cannot parse 'NAME' line L column C: problem". */
 int ck_yaml_load(struct ck_yaml_doc *d, const char *name, const char *data, size_t len);
 void ck_yaml_release(struct ck_yaml_doc *d);

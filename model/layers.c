@@ -1,5 +1,6 @@
 #include "model/layers.h"
 #include "model/dims.h"
+#include "common/strset.h"
 #include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
@@ -41,6 +42,7 @@ struct lctx {
     const char *input; /* the graph input's value name (borrowed from the model) */
     char **values;     /* per layer: the name of its (first) output */
     char **names;      /* per layer: its name: key, or NULL */
+    struct ck_strset nameset; /* the names given, to their layer (one look-up per reference) */
     size_t n;          /* layers so far */
     size_t count;      /* entries of values and names */
     /* where names not in the file as written are looked up (model/weightsel.h) */
@@ -395,10 +397,8 @@ static int param(struct lctx *c, struct ck_model_node *n, const char *k, yaml_no
 
 static int layer_of_name(const struct lctx *c, const char *s)
 {
-    for (size_t i = 0; i < c->n; i++)
-        if (c->names[i] && !strcmp(c->names[i], s))
-            return (int)i;
-    return -1;
+    size_t i;
+    return ck_strset_get(&c->nameset, s, &i) && i < c->n ? (int)i : -1;
 }
 
 /* One entry of from/inputs: -k is k layers back (-1 the previous; before
@@ -664,6 +664,8 @@ static int layer(struct lctx *c, yaml_node_t *l, bool last, const char *outname)
     if (!(c->values[c->index] = strdup(n->outputs[0])) ||
         (name && !(c->names[c->index] = strdup(name))))
         return ck_error(CK_ENOMEM, "out of memory");
+    if (name && (err = ck_strset_put(&c->nameset, c->names[c->index], c->index, NULL)) < 0)
+        return err;
     c->n = c->index + 1;
     return 0;
 }
@@ -828,6 +830,7 @@ static int build_model(struct ck_tensor_set *weights, struct ck_yaml_doc *d, yam
         free(c.names ? c.names[i] : NULL);
     }
     free(c.values);
+    ck_strset_release(&c.nameset);
     free(c.names);
     if (err < 0) {
         ck_model_free(c.m);

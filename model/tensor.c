@@ -437,14 +437,21 @@ void ck_tensor_set_drop_pages(const struct ck_tensor_set *s, const void *p, uint
             continue;
         if (len > r->len - (uint64_t)(a - b))
             len = r->len - (uint64_t)(a - b);
-        /* Whole pages inside the range only: a neighbour may still be in use. */
-        long pg = sysconf(_SC_PAGESIZE);
-        uintptr_t lo = ((uintptr_t)a + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
-        uintptr_t hi = ((uintptr_t)a + (uintptr_t)len) & ~((uintptr_t)pg - 1);
-        if (hi > lo)
-            madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        ck_tensor_drop_range(a, len);
         return;
     }
+}
+
+void ck_tensor_drop_range(const void *p, uint64_t len)
+{
+    /* Whole pages inside the range only: a neighbour may still be in use. */
+    static long pg;
+    if (!pg)
+        pg = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+    uintptr_t hi = ((uintptr_t)p + (uintptr_t)len) & ~((uintptr_t)pg - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 /* ---- tensors ---- */

@@ -129,6 +129,9 @@ int ck_tensor_guarded(int (*fn)(void *arg), void *arg);
  * page cache keeps the pages; touching them again faults them back). A no-op
  * for owned blocks and for memory the set does not hold. */
 void ck_tensor_set_drop_pages(const struct ck_tensor_set *s, const void *p, uint64_t len);
+/* The same for [p, p+len) the caller knows lies in a file mapping, without
+ * searching the set's regions (a set of 70k members has 70k of them). */
+void ck_tensor_drop_range(const void *p, uint64_t len);
 /* Copies a string into the set's memory. */
 char *ck_tensor_set_strdup(struct ck_tensor_set *s, const char *p, size_t len);
 struct ck_tensor *ck_tensor_set_find(const struct ck_tensor_set *s, const char *name);

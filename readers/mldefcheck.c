@@ -8,6 +8,7 @@
 #include "common/sign.h"
 #include "model/mldef.h"
 #include "readers/mldefctx.h"
+#include "readers/zipin.h"
 
 #include <errno.h>
 #include <math.h>
@@ -374,18 +375,20 @@ static void archive_names(struct ck_mldefc *c)
 {
     if (!c->src.is_zip)
         return;
+    struct ck_strset seen = CK_STRSET_INIT; /* one look-up per entry: 70k entries took 5 s */
     for (size_t i = 0; i < c->src.n; i++) {
         const char *name = c->src.names[i];
         char why[160];
+        bool twice = false;
         const char *rule = ck_mldef_path_rule(name, why, sizeof why);
         if (rule)
             ck_mldefc_vio(c, rule, name, "%s", why);
-        for (size_t k = 0; k < i; k++)
-            if (strcmp(c->src.names[k], name) == 0) {
-                ck_mldefc_vio(c, "files.duplicate", name, "two entries with this name");
-                break;
-            }
+        if (ck_strset_put(&seen, name, i, &twice) < 0)
+            ck_mldefc_vio(c, "files.count", c->src.path, "%s", ck_error_msg());
+        if (twice)
+            ck_mldefc_vio(c, "files.duplicate", name, "two entries with this name");
     }
+    ck_strset_release(&seen);
     if (c->src.n > CK_MLDEF_MAX_FILES)
         ck_mldefc_vio(c, "files.count", c->src.path, "%zu files (at most %d)", c->src.n,
                       CK_MLDEF_MAX_FILES);
@@ -481,6 +484,7 @@ out:
     free(w.in);
     free(w.last_outputs);
     free((void *)w.layer_names);
+    ck_strset_release(&w.layerset);
 }
 
 static void ctx_release(struct ck_mldefc *c)
@@ -490,6 +494,7 @@ static void ctx_release(struct ck_mldefc *c)
     c->root = NULL;
     free(c->dfs);
     free((void *)c->values);
+    ck_strset_release(&c->valueset);
     free((void *)c->files);
     c->dfs = NULL;
     c->values = c->files = NULL;
@@ -514,6 +519,10 @@ int ck_mldef_check(const char *path, const struct ck_mldef_check_opts *o, struct
         return ck_error(CK_ENOMEM, "out of memory");
     }
     archive_names(&c);
+    /* every member's CRC-32 and true size, read or not by the rules below:
+     * the same check inspect --verify makes (readers/zipin.h) */
+    if (c.src.is_zip && ck_zipin_check_file(path, true) < 0)
+        ck_mldefc_vio(&c, "zip.member", path, "%s", ck_error_msg());
     walk(&c, o);
     ctx_release(&c);
     ck_tensor_set_free(c.set);

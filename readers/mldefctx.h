@@ -3,6 +3,7 @@
 #ifndef CK_MLDEFCTX_H
 #define CK_MLDEFCTX_H
 
+#include "common/strset.h"
 #include "model/model.h"
 #include "readers/jsonin.h"
 #include "readers/mldefcheck.h"
@@ -33,6 +34,7 @@ struct ck_mldefc {
     size_t ndfs;
     const char **values; /* defined value names */
     size_t nvalues, capvalues;
+    struct ck_strset valueset; /* the same names, for look-ups */
     const char **files; /* every file the manifest names (for the count and SIGNATURE) */
     size_t nfiles, capfiles;
     bool load;
@@ -54,6 +56,7 @@ struct ck_mldefc_walk {
     size_t nlast;
     const char **layer_names;
     size_t nlayer_names, caplayer_names;
+    struct ck_strset layerset; /* the same names, for look-ups */
 };
 
 /* Records a violation of rule at where (a key path or a file name). */

@@ -18,7 +18,7 @@
 
 static bool defined(struct ck_mldefc *c, const char *v)
 {
-    return ck_mldefc_has(c->values, c->nvalues, v);
+    return ck_strset_get(&c->valueset, v, NULL);
 }
 
 static void define(struct ck_mldefc *c, const char *v, const char *rule, const char *where)
@@ -27,7 +27,9 @@ static void define(struct ck_mldefc *c, const char *v, const char *rule, const c
         ck_mldefc_vio(c, rule, where, "value '%s' is already defined", v);
         return;
     }
-    ck_mldefc_push(&c->values, &c->nvalues, &c->capvalues, v);
+    if (ck_mldefc_push(&c->values, &c->nvalues, &c->capvalues, v) &&
+        ck_strset_put(&c->valueset, v, c->nvalues - 1, NULL) < 0)
+        ck_mldefc_vio(c, rule, where, "%s", ck_error_msg());
 }
 
 static bool int_array(const struct ck_jin *v, int64_t *out, size_t max, size_t *n)
@@ -214,7 +216,10 @@ static void one_layer(struct ck_mldefc *c, struct ck_mldefc_walk *w, const struc
     if (!name)
         return;
     snprintf(where, sizeof where, "Layers[%zu] '%.40s'", i, name);
-    if (ck_mldefc_has(w->layer_names, w->nlayer_names, name))
+    bool twice = false;
+    if (ck_strset_put(&w->layerset, name, i, &twice) < 0)
+        ck_mldefc_vio(c, "layer.name", where, "%s", ck_error_msg());
+    if (twice)
         ck_mldefc_vio(c, "layer.name", where, "layer name '%s' used twice", name);
     ck_mldefc_push(&w->layer_names, &w->nlayer_names, &w->caplayer_names, name);
     const char *caps = ck_mldefc_str(c, l, "Capabilities", false, where);
@@ -351,6 +356,7 @@ void ck_mldefc_node_ranges(struct ck_mldefc *c, struct ck_mldefc_walk *w)
     bool last_ok = false;
     const char **names = NULL;
     size_t nnames = 0, cap = 0;
+    struct ck_strset rangeset = CK_STRSET_INIT;
     for (const struct ck_jin *r = a->first; r; r = r->next, i++) {
         char where[96];
         snprintf(where, sizeof where, "NodeRanges[%zu]", i);
@@ -368,7 +374,10 @@ void ck_mldefc_node_ranges(struct ck_mldefc *c, struct ck_mldefc_walk *w)
         }
         if (!name || !type)
             continue;
-        if (ck_mldefc_has(names, nnames, name))
+        bool twice = false;
+        if (ck_strset_put(&rangeset, name, nnames, &twice) < 0)
+            ck_mldefc_vio(c, "noderange.name", where, "%s", ck_error_msg());
+        if (twice)
             ck_mldefc_vio(c, "noderange.name", where, "node range '%s' declared twice", name);
         ck_mldefc_push(&names, &nnames, &cap, name);
         uint64_t count = 0;
@@ -415,6 +424,7 @@ void ck_mldefc_node_ranges(struct ck_mldefc *c, struct ck_mldefc_walk *w)
         ck_mldefc_vio(c, "noderange.output", "NodeRanges",
                       "the last layer produces no output range");
     free(names);
+    ck_strset_release(&rangeset);
 }
 
 /* ---- tests ---- */

@@ -39,6 +39,12 @@ int ck_mldef_src_open(struct ck_mldef_src *s, const char *path)
         zip_error_fini(&e);
         return err;
     }
+    /* the layout every zip reader of ckptd checks (local headers agree with
+     * the directory, no overlap): before any member is read or hashed */
+    if ((err = ck_zipin_check_file(path, false)) < 0) {
+        ck_mldef_src_close(s);
+        return err;
+    }
     zip_int64_t n = zip_get_num_entries(s->z, 0);
     if (n < 0 || n > 100000) {
         ck_mldef_src_close(s);
@@ -61,6 +67,10 @@ int ck_mldef_src_open(struct ck_mldef_src *s, const char *path)
             ck_mldef_src_close(s);
             return ck_error(CK_ENOMEM, "out of memory");
         }
+        if ((err = ck_strset_put(&s->byname, s->names[s->n], s->n, NULL)) < 0) {
+            ck_mldef_src_close(s);
+            return err;
+        }
         s->index[s->n++] = (uint64_t)i;
     }
     return 0;
@@ -74,17 +84,17 @@ void ck_mldef_src_close(struct ck_mldef_src *s)
         free(s->names[i]);
     free(s->names);
     free(s->index);
+    ck_strset_release(&s->byname);
     memset(s, 0, sizeof *s);
 }
 
 static bool find(const struct ck_mldef_src *s, const char *name, uint64_t *index)
 {
-    for (size_t i = 0; i < s->n; i++)
-        if (strcmp(s->names[i], name) == 0) {
-            *index = s->index[i];
-            return true;
-        }
-    return false;
+    size_t k;
+    if (!ck_strset_get(&s->byname, name, &k))
+        return false;
+    *index = s->index[k];
+    return true;
 }
 
 /* A name beside the manifest; only names that passed the path rules reach

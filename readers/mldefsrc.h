@@ -3,6 +3,7 @@
 #ifndef CK_MLDEFSRC_H
 #define CK_MLDEFSRC_H
 
+#include "common/strset.h"
 #include "model/tensor.h"
 
 #include <stdbool.h>
@@ -18,6 +19,7 @@ struct ck_mldef_src {
     char **names;    /* owned: zip entries (files, not folders), in archive order */
     uint64_t *index; /* their zip indexes */
     size_t n;
+    struct ck_strset byname; /* names -> their first position in names */
 };
 
 /* Opens path; CK_EFORMAT with a message when a zip cannot be opened. */

@@ -26,6 +26,11 @@ int ck_sumpass_init(struct ck_sumpass *sp, const struct ck_tensor_set *s,
     memset(sp, 0, sizeof *sp);
     sp->s = s;
     sp->crcs = crcs;
+    if (ck_tensor_set_first_mapping(s, &sp->base, &sp->blen) < 0) {
+        sp->base = NULL;
+        sp->blen = 0;
+        ck_error_clear();
+    }
     if (!crcs || !s->ntensors)
         return 0;
     if (!(sp->order = malloc(s->ntensors * sizeof *sp->order)) ||
@@ -89,7 +94,10 @@ uint32_t ck_sumpass_region(struct ck_sumpass *sp, const unsigned char *p, uint64
             }
             q += n;
         }
-        ck_tensor_set_drop_pages(sp->s, p + at, drop);
+        if (sp->base && p + at >= sp->base && p + at + drop <= sp->base + sp->blen)
+            ck_tensor_drop_range(p + at, drop);
+        else
+            ck_tensor_set_drop_pages(sp->s, p + at, drop);
         at += drop;
     }
     for (size_t k = lo; k < hi; k++) {

@@ -19,6 +19,8 @@ struct ck_sumpass {
     size_t *order;                 /* owned: tensors with data, by data address */
     size_t n;
     uint32_t *run;                 /* owned: running CRC-32C, by tensor index */
+    const unsigned char *base;     /* s's file mapping (NULL: none): its pages are dropped */
+    uint64_t blen;                 /* without a search of s's regions */
 };
 
 /* crcs (NULL, or s->ntensors entries) receives the tensors' CRC-32C. */

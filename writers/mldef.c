@@ -3,6 +3,7 @@
 
 #include "common/buf.h"
 #include "common/error.h"
+#include "common/strset.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/sign.h"
@@ -82,7 +83,9 @@ static int mldef_open(const char *path, const struct ck_writer_opts *o, struct c
             goto bad;
         w->sign = true;
     }
-    if ((err = ck_mldef_zip_open(path, o->level, w->sign ? &w->key : NULL, &w->zip)) < 0)
+    if ((err = ck_mldef_zip_open(path, o->level, w->sign ? &w->key : NULL, &w->zip)) >= 0)
+        ck_mldef_zip_set_check(w->zip, o->check, o->check_arg);
+    if (err < 0)
         goto bad;
     *out = &w->base;
     return 0;
@@ -314,15 +317,15 @@ static bool is_graph_output(const struct ck_model *m, const struct ck_model_node
 }
 
 /* Layer names must be unique; the source's node names usually are, but an
- * empty or repeated one gets its index. */
-static void layer_name(const struct ck_model *m, size_t i, char *out, size_t outsz)
+ * empty or repeated one gets its index. firsts maps each name (inputs first)
+ * to its first user: one look-up per layer (100k layers took minutes). */
+static void layer_name(const struct ck_model *m, const struct ck_strset *firsts, size_t i,
+                       char *out, size_t outsz)
 {
     const char *name = m->nodes[i].name && *m->nodes[i].name ? m->nodes[i].name : "layer";
-    bool clash = !m->nodes[i].name || !*m->nodes[i].name;
-    for (size_t k = 0; k < m->ninputs && !clash; k++)
-        clash = strcmp(m->inputs[k].name, name) == 0;
-    for (size_t k = 0; k < i && !clash; k++)
-        clash = m->nodes[k].name && strcmp(m->nodes[k].name, name) == 0;
+    size_t first = 0;
+    bool clash = !m->nodes[i].name || !*m->nodes[i].name ||
+                 (ck_strset_get(firsts, name, &first) && first != m->ninputs + i);
     if (clash)
         snprintf(out, outsz, "%s.%zu", name, i);
     else
@@ -330,12 +333,12 @@ static void layer_name(const struct ck_model *m, size_t i, char *out, size_t out
 }
 
 static void node_layer(struct mldef_writer *w, struct ck_json *j, const struct ck_model *m,
-                       size_t i)
+                       const struct ck_strset *firsts, size_t i)
 {
     const struct ck_model_node *n = &m->nodes[i];
     const struct placed *p = &w->placed[i];
     char name[512], caps[96];
-    layer_name(m, i, name, sizeof name);
+    layer_name(m, firsts, i, name, sizeof name);
     ck_mldef_capabilities(n->op, n->ninputs, n->p.has_scalar, is_graph_output(m, n), caps,
                           sizeof caps);
     ck_json_begin_object(j);
@@ -425,8 +428,18 @@ static int manifest(struct mldef_writer *w, const struct ck_model *m)
         shape(&j, "Shape", m->inputs[i].rank, m->inputs[i].dims);
         ck_json_end_object(&j);
     }
-    for (size_t i = 0; i < m->nnodes; i++)
-        node_layer(w, &j, m, i);
+    struct ck_strset firsts = CK_STRSET_INIT;
+    int err = 0;
+    for (size_t i = 0; i < m->ninputs && err == 0; i++)
+        err = ck_strset_put(&firsts, m->inputs[i].name, i, NULL);
+    for (size_t i = 0; i < m->nnodes && err == 0; i++)
+        if (m->nodes[i].name && *m->nodes[i].name)
+            err = ck_strset_put(&firsts, m->nodes[i].name, m->ninputs + i, NULL);
+    for (size_t i = 0; i < m->nnodes && err == 0; i++)
+        node_layer(w, &j, m, &firsts, i);
+    ck_strset_release(&firsts);
+    if (err < 0)
+        return err;
     ck_json_end_array(&j);
     ck_json_end_object(&j);
     if (ck_json_error(&j) < 0 || ck_buf_putc(&w->manifest, '\n') < 0)

@@ -314,6 +314,13 @@ int ck_mldef_zip_finish(struct ck_mldef_zip *z)
     return 0;
 }
 
+void ck_mldef_zip_set_check(struct ck_mldef_zip *z, int (*check)(const char *tmp, void *arg),
+                            void *arg)
+{
+    z->za.precommit = check;
+    z->za.precommit_arg = arg;
+}
+
 uint64_t ck_mldef_zip_size(const struct ck_mldef_zip *z)
 {
     return z->size;

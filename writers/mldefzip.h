@@ -51,6 +51,9 @@ int ck_mldef_zip_finish(struct ck_mldef_zip *z);
 /* Frees; removes the temporary when finish did not succeed. Accepts NULL. */
 void ck_mldef_zip_free(struct ck_mldef_zip *z);
 /* Bytes of the finished archive (after finish). */
+/* The archive's check before it replaces its path (ck_zipapp precommit). */
+void ck_mldef_zip_set_check(struct ck_mldef_zip *z, int (*check)(const char *tmp, void *arg),
+                            void *arg);
 uint64_t ck_mldef_zip_size(const struct ck_mldef_zip *z);
 
 #endif

@@ -40,7 +40,10 @@ struct sd_writer {
     struct ck_writer_opts o;
     char *tagopt, *ref, *dtype; /* owned copies of o's strings */
     char **tags;                /* owned: tags.txt, oldest first */
-    size_t ntags;
+    size_t ntags, captags;
+    size_t *byname; /* owned: the indexes of tags read from tags.txt, sorted by name, case
+                       folded (nbyname of them) */
+    size_t nbyname;
     struct stored *stored;
     size_t nstored;
     bool added;
@@ -49,22 +52,77 @@ struct sd_writer {
 
 static int push_tag(struct sd_writer *w, const char *tag, size_t len)
 {
-    char **n = realloc(w->tags, (w->ntags + 1) * sizeof(*n));
-    if (!n)
-        return ck_error(CK_ENOMEM, "out of memory");
-    w->tags = n;
+    if (w->ntags == w->captags) { /* doubling: no copy of the list per tag */
+        size_t cap = w->captags ? 2 * w->captags : 16;
+        char **n = realloc(w->tags, cap * sizeof(*n));
+        if (!n)
+            return ck_error(CK_ENOMEM, "out of memory for %zu tags", cap);
+        w->tags = n;
+        w->captags = cap;
+    }
     if (!(w->tags[w->ntags] = strndup(tag, len)))
         return ck_error(CK_ENOMEM, "out of memory");
     w->ntags++;
     return 0;
 }
 
+/* tag[0..len) against the NUL-terminated t, case folded, in strcasecmp's order */
+static int tag_cmp(const char *t, const char *tag, size_t len)
+{
+    int c = strncasecmp(t, tag, len);
+    return c ? c : t[len] ? 1 : 0;
+}
+
+static const struct sd_writer *sort_w; /* qsort has no argument: set around the call */
+
+static int byname_cmp(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    int c = strcasecmp(sort_w->tags[x], sort_w->tags[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
+/* A binary search over the tags read from tags.txt, a scan over the few
+ * added since: a 100k-line tags.txt costs n log n, not n^2. */
 static ssize_t find_tag(const struct sd_writer *w, const char *tag, size_t len)
 {
-    for (size_t i = 0; i < w->ntags; i++)
-        if (strlen(w->tags[i]) == len && !strncasecmp(w->tags[i], tag, len))
+    size_t lo = 0, hi = w->nbyname;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = tag_cmp(w->tags[w->byname[mid]], tag, len);
+        if (c == 0)
+            return (ssize_t)w->byname[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = w->nbyname; i < w->ntags; i++)
+        if (!tag_cmp(w->tags[i], tag, len))
             return (ssize_t)i;
     return -1;
+}
+
+/* Sorts the tags read so far into byname; CK_EFORMAT naming a tag listed twice. */
+static int index_tags(struct sd_writer *w, const unsigned *lines)
+{
+    free(w->byname);
+    w->nbyname = 0;
+    if (!(w->byname = malloc((w->ntags ? w->ntags : 1) * sizeof *w->byname)))
+        return ck_error(CK_ENOMEM, "out of memory for %zu tags", w->ntags);
+    for (size_t i = 0; i < w->ntags; i++)
+        w->byname[i] = i;
+    sort_w = w;
+    qsort(w->byname, w->ntags, sizeof *w->byname, byname_cmp);
+    sort_w = NULL;
+    for (size_t i = 1; i < w->ntags; i++)
+        if (!strcasecmp(w->tags[w->byname[i - 1]], w->tags[w->byname[i]])) {
+            size_t k = w->byname[i];
+            return ck_error(CK_EFORMAT, "'%s': tags.txt line %u: tag '%s' appears twice",
+                            w->z.path, lines[k], w->tags[k]);
+        }
+    w->nbyname = w->ntags;
+    return 0;
 }
 
 static int read_tags(struct sd_writer *w)
@@ -77,6 +135,8 @@ static int read_tags(struct sd_writer *w)
         return ck_error(CK_EFORMAT, "'%s': a zip without tags.txt is not a SameDiff archive",
                         z->path);
     ck_buf_init(&b, SD_MAX_TEXT + 1);
+    unsigned *lines = NULL; /* each tag's line number, for the message */
+    size_t caplines = 0;
     if ((err = ck_zipapp_read(z, e, SD_MAX_TEXT, &b)) < 0)
         goto out;
     unsigned lineno = 0;
@@ -94,17 +154,25 @@ static int read_tags(struct sd_writer *w)
                                lineno);
                 goto out;
             }
-            if (find_tag(w, p, len) >= 0) {
-                err = ck_error(CK_EFORMAT, "'%s': tags.txt line %u: tag '%s' appears twice",
-                               z->path, lineno, tag);
-                goto out;
+            if (w->ntags == caplines) {
+                size_t cap = caplines ? 2 * caplines : 16;
+                unsigned *nl2 = realloc(lines, cap * sizeof *lines);
+                if (!nl2) {
+                    err = ck_error(CK_ENOMEM, "out of memory for %zu tags", cap);
+                    goto out;
+                }
+                lines = nl2;
+                caplines = cap;
             }
+            lines[w->ntags] = lineno;
             if ((err = push_tag(w, p, len)) < 0)
                 goto out;
         }
         p = nl ? nl + 1 : end;
     }
+    err = index_tags(w, lines);
 out:
+    free(lines);
     ck_buf_release(&b);
     return err;
 }
@@ -486,6 +554,7 @@ static void sd_free(struct ck_writer *base)
     for (size_t i = 0; i < w->ntags; i++)
         free(w->tags[i]);
     free(w->tags);
+    free(w->byname);
     free(w->stored);
     free(w->tagopt);
     free(w->ref);

@@ -23,6 +23,11 @@ struct ck_writer_opts {
     const char *dtype;    /* convert weights: "fp16", "bf16", "int8"; NULL keeps them */
     const char *sign_key; /* an Ed25519 private key file to sign with, or NULL */
     bool verbose;         /* log what was converted, grouped or skipped */
+    /* Formats written as a new file (mldef): called with the whole archive at
+     * its temporary name before it replaces the output; an error keeps the
+     * output as it was and removes the temporary (writers/zipapp.h). */
+    int (*check)(const char *tmp, void *arg);
+    void *check_arg;
 };
 
 /* Every writer embeds this first (libgit2's parent pattern). */

@@ -712,6 +712,8 @@ int ck_zipapp_commit(struct ck_zipapp *z)
         goto fail;
     ck_writebehind_stop(&z->wb); /* its thread is done with the file: the fsync does the rest */
     if (z->fresh) {
+        if (z->precommit && (err = z->precommit(z->tmp.tmp, z->precommit_arg)) < 0)
+            goto fail;
         err = ck_atomic_commit(&z->tmp); /* fsync, rename, folder fsync */
         z->fresh = false;
         z->fd = -1;

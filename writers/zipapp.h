@@ -74,6 +74,11 @@ struct ck_zipapp {
     struct ck_zipapp_entry *ents;
     size_t nents, cap;
     struct ck_buf cd; /* central records of every entry, in order */
+    /* A new archive only: called with the temporary's name once the archive
+     * is whole there, before it replaces path; an error stops the commit and
+     * removes the temporary, so path keeps what it held. NULL: none. */
+    int (*precommit)(const char *tmp, void *arg);
+    void *precommit_arg;
 };
 
 /* Opens path for appending: recovers a torn earlier append, checks that an

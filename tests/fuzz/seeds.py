@@ -198,6 +198,19 @@ def zip_seeds(out):
         with z.open("stream.bin", "w", force_zip64=True) as f:
             f.write(bytes(100))
     put(out, "zip", "descriptor-zip64", b.getvalue())
+    # hostile layouts (issue 28): a local header naming another path than the
+    # directory, two directory entries over one member, a directory out of order
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        z.writestr(zipfile.ZipInfo("manifest.json", (2024, 1, 1, 0, 0, 0)), b'{"a": 1}')
+        z.writestr(zipfile.ZipInfo("data/w.float32", (2024, 1, 1, 0, 0, 0)), bytes(64))
+    good = b.getvalue()
+    put(out, "zip", "local-name-slip", good.replace(b"manifest.json", b"../../tmp/x.j", 1))
+    cd = good.rindex(b"PK\x01\x02")  # the second directory record: its offset to 0
+    put(out, "zip", "overlap", good[:cd + 42] + bytes(4) + good[cd + 46:])
+    first = good.index(b"PK\x01\x02")
+    eocd = good.rindex(b"PK\x05\x06")
+    put(out, "zip", "out-of-order", good[:first] + good[cd:eocd] + good[first:cd] + good[eocd:])
 
 
 def graph_seeds(out):

@@ -354,6 +354,62 @@ static void stream_three_members(struct ck_zipapp *z, const char *path, const un
  * zipfile (an independent reader that checks every CRC) against the bytes
  * written; the local headers (which zipfile skips) checked against the
  * central ones, and their alignment. */
+/* A precommit that refuses, after checking it sees the whole archive at a
+ * temporary name beside the path. */
+static int refuse(const char *tmp, void *arg)
+{
+    const char *path = arg;
+    struct stat st;
+    assert_int_equal(stat(tmp, &st), 0);
+    assert_true(st.st_size > 30); /* the member and the directory are there */
+    assert_non_null(strstr(tmp, "/.p.zip.ckptd-"));
+    assert_string_not_equal(tmp, path);
+    return ck_error(CK_EFORMAT, "'%s': refused by the check", path);
+}
+
+static int accept_all(const char *tmp, void *arg)
+{
+    (void)tmp;
+    ++*(int *)arg;
+    return 0;
+}
+
+/* A new archive's precommit runs before the rename: refused, the path keeps
+ * its old bytes and no temporary is left; accepted, it is replaced. */
+static void zipapp_precommit_keeps_the_old_file(void **state)
+{
+    (void)state;
+    char dir[4000], path[4100];
+    ck_test_tmpdir(dir, "precommit");
+    snprintf(path, sizeof(path), "%s/p.zip", dir);
+    assert_int_equal(ck_write_file_atomic(path, "old bytes", 9, 0644), 0);
+    struct ck_zipapp z;
+    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
+    z.precommit = refuse;
+    z.precommit_arg = path;
+    assert_int_equal(ck_zipapp_add(&z, "a.txt", "hello", 5), 0);
+    assert_int_equal(ck_zipapp_commit(&z), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "refused by the check"));
+    struct ck_buf b = CK_BUF_INIT;
+    assert_int_equal(ck_read_file(path, 100, &b), 0);
+    assert_int_equal(b.len, 9);
+    assert_memory_equal(b.data, "old bytes", 9);
+    ck_buf_release(&b);
+    size_t left = 0;
+    assert_int_equal(ck_sweep_temporaries(dir, &left), 0);
+    assert_int_equal(left, 0);
+    int calls = 0;
+    assert_int_equal(ck_zipapp_create(&z, path, 0644), 0);
+    z.precommit = accept_all;
+    z.precommit_arg = &calls;
+    assert_int_equal(ck_zipapp_add(&z, "a.txt", "hello", 5), 0);
+    assert_int_equal(ck_zipapp_commit(&z), 0);
+    assert_int_equal(calls, 1);
+    assert_int_equal(ck_read_file(path, 1000, &b), 0);
+    assert_true(b.len > 9 && memcmp(b.data, "PK", 2) == 0);
+    ck_buf_release(&b);
+}
+
 static void zipapp_streamed_members(void **state)
 {
     (void)state;
@@ -580,6 +636,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(library_entry_point_appends_tags),
     cmocka_unit_test(zipapp_zip64_offsets),
     cmocka_unit_test(zipapp_streamed_members),
+    cmocka_unit_test(zipapp_precommit_keeps_the_old_file),
     cmocka_unit_test(zipapp_large_archive_leaves_the_page_cache),
     cmocka_unit_test(fbbuild_round_trip),
     cmocka_unit_test(fbbuild_misuse_is_an_error),
