@@ -130,6 +130,11 @@ static int arg_values(const struct ck_dl4j_arg *a, const struct ck_graph_node *g
         if ((*n = parse_list(named, v, MAX_VALUES)) < 0)
             return ck_error(CK_EFORMAT, "'%s': node '%s': bad argument '%s'", file, gn->name,
                             a->name);
+        /* the positions mirror the names: what a name gave is not read again
+         * as the next argument (split_v's empty sizes after its axis) */
+        pos->next += ck_dl4j_arg_is_list(a) ? *n : 1;
+        if (pos->next > pos->n)
+            pos->next = pos->n;
     } else if (ck_dl4j_arg_is_list(a)) {
         int rest = pos->n - pos->next, lists = lists_from(a);
         if (rest < 0)
@@ -256,23 +261,14 @@ static int const_values(const struct ck_tensor_set *s, const struct ck_nameidx *
     return 0;
 }
 
-static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const struct ck_nameidx *ix,
-                    const struct ck_graph_node *gn, const char *file)
+/* The node's DL4J inputs into canonical slots (constants that carry
+ * parameters taken into mn's parameters instead). */
+static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *s,
+                      const struct ck_nameidx *ix, const struct ck_graph_node *gn,
+                      struct ck_model_node *mn, const char **slots, size_t cap, size_t *nslots,
+                      const char *file)
 {
-    const struct ck_dl4j_op *row = ck_dl4j_by_name(gn->op);
-    struct ck_model_node *mn;
     int err;
-    if (!row)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' has no canonical mapping", file,
-                        gn->name, gn->op);
-    if ((err = ck_model_add_node(m, gn->name, row->op, &mn)) < 0)
-        return err;
-    ck_dl4j_apply_variant(row, &mn->p);
-    if ((err = set_args(row, gn, mn, file)) < 0)
-        return err;
-    /* DL4J input k goes to canonical slot row->inputs[k] (same order when unset). */
-    const char *slots[64] = {0};
-    size_t nslots = 0;
     for (size_t k = 0; k < gn->ninputs; k++) {
         int64_t vals[CK_MODEL_MAX_INTS];
         size_t nv;
@@ -289,20 +285,48 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
         }
         size_t slot = row->inputs[0] < 0                              ? k
                       : k < CK_DL4J_MAX_INPUTS && row->inputs[k] >= 0 ? (size_t)row->inputs[k]
-                                                                      : 64;
-        if (slot >= 64 || slots[slot])
+                                                                      : cap;
+        if (slot >= cap || slots[slot])
             return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' does not take input %zu",
                             file, gn->name, gn->op, k);
         slots[slot] = gn->inputs[k];
-        if (slot + 1 > nslots)
-            nslots = slot + 1;
+        if (slot + 1 > *nslots)
+            *nslots = slot + 1;
     }
-    for (size_t k = 0; k < nslots; k++) {
+    return 0;
+}
+
+static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const struct ck_nameidx *ix,
+                    const struct ck_graph_node *gn, const char *file)
+{
+    const struct ck_dl4j_op *row = ck_dl4j_by_name(gn->op);
+    struct ck_model_node *mn;
+    int err;
+    if (!row)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' has no canonical mapping", file,
+                        gn->name, gn->op);
+    if ((err = ck_model_add_node(m, gn->name, row->op, &mn)) < 0)
+        return err;
+    ck_dl4j_apply_variant(row, &mn->p);
+    if ((err = set_args(row, gn, mn, file)) < 0)
+        return err;
+    /* DL4J input k goes to canonical slot row->inputs[k] (same order when unset);
+     * a reordering row has fewer than CK_DL4J_MAX_INPUTS slots */
+    size_t cap = gn->ninputs > CK_DL4J_MAX_INPUTS ? gn->ninputs : CK_DL4J_MAX_INPUTS;
+    const char **slots = calloc(cap + 1, sizeof *slots);
+    size_t nslots = 0;
+    if (!slots)
+        return ck_error(CK_ENOMEM, "out of memory");
+    err = map_inputs(row, s, ix, gn, mn, slots, cap, &nslots, file);
+    for (size_t k = 0; k < nslots && err == 0; k++) {
         if (!slots[k])
-            return ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);
-        if ((err = ck_model_node_add_input(mn, slots[k])) < 0)
-            return err;
+            err = ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);
+        else
+            err = ck_model_node_add_input(mn, slots[k]);
     }
+    free(slots);
+    if (err < 0)
+        return err;
     for (size_t k = 0; k < gn->noutputs; k++)
         if ((err = ck_model_node_add_output(mn, gn->outputs[k])) < 0)
             return err;

@@ -225,12 +225,18 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
             return ck_error_wrap(err, "'%s': node '%s'", g->label, n->name);
         ni += (uint32_t)nl;
     }
-    int dl4j_in[CK_DL4J_MAX_INPUTS + 64];
+    /* DL4J input k is canonical input dl4j_in[k]; as many as the node has */
+    int *dl4j_in = calloc(n->ninputs + 1, sizeof *dl4j_in);
+    int32_t *outs = calloc(n->noutputs + 1, sizeof *outs);
     size_t nin = 0;
-    for (int k = 0; k < (int)(sizeof(dl4j_in) / sizeof(dl4j_in[0])); k++) {
-        int c = ck_dl4j_input(row, k, (int)n->ninputs);
-        if (c < 0 && row->inputs[0] < 0 && k < (int)n->ninputs)
-            c = k; /* same order: every input, also past CK_DL4J_MAX_INPUTS (concat) */
+    if (!dl4j_in || !outs) {
+        free(dl4j_in), free(outs);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < n->ninputs; k++) {
+        int c = ck_dl4j_input(row, (int)k, (int)n->ninputs);
+        if (c < 0 && row->inputs[0] < 0)
+            c = (int)k; /* same order: every input, also past CK_DL4J_MAX_INPUTS (concat) */
         if (c < 0)
             break;
         dl4j_in[nin++] = c;
@@ -263,17 +269,19 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     ck_fbb_set_off(b, &t, FN_INPUTPAIRED, iv);
     for (size_t i = 0; i < nin; i++) {
         const struct var *v = lookup(g, n->inputs[dl4j_in[i]]);
-        if (!v)
-            return ck_error(CK_EFORMAT, "'%s': node '%s': input '%s' is not defined", g->label,
-                            n->name, n->inputs[dl4j_in[i]]);
+        if (!v) {
+            err = ck_error(CK_EFORMAT, "'%s': node '%s': input '%s' is not defined", g->label,
+                           n->name, n->inputs[dl4j_in[i]]);
+            free(dl4j_in), free(outs);
+            return err;
+        }
         ck_fbb_vec_set_off(b, iv, (uint32_t)i, int_pair(b, v->a, v->b));
     }
-    int32_t outs[256];
-    if (n->noutputs > 256)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': %zu outputs", g->label, n->name, n->noutputs);
+    free(dl4j_in);
     for (size_t i = 0; i < n->noutputs; i++)
         outs[i] = (int32_t)i;
     ck_fbb_set_off(b, &t, FN_OUTPUT, ck_fbb_vec_i32(b, outs, (uint32_t)n->noutputs));
+    free(outs);
     ck_fbb_set_off(b, &t, FN_EXTRAPARAMS, ck_fbb_vec_f64(b, ta, nt));
     ck_fbb_set_off(b, &t, FN_EXTRAINT, ck_fbb_vec_i64(b, ia, ni));
     ck_fbb_set_off(b, &t, FN_EXTRABOOLS, ck_fbb_vec_bool(b, ba, nb));
