@@ -214,7 +214,7 @@ static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn
     for (int lists = 0; lists < 2; lists++)
         for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
             struct positional *pos = a->kind == 'i' ? &pi : a->kind == 't' ? &pt : &pb;
-            int n;
+            int n = 0;
             if (ck_dl4j_arg_is_list(a) != (lists == 1))
                 continue;
             if ((err = arg_values(a, gn, pos, v, &n, file)) < 0)
