@@ -102,12 +102,6 @@ int ck_infer_check_nodes(const struct ck_model *m)
         if (!ck_infer_op_is_supported(n->op))
             err = ck_error(CK_EFORMAT, "node '%s': op '%s' is not one the inference engine runs",
                            n->name, ck_op_name(n->op));
-        else if (n->ninputs > CK_INFER_MAX_NODE_IO || n->noutputs > CK_INFER_MAX_NODE_IO)
-            err =
-                ck_error(CK_EFORMAT,
-                         "node '%s' (%s): %zu inputs and %zu outputs, the engine runs at most "
-                         "%d of each",
-                         n->name, ck_op_name(n->op), n->ninputs, n->noutputs, CK_INFER_MAX_NODE_IO);
     }
     return err;
 }
@@ -178,24 +172,53 @@ static int bind_inputs(struct ck_infer *e, const struct ck_infer_array *in, size
     return 0;
 }
 
-static int run_node(struct ck_infer *e, size_t i, float *scratch)
+/* The pointers and shapes of one node's inputs and outputs, sized once per
+ * run for the node with the most (a DenseNet concat has dozens). */
+struct node_io {
+    const float **inp;
+    float **outp;
+    struct ck_ishape *ins, *outs;
+};
+
+static int node_io_new(const struct ck_model *m, struct node_io *io)
+{
+    size_t most = 1;
+    for (size_t i = 0; i < m->nnodes; i++) {
+        if (m->nodes[i].ninputs > most)
+            most = m->nodes[i].ninputs;
+        if (m->nodes[i].noutputs > most)
+            most = m->nodes[i].noutputs;
+    }
+    io->inp = calloc(most, sizeof *io->inp);
+    io->outp = calloc(most, sizeof *io->outp);
+    io->ins = calloc(most, sizeof *io->ins);
+    io->outs = calloc(most, sizeof *io->outs);
+    if (!io->inp || !io->outp || !io->ins || !io->outs)
+        return ck_error(CK_ENOMEM, "out of memory for nodes of %zu inputs or outputs", most);
+    return 0;
+}
+
+static void node_io_release(struct node_io *io)
+{
+    free(io->inp);
+    free(io->outp);
+    free(io->ins);
+    free(io->outs);
+}
+
+static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io *io)
 {
     const struct ck_model_node *n = &e->m->nodes[i];
-    const float *inp[CK_INFER_MAX_NODE_IO];
-    float *outp[CK_INFER_MAX_NODE_IO];
-    struct ck_ishape ins[CK_INFER_MAX_NODE_IO], outs[CK_INFER_MAX_NODE_IO];
-    if (n->ninputs > CK_INFER_MAX_NODE_IO || n->noutputs > CK_INFER_MAX_NODE_IO)
-        return ck_error(CK_EFORMAT, "node '%s' (%s): more than %d inputs or outputs", n->name,
-                        ck_op_name(n->op), CK_INFER_MAX_NODE_IO);
     for (size_t k = 0; k < n->ninputs; k++) {
-        inp[k] = e->values[e->nodes[i].in[k]].data;
-        ins[k] = e->values[e->nodes[i].in[k]].shape;
+        io->inp[k] = e->values[e->nodes[i].in[k]].data;
+        io->ins[k] = e->values[e->nodes[i].in[k]].shape;
     }
     for (size_t k = 0; k < n->noutputs; k++) {
-        outp[k] = e->values[e->nodes[i].out[k]].data;
-        outs[k] = e->values[e->nodes[i].out[k]].shape;
+        io->outp[k] = e->values[e->nodes[i].out[k]].data;
+        io->outs[k] = e->values[e->nodes[i].out[k]].shape;
     }
-    struct ck_kcall k = {n, inp, ins, n->ninputs, outp, outs, e->o.naive_gemm, scratch};
+    struct ck_kcall k = {n,        io->inp, io->ins, n->ninputs, io->outp, io->outs,
+                         e->o.naive_gemm, scratch};
     return ck_infer_kernel(&k);
 }
 
@@ -224,9 +247,11 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
 {
     int err;
     float *scratch = NULL;
+    struct node_io io = {0};
     *outputs = NULL;
     *noutputs = 0;
-    if ((err = bind_inputs(e, inputs, ninputs)) < 0 || (err = ck_infer_plan(e)) < 0)
+    if ((err = bind_inputs(e, inputs, ninputs)) < 0 || (err = ck_infer_plan(e)) < 0 ||
+        (err = node_io_new(e->m, &io)) < 0)
         goto out;
     free(e->node_seconds);
     e->node_seconds = calloc(e->m->nnodes + 1, sizeof(double));
@@ -238,13 +263,14 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
         double t0 = ck_mono_s();
-        if ((err = run_node(e, i, scratch)) < 0)
+        if ((err = run_node(e, i, scratch, &io)) < 0)
             goto out;
         e->node_seconds[i] = ck_mono_s() - t0;
     }
     err = copy_outputs(e, outputs, noutputs);
 out:
     free(scratch);
+    node_io_release(&io);
     ck_infer_plan_release(e);
     return err;
 }

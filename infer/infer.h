@@ -22,7 +22,6 @@
 
 #define CK_INFER_MAX_RANK 8
 /* The most inputs, and the most outputs, of one node the engine runs. */
-#define CK_INFER_MAX_NODE_IO 16
 
 /* A float32 array in C order. */
 struct ck_infer_array {
@@ -48,8 +47,8 @@ void ck_infer_free(struct ck_infer *e);
 
 /* Whether the engine can run m, without converting or running anything: the
  * model is well formed (ck_model_check), every node's op is in the engine's
- * op table, has at most CK_INFER_MAX_NODE_IO inputs and outputs, and every
- * graph input and output has a rank of at most CK_INFER_MAX_RANK. The one
+ * op table (any number of inputs and outputs), and every graph input and
+ * output has a rank of at most CK_INFER_MAX_RANK. The one
  * check `ckptd pack`, `mldef -i` and the config check share with the engine,
  * so an archive they call valid is one `ckptd verify` runs. CK_EFORMAT
  * naming the node and the limit. */

@@ -85,7 +85,8 @@ static bool numeric(enum ck_dtype t)
 }
 
 /* float32 of t: in place when it already is (little-endian, C order,
- * aligned), otherwise a converted copy. */
+ * aligned), otherwise a converted copy, the source's whole pages of a
+ * mapped file dropped as it is made (ck_tensor_set_drop_pages). */
 static int convert(struct ck_infer *e, const struct ck_tensor *t, struct ck_value *v)
 {
     uint64_t n;
@@ -110,10 +111,21 @@ static int convert(struct ck_infer *e, const struct ck_tensor *t, struct ck_valu
         if (!d)
             return ck_error(CK_ENOMEM, "weight '%s': out of memory converting %llu values",
                             t->name, (unsigned long long)n);
-        int err = ck_tensor_read_f32(t, 0, n, d, NULL);
-        if (err < 0) {
-            free(d);
-            return err;
+        /* In chunks, each one's source pages of a mapped file dropped once
+         * converted (the engine reads only the copy from then on): an
+         * unaligned float32 initializer of an ONNX file is held once, not
+         * twice, also at the peak. C order reads the source in order; other
+         * layouts only drop less. */
+        const uint64_t chunk = UINT64_C(1) << 20, esize = ck_dtype_size(t->dtype);
+        for (uint64_t at = 0; at < n; at += chunk) {
+            uint64_t k = n - at < chunk ? n - at : chunk;
+            int err = ck_tensor_read_f32(t, at, k, d + at, NULL);
+            if (err < 0) {
+                free(d);
+                return err;
+            }
+            if (!t->fortran_order)
+                ck_tensor_set_drop_pages(e->m->weights, t->data + at * esize, k * esize);
         }
         v->data = d;
         v->owned = true;

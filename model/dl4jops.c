@@ -88,8 +88,18 @@ const struct ck_dl4j_op ck_dl4j_ops[] = {
      {{"concatDimension", 'i', CK_DF_AXIS, 0}}},
     {CK_OP_SPLIT, "split_v", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
      {{"dimensions", 'i', CK_DF_AXIS, 0}, {"sizes", 'i', CK_DF_INTS, 0}}},
+    /* libnd4j strided_slice: iArgs begin_mask, ellipsis_mask, end_mask,
+     * new_axis_mask, shrink_axis_mask, then every begin, every end, every
+     * stride (StridedSlice.java's addArguments and property names). */
     {CK_OP_SLICE, "strided_slice", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
-     {{"beginEndStride", 'i', CK_DF_INTS, 0}}},
+     {{"beginMask", 'i', CK_DF_BEGIN_MASK, 0},
+      {"ellipsisMask", 'i', CK_DF_ZERO, 0},
+      {"endMask", 'i', CK_DF_END_MASK, 0},
+      {"newAxisMask", 'i', CK_DF_ZERO, 0},
+      {"shrinkAxisMask", 'i', CK_DF_ZERO, 0},
+      {"begin", 'i', CK_DF_BEGINS, 0},
+      {"end", 'i', CK_DF_ENDS, 0},
+      {"strides", 'i', CK_DF_STRIDES, 0}}},
     /* DL4J's batchnorm takes (input, mean, variance, gamma, beta). */
     {CK_OP_BATCHNORM, "batchnorm", CK_DV_PLAIN, false, {0, 3, 4, 1, 2, -1}, -1, -1,
      {{"epsilon", 't', CK_DF_EPS, 1e-5},
@@ -122,6 +132,12 @@ const struct ck_dl4j_op ck_dl4j_ops[] = {
 
 const struct ck_dl4j_op *ck_dl4j_by_name(const char *name)
 {
+    /* DL4J's names are case-sensitive where two ops differ only by case
+     * (the pairwise "Pow" and the scalar "pow"): the exact spelling wins,
+     * and only a name no row spells exactly is matched ignoring case. */
+    for (const struct ck_dl4j_op *r = ck_dl4j_ops; name && r->name; r++)
+        if (!strcmp(r->name, name))
+            return r;
     for (const struct ck_dl4j_op *r = ck_dl4j_ops; name && r->name; r++)
         if (!strcasecmp(r->name, name))
             return r;
@@ -177,6 +193,77 @@ int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **ou
     return expressible(n, *out);
 }
 
+/* ONNX and torch say "to the end of the axis" with any value past it
+ * (INT64_MAX, INT64_MIN with a negative step); DL4J's kernel keeps begins
+ * and ends in an int, so such a value is written as the axis' mask bit and
+ * every other value clamped into int32 (no real axis is longer). */
+#define SLICE_OPEN INT64_C(2147483647)
+
+static bool slice_open(int64_t v, int64_t step, bool is_end)
+{
+    /* an end past the axis in the step's direction, or a start before it */
+    bool forward = step > 0;
+    if (is_end)
+        return forward ? v >= SLICE_OPEN : v <= -SLICE_OPEN;
+    return forward ? v <= -SLICE_OPEN : v >= SLICE_OPEN;
+}
+
+static int64_t slice_mask(const struct ck_op_params *p, bool is_end)
+{
+    int64_t mask = 0;
+    for (size_t a = 0; a < p->nints / 3 && a < 62; a++)
+        if (slice_open(p->ints[3 * a + (is_end ? 1 : 0)], p->ints[3 * a + 2], is_end))
+            mask |= INT64_C(1) << a;
+    return mask;
+}
+
+bool ck_dl4j_arg_is_list(const struct ck_dl4j_arg *a)
+{
+    return a->field == CK_DF_INTS || a->field == CK_DF_BEGINS || a->field == CK_DF_ENDS ||
+           a->field == CK_DF_STRIDES;
+}
+
+int ck_dl4j_arg_list(const struct ck_dl4j_arg *a, const struct ck_op_params *p, int64_t *out,
+                     size_t max, size_t *n)
+{
+    *n = 0;
+    if (a->field == CK_DF_INTS) {
+        if (p->nints > max)
+            return ck_error(CK_EFORMAT, "%zu values for argument '%s'", p->nints, a->name);
+        for (size_t i = 0; i < p->nints; i++)
+            out[i] = p->ints[i];
+        *n = p->nints;
+        return 0;
+    }
+    int k = a->field == CK_DF_BEGINS ? 0 : a->field == CK_DF_ENDS ? 1 : 2;
+    size_t axes = p->nints / 3;
+    if (axes > max)
+        return ck_error(CK_EFORMAT, "%zu values for argument '%s'", axes, a->name);
+    for (size_t i = 0; i < axes; i++) {
+        int64_t v = p->ints[3 * i + (size_t)k];
+        if (k < 2 && slice_open(v, p->ints[3 * i + 2], k == 1))
+            v = 0; /* the mask bit says it */
+        out[i] = v > SLICE_OPEN ? SLICE_OPEN : v < -SLICE_OPEN ? -SLICE_OPEN : v;
+    }
+    *n = axes;
+    return 0;
+}
+
+int ck_dl4j_slice_triples(int64_t begin_mask, int64_t end_mask, const int64_t *begins,
+                          const int64_t *ends, const int64_t *strides, size_t n, int64_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        int64_t s = strides[i];
+        if (s == 0)
+            return ck_error(CK_EFORMAT, "strided_slice: stride 0 on axis %zu", i);
+        bool bm = i < 63 && (begin_mask >> i) & 1, em = i < 63 && (end_mask >> i) & 1;
+        out[3 * i] = bm ? (s > 0 ? 0 : INT64_MAX) : begins[i];
+        out[3 * i + 1] = em ? (s > 0 ? INT64_MAX : INT64_MIN) : ends[i];
+        out[3 * i + 2] = s;
+    }
+    return 0;
+}
+
 double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p)
 {
     switch (a->field) {
@@ -214,6 +301,10 @@ double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p
         return p->min;
     case CK_DF_MAX:
         return p->max;
+    case CK_DF_BEGIN_MASK:
+        return (double)slice_mask(p, false);
+    case CK_DF_END_MASK:
+        return (double)slice_mask(p, true);
     case CK_DF_CONST:
     case CK_DF_INTS:
     default:
@@ -234,6 +325,12 @@ bool ck_dl4j_arg_is_int(const struct ck_dl4j_arg *a)
     case CK_DF_DW:
     case CK_DF_AXIS:
     case CK_DF_INTS:
+    case CK_DF_BEGIN_MASK:
+    case CK_DF_END_MASK:
+    case CK_DF_ZERO:
+    case CK_DF_BEGINS:
+    case CK_DF_ENDS:
+    case CK_DF_STRIDES:
         return true;
     default:
         return false;

@@ -38,6 +38,13 @@ enum ck_dl4j_field {
     CK_DF_MIN,
     CK_DF_MAX,
     CK_DF_INTS, /* p.ints as a list of longs */
+    /* strided_slice: p.ints (start, end, step per axis) in DL4J's form */
+    CK_DF_BEGIN_MASK, /* bit i: axis i starts at its beginning (p.ints' start ignored) */
+    CK_DF_END_MASK,   /* bit i: axis i runs to its end */
+    CK_DF_ZERO,       /* a mask ckptd cannot express: written 0, refused when not 0 */
+    CK_DF_BEGINS,     /* list: every axis' start */
+    CK_DF_ENDS,       /* list: every axis' end */
+    CK_DF_STRIDES,    /* list: every axis' step */
 };
 
 /* Which flags of ck_op_params select a row (the same DL4J op cannot carry them). */
@@ -75,7 +82,8 @@ struct ck_dl4j_op {
 /* The table, ended by a row whose name is NULL. */
 extern const struct ck_dl4j_op ck_dl4j_ops[];
 
-/* Reader side: the row for a DL4J opName (case-insensitive), NULL when none. */
+/* Reader side: the row for a DL4J opName, NULL when none: the exact spelling
+ * first ("Pow" and "pow" are two ops), else a case-insensitive match. */
 const struct ck_dl4j_op *ck_dl4j_by_name(const char *name);
 /* Writer side: the row for a canonical node (its op and variant flags);
  * CK_EFORMAT naming the op and the node when DL4J has no such op or the
@@ -89,6 +97,18 @@ bool ck_dl4j_arg_is_int(const struct ck_dl4j_arg *a);
 /* Sets params from an argument's value: integer fields from i (exact, as the
  * file wrote it), the others from v. */
 void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, int64_t i, double v);
+/* Whether the argument is a list of longs (CK_DF_INTS and the slice lists):
+ * written after every single value, in table order. */
+bool ck_dl4j_arg_is_list(const struct ck_dl4j_arg *a);
+/* A list argument's values from params into out (at most max); the count
+ * in *n. CK_EFORMAT when more than max. */
+int ck_dl4j_arg_list(const struct ck_dl4j_arg *a, const struct ck_op_params *p, int64_t *out,
+                     size_t max, size_t *n);
+/* strided_slice read back: DL4J's masks and its begins, ends and strides
+ * (n each) as canonical (start, end, step) triples into out (3 n values).
+ * CK_EFORMAT for a zero step. */
+int ck_dl4j_slice_triples(int64_t begin_mask, int64_t end_mask, const int64_t *begins,
+                          const int64_t *ends, const int64_t *strides, size_t n, int64_t *out);
 /* Sets the row's variant flags on p. */
 void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p);
 /* Canonical input index of DL4J input k, or -1 when the row has no such input. */

@@ -764,29 +764,36 @@ int ck_model_infer_shapes(const struct ck_model *m, struct ck_model_shapes *out)
         v->shape.rank = io->rank;
         memcpy(v->shape.dims, io->dims, (size_t)io->rank * sizeof *io->dims);
     }
+    size_t most = 1; /* the most outputs of a node: a split's shapes, computed at once */
+    for (size_t i = 0; i < m->nnodes; i++)
+        most = m->nodes[i].noutputs > most ? m->nodes[i].noutputs : most;
+    struct ck_shape *o = calloc(most, sizeof *o);
+    if (!o) {
+        err = ck_error(CK_ENOMEM, "out of memory for the shapes of %zu outputs", most);
+        goto fail;
+    }
     for (size_t i = 0; i < m->nnodes; i++) {
         const struct ck_model_node *n = &m->nodes[i];
-        struct ck_shape o[64];
         c.node = i;
         node_label(m, i, c.label, sizeof c.label);
-        if (n->noutputs > 64) {
-            err = ck_error(CK_EFORMAT, "%s: %zu outputs (at most 64)", c.label, n->noutputs);
-            goto fail;
-        }
         for (size_t k = 0; k < n->ninputs && k < 8; k++)
             c.in[k] = find(out, n->inputs[k]); /* ck_model_check: all defined */
         memset(o, 0, sizeof o[0] * (n->noutputs ? n->noutputs : 1));
-        if ((err = infer(&c, n, o)) < 0)
+        if ((err = infer(&c, n, o)) < 0) {
+            free(o);
             goto fail;
+        }
         for (size_t k = 0; k < n->noutputs; k++) {
             if (find(out, n->outputs[k])) {
                 err = ck_error(CK_EFORMAT, "%s: output '%s' is already defined", c.label,
                                n->outputs[k]);
+                free(o);
                 goto fail;
             }
             put(out, n->outputs[k], (long)i)->shape = o[k];
         }
     }
+    free(o);
     for (size_t i = 0; i < m->noutputs; i++) {
         const struct ck_model_io *io = &m->outputs[i];
         const struct ck_shape *s = ck_model_shape_of(out, io->name);

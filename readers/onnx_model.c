@@ -549,6 +549,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Split")) {
+        int64_t sz[CK_MODEL_MAX_INTS]; /* one size per output, as the model keeps them */
         int64_t axis = 0;
         if ((err = attr_int(c, n, "axis", 0, &axis)) < 0)
             return err;
@@ -556,13 +557,13 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         if (axis < 0 || axis >= r)
             return 0;
         if (has_input(n, 1)) {
-            if ((err = const_ints(c, n, 1, k, RANK_MAX, &nk)) < 0)
+            if ((err = const_ints(c, n, 1, sz, CK_MODEL_MAX_INTS, &nk)) < 0)
                 return err;
-        } else if ((err = attr_ints(c, n, "split", k, RANK_MAX, &nk)) < 0) {
+        } else if ((err = attr_ints(c, n, "split", sz, CK_MODEL_MAX_INTS, &nk)) < 0) {
             return err;
         }
-        for (size_t i = 0; i < n->noutputs && i < RANK_MAX; i++) {
-            d[axis] = nk == SIZE_MAX ? x->dims[axis] / (int64_t)n->noutputs : i < nk ? k[i] : 0;
+        for (size_t i = 0; i < n->noutputs; i++) {
+            d[axis] = nk == SIZE_MAX ? x->dims[axis] / (int64_t)n->noutputs : i < nk ? sz[i] : 0;
             set_shape(out[i], r, d);
         }
         return 0;
@@ -1333,18 +1334,19 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
                                 c->path, n->name, n->op, x->name);
         }
     }
-    for (size_t i = 0; i < n->noutputs && i < RANK_MAX; i++)
+    for (size_t i = 0; i < n->noutputs; i++)
         if (out[i] && !out[i]->is_const)
             out[i]->is_int = is_int;
     return 0;
 }
 
+static int map_outputs(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                       struct val **out);
+
 static int map_node(struct cx *c, const struct ck_graph_node *n)
 {
-    struct val *out[RANK_MAX] = {NULL};
-    struct ck_model_node *mn = NULL;
-    int err = 0;
     const struct row *row = find_row(n->op);
+    int err = 0;
     if (!row) /* ck_onnx_to_model named every unmapped op before this */
         return ck_error(CK_EFORMAT,
                         "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
@@ -1352,9 +1354,20 @@ static int map_node(struct cx *c, const struct ck_graph_node *n)
                         c->path, n->name, n->op);
     if ((err = ck_graph_node_check_arity(n, &row->arity, c->path)) < 0)
         return err;
-    if (n->noutputs > RANK_MAX)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): %zu outputs, more than %d", c->path,
-                        n->name, n->op, n->noutputs, RANK_MAX);
+    /* as many outputs as the node has (a split into dozens), at least RANK_MAX */
+    struct val **out = calloc(n->noutputs > RANK_MAX ? n->noutputs : RANK_MAX, sizeof *out);
+    if (!out)
+        return ck_error(CK_ENOMEM, "out of memory");
+    err = map_outputs(c, n, row, out);
+    free(out);
+    return err;
+}
+
+static int map_outputs(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                       struct val **out)
+{
+    struct ck_model_node *mn = NULL;
+    int err = 0;
     for (size_t i = 0; i < n->noutputs; i++)
         if ((err = get(c, n->outputs[i], &out[i])) < 0)
             return err;

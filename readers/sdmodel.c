@@ -100,55 +100,147 @@ static int load_pos(const struct ck_graph_node *n, const char *key, struct posit
     return 0;
 }
 
+/* strided_slice's masks and lists as read, turned into p.ints at the end. */
+struct slice_args {
+    int64_t begin_mask, end_mask;
+    int64_t l[3][MAX_VALUES];
+    int n[3];
+    bool seen;
+};
+
+/* The number of list arguments from a on (they share the rest of the
+ * positional iArgs equally: strided_slice's begins, ends, strides). */
+static int lists_from(const struct ck_dl4j_arg *a)
+{
+    int n = 0;
+    for (; a->name; a++)
+        n += ck_dl4j_arg_is_list(a);
+    return n;
+}
+
+/* One argument's values into v (*n of them): named, else positional, else
+ * the table's default. */
+static int arg_values(const struct ck_dl4j_arg *a, const struct ck_graph_node *gn,
+                      struct positional *pos, struct argval *v, int *n, const char *file)
+{
+    char key[160];
+    snprintf(key, sizeof(key), "arg.%s", a->name);
+    const char *named = attr(gn, key);
+    if (named) {
+        if ((*n = parse_list(named, v, MAX_VALUES)) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s': bad argument '%s'", file, gn->name,
+                            a->name);
+        /* the positions mirror the names: what a name gave is not read again
+         * as the next argument (split_v's empty sizes after its axis) */
+        pos->next += ck_dl4j_arg_is_list(a) ? *n : 1;
+        if (pos->next > pos->n)
+            pos->next = pos->n;
+    } else if (ck_dl4j_arg_is_list(a)) {
+        int rest = pos->n - pos->next, lists = lists_from(a);
+        if (rest < 0)
+            rest = 0;
+        if (rest % lists)
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s': %d integer arguments for %d lists of equal length",
+                            file, gn->name, rest, lists);
+        *n = rest / lists;
+        memcpy(v, pos->v + pos->next, (size_t)*n * sizeof v[0]);
+        pos->next += *n;
+    } else if (pos->next < pos->n) {
+        v[0] = pos->v[pos->next++];
+        *n = 1;
+    } else {
+        /* the table's defaults are small and finite */
+        v[0] = (struct argval){(int64_t)a->def, a->def, true};
+        *n = a->field == CK_DF_CONST ? 0 : 1;
+    }
+    bool want_int = ck_dl4j_arg_is_list(a) || ck_dl4j_arg_is_int(a);
+    for (int k = 0; want_int && k < *n; k++)
+        if (!v[k].has_int)
+            return ck_error(CK_EFORMAT, "'%s': node '%s': argument '%s' is not an integer", file,
+                            gn->name, a->name);
+    return 0;
+}
+
+static int slice_arg(const struct ck_dl4j_arg *a, const struct argval *v, int n,
+                     struct slice_args *sl, const struct ck_graph_node *gn, const char *file)
+{
+    sl->seen = true;
+    if (a->field == CK_DF_ZERO) {
+        if (n >= 1 && v[0].i != 0)
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s': %s %" PRId64 " is not supported (only 0)", file,
+                            gn->name, a->name, v[0].i);
+    } else if (a->field == CK_DF_BEGIN_MASK || a->field == CK_DF_END_MASK) {
+        *(a->field == CK_DF_BEGIN_MASK ? &sl->begin_mask : &sl->end_mask) = n >= 1 ? v[0].i : 0;
+    } else {
+        int k = a->field == CK_DF_BEGINS ? 0 : a->field == CK_DF_ENDS ? 1 : 2;
+        for (int i = 0; i < n; i++)
+            sl->l[k][i] = v[i].i;
+        sl->n[k] = n;
+    }
+    return 0;
+}
+
+static int slice_finish(struct slice_args *sl, struct ck_model_node *mn,
+                        const struct ck_graph_node *gn, const char *file)
+{
+    int64_t t[3 * MAX_VALUES];
+    int err;
+    if (sl->n[0] != sl->n[1] || sl->n[0] != sl->n[2])
+        return ck_error(CK_EFORMAT, "'%s': node '%s': %d begins, %d ends and %d strides", file,
+                        gn->name, sl->n[0], sl->n[1], sl->n[2]);
+    if ((err = ck_dl4j_slice_triples(sl->begin_mask, sl->end_mask, sl->l[0], sl->l[1], sl->l[2],
+                                     (size_t)sl->n[0], t)) < 0)
+        return ck_error_wrap(err, "'%s': node '%s'", file, gn->name);
+    if (sl->n[0] > 0 && (err = ck_model_node_set_ints(mn, t, 3 * (size_t)sl->n[0])) < 0)
+        return err;
+    return 0;
+}
+
 /* Sets the node's parameters from named arguments, else positional ones. */
 static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn,
                     struct ck_model_node *mn, const char *file)
 {
     struct positional pi, pt, pb;
     struct argval v[MAX_VALUES];
+    struct slice_args *sl = NULL;
     int err;
     if ((err = load_pos(gn, "extraInteger", &pi, file)) < 0 ||
         (err = load_pos(gn, "extraParams", &pt, file)) < 0 ||
         (err = load_pos(gn, "extraBools", &pb, file)) < 0)
         return err;
-    for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
-        char key[160];
-        snprintf(key, sizeof(key), "arg.%s", a->name);
-        const char *named = attr(gn, key);
-        struct positional *pos = a->kind == 'i' ? &pi : a->kind == 't' ? &pt : &pb;
-        int n;
-        if (named) {
-            if ((n = parse_list(named, v, MAX_VALUES)) < 0)
-                return ck_error(CK_EFORMAT, "'%s': node '%s': bad argument '%s'", file, gn->name,
-                                a->name);
-        } else if (a->field == CK_DF_INTS) {
-            n = pos->n - pos->next; /* the rest of the iArgs */
-            memcpy(v, pos->v + pos->next, (size_t)(n > 0 ? n : 0) * sizeof v[0]);
-            pos->next = pos->n;
-        } else if (pos->next < pos->n) {
-            v[0] = pos->v[pos->next++];
-            n = 1;
-        } else {
-            /* the table's defaults are small and finite */
-            v[0] = (struct argval){(int64_t)a->def, a->def, true};
-            n = a->field == CK_DF_CONST ? 0 : 1;
+    /* single values first, in table order, then the lists (as written) */
+    for (int lists = 0; lists < 2; lists++)
+        for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
+            struct positional *pos = a->kind == 'i' ? &pi : a->kind == 't' ? &pt : &pb;
+            int n = 0;
+            if (ck_dl4j_arg_is_list(a) != (lists == 1))
+                continue;
+            if ((err = arg_values(a, gn, pos, v, &n, file)) < 0)
+                goto out;
+            if (a->field >= CK_DF_BEGIN_MASK) {
+                if (!sl && !(sl = calloc(1, sizeof *sl))) {
+                    err = ck_error(CK_ENOMEM, "out of memory");
+                    goto out;
+                }
+                if ((err = slice_arg(a, v, n, sl, gn, file)) < 0)
+                    goto out;
+            } else if (a->field == CK_DF_INTS) {
+                int64_t iv[MAX_VALUES];
+                for (int k = 0; k < n; k++)
+                    iv[k] = v[k].i;
+                if (n > 0 && (err = ck_model_node_set_ints(mn, iv, (size_t)n)) < 0)
+                    goto out;
+            } else if (n >= 1 && a->field != CK_DF_CONST) {
+                ck_dl4j_arg_set(a, &mn->p, v[0].i, v[0].d);
+            }
         }
-        bool want_int = a->field == CK_DF_INTS || ck_dl4j_arg_is_int(a);
-        for (int k = 0; want_int && k < n; k++)
-            if (!v[k].has_int)
-                return ck_error(CK_EFORMAT, "'%s': node '%s': argument '%s' is not an integer",
-                                file, gn->name, a->name);
-        if (a->field == CK_DF_INTS) {
-            int64_t iv[MAX_VALUES];
-            for (int k = 0; k < n; k++)
-                iv[k] = v[k].i;
-            if (n > 0 && (err = ck_model_node_set_ints(mn, iv, (size_t)n)) < 0)
-                return err;
-        } else if (n >= 1 && a->field != CK_DF_CONST) {
-            ck_dl4j_arg_set(a, &mn->p, v[0].i, v[0].d);
-        }
-    }
-    return 0;
+    if (sl)
+        err = slice_finish(sl, mn, gn, file);
+out:
+    free(sl);
+    return err;
 }
 
 /* A constant input's values (paddings, shape) as ints or a scalar. */
@@ -169,23 +261,14 @@ static int const_values(const struct ck_tensor_set *s, const struct ck_nameidx *
     return 0;
 }
 
-static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const struct ck_nameidx *ix,
-                    const struct ck_graph_node *gn, const char *file)
+/* The node's DL4J inputs into canonical slots (constants that carry
+ * parameters taken into mn's parameters instead). */
+static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *s,
+                      const struct ck_nameidx *ix, const struct ck_graph_node *gn,
+                      struct ck_model_node *mn, const char **slots, size_t cap, size_t *nslots,
+                      const char *file)
 {
-    const struct ck_dl4j_op *row = ck_dl4j_by_name(gn->op);
-    struct ck_model_node *mn;
     int err;
-    if (!row)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' has no canonical mapping", file,
-                        gn->name, gn->op);
-    if ((err = ck_model_add_node(m, gn->name, row->op, &mn)) < 0)
-        return err;
-    ck_dl4j_apply_variant(row, &mn->p);
-    if ((err = set_args(row, gn, mn, file)) < 0)
-        return err;
-    /* DL4J input k goes to canonical slot row->inputs[k] (same order when unset). */
-    const char *slots[64] = {0};
-    size_t nslots = 0;
     for (size_t k = 0; k < gn->ninputs; k++) {
         int64_t vals[CK_MODEL_MAX_INTS];
         size_t nv;
@@ -202,20 +285,48 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
         }
         size_t slot = row->inputs[0] < 0                              ? k
                       : k < CK_DL4J_MAX_INPUTS && row->inputs[k] >= 0 ? (size_t)row->inputs[k]
-                                                                      : 64;
-        if (slot >= 64 || slots[slot])
+                                                                      : cap;
+        if (slot >= cap || slots[slot])
             return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' does not take input %zu",
                             file, gn->name, gn->op, k);
         slots[slot] = gn->inputs[k];
-        if (slot + 1 > nslots)
-            nslots = slot + 1;
+        if (slot + 1 > *nslots)
+            *nslots = slot + 1;
     }
-    for (size_t k = 0; k < nslots; k++) {
+    return 0;
+}
+
+static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const struct ck_nameidx *ix,
+                    const struct ck_graph_node *gn, const char *file)
+{
+    const struct ck_dl4j_op *row = ck_dl4j_by_name(gn->op);
+    struct ck_model_node *mn;
+    int err;
+    if (!row)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': DL4J op '%s' has no canonical mapping", file,
+                        gn->name, gn->op);
+    if ((err = ck_model_add_node(m, gn->name, row->op, &mn)) < 0)
+        return err;
+    ck_dl4j_apply_variant(row, &mn->p);
+    if ((err = set_args(row, gn, mn, file)) < 0)
+        return err;
+    /* DL4J input k goes to canonical slot row->inputs[k] (same order when unset);
+     * a reordering row has fewer than CK_DL4J_MAX_INPUTS slots */
+    size_t cap = gn->ninputs > CK_DL4J_MAX_INPUTS ? gn->ninputs : CK_DL4J_MAX_INPUTS;
+    const char **slots = calloc(cap + 1, sizeof *slots);
+    size_t nslots = 0;
+    if (!slots)
+        return ck_error(CK_ENOMEM, "out of memory");
+    err = map_inputs(row, s, ix, gn, mn, slots, cap, &nslots, file);
+    for (size_t k = 0; k < nslots && err == 0; k++) {
         if (!slots[k])
-            return ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);
-        if ((err = ck_model_node_add_input(mn, slots[k])) < 0)
-            return err;
+            err = ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);
+        else
+            err = ck_model_node_add_input(mn, slots[k]);
     }
+    free(slots);
+    if (err < 0)
+        return err;
     for (size_t k = 0; k < gn->noutputs; k++)
         if ((err = ck_model_node_add_output(mn, gn->outputs[k])) < 0)
             return err;

@@ -168,7 +168,7 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
 static uint32_t property(struct ck_fbb *b, const struct ck_dl4j_arg *a,
                          const struct ck_op_params *p)
 {
-    int slot = a->field == CK_DF_INTS || a->kind == 'i' ? FP_L : a->kind == 't' ? FP_D : FP_B;
+    int slot = ck_dl4j_arg_is_list(a) || a->kind == 'i' ? FP_L : a->kind == 't' ? FP_D : FP_B;
     uint8_t sz[FP_NSLOTS] = {4};
     sz[slot] = 4;
     struct ck_fbb_table t;
@@ -176,8 +176,11 @@ static uint32_t property(struct ck_fbb *b, const struct ck_dl4j_arg *a,
     ck_fbb_set_off(b, &t, FP_NAME, ck_fbb_cstring(b, a->name));
     double v = ck_dl4j_arg_get(a, p);
     uint32_t vec;
-    if (a->field == CK_DF_INTS) {
-        vec = ck_fbb_vec_i64(b, p->ints, (uint32_t)p->nints);
+    if (ck_dl4j_arg_is_list(a)) {
+        int64_t l[CK_MODEL_MAX_INTS];
+        size_t nl = 0;
+        (void)ck_dl4j_arg_list(a, p, l, CK_MODEL_MAX_INTS, &nl); /* checked by write_node */
+        vec = ck_fbb_vec_i64(b, l, (uint32_t)nl);
     } else if (slot == FP_L) {
         int64_t l = (int64_t)v;
         vec = ck_fbb_vec_i64(b, &l, 1);
@@ -199,34 +202,41 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     int err;
     if ((err = ck_dl4j_for_node(n, &row)) < 0)
         return ck_error_wrap(err, "'%s'", g->label);
-    int64_t ia[CK_DL4J_MAX_ARGS + CK_MODEL_MAX_INTS];
+    int64_t ia[CK_DL4J_MAX_ARGS * (CK_MODEL_MAX_INTS + 1)];
     double ta[CK_DL4J_MAX_ARGS];
     uint8_t ba[CK_DL4J_MAX_ARGS];
     uint32_t ni = 0, nt = 0, nb = 0, nargs = 0;
-    const struct ck_dl4j_arg *ints = NULL;
     for (const struct ck_dl4j_arg *a = row->args; a->name; a++, nargs++) {
         double v = ck_dl4j_arg_get(a, &n->p);
-        if (a->field == CK_DF_INTS)
-            ints = a;
-        else if (a->kind == 'i')
+        if (ck_dl4j_arg_is_list(a))
+            continue; /* after every single value, below */
+        if (a->kind == 'i')
             ia[ni++] = (int64_t)v;
         else if (a->kind == 't')
             ta[nt++] = v;
         else
             ba[nb++] = v != 0;
     }
-    if (ints) {
-        if (n->p.nints > CK_MODEL_MAX_INTS)
-            return ck_error(CK_EFORMAT, "'%s': node '%s': %zu ints", g->label, n->name, n->p.nints);
-        for (size_t i = 0; i < n->p.nints; i++)
-            ia[ni++] = n->p.ints[i];
+    for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
+        size_t nl;
+        if (!ck_dl4j_arg_is_list(a))
+            continue;
+        if ((err = ck_dl4j_arg_list(a, &n->p, ia + ni, CK_MODEL_MAX_INTS, &nl)) < 0)
+            return ck_error_wrap(err, "'%s': node '%s'", g->label, n->name);
+        ni += (uint32_t)nl;
     }
-    int dl4j_in[CK_DL4J_MAX_INPUTS + 64];
+    /* DL4J input k is canonical input dl4j_in[k]; as many as the node has */
+    int *dl4j_in = calloc(n->ninputs + 1, sizeof *dl4j_in);
+    int32_t *outs = calloc(n->noutputs + 1, sizeof *outs);
     size_t nin = 0;
-    for (int k = 0; k < (int)(sizeof(dl4j_in) / sizeof(dl4j_in[0])); k++) {
-        int c = ck_dl4j_input(row, k, (int)n->ninputs);
-        if (c < 0 && row->inputs[0] < 0 && k < (int)n->ninputs)
-            c = k; /* same order: every input, also past CK_DL4J_MAX_INPUTS (concat) */
+    if (!dl4j_in || !outs) {
+        free(dl4j_in), free(outs);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (size_t k = 0; k < n->ninputs; k++) {
+        int c = ck_dl4j_input(row, (int)k, (int)n->ninputs);
+        if (c < 0 && row->inputs[0] < 0)
+            c = (int)k; /* same order: every input, also past CK_DL4J_MAX_INPUTS (concat) */
         if (c < 0)
             break;
         dl4j_in[nin++] = c;
@@ -259,17 +269,19 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     ck_fbb_set_off(b, &t, FN_INPUTPAIRED, iv);
     for (size_t i = 0; i < nin; i++) {
         const struct var *v = lookup(g, n->inputs[dl4j_in[i]]);
-        if (!v)
-            return ck_error(CK_EFORMAT, "'%s': node '%s': input '%s' is not defined", g->label,
-                            n->name, n->inputs[dl4j_in[i]]);
+        if (!v) {
+            err = ck_error(CK_EFORMAT, "'%s': node '%s': input '%s' is not defined", g->label,
+                           n->name, n->inputs[dl4j_in[i]]);
+            free(dl4j_in), free(outs);
+            return err;
+        }
         ck_fbb_vec_set_off(b, iv, (uint32_t)i, int_pair(b, v->a, v->b));
     }
-    int32_t outs[256];
-    if (n->noutputs > 256)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': %zu outputs", g->label, n->name, n->noutputs);
+    free(dl4j_in);
     for (size_t i = 0; i < n->noutputs; i++)
         outs[i] = (int32_t)i;
     ck_fbb_set_off(b, &t, FN_OUTPUT, ck_fbb_vec_i32(b, outs, (uint32_t)n->noutputs));
+    free(outs);
     ck_fbb_set_off(b, &t, FN_EXTRAPARAMS, ck_fbb_vec_f64(b, ta, nt));
     ck_fbb_set_off(b, &t, FN_EXTRAINT, ck_fbb_vec_i64(b, ia, ni));
     ck_fbb_set_off(b, &t, FN_EXTRABOOLS, ck_fbb_vec_bool(b, ba, nb));

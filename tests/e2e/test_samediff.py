@@ -525,6 +525,95 @@ class Pack(TmpDirCase):
             self.assertTrue(with_arrays <= names, f)
 
 
+class RoundTrip(TmpDirCase):
+    """Archives ckptd writes read back through ckptd's own reader and verify
+    against torch / numpy; the ops are written as DL4J's own ops read them
+    (libnd4j's strided_slice: five masks, then all begins, all ends, all
+    strides; the pairwise "Pow" and the scalar "pow" are two ops)."""
+
+    def verify(self, model, x, y):
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), y)
+        return run("verify", model, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+                   os.path.join(self.dir, "y.npy"), "--rtol", "1e-5", "--atol", "1e-5",
+                   timeout=120)
+
+    def test_transformer_verifies_after_packing(self):
+        import torch_gen as tg
+        module, x = tg.onnx_models()["transformer"]
+        src = os.path.join(self.dir, "enc.onnx")
+        y = tg.export_onnx(module, x, src)
+        out = os.path.join(self.dir, "enc.zip")
+        pack(src, out, check=0)
+        _, a = sdfb.read_archive(out)
+        nodes = sdfb.graph_nodes(a["enc"]["graph"])
+        pows = [n for n in nodes if n[0].lower() == "pow"]
+        self.assertTrue(pows)  # LayerNorm's x**2 at opset 13
+        for n in pows:
+            self.assertEqual(n[0], "pow", n)  # the scalar op, not the pairwise "Pow"
+            self.assertEqual(n[2], {"pow": [2.0]}, n)
+            self.assertEqual(len(n[3]), 1, n)
+        slices = [n for n in nodes if n[0] == "strided_slice"]
+        self.assertTrue(slices)
+        for n in slices:  # the last axis sliced; the first two whole (end mask bits 0 and 1)
+            self.assertEqual(n[2]["endMask"], [3], n)
+            self.assertEqual(n[2]["strides"], [1, 1, 1], n)
+        p = self.verify(out, x.numpy(), y)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("ok", p.stdout + p.stderr)
+
+    def test_slice_and_pow_forms_as_dl4j_reads_them(self):
+        import torch_gen as tg
+        onnx = tg.need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        big, small = 2 ** 63 - 1, -2 ** 63
+        inits = [nh.from_array(np.array(v, np.int64), k) for k, v in (
+            ("starts", [-1, 1, 0]), ("ends", [small, big, big]), ("axes", [1, 2, 0]),
+            ("steps", [-2, 1, 1]))]
+        inits.append(nh.from_array(np.array(3.0, np.float32), "three"))
+        nodes = [h.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["s"], name="sl"),
+                 h.make_node("Pow", ["s", "three"], ["p"], name="cube"),
+                 h.make_node("Pow", ["p", "s"], ["y"], name="pair")]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 7, 5])],
+                         [h.make_tensor_value_info("y", TP.FLOAT, None)], initializer=inits)
+        src = os.path.join(self.dir, "sl.onnx")
+        onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), src)
+        out = os.path.join(self.dir, "sl.zip")
+        pack(src, out, "--tag", "t", check=0)
+        _, a = sdfb.read_archive(out)
+        g = a["t"]["graph"]
+        nodes = {n[1]: n for n in sdfb.graph_nodes(g)}
+        # axis 0 whole: begin 0 end past it (end mask bit 0); axis 1 from -1
+        # back to before the start with step -2 (end mask bit 1); axis 2 1:
+        sl = nodes["sl"]
+        self.assertEqual(sl[0], "strided_slice")
+        ints = None
+        for i in range(g.NodesLength()):
+            if g.Nodes(i).Name().decode() == "sl":
+                fn = g.Nodes(i)
+                ints = [fn.ExtraInteger(k) for k in range(fn.ExtraIntegerLength())]
+        # (the ONNX reader clamps the ends of axes 0 and 2 to their static sizes)
+        self.assertEqual(ints, [0, 0, 0b010, 0, 0,  0, -1, 1,  2, 0, 5,  1, -2, 1])
+        self.assertEqual(sl[2]["begin"], [0, -1, 1])
+        self.assertEqual(sl[2]["strides"], [1, -2, 1])
+        self.assertEqual((nodes["cube"][0], nodes["cube"][2]), ("pow", {"pow": [3.0]}))
+        self.assertEqual((nodes["pair"][0], len(nodes["pair"][3])), ("Pow", 2))
+        x = np.random.default_rng(3).uniform(0.5, 1.5, (2, 7, 5)).astype(np.float32)
+        s = x[:, -1::-2, 1:]
+        want = (s.astype(np.float64) ** 3) ** s
+        for model in (src, out):
+            p = self.verify(model, x, want.astype(np.float32))
+            self.assertEqual(p.returncode, 0, model + p.stdout + p.stderr)
+        # a mask ckptd cannot say is refused by name, not misread
+        bad = os.path.join(self.dir, "bad.fb")
+        sdfb.write_graph(bad, {}, {"input": [4, 4]},
+                         [("strided_slice", "cut", ["input"], ["out"],
+                           {"__extraInteger": [0, 0, 0, 0, 1, 0, 0, 1, 1, 1, 1]})], ["out"])
+        p = run("verify", bad)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("node 'cut': shrinkAxisMask 1 is not supported", p.stderr)
+
+
 class Bad(TmpDirCase):
     def archive(self, members):
         p = os.path.join(self.dir, "bad.zip")

@@ -275,6 +275,29 @@ def requests_seeds(out):
         put(out, "requests", "control-" + word.strip().decode(), b"\x80" + word)
 
 
+def samediff_seeds(out):
+    """SameDiff graphs in the forms the reader maps: strided_slice's five
+    masks then begins, ends, strides; the scalar "pow" beside the pairwise
+    "Pow"; split_v with its axis named and its sizes empty."""
+    try:
+        import sdfb
+        import flatbuffers  # noqa: F401
+    except ImportError:
+        return
+    tmp = os.path.join(out, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    p = os.path.join(tmp, "slice.fb")
+    nodes = [("strided_slice", "sl", ["input"], ["s"],
+              {"__extraInteger": [0, 0, 2, 0, 0, 0, -1, 1, 2, 0, 5, 1, -2, 1]}),
+             ("pow", "sq", ["s"], ["q"], {"pow": ("d", [2.0])}),
+             ("Pow", "pp", ["q", "s"], ["r"], {}),
+             ("split_v", "sp", ["r"], ["a", "b"], {"dimensions": ("l", [2])}),
+             ("concat", "cat", ["b", "a"], ["out"], {"concatDimension": ("l", [2])})]
+    sdfb.write_graph(p, {}, {"input": [2, 7, 5]}, nodes, ["out"])
+    with open(p, "rb") as f:
+        put(out, "samediff", "slice_pow_split", f.read())
+
+
 def main(out):
     shared = os.environ.get("CK_SHARED_DATA", "")
     zip_seeds(out)
@@ -315,6 +338,7 @@ def main(out):
         b"  - {op: split, axis: 2, outputs: 2}\n  - {op: concat, from: [-1, -1], axis: 1}\n")
     pt_seeds(out)
     onnx_seeds(out)
+    samediff_seeds(out)
     # fuzz_sdtests: set.txt, 0xff 0xfe, then the members the target fills
     put(out, "sdtests", "one_set", b"ckptd-test 1\ntolerance 0.001\ninput 0 x\noutput 0 y\n"
         b"\xff\xfe" b"t0/tests/rec0/inputs/0.fb\nt0/tests/rec0/outputs/0.fb\n")

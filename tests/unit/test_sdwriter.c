@@ -155,6 +155,12 @@ static void dl4j_table_both_directions(void **state)
         const struct ck_dl4j_op *back = ck_dl4j_by_name(row->name);
         assert_ptr_equal(back, row); /* DL4J names are unique */
     }
+    /* every row a writer may pick is the row its name reads back as: the
+     * pairwise "Pow" and the scalar "pow" differ only by case */
+    for (const struct ck_dl4j_op *r = ck_dl4j_ops; r->name; r++)
+        if (!r->read_only)
+            assert_ptr_equal(ck_dl4j_by_name(r->name), r);
+    assert_ptr_equal(ck_dl4j_by_name("POW"), ck_dl4j_by_name("Pow")); /* else any case */
     /* parameters survive the table: every field an op's row carries */
     struct ck_model_node n = {.name = "c", .op = CK_OP_CONV2D};
     ck_op_params_init(&n.p);
