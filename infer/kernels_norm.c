@@ -1,6 +1,6 @@
 /* Kernels that work along an axis: softmax and log-softmax, batch
  * normalisation (inference form: running mean and variance), layer
- * normalisation, and the mean and sum reductions. Sums are kept in double
+ * normalisation, instance normalisation and hardmax. Sums are kept in double
  * so a long axis does not lose the float32 precision the checks rely on. */
 #include "infer/internal.h"
 #include "common/error.h"
@@ -99,33 +99,47 @@ static void layernorm(const struct ck_kcall *k)
     }
 }
 
-static int reduce(const struct ck_kcall *k)
+/* One-hot of the first largest value along the axis (ONNX Hardmax, opset 13). */
+static void hardmax(const struct ck_kcall *k)
+{
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, -1), k->ins[0].rank);
+    int64_t outer, len, inner;
+    around(&k->ins[0], axis, &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            const float *x = k->in[0] + o * len * inner + in;
+            float *y = k->out[0] + o * len * inner + in;
+            int64_t best = 0;
+            for (int64_t i = 1; i < len; i++)
+                if (x[i * inner] > x[best * inner])
+                    best = i;
+            for (int64_t i = 0; i < len; i++)
+                y[i * inner] = i == best ? 1.0f : 0.0f;
+        }
+}
+
+/* x [N, C, ...]: each (n, c) plane normalised with its own mean and biased
+ * variance, then scale[c] and bias[c]. */
+static void instancenorm(const struct ck_kcall *k)
 {
     const struct ck_ishape *s = &k->ins[0];
-    bool axes[CK_INFER_MAX_RANK];
-    int err = ck_infer_reduce_axes(k->n, s->rank, axes);
-    if (err < 0)
-        return err;
-    int64_t onum = ck_ishape_numel(&k->outs[0]), total = ck_ishape_numel(s);
-    int64_t count = onum ? total / onum : 0;
-    double *acc = (double *)k->scratch;
-    memset(acc, 0, sizeof(double) * (size_t)onum);
-    int64_t idx[CK_INFER_MAX_RANK] = {0};
-    for (int64_t i = 0; i < total; i++) {
-        int64_t o = 0;
-        for (int d = 0; d < s->rank; d++)
-            if (!axes[d])
-                o = o * s->d[d] + idx[d];
-        acc[o] += k->in[0][i];
-        for (int d = s->rank - 1; d >= 0; d--) {
-            if (++idx[d] < s->d[d])
-                break;
-            idx[d] = 0;
-        }
+    int64_t planes = s->d[0] * s->d[1], inner = 1;
+    for (int i = 2; i < s->rank; i++)
+        inner *= s->d[i];
+    for (int64_t p = 0; p < planes; p++) {
+        const float *x = k->in[0] + p * inner;
+        float *y = k->out[0] + p * inner;
+        int64_t c = p % s->d[1];
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < inner; i++)
+            sum += x[i];
+        double mean = inner ? sum / (double)inner : 0;
+        for (int64_t i = 0; i < inner; i++)
+            sq += ((double)x[i] - mean) * ((double)x[i] - mean);
+        double inv = 1.0 / sqrt((inner ? sq / (double)inner : 0) + k->n->p.eps);
+        for (int64_t i = 0; i < inner; i++)
+            y[i] = (float)(((double)x[i] - mean) * inv * k->in[1][c] + k->in[2][c]);
     }
-    for (int64_t o = 0; o < onum; o++)
-        k->out[0][o] = (float)(k->n->op == CK_OP_REDUCE_MEAN ? acc[o] / (double)count : acc[o]);
-    return 0;
 }
 
 int ck_infer_k_norm(const struct ck_kcall *k)
@@ -135,7 +149,8 @@ int ck_infer_k_norm(const struct ck_kcall *k)
     case CK_OP_LOG_SOFTMAX: softmax(k, true); return 0;
     case CK_OP_BATCHNORM: batchnorm(k); return 0;
     case CK_OP_LAYERNORM: layernorm(k); return 0;
-    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM: return reduce(k);
+    case CK_OP_HARDMAX: hardmax(k); return 0;
+    case CK_OP_INSTANCENORM: instancenorm(k); return 0;
     default:
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a normalisation", k->n->name,
                         ck_op_name(k->n->op));
