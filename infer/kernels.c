@@ -27,7 +27,7 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
         return ck_infer_k_elementwise;
     case CK_OP_ADD: case CK_OP_SUB: case CK_OP_MUL: case CK_OP_DIV: case CK_OP_POW:
-    case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU:
+    case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU: case CK_OP_FMOD:
         return ck_infer_k_binary;
     case CK_OP_DENSE: case CK_OP_MATMUL: case CK_OP_CONV2D:
         return ck_infer_k_linear;
@@ -35,6 +35,8 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
         return ck_infer_k_conv_transpose;
     case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM:
         return ck_infer_k_rnn;
+    case CK_OP_GRID_SAMPLE:
+        return ck_infer_k_grid_sample;
     case CK_OP_MAXPOOL: case CK_OP_AVGPOOL: case CK_OP_GLOBAL_AVGPOOL: case CK_OP_GLOBAL_MAXPOOL:
         return ck_infer_k_pool;
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
@@ -47,7 +49,7 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     default:
         if (ck_op_is_reduce(op))
             return ck_infer_k_reduce;
-        if (op >= CK_OP_ABS && op <= CK_OP_THRESHOLDED_RELU)
+        if (op >= CK_OP_ABS && op <= CK_OP_SHRINK)
             return ck_infer_k_math;
         return NULL;
     }

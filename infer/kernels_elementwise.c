@@ -102,6 +102,7 @@ static inline float apply(enum ck_op op, float a, float b)
     case CK_OP_MAX: return a > b || a != a ? a : b; /* NaN wins, as numpy.maximum */
     case CK_OP_MIN: return a < b || a != a ? a : b;
     case CK_OP_PRELU: return a < 0 ? a * b : a;
+    case CK_OP_FMOD: return fmodf(a, b);
     default: return powf(a, b);
     }
 }

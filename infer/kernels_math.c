@@ -1,7 +1,7 @@
 /* Element-wise unary math beyond the activations of kernels_elementwise.c:
  * rounding, sign, reciprocal, the trigonometric and hyperbolic functions and
  * the parametric activations of ONNX (elu, celu, selu, hard_sigmoid,
- * thresholded_relu, softplus, softsign, mish, hard_swish). Each value is
+ * thresholded_relu, shrink, softplus, softsign, mish, hard_swish). Each value is
  * computed in double and rounded once to float32, so the result is the
  * float32 nearest the exact one (numpy's float32 functions are within an ulp
  * or two of it). docs/model.md gives each formula. */
@@ -49,6 +49,7 @@ static double one(enum ck_op op, const struct ck_op_params *p, double x)
     case CK_OP_SELU: return p->beta * (x > 0 ? x : p->alpha * expm1(x));
     case CK_OP_HARD_SIGMOID: return fmax(0.0, fmin(1.0, p->alpha * x + p->beta));
     case CK_OP_THRESHOLDED_RELU: return x > p->alpha ? x : 0.0;
+    case CK_OP_SHRINK: return x < -p->alpha ? x + p->beta : x > p->alpha ? x - p->beta : 0.0;
     default: return NAN;
     }
 }
@@ -59,7 +60,7 @@ int ck_infer_k_math(const struct ck_kcall *k)
     const float *x = k->in[0];
     float *y = k->out[0];
     int64_t n = ck_ishape_numel(&k->outs[0]);
-    if (!(op >= CK_OP_ABS && op <= CK_OP_THRESHOLDED_RELU))
+    if (!(op >= CK_OP_ABS && op <= CK_OP_SHRINK))
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not unary math", k->n->name,
                         ck_op_name(op));
     for (int64_t i = 0; i < n; i++)

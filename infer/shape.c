@@ -605,9 +605,20 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
         return same(&in[0], out);
     case CK_OP_CONV_TRANSPOSE2D:
         return conv_transpose(n, in, nin, out);
+    case CK_OP_GRID_SAMPLE:
+        if (nin < 2 || in[0].rank != 4 || in[1].rank != 4 || in[1].d[3] != 2 ||
+            in[1].d[0] != in[0].d[0] || n->p.nints != 3 || n->p.ints[0] < 0 || n->p.ints[0] > 2 ||
+            n->p.ints[1] < 0 || n->p.ints[1] > 2)
+            return BAD("node '%s' (grid_sample): needs x [N, C, H, W], grid [N, Ho, Wo, 2] and "
+                       "its 3 parameters",
+                       n->name);
+        *out = in[0];
+        out->d[2] = in[1].d[1];
+        out->d[3] = in[1].d[2];
+        return 0;
     case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM:
         return recurrent(n, in, nin, out);
-    case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU:
+    case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU: case CK_OP_FMOD:
         return nin < 2 ? BAD("node '%s' (%s): one operand", n->name, ck_op_name(n->op))
                        : broadcast(n, &in[0], &in[1], out);
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:

@@ -84,15 +84,18 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_SELU] = "selu",
     [CK_OP_HARD_SIGMOID] = "hard_sigmoid",
     [CK_OP_THRESHOLDED_RELU] = "thresholded_relu",
+    [CK_OP_SHRINK] = "shrink",
     [CK_OP_MAX] = "max",
     [CK_OP_MIN] = "min",
     [CK_OP_PRELU] = "prelu",
+    [CK_OP_FMOD] = "fmod",
     [CK_OP_HARDMAX] = "hardmax",
     [CK_OP_INSTANCENORM] = "instancenorm",
     [CK_OP_CONV_TRANSPOSE2D] = "conv_transpose2d",
     [CK_OP_RNN] = "rnn",
     [CK_OP_GRU] = "gru",
     [CK_OP_LSTM] = "lstm",
+    [CK_OP_GRID_SAMPLE] = "grid_sample",
 };
 
 const char *ck_op_name(enum ck_op op)
@@ -331,6 +334,8 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     case CK_OP_MAX:
     case CK_OP_MIN:
     case CK_OP_PRELU:
+    case CK_OP_FMOD:
+    case CK_OP_GRID_SAMPLE:
         *lo = *hi = 2;
         break;
     case CK_OP_INSTANCENORM:
@@ -477,6 +482,6 @@ bool ck_op_is_unary(enum ck_op op)
     case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
         return true;
     default:
-        return op >= CK_OP_ABS && op <= CK_OP_THRESHOLDED_RELU;
+        return op >= CK_OP_ABS && op <= CK_OP_SHRINK;
     }
 }

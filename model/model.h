@@ -107,10 +107,13 @@ enum ck_op {
     CK_OP_SELU,        /* p.alpha, p.beta (gamma): beta (x if x > 0 else alpha (e^x - 1)) */
     CK_OP_HARD_SIGMOID, /* p.alpha, p.beta: max(0, min(1, alpha x + beta)) */
     CK_OP_THRESHOLDED_RELU, /* p.alpha: x if x > alpha else 0 */
+    CK_OP_SHRINK,      /* p.alpha (lambd), p.beta (bias): x + beta if x < -alpha, x - beta if
+                          x > alpha, else 0 */
     /* element-wise binary, numpy broadcasting: (a, b) */
     CK_OP_MAX,         /* max(a, b); NaN if either is NaN */
     CK_OP_MIN,
     CK_OP_PRELU,       /* (x, slope): x if x >= 0 else slope x */
+    CK_OP_FMOD,        /* C's fmod(a, b): the remainder with the sign of a */
     CK_OP_HARDMAX,     /* (x); p.axis (default -1): 1 at the first largest along the axis, else 0 */
     CK_OP_INSTANCENORM, /* (x, scale, bias); x [N, C, ...] normalised over dims[2:] per (n, c); p.eps */
     CK_OP_CONV_TRANSPOSE2D, /* (x NCHW, W[C, O/groups, kh, kw][, b[O]]); p.stride, p.pad,
@@ -121,6 +124,8 @@ enum ck_op {
     CK_OP_RNN,
     CK_OP_GRU,
     CK_OP_LSTM,
+    CK_OP_GRID_SAMPLE, /* (x NCHW, grid [N, Ho, Wo, 2]) -> [N, C, Ho, Wo]; p.ints = [mode, padding,
+                          align_corners] (docs/model.md) */
     CK_OP_COUNT
 };
 

@@ -738,9 +738,20 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
     case CK_OP_MAX:
     case CK_OP_MIN:
     case CK_OP_PRELU:
+    case CK_OP_FMOD:
         return broadcast(c, x, &c->in[1]->shape, o);
     case CK_OP_CONV_TRANSPOSE2D:
         return conv_transpose(c, n, o);
+    case CK_OP_GRID_SAMPLE: {
+        const struct ck_shape *g = &c->in[1]->shape;
+        if (x->rank != 4 || g->rank != 4 || g->dims[3] != 2)
+            return fail(c, "input %s and grid %s are not [N, C, H, W] and [N, Ho, Wo, 2]", TXT(x),
+                        TXT(g));
+        *o = *x;
+        o->dims[2] = g->dims[1];
+        o->dims[3] = g->dims[2];
+        return 0;
+    }
     case CK_OP_RNN:
     case CK_OP_GRU:
     case CK_OP_LSTM:

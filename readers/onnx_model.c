@@ -345,7 +345,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu")) {
+        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu") || !strcmp(op, "Mod")) {
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
         if (broadcast(x, w, out[0]) < 0)
@@ -614,7 +614,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
                                        "Cosh", "Asinh", "Acosh", "Atanh", "Softplus",
                                        "Softsign", "Mish", "HardSwish", "Elu", "Celu", "Selu",
                                        "HardSigmoid", "ThresholdedRelu", "Hardmax",
-                                       "InstanceNormalization", "CastLike"};
+                                       "InstanceNormalization", "CastLike", "Shrink",
+                                       "MeanVarianceNormalization"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
             set_shape(out[0], r, d);
@@ -889,6 +890,10 @@ static int map_act(struct cx *c, const struct ck_graph_node *n, const struct row
     case CK_OP_HARD_SIGMOID:
         alpha = 0.2f, beta = 0.5f, bkey = "beta";
         break;
+    case CK_OP_SHRINK: /* lambd and bias */
+        if ((err = attr_float(c, n, "lambd", 0.5f, &mn->p.alpha)) < 0)
+            return err;
+        return attr_float(c, n, "bias", 0.0f, &mn->p.beta);
     default:
         break;
     }
@@ -1413,6 +1418,15 @@ static int map_space_depth(struct cx *c, const struct ck_graph_node *n, const st
                            struct ck_model_node *mn);
 static int map_recurrent(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                          struct ck_model_node *mn);
+static int map_grid(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn);
+static int map_mod(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn);
+static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                        struct ck_model_node *mn);
+static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn);
+static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
 static const struct row rows[] = {
@@ -1502,6 +1516,11 @@ static const struct row rows[] = {
     {"RNN",                CK_OP_RNN,                0, map_recurrent, 0, {3, 6, 0, 2}},
     {"GRU",                CK_OP_GRU,                0, map_recurrent, 0, {3, 6, 0, 2}},
     {"LSTM",               CK_OP_LSTM,               0, map_recurrent, 0, {3, 8, 0, 3}},
+    {"Shrink",             CK_OP_SHRINK,             1, map_act,      0, {1, 1, 1, 1}},
+    {"Mod",                CK_OP_FMOD,               2, map_mod,      0, {2, 2, 1, 1}},
+    {"CastLike",           CK_OP_IDENTITY,           1, map_castlike, 0, {2, 2, 1, 1}},
+    {"MeanVarianceNormalization", CK_OP_REDUCE_MEAN, 0, map_mvn,      0, {1, 1, 1, 1}},
+    {"GridSample",         CK_OP_GRID_SAMPLE,        2, map_grid,     0, {2, 2, 1, 1}},
     {"DepthToSpace",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
     {"SpaceToDepth",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
@@ -1777,6 +1796,107 @@ static int map_recurrent(struct cx *c, const struct ck_graph_node *n, const stru
     if ((err = emit(c, n->name, row->op, in, nin, out, nout, &mn)) < 0)
         return err;
     return ck_model_node_set_ints(mn, ints, 5);
+}
+
+/* GridSample (opset 16): mode bilinear, nearest, bicubic; padding_mode
+ * zeros, border, reflection; align_corners. */
+static int map_grid(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+    static const char *const pads[] = {"zeros", "border", "reflection"};
+    const char *m = attr(n, "mode"), *pm = attr(n, "padding_mode");
+    int64_t v[3] = {0, 0, 0};
+    int err = 0;
+    (void)row;
+    for (int64_t i = 0; m && i < 3; i++)
+        if (!strcmp(m, modes[i]))
+            v[0] = i + 10;
+    for (int64_t i = 0; pm && i < 3; i++)
+        if (!strcmp(pm, pads[i]))
+            v[1] = i + 10;
+    if ((m && v[0] < 10) || (pm && v[1] < 10))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (GridSample): mode '%s' or padding_mode "
+                        "'%s' is not supported",
+                        c->path, n->name, m ? m : "bilinear", pm ? pm : "zeros");
+    v[0] = m ? v[0] - 10 : 0;
+    v[1] = pm ? v[1] - 10 : 0;
+    if ((err = attr_int(c, n, "align_corners", 0, &v[2])) < 0)
+        return err;
+    return ck_model_node_set_ints(mn, v, 3);
+}
+
+/* Mod: fmod=1 is C's fmod (the sign of the dividend); fmod=0 (the sign of
+ * the divisor) is for integers only, which ckptd does not compute. */
+static int map_mod(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    int64_t f = 0;
+    int err = 0;
+    (void)row;
+    (void)mn;
+    if ((err = attr_int(c, n, "fmod", 0, &f)) < 0)
+        return err;
+    if (f != 1)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Mod): fmod=0 (integer modulo) is not "
+                        "supported",
+                        c->path, n->name);
+    return 0;
+}
+
+/* CastLike(x, like): a cast to like's type; float32 is the identity. */
+static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                        struct ck_model_node *mn)
+{
+    const char *t = has_input(n, 1) ? graph_attr(c->g, "dtype.", n->inputs[1]) : NULL;
+    const struct ck_tensor *w = has_input(n, 1) ? ck_tensor_set_find(c->m->weights, n->inputs[1])
+                                                : NULL;
+    enum ck_dtype dt = w ? w->dtype : t ? ck_dtype_from_name(t) : CK_DT_INVALID;
+    (void)row;
+    (void)mn;
+    if (dt != CK_DT_F32)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (CastLike): a cast of activations to %s is not supported",
+                        c->path, n->name, dt == CK_DT_INVALID ? "an unknown type" : ck_dtype_name(dt));
+    return 0;
+}
+
+/* MeanVarianceNormalization: (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9)
+ * over axes (default 0, 2, 3), ONNX's function body as nodes. */
+static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    int64_t axes[RANK_MAX] = {0, 2, 3};
+    size_t na = 3, k = 0;
+    int err = 0;
+    (void)row;
+    if ((err = attr_ints(c, n, "axes", axes, RANK_MAX, &k)) < 0)
+        return err;
+    if (k != SIZE_MAX)
+        na = k;
+    const char *x = n->inputs[0], *y = n->outputs[0], *mean = tmp_name(c, n, "mean");
+    const char *d = tmp_name(c, n, "centred"), *sq = tmp_name(c, n, "square");
+    const char *var = tmp_name(c, n, "var"), *sd = tmp_name(c, n, "std");
+    const char *sde = tmp_name(c, n, "std_eps");
+    if (!mean || !d || !sq || !var || !sd || !sde)
+        return ck_error(CK_ENOMEM, "out of memory");
+    const char *xm[2] = {x, mean}, *dd[2] = {d, d}, *ds[2] = {d, sde};
+    if ((err = emit(c, n->name, CK_OP_REDUCE_MEAN, &x, 1, &mean, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, axes, na)) < 0)
+        return err;
+    mn->p.keepdims = true;
+    if ((err = emit(c, n->name, CK_OP_SUB, xm, 2, &d, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_MUL, dd, 2, &sq, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_REDUCE_MEAN, &sq, 1, &var, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, axes, na)) < 0)
+        return err;
+    mn->p.keepdims = true;
+    if ((err = emit(c, n->name, CK_OP_SQRT, &var, 1, &sd, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_ADD, &sd, 1, &sde, 1, &mn)) < 0)
+        return err;
+    mn->p.has_scalar = true;
+    mn->p.scalar = 1e-9f;
+    return emit(c, n->name, CK_OP_DIV, ds, 2, &y, 1, &mn);
 }
 
 static const struct row *find_row(const char *op)
