@@ -8,6 +8,10 @@ int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_i
     switch (n->op) {
     case CK_OP_CONV2D:
         return ck_infer_conv_scratch_floats(n, ins, outs);
+    case CK_OP_DET: { /* one matrix in double */
+        int64_t m = ins[0].d[ins[0].rank - 1];
+        return 2 * m * m;
+    }
     case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM: /* h, c, new h, pad; 4 H doubles */
         return n->p.nints == 5 ? 3 * n->p.ints[1] + 1 + 8 * n->p.ints[1] : 0;
     default:
@@ -40,7 +44,7 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     case CK_OP_MAXPOOL: case CK_OP_AVGPOOL: case CK_OP_GLOBAL_AVGPOOL: case CK_OP_GLOBAL_MAXPOOL:
         return ck_infer_k_pool;
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
-    case CK_OP_HARDMAX: case CK_OP_INSTANCENORM:
+    case CK_OP_HARDMAX: case CK_OP_INSTANCENORM: case CK_OP_LRN: case CK_OP_DET:
         return ck_infer_k_norm;
     case CK_OP_TRANSPOSE: case CK_OP_RESHAPE: case CK_OP_FLATTEN: case CK_OP_SQUEEZE:
     case CK_OP_UNSQUEEZE: case CK_OP_CONCAT: case CK_OP_SPLIT: case CK_OP_SLICE:

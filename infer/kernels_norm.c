@@ -142,6 +142,69 @@ static void instancenorm(const struct ck_kcall *k)
     }
 }
 
+/* Local response normalisation across channels (ONNX LRN): the window of
+ * channel c is [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)],
+ * cut at the edges; y = x / (bias + alpha / size * sum x^2)^beta. */
+static void lrn(const struct ck_kcall *k)
+{
+    const struct ck_ishape *s = &k->ins[0];
+    const struct ck_op_params *p = &k->n->p;
+    int64_t C = s->d[1], size = p->ints[0], inner = 1, lo = (size - 1) / 2, hi = size / 2;
+    for (int i = 2; i < s->rank; i++)
+        inner *= s->d[i];
+    for (int64_t n = 0; n < s->d[0]; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < inner; i++) {
+                double sq = 0;
+                for (int64_t q = c - lo; q <= c + hi; q++)
+                    if (q >= 0 && q < C) {
+                        double v = k->in[0][(n * C + q) * inner + i];
+                        sq += v * v;
+                    }
+                int64_t at = (n * C + c) * inner + i;
+                double den = pow(p->scalar + p->alpha / (double)size * sq, p->beta);
+                k->out[0][at] = (float)(k->in[0][at] / den);
+            }
+}
+
+/* Determinants by LU with partial pivoting, in double (the scratch). */
+static void det(const struct ck_kcall *k)
+{
+    const struct ck_ishape *s = &k->ins[0];
+    int64_t m = s->d[s->rank - 1], count = ck_ishape_numel(&k->outs[0]);
+    double *a = (double *)k->scratch;
+    for (int64_t b = 0; b < count; b++) {
+        double d = 1;
+        for (int64_t i = 0; i < m * m; i++)
+            a[i] = k->in[0][b * m * m + i];
+        for (int64_t col = 0; col < m && d != 0; col++) {
+            int64_t piv = col;
+            for (int64_t r = col + 1; r < m; r++)
+                if (fabs(a[r * m + col]) > fabs(a[piv * m + col]))
+                    piv = r;
+            if (a[piv * m + col] == 0) {
+                d = 0;
+                break;
+            }
+            if (piv != col) {
+                for (int64_t j = 0; j < m; j++) {
+                    double t = a[col * m + j];
+                    a[col * m + j] = a[piv * m + j];
+                    a[piv * m + j] = t;
+                }
+                d = -d;
+            }
+            d *= a[col * m + col];
+            for (int64_t r = col + 1; r < m; r++) {
+                double f = a[r * m + col] / a[col * m + col];
+                for (int64_t j = col; j < m; j++)
+                    a[r * m + j] -= f * a[col * m + j];
+            }
+        }
+        k->out[0][b] = (float)d;
+    }
+}
+
 int ck_infer_k_norm(const struct ck_kcall *k)
 {
     switch (k->n->op) {
@@ -151,6 +214,8 @@ int ck_infer_k_norm(const struct ck_kcall *k)
     case CK_OP_LAYERNORM: layernorm(k); return 0;
     case CK_OP_HARDMAX: hardmax(k); return 0;
     case CK_OP_INSTANCENORM: instancenorm(k); return 0;
+    case CK_OP_LRN: lrn(k); return 0;
+    case CK_OP_DET: det(k); return 0;
     default:
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a normalisation", k->n->name,
                         ck_op_name(k->n->op));

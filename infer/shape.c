@@ -593,6 +593,17 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
     case CK_OP_TANH: case CK_OP_GELU: case CK_OP_SQRT: case CK_OP_EXP: case CK_OP_LOG:
     case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
         return same(&in[0], out);
+    case CK_OP_DET:
+        if (in[0].rank < 2 || in[0].d[in[0].rank - 1] != in[0].d[in[0].rank - 2] ||
+            in[0].d[in[0].rank - 1] > 4096)
+            return BAD("node '%s' (det): needs square matrices (at most 4096 x 4096)", n->name);
+        *out = in[0];
+        out->rank -= 2;
+        return 0;
+    case CK_OP_LRN:
+        if (in[0].rank < 2 || n->p.nints != 1 || n->p.ints[0] < 1)
+            return BAD("node '%s' (lrn): needs x [N, C, ...] and a size", n->name);
+        return same(&in[0], out);
     case CK_OP_HARDMAX:
         if (ck_infer_norm_axis(ck_op_axis(&n->p, -1), in[0].rank) < 0)
             return BAD("node '%s' (hardmax): axis out of range", n->name);

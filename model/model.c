@@ -96,6 +96,8 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_GRU] = "gru",
     [CK_OP_LSTM] = "lstm",
     [CK_OP_GRID_SAMPLE] = "grid_sample",
+    [CK_OP_LRN] = "lrn",
+    [CK_OP_DET] = "det",
 };
 
 const char *ck_op_name(enum ck_op op)

@@ -126,6 +126,9 @@ enum ck_op {
     CK_OP_LSTM,
     CK_OP_GRID_SAMPLE, /* (x NCHW, grid [N, Ho, Wo, 2]) -> [N, C, Ho, Wo]; p.ints = [mode, padding,
                           align_corners] (docs/model.md) */
+    CK_OP_LRN,         /* (x [N, C, ...]); p.alpha, p.beta, p.scalar (bias), p.ints = [size]:
+                          x / (bias + alpha / size * sum of x^2 over nearby channels)^beta */
+    CK_OP_DET,         /* (x [..., M, M]) -> [...]: determinants */
     CK_OP_COUNT
 };
 

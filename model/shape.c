@@ -756,6 +756,18 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
     case CK_OP_GRU:
     case CK_OP_LSTM:
         return recurrent(c, n, o);
+    case CK_OP_DET:
+        if (x->rank < 2 || x->dims[x->rank - 1] != x->dims[x->rank - 2])
+            return fail(c, "input '%s' %s is not a stack of square matrices", c->in[0]->name,
+                        TXT(x));
+        *o = *x;
+        o->rank -= 2;
+        return 0;
+    case CK_OP_LRN:
+        if (x->rank < 2 || n->p.nints != 1 || n->p.ints[0] < 1)
+            return fail(c, "input '%s' %s has no channels, or no size", c->in[0]->name, TXT(x));
+        *o = *x;
+        return 0;
     case CK_OP_HARDMAX:
         if ((err = norm_axis(c, ck_op_axis(&n->p, -1), x->rank, 0, &a)) < 0)
             return err;

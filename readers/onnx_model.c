@@ -615,7 +615,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
                                        "Softsign", "Mish", "HardSwish", "Elu", "Celu", "Selu",
                                        "HardSigmoid", "ThresholdedRelu", "Hardmax",
                                        "InstanceNormalization", "CastLike", "Shrink",
-                                       "MeanVarianceNormalization"};
+                                       "MeanVarianceNormalization", "LRN"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
             set_shape(out[0], r, d);
@@ -890,6 +890,17 @@ static int map_act(struct cx *c, const struct ck_graph_node *n, const struct row
     case CK_OP_HARD_SIGMOID:
         alpha = 0.2f, beta = 0.5f, bkey = "beta";
         break;
+    case CK_OP_LRN: { /* alpha 1e-4, beta 0.75, bias 1, size (required) */
+        int64_t size = 0;
+        if ((err = attr_float(c, n, "alpha", 1e-4f, &mn->p.alpha)) < 0 ||
+            (err = attr_float(c, n, "beta", 0.75f, &mn->p.beta)) < 0 ||
+            (err = attr_float(c, n, "bias", 1.0f, &mn->p.scalar)) < 0 ||
+            (err = attr_int(c, n, "size", 0, &size)) < 0)
+            return err;
+        if (size < 1 || size > (1 << 20))
+            return bad_attr(c, n, "size");
+        return ck_model_node_set_ints(mn, &size, 1);
+    }
     case CK_OP_SHRINK: /* lambd and bias */
         if ((err = attr_float(c, n, "lambd", 0.5f, &mn->p.alpha)) < 0)
             return err;
@@ -1516,6 +1527,8 @@ static const struct row rows[] = {
     {"RNN",                CK_OP_RNN,                0, map_recurrent, 0, {3, 6, 0, 2}},
     {"GRU",                CK_OP_GRU,                0, map_recurrent, 0, {3, 6, 0, 2}},
     {"LSTM",               CK_OP_LSTM,               0, map_recurrent, 0, {3, 8, 0, 3}},
+    {"Det",                CK_OP_DET,                1, NULL,         0, {1, 1, 1, 1}},
+    {"LRN",                CK_OP_LRN,                1, map_act,      0, {1, 1, 1, 1}},
     {"Shrink",             CK_OP_SHRINK,             1, map_act,      0, {1, 1, 1, 1}},
     {"Mod",                CK_OP_FMOD,               2, map_mod,      0, {2, 2, 1, 1}},
     {"CastLike",           CK_OP_IDENTITY,           1, map_castlike, 0, {2, 2, 1, 1}},
@@ -1957,6 +1970,67 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
     return 0;
 }
 
+/* 1-D MaxPool / AveragePool on [N, C, L]: unsqueeze to [N, C, 1, L], the
+ * 2-D pool with a [1, k] window, squeeze the axis back. */
+static int map_pool1d(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      int64_t kernel)
+{
+    int64_t v[RANK_MAX], ceil = 0, cip = 0, axis = 2;
+    size_t k = 0;
+    struct val *x = NULL;
+    struct ck_model_node *mn = NULL;
+    int err = 0;
+    const char *pad = attr(n, "auto_pad");
+    if (pad && strcmp(pad, "NOTSET") && strcmp(pad, "VALID"))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): auto_pad '%s' is not supported",
+                        c->path, n->name, n->op, pad);
+    if ((err = input(c, n, 0, &x)) < 0)
+        return err;
+    if (x->rank != 3)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): 1-D pooling needs [N, C, L]",
+                        c->path, n->name, n->op);
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    p.kernel[0] = 1, p.kernel[1] = kernel;
+    if ((err = attr_ints(c, n, "strides", v, RANK_MAX, &k)) < 0)
+        return err;
+    if (k == 1)
+        p.stride[1] = v[0];
+    else if (k != SIZE_MAX)
+        return bad_attr(c, n, "strides");
+    if ((err = attr_ints(c, n, "dilations", v, RANK_MAX, &k)) < 0)
+        return err;
+    if (k != SIZE_MAX && (k != 1 || v[0] != 1))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): dilated pooling is not supported",
+                        c->path, n->name, n->op);
+    if ((err = attr_ints(c, n, "pads", v, RANK_MAX, &k)) < 0)
+        return err;
+    if (k == 2)
+        p.pad[1] = v[0], p.pad[3] = v[1];
+    else if (k != SIZE_MAX)
+        return bad_attr(c, n, "pads");
+    if ((err = attr_int(c, n, "ceil_mode", 0, &ceil)) < 0 ||
+        (err = attr_int(c, n, "count_include_pad", 0, &cip)) < 0)
+        return err;
+    p.ceil_mode = ceil;
+    p.count_include_pad = cip;
+    const char *in = n->inputs[0], *u = tmp_name(c, n, "as_2d"), *q = tmp_name(c, n, "pooled");
+    const char *y = n->outputs[0];
+    if (!u || !q)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, CK_OP_UNSQUEEZE, &in, 1, &u, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, &axis, 1)) < 0 ||
+        (err = emit(c, n->name, row->op, &u, 1, &q, 1, &mn)) < 0)
+        return err;
+    int64_t *keep = mn->p.ints;
+    size_t nkeep = mn->p.nints;
+    mn->p = p;
+    mn->p.ints = keep, mn->p.nints = nkeep;
+    if ((err = emit(c, n->name, CK_OP_SQUEEZE, &q, 1, &y, 1, &mn)) < 0)
+        return err;
+    return ck_model_node_set_ints(mn, &axis, 1);
+}
+
 static int map_node(struct cx *c, const struct ck_graph_node *n)
 {
     struct val *out[RANK_MAX] = {NULL};
@@ -1993,6 +2067,14 @@ static int map_node(struct cx *c, const struct ck_graph_node *n)
                         c->path, n->name, n->op, n->op);
     if ((err = check_integers(c, n, row, out)) < 0)
         return err;
+    if (row->op == CK_OP_MAXPOOL || row->op == CK_OP_AVGPOOL) {
+        int64_t ks[RANK_MAX];
+        size_t nk = 0;
+        if ((err = attr_ints(c, n, "kernel_shape", ks, RANK_MAX, &nk)) < 0)
+            return err;
+        if (nk == 1)
+            return map_pool1d(c, n, row, ks[0]);
+    }
     if (row->ndata == 0) /* the row emits its own nodes */
         return row->map(c, n, row, NULL);
     size_t nin = row->ndata < 0 ? n->ninputs : (size_t)row->ndata;
