@@ -156,11 +156,11 @@ static void lrn(const struct ck_kcall *k)
         for (int64_t c = 0; c < C; c++)
             for (int64_t i = 0; i < inner; i++) {
                 double sq = 0;
-                for (int64_t q = c - lo; q <= c + hi; q++)
-                    if (q >= 0 && q < C) {
-                        double v = k->in[0][(n * C + q) * inner + i];
-                        sq += v * v;
-                    }
+                int64_t q0 = c - lo < 0 ? 0 : c - lo, q1 = c + hi >= C ? C - 1 : c + hi;
+                for (int64_t q = q0; q <= q1; q++) {
+                    double v = k->in[0][(n * C + q) * inner + i];
+                    sq += v * v;
+                }
                 int64_t at = (n * C + c) * inner + i;
                 double den = pow(p->scalar + p->alpha / (double)size * sq, p->beta);
                 k->out[0][at] = (float)(k->in[0][at] / den);

@@ -136,7 +136,7 @@ static int conv_transpose(const struct ck_model_node *n, const struct ck_ishape 
 {
     const struct ck_ishape *x = &in[0], *w = &in[1];
     const struct ck_op_params *p = &n->p;
-    const int64_t lim = INT64_C(1) << 31;
+    const int64_t lim = INT64_C(1) << 30; /* every sum below stays under 2^62 */
     if (nin < 2 || x->rank != 4 || w->rank != 4 || w->d[0] != x->d[1] || p->groups < 1 ||
         p->groups > lim || x->d[1] % p->groups || w->d[1] > lim)
         return BAD("node '%s' (conv_transpose2d): input and weight do not fit", n->name);
@@ -183,7 +183,8 @@ static int recurrent(const struct ck_model_node *n, const struct ck_ishape *in, 
     for (int j = 0; j < 6; j++) {
         if (j >= 2 && !(mask & (1 << (j - 2))))
             continue;
-        if (k >= nin || ck_ishape_numel(&in[k]) != ck_ishape_numel(&want[j]))
+        if (k >= nin || ck_ishape_numel(&want[j]) < 0 ||
+            ck_ishape_numel(&in[k]) != ck_ishape_numel(&want[j]))
             return BAD("node '%s' (%s): input %zu does not have the shape the op needs", n->name,
                        ck_op_name(n->op), k);
         k++;
@@ -601,8 +602,8 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
         out->rank -= 2;
         return 0;
     case CK_OP_LRN:
-        if (in[0].rank < 2 || n->p.nints != 1 || n->p.ints[0] < 1)
-            return BAD("node '%s' (lrn): needs x [N, C, ...] and a size", n->name);
+        if (in[0].rank < 2 || n->p.nints != 1 || n->p.ints[0] < 1 || n->p.ints[0] > (1 << 20))
+            return BAD("node '%s' (lrn): needs x [N, C, ...] and a size up to 2^20", n->name);
         return same(&in[0], out);
     case CK_OP_HARDMAX:
         if (ck_infer_norm_axis(ck_op_axis(&n->p, -1), in[0].rank) < 0)

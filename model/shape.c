@@ -649,7 +649,7 @@ static int conv_transpose(const struct ctx *c, const struct ck_model_node *n, st
     int64_t g = n->p.groups;
     if (x->rank != 4 || w->rank != 4)
         return fail(c, "input %s and weight %s are not 4-D", TXT(x), TXT(w));
-    if (g < 1 || (x->dims[1] >= 0 && x->dims[1] != w->dims[0]) || w->dims[1] > (INT64_C(1) << 32) ||
+    if (g < 1 || (x->dims[1] >= 0 && x->dims[1] != w->dims[0]) || w->dims[1] > (INT64_C(1) << 30) ||
         g > (INT64_C(1) << 20))
         return fail(c, "weight %s does not take the %" PRId64 " input channels", TXT(w),
                     x->dims[1]);
@@ -657,7 +657,7 @@ static int conv_transpose(const struct ctx *c, const struct ck_model_node *n, st
     o->dims[1] = w->dims[1] * g;
     for (int i = 0; i < 2; i++) {
         int64_t in = x->dims[2 + i], k = w->dims[2 + i], s = n->p.stride[i], d = n->p.dilation[i];
-        int64_t op = n->p.nints == 2 ? n->p.ints[i] : 0, lim = INT64_C(1) << 31;
+        int64_t op = n->p.nints == 2 ? n->p.ints[i] : 0, lim = INT64_C(1) << 30;
         if (s < 1 || d < 1 || s > lim || d > lim || k > lim || op < 0 || op > lim ||
             n->p.pad[i] < -lim || n->p.pad[i] > lim || n->p.pad[i + 2] < -lim ||
             n->p.pad[i + 2] > lim || in > lim)

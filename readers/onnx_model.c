@@ -411,6 +411,22 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
             set_shape(out[0], 4, d);
         return 0;
     }
+    if (!strcmp(op, "DepthToSpace") || !strcmp(op, "SpaceToDepth")) {
+        int64_t b = 0;
+        if ((err = attr_int(c, n, "blocksize", 0, &b)) < 0)
+            return err;
+        if (r != 4 || b < 1 || b > 4096 || d[1] < 1 || d[2] < 1 || d[3] < 1 ||
+            d[1] > (INT64_C(1) << 32) || d[2] > (INT64_C(1) << 32) || d[3] > (INT64_C(1) << 32))
+            return 0;
+        bool up = op[0] == 'D';
+        if (up ? d[1] % (b * b) : d[2] % b || d[3] % b)
+            return 0;
+        d[1] = up ? d[1] / (b * b) : d[1] * b * b;
+        d[2] = up ? d[2] * b : d[2] / b;
+        d[3] = up ? d[3] * b : d[3] / b;
+        set_shape(out[0], 4, d);
+        return 0;
+    }
     if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
         for (int i = 2; i < r; i++)
             d[i] = 1;
