@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define RANK_MAX 8    /* shapes tracked up to this rank (others unknown) */
 #define FOLD_MAX 4096 /* constants folded and read up to this many elements */
@@ -411,6 +412,20 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
             set_shape(out[0], 4, d);
         return 0;
     }
+    if (!strcmp(op, "RNN") || !strcmp(op, "GRU") || !strcmp(op, "LSTM")) {
+        int64_t h = 0, layout = 0, t, b, nd;
+        const char *dir = attr(n, "direction");
+        if ((err = attr_int(c, n, "hidden_size", 0, &h)) < 0 ||
+            (err = attr_int(c, n, "layout", 0, &layout)) < 0 || r != 3 || h < 1)
+            return err;
+        nd = dir && !strcmp(dir, "bidirectional") ? 2 : 1;
+        t = d[layout ? 1 : 0], b = d[layout ? 0 : 1];
+        int64_t y0[4] = {t, nd, b, h}, y1[4] = {b, t, nd, h}, s0[3] = {nd, b, h}, s1[3] = {b, nd, h};
+        set_shape(out[0], 4, layout ? y1 : y0);
+        for (size_t i = 1; i < n->noutputs && i < 3; i++)
+            set_shape(out[i], 3, layout ? s1 : s0);
+        return 0;
+    }
     if (!strcmp(op, "DepthToSpace") || !strcmp(op, "SpaceToDepth")) {
         int64_t b = 0;
         if ((err = attr_int(c, n, "blocksize", 0, &b)) < 0)
@@ -677,6 +692,46 @@ static int64_t numel(const struct val *v)
     return ck_dims_prod(v->dims, 0, v->rank, &n) ? n : -1;
 }
 
+/* Expand of a constant to a constant shape (torch's zero initial states of
+ * an RNN): numpy broadcasting of a to the shape. 0 when it is too big to
+ * fold or does not broadcast (the node is then refused as unmapped). */
+static int fold_expand(struct cx *c, const struct ck_graph_node *n, const struct val *a,
+                       const struct val *b, struct val *o)
+{
+    int64_t d[RANK_MAX], want[RANK_MAX], total = 1;
+    int r = a->rank > (int)b->cn ? a->rank : (int)b->cn, err = 0;
+    (void)n;
+    for (size_t i = 0; i < b->cn; i++)
+        if (!ck_dim_from_double(b->c[i], &want[i]) || want[i] < 0)
+            return 0;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - (int)b->cn);
+        int64_t x = ia >= 0 ? a->dims[ia] : 1, y = ib >= 0 ? want[ib] : 1;
+        if (x != y && x != 1 && y != 1)
+            return 0;
+        d[i] = x == 1 ? y : x;
+        if (d[i] > FOLD_MAX || (total *= d[i]) > FOLD_MAX)
+            return 0;
+    }
+    if ((size_t)numel(a) != a->cn || (err = set_const(o, (size_t)total, a->is_int)) < 0)
+        return err;
+    for (int64_t k = 0; k < total; k++) {
+        int64_t rest = k, src = 0, mul = 1;
+        for (int i = r - 1; i >= 0; i--) {
+            int64_t idx = rest % d[i];
+            rest /= d[i];
+            int ia = i - (r - a->rank);
+            if (ia >= 0) {
+                src += (a->dims[ia] == 1 ? 0 : idx) * mul;
+                mul *= a->dims[ia];
+            }
+        }
+        o->c[k] = a->c[src];
+    }
+    set_shape(o, r, d);
+    return 1;
+}
+
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
  * mapped, an error for a Shape that cannot be folded. */
 static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
@@ -734,7 +789,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     }
     static const char *const foldable[] = {
         "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
-        "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape"};
+        "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape",
+        "Expand"};
     bool ok = false;
     for (size_t i = 0; i < sizeof foldable / sizeof foldable[0]; i++)
         ok = ok || !strcmp(op, foldable[i]);
@@ -780,6 +836,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         set_shape(o, (int)a->cn, d);
         return 1;
     }
+    if (!strcmp(op, "Expand") && b && a->rank >= 0 && b->cn <= RANK_MAX)
+        return fold_expand(c, n, a, b, o);
     if (o->rank < 0 || numel(o) < 0 || numel(o) > FOLD_MAX)
         return 0;
     size_t total = (size_t)numel(o);
@@ -1558,6 +1616,7 @@ static const struct row rows[] = {
     {"Size",               CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"ConstantOfShape",    CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"Equal",              CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
+    {"Expand",             CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
 };
 /* clang-format on */
 
@@ -1778,8 +1837,27 @@ static int map_recurrent(struct cx *c, const struct ck_graph_node *n, const stru
     const char *d = attr(n, "direction"), *in[7], *out[3];
     size_t nin = 3, nout = row->op == CK_OP_LSTM ? 3 : 2;
     int err = 0;
-    static const char *const unsupported[] = {"activations", "activation_alpha",
-                                              "activation_beta", "clip"};
+    static const char *const unsupported[] = {"activation_alpha", "activation_beta", "clip"};
+    /* activations written out as ONNX's defaults (torch does) are the defaults */
+    static const char *const defaults[] = {"Tanh", "Sigmoid", "Tanh", "Sigmoid", "Tanh", "Tanh"};
+    const char *acts = attr(n, "activations");
+    size_t first = row->op == CK_OP_RNN ? 0 : row->op == CK_OP_GRU ? 1 : 3;
+    size_t per = row->op == CK_OP_RNN ? 1 : row->op == CK_OP_GRU ? 2 : 3;
+    for (size_t k = 0; acts && *acts;) {
+        const char *want = defaults[first + k % per];
+        size_t len = strlen(want);
+        while (*acts == '[' || *acts == ' ' || *acts == ',')
+            acts++;
+        if (!*acts || *acts == ']')
+            break;
+        if (strncasecmp(acts, want, len) || (acts[len] && !strchr(", ]", acts[len])))
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (%s): activations other than ONNX's defaults are not "
+                            "supported",
+                            c->path, n->name, n->op);
+        acts += len;
+        k++;
+    }
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
         if (attr(n, unsupported[i]))
             return ck_error(CK_EUNSUPPORTED,

@@ -94,5 +94,41 @@ class ExitCodes(TmpDirCase):
         self.assertIn("integer", p.stderr)
 
 
+class TorchRecurrent(TmpDirCase):
+    """torch's own LSTM, GRU and RNN (2 layers, both directions) exported to
+    ONNX (opset 13 and 17: ONNX's LSTM/GRU/RNN ops, the zero initial states
+    built with Shape/ConstantOfShape/Expand) verify against torch's outputs."""
+
+    def test_lstm_gru_rnn_from_torch(self):
+        import torch
+        torch.manual_seed(0)
+
+        class M(torch.nn.Module):
+            def __init__(self, cell):
+                super().__init__()
+                self.rnn = cell(input_size=5, hidden_size=4, num_layers=2, bidirectional=True)
+                self.fc = torch.nn.Linear(8, 3)
+
+            def forward(self, x):
+                return self.fc(self.rnn(x)[0])
+
+        for name, cell in (("lstm", torch.nn.LSTM), ("gru", torch.nn.GRU), ("rnn", torch.nn.RNN)):
+            m = M(cell).eval()
+            x = torch.randn(6, 2, 5)
+            xi, yo = os.path.join(self.dir, name + "_x.npy"), os.path.join(self.dir, name + "_y.npy")
+            np.save(xi, x.numpy())
+            with torch.no_grad():
+                np.save(yo, m(x).numpy())
+            for opset in (13, 17):
+                with self.subTest(op=name, opset=opset):
+                    path = os.path.join(self.dir, "%s%d.onnx" % (name, opset))
+                    torch.onnx.export(m, x, path, opset_version=opset, input_names=["x"],
+                                      output_names=["y"])
+                    p = run("verify", path, "--inputs", xi, "--expected", yo, "--atol", "1e-5",
+                            timeout=120)
+                    self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                    self.assertIn("ok against=expected", p.stdout)
+
+
 if __name__ == "__main__":
     unittest.main()
