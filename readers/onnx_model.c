@@ -710,7 +710,7 @@ static int fold_expand(struct cx *c, const struct ck_graph_node *n, const struct
         if (x != y && x != 1 && y != 1)
             return 0;
         d[i] = x == 1 ? y : x;
-        if (d[i] > FOLD_MAX || (total *= d[i]) > FOLD_MAX)
+        if (d[i] < 0 || d[i] > FOLD_MAX || (total *= d[i]) > FOLD_MAX)
             return 0;
     }
     if ((size_t)numel(a) != a->cn || (err = set_const(o, (size_t)total, a->is_int)) < 0)
