@@ -81,6 +81,7 @@ const char *ck_err_name(int code)
     case CK_ESIZE: return "size";
     case CK_EUNREACH: return "unreachable";
     case CK_EREFUSED: return "refused";
+    case CK_EUNSUPPORTED: return "unsupported";
     default: return "error";
     }
 }
@@ -93,6 +94,7 @@ int ck_exit_code(int err)
     case CK_EUSAGE:
     case CK_ECONFIG: return CK_EXIT_USAGE;
     case CK_ELOCKED: return CK_EXIT_LOCKED;
+    case CK_EUNSUPPORTED: return CK_EXIT_UNSUPPORTED;
     default: return CK_EXIT_FAILED;
     }
 }

@@ -27,6 +27,8 @@ enum ck_err {
     CK_ESIZE = -14,    /* a length or size out of range */
     CK_EUNREACH = -15, /* a remote cannot be reached: connection refused, unknown host */
     CK_EREFUSED = -16, /* a remote refused the request for good (a 4xx but 408, 429) */
+    CK_EUNSUPPORTED = -17, /* a valid model uses an op, attribute, mode or dtype ckptd does not
+                              compute: refused by name, nothing run */
 };
 
 /* Sets the thread's message and returns code (so it can be returned directly). */
@@ -47,6 +49,7 @@ enum ck_exit {
     CK_EXIT_FAILED = 1,  /* the work failed (details in the log) */
     CK_EXIT_USAGE = 2,   /* usage or configuration error */
     CK_EXIT_LOCKED = 3,  /* another ckptd holds the lock on this directory */
+    CK_EXIT_UNSUPPORTED = 4, /* the model uses what ckptd does not compute (refused, not run) */
 };
 /* Maps an error code to the exit code main() should return. */
 int ck_exit_code(int err);

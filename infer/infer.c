@@ -100,7 +100,7 @@ int ck_infer_check_nodes(const struct ck_model *m)
     for (size_t i = 0; i < m->nnodes && err == 0; i++) {
         const struct ck_model_node *n = &m->nodes[i];
         if (!ck_infer_op_is_supported(n->op))
-            err = ck_error(CK_EFORMAT, "node '%s': op '%s' is not one the inference engine runs",
+            err = ck_error(CK_EUNSUPPORTED, "node '%s': op '%s' is not one the inference engine runs",
                            n->name, ck_op_name(n->op));
     }
     return err;

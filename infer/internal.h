@@ -57,6 +57,11 @@ int ck_infer_k_linear(const struct ck_kcall *k); /* dense, matmul, conv2d */
 int ck_infer_k_pool(const struct ck_kcall *k);
 int ck_infer_k_norm(const struct ck_kcall *k);   /* softmax, batchnorm, layernorm, reduce */
 int ck_infer_k_layout(const struct ck_kcall *k); /* transpose ... gather, pad */
+int ck_infer_k_reduce(const struct ck_kcall *k); /* reduce_mean ... reduce_l2 */
+int ck_infer_k_math(const struct ck_kcall *k);   /* abs ... shrink */
+int ck_infer_k_conv_transpose(const struct ck_kcall *k);
+int ck_infer_k_rnn(const struct ck_kcall *k); /* rnn, gru, lstm */
+int ck_infer_k_grid_sample(const struct ck_kcall *k);
 
 /* C = alpha op(A) op(B) + beta C, row major; BLAS (single thread) or plain loops. */
 void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,

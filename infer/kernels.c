@@ -8,9 +8,15 @@ int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_i
     switch (n->op) {
     case CK_OP_CONV2D:
         return ck_infer_conv_scratch_floats(n, ins, outs);
-    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM:
-        return 2 * ck_ishape_numel(&outs[0]); /* double accumulators */
+    case CK_OP_DET: { /* one matrix in double */
+        int64_t m = ins[0].d[ins[0].rank - 1];
+        return 2 * m * m;
+    }
+    case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM: /* h, c, new h, pad; 4 H doubles */
+        return n->p.nints == 5 ? 3 * n->p.ints[1] + 1 + 8 * n->p.ints[1] : 0;
     default:
+        if (ck_op_is_reduce(n->op))
+            return 2 * ck_ishape_numel(&outs[0]); /* double accumulators */
         return 0;
     }
 }
@@ -25,19 +31,30 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
         return ck_infer_k_elementwise;
     case CK_OP_ADD: case CK_OP_SUB: case CK_OP_MUL: case CK_OP_DIV: case CK_OP_POW:
+    case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU: case CK_OP_FMOD:
         return ck_infer_k_binary;
     case CK_OP_DENSE: case CK_OP_MATMUL: case CK_OP_CONV2D:
         return ck_infer_k_linear;
+    case CK_OP_CONV_TRANSPOSE2D:
+        return ck_infer_k_conv_transpose;
+    case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM:
+        return ck_infer_k_rnn;
+    case CK_OP_GRID_SAMPLE:
+        return ck_infer_k_grid_sample;
     case CK_OP_MAXPOOL: case CK_OP_AVGPOOL: case CK_OP_GLOBAL_AVGPOOL: case CK_OP_GLOBAL_MAXPOOL:
         return ck_infer_k_pool;
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
-    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM:
+    case CK_OP_HARDMAX: case CK_OP_INSTANCENORM: case CK_OP_LRN: case CK_OP_DET:
         return ck_infer_k_norm;
     case CK_OP_TRANSPOSE: case CK_OP_RESHAPE: case CK_OP_FLATTEN: case CK_OP_SQUEEZE:
     case CK_OP_UNSQUEEZE: case CK_OP_CONCAT: case CK_OP_SPLIT: case CK_OP_SLICE:
     case CK_OP_GATHER: case CK_OP_PAD:
         return ck_infer_k_layout;
     default:
+        if (ck_op_is_reduce(op))
+            return ck_infer_k_reduce;
+        if (op >= CK_OP_ABS && op <= CK_OP_SHRINK)
+            return ck_infer_k_math;
         return NULL;
     }
 }

@@ -99,6 +99,10 @@ static inline float apply(enum ck_op op, float a, float b)
     case CK_OP_SUB: return a - b;
     case CK_OP_MUL: return a * b;
     case CK_OP_DIV: return a / b;
+    case CK_OP_MAX: return a > b || a != a ? a : b; /* NaN wins, as numpy.maximum */
+    case CK_OP_MIN: return a < b || a != a ? a : b;
+    case CK_OP_PRELU: return a < 0 ? a * b : a;
+    case CK_OP_FMOD: return fmodf(a, b);
     default: return powf(a, b);
     }
 }

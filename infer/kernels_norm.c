@@ -1,6 +1,6 @@
 /* Kernels that work along an axis: softmax and log-softmax, batch
  * normalisation (inference form: running mean and variance), layer
- * normalisation, and the mean and sum reductions. Sums are kept in double
+ * normalisation, instance normalisation and hardmax. Sums are kept in double
  * so a long axis does not lose the float32 precision the checks rely on. */
 #include "infer/internal.h"
 #include "common/error.h"
@@ -99,33 +99,110 @@ static void layernorm(const struct ck_kcall *k)
     }
 }
 
-static int reduce(const struct ck_kcall *k)
+/* One-hot of the first largest value along the axis (ONNX Hardmax, opset 13). */
+static void hardmax(const struct ck_kcall *k)
+{
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, -1), k->ins[0].rank);
+    int64_t outer, len, inner;
+    around(&k->ins[0], axis, &outer, &len, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            const float *x = k->in[0] + o * len * inner + in;
+            float *y = k->out[0] + o * len * inner + in;
+            int64_t best = 0;
+            for (int64_t i = 1; i < len; i++)
+                if (x[i * inner] > x[best * inner])
+                    best = i;
+            for (int64_t i = 0; i < len; i++)
+                y[i * inner] = i == best ? 1.0f : 0.0f;
+        }
+}
+
+/* x [N, C, ...]: each (n, c) plane normalised with its own mean and biased
+ * variance, then scale[c] and bias[c]. */
+static void instancenorm(const struct ck_kcall *k)
 {
     const struct ck_ishape *s = &k->ins[0];
-    bool axes[CK_INFER_MAX_RANK];
-    int err = ck_infer_reduce_axes(k->n, s->rank, axes);
-    if (err < 0)
-        return err;
-    int64_t onum = ck_ishape_numel(&k->outs[0]), total = ck_ishape_numel(s);
-    int64_t count = onum ? total / onum : 0;
-    double *acc = (double *)k->scratch;
-    memset(acc, 0, sizeof(double) * (size_t)onum);
-    int64_t idx[CK_INFER_MAX_RANK] = {0};
-    for (int64_t i = 0; i < total; i++) {
-        int64_t o = 0;
-        for (int d = 0; d < s->rank; d++)
-            if (!axes[d])
-                o = o * s->d[d] + idx[d];
-        acc[o] += k->in[0][i];
-        for (int d = s->rank - 1; d >= 0; d--) {
-            if (++idx[d] < s->d[d])
-                break;
-            idx[d] = 0;
-        }
+    int64_t planes = s->d[0] * s->d[1], inner = 1;
+    for (int i = 2; i < s->rank; i++)
+        inner *= s->d[i];
+    for (int64_t p = 0; p < planes; p++) {
+        const float *x = k->in[0] + p * inner;
+        float *y = k->out[0] + p * inner;
+        int64_t c = p % s->d[1];
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < inner; i++)
+            sum += x[i];
+        double mean = inner ? sum / (double)inner : 0;
+        for (int64_t i = 0; i < inner; i++)
+            sq += ((double)x[i] - mean) * ((double)x[i] - mean);
+        double inv = 1.0 / sqrt((inner ? sq / (double)inner : 0) + k->n->p.eps);
+        for (int64_t i = 0; i < inner; i++)
+            y[i] = (float)(((double)x[i] - mean) * inv * k->in[1][c] + k->in[2][c]);
     }
-    for (int64_t o = 0; o < onum; o++)
-        k->out[0][o] = (float)(k->n->op == CK_OP_REDUCE_MEAN ? acc[o] / (double)count : acc[o]);
-    return 0;
+}
+
+/* Local response normalisation across channels (ONNX LRN): the window of
+ * channel c is [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)],
+ * cut at the edges; y = x / (bias + alpha / size * sum x^2)^beta. */
+static void lrn(const struct ck_kcall *k)
+{
+    const struct ck_ishape *s = &k->ins[0];
+    const struct ck_op_params *p = &k->n->p;
+    int64_t C = s->d[1], size = p->ints[0], inner = 1, lo = (size - 1) / 2, hi = size / 2;
+    for (int i = 2; i < s->rank; i++)
+        inner *= s->d[i];
+    for (int64_t n = 0; n < s->d[0]; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t i = 0; i < inner; i++) {
+                double sq = 0;
+                int64_t q0 = c - lo < 0 ? 0 : c - lo, q1 = c + hi >= C ? C - 1 : c + hi;
+                for (int64_t q = q0; q <= q1; q++) {
+                    double v = k->in[0][(n * C + q) * inner + i];
+                    sq += v * v;
+                }
+                int64_t at = (n * C + c) * inner + i;
+                double den = pow(p->scalar + p->alpha / (double)size * sq, p->beta);
+                k->out[0][at] = (float)(k->in[0][at] / den);
+            }
+}
+
+/* Determinants by LU with partial pivoting, in double (the scratch). */
+static void det(const struct ck_kcall *k)
+{
+    const struct ck_ishape *s = &k->ins[0];
+    int64_t m = s->d[s->rank - 1], count = ck_ishape_numel(&k->outs[0]);
+    double *a = (double *)k->scratch;
+    for (int64_t b = 0; b < count; b++) {
+        double d = 1;
+        for (int64_t i = 0; i < m * m; i++)
+            a[i] = k->in[0][b * m * m + i];
+        for (int64_t col = 0; col < m && d != 0; col++) {
+            int64_t piv = col;
+            for (int64_t r = col + 1; r < m; r++)
+                if (fabs(a[r * m + col]) > fabs(a[piv * m + col]))
+                    piv = r;
+            if (a[piv * m + col] == 0) {
+                d = 0;
+                break;
+            }
+            if (piv != col) {
+                for (int64_t j = 0; j < m; j++) {
+                    double t = a[col * m + j];
+                    a[col * m + j] = a[piv * m + j];
+                    a[piv * m + j] = t;
+                }
+                d = -d;
+            }
+            d *= a[col * m + col];
+            for (int64_t r = col + 1; r < m; r++) {
+                double f = a[r * m + col] / a[col * m + col];
+                for (int64_t j = col; j < m; j++)
+                    a[r * m + j] -= f * a[col * m + j];
+            }
+        }
+        k->out[0][b] = (float)d;
+    }
 }
 
 int ck_infer_k_norm(const struct ck_kcall *k)
@@ -135,7 +212,10 @@ int ck_infer_k_norm(const struct ck_kcall *k)
     case CK_OP_LOG_SOFTMAX: softmax(k, true); return 0;
     case CK_OP_BATCHNORM: batchnorm(k); return 0;
     case CK_OP_LAYERNORM: layernorm(k); return 0;
-    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM: return reduce(k);
+    case CK_OP_HARDMAX: hardmax(k); return 0;
+    case CK_OP_INSTANCENORM: instancenorm(k); return 0;
+    case CK_OP_LRN: lrn(k); return 0;
+    case CK_OP_DET: det(k); return 0;
     default:
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a normalisation", k->n->name,
                         ck_op_name(k->n->op));

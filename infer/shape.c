@@ -129,6 +129,80 @@ static int64_t window_out(int64_t size, int64_t k, int64_t s, int64_t d, int64_t
     return o;
 }
 
+/* conv_transpose2d: x [N, C, H, W], W [C, O/groups, kh, kw][, b [O]] ->
+ * [N, O, s (H - 1) + output_padding + d (kh - 1) + 1 - pt - pb, likewise]. */
+static int conv_transpose(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
+                          struct ck_ishape *out)
+{
+    const struct ck_ishape *x = &in[0], *w = &in[1];
+    const struct ck_op_params *p = &n->p;
+    const int64_t lim = INT64_C(1) << 30; /* every sum below stays under 2^62 */
+    if (nin < 2 || x->rank != 4 || w->rank != 4 || w->d[0] != x->d[1] || p->groups < 1 ||
+        p->groups > lim || x->d[1] % p->groups || w->d[1] > lim)
+        return BAD("node '%s' (conv_transpose2d): input and weight do not fit", n->name);
+    if (nin > 2 && ck_ishape_numel(&in[2]) != w->d[1] * p->groups)
+        return BAD("node '%s' (conv_transpose2d): bias does not have the outputs' channels",
+                   n->name);
+    out->rank = 4;
+    out->d[0] = x->d[0];
+    out->d[1] = w->d[1] * p->groups;
+    for (int i = 0; i < 2; i++) {
+        int64_t s = p->stride[i], d = p->dilation[i], k = w->d[2 + i], h = x->d[2 + i];
+        int64_t op = p->nints == 2 ? p->ints[i] : 0;
+        if (s < 1 || d < 1 || s > lim || d > lim || k > lim || h > lim || op < 0 || op > lim ||
+            p->pad[i] < -lim || p->pad[i] > lim || p->pad[i + 2] < -lim || p->pad[i + 2] > lim)
+            return BAD("node '%s' (conv_transpose2d): stride, dilation or padding out of range",
+                       n->name);
+        out->d[2 + i] = s * (h - 1) + op + d * (k - 1) + 1 - p->pad[i] - p->pad[i + 2];
+        if (h < 1 || out->d[2 + i] < 1)
+            return BAD("node '%s' (conv_transpose2d): empty output", n->name);
+    }
+    return 0;
+}
+
+/* rnn, gru, lstm (kernels_rnn.c): every input's shape checked against X's
+ * and W's, so the kernel reads in bounds. */
+static int recurrent(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
+                     struct ck_ishape *out)
+{
+    const struct ck_op_params *p = &n->p;
+    int64_t g = n->op == CK_OP_RNN ? 1 : n->op == CK_OP_GRU ? 3 : 4;
+    if (p->nints != 5 || nin < 3 || in[0].rank != 3 || n->noutputs > 3 ||
+        (n->noutputs > 2 && n->op != CK_OP_LSTM))
+        return BAD("node '%s' (%s): needs X, W and R and its parameters", n->name,
+                   ck_op_name(n->op));
+    int64_t d = p->ints[0] == 2 ? 2 : 1, h = p->ints[1], mask = p->ints[2];
+    bool l1 = p->ints[3] != 0;
+    int64_t t = in[0].d[l1 ? 1 : 0], b = in[0].d[l1 ? 0 : 1], i = in[0].d[2];
+    struct ck_ishape want[7] = {{3, {d, g * h, i}}, {3, {d, g * h, h}}, {2, {d, 2 * g * h}},
+                                {3, {d, b, h}},     {3, {d, b, h}},     {2, {d, 3 * h}}};
+    size_t k = 1;
+    if (h < 1 || h > (INT64_C(1) << 24) || p->ints[0] < 0 || p->ints[0] > 2 || mask < 0 ||
+        mask > 15 || ((mask & 12) && n->op != CK_OP_LSTM))
+        return BAD("node '%s' (%s): parameters out of range", n->name, ck_op_name(n->op));
+    for (int j = 0; j < 6; j++) {
+        if (j >= 2 && !(mask & (1 << (j - 2))))
+            continue;
+        if (k >= nin || ck_ishape_numel(&want[j]) < 0 ||
+            ck_ishape_numel(&in[k]) != ck_ishape_numel(&want[j]))
+            return BAD("node '%s' (%s): input %zu does not have the shape the op needs", n->name,
+                       ck_op_name(n->op), k);
+        k++;
+    }
+    if (k != nin)
+        return BAD("node '%s' (%s): %zu inputs, its parameters name %zu", n->name,
+                   ck_op_name(n->op), nin, k);
+    out[0] = (struct ck_ishape){4, {0}};
+    int64_t y0[4] = {t, d, b, h}, y1[4] = {b, t, d, h};
+    memcpy(out[0].d, l1 ? y1 : y0, sizeof y0);
+    for (size_t o = 1; o < n->noutputs; o++) {
+        int64_t s0[3] = {d, b, h}, s1[3] = {b, d, h};
+        out[o] = (struct ck_ishape){3, {0}};
+        memcpy(out[o].d, l1 ? s1 : s0, sizeof s0);
+    }
+    return 0;
+}
+
 static int conv2d(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
                   struct ck_ishape *out)
 {
@@ -511,7 +585,7 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
 {
     if (nin == 0)
         return BAD("node '%s' (%s): no inputs", n->name, ck_op_name(n->op));
-    if (n->noutputs != 1 && n->op != CK_OP_SPLIT)
+    if (n->noutputs != 1 && !ck_op_is_multi_output(n->op))
         return BAD("node '%s' (%s): %zu outputs, the op has one", n->name, ck_op_name(n->op),
                    n->noutputs);
     int err;
@@ -520,6 +594,45 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
     case CK_OP_TANH: case CK_OP_GELU: case CK_OP_SQRT: case CK_OP_EXP: case CK_OP_LOG:
     case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
         return same(&in[0], out);
+    case CK_OP_DET:
+        if (in[0].rank < 2 || in[0].d[in[0].rank - 1] != in[0].d[in[0].rank - 2] ||
+            in[0].d[in[0].rank - 1] > 4096)
+            return BAD("node '%s' (det): needs square matrices (at most 4096 x 4096)", n->name);
+        *out = in[0];
+        out->rank -= 2;
+        return 0;
+    case CK_OP_LRN:
+        if (in[0].rank < 2 || n->p.nints != 1 || n->p.ints[0] < 1 || n->p.ints[0] > (1 << 20))
+            return BAD("node '%s' (lrn): needs x [N, C, ...] and a size up to 2^20", n->name);
+        return same(&in[0], out);
+    case CK_OP_HARDMAX:
+        if (ck_infer_norm_axis(ck_op_axis(&n->p, -1), in[0].rank) < 0)
+            return BAD("node '%s' (hardmax): axis out of range", n->name);
+        return same(&in[0], out);
+    case CK_OP_INSTANCENORM:
+        if (nin < 3 || in[0].rank < 3 || ck_ishape_numel(&in[1]) != in[0].d[1] ||
+            ck_ishape_numel(&in[2]) != in[0].d[1])
+            return BAD("node '%s' (instancenorm): needs x [N, C, ...] and C scales and biases",
+                       n->name);
+        return same(&in[0], out);
+    case CK_OP_CONV_TRANSPOSE2D:
+        return conv_transpose(n, in, nin, out);
+    case CK_OP_GRID_SAMPLE:
+        if (nin < 2 || in[0].rank != 4 || in[1].rank != 4 || in[1].d[3] != 2 ||
+            in[1].d[0] != in[0].d[0] || n->p.nints != 3 || n->p.ints[0] < 0 || n->p.ints[0] > 2 ||
+            n->p.ints[1] < 0 || n->p.ints[1] > 2)
+            return BAD("node '%s' (grid_sample): needs x [N, C, H, W], grid [N, Ho, Wo, 2] and "
+                       "its 3 parameters",
+                       n->name);
+        *out = in[0];
+        out->d[2] = in[1].d[1];
+        out->d[3] = in[1].d[2];
+        return 0;
+    case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM:
+        return recurrent(n, in, nin, out);
+    case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU: case CK_OP_FMOD:
+        return nin < 2 ? BAD("node '%s' (%s): one operand", n->name, ck_op_name(n->op))
+                       : broadcast(n, &in[0], &in[1], out);
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
         if ((err = norm_checks(n, in, nin)) < 0)
             return err;
@@ -550,9 +663,12 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
     case CK_OP_GATHER:
         return nin < 2 ? BAD("node '%s' (gather): no indices", n->name)
                        : gather(n, &in[0], &in[1], out);
-    case CK_OP_REDUCE_MEAN: case CK_OP_REDUCE_SUM: return reduce(n, &in[0], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
     default:
+        if (ck_op_is_reduce(n->op))
+            return reduce(n, &in[0], out);
+        if (ck_op_is_unary(n->op))
+            return same(&in[0], out);
         return BAD("node '%s': op '%s' is not supported by the inference engine", n->name,
                    ck_op_name(n->op));
     }

@@ -270,9 +270,9 @@ static bool key_applies(const char *k, enum ck_op op)
     if (!strcmp(k, "perm"))
         return op == CK_OP_TRANSPOSE;
     if (!strcmp(k, "axes"))
-        return IN(op, CK_OP_SQUEEZE, CK_OP_UNSQUEEZE, CK_OP_REDUCE_MEAN, CK_OP_REDUCE_SUM);
+        return IN(op, CK_OP_SQUEEZE, CK_OP_UNSQUEEZE) || ck_op_is_reduce(op);
     if (!strcmp(k, "keepdims"))
-        return op == CK_OP_REDUCE_MEAN || op == CK_OP_REDUCE_SUM;
+        return ck_op_is_reduce(op);
     if (!strcmp(k, "sizes") || !strcmp(k, "outputs"))
         return op == CK_OP_SPLIT;
     if (!strcmp(k, "slices"))

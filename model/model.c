@@ -50,6 +50,54 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_ERF] = "erf",
     [CK_OP_CLIP] = "clip",
     [CK_OP_PAD] = "pad",
+    [CK_OP_REDUCE_MAX] = "reduce_max",
+    [CK_OP_REDUCE_MIN] = "reduce_min",
+    [CK_OP_REDUCE_PROD] = "reduce_prod",
+    [CK_OP_REDUCE_SUM_SQUARE] = "reduce_sum_square",
+    [CK_OP_REDUCE_LOG_SUM] = "reduce_log_sum",
+    [CK_OP_REDUCE_LOG_SUM_EXP] = "reduce_log_sum_exp",
+    [CK_OP_REDUCE_L1] = "reduce_l1",
+    [CK_OP_REDUCE_L2] = "reduce_l2",
+    [CK_OP_ABS] = "abs",
+    [CK_OP_CEIL] = "ceil",
+    [CK_OP_FLOOR] = "floor",
+    [CK_OP_ROUND] = "round",
+    [CK_OP_SIGN] = "sign",
+    [CK_OP_RECIPROCAL] = "reciprocal",
+    [CK_OP_SIN] = "sin",
+    [CK_OP_COS] = "cos",
+    [CK_OP_TAN] = "tan",
+    [CK_OP_ASIN] = "asin",
+    [CK_OP_ACOS] = "acos",
+    [CK_OP_ATAN] = "atan",
+    [CK_OP_SINH] = "sinh",
+    [CK_OP_COSH] = "cosh",
+    [CK_OP_ASINH] = "asinh",
+    [CK_OP_ACOSH] = "acosh",
+    [CK_OP_ATANH] = "atanh",
+    [CK_OP_SOFTPLUS] = "softplus",
+    [CK_OP_SOFTSIGN] = "softsign",
+    [CK_OP_MISH] = "mish",
+    [CK_OP_HARD_SWISH] = "hard_swish",
+    [CK_OP_ELU] = "elu",
+    [CK_OP_CELU] = "celu",
+    [CK_OP_SELU] = "selu",
+    [CK_OP_HARD_SIGMOID] = "hard_sigmoid",
+    [CK_OP_THRESHOLDED_RELU] = "thresholded_relu",
+    [CK_OP_SHRINK] = "shrink",
+    [CK_OP_MAX] = "max",
+    [CK_OP_MIN] = "min",
+    [CK_OP_PRELU] = "prelu",
+    [CK_OP_FMOD] = "fmod",
+    [CK_OP_HARDMAX] = "hardmax",
+    [CK_OP_INSTANCENORM] = "instancenorm",
+    [CK_OP_CONV_TRANSPOSE2D] = "conv_transpose2d",
+    [CK_OP_RNN] = "rnn",
+    [CK_OP_GRU] = "gru",
+    [CK_OP_LSTM] = "lstm",
+    [CK_OP_GRID_SAMPLE] = "grid_sample",
+    [CK_OP_LRN] = "lrn",
+    [CK_OP_DET] = "det",
 };
 
 const char *ck_op_name(enum ck_op op)
@@ -262,6 +310,7 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     switch (op) {
     case CK_OP_DENSE:
     case CK_OP_CONV2D:
+    case CK_OP_CONV_TRANSPOSE2D:
         *lo = 2, *hi = 3;
         break;
     case CK_OP_ADD:
@@ -283,6 +332,21 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
         break;
     case CK_OP_LAYERNORM:
         *lo = 1, *hi = 3;
+        break;
+    case CK_OP_MAX:
+    case CK_OP_MIN:
+    case CK_OP_PRELU:
+    case CK_OP_FMOD:
+    case CK_OP_GRID_SAMPLE:
+        *lo = *hi = 2;
+        break;
+    case CK_OP_INSTANCENORM:
+        *lo = *hi = 3;
+        break;
+    case CK_OP_RNN:
+    case CK_OP_GRU:
+    case CK_OP_LSTM:
+        *lo = 3, *hi = 7;
         break;
     default:
         break;
@@ -399,4 +463,27 @@ static int check_nodes(const struct ck_model *m, struct nameset *ns)
 void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi)
 {
     op_arity(op, p, lo, hi);
+}
+
+bool ck_op_is_reduce(enum ck_op op)
+{
+    return op == CK_OP_REDUCE_MEAN || op == CK_OP_REDUCE_SUM ||
+           (op >= CK_OP_REDUCE_MAX && op <= CK_OP_REDUCE_L2);
+}
+
+bool ck_op_is_multi_output(enum ck_op op)
+{
+    return op == CK_OP_SPLIT || op == CK_OP_RNN || op == CK_OP_GRU || op == CK_OP_LSTM;
+}
+
+bool ck_op_is_unary(enum ck_op op)
+{
+    switch (op) {
+    case CK_OP_IDENTITY: case CK_OP_RELU: case CK_OP_LEAKY_RELU: case CK_OP_SIGMOID:
+    case CK_OP_TANH: case CK_OP_GELU: case CK_OP_SQRT: case CK_OP_EXP: case CK_OP_LOG:
+    case CK_OP_NEG: case CK_OP_ERF: case CK_OP_CLIP:
+        return true;
+    default:
+        return op >= CK_OP_ABS && op <= CK_OP_SHRINK;
+    }
 }

@@ -71,6 +71,64 @@ enum ck_op {
     CK_OP_ERF,
     CK_OP_CLIP,        /* (x); p.min, p.max (relu6 maps here) */
     CK_OP_PAD,         /* (x); p.ints = [before0, after0, before1, after1, ...]; constant p.scalar */
+    /* reductions: (x); p.ints = axes (all when empty); p.keepdims (as reduce_mean) */
+    CK_OP_REDUCE_MAX,
+    CK_OP_REDUCE_MIN,
+    CK_OP_REDUCE_PROD,
+    CK_OP_REDUCE_SUM_SQUARE, /* sum of x^2 */
+    CK_OP_REDUCE_LOG_SUM,    /* log(sum x) */
+    CK_OP_REDUCE_LOG_SUM_EXP, /* log(sum exp x), computed as max + log(sum exp(x - max)) */
+    CK_OP_REDUCE_L1,         /* sum |x| */
+    CK_OP_REDUCE_L2,         /* sqrt(sum x^2) */
+    /* element-wise unary math: (x) */
+    CK_OP_ABS,
+    CK_OP_CEIL,
+    CK_OP_FLOOR,
+    CK_OP_ROUND,       /* half to even, as numpy and ONNX */
+    CK_OP_SIGN,
+    CK_OP_RECIPROCAL,
+    CK_OP_SIN,
+    CK_OP_COS,
+    CK_OP_TAN,
+    CK_OP_ASIN,
+    CK_OP_ACOS,
+    CK_OP_ATAN,
+    CK_OP_SINH,
+    CK_OP_COSH,
+    CK_OP_ASINH,
+    CK_OP_ACOSH,
+    CK_OP_ATANH,
+    CK_OP_SOFTPLUS,    /* log(1 + exp x) */
+    CK_OP_SOFTSIGN,    /* x / (1 + |x|) */
+    CK_OP_MISH,        /* x tanh(softplus x) */
+    CK_OP_HARD_SWISH,  /* x max(0, min(1, x / 6 + 1/2)) */
+    CK_OP_ELU,         /* p.alpha: x if x > 0 else alpha (e^x - 1) */
+    CK_OP_CELU,        /* p.alpha: max(0, x) + min(0, alpha (e^(x/alpha) - 1)) */
+    CK_OP_SELU,        /* p.alpha, p.beta (gamma): beta (x if x > 0 else alpha (e^x - 1)) */
+    CK_OP_HARD_SIGMOID, /* p.alpha, p.beta: max(0, min(1, alpha x + beta)) */
+    CK_OP_THRESHOLDED_RELU, /* p.alpha: x if x > alpha else 0 */
+    CK_OP_SHRINK,      /* p.alpha (lambd), p.beta (bias): x + beta if x < -alpha, x - beta if
+                          x > alpha, else 0 */
+    /* element-wise binary, numpy broadcasting: (a, b) */
+    CK_OP_MAX,         /* max(a, b); NaN if either is NaN */
+    CK_OP_MIN,
+    CK_OP_PRELU,       /* (x, slope): x if x >= 0 else slope x */
+    CK_OP_FMOD,        /* C's fmod(a, b): the remainder with the sign of a */
+    CK_OP_HARDMAX,     /* (x); p.axis (default -1): 1 at the first largest along the axis, else 0 */
+    CK_OP_INSTANCENORM, /* (x, scale, bias); x [N, C, ...] normalised over dims[2:] per (n, c); p.eps */
+    CK_OP_CONV_TRANSPOSE2D, /* (x NCHW, W[C, O/groups, kh, kw][, b[O]]); p.stride, p.pad,
+                               p.dilation, p.groups; p.ints = output padding [h, w] */
+    /* ONNX's recurrent layers, one op each (docs/model.md): (X, W, R, then the
+     * optional inputs present: B, initial_h, initial_c, P) -> (Y, Y_h[, Y_c]);
+     * p.ints = [direction, hidden, present mask, layout, linear_before_reset] */
+    CK_OP_RNN,
+    CK_OP_GRU,
+    CK_OP_LSTM,
+    CK_OP_GRID_SAMPLE, /* (x NCHW, grid [N, Ho, Wo, 2]) -> [N, C, Ho, Wo]; p.ints = [mode, padding,
+                          align_corners] (docs/model.md) */
+    CK_OP_LRN,         /* (x [N, C, ...]); p.alpha, p.beta, p.scalar (bias), p.ints = [size]:
+                          x / (bias + alpha / size * sum of x^2 over nearby channels)^beta */
+    CK_OP_DET,         /* (x [..., M, M]) -> [...]: determinants */
     CK_OP_COUNT
 };
 
@@ -102,7 +160,8 @@ struct ck_op_params {
     bool has_scalar;     /* add/sub/mul/div/pow/pad: the second operand is p.scalar */
     bool scalar_first;
     float scalar;
-    float alpha;         /* leaky relu, default 0.01 */
+    float alpha;         /* leaky relu, default 0.01; elu, celu, selu, hard_sigmoid, thresholded_relu */
+    float beta;          /* selu's gamma, hard_sigmoid's beta (default 0) */
     float eps;           /* batchnorm, layernorm: default 1e-5 */
     float min, max;      /* clip: default -inf, +inf */
     int64_t *ints;       /* owned: shape, perm, axes, sizes, slice triples, pads */
@@ -163,6 +222,12 @@ uint64_t ck_model_io_per_sample(const struct ck_model_io *io);
 /* The number of inputs op takes with these parameters: [*lo, *hi]; *hi == 0
  * means any number. (For checkers of other forms of the graph: mldef.) */
 void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t *hi);
+/* The reductions (reduce_mean ... reduce_l2): p.ints axes, p.keepdims. */
+bool ck_op_is_reduce(enum ck_op op);
+/* The one-input element-wise ops: the output has the input's shape. */
+bool ck_op_is_unary(enum ck_op op);
+/* Ops with more than one output: split, rnn, gru, lstm. */
+bool ck_op_is_multi_output(enum ck_op op);
 
 /* Structural checks: every node input is a weight, a graph input or an
  * earlier node's output; every graph output is produced; the op's input

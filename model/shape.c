@@ -642,11 +642,66 @@ static int pad(const struct ctx *c, const struct ck_model_node *n, struct ck_sha
     return 0;
 }
 
+/* H' = stride (H - 1) + output_padding + dilation (kh - 1) + 1 - pad_top - pad_bottom */
+static int conv_transpose(const struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
+{
+    const struct ck_shape *x = &c->in[0]->shape, *w = &c->in[1]->shape;
+    int64_t g = n->p.groups;
+    if (x->rank != 4 || w->rank != 4)
+        return fail(c, "input %s and weight %s are not 4-D", TXT(x), TXT(w));
+    if (g < 1 || (x->dims[1] >= 0 && x->dims[1] != w->dims[0]) || w->dims[1] > (INT64_C(1) << 30) ||
+        g > (INT64_C(1) << 20))
+        return fail(c, "weight %s does not take the %" PRId64 " input channels", TXT(w),
+                    x->dims[1]);
+    *o = *x;
+    o->dims[1] = w->dims[1] * g;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->dims[2 + i], k = w->dims[2 + i], s = n->p.stride[i], d = n->p.dilation[i];
+        int64_t op = n->p.nints == 2 ? n->p.ints[i] : 0, lim = INT64_C(1) << 30;
+        if (s < 1 || d < 1 || s > lim || d > lim || k > lim || op < 0 || op > lim ||
+            n->p.pad[i] < -lim || n->p.pad[i] > lim || n->p.pad[i + 2] < -lim ||
+            n->p.pad[i + 2] > lim || in > lim)
+            return fail(c, "stride, dilation, padding or size out of range");
+        if (in < 0) {
+            o->dims[2 + i] = -1;
+            continue;
+        }
+        int64_t out = s * (in - 1) + op + d * (k - 1) + 1 - n->p.pad[i] - n->p.pad[i + 2];
+        if (out < 1)
+            return fail(c, "output extent %" PRId64 " is not positive", out);
+        o->dims[2 + i] = out;
+    }
+    return 0;
+}
+
+/* rnn, gru, lstm: X [T, batch, I] (layout 1: [batch, T, I]) -> Y [T, D,
+ * batch, H] ([batch, T, D, H]), Y_h and Y_c [D, batch, H] ([batch, D, H]). */
+static int recurrent(const struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
+{
+    const struct ck_shape *x = &c->in[0]->shape, *w = &c->in[1]->shape;
+    if (n->p.nints != 5 || x->rank != 3 || w->rank != 3 || n->noutputs > 3)
+        return fail(c, "needs X and W of rank 3, and its 5 parameters");
+    int64_t d = n->p.ints[0] == 2 ? 2 : 1, h = n->p.ints[1];
+    bool l1 = n->p.ints[3] != 0;
+    int64_t t = x->dims[l1 ? 1 : 0], b = x->dims[l1 ? 0 : 1];
+    if (h < 1 || w->dims[0] != d)
+        return fail(c, "weight %s does not have %" PRId64 " directions", TXT(w), d);
+    o[0].rank = 4;
+    int64_t y0[4] = {t, d, b, h}, y1[4] = {b, t, d, h};
+    memcpy(o[0].dims, l1 ? y1 : y0, sizeof y0);
+    for (size_t k = 1; k < n->noutputs; k++) {
+        int64_t s0[3] = {d, b, h}, s1[3] = {b, d, h};
+        o[k].rank = 3;
+        memcpy(o[k].dims, l1 ? s1 : s0, sizeof s0);
+    }
+    return 0;
+}
+
 static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
 {
     const struct ck_shape *x = &c->in[0]->shape;
     int a, err;
-    if (n->op != CK_OP_SPLIT && n->noutputs != 1)
+    if (!ck_op_is_multi_output(n->op) && n->noutputs != 1)
         return fail(c, "%zu outputs, expected 1", n->noutputs);
     switch (n->op) {
     case CK_OP_DENSE:
@@ -680,6 +735,51 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
             return 0;
         }
         return broadcast(c, x, &c->in[1]->shape, o);
+    case CK_OP_MAX:
+    case CK_OP_MIN:
+    case CK_OP_PRELU:
+    case CK_OP_FMOD:
+        return broadcast(c, x, &c->in[1]->shape, o);
+    case CK_OP_CONV_TRANSPOSE2D:
+        return conv_transpose(c, n, o);
+    case CK_OP_GRID_SAMPLE: {
+        const struct ck_shape *g = &c->in[1]->shape;
+        if (x->rank != 4 || g->rank != 4 || g->dims[3] != 2)
+            return fail(c, "input %s and grid %s are not [N, C, H, W] and [N, Ho, Wo, 2]", TXT(x),
+                        TXT(g));
+        *o = *x;
+        o->dims[2] = g->dims[1];
+        o->dims[3] = g->dims[2];
+        return 0;
+    }
+    case CK_OP_RNN:
+    case CK_OP_GRU:
+    case CK_OP_LSTM:
+        return recurrent(c, n, o);
+    case CK_OP_DET:
+        if (x->rank < 2 || x->dims[x->rank - 1] != x->dims[x->rank - 2])
+            return fail(c, "input '%s' %s is not a stack of square matrices", c->in[0]->name,
+                        TXT(x));
+        *o = *x;
+        o->rank -= 2;
+        return 0;
+    case CK_OP_LRN:
+        if (x->rank < 2 || n->p.nints != 1 || n->p.ints[0] < 1)
+            return fail(c, "input '%s' %s has no channels, or no size", c->in[0]->name, TXT(x));
+        *o = *x;
+        return 0;
+    case CK_OP_HARDMAX:
+        if ((err = norm_axis(c, ck_op_axis(&n->p, -1), x->rank, 0, &a)) < 0)
+            return err;
+        *o = *x;
+        return 0;
+    case CK_OP_INSTANCENORM:
+        if (x->rank < 3)
+            return fail(c, "input '%s' %s has no spatial dimensions", c->in[0]->name, TXT(x));
+        if ((err = per_channel(c, n, x->dims[1], "channels", 1)) < 0)
+            return err;
+        *o = *x;
+        return 0;
     case CK_OP_MATMUL:
         return matmul(c, o);
     case CK_OP_TRANSPOSE:
@@ -714,6 +814,14 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
         return gather(c, n, o);
     case CK_OP_REDUCE_MEAN:
     case CK_OP_REDUCE_SUM:
+    case CK_OP_REDUCE_MAX:
+    case CK_OP_REDUCE_MIN:
+    case CK_OP_REDUCE_PROD:
+    case CK_OP_REDUCE_SUM_SQUARE:
+    case CK_OP_REDUCE_LOG_SUM:
+    case CK_OP_REDUCE_LOG_SUM_EXP:
+    case CK_OP_REDUCE_L1:
+    case CK_OP_REDUCE_L2:
         return reduce(c, n, o);
     case CK_OP_PAD:
         return pad(c, n, o);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define RANK_MAX 8    /* shapes tracked up to this rank (others unknown) */
 #define FOLD_MAX 4096 /* constants folded and read up to this many elements */
@@ -232,7 +233,7 @@ static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int
     if ((err = input(c, n, i, &x)) < 0)
         return err;
     if (!x->is_const || x->cn > max)
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (%s): input '%s' is not a constant that can be folded",
                         c->path, n->name, n->op, x->name);
     for (size_t k = 0; k < x->cn; k++)
@@ -250,7 +251,7 @@ static int const_scalar(struct cx *c, const struct ck_graph_node *n, size_t i, f
     if ((err = input(c, n, i, &x)) < 0)
         return err;
     if (!x->is_const || x->cn != 1)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' is not a constant scalar",
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): input '%s' is not a constant scalar",
                         c->path, n->name, n->op, x->name);
     *out = (float)x->c[0];
     return 0;
@@ -332,8 +333,20 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     memcpy(d, x->dims, sizeof d);
     int r = x->rank;
+    if (!strcmp(op, "Max") || !strcmp(op, "Min") || !strcmp(op, "Sum") || !strcmp(op, "Mean")) {
+        struct val acc = *x;
+        for (size_t i = 1; i < n->ninputs; i++) {
+            if ((err = input(c, n, i, &w)) < 0)
+                return err;
+            if (broadcast(&acc, w, &acc) < 0)
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast",
+                                c->path, n->name, op);
+        }
+        set_shape(out[0], acc.rank, acc.dims);
+        return 0;
+    }
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-        !strcmp(op, "Pow") || !strcmp(op, "Equal")) {
+        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu") || !strcmp(op, "Mod")) {
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
         if (broadcast(x, w, out[0]) < 0)
@@ -382,10 +395,51 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
             (err = attr_ints(c, n, "pads", pd, 4, &a)) < 0 ||
             (err = attr_int(c, n, "ceil_mode", 0, &ceil)) < 0)
             return err;
+        const char *ap = attr(n, "auto_pad");
+        if (ap && !strncmp(ap, "SAME_", 5)) {
+            for (int i = 0; i < 2; i++)
+                d[2 + i] = st[i] >= 1 && st[i] <= (INT64_C(1) << 40) && x->dims[2 + i] >= 1 &&
+                                   x->dims[2 + i] < (INT64_C(1) << 40)
+                               ? (x->dims[2 + i] + st[i] - 1) / st[i]
+                               : -1;
+            if (d[2] > 0 && d[3] > 0)
+                set_shape(out[0], 4, d);
+            return 0;
+        }
         d[2] = conv_dim(x->dims[2], ks[0], st[0], dl[0], pd[0], pd[2], ceil);
         d[3] = conv_dim(x->dims[3], ks[1], st[1], dl[1], pd[1], pd[3], ceil);
         if (d[2] > 0 && d[3] > 0)
             set_shape(out[0], 4, d);
+        return 0;
+    }
+    if (!strcmp(op, "RNN") || !strcmp(op, "GRU") || !strcmp(op, "LSTM")) {
+        int64_t h = 0, layout = 0, t, b, nd;
+        const char *dir = attr(n, "direction");
+        if ((err = attr_int(c, n, "hidden_size", 0, &h)) < 0 ||
+            (err = attr_int(c, n, "layout", 0, &layout)) < 0 || r != 3 || h < 1)
+            return err;
+        nd = dir && !strcmp(dir, "bidirectional") ? 2 : 1;
+        t = d[layout ? 1 : 0], b = d[layout ? 0 : 1];
+        int64_t y0[4] = {t, nd, b, h}, y1[4] = {b, t, nd, h}, s0[3] = {nd, b, h}, s1[3] = {b, nd, h};
+        set_shape(out[0], 4, layout ? y1 : y0);
+        for (size_t i = 1; i < n->noutputs && i < 3; i++)
+            set_shape(out[i], 3, layout ? s1 : s0);
+        return 0;
+    }
+    if (!strcmp(op, "DepthToSpace") || !strcmp(op, "SpaceToDepth")) {
+        int64_t b = 0;
+        if ((err = attr_int(c, n, "blocksize", 0, &b)) < 0)
+            return err;
+        if (r != 4 || b < 1 || b > 4096 || d[1] < 1 || d[2] < 1 || d[3] < 1 ||
+            d[1] > (INT64_C(1) << 32) || d[2] > (INT64_C(1) << 32) || d[3] > (INT64_C(1) << 32))
+            return 0;
+        bool up = op[0] == 'D';
+        if (up ? d[1] % (b * b) : d[2] % b || d[3] % b)
+            return 0;
+        d[1] = up ? d[1] / (b * b) : d[1] * b * b;
+        d[2] = up ? d[2] * b : d[2] / b;
+        d[3] = up ? d[3] * b : d[3] / b;
+        set_shape(out[0], 4, d);
         return 0;
     }
     if (!strcmp(op, "GlobalAveragePool") || !strcmp(op, "GlobalMaxPool")) {
@@ -498,7 +552,7 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         set_shape(out[0], o, k);
         return 0;
     }
-    if (!strcmp(op, "ReduceMean") || !strcmp(op, "ReduceSum")) {
+    if (!strncmp(op, "Reduce", 6)) {
         int64_t keep = 0;
         if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
             return err;
@@ -586,7 +640,14 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
                                        "BatchNormalization",
                                        "LayerNormalization",
                                        "Cast",
-                                       "Pad"};
+                                       "Pad",
+                                       "Abs", "Ceil", "Floor", "Round", "Sign", "Reciprocal",
+                                       "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+                                       "Cosh", "Asinh", "Acosh", "Atanh", "Softplus",
+                                       "Softsign", "Mish", "HardSwish", "Elu", "Celu", "Selu",
+                                       "HardSigmoid", "ThresholdedRelu", "Hardmax",
+                                       "InstanceNormalization", "CastLike", "Shrink",
+                                       "MeanVarianceNormalization", "LRN"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
             set_shape(out[0], r, d);
@@ -632,6 +693,46 @@ static int64_t numel(const struct val *v)
     return ck_dims_prod(v->dims, 0, v->rank, &n) ? n : -1;
 }
 
+/* Expand of a constant to a constant shape (torch's zero initial states of
+ * an RNN): numpy broadcasting of a to the shape. 0 when it is too big to
+ * fold or does not broadcast (the node is then refused as unmapped). */
+static int fold_expand(struct cx *c, const struct ck_graph_node *n, const struct val *a,
+                       const struct val *b, struct val *o)
+{
+    int64_t d[RANK_MAX], want[RANK_MAX], total = 1;
+    int r = a->rank > (int)b->cn ? a->rank : (int)b->cn, err = 0;
+    (void)n;
+    for (size_t i = 0; i < b->cn; i++)
+        if (!ck_dim_from_double(b->c[i], &want[i]) || want[i] < 0)
+            return 0;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - a->rank), ib = i - (r - (int)b->cn);
+        int64_t x = ia >= 0 ? a->dims[ia] : 1, y = ib >= 0 ? want[ib] : 1;
+        if (x != y && x != 1 && y != 1)
+            return 0;
+        d[i] = x == 1 ? y : x;
+        if (d[i] < 0 || d[i] > FOLD_MAX || (total *= d[i]) > FOLD_MAX)
+            return 0;
+    }
+    if ((size_t)numel(a) != a->cn || (err = set_const(o, (size_t)total, a->is_int)) < 0)
+        return err;
+    for (int64_t k = 0; k < total; k++) {
+        int64_t rest = k, src = 0, mul = 1;
+        for (int i = r - 1; i >= 0; i--) {
+            int64_t idx = rest % d[i];
+            rest /= d[i];
+            int ia = i - (r - a->rank);
+            if (ia >= 0) {
+                src += (a->dims[ia] == 1 ? 0 : idx) * mul;
+                mul *= a->dims[ia];
+            }
+        }
+        o->c[k] = a->c[src];
+    }
+    set_shape(o, r, d);
+    return 1;
+}
+
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
  * mapped, an error for a Shape that cannot be folded. */
 static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
@@ -652,21 +753,45 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         for (int i = 0; known && i < in[0]->rank; i++)
             known = in[0]->dims[i] >= 0;
         if (!known)
-            return ck_error(CK_EFORMAT,
+            return ck_error(CK_EUNSUPPORTED,
                             "'%s': node '%s' (Shape): the shape of '%s' is not static, so it "
                             "cannot be folded",
                             c->path, n->name, in[0]->name);
-        if ((err = set_const(out[0], (size_t)in[0]->rank, true)) < 0)
+        /* opset 15's start and end: a slice of the shape, clamped as numpy's */
+        int64_t r = in[0]->rank, st = 0, en = r;
+        if ((err = attr_int(c, n, "start", 0, &st)) < 0 || (err = attr_int(c, n, "end", r, &en)) < 0)
             return err;
-        for (int i = 0; i < in[0]->rank; i++)
-            out[0]->c[i] = (double)in[0]->dims[i];
-        int64_t d = in[0]->rank;
+        st = st < 0 ? st + r : st;
+        en = en < 0 ? en + r : en;
+        st = st < 0 ? 0 : st > r ? r : st;
+        en = en < st ? st : en > r ? r : en;
+        if ((err = set_const(out[0], (size_t)(en - st), true)) < 0)
+            return err;
+        for (int64_t i = st; i < en; i++)
+            out[0]->c[i - st] = (double)in[0]->dims[i];
+        int64_t d = en - st;
         set_shape(out[0], 1, &d);
+        return 1;
+    }
+    if (!strcmp(op, "Size")) {
+        int64_t total = 0;
+        if ((err = input(c, n, 0, &in[0])) < 0)
+            return err;
+        if (in[0]->rank < 0 || (total = numel(in[0])) < 0)
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (Size): the shape of '%s' is not static, so it "
+                            "cannot be folded",
+                            c->path, n->name, in[0]->name);
+        if ((err = set_const(out[0], 1, true)) < 0)
+            return err;
+        out[0]->c[0] = (double)total;
+        set_shape(out[0], 0, NULL);
         return 1;
     }
     static const char *const foldable[] = {
         "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
-        "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape"};
+        "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape",
+        "Expand"};
     bool ok = false;
     for (size_t i = 0; i < sizeof foldable / sizeof foldable[0]; i++)
         ok = ok || !strcmp(op, foldable[i]);
@@ -712,6 +837,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         set_shape(o, (int)a->cn, d);
         return 1;
     }
+    if (!strcmp(op, "Expand") && b && a->rank >= 0 && b->cn <= RANK_MAX)
+        return fold_expand(c, n, a, b, o);
     if (o->rank < 0 || numel(o) < 0 || numel(o) > FOLD_MAX)
         return 0;
     size_t total = (size_t)numel(o);
@@ -790,6 +917,10 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
 
 /* ---- the mapping: one row per ONNX op ---- */
 
+static int emit(struct cx *c, const char *name, enum ck_op op, const char *const *in, size_t nin,
+                const char *const *out, size_t nout, struct ck_model_node **mn);
+static const char *tmp_name(struct cx *c, const struct ck_graph_node *n, const char *what);
+
 struct row;
 typedef int (*map_fn)(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                       struct ck_model_node *mn);
@@ -819,6 +950,54 @@ static int map_alpha(struct cx *c, const struct ck_graph_node *n, const struct r
     return attr_float(c, n, "alpha", 0.01f, &mn->p.alpha);
 }
 
+/* Elu, Celu, Selu, HardSigmoid, ThresholdedRelu: alpha (and Selu's gamma,
+ * HardSigmoid's beta) with ONNX's defaults. */
+static int map_act(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    int err = 0;
+    float alpha = 1.0f, beta = 0.0f;
+    const char *bkey = NULL;
+    switch (row->op) {
+    case CK_OP_SELU:
+        alpha = 1.67326319217681884765625f, beta = 1.05070102214813232421875f, bkey = "gamma";
+        break;
+    case CK_OP_HARD_SIGMOID:
+        alpha = 0.2f, beta = 0.5f, bkey = "beta";
+        break;
+    case CK_OP_LRN: { /* alpha 1e-4, beta 0.75, bias 1, size (required) */
+        int64_t size = 0;
+        if ((err = attr_float(c, n, "alpha", 1e-4f, &mn->p.alpha)) < 0 ||
+            (err = attr_float(c, n, "beta", 0.75f, &mn->p.beta)) < 0 ||
+            (err = attr_float(c, n, "bias", 1.0f, &mn->p.scalar)) < 0 ||
+            (err = attr_int(c, n, "size", 0, &size)) < 0)
+            return err;
+        if (size < 1 || size > (1 << 20))
+            return bad_attr(c, n, "size");
+        return ck_model_node_set_ints(mn, &size, 1);
+    }
+    case CK_OP_SHRINK: /* lambd and bias */
+        if ((err = attr_float(c, n, "lambd", 0.5f, &mn->p.alpha)) < 0)
+            return err;
+        return attr_float(c, n, "bias", 0.0f, &mn->p.beta);
+    default:
+        break;
+    }
+    if ((err = attr_float(c, n, "alpha", alpha, &mn->p.alpha)) < 0 ||
+        (bkey && (err = attr_float(c, n, bkey, beta, &mn->p.beta)) < 0))
+        return err;
+    if (row->op == CK_OP_CELU && mn->p.alpha == 0)
+        return bad_attr(c, n, "alpha");
+    return 0;
+}
+
+static int map_eps(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    (void)row;
+    return attr_float(c, n, "epsilon", 1e-5f, &mn->p.eps);
+}
+
 static int map_softmax(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                        struct ck_model_node *mn)
 {
@@ -831,10 +1010,40 @@ static int map_softmax(struct cx *c, const struct ck_graph_node *n, const struct
     /* before opset 13 the input was flattened to 2-D at axis: the same only
      * when axis is the last one */
     if (c->opset < 13 && (x->rank < 0 || norm_axis(mn->p.axis, x->rank) != x->rank - 1))
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (%s): opset %" PRId64 " softmax over "
                         "flattened axes is not supported",
                         c->path, n->name, n->op, c->opset);
+    return 0;
+}
+
+/* auto_pad SAME_UPPER / SAME_LOWER: the output extent is ceil(in / stride),
+ * and the padding that needs, (out - 1) stride + (k - 1) dilation + 1 - in,
+ * is split in two with the odd cell at the end (UPPER) or the start (LOWER).
+ * It needs the input's height and width. */
+static int same_pads(struct cx *c, const struct ck_graph_node *n, bool lower,
+                     struct ck_op_params *p)
+{
+    struct val *x = NULL;
+    int err = 0;
+    if ((err = input(c, n, 0, &x)) < 0)
+        return err;
+    if (x->rank != 4 || x->dims[2] < 1 || x->dims[3] < 1)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): auto_pad SAME needs the input's height and width",
+                        c->path, n->name, n->op);
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->dims[2 + i], s = p->stride[i], out = 0, total = 0;
+        if (s < 1 || p->kernel[i] < 1 || p->dilation[i] < 1 || in > (INT64_C(1) << 40) ||
+            p->kernel[i] > (INT64_C(1) << 20) || p->dilation[i] > (INT64_C(1) << 20) ||
+            s > (INT64_C(1) << 20))
+            return bad_attr(c, n, "strides");
+        out = (in + s - 1) / s;
+        total = (out - 1) * s + (p->kernel[i] - 1) * p->dilation[i] + 1 - in;
+        total = total < 0 ? 0 : total;
+        p->pad[i] = lower ? total - total / 2 : total / 2; /* top, left */
+        p->pad[i + 2] = total - p->pad[i];                 /* bottom, right */
+    }
     return 0;
 }
 
@@ -845,14 +1054,17 @@ static int map_pool(struct cx *c, const struct ck_graph_node *n, const struct ro
     size_t k = 0;
     int err = 0;
     const char *pad = attr(n, "auto_pad");
-    if (pad && strcmp(pad, "NOTSET") && strcmp(pad, "VALID"))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): auto_pad '%s' is not supported", c->path,
+    bool same = pad && (!strcmp(pad, "SAME_UPPER") || !strcmp(pad, "SAME_LOWER"));
+    if (pad && strcmp(pad, "NOTSET") && strcmp(pad, "VALID") && !same)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): auto_pad '%s' is not supported", c->path,
                         n->name, n->op, pad);
     if (row->op != CK_OP_CONV2D) {
-        if ((err = attr_ints(c, n, "kernel_shape", v, 2, &k)) < 0)
+        int64_t ks[RANK_MAX];
+        if ((err = attr_ints(c, n, "kernel_shape", ks, RANK_MAX, &k)) < 0)
             return err;
+        v[0] = ks[0], v[1] = k > 1 ? ks[1] : 0;
         if (k != 2)
-            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): only 2-D pooling is supported",
+            return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): only 2-D pooling is supported",
                             c->path, n->name, n->op);
         mn->p.kernel[0] = v[0], mn->p.kernel[1] = v[1];
     }
@@ -865,7 +1077,7 @@ static int map_pool(struct cx *c, const struct ck_graph_node *n, const struct ro
     if (k == 2)
         mn->p.dilation[0] = v[0], mn->p.dilation[1] = v[1];
     if (row->op != CK_OP_CONV2D && (mn->p.dilation[0] != 1 || mn->p.dilation[1] != 1))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): dilated pooling is not supported",
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): dilated pooling is not supported",
                         c->path, n->name, n->op);
     if ((err = attr_ints(c, n, "pads", v, 4, &k)) < 0)
         return err;
@@ -882,13 +1094,85 @@ static int map_pool(struct cx *c, const struct ck_graph_node *n, const struct ro
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
         if (w->rank != 4)
-            return ck_error(CK_EFORMAT,
+            return ck_error(CK_EUNSUPPORTED,
                             "'%s': node '%s' (Conv): only 2-D convolutions are "
                             "supported",
                             c->path, n->name);
         mn->p.kernel[0] = w->dims[2], mn->p.kernel[1] = w->dims[3];
     }
-    return 0;
+    return same ? same_pads(c, n, !strcmp(pad, "SAME_LOWER"), &mn->p) : 0;
+}
+
+/* ConvTranspose (2-D): strides, dilations, group, pads, output_padding;
+ * output_shape (or auto_pad SAME_*, output = input * stride) sets the pads:
+ * total = stride (in - 1) + output_padding + dilation (k - 1) + 1 - out,
+ * split with the odd cell at the start, or at the end for SAME_UPPER
+ * (floor division: a negative total extends the output at its end). */
+static int map_convt(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                     struct ck_model_node *mn)
+{
+    int64_t v[RANK_MAX], outpad[2] = {0, 0}, os_[RANK_MAX], oshape[2] = {0, 0};
+    size_t k = 0, nos = SIZE_MAX;
+    struct val *x = NULL, *w = NULL;
+    int err = 0;
+    const char *ap = attr(n, "auto_pad");
+    (void)row;
+    if ((err = input(c, n, 0, &x)) < 0 || (err = input(c, n, 1, &w)) < 0)
+        return err;
+    if (w->rank != 4 || (x->rank >= 0 && x->rank != 4))
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (ConvTranspose): only 2-D transposed convolutions are "
+                        "supported",
+                        c->path, n->name);
+    if (ap && strcmp(ap, "NOTSET") && strcmp(ap, "VALID") && strcmp(ap, "SAME_UPPER") &&
+        strcmp(ap, "SAME_LOWER"))
+        return bad_attr(c, n, "auto_pad");
+    struct {
+        const char *key;
+        int64_t *to;
+    } pairs[] = {{"strides", mn->p.stride}, {"dilations", mn->p.dilation},
+                 {"output_padding", outpad}};
+    for (size_t i = 0; i < 3; i++) {
+        if ((err = attr_ints(c, n, pairs[i].key, v, RANK_MAX, &k)) < 0)
+            return err;
+        if (k != SIZE_MAX && k != 2)
+            return bad_attr(c, n, pairs[i].key);
+        if (k == 2)
+            pairs[i].to[0] = v[0], pairs[i].to[1] = v[1];
+    }
+    if ((err = attr_ints(c, n, "pads", v, RANK_MAX, &k)) < 0 ||
+        (err = attr_ints(c, n, "output_shape", os_, RANK_MAX, &nos)) < 0 ||
+        (err = attr_int(c, n, "group", 1, &mn->p.groups)) < 0)
+        return err;
+    if (nos != SIZE_MAX && nos >= 2) { /* [H, W], or the whole [N, C, H, W] */
+        oshape[0] = os_[nos - 2], oshape[1] = os_[nos - 1];
+        nos = 2;
+    }
+    if (k == 4)
+        memcpy(mn->p.pad, v, sizeof mn->p.pad);
+    else if (k != SIZE_MAX)
+        return bad_attr(c, n, "pads");
+    bool same = ap && !strncmp(ap, "SAME_", 5);
+    if (nos != SIZE_MAX || same) {
+        if (x->rank != 4 || x->dims[2] < 1 || x->dims[3] < 1 || (nos != SIZE_MAX && nos != 2))
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (ConvTranspose): output_shape and auto_pad need the "
+                            "input's height and width",
+                            c->path, n->name);
+        for (int i = 0; i < 2; i++) {
+            int64_t s = mn->p.stride[i], d = mn->p.dilation[i], kk = w->dims[2 + i], lim = 1 << 30;
+            int64_t in = x->dims[2 + i], out = nos != SIZE_MAX ? oshape[i] : in * s;
+            if (s < 1 || d < 1 || s > lim || d > lim || kk > lim || in > lim || out < 1 ||
+                out > lim || outpad[i] < 0 || outpad[i] > lim)
+                return bad_attr(c, n, "output_shape");
+            int64_t total = s * (in - 1) + outpad[i] + d * (kk - 1) + 1 - out;
+            int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2); /* floor */
+            bool upper = ap && !strcmp(ap, "SAME_UPPER");
+            mn->p.pad[i] = upper ? half : total - half;
+            mn->p.pad[i + 2] = total - mn->p.pad[i];
+        }
+    }
+    return ck_model_node_set_ints(mn, outpad, 2);
 }
 
 static int set_ints_from_input(struct cx *c, const struct ck_graph_node *n, size_t i,
@@ -915,7 +1199,7 @@ static int map_reshape(struct cx *c, const struct ck_graph_node *n, const struct
     if ((err = attr_int(c, n, "allowzero", 0, &az)) < 0)
         return err;
     if (az)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (Reshape): allowzero is not supported",
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Reshape): allowzero is not supported",
                         c->path, n->name);
     return set_ints_from_input(c, n, 1, "shape", mn);
 }
@@ -956,11 +1240,18 @@ static int map_axes(struct cx *c, const struct ck_graph_node *n, const struct ro
     int rank = row->op == CK_OP_UNSQUEEZE ? (o ? o->rank : -1) : x->rank;
     for (size_t i = 0; i < mn->p.nints; i++)
         mn->p.ints[i] = norm_axis(mn->p.ints[i], rank);
-    if (row->op == CK_OP_REDUCE_MEAN || row->op == CK_OP_REDUCE_SUM) {
-        int64_t keep = 0;
-        if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
+    if (ck_op_is_reduce(row->op)) {
+        int64_t keep = 0, noop = 0;
+        if ((err = attr_int(c, n, "keepdims", 1, &keep)) < 0 ||
+            (err = attr_int(c, n, "noop_with_empty_axes", 0, &noop)) < 0)
             return err;
         mn->p.keepdims = keep;
+        /* with noop_with_empty_axes, no axes means the identity, not all axes */
+        if (noop && mn->p.nints == 0)
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (%s): noop_with_empty_axes with no axes is not "
+                            "supported",
+                            c->path, n->name, n->op);
     }
     return 0;
 }
@@ -1019,6 +1310,59 @@ static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct r
     return ck_model_node_set_ints(mn, out, (size_t)(3 * (last + 1)));
 }
 
+/* LayerNormalization's optional outputs Mean and InvStdDev (the statistics
+ * over dims[axis:], kept as size-1 axes): reduce_mean(x); and
+ * 1 / sqrt(reduce_mean((x - mean)^2) + epsilon), as nodes of the vocabulary. */
+static int layernorm_stats(struct cx *c, const struct ck_graph_node *n, int64_t axis, float eps)
+{
+    bool want_mean = n->noutputs > 1 && n->outputs[1][0];
+    bool want_inv = n->noutputs > 2 && n->outputs[2][0];
+    struct ck_model_node *mn = NULL;
+    struct val *x = NULL;
+    int64_t axes[RANK_MAX];
+    int err = 0;
+    if (!want_mean && !want_inv)
+        return 0;
+    if ((err = input(c, n, 0, &x)) < 0)
+        return err;
+    axis = norm_axis(axis, x->rank);
+    if (x->rank < 0 || axis < 0 || axis >= x->rank)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (LayerNormalization): Mean and InvStdDev need the input's "
+                        "rank",
+                        c->path, n->name);
+    for (int64_t a = axis; a < x->rank; a++)
+        axes[a - axis] = a;
+    size_t na = (size_t)(x->rank - axis);
+    const char *xin = n->inputs[0];
+    const char *mean = want_mean ? n->outputs[1] : tmp_name(c, n, "mean");
+    const char *d = tmp_name(c, n, "centred"), *sq = tmp_name(c, n, "square");
+    const char *var = tmp_name(c, n, "var"), *ve = tmp_name(c, n, "var_eps");
+    const char *sd = tmp_name(c, n, "std");
+    if (!mean || !d || !sq || !var || !ve || !sd)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, CK_OP_REDUCE_MEAN, &xin, 1, &mean, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, axes, na)) < 0)
+        return err;
+    mn->p.keepdims = true;
+    if (!want_inv)
+        return 0;
+    const char *xm[2] = {xin, mean}, *dd[2] = {d, d}, *inv = n->outputs[2];
+    if ((err = emit(c, n->name, CK_OP_SUB, xm, 2, &d, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_MUL, dd, 2, &sq, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_REDUCE_MEAN, &sq, 1, &var, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, axes, na)) < 0)
+        return err;
+    mn->p.keepdims = true;
+    if ((err = emit(c, n->name, CK_OP_ADD, &var, 1, &ve, 1, &mn)) < 0)
+        return err;
+    mn->p.has_scalar = true;
+    mn->p.scalar = eps;
+    if ((err = emit(c, n->name, CK_OP_SQRT, &ve, 1, &sd, 1, &mn)) < 0)
+        return err;
+    return emit(c, n->name, CK_OP_RECIPROCAL, &sd, 1, &inv, 1, &mn);
+}
+
 static int map_norm(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
@@ -1028,23 +1372,57 @@ static int map_norm(struct cx *c, const struct ck_graph_node *n, const struct ro
         (err = attr_int(c, n, "training_mode", 0, &tm)) < 0)
         return err;
     if (tm)
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): training_mode is not supported", c->path,
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): training_mode is not supported", c->path,
                         n->name, n->op);
-    return row->op == CK_OP_LAYERNORM ? map_axis(c, n, row, mn) : 0;
+    if (row->op != CK_OP_LAYERNORM)
+        return 0;
+    if ((err = map_axis(c, n, row, mn)) < 0)
+        return err;
+    return layernorm_stats(c, n, mn->p.axis, mn->p.eps);
 }
 
+/* Clip(x[, min[, max]]): constant bounds are the clip node's parameters; a
+ * bound that is a computed or graph-input scalar becomes max(x, min) and
+ * min(., max) nodes (NaN stays NaN either way). */
 static int map_clip(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
+    float lo = -INFINITY, hi = INFINITY;
+    struct val *b[3] = {NULL, NULL, NULL};
     int err = 0;
     (void)row;
-    if ((err = attr_float(c, n, "min", -INFINITY, &mn->p.min)) < 0 ||
-        (err = attr_float(c, n, "max", INFINITY, &mn->p.max)) < 0)
+    if ((err = attr_float(c, n, "min", -INFINITY, &lo)) < 0 ||
+        (err = attr_float(c, n, "max", INFINITY, &hi)) < 0)
         return err;
-    if (has_input(n, 1) && (err = const_scalar(c, n, 1, &mn->p.min)) < 0)
+    for (size_t i = 1; i < 3; i++)
+        if (has_input(n, i) && (err = input(c, n, i, &b[i])) < 0)
+            return err;
+    bool dyn_lo = b[1] && !b[1]->is_const, dyn_hi = b[2] && !b[2]->is_const;
+    if (b[1] && !dyn_lo && (err = const_scalar(c, n, 1, &lo)) < 0)
         return err;
-    if (has_input(n, 2) && (err = const_scalar(c, n, 2, &mn->p.max)) < 0)
+    if (b[2] && !dyn_hi && (err = const_scalar(c, n, 2, &hi)) < 0)
         return err;
+    const char *cur = n->inputs[0], *y = n->outputs[0];
+    bool fixed = !dyn_lo || !dyn_hi; /* a clip node for the constant bound(s) */
+    if (fixed) {
+        const char *o = dyn_lo || dyn_hi ? tmp_name(c, n, "clip") : y;
+        if (!o || (err = emit(c, n->name, CK_OP_CLIP, &cur, 1, &o, 1, &mn)) < 0)
+            return err ? err : ck_error(CK_ENOMEM, "out of memory");
+        mn->p.min = dyn_lo ? -INFINITY : lo;
+        mn->p.max = dyn_hi ? INFINITY : hi;
+        cur = o;
+    }
+    if (dyn_lo) {
+        const char *o = dyn_hi ? tmp_name(c, n, "lower") : y, *ab[2] = {cur, n->inputs[1]};
+        if (!o || (err = emit(c, n->name, CK_OP_MAX, ab, 2, &o, 1, &mn)) < 0)
+            return err ? err : ck_error(CK_ENOMEM, "out of memory");
+        cur = o;
+    }
+    if (dyn_hi) {
+        const char *ab[2] = {cur, n->inputs[2]};
+        if ((err = emit(c, n->name, CK_OP_MIN, ab, 2, &y, 1, &mn)) < 0)
+            return err;
+    }
     return 0;
 }
 
@@ -1058,7 +1436,7 @@ static int map_pad(struct cx *c, const struct ck_graph_node *n, const struct row
     const char *mode = attr(n, "mode");
     (void)row;
     if (mode && strcmp(mode, "constant"))
-        return ck_error(CK_EFORMAT, "'%s': node '%s' (Pad): mode '%s' is not supported", c->path,
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Pad): mode '%s' is not supported", c->path,
                         n->name, mode);
     if (has_input(n, 1))
         err = const_ints(c, n, 1, v, CK_MODEL_MAX_INTS, &k);
@@ -1087,12 +1465,12 @@ static int map_dropout(struct cx *c, const struct ck_graph_node *n, const struct
     (void)row;
     (void)mn;
     if (has_input(n, 2) && (err = const_scalar(c, n, 2, &training)) < 0)
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (Dropout): training_mode is not a constant: dropout in "
                         "training mode is not supported",
                         c->path, n->name);
     if (training != 0)
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (Dropout): training_mode is true: dropout in training "
                         "mode is not supported",
                         c->path, n->name);
@@ -1109,7 +1487,7 @@ static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct ro
     if ((err = attr_int(c, n, "to", 1, &to)) < 0)
         return err;
     if (to != 1)
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (Cast): a cast of activations to %s is not "
                         "supported",
                         c->path, n->name, ck_dtype_name(ck_onnx_dtype((uint64_t)to)));
@@ -1120,13 +1498,28 @@ static int map_binary(struct cx *c, const struct ck_graph_node *n, const struct 
                       struct ck_model_node *mn);
 static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn);
+static int map_variadic(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                        struct ck_model_node *mn);
+static int map_space_depth(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                           struct ck_model_node *mn);
+static int map_recurrent(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                         struct ck_model_node *mn);
+static int map_grid(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn);
+static int map_mod(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn);
+static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                        struct ck_model_node *mn);
+static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn);
+static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
 static const struct row rows[] = {
     {"Gemm",               CK_OP_DENSE,          0, map_gemm,      0, {2, 3, 1, 1}},
     {"MatMul",             CK_OP_MATMUL,         2, NULL,          0, {2, 2, 1, 1}},
     {"Conv",               CK_OP_CONV2D,         3, map_pool,      0, {2, 3, 1, 1}},
-    {"MaxPool",            CK_OP_MAXPOOL,        1, map_pool,      0, {1, 1, 1, 1}},
+    {"MaxPool",            CK_OP_MAXPOOL,        1, map_pool,      0, {1, 1, 1, 2}},
     {"AveragePool",        CK_OP_AVGPOOL,        1, map_pool,      0, {1, 1, 1, 1}},
     {"GlobalAveragePool",  CK_OP_GLOBAL_AVGPOOL, 1, NULL,          0, {1, 1, 1, 1}},
     {"GlobalMaxPool",      CK_OP_GLOBAL_MAXPOOL, 1, NULL,          0, {1, 1, 1, 1}},
@@ -1154,21 +1547,77 @@ static const struct row rows[] = {
     {"Slice",              CK_OP_SLICE,          1, map_slice,     0, {3, 5, 1, 1}},
     {"Squeeze",            CK_OP_SQUEEZE,        1, map_axes,      0, {1, 2, 1, 1}},
     {"Unsqueeze",          CK_OP_UNSQUEEZE,      1, map_axes,      0, {1, 2, 1, 1}},
-    {"BatchNormalization", CK_OP_BATCHNORM,      5, map_norm,      1, {5, 5, 1, 1}},
-    {"LayerNormalization", CK_OP_LAYERNORM,      3, map_norm,     -1, {2, 3, 1, 1}},
+    {"BatchNormalization", CK_OP_BATCHNORM,      5, map_norm,      1, {5, 5, 1, 3}},
+    {"LayerNormalization", CK_OP_LAYERNORM,      3, map_norm,     -1, {2, 3, 1, 3}},
     {"Gather",             CK_OP_GATHER,         2, map_axis,      0, {2, 2, 1, 1}},
     {"Identity",           CK_OP_IDENTITY,       1, NULL,          0, {1, 1, 1, 1}},
     {"Dropout",            CK_OP_IDENTITY,       1, map_dropout,   0, {1, 3, 1, 2}},
     {"Cast",               CK_OP_IDENTITY,       1, map_cast,      0, {1, 1, 1, 1}},
     {"ReduceMean",         CK_OP_REDUCE_MEAN,    1, map_axes,      0, {1, 2, 1, 1}},
     {"ReduceSum",          CK_OP_REDUCE_SUM,     1, map_axes,      0, {1, 2, 1, 1}},
-    {"Clip",               CK_OP_CLIP,           1, map_clip,      0, {1, 3, 1, 1}},
+    {"Clip",               CK_OP_CLIP,           0, map_clip,      0, {1, 3, 1, 1}},
     {"Pad",                CK_OP_PAD,            1, map_pad,       0, {1, 3, 1, 1}},
+    {"ReduceMax",          CK_OP_REDUCE_MAX,         1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceMin",          CK_OP_REDUCE_MIN,         1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceProd",         CK_OP_REDUCE_PROD,        1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceSumSquare",    CK_OP_REDUCE_SUM_SQUARE,  1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceLogSum",       CK_OP_REDUCE_LOG_SUM,     1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceLogSumExp",    CK_OP_REDUCE_LOG_SUM_EXP,  1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceL1",           CK_OP_REDUCE_L1,          1, map_axes,     0, {1, 2, 1, 1}},
+    {"ReduceL2",           CK_OP_REDUCE_L2,          1, map_axes,     0, {1, 2, 1, 1}},
+    {"Abs",                CK_OP_ABS,                1, NULL,         0, {1, 1, 1, 1}},
+    {"Ceil",               CK_OP_CEIL,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Floor",              CK_OP_FLOOR,              1, NULL,         0, {1, 1, 1, 1}},
+    {"Round",              CK_OP_ROUND,              1, NULL,         0, {1, 1, 1, 1}},
+    {"Sign",               CK_OP_SIGN,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Reciprocal",         CK_OP_RECIPROCAL,         1, NULL,         0, {1, 1, 1, 1}},
+    {"Sin",                CK_OP_SIN,                1, NULL,         0, {1, 1, 1, 1}},
+    {"Cos",                CK_OP_COS,                1, NULL,         0, {1, 1, 1, 1}},
+    {"Tan",                CK_OP_TAN,                1, NULL,         0, {1, 1, 1, 1}},
+    {"Asin",               CK_OP_ASIN,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Acos",               CK_OP_ACOS,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Atan",               CK_OP_ATAN,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Sinh",               CK_OP_SINH,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Cosh",               CK_OP_COSH,               1, NULL,         0, {1, 1, 1, 1}},
+    {"Asinh",              CK_OP_ASINH,              1, NULL,         0, {1, 1, 1, 1}},
+    {"Acosh",              CK_OP_ACOSH,              1, NULL,         0, {1, 1, 1, 1}},
+    {"Atanh",              CK_OP_ATANH,              1, NULL,         0, {1, 1, 1, 1}},
+    {"Softplus",           CK_OP_SOFTPLUS,           1, NULL,         0, {1, 1, 1, 1}},
+    {"Softsign",           CK_OP_SOFTSIGN,           1, NULL,         0, {1, 1, 1, 1}},
+    {"Mish",               CK_OP_MISH,               1, NULL,         0, {1, 1, 1, 1}},
+    {"HardSwish",          CK_OP_HARD_SWISH,         1, NULL,         0, {1, 1, 1, 1}},
+    {"Elu",                CK_OP_ELU,                1, map_act,      0, {1, 1, 1, 1}},
+    {"Celu",               CK_OP_CELU,               1, map_act,      0, {1, 1, 1, 1}},
+    {"Selu",               CK_OP_SELU,               1, map_act,      0, {1, 1, 1, 1}},
+    {"HardSigmoid",        CK_OP_HARD_SIGMOID,       1, map_act,      0, {1, 1, 1, 1}},
+    {"ThresholdedRelu",    CK_OP_THRESHOLDED_RELU,   1, map_act,      0, {1, 1, 1, 1}},
+    {"PRelu",              CK_OP_PRELU,              2, NULL,         0, {2, 2, 1, 1}},
+    {"Max",                CK_OP_MAX,                0, map_variadic, 0, {1, 0, 1, 1}},
+    {"Min",                CK_OP_MIN,                0, map_variadic, 0, {1, 0, 1, 1}},
+    {"Sum",                CK_OP_ADD,                0, map_variadic, 0, {1, 0, 1, 1}},
+    {"Mean",               CK_OP_REDUCE_MEAN,        0, map_variadic, 0, {1, 0, 1, 1}},
+    {"Hardmax",            CK_OP_HARDMAX,            1, map_softmax,  0, {1, 1, 1, 1}},
+    {"InstanceNormalization", CK_OP_INSTANCENORM,       3, map_eps,      0, {3, 3, 1, 1}},
+    {"ConvTranspose",      CK_OP_CONV_TRANSPOSE2D,   3, map_convt,    0, {2, 3, 1, 1}},
+    {"RNN",                CK_OP_RNN,                0, map_recurrent, 0, {3, 6, 0, 2}},
+    {"GRU",                CK_OP_GRU,                0, map_recurrent, 0, {3, 6, 0, 2}},
+    {"LSTM",               CK_OP_LSTM,               0, map_recurrent, 0, {3, 8, 0, 3}},
+    {"Det",                CK_OP_DET,                1, NULL,         0, {1, 1, 1, 1}},
+    {"LRN",                CK_OP_LRN,                1, map_act,      0, {1, 1, 1, 1}},
+    {"Shrink",             CK_OP_SHRINK,             1, map_act,      0, {1, 1, 1, 1}},
+    {"Mod",                CK_OP_FMOD,               2, map_mod,      0, {2, 2, 1, 1}},
+    {"CastLike",           CK_OP_IDENTITY,           1, map_castlike, 0, {2, 2, 1, 1}},
+    {"MeanVarianceNormalization", CK_OP_REDUCE_MEAN, 0, map_mvn,      0, {1, 1, 1, 1}},
+    {"GridSample",         CK_OP_GRID_SAMPLE,        2, map_grid,     0, {2, 2, 1, 1}},
+    {"DepthToSpace",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
+    {"SpaceToDepth",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
+    {"Size",               CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"ConstantOfShape",    CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"Equal",              CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
+    {"Expand",             CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
 };
 /* clang-format on */
 
@@ -1250,7 +1699,14 @@ static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct ro
             return err ? err : ck_error(CK_ENOMEM, "out of memory");
         a = t;
     }
-    bool bias_in_dense = cv && alpha == 1 && beta == 1 && cv->rank == 1;
+    struct val *bv = NULL;
+    int64_t nout = -1;
+    if ((err = input(c, n, 1, &bv)) < 0)
+        return err;
+    if (bv->rank == 2)
+        nout = bv->dims[tb ? 0 : 1];
+    bool bias_in_dense =
+        cv && alpha == 1 && beta == 1 && cv->rank == 1 && nout >= 0 && cv->dims[0] == nout;
     bool more = (cv && !bias_in_dense) || alpha != 1;
     const char *d = more ? tmp_name(c, n, "dense") : y;
     const char *in[3] = {a, n->inputs[1], bias_in_dense ? n->inputs[2] : NULL};
@@ -1280,6 +1736,275 @@ static int map_gemm(struct cx *c, const struct ck_graph_node *n, const struct ro
             return err;
     }
     return 0;
+}
+
+/* Max, Min, Sum, Mean of n inputs (numpy broadcasting): a chain of binary
+ * nodes, left to right as numpy's reduce; Mean divides the sum by n. One
+ * input is the identity. */
+static int map_variadic(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                        struct ck_model_node *mn)
+{
+    enum ck_op op = row->op == CK_OP_REDUCE_MEAN ? CK_OP_ADD : row->op;
+    bool mean = row->op == CK_OP_REDUCE_MEAN;
+    const char *acc = n->inputs[0], *y = n->outputs[0];
+    int err = 0;
+    if (n->ninputs == 1)
+        return emit(c, n->name, CK_OP_IDENTITY, &acc, 1, &y, 1, &mn);
+    for (size_t i = 1; i < n->ninputs; i++) {
+        bool last = i + 1 == n->ninputs && !mean;
+        const char *o = last ? y : tmp_name(c, n, "acc");
+        const char *ab[2] = {acc, n->inputs[i]};
+        if (!o || (err = emit(c, n->name, op, ab, 2, &o, 1, &mn)) < 0)
+            return err ? err : ck_error(CK_ENOMEM, "out of memory");
+        acc = o;
+    }
+    if (mean) {
+        if ((err = emit(c, n->name, CK_OP_DIV, &acc, 1, &y, 1, &mn)) < 0)
+            return err;
+        mn->p.has_scalar = true;
+        mn->p.scalar = (float)n->ninputs;
+    }
+    return 0;
+}
+
+/* DepthToSpace and SpaceToDepth as reshape, transpose, reshape (ONNX's own
+ * definition of them), on x [N, C, H, W] with static C, H and W:
+ * DepthToSpace DCR: [N, b, b, C/b^2, H, W] -> perm (0, 3, 4, 1, 5, 2);
+ * DepthToSpace CRD: [N, C/b^2, b, b, H, W] -> perm (0, 1, 4, 2, 5, 3);
+ * both then [N, C/b^2, H b, W b]. SpaceToDepth: [N, C, H/b, b, W/b, b] ->
+ * perm (0, 3, 5, 1, 2, 4) -> [N, C b^2, H/b, W/b]. */
+static int map_space_depth(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                           struct ck_model_node *mn)
+{
+    struct val *x = NULL;
+    int64_t b = 0, s1[6], perm[6], s2[4];
+    int err = 0;
+    bool to_space = !strcmp(n->op, "DepthToSpace");
+    const char *mode = attr(n, "mode");
+    (void)row;
+    if ((err = input(c, n, 0, &x)) < 0 || (err = attr_int(c, n, "blocksize", 0, &b)) < 0)
+        return err;
+    if (mode && strcmp(mode, "DCR") && strcmp(mode, "CRD"))
+        return bad_attr(c, n, "mode");
+    bool crd = mode && !strcmp(mode, "CRD");
+    if (b < 1 || b > 4096)
+        return bad_attr(c, n, "blocksize");
+    if (x->rank != 4 || x->dims[1] < 1 || x->dims[2] < 1 || x->dims[3] < 1 ||
+        x->dims[1] > (INT64_C(1) << 32) || x->dims[2] > (INT64_C(1) << 32) ||
+        x->dims[3] > (INT64_C(1) << 32))
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): needs a 4-D input with static channels, height "
+                        "and width",
+                        c->path, n->name, n->op);
+    int64_t C = x->dims[1], H = x->dims[2], W = x->dims[3];
+    if (to_space ? C % (b * b) : H % b || W % b)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): blocksize %" PRId64 " does not divide "
+                        "the input",
+                        c->path, n->name, n->op, b);
+    if (to_space) {
+        int64_t a[6] = {0, b, b, C / (b * b), H, W}, a2[6] = {0, C / (b * b), b, b, H, W};
+        int64_t p1[6] = {0, 3, 4, 1, 5, 2}, p2[6] = {0, 1, 4, 2, 5, 3};
+        memcpy(s1, crd ? a2 : a, sizeof s1);
+        memcpy(perm, crd ? p2 : p1, sizeof perm);
+        int64_t o[4] = {0, C / (b * b), H * b, W * b};
+        memcpy(s2, o, sizeof s2);
+    } else {
+        int64_t a[6] = {0, C, H / b, b, W / b, b}, p1[6] = {0, 3, 5, 1, 2, 4};
+        int64_t o[4] = {0, C * b * b, H / b, W / b};
+        memcpy(s1, a, sizeof s1);
+        memcpy(perm, p1, sizeof perm);
+        memcpy(s2, o, sizeof s2);
+    }
+    const char *in = n->inputs[0], *r1 = tmp_name(c, n, "blocks"), *t = tmp_name(c, n, "moved");
+    const char *y = n->outputs[0];
+    if (!r1 || !t)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, CK_OP_RESHAPE, &in, 1, &r1, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, s1, 6)) < 0 ||
+        (err = emit(c, n->name, CK_OP_TRANSPOSE, &r1, 1, &t, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, perm, 6)) < 0 ||
+        (err = emit(c, n->name, CK_OP_RESHAPE, &t, 1, &y, 1, &mn)) < 0)
+        return err;
+    return ck_model_node_set_ints(mn, s2, 4);
+}
+
+/* RNN, GRU, LSTM: ONNX's defaults only (the activations, no clip, no
+ * input_forget, no sequence_lens); anything else refused by name. The
+ * optional inputs present become a mask (docs/model.md). */
+static int map_recurrent(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                         struct ck_model_node *mn)
+{
+    int64_t hidden = 0, layout = 0, lbr = 0, ifg = 0, mask = 0, dir = 0;
+    const char *d = attr(n, "direction"), *in[7], *out[3];
+    size_t nin = 3, nout = row->op == CK_OP_LSTM ? 3 : 2;
+    int err = 0;
+    static const char *const unsupported[] = {"activation_alpha", "activation_beta", "clip"};
+    /* activations written out as ONNX's defaults (torch does) are the defaults */
+    static const char *const defaults[] = {"Tanh", "Sigmoid", "Tanh", "Sigmoid", "Tanh", "Tanh"};
+    const char *acts = attr(n, "activations");
+    size_t first = row->op == CK_OP_RNN ? 0 : row->op == CK_OP_GRU ? 1 : 3;
+    size_t per = row->op == CK_OP_RNN ? 1 : row->op == CK_OP_GRU ? 2 : 3;
+    for (size_t k = 0; acts && *acts;) {
+        const char *want = defaults[first + k % per];
+        size_t len = strlen(want);
+        while (*acts == '[' || *acts == ' ' || *acts == ',')
+            acts++;
+        if (!*acts || *acts == ']')
+            break;
+        if (strncasecmp(acts, want, len) || (acts[len] && !strchr(", ]", acts[len])))
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (%s): activations other than ONNX's defaults are not "
+                            "supported",
+                            c->path, n->name, n->op);
+        acts += len;
+        k++;
+    }
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (attr(n, unsupported[i]))
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (%s): attribute '%s' is not supported (only ONNX's "
+                            "default activations, no clip)",
+                            c->path, n->name, n->op, unsupported[i]);
+    if ((err = attr_int(c, n, "hidden_size", 0, &hidden)) < 0 ||
+        (err = attr_int(c, n, "layout", 0, &layout)) < 0 ||
+        (err = attr_int(c, n, "linear_before_reset", 0, &lbr)) < 0 ||
+        (err = attr_int(c, n, "input_forget", 0, &ifg)) < 0)
+        return err;
+    if (ifg)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): input_forget is not supported",
+                        c->path, n->name, n->op);
+    if (has_input(n, 4))
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): sequence_lens (an integer input) is not supported",
+                        c->path, n->name, n->op);
+    if (hidden < 1 || hidden > (1 << 24))
+        return bad_attr(c, n, "hidden_size");
+    if (layout != 0 && layout != 1)
+        return bad_attr(c, n, "layout");
+    if (d && !strcmp(d, "reverse"))
+        dir = 1;
+    else if (d && !strcmp(d, "bidirectional"))
+        dir = 2;
+    else if (d && strcmp(d, "forward"))
+        return bad_attr(c, n, "direction");
+    in[0] = n->inputs[0], in[1] = n->inputs[1], in[2] = n->inputs[2];
+    /* ONNX inputs 3 B, 5 initial_h, 6 initial_c, 7 P -> mask bits 1, 2, 4, 8 */
+    static const int onnx_at[4] = {3, 5, 6, 7};
+    for (int b = 0; b < 4; b++)
+        if (has_input(n, (size_t)onnx_at[b])) {
+            mask |= 1 << b;
+            in[nin++] = n->inputs[onnx_at[b]];
+        }
+    for (size_t i = 0; i < nout; i++) {
+        out[i] = i < n->noutputs && n->outputs[i][0] ? n->outputs[i] : tmp_name(c, n, "state");
+        if (!out[i])
+            return ck_error(CK_ENOMEM, "out of memory");
+    }
+    int64_t ints[5] = {dir, hidden, mask, layout, lbr};
+    if ((err = emit(c, n->name, row->op, in, nin, out, nout, &mn)) < 0)
+        return err;
+    return ck_model_node_set_ints(mn, ints, 5);
+}
+
+/* GridSample (opset 16): mode bilinear, nearest, bicubic; padding_mode
+ * zeros, border, reflection; align_corners. */
+static int map_grid(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    static const char *const modes[] = {"bilinear", "nearest", "bicubic"};
+    static const char *const pads[] = {"zeros", "border", "reflection"};
+    const char *m = attr(n, "mode"), *pm = attr(n, "padding_mode");
+    int64_t v[3] = {0, 0, 0};
+    int err = 0;
+    (void)row;
+    for (int64_t i = 0; m && i < 3; i++)
+        if (!strcmp(m, modes[i]))
+            v[0] = i + 10;
+    for (int64_t i = 0; pm && i < 3; i++)
+        if (!strcmp(pm, pads[i]))
+            v[1] = i + 10;
+    if ((m && v[0] < 10) || (pm && v[1] < 10))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (GridSample): mode '%s' or padding_mode "
+                        "'%s' is not supported",
+                        c->path, n->name, m ? m : "bilinear", pm ? pm : "zeros");
+    v[0] = m ? v[0] - 10 : 0;
+    v[1] = pm ? v[1] - 10 : 0;
+    if ((err = attr_int(c, n, "align_corners", 0, &v[2])) < 0)
+        return err;
+    return ck_model_node_set_ints(mn, v, 3);
+}
+
+/* Mod: fmod=1 is C's fmod (the sign of the dividend); fmod=0 (the sign of
+ * the divisor) is for integers only, which ckptd does not compute. */
+static int map_mod(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    int64_t f = 0;
+    int err = 0;
+    (void)row;
+    (void)mn;
+    if ((err = attr_int(c, n, "fmod", 0, &f)) < 0)
+        return err;
+    if (f != 1)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Mod): fmod=0 (integer modulo) is not "
+                        "supported",
+                        c->path, n->name);
+    return 0;
+}
+
+/* CastLike(x, like): a cast to like's type; float32 is the identity. */
+static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                        struct ck_model_node *mn)
+{
+    const char *t = has_input(n, 1) ? graph_attr(c->g, "dtype.", n->inputs[1]) : NULL;
+    const struct ck_tensor *w = has_input(n, 1) ? ck_tensor_set_find(c->m->weights, n->inputs[1])
+                                                : NULL;
+    enum ck_dtype dt = w ? w->dtype : t ? ck_dtype_from_name(t) : CK_DT_INVALID;
+    (void)row;
+    (void)mn;
+    if (dt != CK_DT_F32)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (CastLike): a cast of activations to %s is not supported",
+                        c->path, n->name, dt == CK_DT_INVALID ? "an unknown type" : ck_dtype_name(dt));
+    return 0;
+}
+
+/* MeanVarianceNormalization: (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9)
+ * over axes (default 0, 2, 3), ONNX's function body as nodes. */
+static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                   struct ck_model_node *mn)
+{
+    int64_t axes[RANK_MAX] = {0, 2, 3};
+    size_t na = 3, k = 0;
+    int err = 0;
+    (void)row;
+    if ((err = attr_ints(c, n, "axes", axes, RANK_MAX, &k)) < 0)
+        return err;
+    if (k != SIZE_MAX)
+        na = k;
+    const char *x = n->inputs[0], *y = n->outputs[0], *mean = tmp_name(c, n, "mean");
+    const char *d = tmp_name(c, n, "centred"), *sq = tmp_name(c, n, "square");
+    const char *var = tmp_name(c, n, "var"), *sd = tmp_name(c, n, "std");
+    const char *sde = tmp_name(c, n, "std_eps");
+    if (!mean || !d || !sq || !var || !sd || !sde)
+        return ck_error(CK_ENOMEM, "out of memory");
+    const char *xm[2] = {x, mean}, *dd[2] = {d, d}, *ds[2] = {d, sde};
+    if ((err = emit(c, n->name, CK_OP_REDUCE_MEAN, &x, 1, &mean, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, axes, na)) < 0)
+        return err;
+    mn->p.keepdims = true;
+    if ((err = emit(c, n->name, CK_OP_SUB, xm, 2, &d, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_MUL, dd, 2, &sq, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_REDUCE_MEAN, &sq, 1, &var, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, axes, na)) < 0)
+        return err;
+    mn->p.keepdims = true;
+    if ((err = emit(c, n->name, CK_OP_SQRT, &var, 1, &sd, 1, &mn)) < 0 ||
+        (err = emit(c, n->name, CK_OP_ADD, &sd, 1, &sde, 1, &mn)) < 0)
+        return err;
+    mn->p.has_scalar = true;
+    mn->p.scalar = 1e-9f;
+    return emit(c, n->name, CK_OP_DIV, ds, 2, &y, 1, &mn);
 }
 
 static const struct row *find_row(const char *op)
@@ -1328,7 +2053,7 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
         for (size_t i = 0; i < n->ninputs; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
             if (x && x->is_int && !x->is_const)
-                return ck_error(CK_EFORMAT,
+                return ck_error(CK_EUNSUPPORTED,
                                 "'%s': node '%s' (%s): input '%s' is an integer tensor, and "
                                 "ckptd computes in float32: integer arithmetic is not supported",
                                 c->path, n->name, n->op, x->name);
@@ -1342,18 +2067,86 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
 
 static int map_outputs(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                        struct val **out);
+/* 1-D MaxPool / AveragePool on [N, C, L]: unsqueeze to [N, C, 1, L], the
+ * 2-D pool with a [1, k] window, squeeze the axis back. */
+static int map_pool1d(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      int64_t kernel)
+{
+    int64_t v[RANK_MAX], ceil = 0, cip = 0, axis = 2;
+    size_t k = 0;
+    struct val *x = NULL;
+    struct ck_model_node *mn = NULL;
+    int err = 0;
+    const char *pad = attr(n, "auto_pad");
+    if (pad && strcmp(pad, "NOTSET") && strcmp(pad, "VALID"))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): auto_pad '%s' is not supported",
+                        c->path, n->name, n->op, pad);
+    if ((err = input(c, n, 0, &x)) < 0)
+        return err;
+    if (x->rank != 3)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): 1-D pooling needs [N, C, L]",
+                        c->path, n->name, n->op);
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    p.kernel[0] = 1, p.kernel[1] = kernel;
+    if ((err = attr_ints(c, n, "strides", v, RANK_MAX, &k)) < 0)
+        return err;
+    if (k == 1)
+        p.stride[1] = v[0];
+    else if (k != SIZE_MAX)
+        return bad_attr(c, n, "strides");
+    if ((err = attr_ints(c, n, "dilations", v, RANK_MAX, &k)) < 0)
+        return err;
+    if (k != SIZE_MAX && (k != 1 || v[0] != 1))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): dilated pooling is not supported",
+                        c->path, n->name, n->op);
+    if ((err = attr_ints(c, n, "pads", v, RANK_MAX, &k)) < 0)
+        return err;
+    if (k == 2)
+        p.pad[1] = v[0], p.pad[3] = v[1];
+    else if (k != SIZE_MAX)
+        return bad_attr(c, n, "pads");
+    if ((err = attr_int(c, n, "ceil_mode", 0, &ceil)) < 0 ||
+        (err = attr_int(c, n, "count_include_pad", 0, &cip)) < 0)
+        return err;
+    p.ceil_mode = ceil;
+    p.count_include_pad = cip;
+    const char *in = n->inputs[0], *u = tmp_name(c, n, "as_2d"), *q = tmp_name(c, n, "pooled");
+    const char *y = n->outputs[0];
+    if (!u || !q)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, CK_OP_UNSQUEEZE, &in, 1, &u, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, &axis, 1)) < 0 ||
+        (err = emit(c, n->name, row->op, &u, 1, &q, 1, &mn)) < 0)
+        return err;
+    int64_t *keep = mn->p.ints;
+    size_t nkeep = mn->p.nints;
+    mn->p = p;
+    mn->p.ints = keep, mn->p.nints = nkeep;
+    if ((err = emit(c, n->name, CK_OP_SQUEEZE, &q, 1, &y, 1, &mn)) < 0)
+        return err;
+    return ck_model_node_set_ints(mn, &axis, 1);
+}
 
 static int map_node(struct cx *c, const struct ck_graph_node *n)
 {
     const struct row *row = find_row(n->op);
     int err = 0;
     if (!row) /* ck_onnx_to_model named every unmapped op before this */
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s': ONNX op '%s' has no mapping in ckptd's "
                         "operation vocabulary",
                         c->path, n->name, n->op);
     if ((err = ck_graph_node_check_arity(n, &row->arity, c->path)) < 0)
         return err;
+    /* outputs ONNX allows and the mapping does not compute (MaxPool's
+     * Indices, Dropout's mask, BatchNormalization's running statistics) */
+    for (size_t i = 1; !ck_op_is_multi_output(row->op) && row->op != CK_OP_LAYERNORM &&
+                       i < n->noutputs;
+         i++)
+        if (n->outputs[i][0])
+            return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (%s): output %zu ('%s') is not supported",
+                            c->path, n->name, n->op, i, n->outputs[i]);
     /* as many outputs as the node has (a split into dozens), at least RANK_MAX */
     struct val **out = calloc(n->noutputs > RANK_MAX ? n->noutputs : RANK_MAX, sizeof *out);
     if (!out)
@@ -1374,12 +2167,20 @@ static int map_outputs(struct cx *c, const struct ck_graph_node *n, const struct
     if ((err = infer(c, n, out)) < 0 || (err = fold(c, n, out)) != 0)
         return err < 0 ? err : 0;
     if (row->op == CK_OP_INVALID)
-        return ck_error(CK_EFORMAT,
+        return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (%s): its inputs are not constants, and ckptd computes "
                         "%s only when folding shapes",
                         c->path, n->name, n->op, n->op);
     if ((err = check_integers(c, n, row, out)) < 0)
         return err;
+    if (row->op == CK_OP_MAXPOOL || row->op == CK_OP_AVGPOOL) {
+        int64_t ks[RANK_MAX];
+        size_t nk = 0;
+        if ((err = attr_ints(c, n, "kernel_shape", ks, RANK_MAX, &nk)) < 0)
+            return err;
+        if (nk == 1)
+            return map_pool1d(c, n, row, ks[0]);
+    }
     if (row->ndata == 0) /* the row emits its own nodes */
         return row->map(c, n, row, NULL);
     size_t nin = row->ndata < 0 ? n->ninputs : (size_t)row->ndata;
@@ -1424,7 +2225,7 @@ static int check_ops(struct cx *c)
         return 0;
     if (used >= sizeof names - 1)
         snprintf(names + sizeof names - 5, 5, "...");
-    return ck_error(CK_EFORMAT,
+    return ck_error(CK_EUNSUPPORTED,
                     "'%s': %zu ONNX op%s without a mapping in ckptd's operation vocabulary: %s",
                     c->path, missing, missing > 1 ? "s" : "", names);
 }
@@ -1483,6 +2284,31 @@ static int add_io(struct cx *c, bool output, const char *name)
                            dims);
 }
 
+/* A graph output that folded into a constant (a Shape or Size of static
+ * shapes): its values as a float32 weight "NAME/value" and an identity node
+ * that gives the output, so the engine produces it like any other. */
+static int const_output(struct cx *c, const char *name)
+{
+    struct val *v = find(c, name), *w = NULL;
+    struct ck_model_node *mn = NULL;
+    char buf[4200];
+    int err = 0;
+    if (!v || !v->is_const || v->is_weight || v->folded_weight)
+        return 0;
+    snprintf(buf, sizeof buf, "%s/value", name);
+    const char *wn = ck_tensor_set_strdup(c->m->weights, buf, strlen(buf));
+    if (!wn || (err = get(c, wn, &w)) < 0)
+        return err ? err : ck_error(CK_ENOMEM, "out of memory");
+    if ((err = set_const(w, v->cn, v->is_int)) < 0)
+        return err;
+    memcpy(w->c, v->c, v->cn * sizeof *v->c);
+    set_shape(w, v->rank < 0 ? 1 : v->rank, v->dims);
+    if (v->rank < 0)
+        w->dims[0] = (int64_t)v->cn;
+    v->is_const = false; /* now the identity's output */
+    return emit(c, name, CK_OP_IDENTITY, &wn, 1, &name, 1, &mn);
+}
+
 int ck_onnx_to_model(struct ck_tensor_set *s, struct ck_model **out)
 {
     struct cx c;
@@ -1517,8 +2343,14 @@ int ck_onnx_to_model(struct ck_tensor_set *s, struct ck_model **out)
         if ((err = map_node(&c, &c.g->nodes[i])) < 0)
             goto out;
     for (size_t i = 0; i < c.g->noutputs; i++)
-        if ((err = add_io(&c, true, c.g->outputs[i])) < 0)
+        if ((err = const_output(&c, c.g->outputs[i])) < 0 ||
+            (err = add_io(&c, true, c.g->outputs[i])) < 0)
             goto out;
+    if (!c.m->ninputs) {
+        err = ck_error(CK_EUNSUPPORTED,
+                       "'%s': the graph has no input: ckptd verifies a model on inputs", c.path);
+        goto out;
+    }
     if ((err = ck_model_check(c.m)) < 0) {
         ck_error_wrap(err, "'%s'", c.path);
         goto out;

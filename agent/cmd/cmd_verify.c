@@ -536,6 +536,12 @@ static int run(const struct opts *o)
             goto done;
         rc = CK_EXIT_FAILED;
     }
+    /* what the engine does not run is refused here, before the child, so the
+     * refusal keeps its code (exit 4, unsupported) */
+    if ((err = ck_infer_check(m)) < 0) {
+        err = ck_error_wrap(err, "'%s'", o->model);
+        goto out;
+    }
     nin = m->ninputs;
     in = calloc(nin + 1, sizeof *in);
     want = calloc(o->nexpected + 1, sizeof *want);

@@ -123,6 +123,43 @@ def onnx_seeds(out):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
                           initializer=[w, shape])
     put(out, "onnx", "helper", helper.make_model(g).SerializeToString())
+    # the ops and lowerings added for ONNX's conformance suite (issue 35)
+    fv = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
+    extra = {
+        "lstm": ([helper.make_node("LSTM", ["x", "W", "R", "B"], ["y", "yh", "yc"], hidden_size=2,
+                                   direction="bidirectional")],
+                 [fv("x", [3, 1, 2]), fv("W", [2, 8, 2]), fv("R", [2, 8, 2]), fv("B", [2, 16])],
+                 [fv("y", [3, 2, 1, 2])]),
+        "gru": ([helper.make_node("GRU", ["x", "W", "R"], ["", "yh"], hidden_size=2, layout=1,
+                                  linear_before_reset=1)],
+                [fv("x", [1, 3, 2]), fv("W", [1, 6, 2]), fv("R", [1, 6, 2])], [fv("yh", [1, 1, 2])]),
+        "convt": ([helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=[3, 2],
+                                    output_shape=[10, 8], group=1)],
+                  [fv("x", [1, 1, 3, 3]), fv("w", [1, 2, 3, 3])], [fv("y", [1, 2, 10, 8])]),
+        "grid": ([helper.make_node("GridSample", ["x", "g"], ["y"], mode="bicubic",
+                                   padding_mode="reflection")],
+                 [fv("x", [1, 1, 3, 3]), fv("g", [1, 2, 2, 2])], [fv("y", [1, 1, 2, 2])]),
+        "clip_max_mean": ([helper.make_node("Clip", ["x", "lo", ""], ["c"]),
+                           helper.make_node("Max", ["c", "x", "lo"], ["m"]),
+                           helper.make_node("Mean", ["m", "x"], ["y"])],
+                          [fv("x", [2, 3]), fv("lo", [])], [fv("y", [2, 3])]),
+        "layernorm3": ([helper.make_node("LayerNormalization", ["x", "s"], ["y", "mu", "inv"],
+                                         axis=-2)],
+                       [fv("x", [2, 3, 4]), fv("s", [3, 4])], [fv("y", [2, 3, 4])]),
+        "d2s_pool": ([helper.make_node("DepthToSpace", ["x"], ["d"], blocksize=2, mode="CRD"),
+                      helper.make_node("MaxPool", ["d"], ["y"], kernel_shape=[3, 3],
+                                       auto_pad="SAME_LOWER", strides=[2, 2])],
+                     [fv("x", [1, 8, 2, 3])], [fv("y", [1, 2, 2, 3])]),
+        "pool1d_reduce": ([helper.make_node("AveragePool", ["x"], ["p"], kernel_shape=[2],
+                                            pads=[1, 0]),
+                           helper.make_node("ReduceLogSumExp", ["p"], ["y"], axes=[-1],
+                                            keepdims=0)],
+                          [fv("x", [1, 2, 5])], [fv("y", [1, 2])]),
+    }
+    for name, (nodes, ins, outs) in extra.items():
+        g = helper.make_graph(nodes, name, ins, outs)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        put(out, "onnx", "issue35_" + name, m.SerializeToString())
     try:
         import torch_gen
         models = torch_gen.onnx_models()

@@ -151,6 +151,13 @@ static void dl4j_table_both_directions(void **state)
         struct ck_model_node n = {.name = "n", .op = (enum ck_op)op};
         const struct ck_dl4j_op *row;
         ck_op_params_init(&n.p);
+        if (op > CK_OP_PAD) {
+            /* the ops added for ONNX's suite (issue 35) have no DL4J row yet:
+             * a SameDiff archive holding one is refused naming it */
+            assert_int_equal(ck_dl4j_for_node(&n, &row), CK_EFORMAT);
+            assert_non_null(strstr(ck_error_msg(), ck_op_name((enum ck_op)op)));
+            continue;
+        }
         assert_int_equal(ck_dl4j_for_node(&n, &row), 0);
         const struct ck_dl4j_op *back = ck_dl4j_by_name(row->name);
         assert_ptr_equal(back, row); /* DL4J names are unique */
