@@ -138,7 +138,7 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
     struct ck_archives archives = {0};
     struct ck_retention_result resumed;
     /* a retention pass killed mid-deletion: finished before the scan sees its remains */
-    if (!p->uploads && ck_retention_resume(p->st, p->dir, p->cfg, &resumed) < 0)
+    if (!p->uploads && ck_retention_resume(p->st, p->dir, p->cfg, p->hooks, &resumed) < 0)
         ck_err("pipeline.retention_failed", "%s", ck_error_msg());
     int err = ck_scan_run(p->st, so, res);
     /* events: only what metadata.yaml took */
@@ -157,7 +157,8 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
             upload_foreground(p);
         /* retention: the stores are checked again, whatever the round said */
         if (err == 0 &&
-            (p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, false, &p->retention)) < 0)
+            (p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, p->hooks, false,
+                                                     &p->retention)) < 0)
             ck_err("pipeline.retention_failed", "%s", ck_error_msg());
     } else if (res->metadata_written || queued) {
         ck_upload_worker_kick(p->uploads);

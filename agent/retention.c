@@ -326,6 +326,7 @@ struct store_slot {
 
 struct pass {
     struct ck_state *st;
+    struct ck_hooks *hooks;
     const char *dir;
     const struct ck_config *cfg;
     bool dry_run;
@@ -597,6 +598,40 @@ static int unlist(struct pass *p, const struct ck_retained *r)
     return err;
 }
 
+/* checkpoint.deleted: store carries the stores holding its copies. */
+static int emit_deleted(struct pass *p, const struct ck_retained *r, const char *where)
+{
+    struct ck_event ev;
+    struct ck_ckpt_record rec;
+    char meta_path[PATH_MAX];
+    int err;
+    if (!p->hooks)
+        return 0;
+    if ((err = ck_event_init(&ev, CK_EV_CHECKPOINT_DELETED)) < 0)
+        return err;
+    ev.dir = p->dir;
+    ev.checkpoint = r->ref;
+    ev.epoch = r->epoch;
+    ev.path = r->path;
+    ev.md5 = r->md5;
+    ev.source = r->source[0] ? r->source : NULL;
+    ev.store = where[0] ? where : "none";
+    if (ck_state_ckpt_get(p->st, r->ref, &rec) == 0)
+        ev.size = (int64_t)rec.size;
+    struct ck_pmf_meta m;
+    bool have = ck_path_join(meta_path, sizeof meta_path, p->dir, "metadata.yaml") == 0 &&
+                ck_layout_read_meta(meta_path, &m) == 0;
+    ck_error_clear();
+    if (have) {
+        ev.model_name = m.name;
+        ev.model_id = m.id;
+    }
+    err = ck_hooks_emit(p->hooks, p->st->db, &ev);
+    if (have)
+        ck_pmf_meta_release(&m);
+    return err;
+}
+
 /* From a recorded intent to done: the stores' metadata first (it must keep
  * the checkpoint before the local one drops it), the local metadata.yaml
  * (the local tree stays valid: it no longer names the files), the files,
@@ -609,18 +644,6 @@ static int finish(struct pass *p, struct ck_retained *r)
         (err = delete_bytes(p, r, &freed)) < 0)
         return ck_error_wrap(err, "ref '%s'", r->ref);
     r->deleted = true;
-    if ((err = ck_state_begin(p->st)) < 0)
-        return err;
-    if ((err = ck_state_retained_put(p->st, r)) < 0 ||
-        (err = ck_state_ckpt_delete(p->st, r->ref)) < 0) {
-        ck_state_rollback(p->st);
-        return err;
-    }
-    if ((err = ck_state_commit(p->st)) < 0)
-        return err;
-    p->res->deleted++;
-    p->res->freed += freed;
-    ck_metrics_add(CK_M_CHECKPOINTS_DELETED, 1);
     char where[1024] = "";
     for (const char *s = r->stores; *s;) {
         const char *nl = strchr(s, '\n');
@@ -629,6 +652,18 @@ static int finish(struct pass *p, struct ck_retained *r)
                  where[0] ? "," : "", (int)l, s);
         s += l + (nl != NULL);
     }
+    if ((err = ck_state_begin(p->st)) < 0)
+        return err;
+    if ((err = ck_state_retained_put(p->st, r)) < 0 ||
+        (err = ck_state_ckpt_delete(p->st, r->ref)) < 0 || (err = emit_deleted(p, r, where)) < 0) {
+        ck_state_rollback(p->st);
+        return err;
+    }
+    if ((err = ck_state_commit(p->st)) < 0)
+        return err;
+    p->res->deleted++;
+    p->res->freed += freed;
+    ck_metrics_add(CK_M_CHECKPOINTS_DELETED, 1);
     ck_info("checkpoint.deleted", "ref='%s' epoch=%lld bytes_freed=%llu copies=\"%s\"", r->ref,
             (long long)r->epoch, (unsigned long long)freed, where[0] ? where : "none");
     return 0;
@@ -846,17 +881,17 @@ out:
 }
 
 int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_config *cfg,
-                        struct ck_retention_result *res)
+                        struct ck_hooks *hooks, struct ck_retention_result *res)
 {
-    struct pass p = {.st = st, .dir = dir, .cfg = cfg, .res = res};
+    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .res = res};
     memset(res, 0, sizeof *res);
     return finish_interrupted(&p);
 }
 
 int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
-                     bool dry_run, struct ck_retention_result *res)
+                     struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res)
 {
-    struct pass p = {.st = st, .dir = dir, .cfg = cfg, .dry_run = dry_run, .res = res};
+    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .dry_run = dry_run, .res = res};
     struct ck_discovery d = {0};
     struct ck_pmf_meta m;
     char meta_path[PATH_MAX];

@@ -9,12 +9,15 @@
  * tree holds; the stores get DIR/.ckptd/remote-metadata.yaml (stores/pmftree.h),
  * which lists every checkpoint they hold. The state database records each
  * deletion before its first byte goes (deleting) and after its last
- * (deleted): a pass killed in between is finished by the next one. */
+ * (deleted): a pass killed in between is finished by the next one. The
+ * checkpoint.deleted event (hooks NULL: none) is stored in the transaction
+ * that records the deletion done. */
 #ifndef CK_RETENTION_H
 #define CK_RETENTION_H
 
 #include "agent/config.h"
 #include "agent/state.h"
+#include "hooks/hooks.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,12 +36,12 @@ struct ck_retention_result {
  * as held; an error means the pass could not be done (metadata.yaml, the
  * state database). */
 int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
-                     bool dry_run, struct ck_retention_result *res);
+                     struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res);
 
 /* Finishes the deletions an interrupted pass recorded (before a scan, so
  * that what is left of them is not registered again). */
 int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_config *cfg,
-                        struct ck_retention_result *res);
+                        struct ck_hooks *hooks, struct ck_retention_result *res);
 
 /* Writes DIR/.ckptd/remote-metadata.yaml: DIR/metadata.yaml plus the
  * checkpoints whose bytes are only in the stores (the retention records of

@@ -223,6 +223,20 @@ class Retention(TmpDirCase):
             self.assertEqual(self.remote_tree(got), set(self.sums))
             self.assertEqual(self.local_tree(), {"epoch_3.pt"})
 
+    def test_deleted_event(self):
+        """checkpoint.deleted reaches the hooks, saying where the copies are."""
+        store = os.path.join(self.dir, "store")
+        out = os.path.join(self.dir, "events")
+        self.write_ckpts(3)
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        with open(os.path.join(self.train, "ckptd.yaml"), "a") as f:
+            f.write("hooks:\n  exec:\n    - event: checkpoint.deleted\n"
+                    f"      command: 'echo \"$CKPTD_CHECKPOINT|$CKPTD_EPOCH|$CKPTD_STORE\" >> {out}'\n")
+        self.scan()
+        with open(out) as f:
+            got = sorted(f.read().splitlines())
+        self.assertEqual(got, [f"epoch_{e}.pt|{e}|file://{store}" for e in (1, 2)])
+
     def test_without_store(self):
         self.write_ckpts(3)
         self.config([], {"keep_last": 1})
