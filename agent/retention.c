@@ -8,6 +8,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/strlist.h"
 #include "readers/jsonin.h"
 #include "stores/net.h"
 #include "stores/pmftree.h"
@@ -932,5 +933,137 @@ out:
     ck_discovery_release(&d);
     if (ck_retention_free_bytes(dir, &free_bytes) < 0)
         ck_error_clear();
+    return err;
+}
+
+/* ---- fetch ---- */
+
+/* The MD5 a manifest ("MD5  NAME" lines, NAME relative to data/checkpoints/)
+ * gives for name, into out; false when it lists no such name. */
+static bool manifest_md5(const char *manifest, const char *name, char out[33])
+{
+    size_t nl = strlen(name);
+    for (const char *line = manifest; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t len = end ? (size_t)(end - line) : strlen(line);
+        if (len == 34 + nl && line[32] == ' ' && line[33] == ' ' && !memcmp(line + 34, name, nl)) {
+            memcpy(out, line, 32);
+            out[32] = '\0';
+            return ck_pmf_md5_is_valid(out);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+/* Every file of r from one store into temporaries beside their final names
+ * under dest, each MD5-checked; renamed into place only when all are. */
+static int fetch_from(struct pass *p, struct store_slot *s, const struct ck_retained *r,
+                      const char *dest, size_t *nfiles)
+{
+    struct ck_buf manifest = CK_BUF_INIT;
+    struct ck_strlist names = {0}; /* the final names of the temporaries made */
+    int err = 0;
+    *nfiles = 0;
+    for (const char *f = r->files; *f && err == 0;) {
+        const char *nl = strchr(f, '\n');
+        char key[PATH_MAX], final[PATH_MAX], tmp[PATH_MAX + 32], dir[PATH_MAX], want[33];
+        snprintf(key, sizeof key, "%.*s", (int)(nl ? nl - f : (ptrdiff_t)strlen(f)), f);
+        f = nl ? nl + 1 : f + strlen(f);
+        if (strncmp(key, "data/checkpoints/", 17) || strstr(key, "..")) {
+            err = ck_error(CK_EFORMAT, "ref '%s': '%s' is not a checkpoint file", r->ref, key);
+            break;
+        }
+        if ((err = ck_path_join(final, sizeof final, dest, key + 17)) < 0)
+            break;
+        snprintf(tmp, sizeof tmp, "%s.ckptd-fetch", final);
+        ck_dirname(dir, sizeof dir, final);
+        if ((err = ck_mkdirs(dir, 0755)) < 0)
+            break;
+        int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) {
+            err = ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+            break;
+        }
+        if ((err = ck_strlist_add(&names, final)) == 0)
+            err = ck_store_get(s->store, key, fd);
+        if (err == 0 && fsync(fd) < 0)
+            err = ck_error_os(CK_EIO, "cannot fsync '%s'", tmp);
+        close(fd);
+        struct ck_digests d;
+        if (err < 0 || (err = ck_hash_file(tmp, CK_HASH_MD5, &d, NULL)) < 0)
+            break;
+        /* the PMF path: metadata.yaml's MD5; a folder's files: its manifest's */
+        bool is_pmf = !strcmp(key, r->path);
+        if (is_pmf)
+            snprintf(want, sizeof want, "%s", r->md5);
+        else if (!manifest_md5(ck_buf_str(&manifest), key + 17, want))
+            want[0] = '\0';
+        if (strcmp(d.md5, want)) {
+            err = ck_error(CK_ECHANGED, "'%s' from store '%s': MD5 %s, %s %s", key, s->url,
+                           d.md5, is_pmf ? "metadata.yaml records" : "its manifest says",
+                           want[0] ? want : "nothing");
+            break;
+        }
+        if (is_pmf && r->kind != CK_CAND_FILE &&
+            (err = ck_read_file(tmp, 64u << 20, &manifest)) < 0)
+            break;
+    }
+    for (size_t i = 0; i < names.n; i++) {
+        char tmp[PATH_MAX + 32];
+        snprintf(tmp, sizeof tmp, "%s.ckptd-fetch", names.items[i]);
+        if (err == 0 && rename(tmp, names.items[i]) < 0)
+            err = ck_error_os(CK_EIO, "cannot rename '%s'", tmp);
+        if (err < 0)
+            unlink(tmp);
+    }
+    *nfiles = err == 0 ? names.n : 0;
+    ck_strlist_release(&names);
+    ck_buf_release(&manifest);
+    return err;
+}
+
+int ck_retention_fetch(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       const char *ref, const char *dest, size_t *nfiles)
+{
+    struct ck_retention_result res;
+    struct pass p = {.st = st, .dir = dir, .cfg = cfg, .res = &res};
+    struct ck_retained *rows = NULL, *r = NULL;
+    size_t n = 0;
+    int err = ck_state_retained_list(st->db, &rows, &n);
+    *nfiles = 0;
+    if (err == CK_ENOENT)
+        err = 0;
+    for (size_t i = 0; err == 0 && i < n && !r; i++)
+        if (!strcmp(rows[i].ref, ref))
+            r = &rows[i];
+    if (err == 0 && !r)
+        err = ck_error(CK_ENOENT, "'%s': retention deleted no checkpoint '%s' (one in "
+                                  "metadata.yaml is in data/checkpoints/)", dir, ref);
+    if (err == 0 && !r->stores[0])
+        err = ck_error(CK_ENOENT, "'%s': '%s' was deleted with retention.without_store: no "
+                                  "store holds it", dir, ref);
+    if (err == 0)
+        err = open_stores(&p);
+    /* the stores that held checked copies when it was deleted, in config order */
+    bool tried = false;
+    for (size_t i = 0; err == 0 && i < p.nstores && !*nfiles; i++) {
+        struct store_slot *s = &p.stores[i];
+        char line[600];
+        snprintf(line, sizeof line, "%s\n", s->url);
+        if (s->failing || !strstr(r->stores, line))
+            continue;
+        tried = true;
+        if (fetch_from(&p, s, r, dest, nfiles) < 0) {
+            ck_warn("fetch.store_failed", "store=\"%s\" ref='%s': %s", s->url, ref, ck_error_msg());
+            ck_error_clear();
+        }
+    }
+    if (err == 0 && !*nfiles)
+        err = ck_error(CK_ENET, "'%s': no configured store gave '%s' back whole%s", dir, ref,
+                       tried ? " (see the warnings)" : ": none of the stores that hold it is "
+                                                       "configured now");
+    close_stores(&p);
+    ck_retained_list_free(rows, n);
     return err;
 }

@@ -49,6 +49,15 @@ int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_co
  * is not written again. */
 int ck_retention_remote_meta(sqlite3 *db, const char *dir);
 
+/* `ckptd fetch`: the files of a checkpoint retention deleted, from the first
+ * configured store that held a checked copy, into dest (a file checkpoint:
+ * dest/NAME; a folder: dest/REF/... and its manifest dest/REF.md5sums), each
+ * checked against the MD5 metadata.yaml recorded (a folder's files: against
+ * its manifest). Nothing is left at dest when no store gives it back whole.
+ * The local tree is not touched. *nfiles counts the files written. */
+int ck_retention_fetch(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       const char *ref, const char *dest, size_t *nfiles);
+
 /* Bytes free for this user on dir's filesystem (statvfs: f_bavail). */
 int ck_retention_free_bytes(const char *dir, uint64_t *out);
 

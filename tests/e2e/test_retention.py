@@ -98,6 +98,20 @@ class Retention(TmpDirCase):
         self.scan(env=env)
         got = fetch_store()
         self.assertEqual(self.remote_tree(got), set(self.sums))
+        # status says where each one is; fetch brings one back, MD5-checked
+        st = json.loads(run("status", "--json", self.train, check=0).stdout)
+        where = {w["checkpoint"]: w for w in st["where"]}
+        self.assertEqual({k: w["location"] for k, w in where.items()},
+                         {"epoch_1.pt": "stores", "epoch_2.pt": "stores", "epoch_3.pt": "stores",
+                          "epoch_4.pt": "local", "epoch_5.pt": "local"})
+        self.assertEqual(len(where["epoch_2.pt"]["stores"]), 1)
+        text = run("status", self.train, check=0).stdout
+        self.assertRegex(text, r"epoch_2\.pt +stores only: ")
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest, exist_ok=True)
+        run("fetch", self.train, "epoch_2.pt", "-o", dest, env=env, check=0)
+        self.assertEqual(os.listdir(dest), ["epoch_2.pt"])
+        self.assertEqual(md5_file(os.path.join(dest, "epoch_2.pt")), self.sums["epoch_2.pt"])
         # nothing more to do, nothing re-registered
         p = self.scan(env=env)
         self.assertNotIn("checkpoint.registered", p.stderr)
@@ -237,6 +251,28 @@ class Retention(TmpDirCase):
             got = sorted(f.read().splitlines())
         self.assertEqual(got, [f"epoch_{e}.pt|{e}|file://{store}" for e in (1, 2)])
 
+    def test_fetch_refuses_a_damaged_copy(self):
+        store = os.path.join(self.dir, "store")
+        self.write_ckpts(3)
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        self.scan()
+        obj = os.path.join(store, "data", "checkpoints", "epoch_1.pt")
+        size = os.path.getsize(obj)
+        with open(obj, "wb") as f:
+            f.write(os.urandom(size))
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest)
+        p = run("fetch", self.train, "epoch_1.pt", "-o", dest)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(self.sums["epoch_1.pt"], p.stderr)  # what metadata.yaml recorded
+        self.assertEqual(os.listdir(dest), [])
+        # the undamaged one comes back
+        run("fetch", self.train, "epoch_2.pt", "-o", dest, check=0)
+        self.assertEqual(md5_file(os.path.join(dest, "epoch_2.pt")), self.sums["epoch_2.pt"])
+        p = run("fetch", self.train, "epoch_3.pt", "-o", dest)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("data/checkpoints", p.stderr)
+
     def test_without_store(self):
         self.write_ckpts(3)
         self.config([], {"keep_last": 1})
@@ -332,6 +368,15 @@ class Retention(TmpDirCase):
             r = subprocess.run(["md5sum", "-c", f"checkpoint-{s}.md5sums"], capture_output=True,
                                text=True, cwd=os.path.join(store, "data", "checkpoints"))
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # and come back whole with fetch
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest)
+        run("fetch", self.train, "checkpoint-100", "-o", dest, check=0)
+        r = subprocess.run(["md5sum", "-c", "checkpoint-100.md5sums"], capture_output=True,
+                           text=True, cwd=dest)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(dest, "checkpoint-100"))),
+                         ["model.safetensors", "trainer_state.json"])
 
     def test_min_free_tmpfs(self):
         mnt = os.path.join(self.dir, "mnt")
