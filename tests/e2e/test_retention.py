@@ -318,6 +318,61 @@ class Retention(TmpDirCase):
         self.assertEqual(len(self.on_disk()[0]), 4)
         self.assertEqual(self.local_tree(), set(self.sums))
 
+    def test_keep_every(self):
+        store = os.path.join(self.dir, "store")
+        self.write_ckpts(7, size=20000)
+        self.config([{"url": "file://" + store}], {"keep_last": 1, "keep_every": 3})
+        self.scan()
+        want = {"epoch_3.pt", "epoch_6.pt", "epoch_7.pt"}
+        self.assertEqual(self.on_disk(), (want, want))
+        self.assertEqual(self.local_tree(), want)
+        self.scan()
+        self.assertEqual(self.remote_tree(store), set(self.sums))
+
+    def test_keep_best_metrics_file(self):
+        """retention.metrics_file: a metrics.jsonl by step, then a CSV by epoch."""
+        store = os.path.join(self.dir, "store")
+        loss = {100: 0.9, 200: 0.3, 300: 0.5, 400: 0.2, 500: 0.7, 600: 0.8}
+        for st in loss:
+            data = os.urandom(10000 + st)
+            write_old(os.path.join(self.train, "ckpts", f"model_{st}.pt"), data)
+            self.sums[f"model_{st}.pt"] = hashlib.md5(data).hexdigest()
+        with open(os.path.join(self.train, "metrics.jsonl"), "w") as f:
+            for st, v in loss.items():
+                f.write(json.dumps({"step": st, "train_loss": 1.0, "val_loss": v}) + "\n")
+                f.write(json.dumps({"step": st + 1, "val_loss": 0.0}) + "\n")  # no checkpoint
+            f.write('{"step": 700, "val_lo')  # the line the trainer is writing
+        self.config([{"url": "file://" + store}],
+                    {"keep_best": {"metric": "val_loss", "count": 2},
+                     "metrics_file": "metrics.jsonl"})
+        self.scan()
+        want = {"model_200.pt", "model_400.pt", "model_600.pt"}  # two best, the latest
+        self.assertEqual(self.on_disk()[0], want)
+        self.assertEqual(self.local_tree(), want)
+        self.scan()
+        self.assertEqual(self.remote_tree(store), set(self.sums))
+
+        # a CSV with a header, by epoch, mode max
+        self.train = os.path.join(self.dir, "train2")
+        store = os.path.join(self.dir, "store2")
+        self.sums = {}
+        acc = {1: 0.5, 2: 0.9, 3: 0.7, 4: 0.6}
+        for e in acc:
+            data = os.urandom(10000 + e)
+            write_old(os.path.join(self.train, "ckpts", f"epoch_{e}.pt"), data)
+            self.sums[f"epoch_{e}.pt"] = hashlib.md5(data).hexdigest()
+        with open(os.path.join(self.train, "metrics.csv"), "w") as f:
+            f.write("epoch,loss,acc\n")
+            for e, v in acc.items():
+                f.write(f"{e},0.1,{v}\n")
+        self.config([{"url": "file://" + store}],
+                    {"keep_best": {"metric": "acc", "mode": "max", "count": 1},
+                     "metrics_file": "metrics.csv"})
+        self.scan()
+        want = {"epoch_2.pt", "epoch_4.pt"}
+        self.assertEqual(self.on_disk()[0], want)
+        self.assertEqual(self.local_tree(), want)
+
     def test_keep_best_lightning_names(self):
         store = os.path.join(self.dir, "store")
         losses = {1: 0.50, 2: 0.21, 3: 0.35, 4: 0.12, 5: 0.40, 6: 0.30}
