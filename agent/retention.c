@@ -304,6 +304,30 @@ static bool metric_from_table(const struct mtable *t, const struct ck_candidate 
     return found;
 }
 
+bool ck_retention_metric_in_file(const char *path, const char *metric, bool has_step, int64_t step,
+                                 int64_t epoch, double *out)
+{
+    struct mtable t = {0};
+    struct ck_candidate c;
+    memset(&c, 0, sizeof c);
+    c.has_step = has_step;
+    c.step = step;
+    bool found = read_metrics_file(path, metric, &t) == 0 && metric_from_table(&t, &c, epoch, out);
+    ck_error_clear();
+    free(t.v);
+    return found;
+}
+
+bool ck_retention_metric_in_name(const char *name, const char *metric, double *out)
+{
+    return metric_from_name(name, metric, out);
+}
+
+bool ck_retention_metric_in_trainer_state(const char *path, const char *metric, double *out)
+{
+    return metric_from_trainer_state(path, metric, out);
+}
+
 /* ---- one pass ---- */
 
 struct item {

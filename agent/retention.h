@@ -58,6 +58,16 @@ int ck_retention_remote_meta(sqlite3 *db, const char *dir);
 int ck_retention_fetch(struct ck_state *st, const char *dir, const struct ck_config *cfg,
                        const char *ref, const char *dest, size_t *nfiles);
 
+/* Where keep_best reads a checkpoint's value of metric (exposed for the
+ * fuzz target, fuzz_metrics): a metrics.jsonl or CSV at path (the value at
+ * step when has_step, else at epoch), a Lightning name ("val_loss=0.12"), a
+ * trainer_state.json's log_history. false when there is none; hostile input
+ * is skipped line by line. */
+bool ck_retention_metric_in_file(const char *path, const char *metric, bool has_step, int64_t step,
+                                 int64_t epoch, double *out);
+bool ck_retention_metric_in_name(const char *name, const char *metric, double *out);
+bool ck_retention_metric_in_trainer_state(const char *path, const char *metric, double *out);
+
 /* Bytes free for this user on dir's filesystem (statvfs: f_bavail). */
 int ck_retention_free_bytes(const char *dir, uint64_t *out);
 
