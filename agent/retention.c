@@ -416,13 +416,30 @@ static void close_stores(struct pass *p)
 }
 
 /* The files of a checkpoint in the tree (relative to DIR): its PMF path
- * (the file, or a set's manifest) and the files the manifest lists. */
-static int tree_files(const struct item *it, struct ck_buf *out)
+ * (the file, or a set's or folder's manifest), then the files the manifest
+ * lists (what its MD5 in metadata.yaml covers). */
+static int tree_files(struct pass *p, const struct item *it, struct ck_buf *out)
 {
+    char path[PATH_MAX];
+    struct ck_buf m = CK_BUF_INIT;
     int err = ck_buf_printf(out, "%s\n", it->cp->path);
-    for (size_t i = 0; err == 0 && it->tree && i < it->tree->nfiles; i++)
-        if (strcmp(it->tree->files[i], it->cp->path))
-            err = ck_buf_printf(out, "%s\n", it->tree->files[i]);
+    size_t pl = strlen(it->cp->path);
+    if (err < 0 || pl < 8 || strcmp(it->cp->path + pl - 8, ".md5sums"))
+        return err; /* a single file is its own PMF path */
+    if ((err = ck_path_join(path, sizeof path, p->dir, it->cp->path)) < 0 ||
+        (err = ck_read_file(path, 64u << 20, &m)) < 0)
+        return err;
+    char *save = NULL;
+    for (char *line = strtok_r((char *)ck_buf_str(&m), "\n", &save); line && err == 0;
+         line = strtok_r(NULL, "\n", &save)) {
+        const char *name = strlen(line) > 34 && line[32] == ' ' && line[33] == ' ' ? line + 34
+                                                                                  : NULL;
+        if (!name || name[0] == '/' || strstr(name, ".."))
+            err = ck_error(CK_EFORMAT, "'%s': not a manifest line: '%.80s'", path, line);
+        else
+            err = ck_buf_printf(out, "data/checkpoints/%s\n", name);
+    }
+    ck_buf_release(&m);
     return err;
 }
 
@@ -745,8 +762,12 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
         p->res->held++;
         return false;
     }
-    if ((*errp = tree_files(it, &files)) < 0)
+    if (tree_files(p, it, &files) < 0) {
+        ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
+        ck_error_clear();
+        p->res->held++;
         goto out;
+    }
     if (p->stores_failing || !copies_checked(p, it, ck_buf_str(&files))) {
         p->res->held++;
         goto out;
@@ -761,6 +782,10 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
     snprintf(r.md5, sizeof r.md5, "%s", it->cp->md5);
     r.source = strdup(it->src ? it->src->rel : "");
     r.kind = it->src ? (int)it->src->kind : it->tree ? (int)it->tree->kind : (int)CK_CAND_FILE;
+    char folder[PATH_MAX];
+    if (!it->src && !it->tree && snprintf(folder, sizeof folder, "%s/data/checkpoints/%s", p->dir,
+                                          it->ref) < (int)sizeof folder && ck_is_dir(folder))
+        r.kind = CK_CAND_DIR; /* the trainer deleted its copy, discovery did not list ours */
     r.files = strdup(ck_buf_str(&files));
     r.stores = strdup(ck_buf_str(&stores));
     r.seq = seq;

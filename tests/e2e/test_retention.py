@@ -318,6 +318,44 @@ class Retention(TmpDirCase):
         self.assertEqual(len(self.on_disk()[0]), 4)
         self.assertEqual(self.local_tree(), set(self.sums))
 
+    def test_tf_bundle_sets_and_a_folder_the_trainer_deleted(self):
+        """A TensorFlow bundle (an .index and its shards) goes whole, trainer's
+        files and tree links; a Hugging Face folder the trainer already
+        rotated away (save_total_limit) leaves only ckptd's copy: that goes."""
+        store = os.path.join(self.dir, "store")
+        for st in (100, 200, 300):
+            for part in (".index", ".data-00000-of-00001"):
+                write_old(os.path.join(self.train, "tf", f"model.ckpt-{st}{part}"),
+                          os.urandom(5000 + st))
+        d = os.path.join(self.train, "hf", "checkpoint-50")
+        write_old(os.path.join(d, "model.safetensors"), os.urandom(3000))
+        write_old(os.path.join(d, "trainer_state.json"),
+                  json.dumps({"global_step": 50, "epoch": 0.5}).encode())
+        self.config([{"url": "file://" + store}], {})
+        with open(os.path.join(self.train, "ckptd.yaml")) as f:
+            noret = f.read().split("retention:")[0]
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write(noret)
+        self.scan()
+        shutil.rmtree(d)  # the trainer's rotation
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        p = self.scan()
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 3, p.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.train, "tf"))),
+                         ["model.ckpt-300.data-00000-of-00001", "model.ckpt-300.index"])
+        tree = sorted(os.listdir(os.path.join(self.train, "data", "checkpoints")))
+        self.assertEqual(tree, ["model.ckpt-300.data-00000-of-00001", "model.ckpt-300.index",
+                                "model.ckpt-300.md5sums"])
+        self.assertEqual(self.local_tree(), {"model.ckpt-300"})
+        self.scan()
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
+                         {"checkpoint-50", "model.ckpt-100", "model.ckpt-200", "model.ckpt-300"})
+        for ref in ("checkpoint-50", "model.ckpt-100", "model.ckpt-200"):
+            r = subprocess.run(["md5sum", "-c", f"{ref}.md5sums"], capture_output=True,
+                               text=True, cwd=os.path.join(store, "data", "checkpoints"))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_keep_every(self):
         store = os.path.join(self.dir, "store")
         self.write_ckpts(7, size=20000)
