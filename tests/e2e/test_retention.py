@@ -20,7 +20,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, md5_file, run, write_old  # noqa: E402
-from servers import Nginx, S3Server, need  # noqa: E402
+from servers import Nginx, S3Server, Sshd, need  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pmf_validate  # noqa: E402
@@ -154,6 +154,13 @@ class Retention(TmpDirCase):
             # and over HTTP as a reader sees it
             with urllib.request.urlopen(web.url + "/m/data/checkpoints/epoch_1.pt") as r:
                 self.assertEqual(hashlib.md5(r.read()).hexdigest(), self.sums["epoch_1.pt"])
+
+    def test_keep_last_sftp(self):
+        need("sftp", "SFTP tests need the OpenSSH client")
+        with Sshd(self.dir) as ssh:
+            remote = os.path.join(self.dir, "remote")
+            self.check_keep_last(lambda: remote, [{"url": ssh.url(remote), "key": ssh.key,
+                                                   "host_key": ssh.host_key_sha256}])
 
     def test_store_refuses(self):
         """A store that refuses (or is down): nothing deleted, a warning says why."""
