@@ -62,6 +62,7 @@ static int parse_pack_formats(struct parse_ctx *c, yaml_node_t *n, const char *k
 static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_verify_inputs(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_min_free(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
@@ -167,6 +168,23 @@ static const struct key keys[] = {
      "address space of the engine's child (default 8GiB; 0: no limit)"},
     {"verify.on_failure", T_CUSTOM, 0, parse_verify_opt,
      "hold (not uploaded, the default) or upload_marked"},
+    {"retention.keep_last", T_INT, F(keep_last), NULL,
+     "delete local checkpoints but the newest N, once every store holds a verified copy"},
+    {"retention.keep_every", T_INT, F(keep_every), NULL,
+     "keep the checkpoints whose epoch is a multiple of E"},
+    {"retention.keep_best.metric", T_STR, F(keep_best_metric), NULL,
+     "keep the best checkpoints by this metric (trainer_state.json, a Lightning name like "
+     "val_loss=0.12, or retention.metrics_file)"},
+    {"retention.keep_best.mode", T_STR, F(keep_best_mode), NULL, "min (default) or max"},
+    {"retention.keep_best.count", T_INT, F(keep_best_count), NULL,
+     "how many best checkpoints stay (default 1)"},
+    {"retention.metrics_file", T_PATH, F(retention_metrics_file), NULL,
+     "a metrics.jsonl or CSV the trainer appends to (a step or epoch column and the metric)"},
+    {"retention.min_free", T_CUSTOM, 0, parse_min_free,
+     "free space to keep on DIR's filesystem, like 20GiB: the oldest deletable go first"},
+    {"retention.without_store", T_BOOL, F(without_store), NULL,
+     "allow retention with no store configured: deleted checkpoints are then gone (default "
+     "false)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -1035,6 +1053,44 @@ static int parse_listen(struct parse_ctx *c, yaml_node_t *n, const char *key)
     return set_str(&c->cfg->listen, s);
 }
 
+static int parse_min_free(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    const char *s = NULL;
+    int err;
+    if ((err = scalar_str(c, n, key, &s)) < 0)
+        return err;
+    if (ck_parse_size(s, &c->cfg->min_free) < 0)
+        return bad(c, n, key, "must be a size like 20GiB or 500MB");
+    return 0;
+}
+
+bool ck_config_has_retention(const struct ck_config *cfg)
+{
+    return cfg->keep_last > 0 || cfg->keep_every > 0 || cfg->keep_best_metric || cfg->min_free > 0;
+}
+
+/* The retention keys together (a flag may have set one after the file). */
+static int check_retention(const struct ck_config *cfg, const char *name)
+{
+    if (cfg->keep_last < 0 || cfg->keep_every < 0 || cfg->keep_best_count < 0)
+        return ck_error(CK_ECONFIG, "'%s': retention: keep_last, keep_every and keep_best.count "
+                        "must not be negative", name);
+    if (cfg->keep_best_mode && strcmp(cfg->keep_best_mode, "min") &&
+        strcmp(cfg->keep_best_mode, "max"))
+        return ck_error(CK_ECONFIG, "'%s': retention.keep_best.mode: '%s' is not min or max", name,
+                        cfg->keep_best_mode);
+    if ((cfg->keep_best_mode || cfg->keep_best_count) && !cfg->keep_best_metric)
+        return ck_error(CK_ECONFIG, "'%s': retention.keep_best needs 'metric'", name);
+    if (cfg->keep_best_metric && (!cfg->keep_best_metric[0] ||
+                                  strpbrk(cfg->keep_best_metric, "=\"\n\r")))
+        return ck_error(CK_ECONFIG, "'%s': retention.keep_best.metric: '%s' is not a metric name",
+                        name, cfg->keep_best_metric);
+    if (cfg->retention_metrics_file && !cfg->keep_best_metric)
+        return ck_error(CK_ECONFIG, "'%s': retention.metrics_file is read for keep_best.metric, "
+                        "which is not set", name);
+    return 0;
+}
+
 static const struct key *find_key(const char *name)
 {
     for (size_t i = 0; i < NKEYS; i++)
@@ -1155,6 +1211,8 @@ int ck_config_load(struct ck_config *cfg, const char *path)
                        "'%s': verify.expected: not with verify.inputs: recorded (a recorded set "
                        "carries its own known-good outputs)",
                        path);
+    if (err == 0)
+        err = check_retention(cfg, path);
     if (err == 0)
         err = set_str(&cfg->source, path);
     ck_yaml_release(&doc);

@@ -97,7 +97,21 @@ struct ck_config {
     double verify_timeout;        /* CPU seconds of the engine's child */
     uint64_t verify_max_memory;   /* bytes of address space of the child; 0: no limit */
     enum ck_verify_on_failure verify_on_failure;
+
+    /* retention: which checkpoints may leave the local disk once every store
+     * holds a verified copy (agent/retention.h, docs/retention.md); 0/NULL: not set */
+    int64_t keep_last;            /* the newest N stay */
+    int64_t keep_every;           /* checkpoints whose epoch is a multiple of E stay */
+    char *keep_best_metric;       /* keep_best.metric */
+    char *keep_best_mode;         /* keep_best.mode: min or max (default min) */
+    int64_t keep_best_count;      /* keep_best.count (default 1 when a metric is set) */
+    char *retention_metrics_file; /* a metrics.jsonl or CSV the trainer appends to */
+    uint64_t min_free;            /* bytes that must stay free on DIR's filesystem */
+    bool without_store;           /* retention with no store configured */
 };
+
+/* Whether any retention key asks for deletions. */
+bool ck_config_has_retention(const struct ck_config *cfg);
 
 /* Defaults only. */
 void ck_config_init(struct ck_config *cfg);

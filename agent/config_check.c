@@ -139,6 +139,19 @@ int ck_config_resolve(const struct ck_config *cfg)
         return err;
     if ((err = resolve_files(cfg)) < 0)
         return err;
+    if (ck_config_has_retention(cfg)) {
+        if (!cfg->n_upload_stores && !cfg->without_store)
+            return ck_error(CK_ECONFIG,
+                            "retention: no store is configured (upload.stores), so a deleted "
+                            "checkpoint would be gone for good; set retention.without_store: "
+                            "true to allow it");
+        for (size_t i = 0; i < cfg->n_upload_stores; i++)
+            if (cfg->upload_stores[i].compress || cfg->upload_stores[i].bundle)
+                return ck_error(CK_ECONFIG,
+                                "retention: upload.stores[%zu] sends %s: retention checks each "
+                                "checkpoint file as stored, which such a store does not keep",
+                                i, cfg->upload_stores[i].bundle ? "a bundle" : "compressed files");
+    }
     if (cfg->listen) {
         char host[256];
         int port;

@@ -136,6 +136,10 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
                      struct ck_scan_result *res)
 {
     struct ck_archives archives = {0};
+    struct ck_retention_result resumed;
+    /* a retention pass killed mid-deletion: finished before the scan sees its remains */
+    if (!p->uploads && ck_retention_resume(p->st, p->dir, p->cfg, p->hooks, &resumed) < 0)
+        ck_err("pipeline.retention_failed", "%s", ck_error_msg());
     int err = ck_scan_run(p->st, so, res);
     /* events: only what metadata.yaml took */
     if (err == 0 || res->metadata_written)
@@ -151,6 +155,11 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
     if (!p->uploads) {
         if (err == 0 && p->cfg->n_upload_stores > 0)
             upload_foreground(p);
+        /* retention: the stores are checked again, whatever the round said */
+        if (err == 0 &&
+            (p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, p->hooks, false,
+                                                     &p->retention)) < 0)
+            ck_err("pipeline.retention_failed", "%s", ck_error_msg());
     } else if (res->metadata_written || queued) {
         ck_upload_worker_kick(p->uploads);
     }
@@ -168,6 +177,8 @@ int ck_pipeline_failed(const struct ck_pipeline *p)
         WHY("%s%zu archive(s) failed verification", why[0] ? ", " : "", p->verify_failed);
     if (hooks)
         WHY("%s%zu hook delivery(ies) given up", why[0] ? ", " : "", hooks);
+    if (p->retention_err < 0)
+        WHY("%sthe retention stage failed", why[0] ? ", " : "");
 #undef WHY
     return why[0] ? ck_error(CK_ERR, "%s (see the log)", why) : 0;
 }

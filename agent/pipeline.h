@@ -7,6 +7,8 @@
  *   upload   queue the PMF tree and the archives, then send (agent/upload_round.h):
  *            here in the foreground (scan, status), or by a kick to the
  *            watcher's helper process (agent/upload_worker.h)
+ *   retention  after a foreground upload: frees the local disk of what every
+ *            store holds a checked copy of (agent/retention.h)
  *
  * `ckptd scan`, the watcher and `ckptd status --finished/--failed` with no
  * watcher all go through ck_pipeline_pass, so a stage added here reaches every
@@ -15,6 +17,7 @@
 #define CK_PIPELINE_H
 
 #include "agent/config.h"
+#include "agent/retention.h"
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "hooks/hooks.h"
@@ -52,6 +55,10 @@ struct ck_pipeline {
      * tags that failed verification (held back or uploaded marked). A
      * one-shot command exits 1 when any is set (ck_pipeline_failed). */
     size_t pack_failed, verify_failed;
+    /* The retention stage (agent/retention.h), after a foreground upload
+     * stage: its error (logged) and what it did. */
+    int retention_err;
+    struct ck_retention_result retention;
 };
 
 /* An archive a pack stage made: a local file and the key it is uploaded as. */

@@ -494,6 +494,8 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
             continue;
         if (path_registered(&paths, c))
             continue; /* already registered under another reference (a tree someone else wrote) */
+        if (ck_state_retained_deleting(s->st, c->ref))
+            continue; /* retention is deleting it (agent/retention.h): what is left goes too */
         double age = now_seconds() - c->newest_mtime;
         bool take = s->o->admit ? s->o->admit(s->o->admit_arg, c) : c->complete && age >= min_age;
         if (!take) {

@@ -26,6 +26,12 @@ static const char *const migrations[] = {
     "  tree_path TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,"
     "  nfiles INTEGER NOT NULL, registered_at REAL NOT NULL DEFAULT ((julianday('now') - "
     "2440587.5) * 86400.0));",
+    /* retention (agent/retention.h): a checkpoint whose local bytes are being
+     * or were deleted, what metadata.yaml said of it, and where its copies are */
+    "CREATE TABLE retention (ref TEXT PRIMARY KEY, ref_is_int INTEGER NOT NULL, state TEXT NOT "
+    "NULL, epoch INTEGER NOT NULL, path TEXT NOT NULL, md5 TEXT NOT NULL, source TEXT NOT NULL,"
+    "  kind INTEGER NOT NULL, files TEXT NOT NULL, stores TEXT NOT NULL, seq INTEGER NOT NULL,"
+    "  updated REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0));",
 };
 
 /* SQLite's message, with the OS error behind it when there is one
@@ -338,6 +344,124 @@ int ck_state_ckpt_delete(struct ck_state *s, const char *ref)
     int rc = sqlite3_step(q);
     sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "removing a checkpoint");
+}
+
+static int text_col(sqlite3_stmt *q, int col, char **out)
+{
+    const char *v = (const char *)sqlite3_column_text(q, col);
+    *out = strdup(v ? v : "");
+    return *out ? 0 : ck_error(CK_ENOMEM, "out of memory");
+}
+
+void ck_retained_release(struct ck_retained *r)
+{
+    free(r->ref);
+    free(r->path);
+    free(r->source);
+    free(r->files);
+    free(r->stores);
+    memset(r, 0, sizeof *r);
+}
+
+int ck_state_retained_put(struct ck_state *s, const struct ck_retained *r)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT OR REPLACE INTO retention (ref, ref_is_int, state, epoch, path, "
+                           "md5, source, kind, files, stores, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                           -1, &q, NULL) != SQLITE_OK)
+        return db_fail(s->db, "preparing a statement");
+    sqlite3_bind_text(q, 1, r->ref, -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, r->ref_is_int);
+    sqlite3_bind_text(q, 3, r->deleted ? "deleted" : "deleting", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 4, r->epoch);
+    sqlite3_bind_text(q, 5, r->path, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 6, r->md5, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 7, r->source ? r->source : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 8, r->kind);
+    sqlite3_bind_text(q, 9, r->files ? r->files : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 10, r->stores ? r->stores : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 11, r->seq);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "recording a retention step");
+}
+
+int ck_state_retained_delete(struct ck_state *s, const char *ref)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "DELETE FROM retention WHERE ref = ?", -1, &q, NULL) !=
+        SQLITE_OK)
+        return db_fail(s->db, "preparing a statement");
+    sqlite3_bind_text(q, 1, ref, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "removing a retention record");
+}
+
+int ck_state_retained_list(sqlite3 *db, struct ck_retained **out, size_t *n)
+{
+    sqlite3_stmt *q;
+    *out = NULL;
+    *n = 0;
+    int rc = sqlite3_prepare_v2(db,
+                                "SELECT ref, ref_is_int, state, epoch, path, md5, source, kind, "
+                                "files, stores, seq FROM retention ORDER BY seq, ref",
+                                -1, &q, NULL);
+    if (rc != SQLITE_OK) /* a database without the table (an upload-only queue folder) */
+        return sqlite3_errcode(db) == SQLITE_ERROR ? CK_ENOENT
+                                                   : db_fail(db, "listing retention records");
+    int err = 0;
+    while (err == 0 && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        struct ck_retained *v = realloc(*out, (*n + 1) * sizeof *v);
+        if (!v) {
+            err = ck_error(CK_ENOMEM, "out of memory");
+            break;
+        }
+        *out = v;
+        struct ck_retained *r = &v[*n];
+        memset(r, 0, sizeof *r);
+        (*n)++;
+        r->ref_is_int = sqlite3_column_int(q, 1);
+        r->deleted = !strcmp((const char *)sqlite3_column_text(q, 2), "deleted");
+        r->epoch = sqlite3_column_int64(q, 3);
+        snprintf(r->md5, sizeof r->md5, "%s", (const char *)sqlite3_column_text(q, 5));
+        r->kind = sqlite3_column_int(q, 7);
+        r->seq = sqlite3_column_int64(q, 10);
+        if ((err = text_col(q, 0, &r->ref)) < 0 || (err = text_col(q, 4, &r->path)) < 0 ||
+            (err = text_col(q, 6, &r->source)) < 0 || (err = text_col(q, 8, &r->files)) < 0 ||
+            (err = text_col(q, 9, &r->stores)) < 0)
+            break;
+    }
+    if (err == 0 && rc != SQLITE_DONE)
+        err = db_fail(db, "listing retention records");
+    sqlite3_finalize(q);
+    if (err < 0) {
+        ck_retained_list_free(*out, *n);
+        *out = NULL;
+        *n = 0;
+    }
+    return err;
+}
+
+bool ck_state_retained_deleting(struct ck_state *s, const char *ref)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "SELECT 1 FROM retention WHERE ref = ? AND state = 'deleting'",
+                           -1, &q, NULL) !=
+        SQLITE_OK)
+        return false;
+    sqlite3_bind_text(q, 1, ref, -1, SQLITE_STATIC);
+    bool has = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return has;
+}
+
+void ck_retained_list_free(struct ck_retained *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_retained_release(&v[i]);
+    free(v);
 }
 
 int ck_state_hash_file(struct ck_state *s, const char *path, struct ck_hash_entry *out,

@@ -75,4 +75,34 @@ int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r);
 int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record *out);
 int ck_state_ckpt_delete(struct ck_state *s, const char *ref);
 
+/* A checkpoint retention deletes or deleted locally (agent/retention.h):
+ * recorded with deleted false before its first byte goes, true once all are
+ * gone. What metadata.yaml said of it is kept, so the stores' metadata.yaml
+ * keeps listing it and `ckptd fetch` can bring it back. */
+struct ck_retained {
+    char *ref;        /* owned */
+    int ref_is_int;   /* the reference is a YAML int in metadata.yaml */
+    bool deleted;     /* false: deleting (a pass was interrupted: the next one finishes) */
+    int64_t epoch;
+    char *path;       /* owned: its PMF path (data/checkpoints/...) */
+    char md5[33];     /* of the PMF path's file */
+    char *source;     /* owned: where the trainer wrote it, relative to DIR */
+    int kind;         /* enum ck_cand_kind (agent/discover.h) */
+    char *files;      /* owned: its files in the tree (relative to DIR), one per line */
+    char *stores;     /* owned: the stores holding verified copies (URLs without secrets),
+                       * one per line; "" with retention.without_store */
+    int64_t seq;      /* its place in metadata.yaml's order (registration) */
+};
+void ck_retained_release(struct ck_retained *r);
+int ck_state_retained_put(struct ck_state *s, const struct ck_retained *r);
+int ck_state_retained_delete(struct ck_state *s, const char *ref);
+/* Every record, in registration order (a malloc'ed array; free with
+ * ck_retained_list_free). CK_ENOENT (no message) for a database without
+ * the table (an upload-only queue folder). */
+int ck_state_retained_list(sqlite3 *db, struct ck_retained **out, size_t *n);
+void ck_retained_list_free(struct ck_retained *v, size_t n);
+/* Whether retention is deleting ref (an interrupted pass recorded it and its
+ * deletion could not be finished yet): scan does not register what is left. */
+bool ck_state_retained_deleting(struct ck_state *s, const char *ref);
+
 #endif

@@ -1,4 +1,5 @@
 #include "agent/upload_round.h"
+#include "agent/retention.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -15,6 +16,9 @@ int ck_upload_round_run(sqlite3 *db, const struct ck_upload_round *r, struct ck_
     if ((err = ck_queue_init(db)) < 0)
         return err;
     if (r->root) {
+        /* the stores' metadata.yaml keeps what retention deleted locally */
+        if ((err = ck_retention_remote_meta(db, r->root)) < 0)
+            return err;
         if ((err = ck_uploader_enqueue_pmf(db, cfg->upload_stores, cfg->n_upload_stores, r->root,
                                            false, &queued)) < 0)
             return err;

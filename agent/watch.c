@@ -846,6 +846,12 @@ static int start(struct watcher *w)
             w->o->dir, ck_fswatch_backend(w->fs), ck_fswatch_nwatches(w->fs),
             ck_fswatch_npolled(w->fs), cfg->watch_settle, cfg->watch_poll_interval,
             cfg->watch_reconcile_interval, (long)getpid());
+    if (ck_config_has_retention(cfg))
+        ck_warn("watch.retention_not_run",
+                "retention.* is set, but the watcher does not delete checkpoints yet: "
+                "retention runs in 'ckptd scan %s' passes (from cron, without a watcher; "
+                "docs/retention.md)",
+                w->o->dir);
     if ((err = pass(w, -1, false, false)) < 0)
         return err;
     /* after the first pass, so that the event carries the model's id */

@@ -28,6 +28,9 @@ static const struct def defs[CK_M__COUNT] = {
                                      "Checkpoints registered in metadata.yaml."},
     [CK_M_CHECKPOINTS_UNREGISTERED] = {"checkpoints_unregistered_total", COUNTER, NULL,
                                        "Checkpoints removed from metadata.yaml."},
+    [CK_M_CHECKPOINTS_DELETED] = {"checkpoints_deleted_total", COUNTER, NULL,
+                                  "Checkpoints deleted locally by retention, their verified "
+                                  "copies kept in every store."},
     [CK_M_BYTES_HASHED] = {"hashed_bytes_total", COUNTER, NULL,
                            "Bytes of checkpoint files hashed."},
     [CK_M_ARCHIVES_PACKED] = {"archives_packed_total", COUNTER, NULL,
@@ -67,6 +70,9 @@ static const struct def defs[CK_M__COUNT] = {
     [CK_M_CHECKPOINTS] = {"checkpoints", GAUGE, NULL, "Checkpoints listed in metadata.yaml."},
     [CK_M_NEWEST_CHECKPOINT_TIME] = {"newest_checkpoint_timestamp_seconds", GAUGE, NULL,
                                      "Unix time of the newest registered checkpoint."},
+    [CK_M_DISK_FREE_BYTES] = {"disk_free_bytes", GAUGE, NULL,
+                              "Bytes free on the training folder's filesystem, as retention "
+                              "last saw it."},
     [CK_M_NEWEST_REMOTE_CHECKPOINT_TIME] =
         {"newest_remote_checkpoint_timestamp_seconds", GAUGE, NULL,
          "Unix time of the newest checkpoint safely stored remotely (0: none yet)."},

@@ -24,6 +24,7 @@ enum ck_metric {
     /* counters (only grow) */
     CK_M_CHECKPOINTS_REGISTERED,   /* ckptd_checkpoints_registered_total */
     CK_M_CHECKPOINTS_UNREGISTERED, /* ckptd_checkpoints_unregistered_total */
+    CK_M_CHECKPOINTS_DELETED,      /* ckptd_checkpoints_deleted_total: by retention */
     CK_M_BYTES_HASHED,             /* ckptd_hashed_bytes_total */
     CK_M_ARCHIVES_PACKED,          /* ckptd_archives_packed_total */
     CK_M_VERIFICATIONS_PASSED,     /* ckptd_verifications_total{result="passed"} */
@@ -51,6 +52,7 @@ enum ck_metric {
     CK_M_WEBHOOKS_FAILING,       /* ckptd_webhooks_failing: receivers marked failing */
     CK_M_CHECKPOINTS,            /* ckptd_checkpoints: registered in metadata.yaml now */
     CK_M_NEWEST_CHECKPOINT_TIME, /* ckptd_newest_checkpoint_timestamp_seconds (unix) */
+    CK_M_DISK_FREE_BYTES,        /* ckptd_disk_free_bytes: free on DIR's filesystem (retention) */
     /* unix time of the newest checkpoint whose upload (metadata included)
      * completed; /metrics also shows its age in
      * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped */

@@ -11,6 +11,7 @@
 
 static const char *const type_names[CK_EV__COUNT] = {
     [CK_EV_CHECKPOINT_REGISTERED] = "checkpoint.registered",
+    [CK_EV_CHECKPOINT_DELETED] = "checkpoint.deleted",
     [CK_EV_ARCHIVE_PACKED] = "archive.packed",
     [CK_EV_ARCHIVE_FAILED] = "archive.failed",
     [CK_EV_VERIFICATION_PASSED] = "verification.passed",

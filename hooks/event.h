@@ -14,6 +14,7 @@
 
 enum ck_event_type {
     CK_EV_CHECKPOINT_REGISTERED, /* checkpoint.registered */
+    CK_EV_CHECKPOINT_DELETED,    /* checkpoint.deleted: retention freed its local bytes */
     CK_EV_ARCHIVE_PACKED,        /* archive.packed */
     CK_EV_ARCHIVE_FAILED,        /* archive.failed: a checkpoint could not be packed */
     CK_EV_VERIFICATION_PASSED,   /* verification.passed */

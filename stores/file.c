@@ -159,10 +159,74 @@ out:
     return err;
 }
 
+static int final_path(struct file_store *s, const char *key, char *out, size_t outsz)
+{
+    int err = ck_store_join_key(out, outsz, s->root, key);
+    if (err == 0 && s->root[0] == '/' && out[0] != '/') {
+        if (strlen(out) + 2 > outsz)
+            return ck_error(CK_ESIZE, "'%s': path too long", key);
+        memmove(out + 1, out, strlen(out) + 1);
+        out[0] = '/';
+    }
+    return err;
+}
+
+static int file_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+{
+    struct file_store *s = (struct file_store *)st;
+    char path[8192];
+    struct stat sb;
+    int err = final_path(s, key, path, sizeof path);
+    if (err < 0)
+        return err;
+    if (stat(path, &sb) < 0)
+        return ck_error_os(errno == ENOENT ? CK_ENOENT : CK_EIO, "cannot stat '%s'", path);
+    if (!S_ISREG(sb.st_mode))
+        return ck_error(CK_ENOENT, "'%s' is not a file", path);
+    out->size = (int64_t)sb.st_size;
+    return 0;
+}
+
+static int file_get(struct ck_store *st, const char *key, int fd)
+{
+    struct file_store *s = (struct file_store *)st;
+    char path[8192];
+    int err = final_path(s, key, path, sizeof path), in;
+    if (err < 0)
+        return err;
+    if ((in = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ck_error_os(errno == ENOENT ? CK_ENOENT : CK_EIO, "cannot open '%s'", path);
+    char *buf = malloc(COPY_BLOCK);
+    if (!buf) {
+        close(in);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (;;) {
+        ssize_t n = read(in, buf, COPY_BLOCK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            err = ck_error_os(CK_EIO, "cannot read '%s'", path);
+            break;
+        }
+        if (n == 0)
+            break;
+        if (ck_write_all(fd, buf, (size_t)n) < 0) {
+            err = ck_error_os(CK_EIO, "cannot write the copy of '%s'", path);
+            break;
+        }
+    }
+    free(buf);
+    close(in);
+    return err;
+}
+
 const struct ck_store_ops ck_store_file = {
     .scheme = "file",
     .check = file_check,
     .open = file_open,
     .put = file_put,
+    .stat = file_stat,
+    .get = file_get,
     .free = file_free,
 };

@@ -267,12 +267,75 @@ out:
     return err;
 }
 
+static int object_url(struct http *s, const char *key, char *out, size_t outsz)
+{
+    char enc[6144];
+    int err;
+    if (s->exact)
+        return ck_error(CK_ERR, "store '%s': a presigned URL cannot be read back",
+                        s->base.spec->url);
+    if ((err = ck_store_encode(enc, sizeof enc, key, true)) < 0)
+        return err;
+    if (snprintf(out, outsz, "%s/%s", s->base_url, enc) >= (int)outsz)
+        return ck_error(CK_ESIZE, "'%s': the URL is too long", key);
+    return 0;
+}
+
+static int http_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+{
+    struct http *s = (struct http *)st;
+    char url[10300];
+    struct ck_resp resp;
+    int err = object_url(s, key, url, sizeof url);
+    if (err < 0)
+        return err;
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    ck_resp_init(&resp);
+    err = request(s, h, "HEAD", url, NULL, key, &resp, NULL);
+    if (err < 0 && resp.status == 404)
+        err = ck_error(CK_ENOENT, "'%s': the store does not have it (HTTP 404)", key);
+    else if (err == 0 && resp.length < 0)
+        err = ck_error(CK_ENET, "'%s': the server did not say the stored size", key);
+    out->size = resp.length;
+    ck_resp_release(&resp);
+    curl_easy_cleanup(h);
+    return err; /* an ETag here is mtime-size (nginx), not a checksum: read it back */
+}
+
+static int http_get(struct ck_store *st, const char *key, int fd)
+{
+    struct http *s = (struct http *)st;
+    char url[10300];
+    struct ck_resp resp;
+    struct ck_fd_sink sink = {fd, -1};
+    int err = object_url(s, key, url, sizeof url);
+    if (err < 0)
+        return err;
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    struct ck_req r = {.method = "GET", .url = url, .fd = -1, .setup = http_setup,
+                       .setup_ctx = s, .what = key, .sink = ck_fd_sink_write,
+                       .sink_ctx = &sink};
+    ck_resp_init(&resp);
+    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    if (err < 0 && resp.status == 404)
+        err = ck_error(CK_ENOENT, "'%s': the store does not have it (HTTP 404)", key);
+    ck_resp_release(&resp);
+    curl_easy_cleanup(h);
+    return err;
+}
+
 const struct ck_store_ops ck_store_http = {
     .scheme = "http",
     .uses_curl = true,
     .check = http_check,
     .open = http_open,
     .put = http_put,
+    .stat = http_stat,
+    .get = http_get,
     .free = http_free,
 };
 const struct ck_store_ops ck_store_https = {
@@ -281,5 +344,7 @@ const struct ck_store_ops ck_store_https = {
     .check = http_check,
     .open = http_open,
     .put = http_put,
+    .stat = http_stat,
+    .get = http_get,
     .free = http_free,
 };

@@ -293,6 +293,8 @@ static size_t write_cb(char *data, size_t size, size_t nmemb, void *ud)
 {
     struct attempt *a = ud;
     size_t n = size * nmemb;
+    if (a->req->sink)
+        return a->req->sink(a->req->sink_ctx, data, n) < 0 ? 0 : n;
     size_t room = RESP_MAX - a->resp->body.len;
     ck_buf_append(&a->resp->body, data, n < room ? n : room);
     return n;
@@ -418,6 +420,8 @@ int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *
         errbuf[0] = '\0';
         if (ck_upload_ctl_expired(n->ctl))
             return ck_error(CK_ENET, "%s: stopped before it finished", r->what ? r->what : where);
+        if (r->sink && r->sink(r->sink_ctx, NULL, 0) < 0)
+            return ck_error_wrap(CK_EIO, "%s", r->what ? r->what : where);
         setup_handle(h, n, r, &a);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
         CURLcode cc = curl_easy_perform(h);

@@ -51,6 +51,11 @@ struct ck_req {
     void (*setup)(CURL *h, void *ctx);
     void *setup_ctx;
     const char *what; /* for messages: "'key' part 3" */
+    /* a download: the response body goes here instead of ck_resp.body; called
+     * with data NULL when an attempt starts (start over); a negative return
+     * fails the attempt. NULL: the body is kept in ck_resp.body */
+    int (*sink)(void *ctx, const void *data, size_t n);
+    void *sink_ctx;
 };
 
 /* What came back. */

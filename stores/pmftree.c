@@ -89,3 +89,24 @@ int ck_pmftree_mark_empty_init(const char *root, bool *wrote)
     *wrote = true;
     return 0;
 }
+
+void ck_pmftree_meta_source(const char *root, char *out, size_t outsz)
+{
+    snprintf(out, outsz, "%s/" CK_PMFTREE_REMOTE_META, root);
+    if (!ck_exists(out))
+        snprintf(out, outsz, "%s/metadata.yaml", root);
+}
+
+bool ck_pmftree_root_of_meta(const char *path, char *root, size_t rootsz)
+{
+    static const char *const tails[] = {"/" CK_PMFTREE_REMOTE_META, "/metadata.yaml"};
+    size_t n = strlen(path);
+    for (size_t i = 0; i < 2; i++) {
+        size_t t = strlen(tails[i]);
+        if (n > t && !strcmp(path + n - t, tails[i]) && n - t < rootsz) {
+            snprintf(root, rootsz, "%.*s", (int)(n - t), path);
+            return true;
+        }
+    }
+    return false;
+}

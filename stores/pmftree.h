@@ -10,6 +10,7 @@
 #define CK_STORE_PMFTREE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #define CK_PMFTREE_INIT_README "data/initialisation/README.md"
 
@@ -18,5 +19,18 @@
  * CK_PMFTREE_INIT_README there (atomically, mode 0644). *wrote says whether
  * it did. Nothing is touched otherwise. Errors name the file. */
 int ck_pmftree_mark_empty_init(const char *root, bool *wrote);
+
+/* A tree whose checkpoints are not all on the local disk any more (retention,
+ * agent/retention.h) has two metadata.yaml: root/metadata.yaml lists the
+ * checkpoints the local tree holds (so that it stays a valid PMF tree), and
+ * the stores get CK_PMFTREE_REMOTE_META, which lists every checkpoint they
+ * hold. The agent keeps that file; this module only picks it. */
+#define CK_PMFTREE_REMOTE_META ".ckptd/remote-metadata.yaml"
+
+/* The file to send as root's metadata.yaml: root/CK_PMFTREE_REMOTE_META when
+ * it exists, else root/metadata.yaml. */
+void ck_pmftree_meta_source(const char *root, char *out, size_t outsz);
+/* When path is a tree's metadata source (either form), its root into root. */
+bool ck_pmftree_root_of_meta(const char *path, char *root, size_t rootsz);
 
 #endif

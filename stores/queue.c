@@ -741,3 +741,27 @@ int ck_queue_reset_source(sqlite3 *db, int64_t id, uint64_t size, int64_t mtime_
     sqlite3_bind_double(st, 4, now_s());
     return run(db, st, "updating a job's source");
 }
+
+int ck_queue_redo(sqlite3 *db, int64_t store_id, const char *key, bool *redone)
+{
+    static const char *const sql[] = {
+        "DELETE FROM upload_parts WHERE job = (SELECT id FROM upload_jobs WHERE store = ?1 AND"
+        " key = ?2 AND state = 2 ORDER BY id DESC LIMIT 1)",
+        "UPDATE upload_jobs SET state = 0, attempts = 0, next_try = 0, upload_id = '',"
+        " part_size = 0 WHERE id = (SELECT id FROM upload_jobs WHERE store = ?1 AND key = ?2"
+        " ORDER BY id DESC LIMIT 1) AND state = 2",
+    };
+    sqlite3_stmt *st;
+    int err;
+    *redone = false;
+    for (size_t i = 0; i < 2; i++) {
+        if ((err = prep(db, sql[i], &st)) < 0)
+            return err;
+        sqlite3_bind_int64(st, 1, store_id);
+        bind_text(st, 2, key);
+        if ((err = run(db, st, "queueing a job again")) < 0)
+            return err;
+    }
+    *redone = sqlite3_changes(db) > 0;
+    return 0;
+}

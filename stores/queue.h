@@ -110,6 +110,10 @@ int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg);
 int ck_queue_recover(sqlite3 *db);
 /* failed -> pending: one job (id > 0) or all (id == 0); *n the count. */
 int ck_queue_retry(sqlite3 *db, int64_t id, int *n);
+/* The newest job of store_id for key, when done, goes back to pending (its
+ * multipart state dropped): the store lost what it had accepted. *redone says
+ * whether there was such a job. */
+int ck_queue_redo(sqlite3 *db, int64_t store_id, const char *key, bool *redone);
 /* Counts per state: out[CK_JOB_PENDING..CK_JOB_FAILED]. */
 int ck_queue_counts(sqlite3 *db, int out[4]);
 /* Calls fn for every job (newest last); fn returning non-zero stops. */

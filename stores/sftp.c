@@ -243,11 +243,80 @@ out:
     return err;
 }
 
+static int remote_path(struct sftp *s, const char *key, char *path, size_t pathsz)
+{
+    if (strpbrk(key, "\"\n\r"))
+        return ck_error(CK_EFORMAT, "'%s': a name with quotes or newlines cannot go over sftp",
+                        key);
+    int err = ck_store_join_key(path, pathsz, s->root, key);
+    if (err == 0 && path[0] != '/') {
+        if (strlen(path) + 2 > pathsz)
+            return ck_error(CK_ESIZE, "'%s': path too long", key);
+        memmove(path + 1, path, strlen(path) + 1);
+        path[0] = '/';
+    }
+    return err;
+}
+
+/* The listing of the object's folder: its size there (sftp gives no checksum). */
+static int sftp_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+{
+    struct sftp *s = (struct sftp *)st;
+    char path[8192], enc[8192 * 3], url[30000];
+    struct ck_resp resp;
+    int err = remote_path(s, key, path, sizeof path);
+    if (err < 0)
+        return err;
+    const char *slash = strrchr(path, '/');
+    char dir[8192];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if ((err = ck_store_encode(enc, sizeof enc, dir, true)) < 0)
+        return err;
+    snprintf(url, sizeof url, "%s%s/", s->origin, enc);
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    struct ck_req r = {.url = url, .fd = -1, .setup = sftp_setup, .setup_ctx = s, .what = key};
+    ck_resp_init(&resp);
+    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    int64_t got = err == 0 ? listed_size(ck_buf_str(&resp.body), slash + 1) : -1;
+    ck_resp_release(&resp);
+    curl_easy_cleanup(h);
+    if (err == 0 && got < 0)
+        err = ck_error(CK_ENOENT, "'%s': the store does not list it", key);
+    out->size = got;
+    return err;
+}
+
+static int sftp_get(struct ck_store *st, const char *key, int fd)
+{
+    struct sftp *s = (struct sftp *)st;
+    char path[8192], enc[8192 * 3], url[30000];
+    struct ck_resp resp;
+    struct ck_fd_sink sink = {fd, -1};
+    int err = remote_path(s, key, path, sizeof path);
+    if (err < 0 || (err = ck_store_encode(enc, sizeof enc, path, true)) < 0)
+        return err;
+    snprintf(url, sizeof url, "%s%s", s->origin, enc);
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    struct ck_req r = {.url = url, .fd = -1, .setup = sftp_setup, .setup_ctx = s, .what = key,
+                       .sink = ck_fd_sink_write, .sink_ctx = &sink};
+    ck_resp_init(&resp);
+    err = ck_net_request(s->base.net, h, &r, &resp, NULL);
+    ck_resp_release(&resp);
+    curl_easy_cleanup(h);
+    return err;
+}
+
 const struct ck_store_ops ck_store_sftp = {
     .scheme = "sftp",
     .uses_curl = true,
     .check = sftp_check,
     .open = sftp_open,
     .put = sftp_put,
+    .stat = sftp_stat,
+    .get = sftp_get,
     .free = sftp_free,
 };

@@ -1,6 +1,7 @@
 #include "stores/store.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "lazy/lazy.h"
 
 #include <nettle/base64.h>
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 extern const struct ck_store_ops ck_store_s3, ck_store_http, ck_store_https, ck_store_sftp,
     ck_store_file;
@@ -118,6 +120,37 @@ int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struc
 int ck_store_put(struct ck_store *s, struct ck_xfer *x)
 {
     return s->ops->put(s, x);
+}
+
+int ck_store_stat(struct ck_store *s, const char *key, struct ck_remote_obj *out)
+{
+    out->size = -1;
+    out->md5[0] = '\0';
+    if (!s->ops->stat)
+        return ck_error(CK_ERR, "store '%s' cannot say what it holds", s->ops->scheme);
+    return s->ops->stat(s, key, out);
+}
+
+int ck_store_get(struct ck_store *s, const char *key, int fd)
+{
+    if (!s->ops->get)
+        return ck_error(CK_ERR, "store '%s' cannot be read back", s->ops->scheme);
+    return s->ops->get(s, key, fd);
+}
+
+int ck_fd_sink_write(void *ctx, const void *data, size_t n)
+{
+    struct ck_fd_sink *k = ctx;
+    if (!data) {
+        if (k->start < 0 && (k->start = lseek(k->fd, 0, SEEK_CUR)) < 0)
+            return ck_error_os(CK_EIO, "cannot seek the download's file");
+        if (ftruncate(k->fd, k->start) < 0 || lseek(k->fd, k->start, SEEK_SET) < 0)
+            return ck_error_os(CK_EIO, "cannot start the download's file over");
+        return 0;
+    }
+    if (ck_write_all(k->fd, data, n) < 0)
+        return ck_error_os(CK_EIO, "cannot write the download's file");
+    return 0;
 }
 
 void ck_store_free(struct ck_store *s)

@@ -155,6 +155,13 @@ static inline int ck_xfer_body_again(struct ck_xfer *x)
 struct ck_store;
 struct ck_net;
 
+/* What a store says about one stored object (ck_store_stat). */
+struct ck_remote_obj {
+    int64_t size; /* bytes stored */
+    char md5[33]; /* the MD5 of the bytes as the store reports it (S3's ETag of a single PUT),
+                   * "" when the store reports none: read it back (ck_store_get) to know */
+};
+
 struct ck_store_ops {
     const char *scheme; /* "s3", "http", "https", "sftp", "file" */
     bool uses_curl;     /* ck_store_open loads libcurl first (lazy/) */
@@ -162,6 +169,11 @@ struct ck_store_ops {
     int (*check)(const struct ck_store_spec *spec);
     int (*open)(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
     int (*put)(struct ck_store *s, struct ck_xfer *x);
+    /* The stored object key (as put names it): CK_ENOENT when the store does not have it. */
+    int (*stat)(struct ck_store *s, const char *key, struct ck_remote_obj *out);
+    /* The stored object's bytes, written to fd from its current offset (a
+     * retried request starts over: fd is truncated back to that offset). */
+    int (*get)(struct ck_store *s, const char *key, int fd);
     void (*free)(struct ck_store *s);
 };
 
@@ -179,6 +191,17 @@ const struct ck_store_ops *ck_store_ops_find(const char *url);
 int ck_store_check(const struct ck_store_spec *spec);
 int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
 int ck_store_put(struct ck_store *s, struct ck_xfer *x);
+/* Retention's checks (agent/retention.c) and `ckptd fetch`: what the store
+ * holds under key, and its bytes. CK_ENOENT: not there. */
+int ck_store_stat(struct ck_store *s, const char *key, struct ck_remote_obj *out);
+int ck_store_get(struct ck_store *s, const char *key, int fd);
+/* A ck_req sink (stores/net.h) that writes to the fd in ctx (an int *),
+ * starting over at the offset the fd had when the first attempt began. */
+struct ck_fd_sink {
+    int fd;
+    int64_t start; /* -1 until the first attempt */
+};
+int ck_fd_sink_write(void *ctx, const void *data, size_t n);
 void ck_store_free(struct ck_store *s);
 
 /* Sets one field from its config key (url, endpoint, region, profile, credentials,

@@ -75,9 +75,16 @@ static int list_tree(const char *root, const char *rel, struct ck_strlist *out, 
     DIR *d = opendir(path);
     if (!d)
         return ck_error_os(CK_EIO, "cannot list '%s'", path);
+    /* inside a folder checkpoint a dot name is the trainer's (DCP's .metadata,
+     * listed in the folder's manifest): it goes with the folder */
+    bool in_folder_ckpt = !strncmp(rel, "data/checkpoints/", 17);
     for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (skip_name(e->d_name))
+        if (in_folder_ckpt && e->d_name[0] == '.' && strcmp(e->d_name, ".") &&
+            strcmp(e->d_name, "..") && !ck_is_own_temporary(e->d_name)) {
+            /* taken below */
+        } else if (skip_name(e->d_name)) {
             continue;
+        }
         char sub[4096], full[8192];
         snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
         snprintf(full, sizeof full, "%s/%s", root, sub);
@@ -157,7 +164,7 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
             if (strcmp(changed[i], "metadata.yaml") && (err = names_add(&files, changed[i])) < 0)
                 goto out;
     }
-    snprintf(meta, sizeof meta, "%s/metadata.yaml", root);
+    ck_pmftree_meta_source(root, meta, sizeof meta);
     bool has_meta = ck_exists(meta);
     long long batch_t0 = 0;
     bool batch = false;
@@ -577,13 +584,11 @@ static bool metadata_requeued(struct run *r, struct ck_job *j, int *err)
 {
     struct stat st;
     char root[4096];
-    size_t n = strlen(j->src);
     *err = 0;
-    if (j->kind != CK_JOB_FILE || j->phase != 1 || n < 14 ||
-        strcmp(j->src + n - 14, "/metadata.yaml") != 0 || stat(j->src, &st) < 0 ||
+    if (j->kind != CK_JOB_FILE || j->phase != 1 ||
+        !ck_pmftree_root_of_meta(j->src, root, sizeof root) || stat(j->src, &st) < 0 ||
         ((uint64_t)st.st_size == j->size && ck_mtime_ns(&st) == j->mtime_ns))
         return false;
-    ck_dirname(root, sizeof root, j->src);
     db_lock(r);
     const struct ck_store_spec *spec = NULL;
     for (size_t i = 0; i < r->nstores; i++)

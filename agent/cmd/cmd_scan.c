@@ -6,6 +6,7 @@
 #include "agent/lock.h"
 #include "agent/notify.h"
 #include "agent/pipeline.h"
+#include "agent/retention.h"
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "agent/sweep.h"
@@ -33,6 +34,7 @@ static const char tail[] =
 struct scan_flags {
     int end_status; /* -1, CK_PMF_FINISHED or CK_PMF_FAILED */
     bool check;
+    bool dry_run;
 };
 
 #define O(f) offsetof(struct scan_flags, f)
@@ -47,6 +49,9 @@ static const struct ck_opt options[] = {
      "write the run's metrics there at the end\n(node_exporter textfile collector)"},
     {"check", 'n', CK_OPT_SET, NULL, NULL, O(check), 0, NULL,
      "check the config and DIR/metadata.yaml, change nothing"},
+    {"dry-run", 0, CK_OPT_SET, NULL, NULL, O(dry_run), 0, NULL,
+     "list what retention would delete now (its copies are checked only by a real run),\n"
+     "change nothing"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -113,6 +118,14 @@ int ck_cmd_scan(int argc, char **argv)
         err = ck_scan_check(&so);
         if (err == 0)
             printf("%s: ok\n", so.dir);
+        goto out;
+    }
+    if (fl.dry_run) {
+        struct ck_retention_result rr;
+        check = true; /* nothing of the run is saved */
+        if ((err = ck_retention_run(&st, so.dir, &cfg, NULL, true, &rr)) == 0)
+            printf("%s: retention would delete %zu checkpoint(s)%s\n", so.dir, rr.would_delete,
+                   ck_config_has_retention(&cfg) ? "" : " (no retention key is set)");
         goto out;
     }
     /* the pass and what it hands on (agent/pipeline.h): events, pack, verify,

@@ -142,6 +142,42 @@ static void print_ref(FILE *out, const struct ck_pmf_ref *r)
         fprintf(out, "%s", r->s);
 }
 
+/* What retention recorded (agent/retention.h), read without the lock: the
+ * state database is in WAL mode. None when there is no state yet. */
+static int load_retained(const char *dir, struct ck_retained **rows, size_t *n)
+{
+    char path[PATH_MAX];
+    sqlite3 *db = NULL;
+    *rows = NULL;
+    *n = 0;
+    if (ck_path_join(path, sizeof path, dir, ".ckptd/state.db") < 0 || !ck_exists(path))
+        return 0;
+    int err = ck_state_open_db(path, &db);
+    if (err == 0 && (err = ck_state_retained_list(db, rows, n)) == CK_ENOENT)
+        err = 0;
+    sqlite3_close(db);
+    return err;
+}
+
+/* "a,b" from the one-per-line list of stores */
+static void stores_text(const char *lines, char *out, size_t outsz)
+{
+    out[0] = '\0';
+    for (const char *s = lines; *s;) {
+        const char *nl = strchr(s, '\n');
+        size_t l = nl ? (size_t)(nl - s) : strlen(s);
+        snprintf(out + strlen(out), outsz - strlen(out), "%s%.*s", out[0] ? "," : "", (int)l, s);
+        s += l + (nl != NULL);
+    }
+}
+
+static bool listed(const struct ck_pmf_meta *m, bool exists, const struct ck_retained *r)
+{
+    struct ck_pmf_ref ref = {r->ref_is_int != 0, strtoll(r->ref, NULL, 10),
+                             r->ref_is_int ? NULL : r->ref};
+    return exists && ck_pmf_find(m, &ref) >= 0;
+}
+
 static int show(const char *dir, bool json)
 {
     char path[PATH_MAX];
@@ -155,6 +191,14 @@ static int show(const char *dir, bool json)
     ck_buf_release(&b);
     if (err < 0)
         return err;
+    struct ck_retained *rows = NULL;
+    size_t nrows = 0;
+    if ((err = load_retained(dir, &rows, &nrows)) < 0) {
+        if (exists)
+            ck_pmf_meta_release(&m);
+        return err;
+    }
+    char where[2048];
     const char *status = exists ? ck_pmf_status_name(m.status) : "none";
     if (json) {
         struct ck_buf o = CK_BUF_INIT;
@@ -181,6 +225,34 @@ static int show(const char *dir, bool json)
         else
             ck_json_null(&j);
         ck_json_kbool(&j, "locked", holder != 0);
+        /* where each checkpoint's bytes are: local (in metadata.yaml), or
+         * only in the stores once retention deleted them */
+        ck_json_key(&j, "where");
+        ck_json_begin_array(&j);
+        for (size_t i = 0; exists && i < m.ncheckpoints; i++) {
+            ck_json_begin_object(&j);
+            ck_json_kstr(&j, "checkpoint", ck_pmf_ref_str(&m.checkpoints[i].ref, txt, sizeof txt));
+            ck_json_kstr(&j, "location", "local");
+            ck_json_end_object(&j);
+        }
+        for (size_t i = 0; i < nrows; i++) {
+            if (listed(&m, exists, &rows[i]))
+                continue;
+            ck_json_begin_object(&j);
+            ck_json_kstr(&j, "checkpoint", rows[i].ref);
+            ck_json_kstr(&j, "location", rows[i].deleted ? "stores" : "deleting");
+            ck_json_key(&j, "stores");
+            ck_json_begin_array(&j);
+            for (const char *s = rows[i].stores; *s;) {
+                const char *nl = strchr(s, '\n');
+                size_t l = nl ? (size_t)(nl - s) : strlen(s);
+                ck_json_strn(&j, s, l);
+                s += l + (nl != NULL);
+            }
+            ck_json_end_array(&j);
+            ck_json_end_object(&j);
+        }
+        ck_json_end_array(&j);
         ck_json_end_object(&j);
         printf("%s\n", ck_buf_str(&o));
         ck_buf_release(&o);
@@ -200,9 +272,24 @@ static int show(const char *dir, bool json)
             printf("running (pid %ld)\n", holder);
         else
             printf(holder < 0 ? "running\n" : "none\n");
+        /* once retention deleted some: where each one is */
+        if (nrows)
+            printf("where:\n");
+        for (size_t i = 0; nrows && i < (exists ? m.ncheckpoints : 0); i++) {
+            printf("  %-28s local\n", ck_pmf_ref_str(&m.checkpoints[i].ref, where, sizeof where));
+        }
+        for (size_t i = 0; i < nrows; i++) {
+            if (listed(&m, exists, &rows[i]))
+                continue;
+            stores_text(rows[i].stores, where, sizeof where);
+            printf("  %-28s %s %s\n", rows[i].ref,
+                   rows[i].deleted ? "stores only:" : "being deleted, copies in:",
+                   where[0] ? where : "none (retention.without_store)");
+        }
     }
     if (exists)
         ck_pmf_meta_release(&m);
+    ck_retained_list_free(rows, nrows);
     return 0;
 }
 

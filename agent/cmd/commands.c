@@ -8,6 +8,7 @@
 const struct ck_command ck_commands[] = {
     {"bundle", ck_cmd_bundle, "pack a PMF tree into one zstd-compressed tar"},
     {"config", ck_cmd_config, "check a config file, or list every config key"},
+    {"fetch", ck_cmd_fetch, "bring back a checkpoint retention deleted, from a store (MD5-checked)"},
     {"hooks", ck_cmd_hooks, "test a webhook; emit, deliver or replay events; hook status"},
     {"inspect", ck_cmd_inspect, "list a checkpoint's tensors, metadata, graph; check checksums"},
     {"keygen", ck_cmd_keygen, "write an Ed25519 key pair for signing archives"},

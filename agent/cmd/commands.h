@@ -15,6 +15,7 @@ int ck_cmd_status(int argc, char **argv);
 int ck_cmd_upload(int argc, char **argv);
 int ck_cmd_queue(int argc, char **argv);
 int ck_cmd_bundle(int argc, char **argv);
+int ck_cmd_fetch(int argc, char **argv);
 
 /* Shared by upload and queue run (cmd_upload.c): runs an open upload queue
  * in the foreground (agent/upload_round.h: SIGTERM/SIGINT give in-flight work

@@ -373,6 +373,8 @@ class Metrics(TmpDirCase):
     DRIVEN = {
         "ckptd_checkpoints_registered_total": ["test_pipeline_counters_in_the_textfile_and_on_the_endpoint"],
         "ckptd_checkpoints_unregistered_total": ["test_failures_and_removals_in_the_textfile_and_on_the_endpoint"],
+        "ckptd_checkpoints_deleted_total": ["test_retention.Retention.test_min_free_tmpfs"],
+        "ckptd_disk_free_bytes": ["test_retention.Retention.test_min_free_tmpfs"],
         "ckptd_checkpoints": ["test_pipeline_counters_in_the_textfile_and_on_the_endpoint"],
         "ckptd_newest_checkpoint_timestamp_seconds": ["test_pipeline_counters_in_the_textfile_and_on_the_endpoint"],
         "ckptd_hashed_bytes_total": ["test_pipeline_counters_in_the_textfile_and_on_the_endpoint"],

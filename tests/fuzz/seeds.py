@@ -335,12 +335,23 @@ def samediff_seeds(out):
         put(out, "samediff", "slice_pow_split", f.read())
 
 
+def metrics_seeds(out):
+    """fuzz_metrics: first byte (metric, step, by step or epoch), then the file."""
+    put(out, "metrics", "jsonl", b"\x84" + b'{"step": 100, "epoch": 1, "val_loss": 0.5}\n'
+        b'{"step": 200, "val_loss": 0.25}\n{"step": 300, "val_lo')
+    put(out, "metrics", "csv", b"\x06" + b"epoch,loss,acc\n1,0.3,0.5\n2,0.2,0.9\n\"3\",,x\n")
+    put(out, "metrics", "trainer_state", b"\x87" + b'{"global_step": 200, "log_history": '
+        b'[{"step": 100, "eval_accuracy": 0.5}, {"step": 200, "eval_accuracy": 0.75}]}')
+    put(out, "metrics", "name", b"\x00epoch=3-val_loss=0.12.ckpt\n")
+
+
 def main(out):
     shared = os.environ.get("CK_SHARED_DATA", "")
     zip_seeds(out)
     graph_seeds(out)
     yaml_seeds(out)
     requests_seeds(out)
+    metrics_seeds(out)
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
     put(out, "safetensors", "small", safetensors_from_numpy(
         {"a": a, "b": np.array([1, 2], dtype=np.int64), "c": np.array(True)}, {"k": "v"}))

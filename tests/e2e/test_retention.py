@@ -1,0 +1,613 @@
+"""Retention (issue 32): `ckptd scan` deletes local checkpoints the retention
+keys let go, only once every store holds a copy checked now. Real stores
+(a file store, S3 on s3rver, WebDAV on nginx); after every case both trees
+are checked with the PMF validator written from the spec
+(tests/lib/pmf_validate.py, strict: MD5s), the store's copy as an
+independent client fetches it (aws s3 cp, plain HTTP GET, the folder)."""
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import unittest
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, md5_file, run, write_old  # noqa: E402
+from servers import Nginx, S3Server, Sshd, need  # noqa: E402
+
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import pmf_validate  # noqa: E402
+
+KILL_ROUNDS = int(os.environ.get("CK_RETENTION_KILL_ROUNDS", "30"))
+
+
+class Retention(TmpDirCase):
+    def setUp(self):
+        super().setUp()
+        self.train = os.path.join(self.dir, "train")
+        self.sums = {}
+
+    def write_ckpts(self, n=5, size=60000):
+        for e in range(1, n + 1):
+            data = os.urandom(size + e)
+            write_old(os.path.join(self.train, "ckpts", f"epoch_{e}.pt"), data)
+            self.sums[f"epoch_{e}.pt"] = hashlib.md5(data).hexdigest()
+
+    def config(self, stores, retention):
+        lines = ["upload:", "  stores:"]
+        for s in stores:
+            lines.append(f"    - url: {s['url']}")
+            for k, v in s.items():
+                if k != "url":
+                    lines.append(f"      {k}: {v}")
+        if not stores:
+            lines = []
+        lines.append("retention:")
+        for k, v in retention.items():
+            if isinstance(v, dict):
+                lines.append(f"  {k}:")
+                lines += [f"    {kk}: {vv}" for kk, vv in v.items()]
+            else:
+                lines.append(f"  {k}: {v}")
+        os.makedirs(self.train, exist_ok=True)
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def scan(self, env=None, rc=0):
+        p = run("scan", self.train, env=env, timeout=180)
+        if rc is not None:
+            self.assertEqual(p.returncode, rc, p.stderr)
+        return p
+
+    def local_tree(self):
+        """The local tree: valid, and what it lists is what is on the disk."""
+        meta = pmf_validate.validate_tree(self.train)
+        return set(meta["model"]["training"]["checkpoints"])
+
+    def remote_tree(self, root):
+        """A downloaded copy of the store: valid with every checkpoint, MD5s included."""
+        meta = pmf_validate.validate_tree(root)
+        refs = meta["model"]["training"]["checkpoints"]
+        for ref, want in self.sums.items():
+            self.assertIn(ref, refs)
+            self.assertEqual(md5_file(os.path.join(root, "data", "checkpoints", ref)), want)
+        return set(refs)
+
+    def on_disk(self):
+        src = set(os.listdir(os.path.join(self.train, "ckpts")))
+        tree = set(os.listdir(os.path.join(self.train, "data", "checkpoints")))
+        return src, tree
+
+    def check_keep_last(self, fetch_store, stores, env=None):
+        self.write_ckpts()
+        self.config(stores, {"keep_last": 2})
+        p = self.scan(env=env)
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 3, p.stderr)
+        src, tree = self.on_disk()
+        self.assertEqual(src, {"epoch_4.pt", "epoch_5.pt"})
+        self.assertEqual(tree, {"epoch_4.pt", "epoch_5.pt"})
+        self.assertEqual(self.local_tree(), {"epoch_4.pt", "epoch_5.pt"})
+        # the next pass sends the stores' metadata.yaml, which keeps all five
+        self.scan(env=env)
+        got = fetch_store()
+        self.assertEqual(self.remote_tree(got), set(self.sums))
+        # status says where each one is; fetch brings one back, MD5-checked
+        st = json.loads(run("status", "--json", self.train, check=0).stdout)
+        where = {w["checkpoint"]: w for w in st["where"]}
+        self.assertEqual({k: w["location"] for k, w in where.items()},
+                         {"epoch_1.pt": "stores", "epoch_2.pt": "stores", "epoch_3.pt": "stores",
+                          "epoch_4.pt": "local", "epoch_5.pt": "local"})
+        self.assertEqual(len(where["epoch_2.pt"]["stores"]), 1)
+        text = run("status", self.train, check=0).stdout
+        self.assertRegex(text, r"epoch_2\.pt +stores only: ")
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest, exist_ok=True)
+        run("fetch", self.train, "epoch_2.pt", "-o", dest, env=env, check=0)
+        self.assertEqual(os.listdir(dest), ["epoch_2.pt"])
+        self.assertEqual(md5_file(os.path.join(dest, "epoch_2.pt")), self.sums["epoch_2.pt"])
+        # nothing more to do, nothing re-registered
+        p = self.scan(env=env)
+        self.assertNotIn("checkpoint.registered", p.stderr)
+        self.assertEqual(self.local_tree(), {"epoch_4.pt", "epoch_5.pt"})
+        # a new checkpoint: registered, sent, the oldest local one goes; the
+        # stores' metadata.yaml follows the local one and keeps the deleted
+        data = os.urandom(70000)
+        write_old(os.path.join(self.train, "ckpts", "epoch_6.pt"), data)
+        self.sums["epoch_6.pt"] = hashlib.md5(data).hexdigest()
+        p = self.scan(env=env)
+        self.assertIn("checkpoint.deleted: ref='epoch_4.pt'", p.stderr)
+        self.assertEqual(self.local_tree(), {"epoch_5.pt", "epoch_6.pt"})
+        # what this pass sent before its deletions: all six, epoch_6 included
+        self.assertEqual(self.remote_tree(fetch_store()), set(self.sums))
+        self.scan(env=env)
+        self.assertEqual(self.remote_tree(fetch_store()), set(self.sums))
+        return p
+
+    def test_keep_last_file_store(self):
+        store = os.path.join(self.dir, "store")
+        self.check_keep_last(lambda: store, [{"url": "file://" + store}])
+
+    def test_keep_last_s3(self):
+        need("aws", "checking S3 needs awscli")
+        with S3Server(self.dir) as s3:
+            got = os.path.join(self.dir, "got")
+
+            def fetch():
+                shutil.rmtree(got, ignore_errors=True)
+                s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+                return got
+
+            self.check_keep_last(fetch, [{"url": "s3://ckpt/r1", "endpoint": s3.endpoint,
+                                          "credentials": "env"}], env=s3.env())
+
+    def test_keep_last_webdav(self):
+        with Nginx(self.dir) as web:
+            self.check_keep_last(lambda: os.path.join(web.root, "m"),
+                                 [{"url": web.url + "/m"}])
+            # and over HTTP as a reader sees it
+            with urllib.request.urlopen(web.url + "/m/data/checkpoints/epoch_1.pt") as r:
+                self.assertEqual(hashlib.md5(r.read()).hexdigest(), self.sums["epoch_1.pt"])
+
+    def test_keep_last_sftp(self):
+        need("sftp", "SFTP tests need the OpenSSH client")
+        with Sshd(self.dir) as ssh:
+            remote = os.path.join(self.dir, "remote")
+            self.check_keep_last(lambda: remote, [{"url": ssh.url(remote), "key": ssh.key,
+                                                   "host_key": ssh.host_key_sha256}])
+
+    def test_store_refuses(self):
+        """A store that refuses (or is down): nothing deleted, a warning says why."""
+        with Nginx(self.dir) as web:
+            self.write_ckpts()
+            self.config([{"url": web.url + "/m"}], {"keep_last": 1})
+            # first the uploads, without retention's deletions: no key yet
+            with open(os.path.join(self.train, "ckptd.yaml")) as f:
+                text = f.read()
+            with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+                f.write(text.split("retention:")[0])
+            self.scan()
+            with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            web.stop()  # the store is gone now
+            p = self.scan(rc=None)
+            self.assertNotIn("checkpoint.deleted", p.stderr)
+            self.assertIn("retention.store_failing", p.stderr)
+            self.assertIn("retention.held_all", p.stderr)
+            src, tree = self.on_disk()
+            self.assertEqual(len(src), 5)
+            self.assertEqual(len(tree), 5)
+            self.assertEqual(self.local_tree(), set(self.sums))
+
+    def test_store_forbids(self):
+        """A store answering 403 to the check: held, nothing deleted."""
+        with Nginx(self.dir, users={"u": "right"}) as web:
+            secret = os.path.join(self.dir, "cred")
+            with open(secret, "w") as f:
+                f.write("u:right")
+            os.chmod(secret, 0o600)
+            self.write_ckpts()
+            self.config([{"url": web.url + "/m", "credentials": "file:" + secret}],
+                        {"keep_last": 1})
+            with open(os.path.join(self.train, "ckptd.yaml")) as f:
+                text = f.read()
+            with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+                f.write(text.split("retention:")[0])
+            self.scan()
+            with open(secret, "w") as f:
+                f.write("u:wrong")
+            with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+                f.write(text)
+            p = self.scan(rc=None)
+            self.assertNotIn("checkpoint.deleted", p.stderr)
+            self.assertIn("retention.store_failing", p.stderr)
+            self.assertEqual(len(self.on_disk()[0]), 5)
+            self.assertEqual(self.local_tree(), set(self.sums))
+
+    def test_lost_object_is_sent_again(self):
+        """A store that lost an object after its upload: the check finds it,
+        the checkpoint stays and is sent again; the pass after deletes it."""
+        need("aws", "checking S3 needs awscli")
+        with S3Server(self.dir) as s3:
+            self.write_ckpts(3)
+            stores = [{"url": "s3://ckpt/r1", "endpoint": s3.endpoint, "credentials": "env"}]
+            self.config(stores, {})
+            with open(os.path.join(self.train, "ckptd.yaml")) as f:
+                noret = f.read().split("retention:")[0]
+            with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+                f.write(noret)
+            self.scan(env=s3.env())
+            s3.aws("s3", "rm", "s3://ckpt/r1/data/checkpoints/epoch_1.pt")
+            # a damaged one too: same size, other bytes (no MD5 check would see it by size)
+            damaged = os.path.join(self.dir, "damaged")
+            with open(damaged, "wb") as f:
+                f.write(os.urandom(60002))
+            s3.aws("s3", "cp", "--no-progress", damaged, "s3://ckpt/r1/data/checkpoints/epoch_2.pt")
+            self.config(stores, {"keep_last": 1})
+            p = self.scan(env=s3.env())
+            self.assertNotIn("checkpoint.deleted", p.stderr)
+            self.assertEqual(p.stderr.count("retention.copy_missing"), 2, p.stderr)
+            self.assertIn("queued to be sent again", p.stderr)
+            self.assertEqual(len(self.on_disk()[0]), 3)
+            # the next pass sends them again, checks them and deletes
+            p = self.scan(env=s3.env())
+            self.assertEqual(p.stderr.count("checkpoint.deleted:"), 2, p.stderr)
+            self.scan(env=s3.env())
+            got = os.path.join(self.dir, "got")
+            s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+            self.assertEqual(self.remote_tree(got), set(self.sums))
+            self.assertEqual(self.local_tree(), {"epoch_3.pt"})
+
+    def test_deleted_event(self):
+        """checkpoint.deleted reaches the hooks, saying where the copies are."""
+        store = os.path.join(self.dir, "store")
+        out = os.path.join(self.dir, "events")
+        self.write_ckpts(3)
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        with open(os.path.join(self.train, "ckptd.yaml"), "a") as f:
+            f.write("hooks:\n  exec:\n    - event: checkpoint.deleted\n"
+                    f"      command: 'echo \"$CKPTD_CHECKPOINT|$CKPTD_EPOCH|$CKPTD_STORE\" >> {out}'\n")
+        self.scan()
+        with open(out) as f:
+            got = sorted(f.read().splitlines())
+        self.assertEqual(got, [f"epoch_{e}.pt|{e}|file://{store}" for e in (1, 2)])
+
+    def test_fetch_refuses_a_damaged_copy(self):
+        store = os.path.join(self.dir, "store")
+        self.write_ckpts(3)
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        self.scan()
+        obj = os.path.join(store, "data", "checkpoints", "epoch_1.pt")
+        size = os.path.getsize(obj)
+        with open(obj, "wb") as f:
+            f.write(os.urandom(size))
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest)
+        p = run("fetch", self.train, "epoch_1.pt", "-o", dest)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(self.sums["epoch_1.pt"], p.stderr)  # what metadata.yaml recorded
+        self.assertEqual(os.listdir(dest), [])
+        # the undamaged one comes back
+        run("fetch", self.train, "epoch_2.pt", "-o", dest, check=0)
+        self.assertEqual(md5_file(os.path.join(dest, "epoch_2.pt")), self.sums["epoch_2.pt"])
+        p = run("fetch", self.train, "epoch_3.pt", "-o", dest)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("data/checkpoints", p.stderr)
+
+    def test_without_store(self):
+        self.write_ckpts(3)
+        self.config([], {"keep_last": 1})
+        p = run("scan", self.train)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("without_store", p.stderr)
+        self.assertEqual(len(os.listdir(os.path.join(self.train, "ckpts"))), 3)
+        self.config([], {"keep_last": 1, "without_store": "true"})
+        p = self.scan()
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 2, p.stderr)
+        self.assertIn('copies="none"', p.stderr)
+        self.assertEqual(self.local_tree(), {"epoch_3.pt"})
+
+    def test_config_checked(self):
+        self.write_ckpts(1)
+        for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
+                          ({"keep_best": {"metric": "loss", "mode": "up"}}, "not min or max"),
+                          ({"min_free": "lots"}, "size"),
+                          ({"keep_last": -1}, "negative")):
+            self.config([{"url": "file://" + self.dir + "/s"}], bad)
+            p = run("config", "--config", os.path.join(self.train, "ckptd.yaml"))
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn(what, p.stderr)
+        p = run("config", "--keys")
+        for k in ("retention.keep_last", "retention.keep_every", "retention.keep_best.metric",
+                  "retention.min_free", "retention.without_store", "retention.metrics_file"):
+            self.assertIn(k, p.stdout)
+
+    def test_dry_run(self):
+        store = os.path.join(self.dir, "store")
+        self.write_ckpts(4)
+        self.config([{"url": "file://" + store}], {})
+        with open(os.path.join(self.train, "ckptd.yaml")) as f:
+            noret = f.read().split("retention:")[0]
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write(noret)
+        self.scan()
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        p = run("scan", "--dry-run", self.train, check=0)
+        self.assertIn("would delete 3 checkpoint(s)", p.stdout)
+        for e in (1, 2, 3):
+            self.assertIn(f"retention.would_delete: ref='epoch_{e}.pt'", p.stderr)
+        self.assertEqual(len(self.on_disk()[0]), 4)
+        self.assertEqual(self.local_tree(), set(self.sums))
+
+    def test_tf_bundle_sets_and_a_folder_the_trainer_deleted(self):
+        """A TensorFlow bundle (an .index and its shards) goes whole, trainer's
+        files and tree links; a Hugging Face folder the trainer already
+        rotated away (save_total_limit) leaves only ckptd's copy: that goes."""
+        store = os.path.join(self.dir, "store")
+        for st in (100, 200, 300):
+            for part in (".index", ".data-00000-of-00001"):
+                write_old(os.path.join(self.train, "tf", f"model.ckpt-{st}{part}"),
+                          os.urandom(5000 + st))
+        d = os.path.join(self.train, "hf", "checkpoint-50")
+        write_old(os.path.join(d, "model.safetensors"), os.urandom(3000))
+        write_old(os.path.join(d, "trainer_state.json"),
+                  json.dumps({"global_step": 50, "epoch": 0.5}).encode())
+        self.config([{"url": "file://" + store}], {})
+        with open(os.path.join(self.train, "ckptd.yaml")) as f:
+            noret = f.read().split("retention:")[0]
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write(noret)
+        self.scan()
+        shutil.rmtree(d)  # the trainer's rotation
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        p = self.scan()
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 3, p.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(self.train, "tf"))),
+                         ["model.ckpt-300.data-00000-of-00001", "model.ckpt-300.index"])
+        tree = sorted(os.listdir(os.path.join(self.train, "data", "checkpoints")))
+        self.assertEqual(tree, ["model.ckpt-300.data-00000-of-00001", "model.ckpt-300.index",
+                                "model.ckpt-300.md5sums"])
+        self.assertEqual(self.local_tree(), {"model.ckpt-300"})
+        self.scan()
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
+                         {"checkpoint-50", "model.ckpt-100", "model.ckpt-200", "model.ckpt-300"})
+        for ref in ("checkpoint-50", "model.ckpt-100", "model.ckpt-200"):
+            r = subprocess.run(["md5sum", "-c", f"{ref}.md5sums"], capture_output=True,
+                               text=True, cwd=os.path.join(store, "data", "checkpoints"))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+    def test_keep_every(self):
+        store = os.path.join(self.dir, "store")
+        self.write_ckpts(7, size=20000)
+        self.config([{"url": "file://" + store}], {"keep_last": 1, "keep_every": 3})
+        self.scan()
+        want = {"epoch_3.pt", "epoch_6.pt", "epoch_7.pt"}
+        self.assertEqual(self.on_disk(), (want, want))
+        self.assertEqual(self.local_tree(), want)
+        self.scan()
+        self.assertEqual(self.remote_tree(store), set(self.sums))
+
+    def test_keep_best_metrics_file(self):
+        """retention.metrics_file: a metrics.jsonl by step, then a CSV by epoch."""
+        store = os.path.join(self.dir, "store")
+        loss = {100: 0.9, 200: 0.3, 300: 0.5, 400: 0.2, 500: 0.7, 600: 0.8}
+        for st in loss:
+            data = os.urandom(10000 + st)
+            write_old(os.path.join(self.train, "ckpts", f"model_{st}.pt"), data)
+            self.sums[f"model_{st}.pt"] = hashlib.md5(data).hexdigest()
+        with open(os.path.join(self.train, "metrics.jsonl"), "w") as f:
+            for st, v in loss.items():
+                f.write(json.dumps({"step": st, "train_loss": 1.0, "val_loss": v}) + "\n")
+                f.write(json.dumps({"step": st + 1, "val_loss": 0.0}) + "\n")  # no checkpoint
+            f.write('{"step": 700, "val_lo')  # the line the trainer is writing
+        self.config([{"url": "file://" + store}],
+                    {"keep_best": {"metric": "val_loss", "count": 2},
+                     "metrics_file": "metrics.jsonl"})
+        self.scan()
+        want = {"model_200.pt", "model_400.pt", "model_600.pt"}  # two best, the latest
+        self.assertEqual(self.on_disk()[0], want)
+        self.assertEqual(self.local_tree(), want)
+        self.scan()
+        self.assertEqual(self.remote_tree(store), set(self.sums))
+
+        # a CSV with a header, by epoch, mode max
+        self.train = os.path.join(self.dir, "train2")
+        store = os.path.join(self.dir, "store2")
+        self.sums = {}
+        acc = {1: 0.5, 2: 0.9, 3: 0.7, 4: 0.6}
+        for e in acc:
+            data = os.urandom(10000 + e)
+            write_old(os.path.join(self.train, "ckpts", f"epoch_{e}.pt"), data)
+            self.sums[f"epoch_{e}.pt"] = hashlib.md5(data).hexdigest()
+        with open(os.path.join(self.train, "metrics.csv"), "w") as f:
+            f.write("epoch,loss,acc\n")
+            for e, v in acc.items():
+                f.write(f"{e},0.1,{v}\n")
+        self.config([{"url": "file://" + store}],
+                    {"keep_best": {"metric": "acc", "mode": "max", "count": 1},
+                     "metrics_file": "metrics.csv"})
+        self.scan()
+        want = {"epoch_2.pt", "epoch_4.pt"}
+        self.assertEqual(self.on_disk()[0], want)
+        self.assertEqual(self.local_tree(), want)
+
+    def test_keep_best_lightning_names(self):
+        store = os.path.join(self.dir, "store")
+        losses = {1: 0.50, 2: 0.21, 3: 0.35, 4: 0.12, 5: 0.40, 6: 0.30}
+        for e, loss in losses.items():
+            data = os.urandom(30000 + e)
+            name = f"epoch={e}-val_loss={loss:.2f}.ckpt"
+            write_old(os.path.join(self.train, "ckpts", name), data)
+            self.sums[name] = hashlib.md5(data).hexdigest()
+        self.config([{"url": "file://" + store}],
+                    {"keep_best": {"metric": "val_loss", "mode": "min", "count": 2}})
+        self.scan()
+        # the two lowest losses and the latest stay
+        want = {"epoch=4-val_loss=0.12.ckpt", "epoch=2-val_loss=0.21.ckpt",
+                "epoch=6-val_loss=0.30.ckpt"}
+        self.assertEqual(self.on_disk()[0], want)
+        self.assertEqual(self.local_tree(), want)
+        self.scan()
+        self.assertEqual(self.remote_tree(store), set(self.sums))
+
+    def test_keep_best_hf_trainer_state(self):
+        store = os.path.join(self.dir, "store")
+        accs = {100: 0.70, 200: 0.91, 300: 0.85, 400: 0.60}
+        history = []
+        for step, acc in accs.items():
+            history.append({"step": step, "epoch": step / 100, "eval_accuracy": acc})
+            d = os.path.join(self.train, "out", f"checkpoint-{step}")
+            write_old(os.path.join(d, "model.safetensors"), os.urandom(20000 + step))
+            state = {"global_step": step, "epoch": step / 100.0, "best_metric": max(
+                h["eval_accuracy"] for h in history), "log_history": list(history)}
+            write_old(os.path.join(d, "trainer_state.json"), json.dumps(state).encode())
+        self.config([{"url": "file://" + store}],
+                    {"keep_best": {"metric": "accuracy", "mode": "max", "count": 1}})
+        p = self.scan()
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 2, p.stderr)
+        # the best (step 200) and the latest (400) stay, folders whole
+        self.assertEqual(set(os.listdir(os.path.join(self.train, "out"))),
+                         {"checkpoint-200", "checkpoint-400"})
+        tree = set(os.listdir(os.path.join(self.train, "data", "checkpoints")))
+        self.assertEqual(tree, {"checkpoint-200", "checkpoint-200.md5sums", "checkpoint-400",
+                                "checkpoint-400.md5sums"})
+        self.assertEqual(self.local_tree(), {"checkpoint-200", "checkpoint-400"})
+        self.scan()
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
+                         {f"checkpoint-{s}" for s in accs})
+        # the deleted folders are whole in the store: md5sum -c of their manifest
+        for s in (100, 300):
+            r = subprocess.run(["md5sum", "-c", f"checkpoint-{s}.md5sums"], capture_output=True,
+                               text=True, cwd=os.path.join(store, "data", "checkpoints"))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        # and come back whole with fetch
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest)
+        run("fetch", self.train, "checkpoint-100", "-o", dest, check=0)
+        r = subprocess.run(["md5sum", "-c", "checkpoint-100.md5sums"], capture_output=True,
+                           text=True, cwd=dest)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(dest, "checkpoint-100"))),
+                         ["model.safetensors", "trainer_state.json"])
+
+    def test_min_free_tmpfs(self):
+        mnt = os.path.join(self.dir, "mnt")
+        os.makedirs(mnt)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
+                          capture_output=True).returncode != 0:
+            raise unittest.SkipTest("cannot mount a tmpfs here")
+        try:
+            self.train = os.path.join(mnt, "train")
+            store = os.path.join(self.dir, "store")
+            # 6 checkpoints of 400 KB on 4 MiB: ~2.4 MB used; min_free 2.5 MiB
+            self.write_ckpts(6, size=400000)
+            self.config([{"url": "file://" + store}], {"min_free": "2500KiB"})
+            prom = os.path.join(self.dir, "m.prom")
+            p = run("scan", "--metrics-file", prom, self.train, check=0, timeout=180)
+            st = os.statvfs(mnt)
+            free = st.f_bavail * st.f_frsize
+            self.assertGreaterEqual(free, 2500 * 1024, p.stderr)
+            deleted = p.stderr.count("checkpoint.deleted:")
+            self.assertGreater(deleted, 0)
+            left = sorted(self.on_disk()[0])
+            # oldest first, the latest stays
+            self.assertEqual(left, [f"epoch_{e}.pt" for e in range(deleted + 1, 7)])
+            self.assertEqual(self.local_tree(), set(left))
+            self.scan()
+            self.assertEqual(self.remote_tree(store), set(self.sums))
+            with open(prom) as f:
+                m = {line.split(" ")[0]: float(line.split(" ")[1]) for line in f
+                     if line.startswith("ckptd_")}
+            self.assertEqual(m["ckptd_checkpoints_deleted_total"], deleted)
+            # as the pass saw it at its end: the state database on the same
+            # tmpfs changed after (its WAL goes at close), by less than 1 MiB
+            self.assertLess(abs(m["ckptd_disk_free_bytes"] - free), 1024 * 1024)
+            self.assertGreaterEqual(m["ckptd_disk_free_bytes"], 2500 * 1024)
+        finally:
+            subprocess.run(["umount", mnt], capture_output=True)
+
+    def kill_setup(self, store):
+        shutil.rmtree(self.train, ignore_errors=True)
+        shutil.rmtree(store, ignore_errors=True)
+        self.sums = {}
+        self.write_ckpts(4, size=200000)
+        # a folder checkpoint too: deleted whole or recorded as deleting
+        d = os.path.join(self.train, "ckpts", "epoch_0")
+        for i in range(6):
+            write_old(os.path.join(d, f"shard{i}.bin"), os.urandom(50000))
+        write_old(os.path.join(d, ".metadata"), b"x")
+        self.config([{"url": "file://" + store}], {})
+        with open(os.path.join(self.train, "ckptd.yaml")) as f:
+            noret = f.read().split("retention:")[0]
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write(noret)
+        self.scan()
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+
+    def test_kill_during_retention(self):
+        """kill -9 at instants spread over passes that delete: no checkpoint
+        is lost from both places, none is half-deleted without its record
+        saying so, and the pass after finishes the job."""
+        store = os.path.join(self.dir, "store")
+        state_db = os.path.join(self.train, ".ckptd", "state.db")
+        # how long a deleting pass takes here, to spread the kills over it
+        self.kill_setup(store)
+        t0 = time.monotonic()
+        p = self.scan()
+        whole = time.monotonic() - t0
+        stamps = [(line.split(" ")[0], line) for line in p.stderr.splitlines() if line[:2] == "20"]
+
+        def at(text):
+            ts = next(t for t, line in stamps if text in line)
+            return datetime.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
+
+        last = datetime.datetime.fromisoformat(stamps[-1][0].replace("Z", "+00:00")).timestamp()
+        # the retention stage runs from the round's summary to the last deletion
+        ret_start = whole - (last - at("upload.summary"))
+        ret_len = at("checkpoint.deleted: ref='epoch_3.pt'") - at("upload.summary") + 0.02
+        mid = 0  # rounds killed with a deletion recorded but not finished
+        for rnd in range(KILL_ROUNDS):
+            self.kill_setup(store)
+            proc = subprocess.Popen([CKPTD, "scan", self.train], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            # most kills inside the retention stage, a few anywhere in the pass
+            frac = ((rnd * 7919) % KILL_ROUNDS) / KILL_ROUNDS
+            time.sleep(whole * frac if rnd % 5 == 4 else max(0, ret_start + ret_len * frac))
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            # after the kill: every checkpoint whose bytes are not all local is recorded
+            con = sqlite3.connect(state_db)
+            try:
+                rows = dict(con.execute("SELECT ref, state FROM retention").fetchall())
+            except sqlite3.OperationalError:
+                rows = {}  # killed before the state database was migrated
+            con.close()
+            mid += "deleting" in rows.values()
+            meta = pmf_validate.load_metadata(self.train)
+            listed = set(meta["model"]["training"]["checkpoints"])
+            for ref in ["epoch_1.pt", "epoch_2.pt", "epoch_3.pt", "epoch_4.pt"]:
+                here = os.path.exists(os.path.join(self.train, "ckpts", ref))
+                linked = os.path.exists(os.path.join(self.train, "data", "checkpoints", ref))
+                in_store = (os.path.exists(os.path.join(store, "data", "checkpoints", ref)) and
+                            md5_file(os.path.join(store, "data", "checkpoints", ref)) ==
+                            self.sums[ref])
+                self.assertTrue(here or linked or in_store, f"round {rnd}: {ref} lost")
+                if not (here and linked):
+                    self.assertIn(ref, rows, f"round {rnd}: {ref} half-deleted unrecorded")
+                    self.assertTrue(in_store, f"round {rnd}: {ref} deleted with no copy")
+                if ref in listed:
+                    self.assertTrue(linked, f"round {rnd}: {ref} listed but not linked")
+            folder = os.path.join(self.train, "ckpts", "epoch_0")
+            if not os.path.isdir(folder) or len(os.listdir(folder)) < 7:
+                self.assertIn("epoch_0", rows, f"round {rnd}: folder half-deleted unrecorded")
+            # the local tree is valid at every instant
+            pmf_validate.validate_tree(self.train)
+            # the next pass finishes, registering nothing again; then both
+            # trees hold what they should
+            p = self.scan()
+            self.assertNotIn("checkpoint.registered", p.stderr, f"round {rnd}")
+            self.scan()
+            con = sqlite3.connect(state_db)
+            states = set(s for (s,) in con.execute("SELECT state FROM retention"))
+            con.close()
+            self.assertLessEqual(states, {"deleted"}, f"round {rnd}")
+            self.assertEqual(self.local_tree(), {"epoch_4.pt"}, f"round {rnd}")
+            self.assertEqual(self.on_disk(), ({"epoch_4.pt"}, {"epoch_4.pt"}), f"round {rnd}")
+            self.assertEqual(self.remote_tree(store), set(self.sums) | {"epoch_0"})
+            # the folder went whole, its dot file too (DCP's .metadata)
+            r = subprocess.run(["md5sum", "-c", "epoch_0.md5sums"], capture_output=True,
+                               text=True, cwd=os.path.join(store, "data", "checkpoints"))
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("epoch_0/.metadata: OK", r.stdout)
+        print(f"kill rounds: {KILL_ROUNDS}, killed mid-deletion: {mid}", file=sys.stderr)
+
+if __name__ == "__main__":
+    unittest.main()
