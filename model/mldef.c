@@ -24,6 +24,7 @@ const struct ck_mldef_param ck_mldef_params[] = {
     P("Scalar", CK_MLDEF_P_SCALAR, scalar),
     P("ScalarFirst", CK_MLDEF_P_BOOL, scalar_first),
     P("Alpha", CK_MLDEF_P_FLOAT, alpha),
+    P("Beta", CK_MLDEF_P_FLOAT, beta),
     P("Eps", CK_MLDEF_P_FLOAT, eps),
     P("Min", CK_MLDEF_P_BOUND, min),
     P("Max", CK_MLDEF_P_BOUND, max),

@@ -114,8 +114,15 @@ int ck_queue_init(sqlite3 *db)
     if (version == 1 &&
         (err = exec(db, "ALTER TABLE upload_stores ADD COLUMN profile TEXT", "adding profile")) < 0)
         goto fail;
-    /* schemas 1 and 2 had no upload_jobs.checked */
-    if (version >= 1 && version <= 2 &&
+    /* schemas 1 and 2 had no upload_jobs.checked (a schema 1 queue may also
+     * have had no upload_jobs at all: then the CREATE above made it whole) */
+    bool has_checked = false;
+    if ((err = prep(db, "SELECT 1 FROM pragma_table_info('upload_jobs') WHERE name = 'checked'",
+                    &st)) < 0)
+        goto fail;
+    has_checked = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (!has_checked &&
         (err = exec(db, "ALTER TABLE upload_jobs ADD COLUMN checked TEXT NOT NULL DEFAULT ''",
                     "adding checked")) < 0)
         goto fail;

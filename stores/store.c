@@ -22,6 +22,7 @@ static const struct ck_store_ops *const stores[] = {
 
 void ck_upload_opts_init(struct ck_upload_opts *o)
 {
+    memset(o, 0, sizeof *o); /* every flag off (sha256_always was left as the stack had it) */
     o->part_size = 8u << 20;
     o->multipart_threshold = 64u << 20;
     o->max_rate = 0;

@@ -443,42 +443,21 @@ class Runnable(TmpDirCase):
                 + layers.replace("from: [x]", "from: [h]")
                 + f"      - {{op: concat, axis: 1, from: [{refs}]}}\n")
 
-    def test_concat_over_the_engines_limit(self):
+    def test_concat_of_many_inputs_packs_and_runs(self):
+        """No fixed bound on a node's inputs (it was 16): a 17-input concat
+        packs, mldef -i calls it valid and verify runs it."""
         src = os.path.join(self.dir, "epoch_1.safetensors")
         write_ckpt(src, weights(1))
         cfg = os.path.join(self.dir, "c.yaml")
         with open(cfg, "w") as f:
-            f.write(self.graph(16))
+            f.write(self.graph(17))
         ok = os.path.join(self.dir, "ok.mldef")
         run("pack", "-c", cfg, src, "-o", ok, check=0)
-        v = run("verify", ok, check=0)  # the engine runs 16: [1, 16 * 8]
-        self.assertIn("[1, 128]", v.stdout)
-        with open(cfg, "w") as f:
-            f.write(self.graph(17))
-        bad = os.path.join(self.dir, "bad.mldef")
-        p = run("pack", "-c", cfg, src, "-o", bad, check=1)
-        self.assertIn("17 inputs", p.stderr)
-        self.assertIn("at most 16", p.stderr)
-        self.assertFalse(os.path.exists(bad))
-        # an archive that has one (the 16-input one with a 17th added to its manifest):
-        # mldef -i does not call it valid, and verify refuses it alike
-        import zipfile
-        with zipfile.ZipFile(ok) as z:
-            items = [(i.filename, z.read(i.filename)) for i in z.infolist()]
-        man = json.loads(dict(items)["manifest.json"])
-        cat = next(lay for lay in man["Layers"] if lay.get("Type", lay.get("Op", "")).lower()
-                   .startswith("concat"))
-        key = "Inputs" if "Inputs" in cat else "From"
-        cat[key] = cat[key] + [cat[key][0]]
-        with zipfile.ZipFile(bad, "w") as z:
-            for name, data in items:
-                z.writestr(name, json.dumps(man) if name == "manifest.json" else data)
+        v = run("verify", ok, check=0)
+        self.assertIn("[1, 136]", v.stdout)  # 17 * 8
         mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
-        q = subprocess.run([mldef, "-i", bad], capture_output=True, text=True)
-        self.assertEqual(q.returncode, 1, q.stdout + q.stderr)
-        self.assertIn("[engine.runs]", q.stderr)
-        self.assertNotIn("valid mldef", q.stdout)
-        run("verify", bad, check=1)
+        q = subprocess.run([mldef, "-i", ok], capture_output=True, text=True)
+        self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
 
 
 class ConfigCheck(TmpDirCase):
@@ -531,13 +510,7 @@ class ConfigCheck(TmpDirCase):
         with open(os.path.join(self.train, "layers.yaml"), "w") as f:
             f.write("input: {name: x, shape: [-1, 0]}\nlayers:\n  - {op: relu}\n")
         self.refused(os.path.join(self.train, "layers.yaml"), "dimension 0")
-        # over the engine's limit: a concat of 17 inputs
-        layers = "".join(f"  - {{op: relu, name: r{i}, from: [x]}}\n" for i in range(17))
-        with open(os.path.join(self.train, "layers.yaml"), "w") as f:
-            f.write("input: {name: x, shape: [-1, 4]}\nlayers:\n" + layers
-                    + "  - {op: concat, axis: 1, from: [%s]}\n"
-                    % ", ".join(f"r{i}" for i in range(17)))
-        self.refused("17 inputs", "at most 16")
+
 
     def test_verify_files_and_sign_key(self):
         self.write("verify:\n  inputs: [golden/x.npy]\n")

@@ -428,6 +428,30 @@ class Rgw(TmpDirCase):
             self.assertEqual(sha256(got), sha256(src), key)
         self.assertEqual([j["check"] for j in queue(self.state)], ["md5", "md5"])
 
+    def kill_with_parts_unrecorded(self, big, prefix, parts, concurrency, rate):
+        """Starts a multipart upload of big to prefix, kill -9 once the
+        server holds `parts` parts, then removes the record's part rows: what
+        a kill between the server accepting a part and the queue recording it
+        leaves. Returns the part numbers the server holds."""
+        key = prefix + os.path.basename(big)
+        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
+                "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency",
+                str(concurrency), "--max-rate", rate, big, f"s3://{self.s3.bucket}/{prefix}"]
+        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(self.s3.parts_put(key)) < parts:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        on_server = set(self.s3.parts_put(key))
+        self.assertGreaterEqual(len(on_server), parts)
+        db = sqlite3.connect(os.path.join(self.state, "state.db"))
+        with db:
+            db.execute("DELETE FROM upload_parts")
+        db.close()
+        return on_server
+
     def test_record_behind_the_server_resumes_from_the_servers_parts(self):
         """kill -9 between the server accepting a part and the queue recording
         it leaves parts on the server only: resume asks the server (ListParts)
@@ -435,23 +459,8 @@ class Rgw(TmpDirCase):
         (its part rows removed) after a kill, which is what that instant leaves."""
         KEY = "lag/big.bin"
         big = make(os.path.join(self.dir, "big.bin"), 40 * MiB, 6)
-        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
-                "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency", "2",
-                "--max-rate", "8MiB", big, f"s3://{self.s3.bucket}/lag/"]
-        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 60
-        while time.time() < deadline and len(self.s3.parts_put(KEY)) < 3:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        on_server = set(self.s3.parts_put(KEY))
-        self.assertGreaterEqual(len(on_server), 3)
         # the record forgets every accepted part: only the server knows them
-        db = sqlite3.connect(os.path.join(self.state, "state.db"))
-        with db:
-            db.execute("DELETE FROM upload_parts")
-        db.close()
+        on_server = self.kill_with_parts_unrecorded(big, "lag/", 3, 2, "8MiB")
         p = self.upload(big, f"s3://{self.s3.bucket}/lag/", "--multipart-threshold", "5MiB",
                         "--part-size", "5MiB")
         second = self.s3.parts_put(KEY)[len(on_server):]
@@ -468,22 +477,7 @@ class Rgw(TmpDirCase):
         was rewritten after the kill): listed, compared, and sent again."""
         KEY = "other/big.bin"
         big = make(os.path.join(self.dir, "big.bin"), 20 * MiB, 7)
-        args = ["upload", "--state", self.state, "--endpoint", self.s3.endpoint,
-                "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency", "1",
-                "--max-rate", "6MiB", big, f"s3://{self.s3.bucket}/other/"]
-        proc = subprocess.Popen([CKPTD, *args], env=dict(os.environ, **self.env),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.time() + 60
-        while time.time() < deadline and len(self.s3.parts_put(KEY)) < 2:
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        on_server = set(self.s3.parts_put(KEY))
-        self.assertGreaterEqual(len(on_server), 2)
-        db = sqlite3.connect(os.path.join(self.state, "state.db"))
-        with db:
-            db.execute("DELETE FROM upload_parts")
-        db.close()
+        on_server = self.kill_with_parts_unrecorded(big, "other/", 2, 1, "6MiB")
         # part 1's bytes change, same size and mtime kept (the queue's identity)
         st = os.stat(big)
         with open(big, "r+b") as f:
