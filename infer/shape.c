@@ -174,12 +174,13 @@ static int recurrent(const struct ck_model_node *n, const struct ck_ishape *in, 
     int64_t d = p->ints[0] == 2 ? 2 : 1, h = p->ints[1], mask = p->ints[2];
     bool l1 = p->ints[3] != 0;
     int64_t t = in[0].d[l1 ? 1 : 0], b = in[0].d[l1 ? 0 : 1], i = in[0].d[2];
-    struct ck_ishape want[7] = {{3, {d, g * h, i}}, {3, {d, g * h, h}}, {2, {d, 2 * g * h}},
-                                {3, {d, b, h}},     {3, {d, b, h}},     {2, {d, 3 * h}}};
-    size_t k = 1;
+    /* h in range before any product of it is taken (fuzz_graph: 3 * h overflowed) */
     if (h < 1 || h > (INT64_C(1) << 24) || p->ints[0] < 0 || p->ints[0] > 2 || mask < 0 ||
         mask > 15 || ((mask & 12) && n->op != CK_OP_LSTM))
         return BAD("node '%s' (%s): parameters out of range", n->name, ck_op_name(n->op));
+    struct ck_ishape want[7] = {{3, {d, g * h, i}}, {3, {d, g * h, h}}, {2, {d, 2 * g * h}},
+                                {3, {d, b, h}},     {3, {d, b, h}},     {2, {d, 3 * h}}};
+    size_t k = 1;
     for (int j = 0; j < 6; j++) {
         if (j >= 2 && !(mask & (1 << (j - 2))))
             continue;
@@ -631,6 +632,11 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
     case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM:
         return recurrent(n, in, nin, out);
     case CK_OP_MAX: case CK_OP_MIN: case CK_OP_PRELU: case CK_OP_FMOD:
+        /* no scalar form: the binary kernel would take its scalar path and
+         * read in[0] as if it had the broadcast output's size (fuzz_graph) */
+        if (n->p.has_scalar)
+            return BAD("node '%s' (%s): takes two operands, not a scalar", n->name,
+                       ck_op_name(n->op));
         return nin < 2 ? BAD("node '%s' (%s): one operand", n->name, ck_op_name(n->op))
                        : broadcast(n, &in[0], &in[1], out);
     case CK_OP_SOFTMAX: case CK_OP_LOG_SOFTMAX: case CK_OP_BATCHNORM: case CK_OP_LAYERNORM:
