@@ -530,9 +530,15 @@ static int pad(const struct ck_model_node *n, const struct ck_ishape *x, struct 
                    n->p.nints);
     *out = *x;
     for (size_t a = 0; a < n->p.nints / 2; a++) {
-        if (n->p.ints[2 * a] < 0 || n->p.ints[2 * a + 1] < 0)
+        int64_t before = n->p.ints[2 * a], after = n->p.ints[2 * a + 1];
+        if (before < 0 || after < 0)
             return BAD("node '%s' (pad): negative padding on axis %zu", n->name, a);
-        out->d[a] += n->p.ints[2 * a] + n->p.ints[2 * a + 1];
+        /* each term bounded before the sum (fuzz_graph: a padding of
+         * INT64_MAX overflowed) */
+        if (before > CK_INFER_NUMEL_MAX || after > CK_INFER_NUMEL_MAX ||
+            out->d[a] + before + after > CK_INFER_NUMEL_MAX)
+            return BAD("node '%s' (pad): padding on axis %zu makes it too large", n->name, a);
+        out->d[a] += before + after;
     }
     return 0;
 }
