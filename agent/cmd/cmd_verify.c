@@ -301,12 +301,21 @@ static int open_model(const struct opts *o, struct ck_model **m)
     return ck_reader_open_model_sel(o->model, NULL, o->graph, NULL, 0, NULL, &lo, m);
 }
 
-static int default_inputs(const struct ck_model *m, const char *model, struct ck_infer_array *in)
+/* The default inputs are made here, in the parent, so they are held to
+ * --max-memory before they are allocated: together they may take at most the
+ * limit's worth of float32 values (a model declaring a [1, 30000, 30000]
+ * input is refused here, not after 3.6 GB of sines). */
+static int default_inputs(const struct ck_model *m, const char *model, uint64_t max_memory,
+                          struct ck_infer_array *in)
 {
+    uint64_t left = max_memory / sizeof(float);
     for (size_t k = 0; k < m->ninputs; k++) {
-        int err = ck_infer_default_input(&m->inputs[k], k, 0, &in[k]);
+        int err = left ? ck_infer_default_input(&m->inputs[k], k, left, &in[k])
+                       : ck_error(CK_ESIZE, "input '%s': no values left", m->inputs[k].name);
         if (err < 0)
-            return ck_error_wrap(err, "'%s': the default input", model);
+            return ck_error_wrap(err, "'%s': the default input (--max-memory %llu bytes)", model,
+                                 (unsigned long long)max_memory);
+        left -= ck_infer_array_numel(&in[k]);
     }
     return 0;
 }
@@ -560,7 +569,7 @@ static int run(const struct opts *o)
         goto done;
     }
     if ((err = o->ninputs ? load_all(o->inputs, nin, m->inputs, false, in)
-                          : default_inputs(m, o->model, in)) < 0 ||
+                          : default_inputs(m, o->model, o->max_memory, in)) < 0 ||
         (err = load_all(o->expected, o->nexpected, m->outputs, true, want)) < 0)
         goto out;
     struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};

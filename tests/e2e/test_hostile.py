@@ -369,6 +369,38 @@ class Bounded(TmpDirCase):
         self.assertEqual(p.returncode, 1, p.stderr)
 
 
+    def test_verify_memory_limit_covers_the_default_inputs(self):
+        """A model declaring a 3.6 GB input, verified under --max-memory 256M
+        with the default inputs: refused before the parent allocates them
+        (they were made unsandboxed: the parent reached 2.9 GB)."""
+        import numpy as np
+        from ckpt_formats import safetensors_from_numpy
+        w = os.path.join(self.dir, "w.safetensors")
+        with open(w, "wb") as f:
+            f.write(safetensors_from_numpy({"s": np.ones(1, np.float32)}))
+        g = os.path.join(self.dir, "big.yaml")
+        with open(g, "w") as f:
+            f.write("input: {name: x, shape: [1, 30000, 30000]}\nlayers:\n"
+                    "  - {op: relu}\n")
+        probe = ("import resource, subprocess, sys\n"
+                 "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+                 "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+                 "sys.stderr.write(p.stderr)\n")
+        p = subprocess.run([sys.executable, "-c", probe, CKPTD, "verify", w, "--graph", g,
+                            "--max-memory", "256M"], capture_output=True, text=True, timeout=120)
+        rc, rss_kib = map(int, p.stdout.split())
+        self.assertEqual(rc, 1, p.stderr)
+        self.assertIn("w.safetensors': the default input", p.stderr)  # the model is named
+        self.assertIn("input 'x': more than 67108864 values", p.stderr)
+        self.assertIn("--max-memory 268435456 bytes", p.stderr)
+        self.assertLess(rss_kib, 200 << 10)
+        # an input of exactly the limit is made: the limit is no lower than it says
+        with open(g, "w") as f:
+            f.write("input: {name: x, shape: [1, 4096, 4096]}\nlayers:\n  - {op: relu}\n")
+        p = run("verify", w, "--graph", g, "--max-memory", "64M")
+        self.assertNotIn("the default input", p.stderr)
+
+
 class Outputs(TmpDirCase):
     """A failed or killed pack leaves the previous OUT as it was; what a killed
     pack leaves behind is removed by the next pack to that output, and nothing
