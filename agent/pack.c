@@ -208,7 +208,7 @@ int ck_pack_isolated(const char *src, const char *out, const struct ck_pack_opts
 
 int ck_pack_check_runnable(struct ck_mldef_report *r, const struct ck_model *m)
 {
-    if (ck_infer_check(m) == 0)
+    if (ck_infer_check_shapes(m) == 0)
         return 0;
     struct ck_mldef_violation *v = realloc(r->v, (r->n + 1) * sizeof *v);
     if (!v)

@@ -52,6 +52,9 @@ void ck_infer_values_free(struct ck_infer *e);
 
 /* Shapes of every value from the inputs' (already set), then buffers. */
 int ck_infer_plan(struct ck_infer *e);
+/* The first part of ck_infer_plan: every value's shape from the bound input
+ * shapes, nothing allocated for the activations. */
+int ck_infer_plan_shapes(struct ck_infer *e);
 void ck_infer_plan_release(struct ck_infer *e);
 
 #endif

@@ -94,6 +94,31 @@ int ck_infer_check(const struct ck_model *m)
     return err < 0 ? err : ck_infer_check_nodes(m);
 }
 
+static int bind_inputs(struct ck_infer *e, const struct ck_infer_array *in, size_t nin);
+
+int ck_infer_check_shapes(const struct ck_model *m)
+{
+    struct ck_infer *e = NULL;
+    int err = ck_infer_new(m, NULL, &e);
+    if (err < 0)
+        return err;
+    struct ck_infer_array *in = calloc(m->ninputs + 1, sizeof *in);
+    if (!in) {
+        ck_infer_free(e);
+        return ck_error(CK_ENOMEM, "out of memory for the input shapes");
+    }
+    for (size_t i = 0; i < m->ninputs; i++) { /* ranks checked by ck_infer_check */
+        in[i].rank = m->inputs[i].rank;
+        for (int d = 0; d < in[i].rank; d++)
+            in[i].dims[d] = m->inputs[i].dims[d] < 0 ? 1 : m->inputs[i].dims[d];
+    }
+    if ((err = bind_inputs(e, in, m->ninputs)) == 0 && (err = ck_infer_plan_shapes(e)) < 0)
+        err = ck_error_wrap(err, "with every input at its declared shape (-1 as 1)");
+    free(in); /* names and data not owned: shapes only */
+    ck_infer_free(e);
+    return err;
+}
+
 int ck_infer_check_nodes(const struct ck_model *m)
 {
     int err = 0;

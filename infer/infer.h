@@ -53,6 +53,12 @@ void ck_infer_free(struct ck_infer *e);
  * so an archive they call valid is one `ckptd verify` runs. CK_EFORMAT
  * naming the node and the limit. */
 int ck_infer_check(const struct ck_model *m);
+/* ck_infer_check, then every node's shape rules with each graph input at its
+ * declared shape, -1 taken as 1: an archive whose shapes do not chain (a
+ * concat axis out of range) is refused naming the node, as `ckptd verify`
+ * would refuse it, before anything is run. The weights are converted; no
+ * activation is allocated. */
+int ck_infer_check_shapes(const struct ck_model *m);
 /* The nodes' part of ck_infer_check (op table, inputs and outputs per
  * node), for a model whose values are not complete yet: the config check's
  * layer list, before any weights. */

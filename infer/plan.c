@@ -113,13 +113,21 @@ static int assign(struct ck_infer *e)
     return 0;
 }
 
-int ck_infer_plan(struct ck_infer *e)
+int ck_infer_plan_shapes(struct ck_infer *e)
 {
     int err;
     ck_infer_plan_release(e);
     for (size_t i = 0; i < e->m->nnodes; i++)
         if ((err = node_shapes(e, i)) < 0)
             return err;
+    return 0;
+}
+
+int ck_infer_plan(struct ck_infer *e)
+{
+    int err;
+    if ((err = ck_infer_plan_shapes(e)) < 0)
+        return err;
     liveness(e);
     if ((err = assign(e)) < 0)
         return err;

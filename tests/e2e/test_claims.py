@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import zipfile
 import sys
 import time
 import unittest
@@ -458,6 +459,41 @@ class Runnable(TmpDirCase):
         mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
         q = subprocess.run([mldef, "-i", ok], capture_output=True, text=True)
         self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+
+
+    def test_concat_axis_out_of_range_is_not_valid(self):
+        """An archive whose shapes do not chain (its concat's Axis 5 on
+        [1, 8] values, rewritten in the manifest by zipfile) is refused by
+        mldef -i naming the rule and the node, as verify refuses to run it:
+        valid means runnable (it was "valid mldef")."""
+        src = os.path.join(self.dir, "epoch_1.safetensors")
+        write_ckpt(src, weights(1))
+        cfg = os.path.join(self.dir, "c.yaml")
+        with open(cfg, "w") as f:
+            f.write(self.graph(3))
+        ok = os.path.join(self.dir, "ok.mldef")
+        run("pack", "-c", cfg, src, "-o", ok, check=0)
+        bad = os.path.join(self.dir, "bad.mldef")
+        with zipfile.ZipFile(ok) as z, zipfile.ZipFile(bad, "w") as out:
+            for name in z.namelist():
+                data = z.read(name)
+                if name == "manifest.json":
+                    man = json.loads(data)
+                    cat = [x for x in man["Layers"] if x.get("Op") == "concat"]
+                    self.assertEqual(len(cat), 1)
+                    cat[0]["Params"]["Axis"] = 5
+                    data = json.dumps(man).encode()
+                out.writestr(name, data)
+        mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
+        q = subprocess.run([mldef, "-i", ok], capture_output=True, text=True)
+        self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+        q = subprocess.run([mldef, "-i", bad], capture_output=True, text=True)
+        self.assertEqual(q.returncode, 1, q.stdout + q.stderr)
+        self.assertIn("[engine.runs]", q.stdout + q.stderr)
+        self.assertIn("(concat)", q.stdout + q.stderr)
+        self.assertNotIn("valid mldef", q.stdout)
+        v = run("verify", bad, check=1)
+        self.assertIn("(concat)", v.stderr)
 
 
 class ConfigCheck(TmpDirCase):
