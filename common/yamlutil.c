@@ -6,6 +6,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <regex.h>
+#include <search.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,34 +192,138 @@ void ck_yaml_resolve(const yaml_node_t *n, struct ck_yaml_value *out)
         out->f = parse_float(out->s);
 }
 
-/* Refuses a document nested deeper than CK_YAML_MAX_DEPTH, from libyaml's
- * events, before the document is built: libyaml's scanner checks every open
- * flow level on every token, so 100k nested brackets (200 KB) cost minutes.
- * Stopped at the limit, the pass costs a fixed amount per token. A syntax
- * error is left to the load, which words it. */
-static int depth_check(const char *name, const char *data, size_t len)
+/* One anchor's size: the nodes its alias stands for when expanded. */
+struct anchor_size {
+    char *name;
+    uint64_t nodes;
+};
+
+static int anchor_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct anchor_size *)a)->name, ((const struct anchor_size *)b)->name);
+}
+
+static void anchor_free(void *a)
+{
+    free(((struct anchor_size *)a)->name);
+    free(a);
+}
+
+/* Records (or, for an anchor defined again, updates) what anchor expands to. */
+static int anchor_put(void **root, const unsigned char *anchor, uint64_t nodes)
+{
+    struct anchor_size *a = calloc(1, sizeof *a);
+    if (!a || !(a->name = strdup((const char *)anchor))) {
+        free(a);
+        return -1;
+    }
+    a->nodes = nodes;
+    struct anchor_size **slot = tsearch(a, root, anchor_cmp);
+    if (!slot) {
+        anchor_free(a);
+        return -1;
+    }
+    if (*slot != a) {
+        (*slot)->nodes = nodes;
+        anchor_free(a);
+    }
+    return 0;
+}
+
+static uint64_t anchor_nodes(void *const *root, const unsigned char *anchor)
+{
+    struct anchor_size key = {(char *)anchor, 0};
+    struct anchor_size **a = tfind(&key, root, anchor_cmp);
+    return a ? (*a)->nodes : 1; /* an undefined alias: the load words that error */
+}
+
+/* Refuses, from libyaml's events and before the document is built, what would
+ * make a linear walk of it costly:
+ * - nesting deeper than CK_YAML_MAX_DEPTH: libyaml's scanner checks every open
+ *   flow level on every token, so 100k nested brackets (200 KB) cost minutes;
+ * - aliases that expand past CK_YAML_MAX_NODES nodes: libyaml shares an
+ *   aliased node, but every reader of ours walks it once per alias, so nine
+ *   lines of nested aliases ("billion laughs") would be walked 10^9 times.
+ * Each anchor's expanded size is counted as its node closes, so the pass costs
+ * a fixed amount per event. A syntax error is left to the load, which words it. */
+static int size_check(const char *name, const char *data, size_t len)
 {
     yaml_parser_t p;
     yaml_event_t ev;
+    struct {
+        uint64_t nodes;
+        unsigned char *anchor; /* owned */
+    } open[CK_YAML_MAX_DEPTH + 1] = {{0, NULL}};
+    void *anchors = NULL;
     int depth = 0, err = 0;
+    uint64_t total = 0;
     if (!yaml_parser_initialize(&p))
         return ck_error(CK_ENOMEM, "out of memory parsing '%s'", name);
     yaml_parser_set_input_string(&p, (const unsigned char *)data, len);
     for (bool done = false; !done && yaml_parser_parse(&p, &ev);) {
+        uint64_t add = 0; /* nodes this event adds to the open collection */
         done = ev.type == YAML_STREAM_END_EVENT;
-        if (ev.type == YAML_SEQUENCE_START_EVENT || ev.type == YAML_MAPPING_START_EVENT) {
+        switch (ev.type) {
+        case YAML_SEQUENCE_START_EVENT:
+        case YAML_MAPPING_START_EVENT: {
+            const unsigned char *anchor = ev.type == YAML_SEQUENCE_START_EVENT
+                                              ? ev.data.sequence_start.anchor
+                                              : ev.data.mapping_start.anchor;
             if (++depth > CK_YAML_MAX_DEPTH) {
                 err = ck_error(CK_EFORMAT,
                                "cannot parse '%s' line %zu column %zu: nested more than %d deep",
                                name, ev.start_mark.line + 1, ev.start_mark.column + 1,
                                CK_YAML_MAX_DEPTH);
                 done = true;
+                depth--;
+                break;
             }
-        } else if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
-            depth--;
+            open[depth].nodes = 1;
+            open[depth].anchor = anchor ? (unsigned char *)strdup((const char *)anchor) : NULL;
+            if (anchor && !open[depth].anchor)
+                err = ck_error(CK_ENOMEM, "out of memory parsing '%s'", name), done = true;
+            total++;
+            break;
+        }
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT:
+            if (depth > 0) {
+                add = open[depth].nodes;
+                if (open[depth].anchor && anchor_put(&anchors, open[depth].anchor, add) < 0)
+                    err = ck_error(CK_ENOMEM, "out of memory parsing '%s'", name), done = true;
+                free(open[depth].anchor);
+                open[depth].anchor = NULL;
+                depth--;
+            }
+            break;
+        case YAML_SCALAR_EVENT:
+            add = 1;
+            total++;
+            if (ev.data.scalar.anchor && anchor_put(&anchors, ev.data.scalar.anchor, 1) < 0)
+                err = ck_error(CK_ENOMEM, "out of memory parsing '%s'", name), done = true;
+            break;
+        case YAML_ALIAS_EVENT:
+            add = anchor_nodes(&anchors, ev.data.alias.anchor);
+            total += add;
+            break;
+        default:
+            break;
+        }
+        if (depth > 0 && add) /* sizes only grow: each is at most total */
+            open[depth].nodes += add;
+        if (!err && total > CK_YAML_MAX_NODES) {
+            err = ck_error(CK_EFORMAT,
+                           "cannot parse '%s' line %zu column %zu: its aliases expand past %d "
+                           "nodes",
+                           name, ev.start_mark.line + 1, ev.start_mark.column + 1,
+                           CK_YAML_MAX_NODES);
+            done = true;
         }
         yaml_event_delete(&ev);
     }
+    for (int i = 0; i <= CK_YAML_MAX_DEPTH; i++)
+        free(open[i].anchor);
+    tdestroy(anchors, anchor_free);
     yaml_parser_delete(&p);
     return err;
 }
@@ -229,7 +334,7 @@ int ck_yaml_load(struct ck_yaml_doc *d, const char *name, const char *data, size
     int err = 0;
     memset(d, 0, sizeof *d);
     snprintf(d->name, sizeof d->name, "%s", name);
-    if ((err = depth_check(name, data, len)) < 0)
+    if ((err = size_check(name, data, len)) < 0)
         return err;
     if (!yaml_parser_initialize(&p))
         return ck_error(CK_ENOMEM, "out of memory parsing '%s'", name);

@@ -20,6 +20,9 @@ struct ck_yaml_doc {
 /* How deep a document may nest (mappings and sequences): far past what PMF
  * metadata or a config needs, short of libyaml's quadratic cost. */
 #define CK_YAML_MAX_DEPTH 64
+/* The most nodes a document may hold with its aliases expanded: a long run's
+ * metadata.yaml (10k checkpoints) is about 100k. */
+#define CK_YAML_MAX_NODES 4000000
 /* Parses exactly one document. Errors: "cannot parse 'NAME' line L column C: problem". */
 int ck_yaml_load(struct ck_yaml_doc *d, const char *name, const char *data, size_t len);
 void ck_yaml_release(struct ck_yaml_doc *d);

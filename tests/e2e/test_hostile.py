@@ -328,6 +328,36 @@ class Bounded(TmpDirCase):
         p = timed_run(self, 60, "config", "-c", ok)
         self.assertNotIn("nested more than", p.stderr)
 
+    def test_yaml_aliases_are_counted_expanded(self):
+        """Nine lines of nested aliases ("billion laughs", 10^9 nodes once
+        expanded) in a config and in a metadata.yaml: refused at once, naming
+        the file and the line; anchors used as a config would use them pass."""
+        lines = ["a0: &a0 [" + ", ".join(["x"] * 10) + "]"]
+        lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+        laughs = "\n".join(lines) + "\n"
+        cfg = os.path.join(self.dir, "laughs.yaml")
+        with open(cfg, "w") as f:
+            f.write(laughs)
+        p = timed_run(self, 60, "config", "-c", cfg)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("laughs.yaml' line 7 column", p.stderr)  # a6 alone: 11,111,111 nodes
+        self.assertIn("its aliases expand past 4000000 nodes", p.stderr)
+        tree = os.path.join(self.dir, "tree")
+        os.makedirs(tree)
+        with open(os.path.join(tree, "metadata.yaml"), "w") as f:
+            f.write(laughs)
+        p = timed_run(self, 60, "scan", tree)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("metadata.yaml' line 7 column", p.stderr)
+        # a store's settings shared by an anchor and a merge key are read
+        ok = os.path.join(self.dir, "ok.yaml")
+        with open(ok, "w") as f:
+            f.write(f"watch: {{dir: {self.dir}}}\n"
+                    "stores:\n  - &s {name: a, url: 'file:///tmp/ck-a'}\n"
+                    "  - {<<: *s, name: b}\n")
+        p = timed_run(self, 60, "config", "-c", ok)
+        self.assertNotIn("aliases expand", p.stderr)
+
     def test_layer_list_of_30k_layers(self):
         import numpy as np
         from ckpt_formats import safetensors_from_numpy
