@@ -181,6 +181,22 @@ class S3Server(_Process):
         out = json.loads(p.stdout or "{}")
         return sorted(o["Key"] for o in out.get("Contents", []))
 
+    def _log(self):
+        with open(os.path.join(self.tmp, "s3rver.log"), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def parts_put(self, key=None):
+        """Part numbers s3rver stored (UploadPart accepted), in order. Its log
+        does not name the object of a part: every part of the test's
+        multipart uploads (the tests make one at a time), whatever key."""
+        import re
+        return [int(n) for n in re.findall(r"Stored part (\d+) of \w+ in bucket", self._log())]
+
+    def stored_order(self):
+        """Keys of the objects stored (PUT or CompleteMultipartUpload), in order."""
+        import re
+        return re.findall(r'Stored object "([^"]+)" in bucket', self._log())
+
 
 class RgwServer:
     """Ceph's RADOS Gateway, a production S3 implementation, started once
@@ -218,16 +234,48 @@ class RgwServer:
     aws = S3Server.aws
     get = S3Server.get
     keys = S3Server.keys
+    credentials_file = S3Server.credentials_file
 
-    def parts_put(self, key):
-        """Part numbers RGW accepted (UploadPart answered 200) for
-        bucket/key, in the order its access log has them."""
+    @property
+    def port(self):
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def _access_log(self):
+        """This test's bucket's lines of RGW's access log: (request, status)."""
+        import re
         with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
             text = f.read()
-        path = urllib.parse.quote(f"/{self.bucket}/{key}")
+        prefix = urllib.parse.quote(f"/{self.bucket}/")
+        return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
+            r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
+            if m.group(2).startswith(prefix)]
+
+    def stored_order(self):
+        """Keys of the objects stored (a PUT without a query, or a
+        CompleteMultipartUpload, answered 200), in the order RGW logged their
+        ends."""
+        prefix = len(urllib.parse.quote(f"/{self.bucket}/"))
+        out = []
+        for method, path, status in self._access_log():
+            key, _, query = path.partition("?")
+            done = (method == "PUT" and not query) or (
+                method == "POST" and query.startswith("uploadId="))
+            if done and status == 200:
+                out.append(urllib.parse.unquote(key[prefix:]))
+        return out
+
+    def parts_put(self, key=None):
+        """Part numbers RGW accepted (UploadPart answered 200) for bucket/key
+        (any key of the test's bucket when None), in the order of its log."""
         import re
-        return [int(n) for n in re.findall(
-            r'"PUT ' + re.escape(path) + r'\?partNumber=(\d+)&uploadId=[^ ]* HTTP/1\.1" 200 ', text)]
+        want = urllib.parse.quote(f"/{self.bucket}/{key}") if key is not None else None
+        out = []
+        for method, path, status in self._access_log():
+            obj, _, query = path.partition("?")
+            m = re.match(r"partNumber=(\d+)&uploadId=", query)
+            if method == "PUT" and m and status == 200 and (want is None or obj == want):
+                out.append(int(m.group(1)))
+        return out
 
     def stop(self):
         self.aws("s3", "rb", "--force", f"s3://{self.bucket}", check=False)
