@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from ckptd_test import TmpDirCase, run, write_old  # noqa: E402
-from servers import Nginx, S3Server, Sshd, need  # noqa: E402
+from servers import Nginx, RgwServer, S3Server, Sshd, need  # noqa: E402
 
 VALIDATOR = os.path.join(HERE, "..", "lib", "pmf_validate.py")
 
@@ -113,6 +113,20 @@ class RemoteTree(TmpDirCase):
             got = os.path.join(self.dir, "got")
             s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/runs/r1", got)
             self.check(got)
+
+    def test_s3_rgw(self):
+        """The same tree to Ceph's RGW (a production S3), read back with aws-cli."""
+        need("aws", "checking S3 uploads needs awscli")
+        rgw = RgwServer(self.dir)
+        self.addCleanup(rgw.stop)
+        url = f"s3://{rgw.bucket}/runs/r1"
+        self.upload("--endpoint", rgw.endpoint, self.train, url, env=rgw.env())
+        got = os.path.join(self.dir, "got")
+        rgw.aws("s3", "cp", "--recursive", "--no-progress", url, got)
+        self.check(got)
+        # metadata.yaml was the last object stored
+        order = rgw.stored_order()
+        self.assertEqual(order[-1], "runs/r1/metadata.yaml", order)
 
     def test_webdav(self):
         with Nginx(self.dir) as web:
