@@ -143,7 +143,7 @@ static int load_values(const struct ck_zipin *zi, const char *set, const char *p
         if ((err = ck_infer_array_init(a, path, 1, &n)) == 0)
             memcpy(a->data, v, nv * sizeof *v);
         free(v);
-        return err;
+        return err < 0 ? ck_error_wrap(err, "'%s': test '%s'", zi->path, set) : 0;
     }
     size_t pt = f64 ? 8 : 4;
     if (len % pt) {
@@ -156,7 +156,7 @@ static int load_values(const struct ck_zipin *zi, const char *set, const char *p
     int64_t n = (int64_t)(len / pt);
     if ((err = ck_infer_array_init(a, path, 1, &n)) < 0) {
         free(d);
-        return err;
+        return ck_error_wrap(err, "'%s': test '%s'", zi->path, set);
     }
     for (int64_t i = 0; i < n; i++) {
         uint64_t u = 0;

@@ -30,8 +30,10 @@ int ck_npyio_load(const char *path, struct ck_infer_array *out)
         err = ck_error(CK_EFORMAT, "'%s': rank %d, at most %d", path, t->rank, CK_INFER_MAX_RANK);
         goto out;
     }
-    if ((err = ck_infer_array_init(out, NULL, t->rank, t->dims)) < 0)
+    if ((err = ck_infer_array_init(out, NULL, t->rank, t->dims)) < 0) {
+        err = ck_error_wrap(err, "'%s'", path);
         goto out;
+    }
     uint64_t n = ck_infer_array_numel(out);
     for (uint64_t i = 0; i < n; i++)
         out->data[i] = (float)ck_tensor_get_f64(t, i);

@@ -28,7 +28,8 @@ static int to_array(const struct ck_sdtests *t, const struct ck_sdtest *set,
                         t->path, t->tag, set->name, a->member, a->t.rank, CK_INFER_MAX_RANK);
     int err = ck_infer_array_init(out, want_name, a->t.rank, a->t.dims);
     if (err < 0)
-        return err;
+        return ck_error_wrap(err, "'%s': tag '%s': test '%s': '%s'", t->path, t->tag, set->name,
+                             a->member);
     uint64_t n = ck_infer_array_numel(out);
     for (uint64_t i = 0; i < n; i++)
         out->data[i] = (float)ck_tensor_get_f64(&a->t, i);

@@ -227,7 +227,8 @@ static int batch_array(const struct ck_model_io *io, const char *label, uint64_t
     int64_t dims[CK_INFER_MAX_RANK];
     memcpy(dims, io->dims, sizeof dims[0] * (size_t)io->rank);
     dims[0] = (int64_t)ns;
-    return ck_infer_array_init(in, io->name, io->rank, dims);
+    int err = ck_infer_array_init(in, io->name, io->rank, dims);
+    return err < 0 ? ck_error_wrap(err, "'%s'", label) : 0;
 }
 
 int ck_testdata_split(const struct ck_model *m, const uint64_t *per_input, uint64_t total,
@@ -283,8 +284,10 @@ int ck_testdata_load(const char *path, const struct ck_model_io *io, bool is_out
             goto out;
     } else { /* an output of unknown shape: flat */
         int64_t flat = (int64_t)n;
-        if ((err = ck_infer_array_init(out, io->name, 1, &flat)) < 0)
+        if ((err = ck_infer_array_init(out, io->name, 1, &flat)) < 0) {
+            err = ck_error_wrap(err, "'%s'", path);
             goto out;
+        }
     }
     memcpy(out->data, v, n * sizeof *v);
 out:
