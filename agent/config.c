@@ -123,7 +123,8 @@ static const struct key keys[] = {
      "list of stores: {url: s3://b/p | http(s)://... | sftp://u@h/p | file:///p, endpoint, region,"
      " profile,"
      " credentials: s3 env | file:/path, http/sftp env:NAME | file:/path, auth: basic|bearer, key,"
-     " host_key, compress: zstd, bundle: true, move: false}"},
+     " host_key, compress: zstd, bundle: true, move: false, commit: put|multipart (s3: how"
+     " metadata.yaml goes; multipart for servers that keep a PUT cut short)}"},
     {"upload.concurrency", T_CUSTOM, 0, parse_upload_opt, "parallel parts per upload (default 8)"},
     {"upload.transfers", T_CUSTOM, 0, parse_upload_opt, "files sending at once (default 4; their checks run beside)"},
     {"upload.max_rate", T_CUSTOM, 0, parse_upload_opt,

@@ -17,7 +17,8 @@ static const char schema_sql[] =
     "  id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE, endpoint TEXT, region TEXT,"
     "  credentials TEXT, auth TEXT, key_file TEXT, host_key TEXT,"
     "  compress INTEGER NOT NULL DEFAULT 0, bundle INTEGER NOT NULL DEFAULT 0,"
-    "  no_move INTEGER NOT NULL DEFAULT 0, profile TEXT);"
+    "  no_move INTEGER NOT NULL DEFAULT 0, profile TEXT,"
+    "  commit_multipart INTEGER NOT NULL DEFAULT 0);"
     "CREATE TABLE IF NOT EXISTS upload_jobs("
     "  id INTEGER PRIMARY KEY, store INTEGER NOT NULL REFERENCES upload_stores(id),"
     "  src TEXT NOT NULL, key TEXT NOT NULL, phase INTEGER NOT NULL, kind INTEGER NOT NULL,"
@@ -91,6 +92,25 @@ static void bind_text(sqlite3_stmt *st, int i, const char *s)
         sqlite3_bind_null(st, i);
 }
 
+/* Adds table.column (with its declaration) to a queue an older ckptd made,
+ * where it is missing; in the caller's transaction. */
+static int add_column(sqlite3 *db, const char *table, const char *column, const char *decl)
+{
+    sqlite3_stmt *st;
+    char sql[256];
+    int err;
+    if ((err = prep(db, "SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2", &st)) < 0)
+        return err;
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    bool has = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (has)
+        return 0;
+    snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s %s", table, column, decl);
+    return exec(db, sql, "adding a column to the upload queue");
+}
+
 int ck_queue_init(sqlite3 *db)
 {
     int err;
@@ -115,16 +135,10 @@ int ck_queue_init(sqlite3 *db)
         (err = exec(db, "ALTER TABLE upload_stores ADD COLUMN profile TEXT", "adding profile")) < 0)
         goto fail;
     /* schemas 1 and 2 had no upload_jobs.checked (a schema 1 queue may also
-     * have had no upload_jobs at all: then the CREATE above made it whole) */
-    bool has_checked = false;
-    if ((err = prep(db, "SELECT 1 FROM pragma_table_info('upload_jobs') WHERE name = 'checked'",
-                    &st)) < 0)
-        goto fail;
-    has_checked = sqlite3_step(st) == SQLITE_ROW;
-    sqlite3_finalize(st);
-    if (!has_checked &&
-        (err = exec(db, "ALTER TABLE upload_jobs ADD COLUMN checked TEXT NOT NULL DEFAULT ''",
-                    "adding checked")) < 0)
+     * have had no upload_jobs at all: then the CREATE above made it whole),
+     * schemas before 4 no upload_stores.commit_multipart */
+    if ((err = add_column(db, "upload_jobs", "checked", "TEXT NOT NULL DEFAULT ''")) < 0 ||
+        (err = add_column(db, "upload_stores", "commit_multipart", "INTEGER NOT NULL DEFAULT 0")) < 0)
         goto fail;
     if (version < CK_QUEUE_SCHEMA) {
         char sql[96];
@@ -145,11 +159,11 @@ int ck_queue_store_put(sqlite3 *db, const struct ck_store_spec *s, int64_t *id)
     int err;
     if ((err = prep(db,
                     "INSERT INTO upload_stores(url, endpoint, region, credentials, auth, key_file,"
-                    " host_key, compress, bundle, no_move, profile)"
-                    " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)"
+                    " host_key, compress, bundle, no_move, profile, commit_multipart)"
+                    " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)"
                     " ON CONFLICT(url) DO UPDATE SET endpoint=?2, region=?3, credentials=?4,"
                     " auth=?5, key_file=?6, host_key=?7, compress=?8, bundle=?9, no_move=?10,"
-                    " profile=?11",
+                    " profile=?11, commit_multipart=?12",
                     &st)) < 0)
         return err;
     bind_text(st, 1, s->url);
@@ -163,6 +177,7 @@ int ck_queue_store_put(sqlite3 *db, const struct ck_store_spec *s, int64_t *id)
     sqlite3_bind_int(st, 9, s->bundle);
     sqlite3_bind_int(st, 10, s->no_move);
     bind_text(st, 11, s->profile);
+    sqlite3_bind_int(st, 12, s->commit_multipart);
     if ((err = run(db, st, "recording a store")) < 0)
         return err;
     if ((err = prep(db, "SELECT id FROM upload_stores WHERE url = ?1", &st)) < 0)
@@ -190,7 +205,8 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out)
     memset(out, 0, sizeof *out);
     if ((err = prep(db,
                     "SELECT url, endpoint, region, credentials, auth, key_file, host_key,"
-                    " compress, bundle, no_move, profile FROM upload_stores WHERE id = ?1",
+                    " compress, bundle, no_move, profile, commit_multipart FROM upload_stores"
+                    " WHERE id = ?1",
                     &st)) < 0)
         return err;
     sqlite3_bind_int64(st, 1, id);
@@ -209,6 +225,7 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out)
     out->bundle = sqlite3_column_int(st, 8);
     out->no_move = sqlite3_column_int(st, 9);
     out->profile = col_dup(st, 10);
+    out->commit_multipart = sqlite3_column_int(st, 11);
     sqlite3_finalize(st);
     return out->url ? 0 : ck_error(CK_ENOMEM, "out of memory");
 }

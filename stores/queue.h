@@ -22,7 +22,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CK_QUEUE_SCHEMA 3 /* 2: upload_stores.profile, 3: upload_jobs.checked */
+#define CK_QUEUE_SCHEMA 4 /* 2: upload_stores.profile, 3: upload_jobs.checked,
+                            * 4: upload_stores.commit_multipart */
 
 enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED };
 /* BUNDLE packs the folder src; BUNDLE_PMF only its PMF tree (data/, the configuration,

@@ -1151,10 +1151,15 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
 static int s3_put(struct ck_store *st, struct ck_xfer *x)
 {
     struct s3 *s = (struct s3 *)st;
-    /* a multipart object appears only at Complete: metadata goes that way even
-     * when small, since some S3-compatible servers (s3rver) store the first
-     * bytes of a PUT whose client died */
-    if ((x->atomic || x->size >= s->base.net->opts->multipart_threshold) && x->size > 0)
+    /* A commit object (x->atomic: metadata.yaml, sent last) must appear whole
+     * or not at all. A single PUT does that on S3, RGW and MinIO: the body's
+     * SHA-256 is signed and its checksum sent, so a body cut short is refused,
+     * and it is one request (If-None-Match applies to it, not to a multipart
+     * Complete on RGW). A server that stores the first bytes of a PUT whose
+     * client died (s3rver) needs commit: multipart, where the object appears
+     * only at Complete. */
+    bool commit_multipart = x->atomic && s->base.spec->commit_multipart;
+    if ((commit_multipart || x->size >= s->base.net->opts->multipart_threshold) && x->size > 0)
         return put_multipart(s, x);
     return put_single(s, x);
 }

@@ -171,7 +171,10 @@ static int dup_field(char **dst, const char *src)
 
 int ck_store_spec_copy(struct ck_store_spec *dst, const struct ck_store_spec *src)
 {
-    memset(dst, 0, sizeof *dst);
+    /* every scalar option carried by the copy; the strings duplicated below */
+    *dst = *src;
+    dst->url = dst->endpoint = dst->region = dst->profile = dst->credentials = NULL;
+    dst->auth = dst->key_file = dst->host_key = NULL;
     if (dup_field(&dst->url, src->url) < 0 || dup_field(&dst->endpoint, src->endpoint) < 0 ||
         dup_field(&dst->region, src->region) < 0 || dup_field(&dst->profile, src->profile) < 0 ||
         dup_field(&dst->credentials, src->credentials) < 0 ||
@@ -180,9 +183,6 @@ int ck_store_spec_copy(struct ck_store_spec *dst, const struct ck_store_spec *sr
         ck_store_spec_release(dst);
         return CK_ENOMEM;
     }
-    dst->compress = src->compress;
-    dst->bundle = src->bundle;
-    dst->no_move = src->no_move;
     return 0;
 }
 
@@ -307,6 +307,12 @@ int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *v)
     }
     if (!strcmp(key, "bundle"))
         return set_bool(&s->bundle, v, key);
+    if (!strcmp(key, "commit")) {
+        if (strcmp(v, "put") && strcmp(v, "multipart"))
+            return ck_error(CK_ECONFIG, "'commit' must be put or multipart");
+        s->commit_multipart = !strcmp(v, "multipart");
+        return 0;
+    }
     if (!strcmp(key, "move")) {
         bool move;
         int err = set_bool(&move, v, key);
@@ -314,5 +320,5 @@ int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *v)
         return err;
     }
     return ck_error(CK_ENOENT, "is not a store key (url, endpoint, region, credentials, auth, key, "
-                               "host_key, compress, bundle, move)");
+                               "host_key, compress, bundle, move, commit)");
 }

@@ -36,6 +36,11 @@ struct ck_store_spec {
     bool compress;  /* compress: zstd -- checkpoints are sent as NAME.zst */
     bool bundle;    /* bundle: true -- a PMF tree is sent as one NAME.tar.zst */
     bool no_move;   /* http: move: false -- PUT straight to the final name (presigned URLs) */
+    /* s3: commit: multipart -- commit objects (metadata.yaml, written last)
+     * go as multipart uploads whatever their size, for servers that keep the
+     * first bytes of a PUT cut short instead of refusing a body whose signed
+     * SHA-256 does not match (s3rver); default: a single PUT */
+    bool commit_multipart;
 };
 
 /* Tunables shared by every store (upload.* in the config). */
@@ -205,7 +210,8 @@ int ck_fd_sink_write(void *ctx, const void *data, size_t n);
 void ck_store_free(struct ck_store *s);
 
 /* Sets one field from its config key (url, endpoint, region, profile, credentials,
- * auth, key, host_key, compress: zstd|none, bundle: bool, move: bool).
+ * auth, key, host_key, compress: zstd|none, bundle: bool, move: bool, commit:
+ * put|multipart).
  * CK_ENOENT for an unknown key, CK_ECONFIG for a bad value. */
 int ck_store_spec_set(struct ck_store_spec *s, const char *key, const char *value);
 int ck_store_spec_copy(struct ck_store_spec *dst, const struct ck_store_spec *src);

@@ -73,6 +73,9 @@ static const struct ck_opt options[] = {
      "send a tree as one NAME.tar.zst"},
     {"no-move", 0, CK_OPT_STORE, "move", "false", O(store), 0, NULL,
      "http: PUT to the final name (no temporary + MOVE)"},
+    {"commit", 0, CK_OPT_STORE, "commit", NULL, O(store), 0, "put|multipart",
+     "s3: how metadata.yaml (sent last) goes: one PUT (default), or\n"
+     "multipart for servers that keep a PUT cut short (s3rver)"},
     {"concurrency", 0, CK_OPT_CONFIG, "upload.concurrency", NULL, 0, 0, "N",
      "parallel parts per file (default 8)"},
     {"transfers", 0, CK_OPT_CONFIG, "upload.transfers", NULL, 0, 0, "N",

@@ -385,10 +385,12 @@ static void queue_schema_1_migrated(void **state)
     int64_t id;
     ck_store_spec_set(&s, "url", "s3://b/p");
     ck_store_spec_set(&s, "profile", "trainer");
+    ck_store_spec_set(&s, "commit", "multipart");
     assert_int_equal(ck_queue_store_put(db, &s, &id), 0);
     assert_int_equal(id, 1);
     assert_int_equal(ck_queue_store_get(db, id, &got), 0);
     assert_string_equal(got.profile, "trainer");
+    assert_true(got.commit_multipart); /* schema 4's column, added to the old table */
     ck_store_spec_release(&got);
     ck_store_spec_release(&s);
     sqlite3_close(db);
