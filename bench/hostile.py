@@ -126,6 +126,16 @@ def layers(work):
     return w, g
 
 
+def big_input(work):
+    """A layer list whose input is [1, 30000, 30000] (3.6 GB of float32)."""
+    import numpy as np
+    from ckpt_formats import safetensors_from_numpy
+    with open(os.path.join(work, "w1.safetensors"), "wb") as f:
+        f.write(safetensors_from_numpy({"s": np.ones(1, np.float32)}))
+    with open(os.path.join(work, "big.yaml"), "w") as f:
+        f.write("input: {name: x, shape: [1, 30000, 30000]}\nlayers:\n  - {op: relu}\n")
+
+
 def entries(path, n):
     import zipfile
     with zipfile.ZipFile(path, "w") as z:
@@ -161,6 +171,14 @@ def main():
     os.makedirs(os.path.join(work, "tree"), exist_ok=True)
     with open(os.path.join(work, "tree", "metadata.yaml"), "w") as f:
         f.write("a: " + "[" * 100000 + "]" * 100000 + "\n")
+    laughs = ["a0: &a0 [" + ", ".join(["x"] * 10) + "]"]
+    laughs += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    with open(os.path.join(work, "laughs.yaml"), "w") as f:
+        f.write("\n".join(laughs) + "\n")
+    os.makedirs(os.path.join(work, "laughs"), exist_ok=True)
+    with open(os.path.join(work, "laughs", "metadata.yaml"), "w") as f:
+        f.write("\n".join(laughs) + "\n")
+    big_input(work)
     cases = [
         ("10 MB deflate bomb (10 GiB, claims 1 GiB)", "ckptd inspect --verify bomb.mldef",
          lambda c, m: [c, "inspect", "--verify", "bomb.mldef"]),
@@ -177,6 +195,13 @@ def main():
          lambda c, m: [c, "scan", "tree"]),
         ("layer list of 100k layers", "ckptd pack w.safetensors --graph layers.yaml -o l.mldef",
          lambda c, m: [c, "pack", w, "--graph", g, "-o", "l.mldef", "-q"]),
+        ("9 lines of nested YAML aliases (10^9 nodes expanded)", "ckptd config -c laughs.yaml",
+         lambda c, m: [c, "config", "-c", "laughs.yaml"]),
+        ("the same as metadata.yaml", "ckptd scan laughs",
+         lambda c, m: [c, "scan", "laughs"]),
+        ("a model declaring a 3.6 GB input", "ckptd verify w1.safetensors --graph big.yaml "
+         "--max-memory 256M", lambda c, m: [c, "verify", "w1.safetensors", "--graph", "big.yaml",
+                                            "--max-memory", "256M"]),
         ("zip of 70k entries", "mldef -i e70k.mldef", lambda c, m: [m, "-i", "e70k.mldef"]),
         ("zip of 70k entries", "ckptd inspect e70k.mldef",
          lambda c, m: [c, "inspect", "e70k.mldef"]),
