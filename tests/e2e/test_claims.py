@@ -496,6 +496,53 @@ class Runnable(TmpDirCase):
         self.assertIn("(concat)", v.stderr)
 
 
+
+class OptionOrder(TmpDirCase):
+    """Every command takes its options before and after its operands, as
+    getopt_long's permutation does for the GNU tools: the same invocation in
+    both orders exits the same and prints the same."""
+
+    def same(self, before, after, strip=None):
+        a = run(*before)
+        b = run(*after)
+        self.assertEqual(a.returncode, b.returncode, f"{before}: {a.stderr}\n{after}: {b.stderr}")
+        out_a, out_b = a.stdout, b.stdout
+        if strip:  # lines that hold times
+            out_a = "".join(x for x in out_a.splitlines(True) if not re.search(strip, x))
+            out_b = "".join(x for x in out_b.splitlines(True) if not re.search(strip, x))
+        self.assertEqual(out_a, out_b, f"{before} / {after}")
+        return a
+
+    def test_every_command_takes_options_after_its_operands(self):
+        src = os.path.join(self.dir, "run", "epoch_1.safetensors")
+        write_ckpt(src, weights(1))
+        cfg = os.path.join(self.dir, "c.yaml")
+        with open(cfg, "w") as f:
+            f.write(Runnable.graph(None, 2))
+        out = os.path.join(self.dir, "a.mldef")
+        self.same(["pack", "-q", "-c", cfg, "-o", out, src], ["pack", src, "-o", out, "-c", cfg, "-q"])
+        p = self.same(["inspect", "--json", out], ["inspect", out, "--json"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.same(["verify", "--repeat", "2", out], ["verify", out, "--repeat", "2"],
+                      strip=r"^engine: ")
+        self.assertIn("ok", p.stdout)
+        run_dir = os.path.dirname(src)
+        self.same(["scan", "-q", run_dir], ["scan", run_dir, "-q"])
+        p = self.same(["status", "--json", run_dir], ["status", run_dir, "--json"])
+        self.assertEqual(json.loads(p.stdout)["checkpoints"], 1)
+        self.same(["config", "-v", run_dir], ["config", run_dir, "-v"])
+        bundle = os.path.join(self.dir, "t.tar.zst")
+        self.same(["bundle", "-o", bundle, run_dir], ["bundle", run_dir, "-o", bundle])
+        state = os.path.join(self.dir, "st")
+        dest = "file://" + os.path.join(self.dir, "store") + "/"
+        self.same(["upload", "-q", "--state", state, src, dest],
+                  ["upload", src, dest, "--state", state, "-q"])
+        self.same(["queue", "--json", "--state", state], ["queue", "list", "--state", state, "--json"])
+        # the usage errors are the same too: an unknown option after the operand
+        p = self.same(["verify", "--no-such-option", out], ["verify", out, "--no-such-option"])
+        self.assertEqual(p.returncode, 2)
+
+
 class ConfigCheck(TmpDirCase):
     """`ckptd config DIR` and `watch -n` fail (exit 2) on what the first
     checkpoint would fail on, naming the file and the line as written."""
