@@ -132,6 +132,19 @@ class Onnx(Base):
         self.assertNotIn("runtime error", r.stderr)
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_pad_near_int64_max_is_refused(self):
+        """fuzz_graph (a CI run): the shape rule of pad added a file's two
+        paddings before bounding them (48 + INT64_MAX overflowed); each
+        padding and the padded axis are bounded first. A padding of 2^40
+        less than the limit but an axis past it is refused the same way."""
+        h = self.h
+        for pads in ([0, 9223372036854775807, 0, 0], [0, 1 << 40, 0, 1]):
+            with self.subTest(pads=pads):
+                c = h.make_tensor("pads", self.TP.INT64, [4], pads)
+                pad = h.make_node("Pad", ["x", "pads"], ["y"], name="p")
+                p = self.model([pad], [c], [self.vi("x", [2, 48])], [self.vi("y", None)])
+                self.refused("verify", p, "padding on axis 1 makes it too large")
+
     def test_global_pool_of_a_5d_input(self):
         """fuzz_graph: a global pool of an NCDHW input wrote N*C*D values
         into an output of N*C (a heap overflow): every axis from 2 on is
