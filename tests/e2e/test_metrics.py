@@ -166,8 +166,14 @@ class Metrics(TmpDirCase):
         remote = m["ckptd_newest_remote_checkpoint_timestamp_seconds"]
         self.assertGreater(remote, t0 - 600)
         self.assertLessEqual(remote, time.time() + 1)
-        self.assertLessEqual(abs(m["ckptd_newest_remote_checkpoint_age_seconds"]
-                                 - (time.time() - remote)), 10)
+        if prefix == "scanned":
+            # the textfile: read long after it is written, so no age frozen in it;
+            # PromQL computes it from the timestamp
+            self.assertNotIn("ckptd_newest_remote_checkpoint_age_seconds", m)
+        else:
+            # the endpoint: the age computed when scraped
+            self.assertLessEqual(abs(m["ckptd_newest_remote_checkpoint_age_seconds"]
+                                     - (time.time() - remote)), 10)
         newest = m["ckptd_newest_checkpoint_timestamp_seconds"]
         self.assertTrue(t0 - 600 < newest <= time.time() + 1, newest)
         # every event reached the "*" exec hook once; the two others ran on training.started
@@ -426,6 +432,12 @@ class Metrics(TmpDirCase):
                 out.append(f'{name}{{{label}="{v}"}}')
         return out
 
+    def endpoint_only(self):
+        """The series the table says only /metrics has (an age computed when scraped)."""
+        with open(README) as f:
+            return set(re.findall(r"^\| `(ckptd_[a-z_]+)` \| [a-z]+ \| `/metrics` only", f.read(),
+                                  re.M))
+
     def test_every_documented_metric_is_driven(self):
         documented = self.documented()
         self.assertGreater(len(documented), 30, documented)
@@ -460,7 +472,7 @@ class Metrics(TmpDirCase):
             for k in samples(f.read()):
                 k = re.sub(r"_(bucket|sum|count)(\{le=\"[^\"]*\"\})?$", "", k)
                 exposed.add(re.sub(r'\{version="[^"]*"\}', "", k))
-        self.assertEqual(exposed, set(documented))
+        self.assertEqual(exposed, set(documented) - self.endpoint_only())
 
 
 if __name__ == "__main__":
