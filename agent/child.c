@@ -122,13 +122,26 @@ int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture, const ch
     return 0;
 }
 
+/* A signal's name as signal.h spells it (SIGTERM), the same in every event;
+ * strsignal's descriptions differ ("Terminated") and some hold spaces. */
+static const char *signame(int sig, char *buf, size_t bufsz)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, bufsz, "SIG%s", abbrev);
+    else
+        snprintf(buf, bufsz, "%d", sig);
+    return buf;
+}
+
 void ck_child_signal(struct ck_child *c, int sig)
 {
+    char name[32];
     if (c->pid <= 0)
         return;
     if (kill(-c->pid, sig) < 0 && kill(c->pid, sig) < 0)
         return;
-    ck_info("command.signalled", "pid=%ld signal=%s", (long)c->pid, strsignal(sig));
+    ck_info("command.signalled", "pid=%ld signal=%s", (long)c->pid, signame(sig, name, sizeof name));
 }
 
 void ck_child_kill(struct ck_child *c, double grace)
@@ -151,9 +164,10 @@ bool ck_child_reap(struct ck_child *c)
         c->code = WEXITSTATUS(status);
         ck_info("command.exited", "pid=%ld code=%d", (long)c->pid, c->code);
     } else {
+        char name[32];
         c->code = 128 + WTERMSIG(status);
         ck_info("command.exited", "pid=%ld signal=%s code=%d", (long)c->pid,
-                strsignal(WTERMSIG(status)), c->code);
+                signame(WTERMSIG(status), name, sizeof name), c->code);
     }
     c->pid = 0;
     return true;

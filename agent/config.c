@@ -66,7 +66,8 @@ static int parse_min_free(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
-/* Every config key. Keep the README's config section in step with this table. */
+/* Every config key. docs/configuration.md and ckptd.yaml(5) are generated from
+ * this table by the build (scripts/gendocs.py, through `ckptd config --keys`). */
 static const struct key keys[] = {
     {"model.name", T_STR, F(model_name), NULL, "model name in metadata.yaml (default: the folder's name)"},
     {"model.configuration", T_PATH, F(model_configuration), NULL,
@@ -361,7 +362,7 @@ static int set_str(char **field, const char *v)
     return *field ? 0 : ck_error(CK_ENOMEM, "out of memory");
 }
 
-/* The one path rule (README "Paths in the config"): a relative path written
+/* The one path rule (docs/config.md, "Paths in the config"): a relative path written
  * in a config file is relative to that file's folder (for DIR/ckptd.yaml:
  * DIR), whatever the working directory; a flag's value is the command line's,
  * relative to the working directory, and stays as given. A value "file:X"

@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void ck_json_init(struct ck_json *j, struct ck_buf *out, bool pretty)
@@ -148,12 +149,21 @@ void ck_json_uint(struct ck_json *j, uint64_t v) { raw(j, "%" PRIu64, v); }
 void ck_json_bool(struct ck_json *j, bool v) { raw(j, "%s", v ? "true" : "false"); }
 void ck_json_null(struct ck_json *j) { raw(j, "null"); }
 
+/* The shortest of %.15g, %.16g, %.17g that reads back as v: 0.06 is "0.06",
+ * not "0.059999999999999998", and every value still round-trips. */
 void ck_json_double(struct ck_json *j, double v)
 {
-    if (!isfinite(v))
+    if (!isfinite(v)) {
         raw(j, "null");
-    else
-        raw(j, "%.17g", v);
+        return;
+    }
+    char buf[40];
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, v);
+        if (prec == 17 || strtod(buf, NULL) == v)
+            break;
+    }
+    raw(j, "%s", buf);
 }
 
 void ck_json_kstr(struct ck_json *j, const char *key, const char *s)

@@ -305,7 +305,12 @@ static void render_histogram(struct ck_buf *out, int *err, const struct histogra
         (unsigned long long)h->count);
 }
 
-int ck_metrics_render(struct ck_buf *out)
+/* live: the exposition is read when it is rendered (/metrics), so an age
+ * computed now is true when scraped; a textfile is read for minutes after it
+ * was written, so it carries only the timestamps (the textfile convention:
+ * the age is time() - ckptd_newest_remote_checkpoint_timestamp_seconds in
+ * PromQL). */
+static int render(struct ck_buf *out, bool live)
 {
     int err = 0;
     for (size_t i = 0; i < CK_M__COUNT; i++) {
@@ -321,10 +326,12 @@ int ck_metrics_render(struct ck_buf *out)
     /* The age is what an alert wants ("nothing safe remotely for 2 h"); it is
      * computed now so that it grows between events. -1 until something landed. */
     int64_t remote = atomic_load(&values[CK_M_NEWEST_REMOTE_CHECKPOINT_TIME]);
-    header(out, &err, "newest_remote_checkpoint_age_seconds", "gauge",
-           "Seconds since the newest checkpoint safely stored remotely was written (-1: none).");
-    put(out, &err, "ckptd_newest_remote_checkpoint_age_seconds %lld\n",
-        remote > 0 ? (long long)(now_seconds() - remote) : -1LL);
+    if (live) {
+        header(out, &err, "newest_remote_checkpoint_age_seconds", "gauge",
+               "Seconds since the newest checkpoint safely stored remotely was written (-1: none).");
+        put(out, &err, "ckptd_newest_remote_checkpoint_age_seconds %lld\n",
+            remote > 0 ? (long long)(now_seconds() - remote) : -1LL);
+    }
     /* the usual join target for "which version runs where" */
     header(out, &err, "build_info", "gauge", "The ckptd version running, as a label; always 1.");
     put(out, &err, "ckptd_build_info{version=\"%s\"} 1\n", CKPTD_VERSION);
@@ -335,6 +342,11 @@ int ck_metrics_render(struct ck_buf *out)
     if (err < 0)
         return ck_error(CK_ENOMEM, "the metrics exposition does not fit its buffer");
     return 0;
+}
+
+int ck_metrics_render(struct ck_buf *out)
+{
+    return render(out, true);
 }
 
 /* Gauges that are carried with the totals: the times an alert compares with now. */
@@ -450,7 +462,7 @@ int ck_metrics_load_totals(const char *text, size_t len)
 int ck_metrics_write_file(const char *path)
 {
     struct ck_buf b = CK_BUF_INIT;
-    int err = ck_metrics_render(&b);
+    int err = render(&b, false);
     if (err == 0)
         err = ck_write_file_atomic(path, b.data, b.len, 0644);
     ck_buf_release(&b);

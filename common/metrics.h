@@ -55,7 +55,8 @@ enum ck_metric {
     CK_M_DISK_FREE_BYTES,        /* ckptd_disk_free_bytes: free on DIR's filesystem (retention) */
     /* unix time of the newest checkpoint whose upload (metadata included)
      * completed; /metrics also shows its age in
-     * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped */
+     * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped (a
+     * textfile has the timestamp only: an age written there would freeze) */
     CK_M_NEWEST_REMOTE_CHECKPOINT_TIME,
     CK_M_START_TIME, /* ckptd_start_time_seconds (unix), set by ck_metrics_reset */
     /* unix time a run (scan) or the watcher's last pass ended without a failure;
@@ -116,6 +117,8 @@ int ck_metrics_load_totals(const char *text, size_t len);
 int ck_metrics_render(struct ck_buf *out);
 /* Writes the exposition to path atomically (temporary name, fsync, rename),
  * mode 0644: node_exporter's textfile collector never reads a torn file.
+ * Without ckptd_newest_remote_checkpoint_age_seconds: the file is read long
+ * after it is written, so it has the timestamp the age is computed from.
  * The name should end in .prom; the temporary is a dot file that it skips. */
 int ck_metrics_write_file(const char *path);
 

@@ -1,5 +1,5 @@
 /* Events: what happened, with a stable dotted type name, a unique id and a
- * JSON payload (documented in README "Events"). The same event feeds the
+ * JSON payload (documented in docs/hooks.md, "Events"). The same event feeds the
  * webhooks (its JSON is the body), the exec hooks (its fields become
  * CKPTD_* environment variables, its JSON their stdin) and the templates
  * ({{field}}). Secrets never go into an event. */
@@ -80,7 +80,7 @@ int ck_event_init(struct ck_event *ev, enum ck_event_type type);
 int ck_event_json(const struct ck_event *ev, struct ck_buf *out);
 
 /* Field access by name, for templates and exec environments: "type", "id",
- * "timestamp", "model_name", "checkpoint", "epoch", ... (README lists them).
+ * "timestamp", "model_name", "checkpoint", "epoch", ... (docs/hooks.md lists them).
  * Writes the value as text into out; returns 1 when the field is set, 0
  * when it exists but is not set for this event, and CK_ENOENT when no field
  * has that name. */
@@ -98,7 +98,7 @@ bool ck_event_field_exists(const char *name);
 int ck_event_env(const struct ck_event *ev, char ***env, size_t *n);
 void ck_event_env_free(char **env, size_t n);
 
-/* The list of field names, NULL-terminated (README, tests). */
+/* The list of field names, NULL-terminated (docs/hooks.md, tests). */
 extern const char *const ck_event_field_names[];
 
 /* Fills out (size >= 27) with 26 random characters from the RFC 4648 base32

@@ -140,7 +140,7 @@ int ck_hooks_conf_check(const struct ck_hooks_conf *c, const char *cfg)
             if (!ck_event_filter_is_valid(w->events[k]))
                 return ck_error(CK_ECONFIG,
                                 "'%s' line %d: 'hooks.webhooks[%zu].events': '%s' matches no event "
-                                "type (README \"Events\")",
+                                "type (docs/hooks.md, \"Events\")",
                                 cfg, w->line, i, w->events[k]);
         if (w->timeout < 0)
             return ck_error(CK_ECONFIG, "'%s' line %d: 'hooks.webhooks[%zu].timeout' is negative",

@@ -46,7 +46,7 @@ int ck_template_check(const char *name, const char *tpl)
                             name, line_of(tpl, p));
         if (!ck_event_field_exists(field))
             return ck_error(CK_ECONFIG,
-                            "template '%s' line %d: '%s' is not an event field (README \"Events\")",
+                            "template '%s' line %d: '%s' is not an event field (docs/hooks.md, \"Events\")",
                             name, line_of(tpl, p), field);
         p = end;
     }

@@ -31,7 +31,7 @@ static const char help[] =
     "test     sends one signed hook.test event to URL (or env:NAME / file:/path holding\n"
     "         it), signed with each --secret (env:NAME or file:/path of a whsec_ key);\n"
     "         exit 0 when the receiver answered 2xx\n"
-    "emit     emits an event of TYPE (README \"Events\") as the agent would: stored in\n"
+    "emit     emits an event of TYPE (docs/hooks.md, \"Events\") as the agent would: stored in\n"
     "         DIR's outbox for every matching webhook, exec hooks run, then delivered\n"
     "deliver  delivers what is due in DIR's outbox; with --wait, keeps going until\n"
     "         nothing is pending or DURATION has passed\n"
@@ -164,7 +164,7 @@ static int cmd_emit(struct opts *o, int argc, char **argv)
         return ck_cli_usage_error("hooks", "emit takes TYPE and an optional DIR");
     int type = ck_event_type_parse(argv[0]);
     if (type < 0)
-        return ck_cli_usage_error("hooks", "'%s' is not an event type (README \"Events\")",
+        return ck_cli_usage_error("hooks", "'%s' is not an event type (docs/hooks.md, \"Events\")",
                                   argv[0]);
     struct dir_ctx d;
     int err, rc = open_dir(&d, o, argc > 1 ? argv[1] : ".", "hooks");

@@ -1,5 +1,5 @@
 /* ckptd inspect: what a checkpoint holds, read by the same readers the
- * daemon uses. Text for people, --json for programs (schema: README.md,
+ * daemon uses. Text for people, --json for programs (schema: docs/formats.md,
  * "ckptd inspect --json"). */
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"

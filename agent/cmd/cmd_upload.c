@@ -60,7 +60,7 @@ static const struct ck_opt options[] = {
      "default: the AWS CLI's chain (env, a profile's role, web identity,\n"
      "IAM Identity Center (aws sso login), ~/.aws keys or\n"
      "credential_process, container, instance metadata;\n"
-     "see the README)\n"
+     "see docs/stores.md)\n"
      "http: env:NAME or file:/path holding user:password or a token"},
     {"auth", 0, CK_OPT_STORE, "auth", NULL, O(store), 0, "basic|bearer", "http authentication"},
     {"key", 0, CK_OPT_STORE, "key", NULL, O(store), 0, "FILE",

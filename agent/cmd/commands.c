@@ -4,7 +4,8 @@
 #include <stddef.h>
 
 /* Adding a command: write ck_cmd_NAME in its own file, declare it in
- * commands.h, add a row here (alphabetical), document it in the README. */
+ * commands.h, add a row here (alphabetical), add it to the README's command
+ * table; ckptd(1) and docs/commands.md are generated from its --help. */
 const struct ck_command ck_commands[] = {
     {"bundle", ck_cmd_bundle, "pack a PMF tree into one zstd-compressed tar"},
     {"config", ck_cmd_config, "check a config file, or list every config key"},

@@ -134,6 +134,17 @@ static void json_escapes(void **state)
     assert_string_equal(ck_buf_str(&b),
                         "{\"s\":\"a\\\"b\\\\c\\n\\u0001\\ufffd\",\"i\":-3,\"a\":[true,null,0.5]}");
     ck_buf_release(&b);
+    /* doubles: the shortest text that reads back as the same value */
+    const double vals[] = {0.06, 0.1 + 0.2, 1e300, -2.5e-8, 123456789.125, 1.0 / 3.0};
+    const char *want[] = {"0.06", "0.30000000000000004", "1e+300", "-2.5e-08", "123456789.125",
+                          "0.3333333333333333"};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        ck_json_init(&j, &b, false);
+        ck_json_double(&j, vals[i]);
+        assert_string_equal(ck_buf_str(&b), want[i]);
+        assert_true(strtod(ck_buf_str(&b), NULL) == vals[i]);
+        ck_buf_release(&b);
+    }
 }
 
 static void write_tmp(char *path, const char *name, const void *data, size_t len)
@@ -313,6 +324,9 @@ static void log_json_fields_are_typed_members(void **state)
     log_json_line("cannot parse 'x': expected key=value x-y=1", got, sizeof got);
     assert_string_equal(got,
                         "\"key\":\"value\",\"msg\":\"cannot parse 'x': expected x-y=1\"}");
+    /* a decimal is written as it was logged, not as the nearest double's 17 digits */
+    log_json_line("seconds=0.06 rate=0.1", got, sizeof got);
+    assert_string_equal(got, "\"seconds\":0.06,\"rate\":0.1,\"msg\":\"test event\"}");
 }
 
 static void own_temporaries_are_told_apart(void **state)

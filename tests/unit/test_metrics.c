@@ -112,6 +112,10 @@ static void write_file_is_atomic_and_readable(void **state)
     struct ck_buf b = CK_BUF_INIT;
     assert_int_equal(ck_read_file(path, 1 << 20, &b), 0);
     assert_true(value_of(ck_buf_str(&b), "ckptd_checkpoints_registered_total") == 9);
+    /* a textfile is read long after it is written: an age would be frozen at
+     * write time, so it carries the timestamp only (the age is PromQL's) */
+    assert_null(strstr(ck_buf_str(&b), "ckptd_newest_remote_checkpoint_age_seconds"));
+    assert_non_null(strstr(ck_buf_str(&b), "\nckptd_newest_remote_checkpoint_timestamp_seconds "));
     ck_buf_release(&b);
     /* no temporary left beside it */
     char cmd[4400];
