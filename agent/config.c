@@ -185,6 +185,9 @@ static const struct key keys[] = {
     {"retention.without_store", T_BOOL, F(without_store), NULL,
      "allow retention with no store configured: deleted checkpoints are then gone (default "
      "false)"},
+    {"retention.interval", T_DURATION, F(retention_interval), NULL,
+     "the watcher: how often it checks the free space (min_free) and retries what a failing "
+     "store held (default 60s; it also runs after each upload of metadata.yaml)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -259,6 +262,7 @@ void ck_config_init(struct ck_config *cfg)
     cfg->watch_check_writers = true;
     cfg->watch_reconcile_interval = 300;
     cfg->watch_grace_period = 20;
+    cfg->retention_interval = 60;
     cfg->log_format = -1;
     cfg->log_level = -1;
     ck_upload_opts_init(&cfg->upload);
@@ -1088,6 +1092,8 @@ static int check_retention(const struct ck_config *cfg, const char *name)
     if (cfg->retention_metrics_file && !cfg->keep_best_metric)
         return ck_error(CK_ECONFIG, "'%s': retention.metrics_file is read for keep_best.metric, "
                         "which is not set", name);
+    if (!(cfg->retention_interval >= 1))
+        return ck_error(CK_ECONFIG, "'%s': retention.interval must be at least 1s", name);
     return 0;
 }
 

@@ -108,6 +108,7 @@ struct ck_config {
     char *retention_metrics_file; /* a metrics.jsonl or CSV the trainer appends to */
     uint64_t min_free;            /* bytes that must stay free on DIR's filesystem */
     bool without_store;           /* retention with no store configured */
+    double retention_interval;    /* the watcher: how often it looks again (min_free, held) */
 };
 
 /* Whether any retention key asks for deletions. */

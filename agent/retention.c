@@ -355,6 +355,10 @@ struct pass {
     const char *dir;
     const struct ck_config *cfg;
     bool dry_run;
+    /* The watcher's helper (ck_retention_check): what checks out goes to
+     * on_checked instead of being deleted here. */
+    ck_retention_checked_fn on_checked;
+    void *on_checked_arg;
     struct ck_retention_result *res;
     struct ck_net net;
     struct ck_upload_ctl ctl;
@@ -514,6 +518,7 @@ static bool copies_checked(struct pass *p, const struct item *it, const char *fi
                 snprintf(why, sizeof why, "%s", ck_error_msg());
                 if (ck_queue_redo(p->st->db, s->queue_id, key, &redone) < 0)
                     ck_err("retention.requeue_failed", "key=\"%s\": %s", key, ck_error_msg());
+                p->res->requeued += redone;
                 ck_warn("retention.copy_missing",
                         "ref='%s' store=\"%s\" key=\"%s\": %s; not deleted%s", it->ref, s->url,
                         key, why, redone ? ", queued to be sent again" : "");
@@ -744,13 +749,15 @@ static bool someone_writes(struct pass *p, const struct item *it)
     return false;
 }
 
-/* Checks and deletes one checkpoint; false when it was held. */
+static bool commit_one(struct pass *p, const struct item *it, int64_t seq, const char *files,
+                       const char *stores, int *errp);
+
+/* Checks and deletes one checkpoint (with on_checked: hands it on); false
+ * when it was held. */
 static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *errp)
 {
     struct ck_buf files = CK_BUF_INIT, stores = CK_BUF_INIT;
-    struct ck_retained r;
     bool done = false;
-    memset(&r, 0, sizeof r);
     if (p->dry_run) {
         ck_info("retention.would_delete", "ref='%s' epoch=%lld path=%s", it->ref,
                 (long long)it->cp->epoch, it->cp->path);
@@ -774,7 +781,27 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
     }
     for (size_t i = 0; i < p->nstores; i++)
         ck_buf_printf(&stores, "%s\n", p->stores[i].url);
-    /* the intent, recorded before the first byte goes */
+    if (p->on_checked) {
+        struct ck_retention_checked c = {it->ref, it->cp->md5, ck_buf_str(&stores)};
+        p->on_checked(p->on_checked_arg, &c);
+        p->res->would_delete++;
+        done = true;
+        goto out;
+    }
+    done = commit_one(p, it, seq, ck_buf_str(&files), ck_buf_str(&stores), errp);
+out:
+    ck_buf_release(&files);
+    ck_buf_release(&stores);
+    return done;
+}
+
+/* Records the intent (before the first byte goes) and deletes. */
+static bool commit_one(struct pass *p, const struct item *it, int64_t seq, const char *files,
+                       const char *stores, int *errp)
+{
+    struct ck_retained r;
+    bool done = false;
+    memset(&r, 0, sizeof r);
     r.ref = strdup(it->ref);
     r.ref_is_int = it->cp->ref.is_int;
     r.epoch = it->cp->epoch;
@@ -786,20 +813,14 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
     if (!it->src && !it->tree && snprintf(folder, sizeof folder, "%s/data/checkpoints/%s", p->dir,
                                           it->ref) < (int)sizeof folder && ck_is_dir(folder))
         r.kind = CK_CAND_DIR; /* the trainer deleted its copy, discovery did not list ours */
-    r.files = strdup(ck_buf_str(&files));
-    r.stores = strdup(ck_buf_str(&stores));
+    r.files = strdup(files);
+    r.stores = strdup(stores);
     r.seq = seq;
-    if (!r.ref || !r.path || !r.source || !r.files || !r.stores) {
+    if (!r.ref || !r.path || !r.source || !r.files || !r.stores)
         *errp = ck_error(CK_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((*errp = ck_state_retained_put(p->st, &r)) < 0 || (*errp = finish(p, &r)) < 0)
-        goto out;
-    done = true;
-out:
+    else if ((*errp = ck_state_retained_put(p->st, &r)) == 0 && (*errp = finish(p, &r)) == 0)
+        done = true;
     ck_retained_release(&r);
-    ck_buf_release(&files);
-    ck_buf_release(&stores);
     return done;
 }
 
@@ -863,13 +884,16 @@ static int mark_best(struct pass *p, struct item *items, size_t n,
     return 0;
 }
 
-static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
-                           const struct ck_discovery *d)
+/* The rules over metadata.yaml's checkpoints: items[i] for m's i-th, keep
+ * and protect set. *out is the caller's to free. */
+static int plan(struct pass *p, const struct ck_pmf_meta *m, const struct ck_discovery *d,
+                struct item **out)
 {
     const struct ck_config *cfg = p->cfg;
     size_t n = m->ncheckpoints;
     struct item *items = calloc(n ? n : 1, sizeof *items);
     int err = 0;
+    *out = NULL;
     if (!items)
         return ck_error(CK_ENOMEM, "out of memory");
     bool count_rule = cfg->keep_last > 0 || cfg->keep_every > 0 || cfg->keep_best_metric;
@@ -887,8 +911,25 @@ static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
         if (cfg->keep_every > 0 && it->cp->epoch % cfg->keep_every == 0)
             it->keep = true;
     }
-    if (cfg->keep_best_metric && (err = mark_best(p, items, n, d)) < 0)
-        goto out;
+    if (cfg->keep_best_metric && (err = mark_best(p, items, n, d)) < 0) {
+        free(items);
+        return err;
+    }
+    *out = items;
+    return 0;
+}
+
+static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
+                           const struct ck_discovery *d)
+{
+    const struct ck_config *cfg = p->cfg;
+    size_t n = m->ncheckpoints;
+    struct item *items = NULL;
+    int err = plan(p, m, d, &items);
+    if (err < 0)
+        return err;
+    /* the dry run and the watcher's helper delete nothing: what would go is assumed freed */
+    bool simulate = p->dry_run || p->on_checked;
     /* count rules: oldest first */
     bool any = false;
     for (size_t i = 0; i < n; i++)
@@ -904,22 +945,22 @@ static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
         free_bytes < cfg->min_free) {
         ck_info("retention.low_space", "free=%llu min_free=%llu",
                 (unsigned long long)free_bytes, (unsigned long long)cfg->min_free);
-        uint64_t assumed = 0; /* dry run: what the deletions would free */
+        uint64_t assumed = 0; /* simulated: what the deletions would free */
         for (size_t i = 0; i < n && err == 0 && free_bytes + assumed < cfg->min_free; i++) {
             if (items[i].protect || !items[i].keep)
                 continue; /* protected, or taken or held by the count rules already */
             if (!p->dry_run && (err = open_stores(p)) < 0)
                 break;
             struct ck_ckpt_record rec;
-            if (delete_one(p, &items[i], (int64_t)i, &err) && p->dry_run &&
+            if (delete_one(p, &items[i], (int64_t)i, &err) && simulate &&
                 ck_state_ckpt_get(p->st, items[i].ref, &rec) == 0)
                 assumed += rec.size;
-            if (err == 0 && !p->dry_run)
+            if (err == 0 && !simulate)
                 err = ck_retention_free_bytes(p->dir, &free_bytes);
             if (p->stores_failing)
                 break;
         }
-        if (err == 0 && !p->dry_run && free_bytes < cfg->min_free)
+        if (err == 0 && !simulate && free_bytes < cfg->min_free)
             ck_warn("retention.space_short",
                     "free=%llu min_free=%llu: nothing more may be deleted (the latest, the kept "
                     "best and the held stay)",
@@ -938,21 +979,22 @@ int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_co
     return finish_interrupted(&p);
 }
 
-int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
-                     struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res)
+static int run(struct pass *p)
 {
-    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .dry_run = dry_run, .res = res};
+    const struct ck_config *cfg = p->cfg;
+    const char *dir = p->dir;
     struct ck_discovery d = {0};
     struct ck_pmf_meta m;
     char meta_path[PATH_MAX];
     bool have_meta = false;
-    int err;
-    memset(res, 0, sizeof *res);
+    int err = 0;
+    memset(p->res, 0, sizeof *p->res);
     uint64_t free_bytes;
     if (ck_retention_free_bytes(dir, &free_bytes) < 0)
         ck_error_clear();
-    /* what a killed pass recorded is finished whatever the config says now */
-    if ((err = finish_interrupted(&p)) < 0)
+    /* what a killed pass recorded is finished whatever the config says now
+     * (the watcher's helper leaves that to the watcher) */
+    if (!p->on_checked && (err = finish_interrupted(p)) < 0)
         goto out;
     if (!ck_config_has_retention(cfg))
         goto out;
@@ -969,16 +1011,88 @@ int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_confi
     have_meta = true;
     if ((err = ck_discover(dir, &cfg->ckpt, &d)) < 0)
         goto out;
-    err = plan_and_delete(&p, &m, &d);
-    if (p.stores_failing && res->held)
+    err = plan_and_delete(p, &m, &d);
+    if (p->stores_failing && p->res->held)
         ck_warn("retention.held_all",
                 "%zu checkpoint(s) kept on the local disk: a store did not answer or failed "
                 "(see retention.store_failing)",
-                res->held);
+                p->res->held);
 out:
-    close_stores(&p);
+    close_stores(p);
     if (have_meta)
         ck_pmf_meta_release(&m);
+    ck_discovery_release(&d);
+    if (ck_retention_free_bytes(dir, &free_bytes) < 0)
+        ck_error_clear();
+    return err;
+}
+
+int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                     struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res)
+{
+    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .dry_run = dry_run, .res = res};
+    return run(&p);
+}
+
+int ck_retention_check(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       ck_retention_checked_fn on_checked, void *arg,
+                       struct ck_retention_result *res)
+{
+    struct pass p = {.st = st, .dir = dir, .cfg = cfg, .on_checked = on_checked,
+                     .on_checked_arg = arg, .res = res};
+    return run(&p);
+}
+
+int ck_retention_apply(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       struct ck_hooks *hooks, const struct ck_retention_checked *c,
+                       struct ck_retention_result *res)
+{
+    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .res = res};
+    struct ck_discovery d = {0};
+    struct ck_pmf_meta m;
+    struct item *items = NULL;
+    const struct item *it = NULL;
+    struct ck_buf files = CK_BUF_INIT;
+    uint64_t free_bytes = UINT64_MAX;
+    char meta_path[PATH_MAX];
+    int err;
+    memset(res, 0, sizeof *res);
+    if (!ck_config_has_retention(cfg))
+        return 0; /* a reload took the keys away since the check */
+    if ((err = ck_path_join(meta_path, sizeof meta_path, dir, "metadata.yaml")) < 0 ||
+        (err = ck_layout_read_meta(meta_path, &m)) < 0)
+        return err;
+    if ((err = ck_discover(dir, &cfg->ckpt, &d)) < 0 || (err = plan(&p, &m, &d, &items)) < 0)
+        goto out;
+    for (size_t i = 0; i < m.ncheckpoints && !it; i++)
+        if (!strcmp(items[i].ref, c->ref))
+            it = &items[i];
+    if (it && it->keep && !it->protect && cfg->min_free > 0 &&
+        ck_retention_free_bytes(dir, &free_bytes) < 0)
+        ck_error_clear();
+    if (!it) {
+        ck_debug("retention.gone", "ref='%s': no longer listed", c->ref);
+    } else if (strcmp(it->cp->md5, c->md5)) {
+        /* written again since its copies were checked: the next check decides */
+        ck_info("retention.changed", "ref='%s': its MD5 changed since its copies were checked",
+                c->ref);
+        res->held++;
+    } else if (it->protect || (it->keep && !(cfg->min_free > 0 && free_bytes < cfg->min_free))) {
+        ck_debug("retention.kept", "ref='%s': the rules keep it now", c->ref);
+    } else if (someone_writes(&p, it)) {
+        ck_warn("retention.held", "ref='%s': a process has it open for writing", it->ref);
+        res->held++;
+    } else if (tree_files(&p, it, &files) < 0) {
+        ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
+        ck_error_clear();
+        res->held++;
+    } else {
+        commit_one(&p, it, (int64_t)(it - items), ck_buf_str(&files), c->stores, &err);
+    }
+out:
+    ck_buf_release(&files);
+    free(items);
+    ck_pmf_meta_release(&m);
     ck_discovery_release(&d);
     if (ck_retention_free_bytes(dir, &free_bytes) < 0)
         ck_error_clear();

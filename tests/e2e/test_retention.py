@@ -25,6 +25,48 @@ from servers import Nginx, S3Server, Sshd, need  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pmf_validate  # noqa: E402
 
+
+# The trainer of the watch tests: five checkpoints a little apart. It holds
+# epoch_1.pt open for writing (no byte written) once the watcher registered it,
+# until epoch_2 and epoch_3 are gone; then closes it and waits for it to go
+# too; then for the test's go-ahead (it reads /metrics meanwhile).
+WATCH_TRAINER = """
+import os, sys, time
+d, go, out, src = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+ck = os.path.join(d, "ckpts")
+os.makedirs(ck, exist_ok=True)
+def wait(cond, what, t=120):
+    end = time.monotonic() + t
+    while not cond():
+        if time.monotonic() > end:
+            sys.exit("trainer: timed out waiting for " + what)
+        time.sleep(0.05)
+def registered(ref):
+    try:
+        with open(os.path.join(d, "metadata.yaml")) as f:
+            return ref in f.read()
+    except OSError:
+        return False
+held = None
+for e in range(1, 6):
+    path = os.path.join(ck, "epoch_%d.pt" % e)
+    with open(path + ".tmp", "wb") as f:
+        f.write(open(os.path.join(src, "epoch_%d.pt" % e), "rb").read())
+    os.rename(path + ".tmp", path)
+    wait(lambda: registered("epoch_%d.pt" % e), "epoch_%d registered" % e)
+    if e == 1:
+        held = open(path, "ab")  # the writer check: never deleted while open
+    time.sleep(0.3)
+gone = lambda *n: all(not os.path.exists(os.path.join(ck, "epoch_%d.pt" % i)) for i in n)
+wait(lambda: gone(2, 3), "epoch_2 and epoch_3 deleted")
+time.sleep(2.5)  # retention.interval 1s: rounds ran meanwhile, epoch_1 held
+with open(out, "w") as f:
+    f.write("held_kept=%d\\n" % os.path.exists(os.path.join(ck, "epoch_1.pt")))
+held.close()
+wait(lambda: gone(1), "epoch_1 deleted once closed")
+wait(lambda: os.path.exists(go), "the test's go-ahead")
+"""
+
 KILL_ROUNDS = int(os.environ.get("CK_RETENTION_KILL_ROUNDS", "30"))
 
 
@@ -298,14 +340,16 @@ class Retention(TmpDirCase):
         for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
                           ({"keep_best": {"metric": "loss", "mode": "up"}}, "not min or max"),
                           ({"min_free": "lots"}, "size"),
-                          ({"keep_last": -1}, "negative")):
+                          ({"keep_last": -1}, "negative"),
+                          ({"keep_last": 1, "interval": "500ms"}, "retention.interval")):
             self.config([{"url": "file://" + self.dir + "/s"}], bad)
             p = run("config", "--config", os.path.join(self.train, "ckptd.yaml"))
             self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
             self.assertIn(what, p.stderr)
         p = run("config", "--keys")
         for k in ("retention.keep_last", "retention.keep_every", "retention.keep_best.metric",
-                  "retention.min_free", "retention.without_store", "retention.metrics_file"):
+                  "retention.min_free", "retention.without_store", "retention.metrics_file",
+                  "retention.interval"):
             self.assertIn(k, p.stdout)
 
     def test_dry_run(self):
@@ -513,6 +557,172 @@ class Retention(TmpDirCase):
             self.assertGreaterEqual(m["ckptd_disk_free_bytes"], 2500 * 1024)
         finally:
             subprocess.run(["umount", mnt], capture_output=True)
+
+    # ---- the sidecar: ckptd watch runs retention as checkpoints are uploaded ----
+
+    def check_watch_keep_last(self, stores, in_store, fetch_store, env=None, freeze=None):
+        """A real watcher wrapping a trainer that writes five checkpoints;
+        keep_last 2. While it runs, a checkpoint missing locally is always in
+        the store with its bytes; the one the trainer holds open for writing
+        stays until closed; the events and /metrics say what went."""
+        import socket
+        import threading
+        src = os.path.join(self.dir, "src")
+        os.makedirs(src)
+        for e in range(1, 6):
+            data = os.urandom(80000 + e)
+            with open(os.path.join(src, f"epoch_{e}.pt"), "wb") as f:
+                f.write(data)
+            self.sums[f"epoch_{e}.pt"] = hashlib.md5(data).hexdigest()
+        self.config(stores, {"keep_last": 2, "interval": "1s"})
+        conf = os.path.join(self.train, "ckptd.yaml")
+        with open(conf) as f:
+            text = f.read()
+        # uploads slower than the trainer: a deletion before the store holds
+        # the copy would be seen by the watchdog below
+        with open(conf, "w") as f:
+            f.write(text.replace("upload:\n", "upload:\n  max_rate: 150KiB\n", 1))
+        events = os.path.join(self.dir, "events")
+        with open(conf, "a") as f:
+            f.write("hooks:\n  exec:\n    - event: checkpoint.deleted\n"
+                    f"      command: 'echo \"$CKPTD_CHECKPOINT|$CKPTD_STORE\" >> {events}'\n")
+        script = os.path.join(self.dir, "trainer.py")
+        with open(script, "w") as f:
+            f.write(WATCH_TRAINER)
+        go, out = os.path.join(self.dir, "go"), os.path.join(self.dir, "trainer.out")
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        log = open(os.path.join(self.dir, "watch.log"), "w+")
+        self.addCleanup(log.close)
+        if freeze:
+            freeze(True)
+        proc = subprocess.Popen([CKPTD, "watch", "--settle", "0.2", "--listen", f"127.0.0.1:{port}",
+                                 self.train, "--", "/usr/bin/python3", script, self.train, go, out, src],
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ, **(env or {})))
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        # the watchdog: whatever instant, a checkpoint the local disk lost is in the store
+        bad, stop = [], threading.Event()
+
+        def watchdog():
+            while not stop.is_set():
+                for ref, want in self.sums.items():
+                    if os.path.exists(os.path.join(self.train, "ckpts", ref)):
+                        continue
+                    if not os.path.exists(os.path.join(src, ref)):
+                        continue
+                    if not registered_once(ref):
+                        continue  # not written by the trainer yet
+                    if in_store(ref) != want:
+                        bad.append(f"{ref} gone locally, store has {in_store(ref)}")
+                time.sleep(0.05)
+
+        seen = set()
+
+        def registered_once(ref):
+            if ref in seen:
+                return True
+            try:
+                with open(os.path.join(self.train, "metadata.yaml")) as f:
+                    if ref in f.read():
+                        seen.add(ref)
+            except OSError:
+                pass
+            return ref in seen
+
+        t = threading.Thread(target=watchdog)
+        t.start()
+        try:
+            if freeze:
+                # the store answers nothing until all five are registered:
+                # nothing may go before their copies are in it
+                wait_until = time.monotonic() + 120
+                while len([r for r in self.sums if registered_once(r)]) < 5:
+                    self.assertLess(time.monotonic(), wait_until, "the five never registered")
+                    self.assertIsNone(proc.poll())
+                    time.sleep(0.05)
+                time.sleep(1)
+                self.assertEqual(self.on_disk()[0], set(self.sums))
+                freeze(False)
+            # /metrics while the watcher runs: three deleted, the free space
+            end, m = time.monotonic() + 150, {}
+            while time.monotonic() < end and proc.poll() is None:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                        m = {ln.rsplit(" ", 1)[0]: float(ln.rsplit(" ", 1)[1])
+                             for ln in r.read().decode().splitlines()
+                             if ln and not ln.startswith("#")}
+                except OSError:
+                    m = {}
+                if m.get("ckptd_checkpoints_deleted_total") == 3:
+                    break
+                time.sleep(0.2)
+            st = os.statvfs(self.train)
+            log.seek(0)
+            self.assertEqual(m.get("ckptd_checkpoints_deleted_total"), 3, log.read()[-5000:])
+            self.assertLess(abs(m["ckptd_disk_free_bytes"] - st.f_bavail * st.f_frsize),
+                            64 << 20)
+            with open(go, "w"):
+                pass
+            rc = proc.wait(timeout=120)
+        finally:
+            stop.set()
+            t.join()
+        log.seek(0)
+        text = log.read()
+        self.assertEqual(rc, 0, text[-5000:])
+        self.assertEqual(bad, [], text[-5000:])
+        self.assertNotIn("watch.retention_not_run", text)
+        with open(out) as f:
+            self.assertEqual(f.read(), "held_kept=1\n", text[-5000:])
+        self.assertRegex(text, r"retention\.held.*ref='epoch_1\.pt': a process has it open")
+        self.assertEqual(text.count("checkpoint.deleted:"), 3, text[-5000:])
+        src_left, tree = self.on_disk()
+        self.assertEqual(src_left, {"epoch_4.pt", "epoch_5.pt"})
+        self.assertEqual(tree, {"epoch_4.pt", "epoch_5.pt"})
+        self.assertEqual(self.local_tree(), {"epoch_4.pt", "epoch_5.pt"})
+        self.assertEqual(self.remote_tree(fetch_store()), set(self.sums))
+        with open(events) as f:
+            got = sorted(f.read().splitlines())
+        url = stores[0]["url"]
+        self.assertEqual(got, [f"epoch_{e}.pt|{url}" for e in (1, 2, 3)])
+        # and the cron way agrees: nothing more to delete, nothing registered again
+        p = self.scan(env=env)
+        self.assertNotIn("checkpoint.registered", p.stderr)
+        self.assertNotIn("checkpoint.deleted", p.stderr)
+
+    def test_watch_keep_last_file_store(self):
+        store = os.path.join(self.dir, "store")
+
+        def in_store(ref):
+            path = os.path.join(store, "data", "checkpoints", ref)
+            return md5_file(path) if os.path.exists(path) else None
+
+        self.check_watch_keep_last([{"url": "file://" + store}], in_store, lambda: store)
+
+    def test_watch_keep_last_s3(self):
+        need("aws", "checking S3 needs awscli")
+        with S3Server(self.dir) as s3:
+            got = os.path.join(self.dir, "got")
+
+            def in_store(ref):
+                # s3rver's own files: the object's bytes as stored
+                path = os.path.join(s3.dir, "ckpt", "r1", "data", "checkpoints",
+                                    ref + "._S3rver_object")
+                return md5_file(path) if os.path.exists(path) else None
+
+            def fetch():
+                shutil.rmtree(got, ignore_errors=True)
+                s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+                return got
+
+            def freeze(on):
+                s3._signal(signal.SIGSTOP if on else signal.SIGCONT)
+
+            self.check_watch_keep_last([{"url": "s3://ckpt/r1", "endpoint": s3.endpoint,
+                                         "credentials": "env"}], in_store, fetch, env=s3.env(),
+                                       freeze=freeze)
 
     def kill_setup(self, store):
         shutil.rmtree(self.train, ignore_errors=True)
