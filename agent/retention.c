@@ -1,4 +1,5 @@
 #include "agent/retention.h"
+#include "agent/deploy.h"
 #include "agent/discover.h"
 #include "agent/layout.h"
 #include "agent/settle.h"
@@ -468,10 +469,49 @@ static int read_back(struct pass *p, struct store_slot *s, const char *key, cons
     return err;
 }
 
-/* Whether every store holds every file of it as the local disk has it.
- * A missing or different copy is queued again (the next upload round sends
- * it); a store that does not answer marks the pass failing. */
-static bool copies_checked(struct pass *p, const struct item *it, const char *files)
+/* What is checked in every store before it goes: each "KEY\tLOCAL\n", its
+ * tree files (files: KEY relative to DIR) and, when the pack stage made any,
+ * its archives (data/build_parameters.yaml: they stay on the disk, but the
+ * checkpoint is not the only source of its deliverables once they are in
+ * every store). */
+static int check_list(struct pass *p, const struct item *it, const char *files, struct ck_buf *out)
+{
+    struct ck_buf arch = CK_BUF_INIT;
+    char local[PATH_MAX], deploy[PATH_MAX];
+    int err = 0;
+    for (const char *f = files; *f && err == 0;) {
+        const char *nl = strchr(f, '\n');
+        char key[PATH_MAX];
+        snprintf(key, sizeof key, "%.*s", (int)(nl - f), f);
+        f = nl + 1;
+        if ((err = ck_path_join(local, sizeof local, p->dir, key)) == 0)
+            err = ck_buf_printf(out, "%s\t%s\n", key, local);
+    }
+    if (err < 0 || (err = ck_deploy_record_archives_of(p->dir, it->ref, &arch)) < 0)
+        goto out;
+    const char *d = p->cfg->pack_dir ? p->cfg->pack_dir : "data/deploy";
+    if (d[0] == '/')
+        snprintf(deploy, sizeof deploy, "%s", d);
+    else if ((err = ck_path_join(deploy, sizeof deploy, p->dir, d)) < 0)
+        goto out;
+    for (const char *f = ck_buf_str(&arch); *f && err == 0;) {
+        const char *tab = strchr(f, '\t'), *nl = strchr(f, '\n');
+        char name[PATH_MAX];
+        snprintf(name, sizeof name, "%.*s", (int)(tab - f), f);
+        if ((err = ck_path_join(local, sizeof local, deploy, name)) == 0)
+            err = ck_buf_printf(out, "%.*s\t%s\n", (int)(nl - tab - 1), tab + 1, local);
+        f = nl + 1;
+    }
+out:
+    ck_buf_release(&arch);
+    return err;
+}
+
+/* Whether every store holds every file of checks ("KEY\tLOCAL" lines) as
+ * the local disk has it. A missing or different copy is queued again (the
+ * next upload round sends it); a store that does not answer marks the pass
+ * failing. */
+static bool copies_checked(struct pass *p, const struct item *it, const char *checks)
 {
     bool ok = true;
     for (size_t si = 0; si < p->nstores && ok; si++) {
@@ -480,16 +520,16 @@ static bool copies_checked(struct pass *p, const struct item *it, const char *fi
             ok = false;
             break;
         }
-        for (const char *f = files; *f && ok;) {
-            const char *nl = strchr(f, '\n');
+        for (const char *f = checks; *f && ok;) {
+            const char *tab = strchr(f, '\t'), *nl = strchr(f, '\n');
             char key[PATH_MAX], local[PATH_MAX];
-            snprintf(key, sizeof key, "%.*s", (int)(nl - f), f);
+            snprintf(key, sizeof key, "%.*s", (int)(tab - f), f);
+            snprintf(local, sizeof local, "%.*s", (int)(nl - tab - 1), tab + 1);
             f = nl + 1;
             struct ck_hash_entry h;
             uint64_t size;
             struct ck_remote_obj obj;
-            if (ck_path_join(local, sizeof local, p->dir, key) < 0 ||
-                ck_state_hash_file(p->st, local, &h, &size) < 0) {
+            if (ck_state_hash_file(p->st, local, &h, &size) < 0) {
                 ck_warn("retention.held", "ref='%s': '%s': %s", it->ref, key, ck_error_msg());
                 ck_error_clear();
                 ok = false;
@@ -756,7 +796,7 @@ static bool commit_one(struct pass *p, const struct item *it, int64_t seq, const
  * when it was held. */
 static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *errp)
 {
-    struct ck_buf files = CK_BUF_INIT, stores = CK_BUF_INIT;
+    struct ck_buf files = CK_BUF_INIT, stores = CK_BUF_INIT, checks = CK_BUF_INIT;
     bool done = false;
     if (p->dry_run) {
         ck_info("retention.would_delete", "ref='%s' epoch=%lld path=%s", it->ref,
@@ -769,13 +809,13 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
         p->res->held++;
         return false;
     }
-    if (tree_files(p, it, &files) < 0) {
+    if (tree_files(p, it, &files) < 0 || check_list(p, it, ck_buf_str(&files), &checks) < 0) {
         ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
         ck_error_clear();
         p->res->held++;
         goto out;
     }
-    if (p->stores_failing || !copies_checked(p, it, ck_buf_str(&files))) {
+    if (p->stores_failing || !copies_checked(p, it, ck_buf_str(&checks))) {
         p->res->held++;
         goto out;
     }
@@ -792,6 +832,7 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
 out:
     ck_buf_release(&files);
     ck_buf_release(&stores);
+    ck_buf_release(&checks);
     return done;
 }
 

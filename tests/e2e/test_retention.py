@@ -335,6 +335,85 @@ class Retention(TmpDirCase):
         self.assertIn('copies="none"', p.stderr)
         self.assertEqual(self.local_tree(), {"epoch_3.pt"})
 
+    def test_archives_checked(self):
+        """pack.formats on: a checkpoint goes only when its archives (its
+        .mldef, the run's SameDiff archive) are in the store too, checked.
+        One removed from the store holds its checkpoint and is sent again."""
+        import numpy as np
+        import yaml
+        from ckpt_formats import safetensors_from_numpy
+        store = os.path.join(self.dir, "store")
+        for e in (1, 2, 3):
+            rng = np.random.default_rng(e)
+            arrays = {"fc1.weight": rng.standard_normal((8, 12)).astype(np.float32),
+                      "fc1.bias": rng.standard_normal(8).astype(np.float32),
+                      "fc2.weight": rng.standard_normal((4, 8)).astype(np.float32),
+                      "fc2.bias": rng.standard_normal(4).astype(np.float32)}
+            data = safetensors_from_numpy(arrays)
+            write_old(os.path.join(self.train, "ckpts", f"epoch_{e}.safetensors"), data)
+            self.sums[f"epoch_{e}.safetensors"] = hashlib.md5(data).hexdigest()
+        pack = ("pack:\n  formats: [mldef, samediff]\n  graph:\n"
+                "    input: {name: x, shape: [-1, 12]}\n    layers:\n"
+                "      - {op: dense, weight: fc1.weight, bias: fc1.bias}\n      - {op: relu}\n"
+                "      - {op: dense, weight: fc2.weight, bias: fc2.bias}\n")
+        conf = os.path.join(self.train, "ckptd.yaml")
+
+        def configure(retention):
+            self.config([{"url": "file://" + store}], retention)
+            with open(conf) as f:
+                text = f.read()
+            if not retention:
+                text = text.split("retention:")[0]
+            with open(conf, "w") as f:
+                f.write(text + pack)
+
+        configure({})
+        self.scan()
+        with open(os.path.join(self.train, "data", "build_parameters.yaml")) as f:
+            arch = yaml.safe_load(f)["archives"]
+        mldef1 = next(a["path"] for a in arch.values()
+                      if a["format"] == "mldef" and a["checkpoint"] == "epoch_1.safetensors")
+        sd = next(a["path"] for a in arch.values() if a["format"] == "samediff")
+        self.assertTrue(os.path.exists(os.path.join(store, mldef1)))
+        os.unlink(os.path.join(store, mldef1))
+        configure({"keep_last": 1})
+        p = self.scan()
+        # epoch_2's archives are all there: it goes; epoch_1's .mldef is not: it stays
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 1, p.stderr)
+        self.assertIn("checkpoint.deleted: ref='epoch_2.safetensors'", p.stderr)
+        self.assertRegex(p.stderr, r"retention\.copy_missing: ref='epoch_1\.safetensors' .*key=\"%s\""
+                         % mldef1)
+        self.assertEqual(self.on_disk()[0], {"epoch_1.safetensors", "epoch_3.safetensors"})
+        self.assertEqual(self.local_tree(), {"epoch_1.safetensors", "epoch_3.safetensors"})
+        # the next pass sends it again, checks it, deletes epoch_1
+        p = self.scan()
+        self.assertIn("checkpoint.deleted: ref='epoch_1.safetensors'", p.stderr)
+        for key in (mldef1, sd):
+            self.assertEqual(md5_file(os.path.join(store, key)),
+                             md5_file(os.path.join(self.train, key)))
+        # a damaged SameDiff archive in the store (same size) holds the next one
+        write_old(os.path.join(self.train, "ckpts", "epoch_4.safetensors"),
+                  open(os.path.join(self.train, "data", "checkpoints", "epoch_3.safetensors"),
+                       "rb").read()[:-4] + b"    ")
+        configure({})
+        self.scan(rc=None)
+        configure({"keep_last": 1})
+        with open(os.path.join(store, sd), "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0xFF]))
+        p = self.scan(rc=None)
+        self.assertNotIn("checkpoint.deleted", p.stderr)
+        self.assertRegex(p.stderr, r"retention\.copy_missing: ref='epoch_3\.safetensors' .*key=\"%s\""
+                         % sd)
+        self.assertIn("epoch_3.safetensors", self.on_disk()[0])
+        self.scan(rc=None)
+        self.assertEqual(md5_file(os.path.join(store, sd)), md5_file(os.path.join(self.train, sd)))
+        self.assertNotIn("epoch_3.safetensors", self.on_disk()[0])
+        pmf_validate.validate_tree(self.train)
+        pmf_validate.validate_tree(store)
+
     def test_config_checked(self):
         self.write_ckpts(1)
         for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
