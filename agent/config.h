@@ -109,10 +109,15 @@ struct ck_config {
     uint64_t min_free;            /* bytes that must stay free on DIR's filesystem */
     bool without_store;           /* retention with no store configured */
     double retention_interval;    /* the watcher: how often it looks again (min_free, held) */
+    /* retention.store: which checkpoints the stores keep (remote retention) */
+    int64_t store_keep_last, store_keep_every, store_best_count;
+    char *store_best_metric, *store_best_mode;
 };
 
 /* Whether any retention key asks for deletions. */
 bool ck_config_has_retention(const struct ck_config *cfg);
+/* retention.store.* is set: the stores are pruned (agent/retention.h). */
+bool ck_config_has_store_retention(const struct ck_config *cfg);
 
 /* Defaults only. */
 void ck_config_init(struct ck_config *cfg);

@@ -161,6 +161,15 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
             (p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, p->hooks, false,
                                                      &p->retention)) < 0)
             ck_err("pipeline.retention_failed", "%s", ck_error_msg());
+        /* retention.store: the stores' metadata.yaml without what is being
+         * pruned goes now, then a second look deletes their files */
+        if (err == 0 && p->retention_err == 0 && p->retention.prune_waiting &&
+            p->cfg->n_upload_stores > 0) {
+            upload_foreground(p);
+            if ((p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, p->hooks, false,
+                                                     &p->retention)) < 0)
+                ck_err("pipeline.retention_failed", "%s", ck_error_msg());
+        }
     } else if (res->metadata_written || queued) {
         ck_upload_worker_kick(p->uploads);
     }

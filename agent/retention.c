@@ -100,7 +100,9 @@ int ck_retention_remote_meta(sqlite3 *db, const char *dir)
     for (size_t i = 0; i < n && err == 0; i++) {
         struct ck_pmf_ref ref = {rows[i].ref_is_int != 0, strtoll(rows[i].ref, NULL, 10),
                                  rows[i].ref_is_int ? NULL : rows[i].ref};
-        if (ck_pmf_find(&m, &ref) < 0) /* listed locally still: an interrupted deletion */
+        /* listed locally still: an interrupted deletion; pruning or pruned:
+         * the stores drop it (retention.store) */
+        if (ck_pmf_find(&m, &ref) < 0 && !rows[i].pruned)
             err = append_ckpt(&m, &rows[i]);
     }
     if (err == 0 && (err = ck_pmf_emit(&m, &out)) == 0) {
@@ -1020,6 +1022,242 @@ int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_co
     return finish_interrupted(&p);
 }
 
+
+/* ---- remote retention (retention.store) ---- */
+
+/* What the stores hold: a checkpoint listed locally, or deleted locally
+ * (its retention record) and not pruned yet. */
+struct sitem {
+    const char *ref;
+    int64_t epoch;
+    bool local, keep;
+    struct ck_retained *row; /* NULL when local */
+    bool has_metric;
+    double metric;
+    size_t order;
+};
+
+static int cmp_sitem(const void *a, const void *b)
+{
+    const struct sitem *x = a, *y = b;
+    if (x->epoch != y->epoch)
+        return x->epoch < y->epoch ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int cmp_smetric(const void *a, const void *b)
+{
+    const struct sitem *x = *(const struct sitem *const *)a, *y = *(const struct sitem *const *)b;
+    return x->metric < y->metric ? -1 : x->metric > y->metric;
+}
+
+/* The store rules over what the stores hold: keep set on what stays. Local
+ * checkpoints always stay (a local deletion needs the stores' copy first). */
+static int store_plan(struct pass *p, struct sitem *v, size_t n)
+{
+    const struct ck_config *cfg = p->cfg;
+    qsort(v, n, sizeof *v, cmp_sitem);
+    for (size_t i = 0; i < n; i++) {
+        v[i].keep = v[i].local;
+        if (cfg->store_keep_last > 0 && n - i <= (size_t)cfg->store_keep_last)
+            v[i].keep = true;
+        if (cfg->store_keep_every > 0 && v[i].epoch % cfg->store_keep_every == 0)
+            v[i].keep = true;
+    }
+    if (!cfg->store_best_metric)
+        return 0;
+    struct mtable table = {0};
+    if (cfg->retention_metrics_file &&
+        read_metrics_file(cfg->retention_metrics_file, cfg->store_best_metric, &table) < 0) {
+        ck_warn("retention.metrics_unread", "%s: retention.store.keep_best keeps every checkpoint",
+                ck_error_msg());
+        ck_error_clear();
+        for (size_t i = 0; i < n; i++)
+            v[i].keep = true;
+        return 0;
+    }
+    struct sitem **ranked = calloc(n ? n : 1, sizeof *ranked);
+    size_t nr = 0;
+    if (!ranked) {
+        free(table.v);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sitem *it = &v[i];
+        if (cfg->retention_metrics_file)
+            it->has_metric = metric_from_table(&table, NULL, it->epoch, &it->metric);
+        if (!it->has_metric)
+            it->has_metric = metric_from_name(it->ref, cfg->store_best_metric, &it->metric);
+        if (it->has_metric)
+            ranked[nr++] = it;
+        else
+            it->keep = true; /* unknown: not pruned by keep_best */
+    }
+    qsort(ranked, nr, sizeof *ranked, cmp_smetric);
+    bool max = cfg->store_best_mode && !strcmp(cfg->store_best_mode, "max");
+    size_t count = cfg->store_best_count > 0 ? (size_t)cfg->store_best_count : 1;
+    for (size_t k = 0; k < count && k < nr; k++)
+        ranked[max ? nr - 1 - k : k]->keep = true;
+    free(ranked);
+    free(table.v);
+    return 0;
+}
+
+/* Whether the store's metadata.yaml (read back now) lists ref; a store with
+ * none lists nothing. */
+static int store_lists(struct pass *p, struct store_slot *s, const struct ck_retained *r,
+                       bool *listed)
+{
+    char tmp[PATH_MAX];
+    struct ck_pmf_meta m;
+    int err;
+    *listed = true;
+    if ((err = ck_path_join(tmp, sizeof tmp, p->st->dir, "retention-meta.tmp")) < 0)
+        return err;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+    err = ck_store_get(s->store, "metadata.yaml", fd);
+    close(fd);
+    if (err == CK_ENOENT) {
+        ck_error_clear();
+        *listed = false;
+        err = 0;
+    } else if (err == 0 && (err = ck_layout_read_meta(tmp, &m)) == 0) {
+        struct ck_pmf_ref ref = {r->ref_is_int != 0, strtoll(r->ref, NULL, 10),
+                                 r->ref_is_int ? NULL : r->ref};
+        *listed = ck_pmf_find(&m, &ref) >= 0;
+        ck_pmf_meta_release(&m);
+    }
+    unlink(tmp);
+    return err;
+}
+
+/* A pruning record's last steps: once no store's metadata.yaml lists it,
+ * its files go from every store, then the record says pruned. */
+static int prune_finish(struct pass *p, struct ck_retained *r)
+{
+    int err;
+    for (size_t si = 0; si < p->nstores; si++) {
+        bool listed;
+        if ((err = store_lists(p, &p->stores[si], r, &listed)) < 0)
+            goto failing;
+        if (listed) {
+            ck_debug("retention.prune_waiting",
+                     "ref='%s' store=\"%s\": its metadata.yaml lists it still", r->ref,
+                     p->stores[si].url);
+            p->res->prune_waiting++;
+            return 0;
+        }
+    }
+    for (size_t si = 0; si < p->nstores; si++)
+        for (const char *f = r->files; *f;) {
+            const char *nl = strchr(f, '\n');
+            char key[PATH_MAX];
+            snprintf(key, sizeof key, "%.*s", (int)(nl ? nl - f : (ptrdiff_t)strlen(f)), f);
+            f = nl ? nl + 1 : f + strlen(f);
+            if ((err = ck_store_del(p->stores[si].store, key)) < 0) {
+                ck_error_wrap(err, "cannot delete '%s' from store '%s'", key, p->stores[si].url);
+                goto failing;
+            }
+        }
+    r->pruned = 2;
+    if ((err = ck_state_retained_put(p->st, r)) < 0)
+        return err;
+    p->res->pruned++;
+    ck_info("checkpoint.pruned", "ref='%s' epoch=%lld: deleted from every store "
+            "(retention.store)", r->ref, (long long)r->epoch);
+    return 0;
+failing:
+    ck_warn("retention.store_failing", "%s; nothing is pruned while a store fails", ck_error_msg());
+    ck_error_clear();
+    p->stores_failing = true;
+    return 0;
+}
+
+/* Remote retention: what the store rules let go is recorded (pruning), the
+ * stores' metadata.yaml is written without it (the next upload sends it),
+ * and once every store's metadata.yaml no longer lists it, its files go
+ * from the stores. The store's tree is valid at every instant. */
+static int prune(struct pass *p)
+{
+    const struct ck_config *cfg = p->cfg;
+    char meta_path[PATH_MAX];
+    struct ck_pmf_meta m;
+    struct ck_retained *rows = NULL;
+    size_t nrows = 0, n = 0, newly = 0;
+    struct sitem *v = NULL;
+    bool have_meta = false;
+    int err;
+    if (!ck_config_has_store_retention(cfg) || !cfg->n_upload_stores)
+        return 0;
+    if ((err = ck_path_join(meta_path, sizeof meta_path, p->dir, "metadata.yaml")) < 0 ||
+        !ck_exists(meta_path))
+        return err;
+    if ((err = ck_layout_read_meta(meta_path, &m)) < 0)
+        return err;
+    have_meta = true;
+    if ((err = ck_state_retained_list(p->st->db, &rows, &nrows)) == CK_ENOENT)
+        err = 0;
+    if (err < 0)
+        goto out;
+    if (!(v = calloc(m.ncheckpoints + nrows + 1, sizeof *v))) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nrows; i++) {
+        struct ck_pmf_ref ref = {rows[i].ref_is_int != 0, strtoll(rows[i].ref, NULL, 10),
+                                 rows[i].ref_is_int ? NULL : rows[i].ref};
+        if (!rows[i].deleted || rows[i].pruned == 2 || ck_pmf_find(&m, &ref) >= 0)
+            continue;
+        v[n] = (struct sitem){.ref = rows[i].ref, .epoch = rows[i].epoch, .row = &rows[i],
+                              .order = n};
+        n++;
+    }
+    for (size_t i = 0; i < m.ncheckpoints; i++) {
+        v[n] = (struct sitem){.ref = NULL, .epoch = m.checkpoints[i].epoch, .local = true,
+                              .order = n};
+        n++;
+    }
+    if ((err = store_plan(p, v, n)) < 0)
+        goto out;
+    for (size_t i = 0; i < n && err == 0; i++) {
+        struct ck_retained *r = v[i].row;
+        if (v[i].keep || !r || r->pruned)
+            continue;
+        if (p->dry_run) {
+            ck_info("retention.would_prune", "ref='%s' epoch=%lld: from every store", r->ref,
+                    (long long)r->epoch);
+            p->res->would_prune++;
+            continue;
+        }
+        r->pruned = 1; /* the intent, before the stores' metadata.yaml drops it */
+        if ((err = ck_state_retained_put(p->st, r)) == 0)
+            newly++;
+    }
+    if (err < 0 || p->dry_run)
+        goto out;
+    bool any = false;
+    for (size_t i = 0; i < nrows; i++)
+        any |= rows[i].pruned == 1;
+    if (!any)
+        goto out;
+    if (newly)
+        ck_info("retention.pruning", "%zu checkpoint(s) leave the stores' metadata.yaml; their "
+                "files go once every store has it", newly);
+    if ((err = ck_retention_remote_meta(p->st->db, p->dir)) < 0 || (err = open_stores(p)) < 0)
+        goto out;
+    for (size_t i = 0; i < nrows && err == 0 && !p->stores_failing; i++)
+        if (rows[i].pruned == 1)
+            err = prune_finish(p, &rows[i]);
+out:
+    free(v);
+    ck_retained_list_free(rows, nrows);
+    if (have_meta)
+        ck_pmf_meta_release(&m);
+    return err;
+}
+
 static int run(struct pass *p)
 {
     const struct ck_config *cfg = p->cfg;
@@ -1053,6 +1291,8 @@ static int run(struct pass *p)
     if ((err = ck_discover(dir, &cfg->ckpt, &d)) < 0)
         goto out;
     err = plan_and_delete(p, &m, &d);
+    if (err == 0 && !p->stores_failing)
+        err = prune(p);
     if (p->stores_failing && p->res->held)
         ck_warn("retention.held_all",
                 "%zu checkpoint(s) kept on the local disk: a store did not answer or failed "
@@ -1244,6 +1484,9 @@ int ck_retention_fetch(struct ck_state *st, const char *dir, const struct ck_con
     if (err == 0 && !r)
         err = ck_error(CK_ENOENT, "'%s': retention deleted no checkpoint '%s' (one in "
                                   "metadata.yaml is in data/checkpoints/)", dir, ref);
+    if (err == 0 && r->pruned == 2)
+        err = ck_error(CK_ENOENT, "'%s': '%s' was pruned from the stores too (retention.store): "
+                                  "no copy is left", dir, ref);
     if (err == 0 && !r->stores[0])
         err = ck_error(CK_ENOENT, "'%s': '%s' was deleted with retention.without_store: no "
                                   "store holds it", dir, ref);

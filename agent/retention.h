@@ -29,6 +29,9 @@ struct ck_retention_result {
     size_t would_delete; /* dry run: what would be deleted if every copy checks out */
     uint64_t freed;      /* bytes of the files deleted */
     size_t requeued;     /* copies found missing and queued to be sent again */
+    size_t pruned;        /* retention.store: checkpoints deleted from every store */
+    size_t prune_waiting; /* pruning, waiting for the stores' metadata.yaml to drop them */
+    size_t would_prune;   /* dry run */
 };
 
 /* A checkpoint whose copies checked out in every store (the watcher's

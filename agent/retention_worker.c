@@ -48,7 +48,10 @@ static double round_main(void *arg)
     if (err < 0)
         ck_err("retention.failed", "%s", ck_error_msg());
     char rec[64];
-    int n = snprintf(rec, sizeof rec, "E%c%zu%c%zu", 0, res.held + (err < 0), 0, res.requeued);
+    /* requeued: what wants an upload round (a copy sent again, the stores'
+     * metadata.yaml without what is being pruned) */
+    int n = snprintf(rec, sizeof rec, "E%c%zu%c%zu", 0, res.held + (err < 0) + res.prune_waiting,
+                     0, res.requeued + res.prune_waiting);
     ck_sender_send(rec, (size_t)n);
     return -1;
 }

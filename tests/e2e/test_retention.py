@@ -414,6 +414,130 @@ class Retention(TmpDirCase):
         pmf_validate.validate_tree(self.train)
         pmf_validate.validate_tree(store)
 
+    # ---- remote retention: retention.store prunes the stores ----
+
+    def check_store_keep_last(self, stores, fetch_store, stored, env=None, watch_store=None):
+        """Six checkpoints; the local disk keeps 1, the stores 3. The stores'
+        metadata.yaml drops the pruned ones before their files go: the store
+        tree validates at every instant (a watchdog for the file store) and
+        after, with exactly the newest three."""
+        import threading
+        self.write_ckpts(6)
+        self.config(stores, {"keep_last": 1, "store": {"keep_last": 3}})
+        bad, stop = [], threading.Event()
+
+        def watchdog():
+            meta = os.path.join(watch_store, "metadata.yaml")
+            while not stop.is_set():
+                try:
+                    before = os.stat(meta)
+                    pmf_validate.validate_tree(watch_store)
+                except (OSError, pmf_validate.Invalid, KeyError, TypeError) as e:
+                    try:
+                        after = os.stat(meta)
+                        same = (before.st_ino, before.st_mtime_ns) == (after.st_ino,
+                                                                       after.st_mtime_ns)
+                    except (OSError, UnboundLocalError):
+                        same = False
+                    if same and isinstance(e, pmf_validate.Invalid):
+                        bad.append(str(e))  # the same metadata.yaml names a missing file
+                time.sleep(0.005)
+
+        t = threading.Thread(target=watchdog) if watch_store else None
+        if t:
+            t.start()
+        try:
+            p = self.scan(env=env)
+        finally:
+            stop.set()
+            if t:
+                t.join()
+        self.assertEqual(bad, [], p.stderr)
+        self.assertEqual(p.stderr.count("checkpoint.deleted:"), 5, p.stderr)
+        self.assertEqual(p.stderr.count("checkpoint.pruned:"), 3, p.stderr)
+        for e in (1, 2, 3):
+            self.assertIn(f"checkpoint.pruned: ref='epoch_{e}.pt'", p.stderr)
+            self.assertFalse(stored(f"data/checkpoints/epoch_{e}.pt"), e)
+        for e in (4, 5, 6):
+            self.assertTrue(stored(f"data/checkpoints/epoch_{e}.pt"), e)
+        self.assertEqual(self.local_tree(), {"epoch_6.pt"})
+        got = fetch_store()
+        meta = pmf_validate.validate_tree(got)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
+                         {"epoch_4.pt", "epoch_5.pt", "epoch_6.pt"})
+        for e in (4, 5, 6):
+            self.assertEqual(md5_file(os.path.join(got, "data", "checkpoints", f"epoch_{e}.pt")),
+                             self.sums[f"epoch_{e}.pt"])
+        st = json.loads(run("status", "--json", self.train, check=0).stdout)
+        where = {w["checkpoint"]: w["location"] for w in st["where"]}
+        self.assertEqual(where, {"epoch_1.pt": "gone", "epoch_2.pt": "gone", "epoch_3.pt": "gone",
+                                 "epoch_4.pt": "stores", "epoch_5.pt": "stores",
+                                 "epoch_6.pt": "local"})
+        dest = os.path.join(self.dir, "fetched")
+        os.makedirs(dest)
+        f = run("fetch", self.train, "epoch_2.pt", "-o", dest, env=env)
+        self.assertNotEqual(f.returncode, 0)
+        self.assertIn("pruned", f.stderr)
+        # a new one: epoch_4 leaves the stores, the rest stays valid
+        data = os.urandom(70000)
+        write_old(os.path.join(self.train, "ckpts", "epoch_7.pt"), data)
+        self.sums["epoch_7.pt"] = hashlib.md5(data).hexdigest()
+        p = self.scan(env=env)
+        self.assertIn("checkpoint.pruned: ref='epoch_4.pt'", p.stderr)
+        self.assertIn("checkpoint.deleted: ref='epoch_6.pt'", p.stderr)
+        got = fetch_store()
+        meta = pmf_validate.validate_tree(got)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
+                         {"epoch_5.pt", "epoch_6.pt", "epoch_7.pt"})
+        self.assertFalse(stored("data/checkpoints/epoch_4.pt"))
+        # nothing more to do: a scan changes nothing
+        p = self.scan(env=env)
+        self.assertNotIn("checkpoint.pruned", p.stderr)
+        self.assertNotIn("checkpoint.deleted", p.stderr)
+
+    def test_store_keep_last_file_store(self):
+        store = os.path.join(self.dir, "store")
+        self.check_store_keep_last([{"url": "file://" + store}], lambda: store,
+                                   lambda key: os.path.exists(os.path.join(store, key)),
+                                   watch_store=store)
+
+    def test_store_keep_last_s3(self):
+        need("aws", "checking S3 needs awscli")
+        with S3Server(self.dir) as s3:
+            got = os.path.join(self.dir, "got")
+
+            def fetch():
+                shutil.rmtree(got, ignore_errors=True)
+                s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+                return got
+
+            def stored(key):
+                return s3.aws("s3api", "head-object", "--bucket", "ckpt", "--key", "r1/" + key,
+                              check=False).returncode == 0
+
+            self.check_store_keep_last([{"url": "s3://ckpt/r1", "endpoint": s3.endpoint,
+                                         "credentials": "env"}], fetch, stored, env=s3.env())
+
+    def test_store_retention_config(self):
+        self.write_ckpts(1)
+        for stores, ret, what in (
+                ([], {"store": {"keep_last": 2}}, "no store is configured"),
+                ([{"url": "file://" + self.dir + "/s"}], {"store": {"keep_last": -1}}, "negative"),
+                ([{"url": "file://" + self.dir + "/s"}],
+                 {"store": {"keep_best": {"mode": "max"}}}, "needs 'metric'")):
+            self.config(stores, ret)
+            p = run("config", "--config", os.path.join(self.train, "ckptd.yaml"))
+            self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+            self.assertIn(what, p.stderr)
+        self.config([{"url": "sftp://root@127.0.0.1:1/x", "key": "/nonexistent"}],
+                    {"store": {"keep_last": 2}})
+        p = run("config", "--config", os.path.join(self.train, "ckptd.yaml"))
+        self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+        p = run("config", "--keys")
+        for k in ("retention.store.keep_last", "retention.store.keep_every",
+                  "retention.store.keep_best.metric"):
+            self.assertIn(k, p.stdout)
+
     def test_config_checked(self):
         self.write_ckpts(1)
         for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
