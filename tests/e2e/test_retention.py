@@ -538,6 +538,57 @@ class Retention(TmpDirCase):
                   "retention.store.keep_best.metric"):
             self.assertIn(k, p.stdout)
 
+    def test_kill_during_pruning(self):
+        """kill -9 at instants spread over scans that prune the store: the
+        store's tree is valid after every kill (what its metadata.yaml lists
+        is there, MD5s included), and the next scans finish the job."""
+        store = os.path.join(self.dir, "store")
+        rounds = max(1, KILL_ROUNDS // 3)
+
+        def setup():
+            shutil.rmtree(self.train, ignore_errors=True)
+            shutil.rmtree(store, ignore_errors=True)
+            self.sums = {}
+            self.write_ckpts(5, size=150000)
+            self.config([{"url": "file://" + store}], {"keep_last": 1})
+            self.scan()  # deleted locally: 1-4, all five in the store
+            self.config([{"url": "file://" + store}], {"keep_last": 1, "store": {"keep_last": 2}})
+
+        setup()
+        t0 = time.monotonic()
+        p = self.scan()
+        whole = time.monotonic() - t0
+        self.assertEqual(p.stderr.count("checkpoint.pruned:"), 3, p.stderr)
+        state_db = os.path.join(self.train, ".ckptd", "state.db")
+        mid = 0
+        for rnd in range(rounds):
+            setup()
+            proc = subprocess.Popen([CKPTD, "scan", self.train], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(whole * ((rnd * 7919) % rounds + 0.5) / rounds)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            pmf_validate.validate_tree(store)  # strict: every listed file, its MD5
+            con = sqlite3.connect(state_db)
+            states = dict(con.execute("SELECT ref, state FROM retention").fetchall())
+            con.close()
+            mid += "pruning" in states.values()
+            listed = set(pmf_validate.load_metadata(store)["model"]["training"]["checkpoints"])
+            for ref in self.sums:
+                if not os.path.exists(os.path.join(store, "data", "checkpoints", ref)):
+                    # gone from the store: recorded, and no longer listed there
+                    self.assertIn(states.get(ref), ("pruning", "pruned"), f"round {rnd}: {ref}")
+                    self.assertNotIn(ref, listed, f"round {rnd}")
+            self.scan()
+            self.scan()
+            meta = pmf_validate.validate_tree(store)
+            self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
+                             {"epoch_4.pt", "epoch_5.pt"}, f"round {rnd}")
+            self.assertEqual(sorted(os.listdir(os.path.join(store, "data", "checkpoints"))),
+                             ["epoch_4.pt", "epoch_5.pt"], f"round {rnd}")
+            self.assertEqual(self.local_tree(), {"epoch_5.pt"})
+        print(f"prune kill rounds: {rounds}, killed mid-pruning: {mid}", file=sys.stderr)
+
     def test_config_checked(self):
         self.write_ckpts(1)
         for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
