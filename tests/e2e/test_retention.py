@@ -589,6 +589,144 @@ class Retention(TmpDirCase):
             self.assertEqual(self.local_tree(), {"epoch_5.pt"})
         print(f"prune kill rounds: {rounds}, killed mid-pruning: {mid}", file=sys.stderr)
 
+    def run_watch(self, trainer, *args, env=None, timeout=180):
+        """ckptd watch wrapping /usr/bin/python3 -c trainer ARGS; its exit code and log."""
+        script = os.path.join(self.dir, "trainer2.py")
+        with open(script, "w") as f:
+            f.write(trainer)
+        p = subprocess.run([CKPTD, "watch", "--settle", "0.2", self.train, "--",
+                            "/usr/bin/python3", script, self.train, *args],
+                           capture_output=True, text=True, timeout=timeout,
+                           env=dict(os.environ, **(env or {})))
+        return p.returncode, p.stdout + p.stderr
+
+    TRAINER_HEAD = """
+import os, sys, time
+d = sys.argv[1]
+ck = os.path.join(d, "ckpts")
+os.makedirs(ck, exist_ok=True)
+def wait(cond, what, t=90):
+    end = time.monotonic() + t
+    while not cond():
+        if time.monotonic() > end:
+            sys.exit("trainer: timed out waiting for " + what)
+        time.sleep(0.05)
+def registered(ref):
+    try:
+        with open(os.path.join(d, "metadata.yaml")) as f:
+            return ref in f.read()
+    except OSError:
+        return False
+def write(e, size):
+    path = os.path.join(ck, "epoch_%d.pt" % e)
+    with open(path + ".tmp", "wb") as f:
+        f.write(os.urandom(size))
+    os.rename(path + ".tmp", path)
+    wait(lambda: registered("epoch_%d.pt" % e), "epoch_%d registered" % e)
+"""
+
+    def test_watch_prunes_the_store(self):
+        """retention.store in the sidecar: the store keeps the newest two,
+        its tree valid at every instant (a watchdog), the older ones pruned."""
+        import threading
+        store = os.path.join(self.dir, "store")
+        self.config([{"url": "file://" + store}],
+                    {"keep_last": 1, "interval": "1s", "store": {"keep_last": 2}})
+        trainer = self.TRAINER_HEAD + """
+store = sys.argv[2]
+for e in range(1, 5):
+    write(e, 80000 + e)
+    time.sleep(0.3)
+def pruned():
+    try:
+        names = sorted(os.listdir(os.path.join(store, "data", "checkpoints")))
+        return names == ["epoch_3.pt", "epoch_4.pt"]
+    except OSError:
+        return False
+wait(pruned, "the store pruned to epoch_3 and epoch_4")
+"""
+        bad, stop = [], threading.Event()
+
+        def watchdog():
+            meta = os.path.join(store, "metadata.yaml")
+            while not stop.is_set():
+                try:
+                    before = os.stat(meta)
+                    pmf_validate.validate_tree(store)
+                except pmf_validate.Invalid as e:
+                    # a listed checkpoint missing or other bytes (the tree before
+                    # the first checkpoint has no data/checkpoints/ yet: not ours)
+                    after = os.stat(meta)
+                    if ((before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+                            and "checkpoint" in str(e) and "Missing key" not in str(e)):
+                        bad.append(str(e))
+                except (OSError, KeyError, TypeError):
+                    pass  # not uploaded yet
+                time.sleep(0.005)
+
+        t = threading.Thread(target=watchdog)
+        t.start()
+        try:
+            rc, log = self.run_watch(trainer, store)
+        finally:
+            stop.set()
+            t.join()
+        self.assertEqual(rc, 0, log[-5000:])
+        self.assertEqual(bad, [], log[-3000:])
+        self.assertIn("checkpoint.pruned: ref='epoch_1.pt'", log)
+        self.assertIn("checkpoint.pruned: ref='epoch_2.pt'", log)
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]), {"epoch_3.pt", "epoch_4.pt"})
+        self.assertEqual(self.local_tree(), {"epoch_4.pt"})
+
+    def test_watch_min_free_tmpfs(self):
+        """min_free in the sidecar: with no upload to start a round, the
+        retention.interval timer sees the disk below min_free (a log file the
+        trainer writes) and deletes the oldest checkpoints, never the latest."""
+        mnt = os.path.join(self.dir, "mnt")
+        os.makedirs(mnt)
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mnt],
+                          capture_output=True).returncode != 0:
+            raise unittest.SkipTest("cannot mount a tmpfs here")
+        self.addCleanup(subprocess.run, ["umount", mnt], capture_output=True)
+        self.train = os.path.join(mnt, "train")
+        store = os.path.join(self.dir, "store")
+        self.config([{"url": "file://" + store}], {"min_free": "2000KiB", "interval": "1s"})
+        trainer = self.TRAINER_HEAD + """
+out = sys.argv[2]
+def free():
+    st = os.statvfs(d)
+    return st.f_bavail * st.f_frsize
+for e in range(1, 6):
+    write(e, 300000)
+time.sleep(3)  # every upload done, their rounds ran: nothing deleted with room left
+before = sorted(os.listdir(ck))
+with open(os.path.join(d, "train.log"), "wb") as f:
+    f.write(os.urandom(max(0, free() - 1600 * 1024)))  # below min_free now
+t0 = time.monotonic()
+wait(lambda: free() >= 2000 * 1024, "min_free met again", t=60)
+with open(out, "w") as f:
+    f.write("%s\\n%s\\n%.1f\\n" % (",".join(before), ",".join(sorted(os.listdir(ck))),
+                                   time.monotonic() - t0))
+"""
+        out = os.path.join(self.dir, "out")
+        rc, log = self.run_watch(trainer, out)
+        self.assertEqual(rc, 0, log[-5000:])
+        with open(out) as f:
+            before, after, secs = f.read().splitlines()
+        self.assertEqual(before, ",".join(f"epoch_{e}.pt" for e in range(1, 6)), log[-3000:])
+        left = after.split(",")
+        n = 5 - len(left)
+        self.assertGreater(n, 0)
+        # oldest first, the latest stays
+        self.assertEqual(left, [f"epoch_{e}.pt" for e in range(n + 1, 6)])
+        self.assertIn("retention.low_space", log)
+        self.assertEqual(log.count("checkpoint.deleted:"), n)
+        self.assertEqual(self.local_tree(), set(left))
+        self.sums = {}
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(len(meta["model"]["training"]["checkpoints"]), 5)
+
     def test_config_checked(self):
         self.write_ckpts(1)
         for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
