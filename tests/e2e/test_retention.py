@@ -1,5 +1,6 @@
-"""Retention (issue 32): `ckptd scan` deletes local checkpoints the retention
-keys let go, only once every store holds a copy checked now. Real stores
+"""Retention (issue 32): `ckptd scan` and `ckptd watch` delete local
+checkpoints the retention keys let go, only once every store holds a copy
+(and the archives) checked now; retention.store prunes the stores. Real stores
 (a file store, S3 on s3rver, WebDAV on nginx); after every case both trees
 are checked with the PMF validator written from the spec
 (tests/lib/pmf_validate.py, strict: MD5s), the store's copy as an
@@ -1134,6 +1135,36 @@ with open(out, "w") as f:
         self.scan()
         self.config([{"url": "file://" + store}], {"keep_last": 1})
 
+    def check_after_kill(self, store, state_db, rnd):
+        """The invariants after a kill -9; whether a deletion was left recorded unfinished."""
+        # after the kill: every checkpoint whose bytes are not all local is recorded
+        con = sqlite3.connect(state_db)
+        try:
+            rows = dict(con.execute("SELECT ref, state FROM retention").fetchall())
+        except sqlite3.OperationalError:
+            rows = {}  # killed before the state database was migrated
+        con.close()
+        meta = pmf_validate.load_metadata(self.train)
+        listed = set(meta["model"]["training"]["checkpoints"])
+        for ref in ["epoch_1.pt", "epoch_2.pt", "epoch_3.pt", "epoch_4.pt"]:
+            here = os.path.exists(os.path.join(self.train, "ckpts", ref))
+            linked = os.path.exists(os.path.join(self.train, "data", "checkpoints", ref))
+            in_store = (os.path.exists(os.path.join(store, "data", "checkpoints", ref)) and
+                        md5_file(os.path.join(store, "data", "checkpoints", ref)) ==
+                        self.sums[ref])
+            self.assertTrue(here or linked or in_store, f"round {rnd}: {ref} lost")
+            if not (here and linked):
+                self.assertIn(ref, rows, f"round {rnd}: {ref} half-deleted unrecorded")
+                self.assertTrue(in_store, f"round {rnd}: {ref} deleted with no copy")
+            if ref in listed:
+                self.assertTrue(linked, f"round {rnd}: {ref} listed but not linked")
+        folder = os.path.join(self.train, "ckpts", "epoch_0")
+        if not os.path.isdir(folder) or len(os.listdir(folder)) < 7:
+            self.assertIn("epoch_0", rows, f"round {rnd}: folder half-deleted unrecorded")
+        # the local tree is valid at every instant
+        pmf_validate.validate_tree(self.train)
+        return "deleting" in rows.values()
+
     def test_kill_during_retention(self):
         """kill -9 at instants spread over passes that delete: no checkpoint
         is lost from both places, none is half-deleted without its record
@@ -1165,33 +1196,7 @@ with open(out, "w") as f:
             time.sleep(whole * frac if rnd % 5 == 4 else max(0, ret_start + ret_len * frac))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
-            # after the kill: every checkpoint whose bytes are not all local is recorded
-            con = sqlite3.connect(state_db)
-            try:
-                rows = dict(con.execute("SELECT ref, state FROM retention").fetchall())
-            except sqlite3.OperationalError:
-                rows = {}  # killed before the state database was migrated
-            con.close()
-            mid += "deleting" in rows.values()
-            meta = pmf_validate.load_metadata(self.train)
-            listed = set(meta["model"]["training"]["checkpoints"])
-            for ref in ["epoch_1.pt", "epoch_2.pt", "epoch_3.pt", "epoch_4.pt"]:
-                here = os.path.exists(os.path.join(self.train, "ckpts", ref))
-                linked = os.path.exists(os.path.join(self.train, "data", "checkpoints", ref))
-                in_store = (os.path.exists(os.path.join(store, "data", "checkpoints", ref)) and
-                            md5_file(os.path.join(store, "data", "checkpoints", ref)) ==
-                            self.sums[ref])
-                self.assertTrue(here or linked or in_store, f"round {rnd}: {ref} lost")
-                if not (here and linked):
-                    self.assertIn(ref, rows, f"round {rnd}: {ref} half-deleted unrecorded")
-                    self.assertTrue(in_store, f"round {rnd}: {ref} deleted with no copy")
-                if ref in listed:
-                    self.assertTrue(linked, f"round {rnd}: {ref} listed but not linked")
-            folder = os.path.join(self.train, "ckpts", "epoch_0")
-            if not os.path.isdir(folder) or len(os.listdir(folder)) < 7:
-                self.assertIn("epoch_0", rows, f"round {rnd}: folder half-deleted unrecorded")
-            # the local tree is valid at every instant
-            pmf_validate.validate_tree(self.train)
+            mid += self.check_after_kill(store, state_db, rnd)
             # the next pass finishes, registering nothing again; then both
             # trees hold what they should
             p = self.scan()
@@ -1210,6 +1215,49 @@ with open(out, "w") as f:
             self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
             self.assertIn("epoch_0/.metadata: OK", r.stdout)
         print(f"kill rounds: {KILL_ROUNDS}, killed mid-deletion: {mid}", file=sys.stderr)
+
+    def test_kill_watcher_during_retention(self):
+        """kill -9 of a watcher while its retention round deletes (fewer
+        rounds than scan's: a watcher start costs more): the same invariants,
+        and the next start finishes the job."""
+        store = os.path.join(self.dir, "store")
+        state_db = os.path.join(self.train, ".ckptd", "state.db")
+        rounds = max(1, KILL_ROUNDS // 6)
+        # when its deletions happen after its start, from its own log
+        self.kill_setup(store)
+        logp = os.path.join(self.dir, "calibrate.log")
+        with open(logp, "w") as log:
+            t0 = time.time()
+            proc = subprocess.Popen([CKPTD, "watch", self.train], stdout=log, stderr=log)
+            while len(os.listdir(os.path.join(self.train, "ckpts"))) > 1:
+                self.assertLess(time.time() - t0, 60, "the watcher deleted nothing")
+                time.sleep(0.01)
+            time.sleep(0.2)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        with open(logp) as f:
+            text = f.read()
+        stamps = [datetime.datetime.fromisoformat(ln.split(" ")[0].replace("Z", "+00:00"))
+                  .timestamp() - t0 for ln in text.splitlines() if " checkpoint.deleted: " in ln]
+        self.assertEqual(len(stamps), 4, text[-3000:])
+        first, last = stamps[0] - 0.02, stamps[-1] + 0.01
+        mid = 0
+        for rnd in range(rounds):
+            self.kill_setup(store)
+            proc = subprocess.Popen([CKPTD, "watch", self.train], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL)
+            time.sleep(first + (last - first) * ((rnd * 7919) % rounds) / rounds)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            mid += self.check_after_kill(store, state_db, rnd)
+            pmf_validate.validate_tree(self.train)
+            p = self.scan()
+            self.assertNotIn("checkpoint.registered", p.stderr, f"round {rnd}")
+            self.scan()
+            self.assertEqual(self.local_tree(), {"epoch_4.pt"}, f"round {rnd}")
+            self.assertEqual(self.on_disk(), ({"epoch_4.pt"}, {"epoch_4.pt"}), f"round {rnd}")
+            self.assertEqual(self.remote_tree(store), set(self.sums) | {"epoch_0"})
+        print(f"watcher kill rounds: {rounds}, killed mid-deletion: {mid}", file=sys.stderr)
 
 if __name__ == "__main__":
     unittest.main()
