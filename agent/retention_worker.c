@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Records from the helper, NUL-separated fields after a one-letter type:
  *   C ref md5 stores   a checkpoint whose copies checked out
@@ -54,6 +55,14 @@ static double round_main(void *arg)
                      0, res.requeued + res.prune_waiting);
     ck_sender_send(rec, (size_t)n);
     return -1;
+}
+
+/* From the helper's SIGTERM handler: a round deletes nothing, so ending it
+ * anywhere loses nothing (the next round checks again). */
+static void round_stop(void *arg)
+{
+    (void)arg;
+    _exit(0);
 }
 
 /* ---- in the watcher ---- */
@@ -112,7 +121,7 @@ int ck_retention_worker_start(struct ck_retention_worker **out, const struct ck_
         free(w);
         return ck_error(CK_ESIZE, "'%s': path too long", dir);
     }
-    struct ck_sender_spec spec = {"retention", round_main, NULL, on_record, w};
+    struct ck_sender_spec spec = {"retention", round_main, round_stop, on_record, w};
     if ((err = ck_sender_new(loop, &spec, st, &w->sender)) < 0) {
         free(w);
         return err;
@@ -134,6 +143,7 @@ void ck_retention_worker_free(struct ck_retention_worker *w)
     /* what the helper checked but did not report is checked again next time */
     w->cb.on_checked = NULL;
     w->cb.on_round = NULL;
+    ck_sender_stop(w->sender, 1.0);
     ck_sender_free(w->sender);
     free(w);
 }
