@@ -519,6 +519,13 @@ class Retention(TmpDirCase):
             self.check_store_keep_last([{"url": "s3://ckpt/r1", "endpoint": s3.endpoint,
                                          "credentials": "env"}], fetch, stored, env=s3.env())
 
+    def test_store_keep_last_webdav(self):
+        with Nginx(self.dir) as web:
+            root = os.path.join(web.root, "m")
+            self.check_store_keep_last([{"url": web.url + "/m"}], lambda: root,
+                                       lambda key: os.path.exists(os.path.join(root, key)),
+                                       watch_store=root)
+
     def test_store_retention_config(self):
         self.write_ckpts(1)
         for stores, ret, what in (
