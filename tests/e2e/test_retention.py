@@ -735,6 +735,35 @@ with open(out, "w") as f:
         meta = pmf_validate.validate_tree(store)
         self.assertEqual(len(meta["model"]["training"]["checkpoints"]), 5)
 
+    def test_watch_lost_object_is_sent_again(self):
+        """The sidecar finds a copy the store lost after its upload: the
+        checkpoint stays, the copy is queued again and the upload helper
+        kicked; once it is back, checked, the checkpoint goes."""
+        store = os.path.join(self.dir, "store")
+        self.write_ckpts(3)
+        self.config([{"url": "file://" + store}], {})
+        conf = os.path.join(self.train, "ckptd.yaml")
+        with open(conf) as f:
+            noret = f.read().split("retention:")[0]
+        with open(conf, "w") as f:
+            f.write(noret)
+        self.scan()
+        os.unlink(os.path.join(store, "data", "checkpoints", "epoch_1.pt"))
+        # keep_last 2: epoch_1 is the only one to go, nothing else starts an upload
+        self.config([{"url": "file://" + store}], {"keep_last": 2, "interval": "1s"})
+        trainer = self.TRAINER_HEAD + """
+wait(lambda: not os.path.exists(os.path.join(ck, "epoch_1.pt")), "epoch_1 deleted", t=30)
+"""
+        rc, log = self.run_watch(trainer)
+        self.assertEqual(rc, 0, log[-5000:])
+        i_missing = log.index("retention.copy_missing: ref='epoch_1.pt'")
+        self.assertIn("queued to be sent again", log[i_missing:i_missing + 400])
+        i_sent = log.index('key="data/checkpoints/epoch_1.pt"', i_missing)
+        i_deleted = log.index("checkpoint.deleted: ref='epoch_1.pt'")
+        self.assertLess(i_sent, i_deleted)
+        self.assertEqual(self.local_tree(), {"epoch_2.pt", "epoch_3.pt"})
+        self.assertEqual(self.remote_tree(store), set(self.sums))
+
     def test_config_checked(self):
         self.write_ckpts(1)
         for bad, what in (({"keep_best": {"mode": "max"}}, "needs 'metric'"),
