@@ -1028,7 +1028,8 @@ int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_co
 /* What the stores hold: a checkpoint listed locally, or deleted locally
  * (its retention record) and not pruned yet. */
 struct sitem {
-    const char *ref;
+    const char *ref; /* a record's, or lref */
+    char lref[1024]; /* a local checkpoint's reference */
     int64_t epoch;
     bool local, keep;
     struct ck_retained *row; /* NULL when local */
@@ -1058,6 +1059,8 @@ static int store_plan(struct pass *p, struct sitem *v, size_t n)
     const struct ck_config *cfg = p->cfg;
     qsort(v, n, sizeof *v, cmp_sitem);
     for (size_t i = 0; i < n; i++) {
+        if (v[i].local)
+            v[i].ref = v[i].lref; /* moved by the sort */
         v[i].keep = v[i].local;
         if (cfg->store_keep_last > 0 && n - i <= (size_t)cfg->store_keep_last)
             v[i].keep = true;
@@ -1215,8 +1218,8 @@ static int prune(struct pass *p)
         n++;
     }
     for (size_t i = 0; i < m.ncheckpoints; i++) {
-        v[n] = (struct sitem){.ref = NULL, .epoch = m.checkpoints[i].epoch, .local = true,
-                              .order = n};
+        v[n] = (struct sitem){.epoch = m.checkpoints[i].epoch, .local = true, .order = n};
+        v[n].ref = ck_pmf_ref_str(&m.checkpoints[i].ref, v[n].lref, sizeof v[n].lref);
         n++;
     }
     if ((err = store_plan(p, v, n)) < 0)

@@ -526,6 +526,30 @@ class Retention(TmpDirCase):
                                        lambda key: os.path.exists(os.path.join(root, key)),
                                        watch_store=root)
 
+    def test_store_keep_best_and_every(self):
+        """retention.store.keep_best (Lightning names) and keep_every: the
+        store keeps the two lowest val_loss, the even epochs and the newest;
+        the local disk keeps only the latest."""
+        store = os.path.join(self.dir, "store")
+        losses = {1: 0.50, 2: 0.41, 3: 0.35, 4: 0.52, 5: 0.12, 6: 0.60, 7: 0.30}
+        for e, loss in losses.items():
+            data = os.urandom(30000 + e)
+            name = f"epoch={e}-val_loss={loss:.2f}.ckpt"
+            write_old(os.path.join(self.train, "ckpts", name), data)
+            self.sums[name] = hashlib.md5(data).hexdigest()
+        self.config([{"url": "file://" + store}],
+                    {"keep_last": 1, "store": {"keep_last": 1, "keep_every": 3,
+                                               "keep_best": {"metric": "val_loss", "count": 2}}})
+        p = self.scan()
+        name = {e: f"epoch={e}-val_loss={loss:.2f}.ckpt" for e, loss in losses.items()}
+        # best two: 5 (0.12), 7 (0.30); every 3rd: 3, 6; newest: 7
+        want = {name[e] for e in (3, 5, 6, 7)}
+        self.assertEqual(p.stderr.count("checkpoint.pruned:"), 3, p.stderr)
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(set(meta["model"]["training"]["checkpoints"]), want)
+        self.assertEqual(set(os.listdir(os.path.join(store, "data", "checkpoints"))), want)
+        self.assertEqual(self.local_tree(), {name[7]})
+
     def test_store_retention_config(self):
         self.write_ckpts(1)
         for stores, ret, what in (
