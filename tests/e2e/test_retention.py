@@ -537,9 +537,17 @@ class Retention(TmpDirCase):
             name = f"epoch={e}-val_loss={loss:.2f}.ckpt"
             write_old(os.path.join(self.train, "ckpts", name), data)
             self.sums[name] = hashlib.md5(data).hexdigest()
+        self.config([{"url": "file://" + store}], {"keep_last": 1})
+        self.scan()
         self.config([{"url": "file://" + store}],
                     {"keep_last": 1, "store": {"keep_last": 1, "keep_every": 3,
                                                "keep_best": {"metric": "val_loss", "count": 2}}})
+        # --dry-run says what would leave the stores, and nothing does
+        before = sorted(os.listdir(os.path.join(store, "data", "checkpoints")))
+        d = run("scan", "--dry-run", self.train, check=0)
+        self.assertIn("prune 3 from the stores", d.stdout)
+        self.assertEqual(d.stderr.count("retention.would_prune"), 3, d.stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(store, "data", "checkpoints"))), before)
         p = self.scan()
         name = {e: f"epoch={e}-val_loss={loss:.2f}.ckpt" for e, loss in losses.items()}
         # best two: 5 (0.12), 7 (0.30); every 3rd: 3, 6; newest: 7
