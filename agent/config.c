@@ -187,6 +187,20 @@ static const struct key keys[] = {
     {"retention.without_store", T_BOOL, F(without_store), NULL,
      "allow retention with no store configured: deleted checkpoints are then gone (default "
      "false)"},
+    {"retention.store.keep_last", T_INT, F(store_keep_last), NULL,
+     "remote retention: the stores keep the newest M checkpoints (and those still on the local "
+     "disk); older ones are deleted from every store, its metadata.yaml first"},
+    {"retention.store.keep_every", T_INT, F(store_keep_every), NULL,
+     "remote retention: the stores keep the checkpoints whose epoch is a multiple of E"},
+    {"retention.store.keep_best.metric", T_STR, F(store_best_metric), NULL,
+     "remote retention: the stores keep the best by this metric (retention.metrics_file or the "
+     "name)"},
+    {"retention.store.keep_best.mode", T_STR, F(store_best_mode), NULL, "min (default) or max"},
+    {"retention.store.keep_best.count", T_INT, F(store_best_count), NULL,
+     "how many best checkpoints the stores keep (default 1)"},
+    {"retention.interval", T_DURATION, F(retention_interval), NULL,
+     "the watcher: how often it checks the free space (min_free) and retries what a failing "
+     "store held (default 60s; it also runs after each upload of metadata.yaml)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -261,6 +275,7 @@ void ck_config_init(struct ck_config *cfg)
     cfg->watch_check_writers = true;
     cfg->watch_reconcile_interval = 300;
     cfg->watch_grace_period = 20;
+    cfg->retention_interval = 60;
     cfg->log_format = -1;
     cfg->log_level = -1;
     ck_upload_opts_init(&cfg->upload);
@@ -1068,7 +1083,13 @@ static int parse_min_free(struct parse_ctx *c, yaml_node_t *n, const char *key)
 
 bool ck_config_has_retention(const struct ck_config *cfg)
 {
-    return cfg->keep_last > 0 || cfg->keep_every > 0 || cfg->keep_best_metric || cfg->min_free > 0;
+    return cfg->keep_last > 0 || cfg->keep_every > 0 || cfg->keep_best_metric ||
+           cfg->min_free > 0 || ck_config_has_store_retention(cfg);
+}
+
+bool ck_config_has_store_retention(const struct ck_config *cfg)
+{
+    return cfg->store_keep_last > 0 || cfg->store_keep_every > 0 || cfg->store_best_metric;
 }
 
 /* The retention keys together (a flag may have set one after the file). */
@@ -1087,9 +1108,24 @@ static int check_retention(const struct ck_config *cfg, const char *name)
                                   strpbrk(cfg->keep_best_metric, "=\"\n\r")))
         return ck_error(CK_ECONFIG, "'%s': retention.keep_best.metric: '%s' is not a metric name",
                         name, cfg->keep_best_metric);
-    if (cfg->retention_metrics_file && !cfg->keep_best_metric)
+    if (cfg->retention_metrics_file && !cfg->keep_best_metric && !cfg->store_best_metric)
         return ck_error(CK_ECONFIG, "'%s': retention.metrics_file is read for keep_best.metric, "
                         "which is not set", name);
+    if (cfg->store_keep_last < 0 || cfg->store_keep_every < 0 || cfg->store_best_count < 0)
+        return ck_error(CK_ECONFIG, "'%s': retention.store: keep_last, keep_every and "
+                        "keep_best.count must not be negative", name);
+    if (cfg->store_best_mode && strcmp(cfg->store_best_mode, "min") &&
+        strcmp(cfg->store_best_mode, "max"))
+        return ck_error(CK_ECONFIG, "'%s': retention.store.keep_best.mode: '%s' is not min or max",
+                        name, cfg->store_best_mode);
+    if ((cfg->store_best_mode || cfg->store_best_count) && !cfg->store_best_metric)
+        return ck_error(CK_ECONFIG, "'%s': retention.store.keep_best needs 'metric'", name);
+    if (cfg->store_best_metric && (!cfg->store_best_metric[0] ||
+                                   strpbrk(cfg->store_best_metric, "=\"\n\r")))
+        return ck_error(CK_ECONFIG, "'%s': retention.store.keep_best.metric: '%s' is not a metric "
+                        "name", name, cfg->store_best_metric);
+    if (!(cfg->retention_interval >= 1))
+        return ck_error(CK_ECONFIG, "'%s': retention.interval must be at least 1s", name);
     return 0;
 }
 

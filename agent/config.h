@@ -108,10 +108,16 @@ struct ck_config {
     char *retention_metrics_file; /* a metrics.jsonl or CSV the trainer appends to */
     uint64_t min_free;            /* bytes that must stay free on DIR's filesystem */
     bool without_store;           /* retention with no store configured */
+    double retention_interval;    /* the watcher: how often it looks again (min_free, held) */
+    /* retention.store: which checkpoints the stores keep (remote retention) */
+    int64_t store_keep_last, store_keep_every, store_best_count;
+    char *store_best_metric, *store_best_mode;
 };
 
 /* Whether any retention key asks for deletions. */
 bool ck_config_has_retention(const struct ck_config *cfg);
+/* retention.store.* is set: the stores are pruned (agent/retention.h). */
+bool ck_config_has_store_retention(const struct ck_config *cfg);
 
 /* Defaults only. */
 void ck_config_init(struct ck_config *cfg);

@@ -145,6 +145,13 @@ int ck_config_resolve(const struct ck_config *cfg)
                             "retention: no store is configured (upload.stores), so a deleted "
                             "checkpoint would be gone for good; set retention.without_store: "
                             "true to allow it");
+        if (ck_config_has_store_retention(cfg) && !cfg->n_upload_stores)
+            return ck_error(CK_ECONFIG, "retention.store: no store is configured (upload.stores) "
+                                        "to prune");
+        for (size_t i = 0; i < cfg->n_upload_stores && ck_config_has_store_retention(cfg); i++)
+            if (!ck_store_can_delete(cfg->upload_stores[i].url))
+                return ck_error(CK_ECONFIG, "retention.store: upload.stores[%zu] cannot delete "
+                                            "objects (supported: file, s3, http/WebDAV)", i);
         for (size_t i = 0; i < cfg->n_upload_stores; i++)
             if (cfg->upload_stores[i].compress || cfg->upload_stores[i].bundle)
                 return ck_error(CK_ECONFIG,

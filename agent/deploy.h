@@ -29,6 +29,7 @@
 #define CK_DEPLOY_H
 
 #include "agent/pipeline.h"
+#include "common/buf.h"
 
 /* What a verification compared the archive's outputs with (the `against`
  * of its log line, event and record):
@@ -54,5 +55,10 @@ int ck_deploy_record(const char *dir, const char *name, const char *const *field
 /* The text of archives.<name>.<key> in DIR/data/build_parameters.yaml into
  * out ("" when absent). */
 int ck_deploy_record_get(const char *dir, const char *name, const char *key, char *out, size_t n);
+
+/* The archives recorded for checkpoint ref (retention checks their copies):
+ * each "NAME\tKEY\n" appended to out, NAME the file under pack.dir, KEY its
+ * store key; a SameDiff archive is every checkpoint's (one tag each). */
+int ck_deploy_record_archives_of(const char *dir, const char *ref, struct ck_buf *out);
 
 #endif

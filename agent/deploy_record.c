@@ -165,3 +165,48 @@ out:
     ck_buf_release(&text);
     return err;
 }
+
+int ck_deploy_record_archives_of(const char *dir, const char *ref, struct ck_buf *out)
+{
+    char path[PATH_MAX];
+    struct ck_buf text = CK_BUF_INIT;
+    struct ck_yaml_doc doc = {0};
+    yaml_node_t *root = NULL;
+    int err;
+    if ((err = ck_layout_read_build_parameters(dir, path, &text, &doc, &root)) < 0)
+        goto out;
+    yaml_node_t *archives = NULL;
+    for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL;
+         p && p < root->data.mapping.pairs.top; p++)
+        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), "archives"))
+            archives = ck_yaml_node(&doc, p->value);
+    for (yaml_node_pair_t *p = archives && archives->type == YAML_MAPPING_NODE
+                                   ? archives->data.mapping.pairs.start
+                                   : NULL;
+         p && p < archives->data.mapping.pairs.top && err == 0; p++) {
+        const char *name = scalar(ck_yaml_node(&doc, p->key));
+        yaml_node_t *entry = ck_yaml_node(&doc, p->value);
+        const char *format = "", *ckpt = "", *key = "";
+        for (yaml_node_pair_t *q = entry && entry->type == YAML_MAPPING_NODE
+                                       ? entry->data.mapping.pairs.start
+                                       : NULL;
+             q && q < entry->data.mapping.pairs.top; q++) {
+            const char *k = scalar(ck_yaml_node(&doc, q->key));
+            const char *v = scalar(ck_yaml_node(&doc, q->value));
+            if (!strcmp(k, "format"))
+                format = v;
+            else if (!strcmp(k, "checkpoint"))
+                ckpt = v;
+            else if (!strcmp(k, "path"))
+                key = v;
+        }
+        if (!name[0] || !key[0] || strpbrk(name, "/\t\n") || strpbrk(key, "\t\n") ||
+            (strcmp(ckpt, ref) && strcmp(format, "samediff")))
+            continue;
+        err = ck_buf_printf(out, "%s\t%s\n", name, key);
+    }
+out:
+    ck_yaml_release(&doc);
+    ck_buf_release(&text);
+    return err;
+}

@@ -137,8 +137,9 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
 {
     struct ck_archives archives = {0};
     struct ck_retention_result resumed;
-    /* a retention pass killed mid-deletion: finished before the scan sees its remains */
-    if (!p->uploads && ck_retention_resume(p->st, p->dir, p->cfg, p->hooks, &resumed) < 0)
+    /* a retention pass killed mid-deletion: finished before the scan sees its remains
+     * (the watcher's deletions are made in its own process too: agent/retention_worker.h) */
+    if (ck_retention_resume(p->st, p->dir, p->cfg, p->hooks, &resumed) < 0)
         ck_err("pipeline.retention_failed", "%s", ck_error_msg());
     int err = ck_scan_run(p->st, so, res);
     /* events: only what metadata.yaml took */
@@ -160,6 +161,15 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
             (p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, p->hooks, false,
                                                      &p->retention)) < 0)
             ck_err("pipeline.retention_failed", "%s", ck_error_msg());
+        /* retention.store: the stores' metadata.yaml without what is being
+         * pruned goes now, then a second look deletes their files */
+        if (err == 0 && p->retention_err == 0 && p->retention.prune_waiting &&
+            p->cfg->n_upload_stores > 0) {
+            upload_foreground(p);
+            if ((p->retention_err = ck_retention_run(p->st, p->dir, p->cfg, p->hooks, false,
+                                                     &p->retention)) < 0)
+                ck_err("pipeline.retention_failed", "%s", ck_error_msg());
+        }
     } else if (res->metadata_written || queued) {
         ck_upload_worker_kick(p->uploads);
     }

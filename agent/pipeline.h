@@ -8,7 +8,8 @@
  *            here in the foreground (scan, status), or by a kick to the
  *            watcher's helper process (agent/upload_worker.h)
  *   retention  after a foreground upload: frees the local disk of what every
- *            store holds a checked copy of (agent/retention.h)
+ *            store holds a checked copy of (agent/retention.h); the watcher runs
+ *            it after its helper's uploads (agent/retention_worker.h)
  *
  * `ckptd scan`, the watcher and `ckptd status --finished/--failed` with no
  * watcher all go through ck_pipeline_pass, so a stage added here reaches every

@@ -1,4 +1,5 @@
 #include "agent/retention.h"
+#include "agent/deploy.h"
 #include "agent/discover.h"
 #include "agent/layout.h"
 #include "agent/settle.h"
@@ -99,7 +100,9 @@ int ck_retention_remote_meta(sqlite3 *db, const char *dir)
     for (size_t i = 0; i < n && err == 0; i++) {
         struct ck_pmf_ref ref = {rows[i].ref_is_int != 0, strtoll(rows[i].ref, NULL, 10),
                                  rows[i].ref_is_int ? NULL : rows[i].ref};
-        if (ck_pmf_find(&m, &ref) < 0) /* listed locally still: an interrupted deletion */
+        /* listed locally still: an interrupted deletion; pruning or pruned:
+         * the stores drop it (retention.store) */
+        if (ck_pmf_find(&m, &ref) < 0 && !rows[i].pruned)
             err = append_ckpt(&m, &rows[i]);
     }
     if (err == 0 && (err = ck_pmf_emit(&m, &out)) == 0) {
@@ -355,6 +358,10 @@ struct pass {
     const char *dir;
     const struct ck_config *cfg;
     bool dry_run;
+    /* The watcher's helper (ck_retention_check): what checks out goes to
+     * on_checked instead of being deleted here. */
+    ck_retention_checked_fn on_checked;
+    void *on_checked_arg;
     struct ck_retention_result *res;
     struct ck_net net;
     struct ck_upload_ctl ctl;
@@ -464,10 +471,49 @@ static int read_back(struct pass *p, struct store_slot *s, const char *key, cons
     return err;
 }
 
-/* Whether every store holds every file of it as the local disk has it.
- * A missing or different copy is queued again (the next upload round sends
- * it); a store that does not answer marks the pass failing. */
-static bool copies_checked(struct pass *p, const struct item *it, const char *files)
+/* What is checked in every store before it goes: each "KEY\tLOCAL\n", its
+ * tree files (files: KEY relative to DIR) and, when the pack stage made any,
+ * its archives (data/build_parameters.yaml: they stay on the disk, but the
+ * checkpoint is not the only source of its deliverables once they are in
+ * every store). */
+static int check_list(struct pass *p, const struct item *it, const char *files, struct ck_buf *out)
+{
+    struct ck_buf arch = CK_BUF_INIT;
+    char local[PATH_MAX], deploy[PATH_MAX];
+    int err = 0;
+    for (const char *f = files; *f && err == 0;) {
+        const char *nl = strchr(f, '\n');
+        char key[PATH_MAX];
+        snprintf(key, sizeof key, "%.*s", (int)(nl - f), f);
+        f = nl + 1;
+        if ((err = ck_path_join(local, sizeof local, p->dir, key)) == 0)
+            err = ck_buf_printf(out, "%s\t%s\n", key, local);
+    }
+    if (err < 0 || (err = ck_deploy_record_archives_of(p->dir, it->ref, &arch)) < 0)
+        goto out;
+    const char *d = p->cfg->pack_dir ? p->cfg->pack_dir : "data/deploy";
+    if (d[0] == '/')
+        snprintf(deploy, sizeof deploy, "%s", d);
+    else if ((err = ck_path_join(deploy, sizeof deploy, p->dir, d)) < 0)
+        goto out;
+    for (const char *f = ck_buf_str(&arch); *f && err == 0;) {
+        const char *tab = strchr(f, '\t'), *nl = strchr(f, '\n');
+        char name[PATH_MAX];
+        snprintf(name, sizeof name, "%.*s", (int)(tab - f), f);
+        if ((err = ck_path_join(local, sizeof local, deploy, name)) == 0)
+            err = ck_buf_printf(out, "%.*s\t%s\n", (int)(nl - tab - 1), tab + 1, local);
+        f = nl + 1;
+    }
+out:
+    ck_buf_release(&arch);
+    return err;
+}
+
+/* Whether every store holds every file of checks ("KEY\tLOCAL" lines) as
+ * the local disk has it. A missing or different copy is queued again (the
+ * next upload round sends it); a store that does not answer marks the pass
+ * failing. */
+static bool copies_checked(struct pass *p, const struct item *it, const char *checks)
 {
     bool ok = true;
     for (size_t si = 0; si < p->nstores && ok; si++) {
@@ -476,16 +522,16 @@ static bool copies_checked(struct pass *p, const struct item *it, const char *fi
             ok = false;
             break;
         }
-        for (const char *f = files; *f && ok;) {
-            const char *nl = strchr(f, '\n');
+        for (const char *f = checks; *f && ok;) {
+            const char *tab = strchr(f, '\t'), *nl = strchr(f, '\n');
             char key[PATH_MAX], local[PATH_MAX];
-            snprintf(key, sizeof key, "%.*s", (int)(nl - f), f);
+            snprintf(key, sizeof key, "%.*s", (int)(tab - f), f);
+            snprintf(local, sizeof local, "%.*s", (int)(nl - tab - 1), tab + 1);
             f = nl + 1;
             struct ck_hash_entry h;
             uint64_t size;
             struct ck_remote_obj obj;
-            if (ck_path_join(local, sizeof local, p->dir, key) < 0 ||
-                ck_state_hash_file(p->st, local, &h, &size) < 0) {
+            if (ck_state_hash_file(p->st, local, &h, &size) < 0) {
                 ck_warn("retention.held", "ref='%s': '%s': %s", it->ref, key, ck_error_msg());
                 ck_error_clear();
                 ok = false;
@@ -514,6 +560,7 @@ static bool copies_checked(struct pass *p, const struct item *it, const char *fi
                 snprintf(why, sizeof why, "%s", ck_error_msg());
                 if (ck_queue_redo(p->st->db, s->queue_id, key, &redone) < 0)
                     ck_err("retention.requeue_failed", "key=\"%s\": %s", key, ck_error_msg());
+                p->res->requeued += redone;
                 ck_warn("retention.copy_missing",
                         "ref='%s' store=\"%s\" key=\"%s\": %s; not deleted%s", it->ref, s->url,
                         key, why, redone ? ", queued to be sent again" : "");
@@ -744,13 +791,15 @@ static bool someone_writes(struct pass *p, const struct item *it)
     return false;
 }
 
-/* Checks and deletes one checkpoint; false when it was held. */
+static bool commit_one(struct pass *p, const struct item *it, int64_t seq, const char *files,
+                       const char *stores, int *errp);
+
+/* Checks and deletes one checkpoint (with on_checked: hands it on); false
+ * when it was held. */
 static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *errp)
 {
-    struct ck_buf files = CK_BUF_INIT, stores = CK_BUF_INIT;
-    struct ck_retained r;
+    struct ck_buf files = CK_BUF_INIT, stores = CK_BUF_INIT, checks = CK_BUF_INIT;
     bool done = false;
-    memset(&r, 0, sizeof r);
     if (p->dry_run) {
         ck_info("retention.would_delete", "ref='%s' epoch=%lld path=%s", it->ref,
                 (long long)it->cp->epoch, it->cp->path);
@@ -762,19 +811,40 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
         p->res->held++;
         return false;
     }
-    if (tree_files(p, it, &files) < 0) {
+    if (tree_files(p, it, &files) < 0 || check_list(p, it, ck_buf_str(&files), &checks) < 0) {
         ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
         ck_error_clear();
         p->res->held++;
         goto out;
     }
-    if (p->stores_failing || !copies_checked(p, it, ck_buf_str(&files))) {
+    if (p->stores_failing || !copies_checked(p, it, ck_buf_str(&checks))) {
         p->res->held++;
         goto out;
     }
     for (size_t i = 0; i < p->nstores; i++)
         ck_buf_printf(&stores, "%s\n", p->stores[i].url);
-    /* the intent, recorded before the first byte goes */
+    if (p->on_checked) {
+        struct ck_retention_checked c = {it->ref, it->cp->md5, ck_buf_str(&stores)};
+        p->on_checked(p->on_checked_arg, &c);
+        p->res->would_delete++;
+        done = true;
+        goto out;
+    }
+    done = commit_one(p, it, seq, ck_buf_str(&files), ck_buf_str(&stores), errp);
+out:
+    ck_buf_release(&files);
+    ck_buf_release(&stores);
+    ck_buf_release(&checks);
+    return done;
+}
+
+/* Records the intent (before the first byte goes) and deletes. */
+static bool commit_one(struct pass *p, const struct item *it, int64_t seq, const char *files,
+                       const char *stores, int *errp)
+{
+    struct ck_retained r;
+    bool done = false;
+    memset(&r, 0, sizeof r);
     r.ref = strdup(it->ref);
     r.ref_is_int = it->cp->ref.is_int;
     r.epoch = it->cp->epoch;
@@ -786,20 +856,14 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
     if (!it->src && !it->tree && snprintf(folder, sizeof folder, "%s/data/checkpoints/%s", p->dir,
                                           it->ref) < (int)sizeof folder && ck_is_dir(folder))
         r.kind = CK_CAND_DIR; /* the trainer deleted its copy, discovery did not list ours */
-    r.files = strdup(ck_buf_str(&files));
-    r.stores = strdup(ck_buf_str(&stores));
+    r.files = strdup(files);
+    r.stores = strdup(stores);
     r.seq = seq;
-    if (!r.ref || !r.path || !r.source || !r.files || !r.stores) {
+    if (!r.ref || !r.path || !r.source || !r.files || !r.stores)
         *errp = ck_error(CK_ENOMEM, "out of memory");
-        goto out;
-    }
-    if ((*errp = ck_state_retained_put(p->st, &r)) < 0 || (*errp = finish(p, &r)) < 0)
-        goto out;
-    done = true;
-out:
+    else if ((*errp = ck_state_retained_put(p->st, &r)) == 0 && (*errp = finish(p, &r)) == 0)
+        done = true;
     ck_retained_release(&r);
-    ck_buf_release(&files);
-    ck_buf_release(&stores);
     return done;
 }
 
@@ -863,13 +927,16 @@ static int mark_best(struct pass *p, struct item *items, size_t n,
     return 0;
 }
 
-static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
-                           const struct ck_discovery *d)
+/* The rules over metadata.yaml's checkpoints: items[i] for m's i-th, keep
+ * and protect set. *out is the caller's to free. */
+static int plan(struct pass *p, const struct ck_pmf_meta *m, const struct ck_discovery *d,
+                struct item **out)
 {
     const struct ck_config *cfg = p->cfg;
     size_t n = m->ncheckpoints;
     struct item *items = calloc(n ? n : 1, sizeof *items);
     int err = 0;
+    *out = NULL;
     if (!items)
         return ck_error(CK_ENOMEM, "out of memory");
     bool count_rule = cfg->keep_last > 0 || cfg->keep_every > 0 || cfg->keep_best_metric;
@@ -887,8 +954,25 @@ static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
         if (cfg->keep_every > 0 && it->cp->epoch % cfg->keep_every == 0)
             it->keep = true;
     }
-    if (cfg->keep_best_metric && (err = mark_best(p, items, n, d)) < 0)
-        goto out;
+    if (cfg->keep_best_metric && (err = mark_best(p, items, n, d)) < 0) {
+        free(items);
+        return err;
+    }
+    *out = items;
+    return 0;
+}
+
+static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
+                           const struct ck_discovery *d)
+{
+    const struct ck_config *cfg = p->cfg;
+    size_t n = m->ncheckpoints;
+    struct item *items = NULL;
+    int err = plan(p, m, d, &items);
+    if (err < 0)
+        return err;
+    /* the dry run and the watcher's helper delete nothing: what would go is assumed freed */
+    bool simulate = p->dry_run || p->on_checked;
     /* count rules: oldest first */
     bool any = false;
     for (size_t i = 0; i < n; i++)
@@ -904,22 +988,22 @@ static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
         free_bytes < cfg->min_free) {
         ck_info("retention.low_space", "free=%llu min_free=%llu",
                 (unsigned long long)free_bytes, (unsigned long long)cfg->min_free);
-        uint64_t assumed = 0; /* dry run: what the deletions would free */
+        uint64_t assumed = 0; /* simulated: what the deletions would free */
         for (size_t i = 0; i < n && err == 0 && free_bytes + assumed < cfg->min_free; i++) {
             if (items[i].protect || !items[i].keep)
                 continue; /* protected, or taken or held by the count rules already */
             if (!p->dry_run && (err = open_stores(p)) < 0)
                 break;
             struct ck_ckpt_record rec;
-            if (delete_one(p, &items[i], (int64_t)i, &err) && p->dry_run &&
+            if (delete_one(p, &items[i], (int64_t)i, &err) && simulate &&
                 ck_state_ckpt_get(p->st, items[i].ref, &rec) == 0)
                 assumed += rec.size;
-            if (err == 0 && !p->dry_run)
+            if (err == 0 && !simulate)
                 err = ck_retention_free_bytes(p->dir, &free_bytes);
             if (p->stores_failing)
                 break;
         }
-        if (err == 0 && !p->dry_run && free_bytes < cfg->min_free)
+        if (err == 0 && !simulate && free_bytes < cfg->min_free)
             ck_warn("retention.space_short",
                     "free=%llu min_free=%llu: nothing more may be deleted (the latest, the kept "
                     "best and the held stay)",
@@ -938,21 +1022,261 @@ int ck_retention_resume(struct ck_state *st, const char *dir, const struct ck_co
     return finish_interrupted(&p);
 }
 
-int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
-                     struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res)
+
+/* ---- remote retention (retention.store) ---- */
+
+/* What the stores hold: a checkpoint listed locally, or deleted locally
+ * (its retention record) and not pruned yet. */
+struct sitem {
+    const char *ref; /* a record's, or lref */
+    char lref[1024]; /* a local checkpoint's reference */
+    int64_t epoch;
+    bool local, keep;
+    struct ck_retained *row; /* NULL when local */
+    bool has_metric;
+    double metric;
+    size_t order;
+};
+
+static int cmp_sitem(const void *a, const void *b)
 {
-    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .dry_run = dry_run, .res = res};
+    const struct sitem *x = a, *y = b;
+    if (x->epoch != y->epoch)
+        return x->epoch < y->epoch ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static int cmp_smetric(const void *a, const void *b)
+{
+    const struct sitem *x = *(const struct sitem *const *)a, *y = *(const struct sitem *const *)b;
+    return x->metric < y->metric ? -1 : x->metric > y->metric;
+}
+
+/* The store rules over what the stores hold: keep set on what stays. Local
+ * checkpoints always stay (a local deletion needs the stores' copy first). */
+static int store_plan(struct pass *p, struct sitem *v, size_t n)
+{
+    const struct ck_config *cfg = p->cfg;
+    qsort(v, n, sizeof *v, cmp_sitem);
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].local)
+            v[i].ref = v[i].lref; /* moved by the sort */
+        v[i].keep = v[i].local;
+        if (cfg->store_keep_last > 0 && n - i <= (size_t)cfg->store_keep_last)
+            v[i].keep = true;
+        if (cfg->store_keep_every > 0 && v[i].epoch % cfg->store_keep_every == 0)
+            v[i].keep = true;
+    }
+    if (!cfg->store_best_metric)
+        return 0;
+    struct mtable table = {0};
+    if (cfg->retention_metrics_file &&
+        read_metrics_file(cfg->retention_metrics_file, cfg->store_best_metric, &table) < 0) {
+        ck_warn("retention.metrics_unread", "%s: retention.store.keep_best keeps every checkpoint",
+                ck_error_msg());
+        ck_error_clear();
+        for (size_t i = 0; i < n; i++)
+            v[i].keep = true;
+        return 0;
+    }
+    struct sitem **ranked = calloc(n ? n : 1, sizeof *ranked);
+    size_t nr = 0;
+    if (!ranked) {
+        free(table.v);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sitem *it = &v[i];
+        if (cfg->retention_metrics_file)
+            it->has_metric = metric_from_table(&table, NULL, it->epoch, &it->metric);
+        if (!it->has_metric)
+            it->has_metric = metric_from_name(it->ref, cfg->store_best_metric, &it->metric);
+        if (it->has_metric)
+            ranked[nr++] = it;
+        else
+            it->keep = true; /* unknown: not pruned by keep_best */
+    }
+    qsort(ranked, nr, sizeof *ranked, cmp_smetric);
+    bool max = cfg->store_best_mode && !strcmp(cfg->store_best_mode, "max");
+    size_t count = cfg->store_best_count > 0 ? (size_t)cfg->store_best_count : 1;
+    for (size_t k = 0; k < count && k < nr; k++)
+        ranked[max ? nr - 1 - k : k]->keep = true;
+    free(ranked);
+    free(table.v);
+    return 0;
+}
+
+/* Whether the store's metadata.yaml (read back now) lists ref; a store with
+ * none lists nothing. */
+static int store_lists(struct pass *p, struct store_slot *s, const struct ck_retained *r,
+                       bool *listed)
+{
+    char tmp[PATH_MAX];
+    struct ck_pmf_meta m;
+    int err;
+    *listed = true;
+    if ((err = ck_path_join(tmp, sizeof tmp, p->st->dir, "retention-meta.tmp")) < 0)
+        return err;
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+    err = ck_store_get(s->store, "metadata.yaml", fd);
+    close(fd);
+    if (err == CK_ENOENT) {
+        ck_error_clear();
+        *listed = false;
+        err = 0;
+    } else if (err == 0 && (err = ck_layout_read_meta(tmp, &m)) == 0) {
+        struct ck_pmf_ref ref = {r->ref_is_int != 0, strtoll(r->ref, NULL, 10),
+                                 r->ref_is_int ? NULL : r->ref};
+        *listed = ck_pmf_find(&m, &ref) >= 0;
+        ck_pmf_meta_release(&m);
+    }
+    unlink(tmp);
+    return err;
+}
+
+/* A pruning record's last steps: once no store's metadata.yaml lists it,
+ * its files go from every store, then the record says pruned. */
+static int prune_finish(struct pass *p, struct ck_retained *r)
+{
+    int err;
+    for (size_t si = 0; si < p->nstores; si++) {
+        bool listed;
+        if ((err = store_lists(p, &p->stores[si], r, &listed)) < 0)
+            goto failing;
+        if (listed) {
+            ck_debug("retention.prune_waiting",
+                     "ref='%s' store=\"%s\": its metadata.yaml lists it still", r->ref,
+                     p->stores[si].url);
+            p->res->prune_waiting++;
+            return 0;
+        }
+    }
+    for (size_t si = 0; si < p->nstores; si++)
+        for (const char *f = r->files; *f;) {
+            const char *nl = strchr(f, '\n');
+            char key[PATH_MAX];
+            snprintf(key, sizeof key, "%.*s", (int)(nl ? nl - f : (ptrdiff_t)strlen(f)), f);
+            f = nl ? nl + 1 : f + strlen(f);
+            if ((err = ck_store_del(p->stores[si].store, key)) < 0) {
+                ck_error_wrap(err, "cannot delete '%s' from store '%s'", key, p->stores[si].url);
+                goto failing;
+            }
+        }
+    r->pruned = 2;
+    if ((err = ck_state_retained_put(p->st, r)) < 0)
+        return err;
+    p->res->pruned++;
+    ck_info("checkpoint.pruned", "ref='%s' epoch=%lld: deleted from every store "
+            "(retention.store)", r->ref, (long long)r->epoch);
+    return 0;
+failing:
+    ck_warn("retention.store_failing", "%s; nothing is pruned while a store fails", ck_error_msg());
+    ck_error_clear();
+    p->stores_failing = true;
+    return 0;
+}
+
+/* Remote retention: what the store rules let go is recorded (pruning), the
+ * stores' metadata.yaml is written without it (the next upload sends it),
+ * and once every store's metadata.yaml no longer lists it, its files go
+ * from the stores. The store's tree is valid at every instant. */
+static int prune(struct pass *p)
+{
+    const struct ck_config *cfg = p->cfg;
+    char meta_path[PATH_MAX];
+    struct ck_pmf_meta m;
+    struct ck_retained *rows = NULL;
+    size_t nrows = 0, n = 0, newly = 0;
+    struct sitem *v = NULL;
+    bool have_meta = false;
+    int err;
+    if (!ck_config_has_store_retention(cfg) || !cfg->n_upload_stores)
+        return 0;
+    if ((err = ck_path_join(meta_path, sizeof meta_path, p->dir, "metadata.yaml")) < 0 ||
+        !ck_exists(meta_path))
+        return err;
+    if ((err = ck_layout_read_meta(meta_path, &m)) < 0)
+        return err;
+    have_meta = true;
+    if ((err = ck_state_retained_list(p->st->db, &rows, &nrows)) == CK_ENOENT)
+        err = 0;
+    if (err < 0)
+        goto out;
+    if (!(v = calloc(m.ncheckpoints + nrows + 1, sizeof *v))) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < nrows; i++) {
+        struct ck_pmf_ref ref = {rows[i].ref_is_int != 0, strtoll(rows[i].ref, NULL, 10),
+                                 rows[i].ref_is_int ? NULL : rows[i].ref};
+        if (!rows[i].deleted || rows[i].pruned == 2 || ck_pmf_find(&m, &ref) >= 0)
+            continue;
+        v[n] = (struct sitem){.ref = rows[i].ref, .epoch = rows[i].epoch, .row = &rows[i],
+                              .order = n};
+        n++;
+    }
+    for (size_t i = 0; i < m.ncheckpoints; i++) {
+        v[n] = (struct sitem){.epoch = m.checkpoints[i].epoch, .local = true, .order = n};
+        v[n].ref = ck_pmf_ref_str(&m.checkpoints[i].ref, v[n].lref, sizeof v[n].lref);
+        n++;
+    }
+    if ((err = store_plan(p, v, n)) < 0)
+        goto out;
+    for (size_t i = 0; i < n && err == 0; i++) {
+        struct ck_retained *r = v[i].row;
+        if (v[i].keep || !r || r->pruned)
+            continue;
+        if (p->dry_run) {
+            ck_info("retention.would_prune", "ref='%s' epoch=%lld: from every store", r->ref,
+                    (long long)r->epoch);
+            p->res->would_prune++;
+            continue;
+        }
+        r->pruned = 1; /* the intent, before the stores' metadata.yaml drops it */
+        if ((err = ck_state_retained_put(p->st, r)) == 0)
+            newly++;
+    }
+    if (err < 0 || p->dry_run)
+        goto out;
+    bool any = false;
+    for (size_t i = 0; i < nrows; i++)
+        any |= rows[i].pruned == 1;
+    if (!any)
+        goto out;
+    if (newly)
+        ck_info("retention.pruning", "%zu checkpoint(s) leave the stores' metadata.yaml; their "
+                "files go once every store has it", newly);
+    if ((err = ck_retention_remote_meta(p->st->db, p->dir)) < 0 || (err = open_stores(p)) < 0)
+        goto out;
+    for (size_t i = 0; i < nrows && err == 0 && !p->stores_failing; i++)
+        if (rows[i].pruned == 1)
+            err = prune_finish(p, &rows[i]);
+out:
+    free(v);
+    ck_retained_list_free(rows, nrows);
+    if (have_meta)
+        ck_pmf_meta_release(&m);
+    return err;
+}
+
+static int run(struct pass *p)
+{
+    const struct ck_config *cfg = p->cfg;
+    const char *dir = p->dir;
     struct ck_discovery d = {0};
     struct ck_pmf_meta m;
     char meta_path[PATH_MAX];
     bool have_meta = false;
-    int err;
-    memset(res, 0, sizeof *res);
+    int err = 0;
+    memset(p->res, 0, sizeof *p->res);
     uint64_t free_bytes;
     if (ck_retention_free_bytes(dir, &free_bytes) < 0)
         ck_error_clear();
-    /* what a killed pass recorded is finished whatever the config says now */
-    if ((err = finish_interrupted(&p)) < 0)
+    /* what a killed pass recorded is finished whatever the config says now
+     * (the watcher's helper leaves that to the watcher) */
+    if (!p->on_checked && (err = finish_interrupted(p)) < 0)
         goto out;
     if (!ck_config_has_retention(cfg))
         goto out;
@@ -969,16 +1293,90 @@ int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_confi
     have_meta = true;
     if ((err = ck_discover(dir, &cfg->ckpt, &d)) < 0)
         goto out;
-    err = plan_and_delete(&p, &m, &d);
-    if (p.stores_failing && res->held)
+    err = plan_and_delete(p, &m, &d);
+    if (err == 0 && !p->stores_failing)
+        err = prune(p);
+    if (p->stores_failing && p->res->held)
         ck_warn("retention.held_all",
                 "%zu checkpoint(s) kept on the local disk: a store did not answer or failed "
                 "(see retention.store_failing)",
-                res->held);
+                p->res->held);
 out:
-    close_stores(&p);
+    close_stores(p);
     if (have_meta)
         ck_pmf_meta_release(&m);
+    ck_discovery_release(&d);
+    if (ck_retention_free_bytes(dir, &free_bytes) < 0)
+        ck_error_clear();
+    return err;
+}
+
+int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                     struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res)
+{
+    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .dry_run = dry_run, .res = res};
+    return run(&p);
+}
+
+int ck_retention_check(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       ck_retention_checked_fn on_checked, void *arg,
+                       struct ck_retention_result *res)
+{
+    struct pass p = {.st = st, .dir = dir, .cfg = cfg, .on_checked = on_checked,
+                     .on_checked_arg = arg, .res = res};
+    return run(&p);
+}
+
+int ck_retention_apply(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       struct ck_hooks *hooks, const struct ck_retention_checked *c,
+                       struct ck_retention_result *res)
+{
+    struct pass p = {.st = st, .hooks = hooks, .dir = dir, .cfg = cfg, .res = res};
+    struct ck_discovery d = {0};
+    struct ck_pmf_meta m;
+    struct item *items = NULL;
+    const struct item *it = NULL;
+    struct ck_buf files = CK_BUF_INIT;
+    uint64_t free_bytes = UINT64_MAX;
+    char meta_path[PATH_MAX];
+    int err;
+    memset(res, 0, sizeof *res);
+    if (!ck_config_has_retention(cfg))
+        return 0; /* a reload took the keys away since the check */
+    if ((err = ck_path_join(meta_path, sizeof meta_path, dir, "metadata.yaml")) < 0 ||
+        (err = ck_layout_read_meta(meta_path, &m)) < 0)
+        return err;
+    if ((err = ck_discover(dir, &cfg->ckpt, &d)) < 0 || (err = plan(&p, &m, &d, &items)) < 0)
+        goto out;
+    for (size_t i = 0; i < m.ncheckpoints && !it; i++)
+        if (!strcmp(items[i].ref, c->ref))
+            it = &items[i];
+    if (it && it->keep && !it->protect && cfg->min_free > 0 &&
+        ck_retention_free_bytes(dir, &free_bytes) < 0)
+        ck_error_clear();
+    if (!it) {
+        ck_debug("retention.gone", "ref='%s': no longer listed", c->ref);
+    } else if (strcmp(it->cp->md5, c->md5)) {
+        /* written again since its copies were checked: the next check decides */
+        ck_info("retention.changed", "ref='%s': its MD5 changed since its copies were checked",
+                c->ref);
+        res->held++;
+    } else if (it->protect || (it->keep && !(cfg->min_free > 0 && free_bytes < cfg->min_free))) {
+        ck_debug("retention.kept", "ref='%s': the rules keep it now", c->ref);
+    } else if (someone_writes(&p, it)) {
+        ck_warn("retention.held", "ref='%s': a process has it open for writing", it->ref);
+        res->held++;
+    } else if (tree_files(&p, it, &files) < 0) {
+        ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
+        ck_error_clear();
+        res->held++;
+    } else {
+        commit_one(&p, it, (int64_t)(it - items), ck_buf_str(&files), c->stores, &err);
+    }
+out:
+    ck_buf_release(&files);
+    free(items);
+    ck_pmf_meta_release(&m);
     ck_discovery_release(&d);
     if (ck_retention_free_bytes(dir, &free_bytes) < 0)
         ck_error_clear();
@@ -1089,6 +1487,9 @@ int ck_retention_fetch(struct ck_state *st, const char *dir, const struct ck_con
     if (err == 0 && !r)
         err = ck_error(CK_ENOENT, "'%s': retention deleted no checkpoint '%s' (one in "
                                   "metadata.yaml is in data/checkpoints/)", dir, ref);
+    if (err == 0 && r->pruned == 2)
+        err = ck_error(CK_ENOENT, "'%s': '%s' was pruned from the stores too (retention.store): "
+                                  "no copy is left", dir, ref);
     if (err == 0 && !r->stores[0])
         err = ck_error(CK_ENOENT, "'%s': '%s' was deleted with retention.without_store: no "
                                   "store holds it", dir, ref);

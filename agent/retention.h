@@ -28,7 +28,20 @@ struct ck_retention_result {
     size_t held;         /* checkpoints retention would delete but kept: see the warnings */
     size_t would_delete; /* dry run: what would be deleted if every copy checks out */
     uint64_t freed;      /* bytes of the files deleted */
+    size_t requeued;     /* copies found missing and queued to be sent again */
+    size_t pruned;        /* retention.store: checkpoints deleted from every store */
+    size_t prune_waiting; /* pruning, waiting for the stores' metadata.yaml to drop them */
+    size_t would_prune;   /* dry run */
 };
+
+/* A checkpoint whose copies checked out in every store (the watcher's
+ * helper, ck_retention_check), for ck_retention_apply. Strings borrowed;
+ * stores is a newline-terminated list of the stores' redacted URLs. Its
+ * files are those of the MD5 (its manifest's, for a set or a folder). */
+struct ck_retention_checked {
+    const char *ref, *md5, *stores;
+};
+typedef void (*ck_retention_checked_fn)(void *arg, const struct ck_retention_checked *c);
 
 /* One retention pass over dir (its lock held, st open). dry_run lists what
  * would be deleted (retention.would_delete lines) and touches nothing, not
@@ -37,6 +50,24 @@ struct ck_retention_result {
  * state database). */
 int ck_retention_run(struct ck_state *st, const char *dir, const struct ck_config *cfg,
                      struct ck_hooks *hooks, bool dry_run, struct ck_retention_result *res);
+
+/* The watcher's split of a pass (agent/retention_worker.h): the network half
+ * runs in a helper process. ck_retention_check plans as ck_retention_run does
+ * and checks every store's copies, but deletes nothing and finishes no
+ * interrupted deletion: each checkpoint that may go is handed to on_checked
+ * (res->would_delete counts them; with min_free, what they would free is
+ * assumed freed). */
+int ck_retention_check(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       ck_retention_checked_fn on_checked, void *arg,
+                       struct ck_retention_result *res);
+/* The local half, in the watcher (the one process that writes metadata.yaml):
+ * deletes c's checkpoint as ck_retention_run would, once the rules are
+ * applied again to metadata.yaml as it is now: nothing when it is no longer
+ * listed, its MD5 changed, it became the latest or a kept best, the rules
+ * keep it (and min_free is met), or a process writes it. */
+int ck_retention_apply(struct ck_state *st, const char *dir, const struct ck_config *cfg,
+                       struct ck_hooks *hooks, const struct ck_retention_checked *c,
+                       struct ck_retention_result *res);
 
 /* Finishes the deletions an interrupted pass recorded (before a scan, so
  * that what is left of them is not registered again). */

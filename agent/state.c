@@ -373,7 +373,12 @@ int ck_state_retained_put(struct ck_state *s, const struct ck_retained *r)
         return db_fail(s->db, "preparing a statement");
     sqlite3_bind_text(q, 1, r->ref, -1, SQLITE_STATIC);
     sqlite3_bind_int(q, 2, r->ref_is_int);
-    sqlite3_bind_text(q, 3, r->deleted ? "deleted" : "deleting", -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 3,
+                      r->pruned == 2 ? "pruned"
+                      : r->pruned    ? "pruning"
+                      : r->deleted   ? "deleted"
+                                     : "deleting",
+                      -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 4, r->epoch);
     sqlite3_bind_text(q, 5, r->path, -1, SQLITE_STATIC);
     sqlite3_bind_text(q, 6, r->md5, -1, SQLITE_STATIC);
@@ -423,7 +428,9 @@ int ck_state_retained_list(sqlite3 *db, struct ck_retained **out, size_t *n)
         memset(r, 0, sizeof *r);
         (*n)++;
         r->ref_is_int = sqlite3_column_int(q, 1);
-        r->deleted = !strcmp((const char *)sqlite3_column_text(q, 2), "deleted");
+        const char *state = (const char *)sqlite3_column_text(q, 2);
+        r->pruned = !strcmp(state, "pruned") ? 2 : !strcmp(state, "pruning") ? 1 : 0;
+        r->deleted = r->pruned || !strcmp(state, "deleted");
         r->epoch = sqlite3_column_int64(q, 3);
         snprintf(r->md5, sizeof r->md5, "%s", (const char *)sqlite3_column_text(q, 5));
         r->kind = sqlite3_column_int(q, 7);

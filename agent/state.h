@@ -83,6 +83,8 @@ struct ck_retained {
     char *ref;        /* owned */
     int ref_is_int;   /* the reference is a YAML int in metadata.yaml */
     bool deleted;     /* false: deleting (a pass was interrupted: the next one finishes) */
+    int pruned;       /* remote retention, once deleted: 1 pruning (the stores' metadata.yaml
+                       * drops it, then its objects go), 2 pruned (gone from the stores too) */
     int64_t epoch;
     char *path;       /* owned: its PMF path (data/checkpoints/...) */
     char md5[33];     /* of the PMF path's file */

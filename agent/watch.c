@@ -13,6 +13,8 @@
 #include "agent/pathfilter.h"
 #include "agent/pathmap.h"
 #include "agent/pipeline.h"
+#include "agent/retention.h"
+#include "agent/retention_worker.h"
 #include "agent/scan.h"
 #include "agent/sender.h"
 #include "agent/settle.h"
@@ -69,6 +71,9 @@ struct watcher {
     /* the network work runs in helper processes (agent/sender.h) */
     struct ck_upload_worker *up; /* upload.stores */
     struct ck_hook_worker *hw;   /* exec hooks, webhook deliveries */
+    struct ck_retention_worker *ret; /* retention.*: the stores' copies checked */
+    struct ck_loop_handler *retention_t;
+    size_t ret_held; /* the last retention round kept checkpoints: look again */
     struct ck_loop_handler *sig_h, *settle_t, *reconcile_t, *grace_t, *ops_h, *output_h;
     int sfd;
     sigset_t old_mask;
@@ -318,6 +323,9 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         ck_loop_stop(w->loop);
     }
     forget_registered(w, &res);
+    /* with no store there is no upload to wait for (retention.without_store) */
+    if (res.nregistered && w->cfg.n_upload_stores == 0)
+        ck_retention_worker_kick(w->ret);
     if (err < 0) {
         ck_err("watch.pass_failed", "%s", ck_error_msg());
     } else {
@@ -566,6 +574,11 @@ static void emit_upload(void *arg, const struct ck_upload_outcome *o)
     struct watcher *w = arg;
     struct ck_pipeline pl = {.cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks};
     ck_pipeline_upload_event(&pl, o);
+    /* metadata.yaml goes last: what it lists is in the store (retention checks it) */
+    size_t kl = o->key ? strlen(o->key) : 0;
+    if (o->ok && kl >= 13 && !strcmp(o->key + kl - 13, "metadata.yaml") &&
+        (kl == 13 || o->key[kl - 14] == '/'))
+        ck_retention_worker_kick(w->ret);
 }
 
 static int uploads_start(struct watcher *w)
@@ -633,6 +646,69 @@ static void log_left_behind(struct watcher *w)
                 ck_mono_s() - w->handover_t0);
 }
 
+/* ---- retention (agent/retention_worker.h) ---- */
+
+/* On the loop's thread: the helper found every copy of c checked. */
+static void retention_checked(void *arg, const struct ck_retention_checked *c)
+{
+    struct watcher *w = arg;
+    struct ck_retention_result res;
+    if (ck_retention_apply(&w->st, w->o->dir, &w->cfg, w->hooks, c, &res) < 0) {
+        ck_err("retention.failed", "%s", ck_error_msg());
+        w->ret_held++;
+    }
+    w->ret_held += res.held;
+}
+
+static void retention_round(void *arg, size_t held, size_t requeued)
+{
+    struct watcher *w = arg;
+    w->ret_held += held;
+    if (requeued)
+        ck_upload_worker_kick(w->up); /* a copy went missing: sent again, then checked */
+}
+
+/* Every retention.interval: the free space (ckptd_disk_free_bytes), and a
+ * round when it is below min_free or the last round held checkpoints. */
+static void on_retention_timer(struct ck_loop *loop, void *arg)
+{
+    struct watcher *w = arg;
+    uint64_t free_bytes;
+    (void)loop;
+    if (ck_retention_free_bytes(w->o->dir, &free_bytes) < 0) {
+        ck_warn("retention.free_unknown", "%s", ck_error_msg());
+        ck_error_clear();
+        free_bytes = UINT64_MAX;
+    }
+    if (w->ret_held || (w->cfg.min_free > 0 && free_bytes < w->cfg.min_free)) {
+        w->ret_held = 0;
+        ck_retention_worker_kick(w->ret);
+    }
+}
+
+static int retention_start(struct watcher *w)
+{
+    static const struct ck_retention_worker_cb cb0 = {retention_checked, retention_round, NULL};
+    struct ck_retention_worker_cb cb = cb0;
+    int err;
+    cb.arg = w;
+    if (!ck_config_has_retention(&w->cfg))
+        return 0; /* (without a store and retention.without_store, ck_config_resolve refused) */
+    if ((err = ck_retention_worker_start(&w->ret, &w->cfg, w->o->dir, &w->st, w->loop, &cb)) < 0)
+        return err;
+    double r = w->cfg.retention_interval;
+    if (w->retention_t)
+        return ck_loop_timer_set(w->loop, w->retention_t, r, r);
+    return ck_loop_add_timer(w->loop, r, r, on_retention_timer, w, &w->retention_t);
+}
+
+static void retention_stop(struct watcher *w)
+{
+    ck_retention_worker_free(w->ret);
+    w->ret = NULL;
+    w->ret_held = 0;
+}
+
 /* ---- signals ---- */
 
 static void reload(struct watcher *w)
@@ -653,6 +729,7 @@ static void reload(struct watcher *w)
     }
     hooks_stop(w, 0);
     uploads_stop_now(w);
+    retention_stop(w);
     if (fresh.watch_poll != w->cfg.watch_poll)
         ck_warn("config.restart_needed", "watch.poll changes at the next start");
     ck_config_release(&w->cfg);
@@ -664,6 +741,11 @@ static void reload(struct watcher *w)
     if (uploads_start(w) < 0)
         ck_err("upload.failed", "%s: no uploads until the next reload", ck_error_msg());
     ck_upload_worker_kick(w->up);
+    if (retention_start(w) < 0)
+        ck_err("retention.failed", "%s: no retention until the next reload", ck_error_msg());
+    if (!w->ret && w->retention_t)
+        ck_loop_timer_set(w->loop, w->retention_t, 0, 0); /* the keys are gone */
+    ck_retention_worker_kick(w->ret);
     ck_log_setup_over(w->o->log_format, w->o->log_level, w->cfg.log_format, w->cfg.log_level);
     ck_settle_configure(w->settle, w->cfg.watch_settle, w->cfg.watch_check_writers);
     ck_fswatch_set_poll_interval(w->fs, w->cfg.watch_poll_interval);
@@ -791,6 +873,7 @@ static void release(struct watcher *w)
     if (w->child.started)
         ck_child_drain(&w->child, 0.2);
     ck_ops_free(w->ops);
+    retention_stop(w); /* deletes nothing more: the next start checks again */
     if (w->loop)
         uploads_finish(w);
     if (w->announced_start)
@@ -846,18 +929,13 @@ static int start(struct watcher *w)
             w->o->dir, ck_fswatch_backend(w->fs), ck_fswatch_nwatches(w->fs),
             ck_fswatch_npolled(w->fs), cfg->watch_settle, cfg->watch_poll_interval,
             cfg->watch_reconcile_interval, (long)getpid());
-    if (ck_config_has_retention(cfg))
-        ck_warn("watch.retention_not_run",
-                "retention.* is set, but the watcher does not delete checkpoints yet: "
-                "retention runs in 'ckptd scan %s' passes (from cron, without a watcher; "
-                "docs/retention.md)",
-                w->o->dir);
-    if ((err = pass(w, -1, false, false)) < 0)
+    if ((err = retention_start(w)) < 0 || (err = pass(w, -1, false, false)) < 0)
         return err;
     /* after the first pass, so that the event carries the model's id */
     ck_notify_agent(w->hooks, &w->st, w->o->dir, CK_EV_AGENT_STARTED);
     w->announced_start = true;
     ck_upload_worker_kick(w->up); /* what a previous run left queued, and this pass */
+    ck_retention_worker_kick(w->ret); /* what is in the stores already */
     if (w->status == CK_PMF_FINISHED || w->status == CK_PMF_FAILED) {
         if (w->o->command)
             return ck_error(CK_ESTATE,

@@ -221,6 +221,20 @@ static int file_get(struct ck_store *st, const char *key, int fd)
     return err;
 }
 
+static int file_del(struct ck_store *st, const char *key)
+{
+    struct file_store *s = (struct file_store *)st;
+    char path[8192], dir[8192];
+    int err = final_path(s, key, path, sizeof path);
+    if (err < 0)
+        return err;
+    if (unlink(path) < 0 && errno != ENOENT)
+        return ck_error_os(CK_EIO, "cannot remove '%s'", path);
+    ck_dirname(dir, sizeof dir, path);
+    ck_fsync_dir(dir);
+    return 0;
+}
+
 const struct ck_store_ops ck_store_file = {
     .scheme = "file",
     .check = file_check,
@@ -228,5 +242,6 @@ const struct ck_store_ops ck_store_file = {
     .put = file_put,
     .stat = file_stat,
     .get = file_get,
+    .del = file_del,
     .free = file_free,
 };

@@ -328,6 +328,28 @@ static int http_get(struct ck_store *st, const char *key, int fd)
     return err;
 }
 
+static int http_del(struct ck_store *st, const char *key)
+{
+    struct http *s = (struct http *)st;
+    char url[10300];
+    struct ck_resp resp;
+    int err = object_url(s, key, url, sizeof url);
+    if (err < 0)
+        return err;
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    ck_resp_init(&resp);
+    err = request(s, h, "DELETE", url, NULL, key, &resp, NULL);
+    if (err < 0 && resp.status == 404) {
+        ck_error_clear();
+        err = 0; /* gone already */
+    }
+    ck_resp_release(&resp);
+    curl_easy_cleanup(h);
+    return err;
+}
+
 const struct ck_store_ops ck_store_http = {
     .scheme = "http",
     .uses_curl = true,
@@ -336,6 +358,7 @@ const struct ck_store_ops ck_store_http = {
     .put = http_put,
     .stat = http_stat,
     .get = http_get,
+    .del = http_del,
     .free = http_free,
 };
 const struct ck_store_ops ck_store_https = {
@@ -346,5 +369,6 @@ const struct ck_store_ops ck_store_https = {
     .put = http_put,
     .stat = http_stat,
     .get = http_get,
+    .del = http_del,
     .free = http_free,
 };

@@ -1233,6 +1233,33 @@ static int s3_get(struct ck_store *st, const char *key, int fd)
     return err;
 }
 
+/* DELETE (remote retention): 204, and 404 (gone already) is fine too. */
+static int s3_del(struct ck_store *st, const char *key)
+{
+    struct s3 *s = (struct s3 *)st;
+    char url[8192];
+    struct ck_resp resp;
+    int err = object_url(s, key, NULL, url, sizeof url);
+    if (err < 0)
+        return err;
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
+    struct ck_req r = {.method = "DELETE", .url = url, .headers = hd, .fd = -1,
+                       .setup = s3_setup, .setup_ctx = s, .what = key};
+    ck_resp_init(&resp);
+    err = s3_request(s, h, &r, &resp);
+    curl_slist_free_all(hd);
+    if (err < 0 && resp.status == 404) {
+        ck_error_clear();
+        err = 0;
+    }
+    ck_resp_release(&resp);
+    curl_easy_cleanup(h);
+    return err;
+}
+
 const struct ck_store_ops ck_store_s3 = {
     .scheme = "s3",
     .uses_curl = true,
@@ -1241,5 +1268,6 @@ const struct ck_store_ops ck_store_s3 = {
     .put = s3_put,
     .stat = s3_stat,
     .get = s3_get,
+    .del = s3_del,
     .free = s3_free,
 };

@@ -123,6 +123,19 @@ int ck_store_put(struct ck_store *s, struct ck_xfer *x)
     return s->ops->put(s, x);
 }
 
+int ck_store_del(struct ck_store *s, const char *key)
+{
+    if (!s->ops->del)
+        return ck_error(CK_ERR, "store '%s' cannot delete objects", s->ops->scheme);
+    return s->ops->del(s, key);
+}
+
+bool ck_store_can_delete(const char *url)
+{
+    const struct ck_store_ops *ops = ck_store_ops_find(url);
+    return ops && ops->del;
+}
+
 int ck_store_stat(struct ck_store *s, const char *key, struct ck_remote_obj *out)
 {
     out->size = -1;

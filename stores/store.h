@@ -179,6 +179,9 @@ struct ck_store_ops {
     /* The stored object's bytes, written to fd from its current offset (a
      * retried request starts over: fd is truncated back to that offset). */
     int (*get)(struct ck_store *s, const char *key, int fd);
+    /* Removes the stored object key (remote retention); gone already is
+     * fine. NULL: the store cannot delete (refused at config check). */
+    int (*del)(struct ck_store *s, const char *key);
     void (*free)(struct ck_store *s);
 };
 
@@ -200,6 +203,10 @@ int ck_store_put(struct ck_store *s, struct ck_xfer *x);
  * holds under key, and its bytes. CK_ENOENT: not there. */
 int ck_store_stat(struct ck_store *s, const char *key, struct ck_remote_obj *out);
 int ck_store_get(struct ck_store *s, const char *key, int fd);
+/* Remote retention (retention.store): removes key; not there is fine. */
+int ck_store_del(struct ck_store *s, const char *key);
+/* Whether the store of url can delete objects. */
+bool ck_store_can_delete(const char *url);
 /* A ck_req sink (stores/net.h) that writes to the fd in ctx (an int *),
  * starting over at the offset the fd had when the first attempt began. */
 struct ck_fd_sink {

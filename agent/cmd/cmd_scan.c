@@ -123,7 +123,11 @@ int ck_cmd_scan(int argc, char **argv)
     if (fl.dry_run) {
         struct ck_retention_result rr;
         check = true; /* nothing of the run is saved */
-        if ((err = ck_retention_run(&st, so.dir, &cfg, NULL, true, &rr)) == 0)
+        if ((err = ck_retention_run(&st, so.dir, &cfg, NULL, true, &rr)) == 0 &&
+            ck_config_has_store_retention(&cfg))
+            printf("%s: retention would delete %zu checkpoint(s), and prune %zu from the "
+                   "stores\n", so.dir, rr.would_delete, rr.would_prune);
+        else if (err == 0)
             printf("%s: retention would delete %zu checkpoint(s)%s\n", so.dir, rr.would_delete,
                    ck_config_has_retention(&cfg) ? "" : " (no retention key is set)");
         goto out;

@@ -240,7 +240,10 @@ static int show(const char *dir, bool json)
                 continue;
             ck_json_begin_object(&j);
             ck_json_kstr(&j, "checkpoint", rows[i].ref);
-            ck_json_kstr(&j, "location", rows[i].deleted ? "stores" : "deleting");
+            /* gone: retention.store pruned it from the stores too */
+            ck_json_kstr(&j, "location", rows[i].pruned == 2 ? "gone"
+                                         : rows[i].deleted  ? "stores"
+                                                            : "deleting");
             ck_json_key(&j, "stores");
             ck_json_begin_array(&j);
             for (const char *s = rows[i].stores; *s;) {
@@ -282,6 +285,10 @@ static int show(const char *dir, bool json)
             if (listed(&m, exists, &rows[i]))
                 continue;
             stores_text(rows[i].stores, where, sizeof where);
+            if (rows[i].pruned == 2) {
+                printf("  %-28s gone: pruned from the stores (retention.store)\n", rows[i].ref);
+                continue;
+            }
             printf("  %-28s %s %s\n", rows[i].ref,
                    rows[i].deleted ? "stores only:" : "being deleted, copies in:",
                    where[0] ? where : "none (retention.without_store)");
