@@ -281,26 +281,34 @@ static int object_url(struct http *s, const char *key, char *out, size_t outsz)
     return 0;
 }
 
-static int http_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+/* One bodiless request on an object (HEAD, DELETE): resp is the caller's,
+ * initialised here, to release. A 404 is CK_ENOENT naming the key. */
+static int object_request(struct http *s, const char *method, const char *key,
+                          struct ck_resp *resp)
 {
-    struct http *s = (struct http *)st;
     char url[10300];
-    struct ck_resp resp;
+    ck_resp_init(resp);
     int err = object_url(s, key, url, sizeof url);
     if (err < 0)
         return err;
     CURL *h = ck_net_handle(s->base.net);
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
-    ck_resp_init(&resp);
-    err = request(s, h, "HEAD", url, NULL, key, &resp, NULL);
-    if (err < 0 && resp.status == 404)
+    err = request(s, h, method, url, NULL, key, resp, NULL);
+    curl_easy_cleanup(h);
+    if (err < 0 && resp->status == 404)
         err = ck_error(CK_ENOENT, "'%s': the store does not have it (HTTP 404)", key);
-    else if (err == 0 && resp.length < 0)
+    return err;
+}
+
+static int http_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+{
+    struct ck_resp resp;
+    int err = object_request((struct http *)st, "HEAD", key, &resp);
+    if (err == 0 && resp.length < 0)
         err = ck_error(CK_ENET, "'%s': the server did not say the stored size", key);
     out->size = resp.length;
     ck_resp_release(&resp);
-    curl_easy_cleanup(h);
     return err; /* an ETag here is mtime-size (nginx), not a checksum: read it back */
 }
 
@@ -330,23 +338,13 @@ static int http_get(struct ck_store *st, const char *key, int fd)
 
 static int http_del(struct ck_store *st, const char *key)
 {
-    struct http *s = (struct http *)st;
-    char url[10300];
     struct ck_resp resp;
-    int err = object_url(s, key, url, sizeof url);
-    if (err < 0)
-        return err;
-    CURL *h = ck_net_handle(s->base.net);
-    if (!h)
-        return ck_error(CK_ENOMEM, "cannot create a curl handle");
-    ck_resp_init(&resp);
-    err = request(s, h, "DELETE", url, NULL, key, &resp, NULL);
-    if (err < 0 && resp.status == 404) {
+    int err = object_request((struct http *)st, "DELETE", key, &resp);
+    if (err == CK_ENOENT) {
         ck_error_clear();
         err = 0; /* gone already */
     }
     ck_resp_release(&resp);
-    curl_easy_cleanup(h);
     return err;
 }
 

@@ -1164,13 +1164,15 @@ static int s3_put(struct ck_store *st, struct ck_xfer *x)
     return put_single(s, x);
 }
 
-/* HEAD: the size, and the ETag as an MD5 when it has the form of one (a
- * single PUT without SSE-KMS; a multipart object's "MD5-N" is not). */
-static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+/* One bodiless request on an object (HEAD, GET into sink, DELETE): resp is
+ * the caller's, initialised here, to release. A 404 is CK_ENOENT naming the
+ * key. */
+static int object_request(struct s3 *s, const char *method, const char *key,
+                          int (*sink)(void *, const void *, size_t), void *sink_ctx,
+                          struct ck_resp *resp)
 {
-    struct s3 *s = (struct s3 *)st;
     char url[8192];
-    struct ck_resp resp;
+    ck_resp_init(resp);
     int err = object_url(s, key, NULL, url, sizeof url);
     if (err < 0)
         return err;
@@ -1178,14 +1180,24 @@ static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *o
     if (!h)
         return ck_error(CK_ENOMEM, "cannot create a curl handle");
     struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
-    struct ck_req r = {.method = "HEAD", .url = url, .headers = hd, .fd = -1,
-                       .setup = s3_setup, .setup_ctx = s, .what = key};
-    ck_resp_init(&resp);
-    err = s3_request(s, h, &r, &resp);
+    struct ck_req r = {.method = method, .url = url, .headers = hd, .fd = -1,
+                       .setup = s3_setup, .setup_ctx = s, .what = key,
+                       .sink = sink, .sink_ctx = sink_ctx};
+    err = s3_request(s, h, &r, resp);
     curl_slist_free_all(hd);
-    if (err < 0 && resp.status == 404)
+    curl_easy_cleanup(h);
+    if (err < 0 && resp->status == 404)
         err = ck_error(CK_ENOENT, "'%s': the store does not have it (HTTP 404)", key);
-    else if (err == 0 && resp.length < 0)
+    return err;
+}
+
+/* HEAD: the size, and the ETag as an MD5 when it has the form of one (a
+ * single PUT without SSE-KMS; a multipart object's "MD5-N" is not). */
+static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+{
+    struct ck_resp resp;
+    int err = object_request((struct s3 *)st, "HEAD", key, NULL, NULL, &resp);
+    if (err == 0 && resp.length < 0)
         err = ck_error(CK_ENET, "'%s': the store did not say the stored size", key);
     out->size = resp.length;
     const char *e = resp.etag;
@@ -1203,60 +1215,28 @@ static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *o
         out->md5[32] = '\0';
     }
     ck_resp_release(&resp);
-    curl_easy_cleanup(h);
     return err;
 }
 
 static int s3_get(struct ck_store *st, const char *key, int fd)
 {
-    struct s3 *s = (struct s3 *)st;
-    char url[8192];
     struct ck_resp resp;
     struct ck_fd_sink sink = {fd, -1};
-    int err = object_url(s, key, NULL, url, sizeof url);
-    if (err < 0)
-        return err;
-    CURL *h = ck_net_handle(s->base.net);
-    if (!h)
-        return ck_error(CK_ENOMEM, "cannot create a curl handle");
-    struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
-    struct ck_req r = {.method = "GET", .url = url, .headers = hd, .fd = -1,
-                       .setup = s3_setup, .setup_ctx = s, .what = key,
-                       .sink = ck_fd_sink_write, .sink_ctx = &sink};
-    ck_resp_init(&resp);
-    err = s3_request(s, h, &r, &resp);
-    curl_slist_free_all(hd);
-    if (err < 0 && resp.status == 404)
-        err = ck_error(CK_ENOENT, "'%s': the store does not have it (HTTP 404)", key);
+    int err = object_request((struct s3 *)st, "GET", key, ck_fd_sink_write, &sink, &resp);
     ck_resp_release(&resp);
-    curl_easy_cleanup(h);
     return err;
 }
 
 /* DELETE (remote retention): 204, and 404 (gone already) is fine too. */
 static int s3_del(struct ck_store *st, const char *key)
 {
-    struct s3 *s = (struct s3 *)st;
-    char url[8192];
     struct ck_resp resp;
-    int err = object_url(s, key, NULL, url, sizeof url);
-    if (err < 0)
-        return err;
-    CURL *h = ck_net_handle(s->base.net);
-    if (!h)
-        return ck_error(CK_ENOMEM, "cannot create a curl handle");
-    struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
-    struct ck_req r = {.method = "DELETE", .url = url, .headers = hd, .fd = -1,
-                       .setup = s3_setup, .setup_ctx = s, .what = key};
-    ck_resp_init(&resp);
-    err = s3_request(s, h, &r, &resp);
-    curl_slist_free_all(hd);
-    if (err < 0 && resp.status == 404) {
+    int err = object_request((struct s3 *)st, "DELETE", key, NULL, NULL, &resp);
+    if (err == CK_ENOENT) {
         ck_error_clear();
         err = 0;
     }
     ck_resp_release(&resp);
-    curl_easy_cleanup(h);
     return err;
 }
 

@@ -444,35 +444,33 @@ class Runnable(TmpDirCase):
                 + layers.replace("from: [x]", "from: [h]")
                 + f"      - {{op: concat, axis: 1, from: [{refs}]}}\n")
 
-    def test_concat_of_many_inputs_packs_and_runs(self):
-        """No fixed bound on a node's inputs (it was 16): a 17-input concat
-        packs, mldef -i calls it valid and verify runs it."""
+    def packed(self, n):
+        """An .mldef of the graph of n branches, packed from a checkpoint."""
         src = os.path.join(self.dir, "epoch_1.safetensors")
         write_ckpt(src, weights(1))
         cfg = os.path.join(self.dir, "c.yaml")
         with open(cfg, "w") as f:
-            f.write(self.graph(17))
+            f.write(self.graph(n))
         ok = os.path.join(self.dir, "ok.mldef")
         run("pack", "-c", cfg, src, "-o", ok, check=0)
+        return ok
+
+    def test_concat_of_many_inputs_packs_and_runs(self):
+        """No fixed bound on a node's inputs (it was 16): a 17-input concat
+        packs, mldef -i calls it valid and verify runs it."""
+        ok = self.packed(17)
         v = run("verify", ok, check=0)
         self.assertIn("[1, 136]", v.stdout)  # 17 * 8
         mldef = os.path.join(os.path.dirname(CKPTD), "mldef")
         q = subprocess.run([mldef, "-i", ok], capture_output=True, text=True)
         self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
 
-
     def test_concat_axis_out_of_range_is_not_valid(self):
         """An archive whose shapes do not chain (its concat's Axis 5 on
         [1, 8] values, rewritten in the manifest by zipfile) is refused by
         mldef -i naming the rule and the node, as verify refuses to run it:
         valid means runnable (it was "valid mldef")."""
-        src = os.path.join(self.dir, "epoch_1.safetensors")
-        write_ckpt(src, weights(1))
-        cfg = os.path.join(self.dir, "c.yaml")
-        with open(cfg, "w") as f:
-            f.write(self.graph(3))
-        ok = os.path.join(self.dir, "ok.mldef")
-        run("pack", "-c", cfg, src, "-o", ok, check=0)
+        ok = self.packed(3)
         bad = os.path.join(self.dir, "bad.mldef")
         with zipfile.ZipFile(ok) as z, zipfile.ZipFile(bad, "w") as out:
             for name in z.namelist():
