@@ -132,14 +132,18 @@ static void im2col(const float *x, int64_t c, int64_t h, int64_t w, int64_t kh, 
                         memset(d, 0, sizeof(float) * (size_t)ow);
                         continue;
                     }
-                    const float *row = src + iy * w + off;
+                    /* indexed from the row's start: off may lie far outside it
+                     * (a padding near 2^62), and a pointer there is undefined
+                     * even unread (fuzz_graph); off + xx * sx is in [0, w) for
+                     * xx in [lo, hi) */
+                    const float *row = src + iy * w;
                     for (int64_t xx = 0; xx < lo; xx++)
                         d[xx] = 0.0f;
-                    if (sx == 1)
-                        memcpy(d + lo, row + lo, sizeof(float) * (size_t)(hi - lo));
+                    if (hi > lo && sx == 1)
+                        memcpy(d + lo, row + off + lo, sizeof(float) * (size_t)(hi - lo));
                     else
                         for (int64_t xx = lo; xx < hi; xx++)
-                            d[xx] = row[xx * sx];
+                            d[xx] = row[off + xx * sx];
                     for (int64_t xx = hi; xx < ow; xx++)
                         d[xx] = 0.0f;
                 }

@@ -145,6 +145,24 @@ class Onnx(Base):
                 p = self.model([pad], [c], [self.vi("x", [2, 48])], [self.vi("y", None)])
                 self.refused("verify", p, "padding on axis 1 makes it too large")
 
+    def test_conv_with_a_padding_near_2_to_the_62(self):
+        """fuzz_graph: the engine's conv2d pointed a row pointer a padding's
+        width before the row (2^61 floats: undefined even unread); every
+        value read is inside the image, the rest is padding. A stride of 2^62
+        keeps the output at 2 columns: both are padding, so all zeros."""
+        h = self.h
+        w = h.make_tensor("w", self.TP.FLOAT, [1, 1, 1, 1], [1.0])
+        conv = h.make_node("Conv", ["x", "w"], ["y"], name="c", kernel_shape=[1, 1],
+                           pads=[0, 1 << 61, 0, 1 << 61], strides=[1, 1 << 62])
+        p = self.model([conv], [w], [self.vi("x", [1, 1, 4, 4])], [self.vi("y", [1, 1, 4, 2])])
+        x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) + 1
+        np.save(self.path("x.npy"), x)
+        np.save(self.path("y.npy"), np.zeros((1, 1, 4, 2), np.float32))
+        r = run("verify", p, "--inputs", self.path("x.npy"), "--expected", self.path("y.npy"),
+                timeout=120)
+        self.assertNotIn("runtime error", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
     def test_global_pool_of_a_5d_input(self):
         """fuzz_graph: a global pool of an NCDHW input wrote N*C*D values
         into an output of N*C (a heap overflow): every axis from 2 on is
