@@ -80,9 +80,14 @@ static void pool_plane(const struct ck_op_params *p, bool max, const float *x, i
                 continue;
             }
             int64_t px = (x1 < w + p->pad[3] ? x1 : w + p->pad[3]) - x0;
-            int64_t count = p->count_include_pad ? py * px : (yb - ya) * (xb - xa);
+            /* the padded window's area in double: two kernel extents near
+             * 2^62 overflow an int64 product (fuzz_graph); the window inside
+             * the input is empty when it lies wholly in the padding (its
+             * clipped ends then cross), else at most h * w */
+            int64_t iy = yb > ya ? yb - ya : 0, ix = xb > xa ? xb - xa : 0;
+            double count = p->count_include_pad ? (double)py * (double)px : (double)(iy * ix);
             float acc = window_sum(x, w, ya, yb, xa, xb);
-            y[i * ow + j] = count > 0 ? acc / (float)count : 0.0f;
+            y[i * ow + j] = count > 0 ? (float)((double)acc / count) : 0.0f;
         }
     }
 }

@@ -163,6 +163,31 @@ class Onnx(Base):
         self.assertNotIn("runtime error", r.stderr)
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_average_pool_with_kernels_near_2_to_the_61(self):
+        """fuzz_graph: the average pool's divisor, the padded window's area,
+        multiplied two kernel extents near 2^61 (signed overflow). A 2^61
+        square kernel padded by 2^61 - 2 on each side and a stride of 2^62
+        has one output: the 2x2 corner of the input, divided by the area of
+        the window inside the input (4) or, with count_include_pad, by the
+        padded window's (2^61 + 2)^2."""
+        h = self.h
+        K, P = 1 << 61, (1 << 61) - 2
+        x = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4) + 1
+        corner = float(x[0, 0, :2, :2].sum())
+        np.save(self.path("x.npy"), x)
+        for include, want in ((0, corner / 4), (1, corner / float(K + 2) ** 2)):
+            with self.subTest(count_include_pad=include):
+                pool = h.make_node("AveragePool", ["x"], ["y"], name="a", kernel_shape=[K, K],
+                                   pads=[P, P, P, P], strides=[1 << 62, 1 << 62],
+                                   count_include_pad=include)
+                p = self.model([pool], [], [self.vi("x", [1, 1, 4, 4])],
+                               [self.vi("y", [1, 1, 1, 1])])
+                np.save(self.path("y.npy"), np.full((1, 1, 1, 1), want, np.float32))
+                r = run("verify", p, "--inputs", self.path("x.npy"), "--expected",
+                        self.path("y.npy"), timeout=120)
+                self.assertNotIn("runtime error", r.stderr)
+                self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
     def test_global_pool_of_a_5d_input(self):
         """fuzz_graph: a global pool of an NCDHW input wrote N*C*D values
         into an output of N*C (a heap overflow): every axis from 2 on is
