@@ -20,6 +20,19 @@ static const char *scalar(yaml_node_t *n)
     return n && n->type == YAML_SCALAR_NODE ? (const char *)n->data.scalar.value : "";
 }
 
+/* The value of key in mapping m (the last, as the loops that read it always
+ * took), or NULL when m is not a mapping or has no such key. */
+static yaml_node_t *map_value(struct ck_yaml_doc *doc, yaml_node_t *m, const char *key)
+{
+    yaml_node_t *v = NULL;
+    for (yaml_node_pair_t *p = m && m->type == YAML_MAPPING_NODE ? m->data.mapping.pairs.start
+                                                                 : NULL;
+         p && p < m->data.mapping.pairs.top; p++)
+        if (!strcmp(scalar(ck_yaml_node(doc, p->key)), key))
+            v = ck_yaml_node(doc, p->value);
+    return v;
+}
+
 static bool in_fields(const char *k, const char *const *fields, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -144,22 +157,10 @@ int ck_deploy_record_get(const char *dir, const char *name, const char *key, cha
     out[0] = '\0';
     if ((err = ck_layout_read_build_parameters(dir, path, &text, &doc, &root)) < 0)
         goto out;
-    yaml_node_t *archives = NULL, *entry = NULL;
-    for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL;
-         p && p < root->data.mapping.pairs.top; p++)
-        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), "archives"))
-            archives = ck_yaml_node(&doc, p->value);
-    for (yaml_node_pair_t *p = archives && archives->type == YAML_MAPPING_NODE
-                                   ? archives->data.mapping.pairs.start
-                                   : NULL;
-         p && p < archives->data.mapping.pairs.top; p++)
-        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), name))
-            entry = ck_yaml_node(&doc, p->value);
-    for (yaml_node_pair_t *p =
-             entry && entry->type == YAML_MAPPING_NODE ? entry->data.mapping.pairs.start : NULL;
-         p && p < entry->data.mapping.pairs.top; p++)
-        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), key))
-            snprintf(out, n, "%s", scalar(ck_yaml_node(&doc, p->value)));
+    yaml_node_t *entry = map_value(&doc, map_value(&doc, root, "archives"), name);
+    yaml_node_t *value = map_value(&doc, entry, key);
+    if (value)
+        snprintf(out, n, "%s", scalar(value));
 out:
     ck_yaml_release(&doc);
     ck_buf_release(&text);
@@ -175,11 +176,7 @@ int ck_deploy_record_archives_of(const char *dir, const char *ref, struct ck_buf
     int err;
     if ((err = ck_layout_read_build_parameters(dir, path, &text, &doc, &root)) < 0)
         goto out;
-    yaml_node_t *archives = NULL;
-    for (yaml_node_pair_t *p = root ? root->data.mapping.pairs.start : NULL;
-         p && p < root->data.mapping.pairs.top; p++)
-        if (!strcmp(scalar(ck_yaml_node(&doc, p->key)), "archives"))
-            archives = ck_yaml_node(&doc, p->value);
+    yaml_node_t *archives = map_value(&doc, root, "archives");
     for (yaml_node_pair_t *p = archives && archives->type == YAML_MAPPING_NODE
                                    ? archives->data.mapping.pairs.start
                                    : NULL;
