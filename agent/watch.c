@@ -630,7 +630,7 @@ static void uploads_finish(struct watcher *w)
  * start; say how much, so nobody wonders where it went. */
 static void log_left_behind(struct watcher *w)
 {
-    int jobs[4] = {0};
+    int jobs[CK_JOB_NSTATES] = {0};
     int64_t deliveries = 0;
     if (w->handover_until <= 0 || !w->st.db)
         return;

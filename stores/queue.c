@@ -242,8 +242,8 @@ void ck_job_release(struct ck_job *j)
 
 const char *ck_job_state_name(enum ck_job_state s)
 {
-    static const char *names[] = {"pending", "running", "done", "failed"};
-    return (unsigned)s < 4 ? names[s] : "?";
+    static const char *names[] = {"pending", "running", "done", "failed", "gone"};
+    return (unsigned)s < CK_JOB_NSTATES ? names[s] : "?";
 }
 
 #define JOB_COLS                                                                                   \
@@ -344,7 +344,7 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
     }
     sqlite3_finalize(st);
     double t = now_s();
-    if (old && same && ostate == CK_JOB_FAILED) {
+    if (old && same && (ostate == CK_JOB_FAILED || ostate == CK_JOB_GONE)) {
         /* queued again after it failed: pending, its accepted parts kept */
         char sql[160];
         snprintf(sql, sizeof sql,
@@ -362,7 +362,7 @@ int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key
         if (!bundle && (err = exec(db, sql, "queueing")) < 0)
             goto fail;
     } else {
-        if (old && (ostate == CK_JOB_PENDING || ostate == CK_JOB_FAILED)) {
+        if (old && (ostate == CK_JOB_PENDING || ostate == CK_JOB_FAILED || ostate == CK_JOB_GONE)) {
             /* replaced, not updated: the new row's id orders it after the data
              * jobs queued meanwhile (the metadata-last rule compares ids) */
             char sql[128];
@@ -488,7 +488,7 @@ static int claim(sqlite3 *db, const int64_t *skip, size_t nskip, struct ck_job *
     if ((err = prep(db,
                     "SELECT " JOB_COLS " WHERE j.state = 0 AND j.next_try <= ?1 AND"
                     " (j.phase = 0 OR NOT EXISTS (SELECT 1 FROM upload_jobs d WHERE"
-                    " d.store = j.store AND d.phase = 0 AND d.state != 2))"
+                    " d.store = j.store AND d.phase = 0 AND d.state NOT IN (2, 4)))"
                     " AND j.store NOT IN (SELECT value FROM json_each(?2))"
                     " ORDER BY j.phase, j.id LIMIT 1",
                     &st)) < 0)
@@ -682,6 +682,19 @@ int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg)
     return run(db, st, "requeueing a job");
 }
 
+int ck_queue_gone(sqlite3 *db, int64_t id, const char *msg)
+{
+    sqlite3_stmt *st;
+    int err;
+    if ((err = prep(db, "UPDATE upload_jobs SET state=4, error=?2, updated=?3 WHERE id=?1", &st)) <
+        0)
+        return err;
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, msg);
+    sqlite3_bind_double(st, 3, now_s());
+    return run(db, st, "recording a removed source");
+}
+
 int ck_queue_recover(sqlite3 *db)
 {
     return exec(db, "UPDATE upload_jobs SET state=0 WHERE state=1", "recovering jobs");
@@ -706,16 +719,16 @@ int ck_queue_retry(sqlite3 *db, int64_t id, int *n)
     return 0;
 }
 
-int ck_queue_counts(sqlite3 *db, int out[4])
+int ck_queue_counts(sqlite3 *db, int out[CK_JOB_NSTATES])
 {
     sqlite3_stmt *st;
     int err;
-    memset(out, 0, 4 * sizeof *out);
+    memset(out, 0, CK_JOB_NSTATES * sizeof *out);
     if ((err = prep(db, "SELECT state, count(*) FROM upload_jobs GROUP BY state", &st)) < 0)
         return err;
     while (sqlite3_step(st) == SQLITE_ROW) {
         int s = sqlite3_column_int(st, 0);
-        if (s >= 0 && s < 4)
+        if (s >= 0 && s < CK_JOB_NSTATES)
             out[s] = sqlite3_column_int(st, 1);
     }
     sqlite3_finalize(st);
@@ -744,7 +757,7 @@ int ck_queue_prune(sqlite3 *db, double age)
 {
     sqlite3_stmt *st;
     int err;
-    if ((err = prep(db, "DELETE FROM upload_jobs WHERE state=2 AND updated < ?1", &st)) < 0)
+    if ((err = prep(db, "DELETE FROM upload_jobs WHERE state IN (2, 4) AND updated < ?1", &st)) < 0)
         return err;
     sqlite3_bind_double(st, 1, now_s() - age);
     return run(db, st, "pruning jobs");

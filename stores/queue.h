@@ -25,7 +25,11 @@
 #define CK_QUEUE_SCHEMA 4 /* 2: upload_stores.profile, 3: upload_jobs.checked,
                             * 4: upload_stores.commit_multipart */
 
-enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED };
+/* GONE: the source was removed from the disk before it was sent (a trainer's
+ * rotation, mirror_deletes): nothing to send, not a failure, and it does not
+ * hold metadata.yaml back (the metadata sent is the one that lists what is there). */
+enum ck_job_state { CK_JOB_PENDING, CK_JOB_RUNNING, CK_JOB_DONE, CK_JOB_FAILED, CK_JOB_GONE };
+#define CK_JOB_NSTATES 5
 /* BUNDLE packs the folder src; BUNDLE_PMF only its PMF tree (data/, the configuration,
  * metadata.yaml), for a training folder that holds other files too. */
 enum ck_job_kind { CK_JOB_FILE = 0, CK_JOB_ZSTD = 1, CK_JOB_BUNDLE = 2, CK_JOB_BUNDLE_PMF = 3 };
@@ -107,6 +111,8 @@ int ck_queue_fail(sqlite3 *db, int64_t id, const char *msg, bool permanent, doub
                   int max_attempts);
 /* Back to pending without counting an attempt (a stop). */
 int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg);
+/* The job's source is gone from the disk: state gone, msg kept as its error. */
+int ck_queue_gone(sqlite3 *db, int64_t id, const char *msg);
 /* running -> pending for every job (at the start of a run that holds the lock). */
 int ck_queue_recover(sqlite3 *db);
 /* failed -> pending: one job (id > 0) or all (id == 0); *n the count. */
@@ -115,8 +121,8 @@ int ck_queue_retry(sqlite3 *db, int64_t id, int *n);
  * multipart state dropped): the store lost what it had accepted. *redone says
  * whether there was such a job. */
 int ck_queue_redo(sqlite3 *db, int64_t store_id, const char *key, bool *redone);
-/* Counts per state: out[CK_JOB_PENDING..CK_JOB_FAILED]. */
-int ck_queue_counts(sqlite3 *db, int out[4]);
+/* Counts per state: out[CK_JOB_PENDING..CK_JOB_GONE]. */
+int ck_queue_counts(sqlite3 *db, int out[CK_JOB_NSTATES]);
 /* Calls fn for every job (newest last); fn returning non-zero stops. */
 int ck_queue_each(sqlite3 *db, int (*fn)(const struct ck_job *j, void *ctx), void *ctx);
 /* Removes done jobs older than age seconds (and their parts). */

@@ -13,6 +13,7 @@
 #include "stores/pmftree.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <pthread.h>
@@ -646,6 +647,13 @@ static void remote_checkpoint_time(sqlite3 *db, int64_t store)
     sqlite3_finalize(st);
 }
 
+/* The job's source (file, or folder of a bundle) no longer exists. */
+static bool source_gone(const struct ck_job *j)
+{
+    struct stat st;
+    return lstat(j->src, &st) < 0 && errno == ENOENT;
+}
+
 static bool is_permanent(int err)
 {
     return err == CK_EAUTH || err == CK_ECONFIG || err == CK_EFORMAT || err == CK_ENOENT ||
@@ -819,6 +827,18 @@ failed : {
         err = give_up_store(r, j, where, msg);
         goto out;
     }
+    if (err == CK_ENOENT && source_gone(j)) {
+        /* removed on purpose (a trainer's rotation, mirror_deletes): nothing
+         * to send and nobody to blame; metadata.yaml no longer waits for it */
+        ck_warn("upload.source_gone",
+                "job=%lld key=\"%s\" path=\"%s\": removed from the disk before it was sent;"
+                " not sent, not counted as failed",
+                (long long)j->id, j->key, j->src);
+        db_lock(r);
+        err = ck_queue_gone(r->db, j->id, msg);
+        db_unlock(r);
+        goto out;
+    }
     bool permanent = is_permanent(err) || j->attempts + 1 >= attempts_max;
     double rnd = (double)rand() / ((double)RAND_MAX + 1.0);
     double delay =
@@ -886,7 +906,7 @@ static void count_left(sqlite3 *db, struct ck_upload_report *rep)
 /* ckptd_upload_queue_depth: jobs waiting or running, as the queue says now. */
 static void queue_depth(sqlite3 *db)
 {
-    int counts[4];
+    int counts[CK_JOB_NSTATES];
     if (ck_queue_counts(db, counts) == 0)
         ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
 }

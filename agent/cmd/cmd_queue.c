@@ -23,7 +23,8 @@ static const char head[] =
     "       ckptd queue retry (ID | --all) [--state DIR | DIR]\n"
     "       ckptd queue run [--state DIR | DIR]\n"
     "\n"
-    "The upload queue: every upload is a job (pending, running, done or failed).\n"
+    "The upload queue: every upload is a job (pending, running, done, failed, or gone:\n"
+    "removed from the disk before it was sent).\n"
     "list shows them (--json: one JSON object per line); retry puts failed jobs back\n"
     "to pending; run sends what is pending now. DIR is a model directory (its queue\n"
     "is DIR/.ckptd/state.db); without one, the queue of `ckptd upload` (--state DIR,\n"
@@ -106,11 +107,11 @@ static int queue_list(sqlite3 *db, bool json)
     int err = ck_queue_each(db, print_job, &c);
     if (err < 0)
         return ck_cli_fail("queue", err);
-    int counts[4];
+    int counts[CK_JOB_NSTATES];
     ck_queue_counts(db, counts);
     if (!json)
-        printf("%d pending, %d running, %d done, %d failed\n", counts[0], counts[1], counts[2],
-               counts[3]);
+        printf("%d pending, %d running, %d done, %d failed, %d gone\n", counts[0], counts[1],
+               counts[2], counts[3], counts[4]);
     return CK_EXIT_OK;
 }
 

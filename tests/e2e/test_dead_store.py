@@ -89,6 +89,47 @@ class DeadStore(TmpDirCase):
             self.assertEqual(md5_file(got), md5_file(os.path.join(tree, "epoch_1.pt")))
             self.assertIn("runs/r1/metadata.yaml", s3.keys())
 
+    def test_checkpoint_removed_while_queued_neither_fails_nor_holds_metadata(self):
+        # a trainer's rotation removes a checkpoint whose upload waits for a
+        # dead store (mirror_deletes drops its tree copy): that job is gone,
+        # not failed, and metadata.yaml (which no longer lists it) is still sent
+        port = free_port()
+        tree = self.tree(f"http://127.0.0.1:{port}")
+        write_old(os.path.join(tree, "epoch_2.pt"), os.urandom(20000))
+        with open(os.path.join(tree, "ckptd.yaml"), "a") as f:
+            f.write("checkpoints:\n  mirror_deletes: true\n")
+        p, _ = self.scan_dead(tree, quiet=True)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        os.unlink(os.path.join(tree, "epoch_2.pt"))
+        p, _ = self.scan_dead(tree, quiet=False)
+        self.assertEqual(p.returncode, 1, p.stderr)  # the store is still down
+        self.assertNotIn("upload.failed", p.stderr)
+        self.assertIn("upload.source_gone", p.stderr)
+        jobs = {j["key"]: j["state"] for j in map(json.loads, filter(
+            str.strip, run("queue", "--json", tree).stdout.splitlines()))}
+        self.assertEqual(jobs["data/checkpoints/epoch_2.pt"], "gone", jobs)
+        self.assertIn("1 gone", run("queue", tree).stdout)
+        with S3Server(self.dir, port=port) as s3:
+            p = run("scan", tree, env=s3.env(), timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(set(queue_states(tree)), {"done", "gone"})
+            keys = s3.keys()
+            self.assertIn("runs/r1/data/checkpoints/epoch_1.pt", keys)
+            self.assertNotIn("runs/r1/data/checkpoints/epoch_2.pt", keys)
+            got = os.path.join(self.dir, "metadata.yaml")
+            s3.get("runs/r1/metadata.yaml", got)
+            with open(got, "rb") as a, open(os.path.join(tree, "metadata.yaml"), "rb") as b:
+                remote = a.read()
+                self.assertEqual(remote, b.read())
+            self.assertIn(b"epoch_1.pt", remote)
+            self.assertNotIn(b"epoch_2.pt", remote)
+        # the file comes back (restored by hand): queued and sent again
+        write_old(os.path.join(tree, "epoch_2.pt"), os.urandom(20000))
+        with S3Server(self.dir, port=port) as s3:
+            p = run("scan", tree, env=s3.env(), timeout=120)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("runs/r1/data/checkpoints/epoch_2.pt", s3.keys())
+
     def test_unknown_host_gives_up_the_store(self):
         tree = self.tree("http://ckptd-no-such-host.invalid:9000")
         self.check_given_up(tree, "resolve host")

@@ -252,7 +252,7 @@ static void queue_transitions(void **state)
     /* a failure that may be retried: pending again but not before next_try */
     assert_int_equal(ck_queue_fail(db, ja, "HTTP 500", false, 3600, 3), 0);
     assert_int_equal(ck_queue_claim(db, &j), CK_ENOENT);
-    int counts[4];
+    int counts[CK_JOB_NSTATES];
     ck_queue_counts(db, counts);
     assert_int_equal(counts[CK_JOB_PENDING], 2);
     /* permanent failure: failed; metadata stays held back */
@@ -337,7 +337,7 @@ static void queue_metadata_after_new_data(void **state)
     assert_int_equal(ck_queue_claim(db, &j), 0);
     assert_true(j.id == jm2);
     ck_job_release(&j);
-    int counts[4];
+    int counts[CK_JOB_NSTATES];
     ck_queue_counts(db, counts);
     assert_int_equal(counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING] + counts[CK_JOB_DONE], 3);
     sqlite3_close(db);
@@ -540,7 +540,7 @@ static void queue_claim_skips_given_up_stores(void **state)
     assert_true(j.id == jb); /* a.bin came first, but its store is skipped */
     ck_job_release(&j);
     assert_int_equal(ck_queue_claim_except(db, gone, 1, &j), CK_ENOENT);
-    int counts[4];
+    int counts[CK_JOB_NSTATES];
     ck_queue_counts(db, counts);
     assert_int_equal(counts[CK_JOB_PENDING], 1);
     assert_int_equal(ck_queue_claim(db, &j), 0); /* the next run takes it */
