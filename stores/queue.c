@@ -297,12 +297,20 @@ int ck_queue_batch_end(sqlite3 *db, int err)
 int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
                  enum ck_job_kind kind, int64_t *id, bool *added)
 {
+    return ck_queue_add_as(db, store_id, src, key, phase, kind, NULL, id, added);
+}
+
+int ck_queue_add_as(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
+                    enum ck_job_kind kind, const struct stat *known, int64_t *id, bool *added)
+{
     struct stat sb;
     sqlite3_stmt *st;
     int err;
     *added = false;
     *id = 0;
-    if (stat(src, &sb) < 0)
+    if (known)
+        sb = *known;
+    else if (stat(src, &sb) < 0)
         return ck_error_os(CK_ENOENT, "cannot queue '%s'", src);
     bool bundle = kind == CK_JOB_BUNDLE || kind == CK_JOB_BUNDLE_PMF;
     uint64_t size = bundle ? 0 : (uint64_t)sb.st_size;

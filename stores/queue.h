@@ -72,6 +72,11 @@ int ck_queue_store_get(sqlite3 *db, int64_t id, struct ck_store_spec *out);
  * is replaced (its multipart state dropped). */
 int ck_queue_add(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
                  enum ck_job_kind kind, int64_t *id, bool *added);
+/* The same with src's size and mtime as the caller saw them earlier (known):
+ * a metadata.yaml is recorded as it was before its data was listed, so that a
+ * newer one, naming data this listing missed, is seen as changed when sent. */
+int ck_queue_add_as(sqlite3 *db, int64_t store_id, const char *src, const char *key, int phase,
+                    enum ck_job_kind kind, const struct stat *known, int64_t *id, bool *added);
 /* A batch: the ck_queue_add calls between begin and end are one transaction
  * (one fsync for a whole tree instead of one per file; each add is a
  * savepoint inside it). end commits when err is 0, else rolls the batch back

@@ -26,8 +26,18 @@
 
 #define MAX_TREE_FILES 100000
 
+/* ck_uploader_enqueue_file with path's stat as the caller saw it (NULL: now). */
+static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const char *path,
+                           const char *key, int phase, const struct stat *known, bool *added);
+
 int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, const char *path,
                              const char *key, int phase, bool *added)
+{
+    return enqueue_file_as(db, store, path, key, phase, NULL, added);
+}
+
+static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const char *path,
+                           const char *key, int phase, const struct stat *known, bool *added)
 {
     int64_t sid, id;
     int err;
@@ -43,8 +53,8 @@ int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, con
         snprintf(zkey, sizeof zkey, "%s.zst", key);
         zst = true;
     }
-    if ((err = ck_queue_add(db, sid, path, zst ? zkey : key, phase, zst ? CK_JOB_ZSTD : CK_JOB_FILE,
-                            &id, added)) < 0)
+    if ((err = ck_queue_add_as(db, sid, path, zst ? zkey : key, phase,
+                               zst ? CK_JOB_ZSTD : CK_JOB_FILE, known, &id, added)) < 0)
         return err;
     if (*added)
         ck_info("upload.queued", "job=%lld key=\"%s\" phase=%d", (long long)id, zst ? zkey : key,
@@ -110,7 +120,7 @@ static int cmp_str(const void *a, const void *b)
 
 static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                    const char *root, const char *const *changed, size_t nchanged,
-                   enum ck_job_kind bundle_kind, int *queued);
+                   enum ck_job_kind bundle_kind, const struct stat *meta_st, int *queued);
 
 int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                              const char *root, const char *const *changed, size_t nchanged,
@@ -123,7 +133,7 @@ int ck_uploader_enqueue_tree(sqlite3 *db, const struct ck_store_spec *stores, si
     snprintf(data, sizeof data, "%s/data", root);
     if (!changed && ck_exists(meta) && ck_is_dir(data))
         return ck_uploader_enqueue_pmf(db, stores, nstores, root, true, queued);
-    return enqueue(db, stores, nstores, root, changed, nchanged, CK_JOB_BUNDLE, queued);
+    return enqueue(db, stores, nstores, root, changed, nchanged, CK_JOB_BUNDLE, NULL, queued);
 }
 
 /* A tree is queued in batches (stores/queue.h): one fsync per tree instead
@@ -147,15 +157,31 @@ static int batch_renew(sqlite3 *db, long long *t0, bool *open)
     return err;
 }
 
+/* The metadata.yaml to send, as it is before the data is listed (meta_st,
+ * when the caller listed the data itself, or now): a metadata.yaml written
+ * meanwhile may name a checkpoint the listing missed; queued as it was, it is
+ * seen changed when sent and the tree is queued again first
+ * (metadata_requeued). Returns whether there is one. */
+static bool meta_before_listing(const char *root, char *meta, size_t metasz, struct stat *st)
+{
+    ck_pmftree_meta_source(root, meta, metasz);
+    return stat(meta, st) == 0;
+}
+
 static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstores,
                    const char *root, const char *const *changed, size_t nchanged,
-                   enum ck_job_kind bundle_kind, int *queued)
+                   enum ck_job_kind bundle_kind, const struct stat *meta_st, int *queued)
 {
     struct ck_strlist files = {0};
     char meta[4096], full[8192];
+    struct stat mst;
     int err = 0;
     bool added;
     *queued = 0;
+    bool has_meta = meta_before_listing(root, meta, sizeof meta, &mst);
+    if (meta_st)
+        mst = *meta_st;
+    has_meta = has_meta || meta_st;
     if (!changed) {
         if ((err = list_tree(root, "", &files, 0)) < 0)
             goto out;
@@ -165,8 +191,6 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
             if (strcmp(changed[i], "metadata.yaml") && (err = names_add(&files, changed[i])) < 0)
                 goto out;
     }
-    ck_pmftree_meta_source(root, meta, sizeof meta);
-    bool has_meta = ck_exists(meta);
     long long batch_t0 = 0;
     bool batch = false;
     if ((err = batch_renew(db, &batch_t0, &batch)) < 0)
@@ -193,7 +217,7 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
             *queued += added;
         }
         if (has_meta) {
-            if ((err = ck_uploader_enqueue_file(db, st, meta, "metadata.yaml", 1, &added)) < 0)
+            if ((err = enqueue_file_as(db, st, meta, "metadata.yaml", 1, &mst, &added)) < 0)
                 goto end;
             *queued += added;
         }
@@ -286,10 +310,13 @@ int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, siz
     } else if (wrote) {
         ck_info("upload.init_readme", "path=\"%s/%s\"", root, CK_PMFTREE_INIT_README);
     }
+    char meta[4096];
+    struct stat mst;
+    bool has_meta = meta_before_listing(root, meta, sizeof meta, &mst);
     if ((err = pmf_files(root, with_deploy, &files)) < 0)
         goto out;
     err = enqueue(db, stores, nstores, root, (const char *const *)files.items, files.n,
-                  CK_JOB_BUNDLE_PMF, queued);
+                  CK_JOB_BUNDLE_PMF, has_meta ? &mst : NULL, queued);
 out:
     ck_strlist_release(&files);
     return err;
@@ -323,8 +350,9 @@ static void show(struct progress *p, bool final)
     } else if (!final) {
         char r[32];
         ck_text_bytes(r, sizeof r, rate);
-        ck_info("upload.progress", "key=\"%s\" sent=%llu total=%llu percent=%d rate=%s/s", p->key,
-                (unsigned long long)sent, (unsigned long long)p->total, pct, r);
+        ck_info("upload.progress",
+                "key=\"%s\" sent=%llu total=%llu percent=%d bytes_per_second=%.0f: %s/s", p->key,
+                (unsigned long long)sent, (unsigned long long)p->total, pct, rate, r);
     }
 }
 
@@ -553,7 +581,7 @@ static int prepare_spool(struct run *r, struct ck_job *j)
         if (stat(path, &st) < 0)
             return ck_error_os(CK_EIO, "cannot stat '%s'", path);
         size = (uint64_t)st.st_size;
-        ck_info("upload.bundled", "job=%lld files=%d size=%llu", (long long)j->id, n,
+        ck_info("upload.bundled", "job=%lld files=%d bytes=%llu", (long long)j->id, n,
                 (unsigned long long)size);
     } else {
         if ((err = ck_zstd_file(j->src, path, 3, 0, orig, &size)) < 0)
@@ -607,6 +635,39 @@ static bool metadata_requeued(struct run *r, struct ck_job *j, int *err)
                 "(%d job(s)), metadata.yaml after its data",
                 (long long)j->id, j->src, queued);
     return true;
+}
+
+/* metadata.yaml is sent from a copy taken from one open descriptor whose size
+ * and mtime are the queued ones: a metadata.yaml replaced between the check
+ * (metadata_requeued) and the send could name data not queued yet. *changed:
+ * it is not the queued one any more (the caller queues the tree again). */
+#define META_SNAPSHOT_MAX (256u << 20) /* the largest metadata.yaml ckptd reads (agent/layout.h) */
+static int snapshot_metadata(struct run *r, const struct ck_job *j, char *out, size_t outsz,
+                             bool *changed)
+{
+    struct stat st;
+    struct ck_buf b = CK_BUF_INIT;
+    int err;
+    *changed = false;
+    int fd = open(j->src, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_ENOENT, "'%s' vanished before it was uploaded", j->src);
+    if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != j->size ||
+        ck_mtime_ns(&st) != j->mtime_ns || st.st_size > META_SNAPSHOT_MAX) {
+        close(fd);
+        *changed = true;
+        return 0;
+    }
+    err = ck_buf_reserve(&b, (size_t)st.st_size + 1);
+    if (err == 0)
+        err = ck_pread_all(fd, b.data, (uint64_t)st.st_size, 0);
+    close(fd);
+    if (err == 0 && (err = ck_mkdirs(r->spool_dir, 0700)) == 0) {
+        snprintf(out, outsz, "%s/job-%lld.metadata.yaml", r->spool_dir, (long long)j->id);
+        err = ck_write_file_atomic(out, b.data, (size_t)st.st_size, 0600);
+    }
+    ck_buf_release(&b);
+    return err;
 }
 
 /* A plain file that changed since it was queued is sent as it is now. */
@@ -728,7 +789,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     struct ck_store *store = NULL;
     struct ck_xfer *x = calloc(1, sizeof *x);
     struct cb cb = {r, j->id, true}; /* the worker took a body slot for it */
-    char where[512];
+    char where[512], snap[4096] = "";
     int err;
     if (!x) {
         body_sent(&cb);
@@ -746,14 +807,22 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
             goto failed;
         goto out;
     }
-    if (j->kind == CK_JOB_FILE)
+    bool meta_changed = false;
+    if (j->kind == CK_JOB_FILE && j->phase == 1)
+        err = snapshot_metadata(r, j, snap, sizeof snap, &meta_changed);
+    else if (j->kind == CK_JOB_FILE)
         err = refresh_source(r, j);
     else
         err = prepare_spool(r, j);
     if (err < 0)
         goto failed;
+    if (meta_changed) { /* replaced since the check above: the tree again, then it */
+        if (metadata_requeued(r, j, &err) && err < 0)
+            goto failed;
+        goto out;
+    }
     x->id = j->id;
-    x->path = j->kind == CK_JOB_FILE ? j->src : j->spool;
+    x->path = snap[0] ? snap : j->kind == CK_JOB_FILE ? j->src : j->spool;
     x->key = j->key;
     x->size = j->size;
     x->orig_sha256 = j->orig_sha256[0] ? j->orig_sha256 : NULL;
@@ -778,7 +847,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->body_again = body_again;
     x->cb_ctx = &cb;
     atomic_init(&x->sent, 0);
-    ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\" size=%llu", (long long)j->id, where,
+    ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\" bytes=%llu", (long long)j->id, where,
             j->key, (unsigned long long)j->size);
     progress_set(pg, x, j->key, j->size);
     err = ck_store_put(store, x);
@@ -798,11 +867,11 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
         unlink(j->spool);
     double secs = (double)(ck_mono_ms() - t0) / 1000.0;
     ck_info("upload.done",
-            "job=%lld store=\"%s\" key=\"%s\" size=%llu sha256=%s check=%s parts_sent=%d "
-            "parts_resumed=%d seconds=%.2f MBps=%.1f",
+            "job=%lld store=\"%s\" key=\"%s\" bytes=%llu sha256=%s check=%s parts_sent=%d "
+            "parts_resumed=%d seconds=%.2f bytes_per_second=%.0f",
             (long long)j->id, where, j->key, (unsigned long long)j->size,
             x->sha256[0] ? x->sha256 : "-", x->check, x->parts_sent, x->parts_resumed, secs,
-            secs > 0 ? (double)j->size / secs / 1e6 : 0.0);
+            secs > 0 ? (double)j->size / secs : 0.0);
     rep->done++;
     ck_metrics_add(CK_M_UPLOADS_COMPLETED, 1);
     ck_metrics_add(CK_M_BYTES_UPLOADED, j->size);
@@ -856,6 +925,8 @@ failed : {
     ck_metrics_add(CK_M_FAILURES_UPLOAD, 1);
 }
 out:
+    if (snap[0])
+        unlink(snap);
     body_sent(&cb); /* its slot, if the store did not give it back */
     free(x->parts);
     free(x);
