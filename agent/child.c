@@ -1,6 +1,7 @@
 #include "agent/child.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/spawnattr.h"
 
 #include <errno.h>
@@ -122,18 +123,6 @@ int ck_child_spawn(struct ck_child *c, char *const *argv, bool capture, const ch
     return 0;
 }
 
-/* A signal's name as signal.h spells it (SIGTERM), the same in every event;
- * strsignal's descriptions differ ("Terminated") and some hold spaces. */
-static const char *signame(int sig, char *buf, size_t bufsz)
-{
-    const char *abbrev = sigabbrev_np(sig);
-    if (abbrev)
-        snprintf(buf, bufsz, "SIG%s", abbrev);
-    else
-        snprintf(buf, bufsz, "%d", sig);
-    return buf;
-}
-
 void ck_child_signal(struct ck_child *c, int sig)
 {
     char name[32];
@@ -141,7 +130,7 @@ void ck_child_signal(struct ck_child *c, int sig)
         return;
     if (kill(-c->pid, sig) < 0 && kill(c->pid, sig) < 0)
         return;
-    ck_info("command.signalled", "pid=%ld signal=%s", (long)c->pid, signame(sig, name, sizeof name));
+    ck_info("command.signalled", "pid=%ld signal=%s", (long)c->pid, ck_signal_name(sig, name, sizeof name));
 }
 
 void ck_child_kill(struct ck_child *c, double grace)
@@ -167,7 +156,7 @@ bool ck_child_reap(struct ck_child *c)
         char name[32];
         c->code = 128 + WTERMSIG(status);
         ck_info("command.exited", "pid=%ld signal=%s code=%d", (long)c->pid,
-                signame(WTERMSIG(status), name, sizeof name), c->code);
+                ck_signal_name(WTERMSIG(status), name, sizeof name), c->code);
     }
     c->pid = 0;
     return true;

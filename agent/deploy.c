@@ -299,7 +299,7 @@ static int pack_one(const struct ck_pipeline *p, const char *ref, const char *sr
     if (!listed && (err = ck_archives_add(out, path, key)) < 0)
         return err;
     ck_metrics_add(CK_M_ARCHIVES_PACKED, 1);
-    ck_info("archive.packed", "checkpoint='%s' format=%s path='%s' size=%llu sha256=%s%s%s", ref,
+    ck_info("archive.packed", "checkpoint='%s' format=%s path='%s' bytes=%llu sha256=%s%s%s", ref,
             format, path, (unsigned long long)r.size, r.sha256, r.samediff.tag[0] ? " tag=" : "",
             r.samediff.tag);
     struct ck_event ev;
@@ -799,7 +799,7 @@ static int gate_repack(const struct ck_pipeline *p, struct packed *e)
     if (!(e->undo = strdup(undo)))
         return ck_error(CK_ENOMEM, "out of memory");
     e->repack = false;
-    ck_info("archive.reappended", "checkpoint='%s' archive='%s' tag=%s", e->ref, e->path,
+    ck_info("archive.reappended", "checkpoint='%s' archive='%s' tag='%s'", e->ref, e->path,
             r.samediff.tag);
     return 0;
 }

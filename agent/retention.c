@@ -532,7 +532,7 @@ static bool copies_checked(struct pass *p, const struct item *it, const char *ch
             uint64_t size;
             struct ck_remote_obj obj;
             if (ck_state_hash_file(p->st, local, &h, &size) < 0) {
-                ck_warn("retention.held", "ref='%s': '%s': %s", it->ref, key, ck_error_msg());
+                ck_warn("retention.held", "checkpoint='%s': '%s': %s", it->ref, key, ck_error_msg());
                 ck_error_clear();
                 ok = false;
                 break;
@@ -562,7 +562,7 @@ static bool copies_checked(struct pass *p, const struct item *it, const char *ch
                     ck_err("retention.requeue_failed", "key=\"%s\": %s", key, ck_error_msg());
                 p->res->requeued += redone;
                 ck_warn("retention.copy_missing",
-                        "ref='%s' store=\"%s\" key=\"%s\": %s; not deleted%s", it->ref, s->url,
+                        "checkpoint='%s' store=\"%s\" key=\"%s\": %s; not deleted%s", it->ref, s->url,
                         key, why, redone ? ", queued to be sent again" : "");
                 ck_error_clear();
                 ok = false;
@@ -753,7 +753,7 @@ static int finish(struct pass *p, struct ck_retained *r)
     p->res->deleted++;
     p->res->freed += freed;
     ck_metrics_add(CK_M_CHECKPOINTS_DELETED, 1);
-    ck_info("checkpoint.deleted", "ref='%s' epoch=%lld bytes_freed=%llu copies=\"%s\"", r->ref,
+    ck_info("checkpoint.deleted", "checkpoint='%s' epoch=%lld bytes_freed=%llu copies=\"%s\"", r->ref,
             (long long)r->epoch, (unsigned long long)freed, where[0] ? where : "none");
     return 0;
 }
@@ -769,10 +769,10 @@ static int finish_interrupted(struct pass *p)
         if (rows[i].deleted)
             continue;
         if (p->dry_run) {
-            ck_info("retention.would_finish", "ref='%s': an interrupted deletion", rows[i].ref);
+            ck_info("retention.would_finish", "checkpoint='%s': an interrupted deletion", rows[i].ref);
             continue;
         }
-        ck_info("retention.resumed", "ref='%s': finishing an interrupted deletion", rows[i].ref);
+        ck_info("retention.resumed", "checkpoint='%s': finishing an interrupted deletion", rows[i].ref);
         err = finish(p, &rows[i]);
     }
     ck_retained_list_free(rows, n);
@@ -801,18 +801,18 @@ static bool delete_one(struct pass *p, const struct item *it, int64_t seq, int *
     struct ck_buf files = CK_BUF_INIT, stores = CK_BUF_INIT, checks = CK_BUF_INIT;
     bool done = false;
     if (p->dry_run) {
-        ck_info("retention.would_delete", "ref='%s' epoch=%lld path=%s", it->ref,
+        ck_info("retention.would_delete", "checkpoint='%s' epoch=%lld path=%s", it->ref,
                 (long long)it->cp->epoch, it->cp->path);
         p->res->would_delete++;
         return true;
     }
     if (someone_writes(p, it)) {
-        ck_warn("retention.held", "ref='%s': a process has it open for writing", it->ref);
+        ck_warn("retention.held", "checkpoint='%s': a process has it open for writing", it->ref);
         p->res->held++;
         return false;
     }
     if (tree_files(p, it, &files) < 0 || check_list(p, it, ck_buf_str(&files), &checks) < 0) {
-        ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
+        ck_warn("retention.held", "checkpoint='%s': %s", it->ref, ck_error_msg());
         ck_error_clear();
         p->res->held++;
         goto out;
@@ -908,7 +908,7 @@ static int mark_best(struct pass *p, struct item *items, size_t n,
             ranked[nr++] = it;
         } else {
             /* unknown: not ranked, and not deleted by keep_best */
-            ck_debug("retention.no_metric", "ref='%s' metric=%s: kept", it->ref,
+            ck_debug("retention.no_metric", "checkpoint='%s' metric=%s: kept", it->ref,
                      cfg->keep_best_metric);
             it->keep = true;
         }
@@ -919,7 +919,7 @@ static int mark_best(struct pass *p, struct item *items, size_t n,
     for (size_t k = 0; k < count && k < nr; k++) {
         struct item *it = ranked[max ? nr - 1 - k : k];
         it->keep = it->protect = true;
-        ck_debug("retention.best", "ref='%s' %s=%g", it->ref, cfg->keep_best_metric, it->metric);
+        ck_debug("retention.best", "checkpoint='%s' %s=%g", it->ref, cfg->keep_best_metric, it->metric);
     }
     (void)d;
     free(ranked);
@@ -986,7 +986,7 @@ static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
     uint64_t free_bytes = 0;
     if (err == 0 && cfg->min_free > 0 && (err = ck_retention_free_bytes(p->dir, &free_bytes)) == 0 &&
         free_bytes < cfg->min_free) {
-        ck_info("retention.low_space", "free=%llu min_free=%llu",
+        ck_info("retention.low_space", "free_bytes=%llu min_free_bytes=%llu",
                 (unsigned long long)free_bytes, (unsigned long long)cfg->min_free);
         uint64_t assumed = 0; /* simulated: what the deletions would free */
         for (size_t i = 0; i < n && err == 0 && free_bytes + assumed < cfg->min_free; i++) {
@@ -1005,7 +1005,7 @@ static int plan_and_delete(struct pass *p, const struct ck_pmf_meta *m,
         }
         if (err == 0 && !simulate && free_bytes < cfg->min_free)
             ck_warn("retention.space_short",
-                    "free=%llu min_free=%llu: nothing more may be deleted (the latest, the kept "
+                    "free_bytes=%llu min_free_bytes=%llu: nothing more may be deleted (the latest, the kept "
                     "best and the held stay)",
                     (unsigned long long)free_bytes, (unsigned long long)cfg->min_free);
     }
@@ -1147,7 +1147,7 @@ static int prune_finish(struct pass *p, struct ck_retained *r)
             goto failing;
         if (listed) {
             ck_debug("retention.prune_waiting",
-                     "ref='%s' store=\"%s\": its metadata.yaml lists it still", r->ref,
+                     "checkpoint='%s' store=\"%s\": its metadata.yaml lists it still", r->ref,
                      p->stores[si].url);
             p->res->prune_waiting++;
             return 0;
@@ -1168,7 +1168,7 @@ static int prune_finish(struct pass *p, struct ck_retained *r)
     if ((err = ck_state_retained_put(p->st, r)) < 0)
         return err;
     p->res->pruned++;
-    ck_info("checkpoint.pruned", "ref='%s' epoch=%lld: deleted from every store "
+    ck_info("checkpoint.pruned", "checkpoint='%s' epoch=%lld: deleted from every store "
             "(retention.store)", r->ref, (long long)r->epoch);
     return 0;
 failing:
@@ -1229,7 +1229,7 @@ static int prune(struct pass *p)
         if (v[i].keep || !r || r->pruned)
             continue;
         if (p->dry_run) {
-            ck_info("retention.would_prune", "ref='%s' epoch=%lld: from every store", r->ref,
+            ck_info("retention.would_prune", "checkpoint='%s' epoch=%lld: from every store", r->ref,
                     (long long)r->epoch);
             p->res->would_prune++;
             continue;
@@ -1355,19 +1355,19 @@ int ck_retention_apply(struct ck_state *st, const char *dir, const struct ck_con
         ck_retention_free_bytes(dir, &free_bytes) < 0)
         ck_error_clear();
     if (!it) {
-        ck_debug("retention.gone", "ref='%s': no longer listed", c->ref);
+        ck_debug("retention.gone", "checkpoint='%s': no longer listed", c->ref);
     } else if (strcmp(it->cp->md5, c->md5)) {
         /* written again since its copies were checked: the next check decides */
-        ck_info("retention.changed", "ref='%s': its MD5 changed since its copies were checked",
+        ck_info("retention.changed", "checkpoint='%s': its MD5 changed since its copies were checked",
                 c->ref);
         res->held++;
     } else if (it->protect || (it->keep && !(cfg->min_free > 0 && free_bytes < cfg->min_free))) {
-        ck_debug("retention.kept", "ref='%s': the rules keep it now", c->ref);
+        ck_debug("retention.kept", "checkpoint='%s': the rules keep it now", c->ref);
     } else if (someone_writes(&p, it)) {
-        ck_warn("retention.held", "ref='%s': a process has it open for writing", it->ref);
+        ck_warn("retention.held", "checkpoint='%s': a process has it open for writing", it->ref);
         res->held++;
     } else if (tree_files(&p, it, &files) < 0) {
-        ck_warn("retention.held", "ref='%s': %s", it->ref, ck_error_msg());
+        ck_warn("retention.held", "checkpoint='%s': %s", it->ref, ck_error_msg());
         ck_error_clear();
         res->held++;
     } else {
@@ -1505,7 +1505,7 @@ int ck_retention_fetch(struct ck_state *st, const char *dir, const struct ck_con
             continue;
         tried = true;
         if (fetch_from(&p, s, r, dest, nfiles) < 0) {
-            ck_warn("fetch.store_failed", "store=\"%s\" ref='%s': %s", s->url, ref, ck_error_msg());
+            ck_warn("fetch.store_failed", "store=\"%s\" checkpoint='%s': %s", s->url, ref, ck_error_msg());
             ck_error_clear();
         }
     }

@@ -32,7 +32,7 @@ static void send_checked(void *arg, const struct ck_retention_checked *c)
     (void)arg;
     ck_buf_printf(&b, "C%c%s%c%s%c%s", 0, c->ref, 0, c->md5, 0, c->stores);
     if (ck_sender_send(b.data, b.len) < 0)
-        ck_warn("retention.report_lost", "ref='%s': the watcher is not reading", c->ref);
+        ck_warn("retention.report_lost", "checkpoint='%s': the watcher is not reading", c->ref);
     ck_buf_release(&b);
 }
 

@@ -85,7 +85,7 @@ static bool resolve_counters(struct scan *s, struct todo *t)
 {
     const struct ck_candidate *c = t->c;
     if (ck_counters_read(s->o->dir, c, &t->file) < 0)
-        ck_warn("checkpoint.counters_unread", "ref='%s': %s; the name's epoch and step are used",
+        ck_warn("checkpoint.counters_unread", "checkpoint='%s': %s; the name's epoch and step are used",
                 c->ref, ck_error_msg());
     t->has_step = t->file.has_step || c->has_step;
     t->step = t->file.has_step ? t->file.step : c->has_step ? c->step : 0;
@@ -119,7 +119,7 @@ static void log_ambiguous(const struct ck_candidate *c)
         snprintf(other + strlen(other), sizeof other - strlen(other), "%sstep %lld",
                  n->alt_has_epoch ? " " : "", (long long)n->alt_step);
     ck_warn("checkpoint.name_ambiguous",
-            "ref='%s': read as %s (pattern '%s'), not as %s (pattern '%s'); set "
+            "checkpoint='%s': read as %s (pattern '%s'), not as %s (pattern '%s'); set "
             "checkpoints.patterns to choose",
             c->ref, took, n->pattern ? n->pattern : "", other,
             n->alt_pattern ? n->alt_pattern : "");
@@ -286,14 +286,14 @@ static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
     uint64_t total;
     int err = hash_candidate(s, c, pmf_rel, &h, &total);
     if (err == CK_ECHANGED) {
-        ck_warn("checkpoint.changing", "ref='%s': %s", c->ref, ck_error_msg());
+        ck_warn("checkpoint.changing", "checkpoint='%s': %s", c->ref, ck_error_msg());
         s->res->waiting++;
         return 0;
     }
     if (err < 0)
         return err;
     if (strcmp(cp->md5, h.md5) || strcmp(cp->path, pmf_rel)) {
-        ck_warn("checkpoint.changed", "ref='%s' changed after it was registered: md5 %s -> %s",
+        ck_warn("checkpoint.changed", "checkpoint='%s' changed after it was registered: md5 %s -> %s",
                 c->ref, cp->md5, h.md5);
         memcpy(cp->md5, h.md5, 33);
         if ((err = replace_str(&cp->path, pmf_rel)) < 0)
@@ -302,7 +302,7 @@ static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
         struct ck_counters fc;
         if (s->meta.status == CK_PMF_RUNNING && s->meta.latest_epoch.set &&
             ck_counters_read(s->o->dir, c, &fc) == 0 && fc.has_epoch && fc.epoch != cp->epoch) {
-            ck_info("checkpoint.epoch_changed", "ref='%s': epoch %lld -> %lld (from=%s)", c->ref,
+            ck_info("checkpoint.epoch_changed", "checkpoint='%s': epoch %lld -> %lld (from=%s)", c->ref,
                     (long long)cp->epoch, (long long)fc.epoch, fc.source);
             cp->epoch = fc.epoch;
             if (fc.epoch > s->meta.latest_epoch.v)
@@ -413,7 +413,7 @@ static int registered_pass(struct scan *s)
                           path_in(s, src, r.source) == 0 && !ck_exists(src);
         }
         if (s->o->cfg->mirror_deletes && (source_gone || !c)) {
-            ck_info("checkpoint.unregistered", "ref='%s': the training job deleted it", name);
+            ck_info("checkpoint.unregistered", "checkpoint='%s': the training job deleted it", name);
             if (have_record) {
                 remove_tree_copy(s, &r);
                 ck_state_ckpt_delete(s->st, name);
@@ -454,13 +454,13 @@ static void log_registered(const struct ck_pmf_ref *ref, const struct todo *t, c
     if (t->file.source && c->has_step)
         snprintf(name + strlen(name), sizeof name - strlen(name), " name_step=%lld",
                  (long long)c->step);
-    ck_info("checkpoint.registered", "ref='%s' epoch=%lld path=%s md5=%s bytes=%llu%s from=%s%s",
+    ck_info("checkpoint.registered", "checkpoint='%s' epoch=%lld path=%s md5=%s bytes=%llu%s from=%s%s",
             ck_pmf_ref_str(ref, txt, sizeof txt), (long long)t->epoch, pmf_rel, h->md5,
             (unsigned long long)total, step, t->file.source ? t->file.source : "name", name);
     if (t->file.source && ((t->file.has_epoch && c->has_epoch && t->file.epoch != c->epoch) ||
                            (t->file.has_step && c->has_step && t->file.step != c->step)))
         ck_warn("checkpoint.name_differs",
-                "ref='%s': the file (%s) records epoch %lld step %lld, the name says otherwise; "
+                "checkpoint='%s': the file (%s) records epoch %lld step %lld, the name says otherwise; "
                 "the file's are registered",
                 c->ref, t->file.source, (long long)t->epoch, (long long)t->step);
 }
@@ -499,7 +499,7 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         double age = now_seconds() - c->newest_mtime;
         bool take = s->o->admit ? s->o->admit(s->o->admit_arg, c) : c->complete && age >= min_age;
         if (!take) {
-            ck_debug("checkpoint.waiting", "ref='%s' complete=%d age=%.3fs", c->ref, c->complete,
+            ck_debug("checkpoint.waiting", "checkpoint='%s' complete=%d age_seconds=%.3f", c->ref, c->complete,
                      age);
             s->res->waiting++;
             continue;
@@ -527,7 +527,7 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
             e = hash_candidate(s, c, pmf_rel, &h, &total);
         }
         if (e == CK_ECHANGED) {
-            ck_warn("checkpoint.changing", "ref='%s': %s; will retry", c->ref, ck_error_msg());
+            ck_warn("checkpoint.changing", "checkpoint='%s': %s; will retry", c->ref, ck_error_msg());
             s->res->waiting++;
             continue;
         }

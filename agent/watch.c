@@ -751,7 +751,7 @@ static void reload(struct watcher *w)
     ck_fswatch_set_poll_interval(w->fs, w->cfg.watch_poll_interval);
     double r = w->cfg.watch_reconcile_interval;
     ck_loop_timer_set(w->loop, w->reconcile_t, r, r);
-    ck_info("config.reloaded", "source=%s settle=%.3gs poll_interval=%.3gs",
+    ck_info("config.reloaded", "source=%s settle_seconds=%.3g poll_interval_seconds=%.3g",
             w->cfg.source ? w->cfg.source : "(defaults)", w->cfg.watch_settle,
             w->cfg.watch_poll_interval);
     kick(w);
@@ -924,8 +924,8 @@ static int start(struct watcher *w)
         (err = setup_ops(w)) < 0)
         return err;
     ck_info("watch.started",
-            "dir='%s' backend=%s watches=%zu polled=%zu settle=%.3gs poll_interval=%.3gs "
-            "reconcile=%.3gs pid=%ld",
+            "dir='%s' backend=%s watches=%zu polled=%zu settle_seconds=%.3g poll_interval_seconds=%.3g "
+            "reconcile_seconds=%.3g pid=%ld",
             w->o->dir, ck_fswatch_backend(w->fs), ck_fswatch_nwatches(w->fs),
             ck_fswatch_npolled(w->fs), cfg->watch_settle, cfg->watch_poll_interval,
             cfg->watch_reconcile_interval, (long)getpid());
@@ -991,9 +991,10 @@ int ck_watch_run(const struct ck_watch_opts *o, struct ck_config *cfg, int *fail
         *failed = *msg ? ck_error(err, "%s", msg) : err;
         return code;
     }
-    if (w.terminating && w.child.pid <= 0 && !w.child.started)
-        ck_info("watch.stopped", "signal: state saved, exiting");
+    bool stopped = w.terminating && w.child.pid <= 0 && !w.child.started;
     int code = w.exit_code;
-    release(&w);
+    release(&w); /* the uploads drain or are handed over here */
+    if (stopped) /* last: nothing of this watcher runs after it */
+        ck_info("watch.stopped", "by a signal: state saved, exiting");
     return code;
 }

@@ -191,7 +191,7 @@ def burst(ckptd, n):
         p.send_signal(signal.SIGTERM)
         p.wait(30)
         with open(log) as f:
-            regs = re.findall(r"checkpoint\.registered: ref='([^']+)'", f.read())
+            regs = re.findall(r"checkpoint\.registered: checkpoint='([^']+)'", f.read())
         twice = len(regs) - len(set(regs))
         print(f"burst: {n} checkpoints written in {t_written:.2f} s; all {len(names & registered(d))} "
               f"registered {t_all:.2f} s after the first; registered twice: {twice}; "

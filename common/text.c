@@ -1,5 +1,6 @@
 #include "common/text.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -23,4 +24,14 @@ void ck_text_bytes(char *out, size_t outsz, double v)
     while (v >= 1024 && i < 4)
         v /= 1024, i++;
     snprintf(out, outsz, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+const char *ck_signal_name(int sig, char *buf, size_t bufsz)
+{
+    const char *abbrev = sigabbrev_np(sig);
+    if (abbrev)
+        snprintf(buf, bufsz, "SIG%s", abbrev);
+    else
+        snprintf(buf, bufsz, "%d", sig);
+    return buf;
 }

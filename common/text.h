@@ -12,5 +12,9 @@ bool ck_text_ends_with_icase(const char *s, const char *suffix);
 
 /* A byte count for people: "512 B", "1.5 KiB", "3.2 GiB". */
 void ck_text_bytes(char *out, size_t outsz, double bytes);
+/* A signal's name as signal.h spells it ("SIGTERM"), the same in every log
+ * event (strsignal's descriptions differ: "Terminated"); the number when the
+ * signal has no name. */
+const char *ck_signal_name(int sig, char *buf, size_t bufsz);
 
 #endif

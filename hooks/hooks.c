@@ -4,6 +4,7 @@
 #include "common/fsutil.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/text.h"
 #include "common/metrics.h"
 #include "common/secret.h"
 #include "lazy/lazy.h"
@@ -495,7 +496,7 @@ static int queue_exec(struct ck_hooks *h, size_t i, const char *event_id, const 
     snprintf(name, sizeof name, "exec[%zu] %s", i, type);
     exec_key(&h->conf->execs[i], key, sizeof key);
     if (h->nqueue >= CK_HOOKS_MAX_QUEUED) {
-        ck_err("hook.exec.dropped", "hook='%s' event=%s: %d hooks already waiting", name, event_id,
+        ck_err("hook.exec.dropped", "hook='%s' id=%s: %d hooks already waiting", name, event_id,
                CK_HOOKS_MAX_QUEUED);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
         h->failures++;
@@ -535,17 +536,20 @@ static void reap(struct ck_hooks *h, size_t slot)
                ck_exec_name(x), r->seconds);
     } else if (r->exited && r->exit_code == 0) {
         ck_metrics_add(CK_M_EXEC_HOOKS_OK, 1);
-        ck_info("hook.exec.done", "hook='%s' exit=0 seconds=%.2f", ck_exec_name(x), r->seconds);
+        ck_info("hook.exec.done", "hook='%s' code=0 seconds=%.2f", ck_exec_name(x), r->seconds);
     } else {
         ck_metrics_add(CK_M_EXEC_HOOKS_FAILED, 1);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
         h->failures++;
         if (r->exited)
-            ck_err("hook.exec.failed", "hook='%s' exit=%d seconds=%.2f", ck_exec_name(x),
+            ck_err("hook.exec.failed", "hook='%s' code=%d seconds=%.2f", ck_exec_name(x),
                    r->exit_code, r->seconds);
         else
-            ck_err("hook.exec.failed", "hook='%s' signal=%d seconds=%.2f", ck_exec_name(x),
-                   r->signal, r->seconds);
+        {
+            char sig[32];
+            ck_err("hook.exec.failed", "hook='%s' signal=%s seconds=%.2f", ck_exec_name(x),
+                   ck_signal_name(r->signal, sig, sizeof sig), r->seconds);
+        }
     }
     ck_exec_free(x);
     h->running[slot] = NULL;
@@ -641,7 +645,7 @@ static int event_env_lines(const struct ck_event *ev, struct ck_buf *out)
     int err = ck_event_env(ev, &env, &n);
     for (size_t i = 0; err == 0 && i < n; i++) {
         if (strchr(env[i], '\n')) {
-            ck_warn("hook.exec.env", "event=%s: %.*s holds a newline: not passed", ev->id,
+            ck_warn("hook.exec.env", "id=%s: %.*s holds a newline: not passed", ev->id,
                     (int)strcspn(env[i], "="), env[i]);
             continue;
         }
@@ -693,13 +697,13 @@ static int recover_one(const struct ck_outbox_exec *r, void *arg)
         if (strcmp(key, r->hook) != 0)
             continue;
         ck_warn("hook.exec.recovered",
-                "hook='exec[%zu] %s' event=%s: an earlier run was interrupted; running it again",
+                "hook='exec[%zu] %s' id=%s: an earlier run was interrupted; running it again",
                 i, r->type, r->event_id);
         c->rerun++;
         return (c->err = queue_exec(c->h, i, r->event_id, r->type, r->payload, r->env)) < 0 ? -1
                                                                                           : 0;
     }
-    ck_warn("hook.exec.dropped", "hook=%s event=%s: interrupted, and the config has no such exec "
+    ck_warn("hook.exec.dropped", "hook=%s id=%s: interrupted, and the config has no such exec "
             "hook any more", r->hook, r->event_id);
     ck_buf_append(&c->gone, r->event_id, strlen(r->event_id) + 1);
     ck_buf_append(&c->gone, r->hook, strlen(r->hook) + 1);
@@ -851,7 +855,7 @@ static int attempt(struct ck_hooks *h, sqlite3 *db, struct webhook *w,
     if (rc == 0) {
         ck_metrics_add(CK_M_WEBHOOK_DELIVERED, 1);
         ck_info("webhook.delivered",
-                "hook=%s url=%s event=%s id=%s status=%ld attempt=%d "
+                "hook=%s url=%s type=%s id=%s http_status=%ld attempt=%d "
                 "seconds=%.3f",
                 w->key, w->shown, it->type, it->event_id, r.status, it->attempts + 1, r.seconds);
         if ((err = ck_outbox_mark_delivered(db, it->event_id, w->key, r.status, now)) < 0 ||
@@ -874,14 +878,14 @@ static int attempt(struct ck_hooks *h, sqlite3 *db, struct webhook *w,
         (err = ck_outbox_receiver_update(db, w->key, false, why, h->failing_after, now,
                                          &transition)) < 0)
         return err;
-    ck_warn("webhook.attempt_failed", "hook=%s url=%s event=%s id=%s attempt=%d: %s", w->key,
+    ck_warn("webhook.attempt_failed", "hook=%s url=%s type=%s id=%s attempt=%d: %s", w->key,
             w->shown, it->type, it->event_id, it->attempts + 1, why);
     if (gave_up) {
         ck_metrics_add(CK_M_WEBHOOK_GAVE_UP, 1);
         ck_metrics_add(CK_M_FAILURES_HOOK, 1);
         h->failures++;
         ck_err("webhook.gave_up",
-               "hook=%s url=%s event=%s id=%s after %d attempts "
+               "hook=%s url=%s type=%s id=%s after %d attempts "
                "('ckptd hooks replay %s' resends it)",
                w->key, w->shown, it->type, it->event_id, it->attempts + 1, it->event_id);
     }
@@ -920,7 +924,7 @@ static int deliver_due(struct ck_hooks *h, sqlite3 *db, int64_t deadline_ms, siz
                 err = ck_outbox_mark_failed(db, items[i].event_id, items[i].hook, 0,
                                             "no such webhook in the config",
                                             &(struct ck_backoff){NULL, 0}, 0, now, &gave_up);
-                ck_warn("webhook.orphaned", "event=%s hook=%s is not in the config any more",
+                ck_warn("webhook.orphaned", "id=%s hook=%s is not in the config any more",
                         items[i].event_id, items[i].hook);
                 progress = true;
             } else if (failed_now[w - h->hooks]) {

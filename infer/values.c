@@ -135,7 +135,7 @@ static int convert(struct ck_infer *e, const struct ck_tensor *t, struct ck_valu
     for (uint64_t i = 0; i < n; i++)
         bad += !isfinite(v->data[i]);
     if (bad)
-        ck_warn("infer.weight_not_finite", "weight=%s count=%llu", t->name,
+        ck_warn("infer.weight_not_finite", "weight='%s' count=%llu", t->name,
                 (unsigned long long)bad);
     return 0;
 }

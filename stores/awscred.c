@@ -741,7 +741,7 @@ static int sso_refresh(struct ck_awscred *c, const char *what, const char *cache
     }
     snprintf(tok, toksz, "%s", ntok);
     *until = t;
-    ck_info("s3.credentials.sso_token_refreshed", "profile=%s expires_in=%llds", c->profile, in);
+    ck_info("s3.credentials.sso_token_refreshed", "profile=%s expires_in_seconds=%lld", c->profile, in);
 out:
     explicit_bzero(cid, sizeof cid);
     explicit_bzero(csec, sizeof csec);
@@ -781,7 +781,7 @@ static int fetch_sso(struct ck_awscred *c, struct ck_awskeys *k, long long *expi
         /* a failed refresh leaves a token that is still valid in use */
         int rerr = sso_refresh(c, what, ck_buf_str(&cache), tok, sizeof tok, &until);
         if (rerr < 0 && rerr != CK_ENOENT && until > now_s()) {
-            ck_warn("s3.credentials.sso_refresh_failed", "profile=%s expires_in=%llds error=\"%s\"",
+            ck_warn("s3.credentials.sso_refresh_failed", "profile=%s expires_in_seconds=%lld error=\"%s\"",
                     c->profile, until - now_s(), ck_error_msg());
             ck_error_clear();
         }
@@ -1394,7 +1394,7 @@ int ck_awscred_open(struct ck_awscred **out, const char *explicit_ref,
     }
     /* debug: the watcher opens its stores every round (ckptd upload -v shows it) */
     if (c->expiry)
-        ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\" expires_in=%llds", label,
+        ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\" expires_in_seconds=%lld", label,
                  src_names[c->kind], c->where, c->expiry - now_s());
     else
         ck_debug("s3.credentials", "store=\"%s\" source=%s from=\"%s\"", label, src_names[c->kind],
@@ -1429,7 +1429,7 @@ static int renew(struct ck_awscred *c, const char *reason)
         c->keys = nk;
         c->expiry = exp;
         c->fetched = now_s();
-        ck_info("s3.credentials.refresh", "source=%s reason=%s expires_in=%llds",
+        ck_info("s3.credentials.refresh", "source=%s reason=%s expires_in_seconds=%lld",
                 src_names[c->kind], reason, exp ? exp - c->fetched : 0);
     }
     ck_awskeys_wipe(&nk);
@@ -1449,7 +1449,7 @@ int ck_awscred_get(struct ck_awscred *c, struct ck_awskeys *k)
             c->retry_at = now + 10;
             if (now < c->expiry) {
                 ck_warn("s3.credentials.refresh_failed",
-                        "source=%s expires_in=%llds error=\"%s\" (keeping the current keys)",
+                        "source=%s expires_in_seconds=%lld error=\"%s\" (keeping the current keys)",
                         src_names[c->kind], c->expiry - now, ck_error_msg());
                 ck_error_clear();
                 err = 0;

@@ -225,7 +225,7 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
         ck_resp_release(&resp);
         if (err < 0 && (status == 405 || status == 501 || status == 400)) {
             ck_warn("upload.no_move",
-                    "key=\"%s\" status=%ld: the server has no MOVE, putting "
+                    "key=\"%s\" http_status=%ld: the server has no MOVE, putting "
                     "to the final name",
                     x->key, status);
             static const long gone[] = {404, 0};

@@ -493,7 +493,7 @@ int ck_net_request(struct ck_net *n, CURL *h, struct ck_req *r, struct ck_resp *
         /* an attempt that will be retried is news, not a problem: the warning
          * is the caller's once the retries are spent (one per store when
          * nobody answers, see stores/uploader.c) */
-        ck_info("upload.retry", "what=\"%s\" error=\"%s\" attempt=%d delay=%.1fs", what, detail,
+        ck_info("upload.retry", "what=\"%s\" error=\"%s\" attempt=%d delay_seconds=%.1f", what, detail,
                 attempt + 1, d);
         long long until = ck_mono_ms() + (long long)(d * 1000);
         while (ck_mono_ms() < until) {

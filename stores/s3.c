@@ -209,7 +209,7 @@ static int s3_request(struct s3 *s, CURL *h, struct ck_req *r, struct ck_resp *r
         /* S3 answers ExpiredToken with 400, a revoked temporary key with 403 */
         if (err < 0 && round == 0 && ck_awscred_is_expired_code(resp->code) &&
             ck_awscred_refresh_now(s->cred, &c->keys)) {
-            ck_warn("s3.credentials.expired", "what=\"%s\" code=%s: sending again with new keys",
+            ck_warn("s3.credentials.expired", "what=\"%s\" error_code=%s: sending again with new keys",
                     r->what ? r->what : "request", resp->code);
             ck_error_clear();
             continue;

@@ -168,7 +168,7 @@ static void log_unused(const struct mldef_writer *w, const struct ck_model *m)
         if (used)
             continue;
         unused++;
-        ck_debug("pack.skip", "archive=%s tensor=%s reason=\"used by no layer\"", w->path, name);
+        ck_debug("pack.skip", "archive=%s tensor='%s' reason=\"used by no layer\"", w->path, name);
         if (os.is_state && os.is_state[i]) {
             optimizer++;
         } else if (other++ < 3) {
@@ -493,7 +493,7 @@ static int df_fill(struct datafile *f)
                 ck_tensor_set_drop_pages(f->set, t->data, t->nbytes);
             if (t->dtype != f->kind)
                 ck_info("pack.convert",
-                        "tensor=%s from=%s to=%s inexact=%llu nonfinite=%llu imag_dropped=%llu",
+                        "tensor='%s' from=%s to=%s inexact=%llu nonfinite=%llu imag_dropped=%llu",
                         t->name, ck_dtype_name(t->dtype), ck_dtype_name(f->kind),
                         (unsigned long long)rep->inexact, (unsigned long long)rep->nonfinite,
                         (unsigned long long)rep->imag_dropped);

@@ -146,7 +146,7 @@ int ck_sdrecord_add(const char *spec, const struct ck_tensor *in, size_t nin,
     ck_buf_release(&txt);
     if ((err = ck_zipapp_commit(&z)) < 0) /* releases z, restores the old archive on failure */
         return err;
-    ck_info("samediff.test_recorded", "archive='%s' tag='%s' set=%s inputs=%zu outputs=%zu", file,
+    ck_info("samediff.test_recorded", "archive='%s' tag='%s' set='%s' inputs=%zu outputs=%zu", file,
             res->tag, res->set, nin, nout);
     return 0;
 fail:

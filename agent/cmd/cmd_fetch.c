@@ -71,7 +71,7 @@ int ck_cmd_fetch(int argc, char **argv)
     size_t n = 0;
     if ((err = ck_state_open(&st, dir)) == 0 &&
         (err = ck_retention_fetch(&st, dir, &cfg, ref, fl.out, &n)) == 0)
-        ck_info("fetch.done", "ref='%s' files=%zu dest=\"%s\"", ref, n, fl.out);
+        ck_info("fetch.done", "checkpoint='%s' files=%zu dest=\"%s\"", ref, n, fl.out);
     ck_state_close(&st);
     ck_config_release(&cfg);
     return err < 0 ? ck_cli_fail("fetch", err) : CK_EXIT_OK;

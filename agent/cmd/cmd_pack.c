@@ -133,7 +133,7 @@ static int pack_one(const struct ck_config *cfg, const struct pack_flags *fl, co
     if (r.samediff.tag[0])
         printf("%s: tag %s: %zu parameters written, %zu shared with earlier tags\n", out,
                r.samediff.tag, r.samediff.params, r.samediff.shared);
-    ck_info("archive.packed", "path=\"%s\" format=%s size=%llu layers=%zu%s", out, format,
+    ck_info("archive.packed", "path=\"%s\" format=%s bytes=%llu layers=%zu%s", out, format,
             (unsigned long long)r.size, r.nlayers, o.w.sign_key ? " signed=yes" : "");
     return CK_EXIT_OK;
 }

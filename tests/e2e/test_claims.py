@@ -789,11 +789,11 @@ class KeyTable(TmpDirCase):
 
     def probe_watch__watch_poll_interval(self, d):
         self.watch(d, "watch:\n  poll_interval: 3s\n",
-                   lambda log, w: self.assertIn("poll_interval=3s", log))
+                   lambda log, w: self.assertIn("poll_interval_seconds=3 ", log))
 
     def probe_watch__watch_settle(self, d):
         self.watch(d, "watch:\n  settle: 1.5s\n",
-                   lambda log, w: self.assertIn("settle=1.5s", log))
+                   lambda log, w: self.assertIn("settle_seconds=1.5 ", log))
 
     def probe_watch__listen(self, d):
         import socket

@@ -354,7 +354,7 @@ hooks:
         self.assertEqual(body["data"]["checkpoint"]["epoch"], 2)
         self.assertFalse(os.path.exists(out + ".never"))  # another event's hook
         self.assertRegex(p.stderr, r"hook\.exec\.output: hook='exec\[1\] [^']*' \| about to fail")
-        self.assertRegex(p.stderr, r"hook\.exec\.failed: hook='exec\[1\] [^']*' exit=3")
+        self.assertRegex(p.stderr, r"hook\.exec\.failed: hook='exec\[1\] [^']*' code=3")
         self.assertIn("hook.exec.timeout", p.stderr)
         with open(pidf) as f:
             pid = int(f.read())

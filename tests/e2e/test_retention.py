@@ -165,7 +165,7 @@ class Retention(TmpDirCase):
         write_old(os.path.join(self.train, "ckpts", "epoch_6.pt"), data)
         self.sums["epoch_6.pt"] = hashlib.md5(data).hexdigest()
         p = self.scan(env=env)
-        self.assertIn("checkpoint.deleted: ref='epoch_4.pt'", p.stderr)
+        self.assertIn("checkpoint.deleted: checkpoint='epoch_4.pt'", p.stderr)
         self.assertEqual(self.local_tree(), {"epoch_5.pt", "epoch_6.pt"})
         # what this pass sent before its deletions: all six, epoch_6 included
         self.assertEqual(self.remote_tree(fetch_store()), set(self.sums))
@@ -381,14 +381,14 @@ class Retention(TmpDirCase):
         p = self.scan()
         # epoch_2's archives are all there: it goes; epoch_1's .mldef is not: it stays
         self.assertEqual(p.stderr.count("checkpoint.deleted:"), 1, p.stderr)
-        self.assertIn("checkpoint.deleted: ref='epoch_2.safetensors'", p.stderr)
-        self.assertRegex(p.stderr, r"retention\.copy_missing: ref='epoch_1\.safetensors' .*key=\"%s\""
+        self.assertIn("checkpoint.deleted: checkpoint='epoch_2.safetensors'", p.stderr)
+        self.assertRegex(p.stderr, r"retention\.copy_missing: checkpoint='epoch_1\.safetensors' .*key=\"%s\""
                          % mldef1)
         self.assertEqual(self.on_disk()[0], {"epoch_1.safetensors", "epoch_3.safetensors"})
         self.assertEqual(self.local_tree(), {"epoch_1.safetensors", "epoch_3.safetensors"})
         # the next pass sends it again, checks it, deletes epoch_1
         p = self.scan()
-        self.assertIn("checkpoint.deleted: ref='epoch_1.safetensors'", p.stderr)
+        self.assertIn("checkpoint.deleted: checkpoint='epoch_1.safetensors'", p.stderr)
         for key in (mldef1, sd):
             self.assertEqual(md5_file(os.path.join(store, key)),
                              md5_file(os.path.join(self.train, key)))
@@ -406,7 +406,7 @@ class Retention(TmpDirCase):
             f.write(bytes([b[0] ^ 0xFF]))
         p = self.scan(rc=None)
         self.assertNotIn("checkpoint.deleted", p.stderr)
-        self.assertRegex(p.stderr, r"retention\.copy_missing: ref='epoch_3\.safetensors' .*key=\"%s\""
+        self.assertRegex(p.stderr, r"retention\.copy_missing: checkpoint='epoch_3\.safetensors' .*key=\"%s\""
                          % sd)
         self.assertIn("epoch_3.safetensors", self.on_disk()[0])
         self.scan(rc=None)
@@ -457,7 +457,7 @@ class Retention(TmpDirCase):
         self.assertEqual(p.stderr.count("checkpoint.deleted:"), 5, p.stderr)
         self.assertEqual(p.stderr.count("checkpoint.pruned:"), 3, p.stderr)
         for e in (1, 2, 3):
-            self.assertIn(f"checkpoint.pruned: ref='epoch_{e}.pt'", p.stderr)
+            self.assertIn(f"checkpoint.pruned: checkpoint='epoch_{e}.pt'", p.stderr)
             self.assertFalse(stored(f"data/checkpoints/epoch_{e}.pt"), e)
         for e in (4, 5, 6):
             self.assertTrue(stored(f"data/checkpoints/epoch_{e}.pt"), e)
@@ -484,8 +484,8 @@ class Retention(TmpDirCase):
         write_old(os.path.join(self.train, "ckpts", "epoch_7.pt"), data)
         self.sums["epoch_7.pt"] = hashlib.md5(data).hexdigest()
         p = self.scan(env=env)
-        self.assertIn("checkpoint.pruned: ref='epoch_4.pt'", p.stderr)
-        self.assertIn("checkpoint.deleted: ref='epoch_6.pt'", p.stderr)
+        self.assertIn("checkpoint.pruned: checkpoint='epoch_4.pt'", p.stderr)
+        self.assertIn("checkpoint.deleted: checkpoint='epoch_6.pt'", p.stderr)
         got = fetch_store()
         meta = pmf_validate.validate_tree(got)
         self.assertEqual(set(meta["model"]["training"]["checkpoints"]),
@@ -713,8 +713,8 @@ wait(pruned, "the store pruned to epoch_3 and epoch_4")
             t.join()
         self.assertEqual(rc, 0, log[-5000:])
         self.assertEqual(bad, [], log[-3000:])
-        self.assertIn("checkpoint.pruned: ref='epoch_1.pt'", log)
-        self.assertIn("checkpoint.pruned: ref='epoch_2.pt'", log)
+        self.assertIn("checkpoint.pruned: checkpoint='epoch_1.pt'", log)
+        self.assertIn("checkpoint.pruned: checkpoint='epoch_2.pt'", log)
         meta = pmf_validate.validate_tree(store)
         self.assertEqual(set(meta["model"]["training"]["checkpoints"]), {"epoch_3.pt", "epoch_4.pt"})
         self.assertEqual(self.local_tree(), {"epoch_4.pt"})
@@ -788,10 +788,10 @@ wait(lambda: not os.path.exists(os.path.join(ck, "epoch_1.pt")), "epoch_1 delete
 """
         rc, log = self.run_watch(trainer)
         self.assertEqual(rc, 0, log[-5000:])
-        i_missing = log.index("retention.copy_missing: ref='epoch_1.pt'")
+        i_missing = log.index("retention.copy_missing: checkpoint='epoch_1.pt'")
         self.assertIn("queued to be sent again", log[i_missing:i_missing + 400])
         i_sent = log.index('key="data/checkpoints/epoch_1.pt"', i_missing)
-        i_deleted = log.index("checkpoint.deleted: ref='epoch_1.pt'")
+        i_deleted = log.index("checkpoint.deleted: checkpoint='epoch_1.pt'")
         self.assertLess(i_sent, i_deleted)
         self.assertEqual(self.local_tree(), {"epoch_2.pt", "epoch_3.pt"})
         self.assertEqual(self.remote_tree(store), set(self.sums))
@@ -826,7 +826,7 @@ wait(lambda: not os.path.exists(os.path.join(ck, "epoch_1.pt")), "epoch_1 delete
         p = run("scan", "--dry-run", self.train, check=0)
         self.assertIn("would delete 3 checkpoint(s)", p.stdout)
         for e in (1, 2, 3):
-            self.assertIn(f"retention.would_delete: ref='epoch_{e}.pt'", p.stderr)
+            self.assertIn(f"retention.would_delete: checkpoint='epoch_{e}.pt'", p.stderr)
         self.assertEqual(len(self.on_disk()[0]), 4)
         self.assertEqual(self.local_tree(), set(self.sums))
 
@@ -1137,7 +1137,7 @@ wait(lambda: not os.path.exists(os.path.join(ck, "epoch_1.pt")), "epoch_1 delete
         self.assertNotIn("watch.retention_not_run", text)
         with open(out) as f:
             self.assertEqual(f.read(), "held_kept=1\n", text[-5000:])
-        self.assertRegex(text, r"retention\.held.*ref='epoch_1\.pt': a process has it open")
+        self.assertRegex(text, r"retention\.held.*checkpoint='epoch_1\.pt': a process has it open")
         self.assertEqual(text.count("checkpoint.deleted:"), 3, text[-5000:])
         src_left, tree = self.on_disk()
         self.assertEqual(src_left, {"epoch_4.pt", "epoch_5.pt"})
@@ -1253,7 +1253,7 @@ wait(lambda: not os.path.exists(os.path.join(ck, "epoch_1.pt")), "epoch_1 delete
         last = datetime.datetime.fromisoformat(stamps[-1][0].replace("Z", "+00:00")).timestamp()
         # the retention stage runs from the round's summary to the last deletion
         ret_start = whole - (last - at("upload.summary"))
-        ret_len = at("checkpoint.deleted: ref='epoch_3.pt'") - at("upload.summary") + 0.02
+        ret_len = at("checkpoint.deleted: checkpoint='epoch_3.pt'") - at("upload.summary") + 0.02
         mid = 0  # rounds killed with a deletion recorded but not finished
         for rnd in range(KILL_ROUNDS):
             self.kill_setup(store)

@@ -37,7 +37,7 @@ def epochs(meta):
 
 def registered_line(stderr, ref):
     for line in stderr.splitlines():
-        if "checkpoint.registered" in line and f"ref='{ref}'" in line:
+        if "checkpoint.registered" in line and f"checkpoint='{ref}'" in line:
             return line
     raise AssertionError(f"no checkpoint.registered line for {ref!r} in:\n{stderr}")
 
@@ -102,7 +102,7 @@ class Names(Base):
         tl.lightning_save(tl.lightning_dict(lit, opt, sched, 4, 250),
                           os.path.join(ckdir, "last.ckpt"))
         p = self.scan(self.dir)
-        self.assertIn("checkpoint.epoch_changed: ref='last.ckpt': epoch 2 -> 4", p.stderr)
+        self.assertIn("checkpoint.epoch_changed: checkpoint='last.ckpt': epoch 2 -> 4", p.stderr)
         meta = validate_tree(self.dir)
         self.assertEqual(epochs(meta)["last.ckpt"], 4)
         self.assertEqual(meta["model"]["training"]["latest_epoch"], 4)
@@ -122,7 +122,7 @@ class Names(Base):
         line = registered_line(p.stderr, "epoch=7-step=999.ckpt")
         self.assertIn(" epoch=4 ", line)
         self.assertIn(" step=250 from=lightning name_epoch=7 name_step=999", line)
-        self.assertIn("checkpoint.name_differs: ref='epoch=7-step=999.ckpt'", p.stderr)
+        self.assertIn("checkpoint.name_differs: checkpoint='epoch=7-step=999.ckpt'", p.stderr)
         self.assertIn(" step=10 from=name", registered_line(p.stderr, "epoch=5-step=10.ckpt"))
         # last.ckpt that records no epoch: not registered, said by name, exit 1
         other = self.path("other")
@@ -243,7 +243,7 @@ class Names(Base):
         self.assertEqual(epochs(validate_tree(self.dir)), {"ep3-7.pt": 3})
         lines = [x for x in p.stderr.splitlines() if "checkpoint.name_ambiguous" in x]
         self.assertEqual(len(lines), 1, p.stderr)
-        self.assertIn("ref='ep3-7.pt': read as epoch 3 (pattern 'ep{epoch}-*.pt'), "
+        self.assertIn("checkpoint='ep3-7.pt': read as epoch 3 (pattern 'ep{epoch}-*.pt'), "
                       "not as epoch 7 (pattern '*-{epoch}.pt')", lines[0])
         p = self.scan(self.dir)
         self.assertNotIn("name_ambiguous", p.stderr)

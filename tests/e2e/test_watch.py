@@ -234,7 +234,7 @@ class WatchCase(TmpDirCase):
         self.wait_refs(names, timeout=90)
         self.assert_files(names)
         # none twice: the log registered each exactly once
-        regs = re.findall(r"checkpoint\.registered: ref='([^']+)'", self.w.text())
+        regs = re.findall(r"checkpoint\.registered: checkpoint='([^']+)'", self.w.text())
         self.assertEqual(sorted(regs), sorted(names))
 
     def test_file_still_open_for_writing_waits(self):
@@ -377,7 +377,7 @@ class WatchCase(TmpDirCase):
         self.wait_refs(names)
         t = self.assert_files(names)
         self.assertEqual(t["status"], "running")
-        regs = re.findall(r"checkpoint\.registered: ref='([^']+)'", self.w.text())
+        regs = re.findall(r"checkpoint\.registered: checkpoint='([^']+)'", self.w.text())
         self.assertEqual(sorted(regs), sorted(names))  # both runs: each exactly once
 
     def test_sighup_reload_good_and_bad(self):
@@ -481,7 +481,7 @@ class WatchCase(TmpDirCase):
         names = [f"epoch_{e}.safetensors" for e in range(1, 5)]
         self.wait_refs(names)
         self.assert_files(names)
-        self.assertEqual(re.findall(r"checkpoint\.registered: ref='([^']+)'", self.w.text()),
+        self.assertEqual(re.findall(r"checkpoint\.registered: checkpoint='([^']+)'", self.w.text()),
                          ["epoch_3.safetensors", "epoch_4.safetensors"])
 
 
