@@ -315,6 +315,13 @@ int ck_uploader_enqueue_pmf(sqlite3 *db, const struct ck_store_spec *stores, siz
     bool has_meta = meta_before_listing(root, meta, sizeof meta, &mst);
     if ((err = pmf_files(root, with_deploy, &files)) < 0)
         goto out;
+#ifndef NDEBUG
+    /* Debug builds only (the tests'): a listing that takes long, so that a
+     * pass writes a newer metadata.yaml meanwhile (no release binary has this) */
+    const char *fault = getenv("CKPTD_TEST_FAULT");
+    if (fault && !strcmp(fault, "slow-listing"))
+        usleep(700000);
+#endif
     err = enqueue(db, stores, nstores, root, (const char *const *)files.items, files.n,
                   CK_JOB_BUNDLE_PMF, has_meta ? &mst : NULL, queued);
 out:

@@ -719,6 +719,61 @@ wait(pruned, "the store pruned to epoch_3 and epoch_4")
         self.assertEqual(set(meta["model"]["training"]["checkpoints"]), {"epoch_3.pt", "epoch_4.pt"})
         self.assertEqual(self.local_tree(), {"epoch_4.pt"})
 
+    def test_watch_metadata_never_ahead_of_its_data(self):
+        """Uploads beside a trainer, with the round's listing of data/ made
+        slow (CKPTD_TEST_FAULT, debug builds) so that passes write a newer
+        metadata.yaml meanwhile: the store's metadata.yaml never names a
+        checkpoint the store does not hold (a watchdog validates the store's
+        tree all along)."""
+        import threading
+        store = os.path.join(self.dir, "store")
+        os.makedirs(self.train, exist_ok=True)
+        with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
+            f.write(f"upload:\n  stores:\n    - url: file://{store}\n")
+        trainer = self.TRAINER_HEAD + """
+store = sys.argv[2]
+for e in range(1, 6):
+    path = os.path.join(ck, "epoch_%d.pt" % e)
+    with open(path + ".tmp", "wb") as f:
+        f.write(os.urandom(50000 + e))
+    os.rename(path + ".tmp", path)
+    time.sleep(0.25)
+def sent():
+    try:
+        return len(os.listdir(os.path.join(store, "data", "checkpoints"))) == 5
+    except OSError:
+        return False
+wait(sent, "every checkpoint in the store")
+"""
+        bad, stop = [], threading.Event()
+
+        def watchdog():
+            meta = os.path.join(store, "metadata.yaml")
+            while not stop.is_set():
+                try:
+                    before = os.stat(meta)
+                    pmf_validate.validate_tree(store)
+                except pmf_validate.Invalid as e:
+                    after = os.stat(meta)
+                    if ((before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+                            and "checkpoint" in str(e) and "Missing key" not in str(e)):
+                        bad.append(str(e))
+                except (OSError, KeyError, TypeError):
+                    pass  # not uploaded yet
+                time.sleep(0.005)
+
+        t = threading.Thread(target=watchdog)
+        t.start()
+        try:
+            rc, log = self.run_watch(trainer, store, env={"CKPTD_TEST_FAULT": "slow-listing"})
+        finally:
+            stop.set()
+            t.join()
+        self.assertEqual(rc, 0, log[-5000:])
+        self.assertEqual(bad, [], log[-3000:])
+        meta = pmf_validate.validate_tree(store)
+        self.assertEqual(len(meta["model"]["training"]["checkpoints"]), 5)
+
     def test_watch_min_free_tmpfs(self):
         """min_free in the sidecar: with no upload to start a round, the
         retention.interval timer sees the disk below min_free (a log file the
