@@ -28,7 +28,8 @@ static const char head[] =
     "for signal N). Without one, 'ckptd status DIR --finished|--failed' or a\n"
     "training.finished_marker/failed_marker file ends the training and the watcher.\n"
     "A DIR that does not exist yet is waited for (the trainer makes it), or made\n"
-    "with --create.\n"
+    "with --create; with a COMMAND it is made (the command starts only once DIR\n"
+    "exists: waiting for the command to make it would never end).\n"
     "\n";
 static const char tail[] =
     "\n"
@@ -58,7 +59,7 @@ static const struct ck_opt options[] = {
      "check the config and DIR/metadata.yaml, then exit"},
     {"create", 0, CK_OPT_SET, NULL, NULL, O(create), 0, NULL,
      "make DIR (and the folders above it) when it does not exist;\nwithout it, "
-     "a missing DIR is waited for"},
+     "a missing DIR is waited for (made anyway with a COMMAND)"},
     {NULL, 0, 0, NULL, NULL, 0, 0, NULL, NULL},
 };
 
@@ -105,10 +106,15 @@ int ck_cmd_watch(int argc, char **argv)
         bool stopped = false;
         int e;
         ck_cli_setup_logging(&cli, CK_LOG_TEXT, CK_LOG_INFO);
-        if (fl.create)
+        /* with a command, ours to start: made, since the command may be
+         * what would make it */
+        if (fl.create || wo.command) {
             e = ck_mkdirs(wo.dir, 0755);
-        else
+            if (e == 0)
+                ck_info("watch.dir_created", "dir='%s': it did not exist", wo.dir);
+        } else {
             e = ck_dir_wait(wo.dir, &stopped);
+        }
         if (e < 0)
             return ck_cli_fail("watch", e);
         if (stopped)

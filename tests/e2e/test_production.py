@@ -12,6 +12,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
 from webhook_receiver import Receiver  # noqa: E402
+from pmf_validate import validate_tree  # noqa: E402
 
 SECRET = "whsec_" + base64.b64encode(os.urandom(32)).decode()
 ENV = {"CK_WH": SECRET}
@@ -430,6 +431,21 @@ class StartBeforeTheTrainer(TmpDirCase):
         self.assertTrue(os.path.isdir(tree))
         p.send_signal(signal.SIGTERM)
         self.assertEqual(p.wait(timeout=60), 0, text())
+
+    def test_a_command_that_makes_the_folder_is_started(self):
+        """`ckptd watch runs/exp1 -- python train.py` where train.py makes
+        runs/exp1: the folder is made (waiting for the command to make it
+        would never end: the command starts once DIR exists) and the
+        command's checkpoint is registered."""
+        tree = os.path.join(self.dir, "runs", "exp1")
+        p = run("watch", "--settle", "0", tree, "--", "/bin/sh", "-c",
+                f"mkdir -p {tree} && head -c 1000 /dev/urandom > {tree}/epoch_1.pt",
+                timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("watch.dir_created", p.stderr)
+        meta = validate_tree(tree)["model"]["training"]
+        self.assertEqual(meta["status"], "finished")
+        self.assertEqual(list(meta["checkpoints"]), ["epoch_1.pt"])
 
     def test_a_file_in_its_place_is_an_error(self):
         path = os.path.join(self.dir, "afile")
