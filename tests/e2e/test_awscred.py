@@ -23,7 +23,7 @@ import unittest
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 from awsmock import CredServer, Issuer  # noqa: E402
 from ckptd_test import TmpDirCase, run  # noqa: E402
-from servers import FlakyProxy, S3Server, free_port, need  # noqa: E402
+from servers import FlakyProxy, RgwServer, S3Server, free_port, need  # noqa: E402
 
 MiB = 1 << 20
 AWS_VARS = ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
@@ -61,10 +61,14 @@ def sha256(path):
 
 
 class AwsCred(TmpDirCase):
+    def server(self):
+        """The S3 server behind the gate: s3rver here, Ceph RGW in AwsCredRgw."""
+        return S3Server(self.dir)
+
     def setUp(self):
         super().setUp()
         need("aws", "checking S3 uploads needs awscli")
-        self.s3 = S3Server(self.dir)
+        self.s3 = self.server()
         self.addCleanup(self.s3.stop)
         self.issuer = Issuer(self.s3.key_id, self.s3.secret)
         self.gate = FlakyProxy(self.s3.port, [], gate=self.issuer.gate)
@@ -87,7 +91,7 @@ class AwsCred(TmpDirCase):
         if endpoint:
             args += ["--endpoint", self.gate.url]
         key = f"run{self.n}"
-        p = run(*args, *extra, path or self.src, f"s3://ckpt/{key}/", env=e, check=check,
+        p = run(*args, *extra, path or self.src, f"s3://{self.s3.bucket}/{key}/", env=e, check=check,
                 timeout=timeout)
         for secret in [self.s3.secret, BOGUS_SECRET, *self.issuer.tokens, *self.creds.sso_tokens]:
             self.assertNotIn(secret, p.stdout + p.stderr, "a secret in ckptd's output")
@@ -736,6 +740,17 @@ print(json.dumps(d, indent=2))
         self.assertTrue(any("partNumber=" in path for _, path in self.issuer.refused))
         self.assertEqual(self.creds.kinds().count("sts"), 2)
         self.assertIn("reason=rejected", p.stderr)
+
+
+class AwsCredRgw(AwsCred):
+    """The sources that hand out long-lived keys (environment, the shared
+    files, profiles, credential_process), each signing real requests to Ceph's
+    RADOS Gateway (CMakeLists.txt lists them). The sources of session tokens
+    stay on s3rver: the gate in front of it checks their tokens, RGW has no
+    STS of its own here."""
+
+    def server(self):
+        return RgwServer(self.dir)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 from ckptd_test import CKPTD, TmpDirCase, md5_file, run, write_old  # noqa: E402
-from servers import Nginx, S3Server, Sshd, need  # noqa: E402
+from servers import Nginx, RgwServer, S3Server, Sshd, need  # noqa: E402
 
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import pmf_validate  # noqa: E402
@@ -72,6 +72,10 @@ KILL_ROUNDS = int(os.environ.get("CK_RETENTION_KILL_ROUNDS", "30"))
 
 
 class Retention(TmpDirCase):
+    def s3_server(self):
+        """The S3 server of the S3 cases: s3rver here, Ceph RGW in RetentionRgw."""
+        return S3Server(self.dir)
+
     def setUp(self):
         super().setUp()
         self.train = os.path.join(self.dir, "train")
@@ -179,15 +183,15 @@ class Retention(TmpDirCase):
 
     def test_keep_last_s3(self):
         need("aws", "checking S3 needs awscli")
-        with S3Server(self.dir) as s3:
+        with self.s3_server() as s3:
             got = os.path.join(self.dir, "got")
 
             def fetch():
                 shutil.rmtree(got, ignore_errors=True)
-                s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+                s3.aws("s3", "cp", "--recursive", "--no-progress", f"s3://{s3.bucket}/r1", got)
                 return got
 
-            self.check_keep_last(fetch, [{"url": "s3://ckpt/r1", "endpoint": s3.endpoint,
+            self.check_keep_last(fetch, [{"url": f"s3://{s3.bucket}/r1", "endpoint": s3.endpoint,
                                           "credentials": "env"}], env=s3.env())
 
     def test_keep_last_webdav(self):
@@ -257,21 +261,21 @@ class Retention(TmpDirCase):
         """A store that lost an object after its upload: the check finds it,
         the checkpoint stays and is sent again; the pass after deletes it."""
         need("aws", "checking S3 needs awscli")
-        with S3Server(self.dir) as s3:
+        with self.s3_server() as s3:
             self.write_ckpts(3)
-            stores = [{"url": "s3://ckpt/r1", "endpoint": s3.endpoint, "credentials": "env"}]
+            stores = [{"url": f"s3://{s3.bucket}/r1", "endpoint": s3.endpoint, "credentials": "env"}]
             self.config(stores, {})
             with open(os.path.join(self.train, "ckptd.yaml")) as f:
                 noret = f.read().split("retention:")[0]
             with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
                 f.write(noret)
             self.scan(env=s3.env())
-            s3.aws("s3", "rm", "s3://ckpt/r1/data/checkpoints/epoch_1.pt")
+            s3.aws("s3", "rm", f"s3://{s3.bucket}/r1/data/checkpoints/epoch_1.pt")
             # a damaged one too: same size, other bytes (no MD5 check would see it by size)
             damaged = os.path.join(self.dir, "damaged")
             with open(damaged, "wb") as f:
                 f.write(os.urandom(60002))
-            s3.aws("s3", "cp", "--no-progress", damaged, "s3://ckpt/r1/data/checkpoints/epoch_2.pt")
+            s3.aws("s3", "cp", "--no-progress", damaged, f"s3://{s3.bucket}/r1/data/checkpoints/epoch_2.pt")
             self.config(stores, {"keep_last": 1})
             p = self.scan(env=s3.env())
             self.assertNotIn("checkpoint.deleted", p.stderr)
@@ -283,7 +287,7 @@ class Retention(TmpDirCase):
             self.assertEqual(p.stderr.count("checkpoint.deleted:"), 2, p.stderr)
             self.scan(env=s3.env())
             got = os.path.join(self.dir, "got")
-            s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+            s3.aws("s3", "cp", "--recursive", "--no-progress", f"s3://{s3.bucket}/r1", got)
             self.assertEqual(self.remote_tree(got), set(self.sums))
             self.assertEqual(self.local_tree(), {"epoch_3.pt"})
 
@@ -504,19 +508,19 @@ class Retention(TmpDirCase):
 
     def test_store_keep_last_s3(self):
         need("aws", "checking S3 needs awscli")
-        with S3Server(self.dir) as s3:
+        with self.s3_server() as s3:
             got = os.path.join(self.dir, "got")
 
             def fetch():
                 shutil.rmtree(got, ignore_errors=True)
-                s3.aws("s3", "cp", "--recursive", "--no-progress", "s3://ckpt/r1", got)
+                s3.aws("s3", "cp", "--recursive", "--no-progress", f"s3://{s3.bucket}/r1", got)
                 return got
 
             def stored(key):
-                return s3.aws("s3api", "head-object", "--bucket", "ckpt", "--key", "r1/" + key,
+                return s3.aws("s3api", "head-object", "--bucket", s3.bucket, "--key", "r1/" + key,
                               check=False).returncode == 0
 
-            self.check_store_keep_last([{"url": "s3://ckpt/r1", "endpoint": s3.endpoint,
+            self.check_store_keep_last([{"url": f"s3://{s3.bucket}/r1", "endpoint": s3.endpoint,
                                          "credentials": "env"}], fetch, stored, env=s3.env())
 
     def test_store_keep_last_webdav(self):
@@ -1381,6 +1385,16 @@ wait(lambda: not os.path.exists(os.path.join(ck, "epoch_1.pt")), "epoch_1 delete
             self.assertEqual(self.on_disk(), ({"epoch_4.pt"}, {"epoch_4.pt"}), f"round {rnd}")
             self.assertEqual(self.remote_tree(store), set(self.sums) | {"epoch_0"})
         print(f"watcher kill rounds: {rounds}, killed mid-deletion: {mid}", file=sys.stderr)
+
+class RetentionRgw(Retention):
+    """The S3 cases that do not read s3rver's own files, against Ceph's RADOS
+    Gateway (CMakeLists.txt lists them): the verified-copy check before a
+    deletion (HEAD, ETag/MD5), a lost or damaged object sent again, and the
+    store's own retention deleting objects."""
+
+    def s3_server(self):
+        return RgwServer(self.dir)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -280,6 +280,12 @@ class RgwServer:
     def stop(self):
         self.aws("s3", "rb", "--force", f"s3://{self.bucket}", check=False)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
 
 _NGINX_CONF = """
 user root;
