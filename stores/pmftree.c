@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -109,4 +110,85 @@ bool ck_pmftree_root_of_meta(const char *path, char *root, size_t rootsz)
         }
     }
     return false;
+}
+
+static int cmp_ckpt(const void *a, const void *b)
+{
+    return strcmp(((const struct ck_pmftree_ckpt *)a)->path,
+                  ((const struct ck_pmftree_ckpt *)b)->path);
+}
+
+void ck_pmftree_checkpoints(const char *meta, struct ck_pmftree_ckpts *out)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_yaml_doc doc;
+    memset(out, 0, sizeof *out);
+    if (ck_read_file(meta, 256u << 20, &b) < 0 || ck_yaml_load(&doc, meta, ck_buf_str(&b), b.len) < 0) {
+        ck_buf_release(&b);
+        ck_error_clear();
+        return;
+    }
+    yaml_node_t *model = child(&doc, ck_yaml_root(&doc), "model");
+    yaml_node_t *ck = child(&doc, child(&doc, model, "training"), "checkpoints");
+    if (ck && ck->type == YAML_MAPPING_NODE) {
+        size_t n = (size_t)(ck->data.mapping.pairs.top - ck->data.mapping.pairs.start);
+        out->v = n ? calloc(n, sizeof *out->v) : NULL;
+        for (yaml_node_pair_t *p = ck->data.mapping.pairs.start;
+             out->v && p < ck->data.mapping.pairs.top; p++) {
+            yaml_node_t *k = ck_yaml_node(&doc, p->key);
+            yaml_node_t *path = child(&doc, ck_yaml_node(&doc, p->value), "path");
+            if (!k || k->type != YAML_SCALAR_NODE || !path || path->type != YAML_SCALAR_NODE)
+                continue;
+            struct ck_pmftree_ckpt c = {strdup((char *)path->data.scalar.value),
+                                        strdup((char *)k->data.scalar.value)};
+            if (!c.path || !c.ref) {
+                free(c.path);
+                free(c.ref);
+                continue;
+            }
+            size_t l = strlen(c.path);
+            while (l > 1 && c.path[l - 1] == '/') /* a folder written with its slash */
+                c.path[--l] = '\0';
+            out->v[out->n++] = c;
+        }
+        if (out->n)
+            qsort(out->v, out->n, sizeof *out->v, cmp_ckpt);
+    }
+    ck_yaml_release(&doc);
+    ck_buf_release(&b);
+}
+
+static const char *find_path(const struct ck_pmftree_ckpts *c, const char *path)
+{
+    struct ck_pmftree_ckpt key = {(char *)path, NULL};
+    const struct ck_pmftree_ckpt *hit =
+        c->n ? bsearch(&key, c->v, c->n, sizeof *c->v, cmp_ckpt) : NULL;
+    return hit ? hit->ref : NULL;
+}
+
+const char *ck_pmftree_checkpoint_of(const struct ck_pmftree_ckpts *c, const char *rel)
+{
+    char buf[4096];
+    if (!c->n || snprintf(buf, sizeof buf, "%s", rel) >= (int)sizeof buf)
+        return NULL;
+    /* the file itself, else the nearest folder above it that is a checkpoint */
+    for (;;) {
+        const char *ref = find_path(c, buf);
+        if (ref)
+            return ref;
+        char *slash = strrchr(buf, '/');
+        if (!slash)
+            return NULL;
+        *slash = '\0';
+    }
+}
+
+void ck_pmftree_checkpoints_release(struct ck_pmftree_ckpts *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->v[i].path);
+        free(c->v[i].ref);
+    }
+    free(c->v);
+    memset(c, 0, sizeof *c);
 }

@@ -33,4 +33,22 @@ void ck_pmftree_meta_source(const char *root, char *out, size_t outsz);
 /* When path is a tree's metadata source (either form), its root into root. */
 bool ck_pmftree_root_of_meta(const char *path, char *root, size_t rootsz);
 
+/* The checkpoints a metadata.yaml lists, as (path, reference) sorted by path:
+ * which checkpoint an uploaded file belongs to, for the log and the events. */
+struct ck_pmftree_ckpt {
+    char *path; /* relative to the tree: a file, or a folder checkpoint */
+    char *ref;
+};
+struct ck_pmftree_ckpts {
+    struct ck_pmftree_ckpt *v;
+    size_t n;
+};
+/* Reads meta (a metadata.yaml); a file that cannot be read or parsed gives an
+ * empty list (the names are for the log: an upload never fails for them). */
+void ck_pmftree_checkpoints(const char *meta, struct ck_pmftree_ckpts *out);
+/* The reference of the checkpoint rel (a path relative to the tree) is, or is
+ * inside of; NULL for a file of no checkpoint. */
+const char *ck_pmftree_checkpoint_of(const struct ck_pmftree_ckpts *c, const char *rel);
+void ck_pmftree_checkpoints_release(struct ck_pmftree_ckpts *c);
+
 #endif

@@ -26,7 +26,8 @@ static const char schema_sql[] =
     "  spool TEXT, upload_id TEXT NOT NULL DEFAULT '', part_size INTEGER NOT NULL DEFAULT 0,"
     "  attempts INTEGER NOT NULL DEFAULT 0, next_try REAL NOT NULL DEFAULT 0,"
     "  sha256 TEXT NOT NULL DEFAULT '', orig_sha256 TEXT NOT NULL DEFAULT '', error TEXT,"
-    "  created REAL NOT NULL, updated REAL NOT NULL, checked TEXT NOT NULL DEFAULT '');"
+    "  created REAL NOT NULL, updated REAL NOT NULL, checked TEXT NOT NULL DEFAULT '',"
+    "  checkpoint TEXT);"
     "CREATE INDEX IF NOT EXISTS upload_jobs_by_key ON upload_jobs(store, key);"
     "CREATE INDEX IF NOT EXISTS upload_jobs_by_state ON upload_jobs(state, phase, id);"
     "CREATE TABLE IF NOT EXISTS upload_parts("
@@ -136,8 +137,10 @@ int ck_queue_init(sqlite3 *db)
         goto fail;
     /* schemas 1 and 2 had no upload_jobs.checked (a schema 1 queue may also
      * have had no upload_jobs at all: then the CREATE above made it whole),
-     * schemas before 4 no upload_stores.commit_multipart */
+     * schemas before 4 no upload_stores.commit_multipart, before 5 no
+     * upload_jobs.checkpoint */
     if ((err = add_column(db, "upload_jobs", "checked", "TEXT NOT NULL DEFAULT ''")) < 0 ||
+        (err = add_column(db, "upload_jobs", "checkpoint", "TEXT")) < 0 ||
         (err = add_column(db, "upload_stores", "commit_multipart", "INTEGER NOT NULL DEFAULT 0")) < 0)
         goto fail;
     if (version < CK_QUEUE_SCHEMA) {
@@ -237,6 +240,7 @@ void ck_job_release(struct ck_job *j)
     free(j->key);
     free(j->spool);
     free(j->error);
+    free(j->checkpoint);
     memset(j, 0, sizeof *j);
 }
 
@@ -249,7 +253,7 @@ const char *ck_job_state_name(enum ck_job_state s)
 #define JOB_COLS                                                                                   \
     "j.id, j.store, s.url, j.src, j.key, j.spool, j.phase, j.kind, j.state, j.size, j.mtime_ns,"   \
     " j.upload_id, j.part_size, j.attempts, j.sha256, j.orig_sha256, j.error, j.created,"          \
-    " j.updated, j.checked FROM upload_jobs j JOIN upload_stores s ON s.id = j.store"
+    " j.updated, j.checked, j.checkpoint FROM upload_jobs j JOIN upload_stores s ON s.id = j.store"
 
 static void read_job(sqlite3_stmt *st, struct ck_job *j)
 {
@@ -278,6 +282,7 @@ static void read_job(sqlite3_stmt *st, struct ck_job *j)
     j->updated = sqlite3_column_double(st, 18);
     t = sqlite3_column_text(st, 19);
     snprintf(j->checked, sizeof j->checked, "%s", t ? (const char *)t : "");
+    j->checkpoint = col_dup(st, 20);
 }
 
 int ck_queue_batch_begin(sqlite3 *db)
@@ -688,6 +693,20 @@ int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg)
     bind_text(st, 2, msg);
     sqlite3_bind_double(st, 3, now_s());
     return run(db, st, "requeueing a job");
+}
+
+int ck_queue_set_checkpoint(sqlite3 *db, int64_t id, const char *ref)
+{
+    sqlite3_stmt *st;
+    int err;
+    if ((err = prep(db, "UPDATE upload_jobs SET checkpoint=?2 WHERE id=?1", &st)) < 0)
+        return err;
+    sqlite3_bind_int64(st, 1, id);
+    if (ref && *ref)
+        bind_text(st, 2, ref);
+    else
+        sqlite3_bind_null(st, 2);
+    return run(db, st, "recording a job's checkpoint");
 }
 
 int ck_queue_gone(sqlite3 *db, int64_t id, const char *msg)

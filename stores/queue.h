@@ -22,8 +22,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define CK_QUEUE_SCHEMA 4 /* 2: upload_stores.profile, 3: upload_jobs.checked,
-                            * 4: upload_stores.commit_multipart */
+#define CK_QUEUE_SCHEMA 5 /* 2: upload_stores.profile, 3: upload_jobs.checked,
+                            * 4: upload_stores.commit_multipart,
+                            * 5: upload_jobs.checkpoint */
 
 /* GONE: the source was removed from the disk before it was sent (a trainer's
  * rotation, mirror_deletes): nothing to send, not a failure, and it does not
@@ -53,6 +54,7 @@ struct ck_job {
     char orig_sha256[65];    /* zstd: of the original */
     char checked[24];        /* once done: which check the store made (ck_xfer.check) */
     char *error;             /* owned: the last error, or NULL */
+    char *checkpoint;        /* owned: the checkpoint (its reference) the file is part of, or NULL */
     double created, updated; /* seconds since the epoch */
 };
 void ck_job_release(struct ck_job *j);
@@ -116,6 +118,9 @@ int ck_queue_fail(sqlite3 *db, int64_t id, const char *msg, bool permanent, doub
                   int max_attempts);
 /* Back to pending without counting an attempt (a stop). */
 int ck_queue_requeue(sqlite3 *db, int64_t id, const char *msg);
+/* Records which checkpoint (its reference in metadata.yaml) job id's file
+ * belongs to, for the log and the events (NULL or "": none). */
+int ck_queue_set_checkpoint(sqlite3 *db, int64_t id, const char *ref);
 /* The job's source is gone from the disk: state gone, msg kept as its error. */
 int ck_queue_gone(sqlite3 *db, int64_t id, const char *msg);
 /* running -> pending for every job (at the start of a run that holds the lock). */

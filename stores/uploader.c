@@ -26,18 +26,21 @@
 
 #define MAX_TREE_FILES 100000
 
-/* ck_uploader_enqueue_file with path's stat as the caller saw it (NULL: now). */
+/* ck_uploader_enqueue_file with path's stat as the caller saw it (NULL: now)
+ * and the checkpoint it is part of (NULL: none). */
 static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const char *path,
-                           const char *key, int phase, const struct stat *known, bool *added);
+                           const char *key, int phase, const struct stat *known, const char *ckpt,
+                           bool *added);
 
 int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, const char *path,
                              const char *key, int phase, bool *added)
 {
-    return enqueue_file_as(db, store, path, key, phase, NULL, added);
+    return enqueue_file_as(db, store, path, key, phase, NULL, NULL, added);
 }
 
 static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const char *path,
-                           const char *key, int phase, const struct stat *known, bool *added)
+                           const char *key, int phase, const struct stat *known, const char *ckpt,
+                           bool *added)
 {
     int64_t sid, id;
     int err;
@@ -56,9 +59,12 @@ static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const
     if ((err = ck_queue_add_as(db, sid, path, zst ? zkey : key, phase,
                                zst ? CK_JOB_ZSTD : CK_JOB_FILE, known, &id, added)) < 0)
         return err;
+    if (*added && ckpt && (err = ck_queue_set_checkpoint(db, id, ckpt)) < 0)
+        return err;
     if (*added)
-        ck_info("upload.queued", "job=%lld key=\"%s\" phase=%d", (long long)id, zst ? zkey : key,
-                phase);
+        ck_info("upload.queued", "job=%lld key=\"%s\" phase=%d%s%s%s", (long long)id,
+                zst ? zkey : key, phase, ckpt ? " checkpoint='" : "", ckpt ? ckpt : "",
+                ckpt ? "'" : "");
     return 0;
 }
 
@@ -182,6 +188,9 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
     if (meta_st)
         mst = *meta_st;
     has_meta = has_meta || meta_st;
+    struct ck_pmftree_ckpts ckpts = {0};
+    if (has_meta)
+        ck_pmftree_checkpoints(meta, &ckpts);
     if (!changed) {
         if ((err = list_tree(root, "", &files, 0)) < 0)
             goto out;
@@ -211,13 +220,15 @@ static int enqueue(sqlite3 *db, const struct ck_store_spec *stores, size_t nstor
         }
         for (size_t i = 0; i < files.n; i++) {
             snprintf(full, sizeof full, "%s/%s", root, files.items[i]);
-            if ((err = ck_uploader_enqueue_file(db, st, full, files.items[i], 0, &added)) < 0 ||
+            const char *ckpt = ck_pmftree_checkpoint_of(&ckpts, files.items[i]);
+            if ((err = enqueue_file_as(db, st, full, files.items[i], 0, NULL, ckpt, &added)) <
+                    0 ||
                 (err = batch_renew(db, &batch_t0, &batch)) < 0)
                 goto end;
             *queued += added;
         }
         if (has_meta) {
-            if ((err = enqueue_file_as(db, st, meta, "metadata.yaml", 1, &mst, &added)) < 0)
+            if ((err = enqueue_file_as(db, st, meta, "metadata.yaml", 1, &mst, NULL, &added)) < 0)
                 goto end;
             *queued += added;
         }
@@ -226,6 +237,7 @@ end:
     if (batch)
         err = ck_queue_batch_end(db, err);
 out:
+    ck_pmftree_checkpoints_release(&ckpts);
     ck_strlist_release(&files);
     return err;
 }
@@ -648,6 +660,15 @@ static bool metadata_requeued(struct run *r, struct ck_job *j, int *err)
  * and mtime are the queued ones: a metadata.yaml replaced between the check
  * (metadata_requeued) and the send could name data not queued yet. *changed:
  * it is not the queued one any more (the caller queues the tree again). */
+/* " checkpoint='REF'" when the job's file is part of a checkpoint, else "":
+ * one grep finds a checkpoint's registration, archives and uploads. */
+static const char *ckpt_field(const struct ck_job *j, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s%s", j->checkpoint ? " checkpoint='" : "",
+             j->checkpoint ? j->checkpoint : "", j->checkpoint ? "'" : "");
+    return buf;
+}
+
 #define META_SNAPSHOT_MAX (256u << 20) /* the largest metadata.yaml ckptd reads (agent/layout.h) */
 static int snapshot_metadata(struct run *r, const struct ck_job *j, char *out, size_t outsz,
                              bool *changed)
@@ -796,7 +817,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     struct ck_store *store = NULL;
     struct ck_xfer *x = calloc(1, sizeof *x);
     struct cb cb = {r, j->id, true}; /* the worker took a body slot for it */
-    char where[512], snap[4096] = "";
+    char where[512], snap[4096] = "", ckf[600] = "";
     int err;
     if (!x) {
         body_sent(&cb);
@@ -854,8 +875,8 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->body_again = body_again;
     x->cb_ctx = &cb;
     atomic_init(&x->sent, 0);
-    ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\" bytes=%llu", (long long)j->id, where,
-            j->key, (unsigned long long)j->size);
+    ck_info("upload.start", "job=%lld store=\"%s\" key=\"%s\"%s bytes=%llu", (long long)j->id,
+            where, j->key, ckpt_field(j, ckf, sizeof ckf), (unsigned long long)j->size);
     progress_set(pg, x, j->key, j->size);
     err = ck_store_put(store, x);
     progress_end(pg, x);
@@ -874,9 +895,9 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
         unlink(j->spool);
     double secs = (double)(ck_mono_ms() - t0) / 1000.0;
     ck_info("upload.done",
-            "job=%lld store=\"%s\" key=\"%s\" bytes=%llu sha256=%s check=%s parts_sent=%d "
+            "job=%lld store=\"%s\" key=\"%s\"%s bytes=%llu sha256=%s check=%s parts_sent=%d "
             "parts_resumed=%d seconds=%.2f bytes_per_second=%.0f",
-            (long long)j->id, where, j->key, (unsigned long long)j->size,
+            (long long)j->id, where, j->key, ckf, (unsigned long long)j->size,
             x->sha256[0] ? x->sha256 : "-", x->check, x->parts_sent, x->parts_resumed, secs,
             secs > 0 ? (double)j->size / secs : 0.0);
     rep->done++;
@@ -907,9 +928,9 @@ failed : {
         /* removed on purpose (a trainer's rotation, mirror_deletes): nothing
          * to send and nobody to blame; metadata.yaml no longer waits for it */
         ck_warn("upload.source_gone",
-                "job=%lld key=\"%s\" path=\"%s\": removed from the disk before it was sent;"
+                "job=%lld key=\"%s\"%s path=\"%s\": removed from the disk before it was sent;"
                 " not sent, not counted as failed",
-                (long long)j->id, j->key, j->src);
+                (long long)j->id, j->key, ckpt_field(j, ckf, sizeof ckf), j->src);
         db_lock(r);
         err = ck_queue_gone(r->db, j->id, msg);
         db_unlock(r);
@@ -919,8 +940,9 @@ failed : {
     double rnd = (double)rand() / ((double)RAND_MAX + 1.0);
     double delay =
         ck_backoff_delay(j->attempts, r->opts->retry_base * 4, r->opts->retry_cap, 0, rnd);
-    ck_err(permanent ? "upload.failed" : "upload.retry_later", "job=%lld key=\"%s\" error=\"%s\"%s",
-           (long long)j->id, j->key, msg, permanent ? "" : " (will retry)");
+    ck_err(permanent ? "upload.failed" : "upload.retry_later",
+           "job=%lld key=\"%s\"%s error=\"%s\"%s", (long long)j->id, j->key,
+           ckpt_field(j, ckf, sizeof ckf), msg, permanent ? "" : " (will retry)");
     db_lock(r);
     err = ck_queue_fail(r->db, j->id, msg, permanent, delay, attempts_max);
     db_unlock(r);

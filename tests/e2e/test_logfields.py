@@ -179,6 +179,13 @@ class Vocabulary(TmpDirCase):
         self.assertIn("SIGTERM", [r.get("signal") for r in failed], failed)
         done = [r for r in recs if r["event"] == "upload.done"]
         self.assertTrue(all(r["bytes"] > 0 and "bytes_per_second" in r for r in done), done)
+        # a checkpoint's uploads name it as its registration does: one grep finds both
+        ck = {r["key"]: r.get("checkpoint") for r in done}
+        self.assertEqual(ck["data/checkpoints/epoch_1.pt"], "epoch_1.pt", done)
+        self.assertEqual(ck["data/checkpoints/epoch_2.pt"], "epoch_2.pt", done)
+        self.assertIsNone(ck["metadata.yaml"], done)
+        regs = {r["checkpoint"] for r in recs if r["event"] == "checkpoint.registered"}
+        self.assertEqual(regs, {"epoch_1.pt", "epoch_2.pt"})
 
 
 if __name__ == "__main__":

@@ -94,7 +94,41 @@ static void other_trees_are_left_alone(void **state)
     assert_false(wrote);
 }
 
+/* Which checkpoint an uploaded file is part of: a file checkpoint by its own
+ * path, a folder checkpoint's files by the folder (written with or without
+ * its slash), anything else none; references as metadata.yaml spells them. */
+static void files_map_to_their_checkpoint(void **state)
+{
+    char dir[4000], meta[4200];
+    struct ck_pmftree_ckpts c;
+    make_tree(dir, "pmf_ckpts",
+              "model:\n  training:\n    checkpoints:\n"
+              "      epoch_1.pt: {epoch: 1, path: data/checkpoints/epoch_1.pt, hash: x}\n"
+              "      7: {epoch: 7, path: data/checkpoints/step_7/, hash: y}\n"
+              "      step_70: {epoch: 7, path: data/checkpoints/step_70, hash: z}\n",
+              false);
+    snprintf(meta, sizeof meta, "%s/metadata.yaml", dir);
+    ck_pmftree_checkpoints(meta, &c);
+    assert_int_equal(c.n, 3);
+    assert_string_equal(ck_pmftree_checkpoint_of(&c, "data/checkpoints/epoch_1.pt"), "epoch_1.pt");
+    assert_string_equal(ck_pmftree_checkpoint_of(&c, "data/checkpoints/step_7/model.safetensors"),
+                        "7");
+    assert_string_equal(ck_pmftree_checkpoint_of(&c, "data/checkpoints/step_7/a/b.bin"), "7");
+    assert_string_equal(ck_pmftree_checkpoint_of(&c, "data/checkpoints/step_70/x"), "step_70");
+    assert_null(ck_pmftree_checkpoint_of(&c, "data/checkpoints/step_7x"));
+    assert_null(ck_pmftree_checkpoint_of(&c, "data/checkpoints/epoch_1.pt.md5"));
+    assert_null(ck_pmftree_checkpoint_of(&c, "data/build_parameters.yaml"));
+    ck_pmftree_checkpoints_release(&c);
+    /* unreadable: no names, no error */
+    put(dir, "metadata.yaml", "model: [unclosed\n");
+    ck_pmftree_checkpoints(meta, &c);
+    assert_int_equal(c.n, 0);
+    assert_null(ck_pmftree_checkpoint_of(&c, "data/checkpoints/epoch_1.pt"));
+    ck_pmftree_checkpoints_release(&c);
+}
+
 static const struct CMUnitTest tests[] = {
+    cmocka_unit_test(files_map_to_their_checkpoint),
     cmocka_unit_test(from_scratch_gets_the_readme),
     cmocka_unit_test(other_trees_are_left_alone),
 };
