@@ -2,6 +2,7 @@
 #include "agent/notify.h"
 #include "agent/upload_round.h"
 #include "agent/upload_worker.h"
+#include "stores/queue.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/log.h"
@@ -97,13 +98,25 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
             ck_uploader_enqueue_pmf(p->st->db, cfg->upload_stores, cfg->n_upload_stores, root, false, &q);
         queued += (size_t)q;
     }
-    for (size_t i = 0; err == 0 && i < a->n; i++)
-        for (size_t s = 0; err == 0 && s < cfg->n_upload_stores; s++) {
+    for (size_t s = 0; err == 0 && s < cfg->n_upload_stores; s++) {
+        bool any = false;
+        for (size_t i = 0; err == 0 && i < a->n; i++) {
             bool added = false;
             err = ck_uploader_enqueue_file(p->st->db, &cfg->upload_stores[s], a->v[i].path,
                                            a->v[i].key, 0, &added);
             queued += added;
+            any |= added;
         }
+        /* metadata.yaml may have gone while these were being made (a round
+         * runs beside the pass): it goes again after them, so that the last
+         * thing a store receives is metadata.yaml, its checkpoints' archives
+         * there before it (a pending one waits for them anyway) */
+        int64_t sid;
+        bool redone;
+        if (err == 0 && any &&
+            (err = ck_queue_store_put(p->st->db, &cfg->upload_stores[s], &sid)) == 0)
+            err = ck_queue_redo(p->st->db, sid, "metadata.yaml", &redone);
+    }
     if (err < 0)
         ck_err("pipeline.queue_failed", "%s", ck_error_msg());
     return queued;
