@@ -151,8 +151,10 @@ static int arg_values(const struct ck_dl4j_arg *a, const struct ck_graph_node *g
         v[0] = pos->v[pos->next++];
         *n = 1;
     } else {
-        /* the table's defaults are small and finite */
-        v[0] = (struct argval){(int64_t)a->def, a->def, true};
+        /* a default may be infinite (clipbyvalue's bounds): its integer only
+         * when it has one (fuzz_samediff: -inf converted to a long) */
+        bool exact = isfinite(a->def) && a->def >= -0x1p63 && a->def < 0x1p63;
+        v[0] = (struct argval){exact ? (int64_t)a->def : 0, a->def, exact};
         *n = a->field == CK_DF_CONST ? 0 : 1;
     }
     bool want_int = ck_dl4j_arg_is_list(a) || ck_dl4j_arg_is_int(a);

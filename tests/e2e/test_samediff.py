@@ -491,6 +491,21 @@ class Pack(TmpDirCase):
         p = pack(shared("samediff", "pad_1D.fb"), out, "--tag", "t2", check=1)
         self.assertIn("no graph input", p.stderr)
 
+    def test_clip_with_one_bound_read(self):
+        # clipbyvalue naming only its upper bound: the lower one is the
+        # table's default, -inf (fuzz_samediff: it was converted to an
+        # integer, undefined behaviour, before being read as a real)
+        x = np.array([-3e38, -1, 0.5, 2, 7], dtype=np.float32)
+        src = os.path.join(self.dir, "clip.fb")
+        sdfb.write_graph(src, {}, {"input": [5]},
+                         [("clipbyvalue", "clip", ["input"], ["out"],
+                           {"clipValueMax": ("d", [1.0])})], ["out"])
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), np.minimum(x, 1))
+        p = run("verify", src, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+                os.path.join(self.dir, "y.npy"), "--atol", "0", "--rtol", "0")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
     def test_real_nnabla_lenet_as_tags(self):
         src = shared("nnabla", "lenet_010000.nnp")
         out = os.path.join(self.dir, "lenet.zip")
