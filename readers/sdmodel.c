@@ -352,12 +352,13 @@ struct rctx {
     size_t *canon_of;       /* raw node i's (last) canonical node; SIZE_MAX none */
     struct ck_nameidx outs; /* every raw node output (built on first use) */
     size_t *out_node;       /* outs entry i: its raw node */
-    bool have_outs;
+    bool have_outs, tried_outs;
 };
 
 static int index_outputs(struct rctx *c)
 {
     size_t n = 0, k = 0;
+    c->tried_outs = true; /* once: a failure is not retried per node */
     for (size_t i = 0; i < c->g->nnodes; i++)
         n += c->g->nodes[i].noutputs;
     const char **names = malloc((n + 1) * sizeof *names);
@@ -391,7 +392,7 @@ static int value_dims(struct rctx *c, const char *name, int depth, struct ck_sha
         memcpy(out->dims, t->dims, (size_t)t->rank * sizeof *t->dims);
         return 0;
     }
-    if (depth == 0 || (!c->have_outs && index_outputs(c) < 0))
+    if (depth == 0 || (!c->tried_outs && index_outputs(c) < 0) || !c->have_outs)
         return -1;
     const struct ck_nameidx_entry *o = ck_nameidx_find(&c->outs, name);
     size_t j = o ? c->out_node[o->index] : SIZE_MAX;
