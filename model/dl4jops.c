@@ -32,6 +32,13 @@ const struct ck_dl4j_op ck_dl4j_ops[] = {
      {{"transposeW", 'b', CK_DF_TRANS_W, 0}, {"axis", 'i', CK_DF_AXIS, 1}}},
     {CK_OP_CONV2D, "conv2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
      {K_S_P_D, {"dataFormat", 'i', CK_DF_CONST, 0}, {"wFormat", 'i', CK_DF_CONST, 1}}},
+    /* libnd4j depthwise_conv2d (nn/convo/depthwiseConv2d.cpp): iArgs kH, kW,
+     * sH, sW, pH, pW, dH, dW, isSameMode, dataFormat (0 NCHW), wFormat (1:
+     * weights [mC, iC, kH, kW]); output channel c mC + m (the helper's
+     * [bS, iC, mC, oH, oW] view). kH, kW are written: 0 would make the op
+     * take them from the weights' first two dims. */
+    {CK_OP_CONV2D, "depthwise_conv2d", CK_DV_DEPTHWISE, false, SAME_ORDER, -1, -1,
+     {K_S_P_D, {"dataFormat", 'i', CK_DF_CONST, 0}, {"wFormat", 'i', CK_DF_CONST, 1}}},
     {CK_OP_MAXPOOL, "maxpool2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
      {K_S_P_D, {"extraParam0", 'i', CK_DF_CONST, 0}, {"isNHWC", 'i', CK_DF_CONST, 0}}},
     {CK_OP_AVGPOOL, "avgpool2d", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
@@ -176,7 +183,7 @@ int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **ou
     const struct ck_dl4j_op *plain = NULL, *exact = NULL;
     bool has_variants = false;
     for (const struct ck_dl4j_op *r = ck_dl4j_ops; r->name; r++) {
-        if (r->op != n->op || r->read_only)
+        if (r->op != n->op || r->read_only || r->variant == CK_DV_DEPTHWISE)
             continue;
         has_variants |= r->variant != CK_DV_PLAIN;
         if (r->variant == v && !exact)

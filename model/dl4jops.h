@@ -53,6 +53,11 @@ enum ck_dl4j_variant {
     CK_DV_SCALAR,  /* has_scalar: a op scalar */
     CK_DV_RSCALAR, /* has_scalar && scalar_first: scalar op a */
     CK_DV_APPROX,  /* approx_tanh */
+    /* conv2d with groups == input channels, weights in DL4J's [mC, iC, kH, kW]:
+     * never chosen for a canonical node (the SameDiff writer lowers a grouped
+     * convolution to it, writers/sdlower.h); the reader turns it back into a
+     * canonical conv2d */
+    CK_DV_DEPTHWISE,
 };
 
 struct ck_dl4j_arg {
@@ -87,7 +92,8 @@ extern const struct ck_dl4j_op ck_dl4j_ops[];
 const struct ck_dl4j_op *ck_dl4j_by_name(const char *name);
 /* Writer side: the row for a canonical node (its op and variant flags);
  * CK_EFORMAT naming the op and the node when DL4J has no such op or the
- * parameters cannot be expressed (asymmetric pads, groups, ceil mode). */
+ * parameters cannot be expressed in one op (asymmetric pads, groups, ceil
+ * mode: writers/sdlower.h lowers those first). */
 int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **out);
 
 /* An argument's value from params (p.ints are not scalars: see CK_DF_INTS). */

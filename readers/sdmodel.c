@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "model/dl4jops.h"
+#include "model/shape.h"
 #include "readers/nameidx.h"
 
 #include <errno.h>
@@ -150,8 +151,10 @@ static int arg_values(const struct ck_dl4j_arg *a, const struct ck_graph_node *g
         v[0] = pos->v[pos->next++];
         *n = 1;
     } else {
-        /* the table's defaults are small and finite */
-        v[0] = (struct argval){(int64_t)a->def, a->def, true};
+        /* a default may be infinite (clipbyvalue's bounds): its integer only
+         * when it has one (fuzz_samediff: -inf converted to a long) */
+        bool exact = isfinite(a->def) && a->def >= -0x1p63 && a->def < 0x1p63;
+        v[0] = (struct argval){exact ? (int64_t)a->def : 0, a->def, exact};
         *n = a->field == CK_DF_CONST ? 0 : 1;
     }
     bool want_int = ck_dl4j_arg_is_list(a) || ck_dl4j_arg_is_int(a);
@@ -198,9 +201,11 @@ static int slice_finish(struct slice_args *sl, struct ck_model_node *mn,
     return 0;
 }
 
-/* Sets the node's parameters from named arguments, else positional ones. */
+/* Sets the node's parameters from named arguments, else positional ones;
+ * consts[i] (when not NULL) gets the value of row->args[i] when it is a
+ * fixed one (CK_DF_CONST) the file gave, else stays as the caller set it. */
 static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn,
-                    struct ck_model_node *mn, const char *file)
+                    struct ck_model_node *mn, int64_t *consts, const char *file)
 {
     struct positional pi, pt, pb;
     struct argval v[MAX_VALUES];
@@ -234,6 +239,8 @@ static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn
                     goto out;
             } else if (n >= 1 && a->field != CK_DF_CONST) {
                 ck_dl4j_arg_set(a, &mn->p, v[0].i, v[0].d);
+            } else if (n >= 1 && consts) {
+                consts[a - row->args] = v[0].i;
             }
         }
     if (sl)
@@ -308,7 +315,7 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
     if ((err = ck_model_add_node(m, gn->name, row->op, &mn)) < 0)
         return err;
     ck_dl4j_apply_variant(row, &mn->p);
-    if ((err = set_args(row, gn, mn, file)) < 0)
+    if ((err = set_args(row, gn, mn, NULL, file)) < 0)
         return err;
     /* DL4J input k goes to canonical slot row->inputs[k] (same order when unset);
      * a reordering row has fewer than CK_DL4J_MAX_INPUTS slots */
@@ -331,6 +338,206 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
         if ((err = ck_model_node_add_output(mn, gn->outputs[k])) < 0)
             return err;
     return 0;
+}
+
+/* What the mapping of one graph needs beyond a node: the values' producers
+ * (for the shape of depthwise_conv2d's weights). */
+struct rctx {
+    struct ck_model *m;
+    const struct ck_tensor_set *s;
+    const struct ck_nameidx *ix; /* the tensors */
+    const struct ck_graph *g;
+    const char *file;
+    size_t cur;             /* the raw node being mapped */
+    size_t *canon_of;       /* raw node i's (last) canonical node; SIZE_MAX none */
+    struct ck_nameidx outs; /* every raw node output (built on first use) */
+    size_t *out_node;       /* outs entry i: its raw node */
+    bool have_outs, tried_outs;
+};
+
+static int index_outputs(struct rctx *c)
+{
+    size_t n = 0, k = 0;
+    c->tried_outs = true; /* once: a failure is not retried per node */
+    for (size_t i = 0; i < c->g->nnodes; i++)
+        n += c->g->nodes[i].noutputs;
+    const char **names = malloc((n + 1) * sizeof *names);
+    c->out_node = malloc((n + 1) * sizeof *c->out_node);
+    if (!names || !c->out_node) {
+        free(names);
+        return ck_error(CK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < c->g->nnodes; i++)
+        for (size_t j = 0; j < c->g->nodes[i].noutputs; j++) {
+            c->out_node[k] = i;
+            names[k++] = c->g->nodes[i].outputs[j];
+        }
+    int err = ck_nameidx_names(&c->outs, names, n);
+    free(names); /* the index keeps the strings, which the graph owns */
+    c->have_outs = err >= 0;
+    return err;
+}
+
+/* The dims of a value when reading: a stored array's, or those of a
+ * reshape, permute or identity of one (up to 8 deep), as mapped so far;
+ * -1 when not known this way. */
+static int value_dims(struct rctx *c, const char *name, int depth, struct ck_shape *out)
+{
+    const struct ck_nameidx_entry *e = ck_nameidx_find(c->ix, name);
+    if (e && c->s->tensors[e->index].data) {
+        const struct ck_tensor *t = &c->s->tensors[e->index];
+        if (t->rank < 0 || t->rank > CK_TENSOR_MAX_RANK)
+            return -1;
+        out->rank = t->rank;
+        memcpy(out->dims, t->dims, (size_t)t->rank * sizeof *t->dims);
+        return 0;
+    }
+    if (depth == 0 || (!c->tried_outs && index_outputs(c) < 0) || !c->have_outs)
+        return -1;
+    const struct ck_nameidx_entry *o = ck_nameidx_find(&c->outs, name);
+    size_t j = o ? c->out_node[o->index] : SIZE_MAX;
+    if (j >= c->cur || c->canon_of[j] == SIZE_MAX)
+        return -1;
+    const struct ck_model_node *n = &c->m->nodes[c->canon_of[j]];
+    struct ck_shape in;
+    if (n->noutputs != 1 || strcmp(n->outputs[0], name) || n->ninputs < 1 ||
+        value_dims(c, n->inputs[0], depth - 1, &in) < 0)
+        return -1;
+    const struct ck_op_params *p = &n->p;
+    int64_t numel = 1, known = 1, infer = -1;
+    for (int i = 0; i < in.rank; i++)
+        if (in.dims[i] < 0 || __builtin_mul_overflow(numel, in.dims[i], &numel))
+            return -1;
+    switch (n->op) {
+    case CK_OP_IDENTITY:
+        *out = in;
+        return 0;
+    case CK_OP_TRANSPOSE: {
+        bool seen[CK_TENSOR_MAX_RANK] = {0};
+        if (p->nints != (size_t)in.rank)
+            return -1;
+        out->rank = in.rank;
+        for (int i = 0; i < in.rank; i++) {
+            int64_t a = p->ints[i] < 0 ? p->ints[i] + in.rank : p->ints[i];
+            if (a < 0 || a >= in.rank || seen[a])
+                return -1;
+            seen[a] = true;
+            out->dims[i] = in.dims[a];
+        }
+        return 0;
+    }
+    case CK_OP_RESHAPE:
+        if (p->nints < 1 || p->nints > CK_TENSOR_MAX_RANK)
+            return -1;
+        out->rank = (int)p->nints;
+        for (int i = 0; i < out->rank; i++) {
+            int64_t d = p->ints[i];
+            if (d == 0 && i < in.rank)
+                d = in.dims[i];
+            if (d == -1 && infer < 0) {
+                infer = i;
+                continue;
+            }
+            if (d < 1 || __builtin_mul_overflow(known, d, &known))
+                return -1;
+            out->dims[i] = d;
+        }
+        if (infer >= 0 && known && numel % known == 0)
+            out->dims[infer] = numel / known;
+        else if (infer >= 0 || known != numel)
+            return -1;
+        return 0;
+    default:
+        return -1;
+    }
+}
+
+/* libnd4j depthwise_conv2d (x, W, [b]): iArgs kH, kW, sH, sW, pH, pW, dH, dW,
+ * isSameMode, then dataFormat (absent: NCHW) and wFormat (absent: 0, W
+ * [kH, kW, iC, mC]; 1 [mC, iC, kH, kW]; 2 [mC, kH, kW, iC]); output channel
+ * c mC + m. Read as the canonical conv2d with groups iC: W permuted to
+ * [iC, mC, kH, kW] and reshaped to [iC mC, 1, kH, kW]. */
+static int map_depthwise(struct rctx *c, const struct ck_graph_node *gn,
+                         const struct ck_dl4j_op *row)
+{
+    static const int64_t perms[3][4] = {{2, 3, 0, 1}, {1, 0, 2, 3}, {3, 0, 1, 2}};
+    static const int at[3][4] = {{2, 3, 0, 1}, {1, 0, 2, 3}, {3, 0, 1, 2}}; /* iC, mC, kH, kW */
+    int64_t consts[CK_DL4J_MAX_ARGS];
+    struct ck_model_node *mn, tmp = {.name = gn->name};
+    struct ck_shape w;
+    char *perm = NULL, *oihw = NULL;
+    int err;
+    for (int i = 0; i < CK_DL4J_MAX_ARGS; i++)
+        consts[i] = INT64_MIN;
+    if (gn->ninputs < 2 || gn->ninputs > 3 || gn->noutputs != 1)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': depthwise_conv2d takes x, weights [, bias] "
+                        "and gives one output",
+                        c->file, gn->name);
+    ck_op_params_init(&tmp.p);
+    err = set_args(row, gn, &tmp, consts, c->file);
+    free(tmp.p.ints); /* no list arguments: none to keep */
+    tmp.p.ints = NULL;
+    tmp.p.nints = 0;
+    if (err < 0)
+        return err;
+    int64_t same = 0, nhwc = 0, wf = 0;
+    for (int i = 0; row->args[i].name; i++) {
+        const char *a = row->args[i].name;
+        int64_t v = consts[i];
+        if (v == INT64_MIN)
+            continue;
+        *(strcmp(a, "isSameMode") == 0 ? &same : strcmp(a, "dataFormat") == 0 ? &nhwc : &wf) = v;
+    }
+    if (same != 0 || nhwc != 0 || wf < 0 || wf > 2)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': depthwise_conv2d with isSameMode %" PRId64
+                        ", dataFormat %" PRId64 " and wFormat %" PRId64
+                        " is not supported (only 0, 0 (NCHW) and 0, 1 or 2)",
+                        c->file, gn->name, same, nhwc, wf);
+    const int *ix = at[wf];
+    if (value_dims(c, gn->inputs[1], 8, &w) < 0 || w.rank != 4)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': depthwise_conv2d weights '%s' are not a stored rank-4 "
+                        "array (or a reshape or permute of one): their shape is not known",
+                        c->file, gn->name, gn->inputs[1]);
+    int64_t ic = w.dims[ix[0]], mc = w.dims[ix[1]], oc;
+    if (ic < 1 || mc < 1 || __builtin_mul_overflow(ic, mc, &oc) ||
+        tmp.p.kernel[0] != w.dims[ix[2]] || tmp.p.kernel[1] != w.dims[ix[3]])
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': depthwise_conv2d kernel %" PRId64 "x%" PRId64
+                        " does not match its weights [%" PRId64 ", %" PRId64 ", %" PRId64
+                        ", %" PRId64 "] (wFormat %" PRId64 ")",
+                        c->file, gn->name, tmp.p.kernel[0], tmp.p.kernel[1], w.dims[0], w.dims[1],
+                        w.dims[2], w.dims[3], wf);
+    tmp.p.groups = ic;
+    /* three nodes: permute, reshape, conv2d */
+    int64_t shape[4] = {oc, 1, w.dims[ix[2]], w.dims[ix[3]]};
+    if (asprintf(&perm, "%s/weights_iC_mC_kH_kW", gn->name) < 0 ||
+        asprintf(&oihw, "%s/weights_oihw", gn->name) < 0) {
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    if ((err = ck_model_add_node(c->m, perm, CK_OP_TRANSPOSE, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, perms[wf], 4)) < 0 ||
+        (err = ck_model_node_add_input(mn, gn->inputs[1])) < 0 ||
+        (err = ck_model_node_add_output(mn, perm)) < 0 ||
+        (err = ck_model_add_node(c->m, oihw, CK_OP_RESHAPE, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, shape, 4)) < 0 ||
+        (err = ck_model_node_add_input(mn, perm)) < 0 ||
+        (err = ck_model_node_add_output(mn, oihw)) < 0 ||
+        (err = ck_model_add_node(c->m, gn->name, CK_OP_CONV2D, &mn)) < 0)
+        goto out;
+    mn->p = tmp.p;
+    if ((err = ck_model_node_add_input(mn, gn->inputs[0])) < 0 ||
+        (err = ck_model_node_add_input(mn, oihw)) < 0 ||
+        (gn->ninputs > 2 && (err = ck_model_node_add_input(mn, gn->inputs[2])) < 0) ||
+        (err = ck_model_node_add_output(mn, gn->outputs[0])) < 0)
+        goto out;
+out:
+    free(perm);
+    free(oihw);
+    return err;
 }
 
 /* int8 weights stored with a "<name>/scale" constant become float32. */
@@ -384,11 +591,27 @@ static int build(struct ck_model *m, struct ck_tensor_set *s, const char *file)
     }
     for (size_t i = 0; i < g->noutputs && err >= 0; i++)
         err = ck_model_add_io(m, true, g->outputs[i], CK_DT_F32, 0, none);
-    for (size_t i = 0; i < g->nnodes && err >= 0; i++)
-        err = map_node(m, s, &ix, &g->nodes[i], file);
+    struct rctx c = {.m = m, .s = s, .ix = &ix, .g = g, .file = file};
+    if (err >= 0 && !(c.canon_of = malloc((g->nnodes + 1) * sizeof *c.canon_of)))
+        err = ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < g->nnodes && err >= 0; i++) {
+        const struct ck_dl4j_op *row = ck_dl4j_by_name(g->nodes[i].op);
+        c.cur = i;
+        c.canon_of[i] = SIZE_MAX;
+        if (row && row->variant == CK_DV_DEPTHWISE)
+            err = map_depthwise(&c, &g->nodes[i], row);
+        else
+            err = map_node(m, s, &ix, &g->nodes[i], file);
+        if (err >= 0 && m->nnodes)
+            c.canon_of[i] = m->nnodes - 1;
+    }
     if (err >= 0)
         err = dequantize(s, &ix, drop);
     ck_nameidx_release(&ix);
+    if (c.have_outs)
+        ck_nameidx_release(&c.outs);
+    free(c.out_node);
+    free(c.canon_of);
     /* Weights are values with data; the rest (placeholders, declared-only) leave. */
     size_t o = 0;
     for (size_t i = 0; i < s->ntensors; i++) {

@@ -4,6 +4,7 @@
 #include "model/dl4jops.h"
 #include "model/sdschema.h"
 #include "writers/sdarray.h"
+#include "writers/sdlower.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,8 @@ struct var {
 struct gctx {
     struct ck_fbb *b;
     const struct ck_model *m;
+    const struct ck_model *nm;            /* m's nodes as DL4J ops (writers/sdlower.h) */
+    const struct ck_dl4j_op *const *rows; /* nm's nodes' DL4J ops */
     const char *label;
     struct var *vars; /* sorted by name after collection */
     size_t nvars, cap;
@@ -90,16 +93,16 @@ static uint32_t variable(struct gctx *g, const char *name, int32_t a, int32_t bb
 
 static int collect(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw)
 {
-    const struct ck_model *m = g->m;
-    int32_t next = (int32_t)m->nnodes + 1;
+    const struct ck_model *m = g->m, *nm = g->nm;
+    int32_t next = (int32_t)nm->nnodes + 1;
     int err = 0;
     for (size_t i = 0; i < nw && err >= 0; i++)
         err = add_var(g, w[i].t->name, next++, 0);
     for (size_t i = 0; i < m->ninputs && err >= 0; i++)
         err = add_var(g, m->inputs[i].name, next++, 0);
-    for (size_t i = 0; i < m->nnodes && err >= 0; i++)
-        for (size_t k = 0; k < m->nodes[i].noutputs && err >= 0; k++)
-            err = add_var(g, m->nodes[i].outputs[k], (int32_t)i + 1, (int32_t)k);
+    for (size_t i = 0; i < nm->nnodes && err >= 0; i++)
+        for (size_t k = 0; k < nm->nodes[i].noutputs && err >= 0; k++)
+            err = add_var(g, nm->nodes[i].outputs[k], (int32_t)i + 1, (int32_t)k);
     if (err < 0)
         return err;
     qsort(g->vars, g->nvars, sizeof(*g->vars), var_cmp);
@@ -117,7 +120,8 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
     struct ck_fbb *b = g->b;
     uint32_t k = 0;
     int err = 0;
-    int32_t next_scale = (int32_t)(m->nnodes + 1 + nw + m->ninputs);
+    const struct ck_model *nm = g->nm;
+    int32_t next_scale = (int32_t)(nm->nnodes + 1 + nw + m->ninputs);
     for (size_t i = 0; i < nw; i++) {
         const struct ck_tensor *t = w[i].t;
         const struct var *v = lookup(g, t->name);
@@ -157,10 +161,10 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
                            variable(g, io->name, v->a, v->b, dt < 0 ? DT_FLOAT : dt, VT_PLACEHOLDER,
                                     io->rank, io->dims, NULL, &err));
     }
-    for (size_t i = 0; i < m->nnodes; i++)
-        for (size_t o = 0; o < m->nodes[i].noutputs; o++)
+    for (size_t i = 0; i < nm->nnodes; i++)
+        for (size_t o = 0; o < nm->nodes[i].noutputs; o++)
             ck_fbb_vec_set_off(b, vec, k++,
-                               variable(g, m->nodes[i].outputs[o], (int32_t)i + 1, (int32_t)o,
+                               variable(g, nm->nodes[i].outputs[o], (int32_t)i + 1, (int32_t)o,
                                         DT_FLOAT, VT_ARRAY, -1, NULL, NULL, &err));
     return err;
 }
@@ -196,12 +200,10 @@ static uint32_t property(struct ck_fbb *b, const struct ck_dl4j_arg *a,
 
 static int write_node(struct gctx *g, size_t idx, uint32_t *out)
 {
-    const struct ck_model_node *n = &g->m->nodes[idx];
-    const struct ck_dl4j_op *row;
+    const struct ck_model_node *n = &g->nm->nodes[idx];
+    const struct ck_dl4j_op *row = g->rows[idx];
     struct ck_fbb *b = g->b;
     int err;
-    if ((err = ck_dl4j_for_node(n, &row)) < 0)
-        return ck_error_wrap(err, "'%s'", g->label);
     int64_t ia[CK_DL4J_MAX_ARGS * (CK_MODEL_MAX_INTS + 1)];
     double ta[CK_DL4J_MAX_ARGS];
     uint8_t ba[CK_DL4J_MAX_ARGS];
@@ -327,10 +329,14 @@ static int loss_variables(struct gctx *g, char **text, char ***out, size_t *n)
 int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck_sdgraph_weight *w,
                      size_t nw, const char *label)
 {
-    struct gctx g = {b, m, label, NULL, 0, 0};
+    struct ck_sdlower low = {0};
     size_t nscales = 0, nvars, nloss = 0;
     char **loss = NULL, *losstext = NULL;
     int err;
+    /* nodes DL4J has no single op for become several it has */
+    if ((err = ck_sdlower_build(m, label, &low)) < 0)
+        return err;
+    struct gctx g = {b, m, low.m, low.rows, label, NULL, 0, 0};
     if ((err = collect(&g, w, nw)) < 0 || (err = loss_variables(&g, &losstext, &loss, &nloss)) < 0)
         goto out;
     for (size_t i = 0; i < nw; i++)
@@ -344,9 +350,9 @@ int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck
     ck_fbb_set_off(b, &t, FG_VARIABLES, vv);
     if ((err = write_variables(&g, w, nw, vv, nscales)) < 0)
         goto out;
-    uint32_t nv = ck_fbb_vec_offsets(b, (uint32_t)m->nnodes);
+    uint32_t nv = ck_fbb_vec_offsets(b, (uint32_t)low.m->nnodes);
     ck_fbb_set_off(b, &t, FG_NODES, nv);
-    for (size_t i = 0; i < m->nnodes; i++) {
+    for (size_t i = 0; i < low.m->nnodes; i++) {
         uint32_t at = 0;
         if ((err = write_node(&g, i, &at)) < 0)
             goto out;
@@ -374,6 +380,7 @@ out:
     free(losstext);
     free(loss);
     free(g.vars);
+    ck_sdlower_release(&low);
     return err;
 }
 

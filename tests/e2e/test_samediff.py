@@ -491,6 +491,21 @@ class Pack(TmpDirCase):
         p = pack(shared("samediff", "pad_1D.fb"), out, "--tag", "t2", check=1)
         self.assertIn("no graph input", p.stderr)
 
+    def test_clip_with_one_bound_read(self):
+        # clipbyvalue naming only its upper bound: the lower one is the
+        # table's default, -inf (fuzz_samediff: it was converted to an
+        # integer, undefined behaviour, before being read as a real)
+        x = np.array([-3e38, -1, 0.5, 2, 7], dtype=np.float32)
+        src = os.path.join(self.dir, "clip.fb")
+        sdfb.write_graph(src, {}, {"input": [5]},
+                         [("clipbyvalue", "clip", ["input"], ["out"],
+                           {"clipValueMax": ("d", [1.0])})], ["out"])
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), np.minimum(x, 1))
+        p = run("verify", src, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+                os.path.join(self.dir, "y.npy"), "--atol", "0", "--rtol", "0")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
     def test_real_nnabla_lenet_as_tags(self):
         src = shared("nnabla", "lenet_010000.nnp")
         out = os.path.join(self.dir, "lenet.zip")
@@ -612,6 +627,284 @@ class RoundTrip(TmpDirCase):
         p = run("verify", bad)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("node 'cut': shrinkAxisMask 1 is not supported", p.stderr)
+
+
+def dl4j_pool(x, k, s, p, avg):
+    """libnd4j's pooling2d as written in helpers/cpu/convolutions_pooling2d.cpp
+    (dilation 1, symmetric padding p): output (H + 2p - k) // s + 1; window
+    (i, j) starts at i s - p, clamped to the input; max of the cells inside,
+    or their sum over their count (extraParam0 0). Windows wholly in the
+    padding give NaN here (DL4J's are -FLT_MAX or 0/0): a lowering must cut
+    them away."""
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * p[0] - k[0]) // s[0] + 1, (w + 2 * p[1] - k[1]) // s[1] + 1
+    y = np.full((n, c, oh, ow), np.nan)
+    for i in range(oh):
+        h0, h1 = max(i * s[0] - p[0], 0), min(i * s[0] - p[0] + k[0], h)
+        for j in range(ow):
+            w0, w1 = max(j * s[1] - p[1], 0), min(j * s[1] - p[1] + k[1], w)
+            if h1 > h0 and w1 > w0:
+                win = x[:, :, h0:h1, w0:w1].astype(np.float64)
+                y[:, :, i, j] = win.mean((2, 3)) if avg else win.max((2, 3))
+    return y
+
+
+def dl4j_strided_slice(x, args):
+    """strided_slice's masks and its begins, ends and strides (the named
+    arguments) applied with Python's slicing: a begin mask bit opens the
+    start, an end mask bit the end; axes past the lists are whole."""
+    cut = []
+    for a, (b, e, st) in enumerate(zip(args["begin"], args["end"], args["strides"])):
+        cut.append(slice(None if args["beginMask"][0] >> a & 1 else b,
+                         None if args["endMask"][0] >> a & 1 else e, st))
+    for m in ("ellipsisMask", "newAxisMask", "shrinkAxisMask"):
+        assert args[m] == [0], args
+    return x[tuple(cut)]
+
+
+def dl4j_depthwise(x, w, b, s, p):
+    """libnd4j's depthwise_conv2d (helpers/cpu/convolutions_depthwiseConv2d.cpp),
+    NCHW, wFormat 1: w [mC, iC, kH, kW]; output channel c mC + m is input
+    channel c correlated with w[m, c] (the [bS, iC, mC, oH, oW] view)."""
+    n, ic, h, wd = x.shape
+    mc, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    oh, ow = (h + 2 * p[0] - kh) // s[0] + 1, (wd + 2 * p[1] - kw) // s[1] + 1
+    y = np.zeros((n, ic, mc, oh, ow))
+    for a in range(kh):
+        for e in range(kw):
+            patch = xp[:, :, a:a + s[0] * (oh - 1) + 1:s[0], e:e + s[1] * (ow - 1) + 1:s[1]]
+            y += patch[:, :, None] * w[:, :, a, e].T[None, :, :, None, None]
+    y = y.reshape(n, ic * mc, oh, ow)
+    return y + (b.reshape(1, -1, 1, 1) if b is not None else 0)
+
+
+class Lowered(TmpDirCase):
+    """Nodes no single DL4J op computes, packed as the DL4J ops that compute
+    them (docs/samediff.md, "Lowered nodes"): each archive read back by
+    ckptd's own reader verifies against torch, and the graph it holds,
+    computed with libnd4j's own rules re-written in numpy above (not with
+    ckptd's engine), gives torch's answer too."""
+
+    def verify(self, model, x, y):
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), y)
+        return run("verify", model, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+                   os.path.join(self.dir, "y.npy"), "--rtol", "1e-5", "--atol", "1e-5",
+                   timeout=120)
+
+    def packed(self, name, src, x, y):
+        """Packs src as tag "t", checks that ckptd verifies it against y;
+        (graph nodes, params, {value: ndarray} of the graph's weights)."""
+        out = os.path.join(self.dir, name + ".zip")
+        pack(src, out, "--tag", "t", check=0)
+        p = self.verify(out, x, y)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        _, a = sdfb.read_archive(out)
+        return sdfb.graph_nodes(a["t"]["graph"]), a["t"]["params"], a["t"]["graph"]
+
+    def torch_module(self, name, module, x, opset=13):
+        import torch
+        import torch_gen as tg
+        tg.need_onnx()
+        src = os.path.join(self.dir, name + ".onnx")
+        module.eval()
+        with torch.no_grad():  # BatchNorm-free: nothing for TrainingMode to keep
+            torch.onnx.export(module, (x,), src, opset_version=opset, input_names=["input"],
+                              output_names=["output"], do_constant_folding=False)
+            return src, module(x).numpy()
+
+    def ids(self, graph):
+        v = sdfb.graph_variables(graph)
+        return {(x.Id().First(), x.Id().Second()): n for n, x in v.items()}
+
+    def int_args(self, graph, name):
+        for i in range(graph.NodesLength()):
+            n = graph.Nodes(i)
+            if n.Name().decode() == name:
+                return [n.ExtraInteger(k) for k in range(n.ExtraIntegerLength())]
+        self.fail(f"no node {name}")
+
+    def test_depthwise_with_multiplier_2(self):
+        import torch
+        torch.manual_seed(11)
+        conv = torch.nn.Conv2d(3, 6, (3, 2), stride=(2, 1), padding=(1, 2), groups=3)
+        x = torch.randn(2, 3, 9, 8)
+        src, y = self.torch_module("dw", conv, x)
+        nodes, params, g = self.packed("dw", src, x.numpy(), y)
+        self.assertEqual([n[0] for n in nodes], ["reshape", "permute", "depthwise_conv2d"])
+        names = self.ids(g)
+        dw = nodes[2]
+        # libnd4j's iArgs in its order: kH, kW, sH, sW, pH, pW, dH, dW,
+        # isSameMode, dataFormat (0 NCHW), wFormat (1: [mC, iC, kH, kW])
+        self.assertEqual(self.int_args(g, dw[1]), [3, 2, 2, 1, 1, 2, 1, 1, 0, 0, 1])
+        self.assertEqual(dw[2]["wFormat"], [1])
+        self.assertEqual([names[i] for i in dw[3]][0], "input")
+        self.assertEqual([names[i] for i in dw[3]][1:], [nodes[1][4][0], "bias"])
+        self.assertEqual(nodes[0][2]["shape"], [3, 2, 3, 2])       # [iC, mC, kH, kW]
+        self.assertEqual(nodes[1][2]["permuteDims"], [1, 0, 2, 3])  # -> [mC, iC, kH, kW]
+        self.assertEqual(names[nodes[0][3][0]], "weight")
+        # the graph as libnd4j computes it gives torch's answer
+        w = params["weight"].reshape(nodes[0][2]["shape"]).transpose(nodes[1][2]["permuteDims"])
+        got = dl4j_depthwise(x.numpy(), w, params["bias"], (2, 1), (1, 2))
+        np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-5)
+        # multiplier 1, no bias (MobileNet's form): a reshape alone
+        conv1 = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4, bias=False)
+        x1 = torch.randn(2, 4, 6, 6)
+        src, y1 = self.torch_module("dw1", conv1, x1)
+        nodes, params, g = self.packed("dw1", src, x1.numpy(), y1)
+        self.assertEqual([n[0] for n in nodes], ["reshape", "depthwise_conv2d"])
+        self.assertEqual(nodes[0][2]["shape"], [1, 4, 3, 3])
+        self.assertEqual(len(nodes[1][3]), 2)
+        got = dl4j_depthwise(x1.numpy(), params["weight"].reshape(1, 4, 3, 3), None, (1, 1),
+                             (1, 1))
+        np.testing.assert_allclose(got, y1, rtol=1e-5, atol=1e-5)
+
+    def test_groups_2_as_slices_convs_and_concat(self):
+        import torch
+        torch.manual_seed(12)
+        conv = torch.nn.Conv2d(4, 6, 3, padding=1, groups=2)
+        x = torch.randn(2, 4, 7, 5)
+        src, y = self.torch_module("g2", conv, x)
+        nodes, params, g = self.packed("g2", src, x.numpy(), y)
+        self.assertEqual([n[0] for n in nodes], ["strided_slice"] * 3 + ["conv2d"] +
+                         ["strided_slice"] * 3 + ["conv2d", "concat"])
+        names = self.ids(g)
+        parts = []
+        for k in range(2):
+            xs, ws, bs, cv = nodes[4 * k:4 * k + 4]
+            self.assertEqual(names[xs[3][0]], "input")
+            self.assertEqual((xs[2]["begin"], xs[2]["end"], xs[2]["endMask"]),
+                             ([0, 2 * k], [0, 2 * k + 2], [1]))
+            self.assertEqual((ws[2]["begin"], ws[2]["end"]), ([3 * k], [3 * k + 3]))
+            self.assertEqual((names[ws[3][0]], names[bs[3][0]]), ("weight", "bias"))
+            self.assertEqual(self.int_args(g, cv[1]), [3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1])
+            self.assertEqual([names[i] for i in cv[3]], [xs[4][0], ws[4][0], bs[4][0]])
+            parts.append(torch.nn.functional.conv2d(*(torch.tensor(
+                dl4j_strided_slice(v, a[2]).astype(np.float32)) for v, a in (
+                    (x.numpy(), xs), (params["weight"], ws), (params["bias"], bs))),
+                padding=1).numpy())
+        self.assertEqual(nodes[8][2], {"concatDimension": [1]})
+        np.testing.assert_allclose(np.concatenate(parts, 1), y, rtol=1e-5, atol=1e-5)
+
+    def onnx_pool(self, name, op, shape, **attrs):
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, TensorProto as TP
+        node = h.make_node(op, ["input"], ["output"], name="pool", **attrs)
+        g = h.make_graph([node], "g", [h.make_tensor_value_info("input", TP.FLOAT, shape)],
+                         [h.make_tensor_value_info("output", TP.FLOAT, None)])
+        src = os.path.join(self.dir, name + ".onnx")
+        onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), src)
+        return src
+
+    def check_pool(self, name, nodes, x, y, avg):
+        """The pool then a strided_slice, as libnd4j computes them, give y."""
+        self.assertEqual([n[0] for n in nodes], ["avgpool2d" if avg else "maxpool2d",
+                                                 "strided_slice"])
+        a = nodes[0][2]
+        self.assertEqual(a["extraParam0"], [0])  # DL4J's padding never counted
+        self.assertEqual((a["isSameMode"], a["isNHWC"]), ([0], [0]))
+        z = dl4j_pool(x, (a["kH"][0], a["kW"][0]), (a["sH"][0], a["sW"][0]),
+                      (a["pH"][0], a["pW"][0]), avg)
+        got = dl4j_strided_slice(z, nodes[1][2])
+        self.assertEqual(got.shape, y.shape)
+        np.testing.assert_allclose(got, y, rtol=1e-5, atol=1e-6)
+        return a
+
+    def test_ceil_mode_max_pool(self):
+        import torch
+        x = torch.randn(2, 3, 16, 15, generator=torch.Generator().manual_seed(13))
+        pool = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+        src, y = self.torch_module("mp", pool, x)
+        self.assertEqual(y.shape, (2, 3, 8, 7))  # floor mode would give 7 x 7
+        nodes, _, g = self.packed("mp", src, x.numpy(), y)
+        a = self.check_pool("mp", nodes, x.numpy(), y, avg=False)
+        self.assertEqual(self.int_args(g, nodes[0][1]), [3, 3, 2, 2, 2, 0, 1, 1, 0, 0, 0])
+        self.assertEqual((a["pH"], a["pW"]), ([2], [0]))  # one stride more on the rows only
+
+    def test_ceil_mode_avg_pool_padding_not_counted(self):
+        import torch
+        x = torch.randn(2, 2, 16, 11, generator=torch.Generator().manual_seed(14)).numpy()
+        y = torch.nn.functional.avg_pool2d(torch.from_numpy(x), 3, 2, 1, ceil_mode=True,
+                                           count_include_pad=False).numpy()
+        self.assertEqual(y.shape, (2, 2, 9, 6))
+        src = self.onnx_pool("ap0", "AveragePool", [2, 2, 16, 11], kernel_shape=[3, 3],
+                             strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=0)
+        nodes, _, g = self.packed("ap0", src, x, y)
+        self.check_pool("ap0", nodes, x, y, avg=True)
+        self.assertEqual(self.int_args(g, nodes[0][1]), [3, 3, 2, 2, 3, 1, 1, 1, 0, 0, 0])
+
+    def test_ceil_mode_avg_pool_padding_counted(self):
+        import torch
+        x = torch.randn(2, 2, 16, 11, generator=torch.Generator().manual_seed(15)).numpy()
+        y = torch.nn.functional.avg_pool2d(torch.from_numpy(x), 3, 2, 1, ceil_mode=True,
+                                           count_include_pad=True).numpy()
+        src = self.onnx_pool("ap1", "AveragePool", [2, 2, 16, 11], kernel_shape=[3, 3],
+                             strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1, count_include_pad=1)
+        nodes, _, g = self.packed("ap1", src, x, y)
+        # the counted padding becomes real zeros, then as without it
+        self.assertEqual(nodes[0][0], "pad")
+        self.assertEqual(nodes[0][2]["paddings"], [0, 0, 0, 0, 1, 1, 1, 1])
+        self.assertEqual(nodes[0][2]["padValue"], [0.0])
+        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        self.check_pool("ap1", nodes[1:], xp, y, avg=True)
+        self.assertEqual(self.int_args(g, nodes[1][1]), [3, 3, 2, 2, 2, 0, 1, 1, 0, 0, 0])
+
+    def test_hard_sigmoid_and_hard_swish(self):
+        import torch
+
+        class Hard(torch.nn.Module):
+            def forward(self, x):
+                return torch.nn.functional.hardswish(x) + torch.nn.functional.hardsigmoid(x)
+        x = torch.linspace(-5, 5, 2 * 3 * 7).reshape(2, 3, 7)
+        src, y = self.torch_module("hard", Hard(), x, opset=17)  # HardSwish is opset 14
+        nodes, _, _ = self.packed("hard", src, x.numpy(), y)
+        ops = [n[0] for n in nodes]
+        self.assertEqual(ops, ["div_scalar", "add_scalar", "clipbyvalue", "multiply",
+                               "mul_scalar", "add_scalar", "clipbyvalue", "add"])
+        self.assertEqual(nodes[0][2], {"scalar": [6.0]})
+        self.assertEqual(nodes[1][2], {"scalar": [0.5]})
+        self.assertEqual(nodes[2][2], {"clipValueMin": [0.0], "clipValueMax": [1.0]})
+        self.assertAlmostEqual(nodes[4][2]["scalar"][0], 1 / 6, places=7)  # torch's alpha
+        self.assertEqual(nodes[5][2], {"scalar": [0.5]})
+
+    def test_dl4j_depthwise_weight_formats_read(self):
+        """depthwise_conv2d as DL4J itself may write it: weights stored in
+        wFormat 0 [kH, kW, iC, mC] (libnd4j's default) or 2 [mC, kH, kW, iC],
+        read back as the same convolution; forms ckptd cannot say are
+        refused by name."""
+        rng = np.random.default_rng(16)
+        x = rng.standard_normal((2, 3, 6, 5)).astype(np.float32)
+        w1 = rng.standard_normal((2, 3, 3, 3)).astype(np.float32)  # [mC, iC, kH, kW]
+        b = rng.standard_normal(6).astype(np.float32)
+        want = dl4j_depthwise(x, w1, b, (1, 2), (1, 1)).astype(np.float32)
+        for wf, w in ((0, w1.transpose(2, 3, 1, 0)), (1, w1), (2, w1.transpose(0, 2, 3, 1))):
+            src = os.path.join(self.dir, f"wf{wf}.fb")
+            iargs = [3, 3, 1, 2, 1, 1, 1, 1, 0, 0] + ([wf] if wf else [])
+            sdfb.write_graph(src, {"w": np.ascontiguousarray(w), "b": b}, {"input": [2, 3, 6, 5]},
+                             [("depthwise_conv2d", "dw", ["input", "w", "b"], ["out"],
+                               {"__extraInteger": iargs})], ["out"])
+            p = self.verify(src, x, want)
+            self.assertEqual(p.returncode, 0, f"wFormat {wf}: {p.stdout}{p.stderr}")
+        for iargs, needle in (([3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 1], "isSameMode 1"),
+                              ([3, 3, 1, 1, 1, 1, 1, 1, 0, 1, 1], "dataFormat 1"),
+                              ([2, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1], "kernel 2x3 does not match")):
+            src = os.path.join(self.dir, "bad.fb")
+            sdfb.write_graph(src, {"w": w1}, {"input": [2, 3, 6, 5]},
+                             [("depthwise_conv2d", "dw", ["input", "w"], ["out"],
+                               {"__extraInteger": iargs})], ["out"])
+            p = run("verify", src)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("node 'dw'", p.stderr)
+            self.assertIn(needle, p.stderr)
+        # weights whose shape the reader cannot know (a graph input)
+        src = os.path.join(self.dir, "bad.fb")
+        sdfb.write_graph(src, {}, {"input": [2, 3, 6, 5], "w": [2, 3, 3, 3]},
+                         [("depthwise_conv2d", "dw", ["input", "w"], ["out"],
+                           {"__extraInteger": [3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1]})], ["out"])
+        p = run("verify", src)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("depthwise_conv2d weights 'w' are not a stored rank-4 array", p.stderr)
 
 
 class Bad(TmpDirCase):

@@ -127,9 +127,6 @@ class Memory(Checker):
 # be refused with an error naming that blocker (never a wrong answer, never a
 # crash, never an unrelated helper node). Every other combination must verify.
 GAPS = {
-    # ops DL4J has no row for in ckptd's SameDiff writer (model/dl4jops.c)
-    ("mobilenet_v3_small", "samediff"): "no DL4J equivalent",
-    ("mobilenet_v3_small", "samediff-d"): "no DL4J equivalent",
     # ONNX ops the canonical vocabulary lacks (docs/model.md)
     ("gpt_small", "*"): "Where",
     ("vit_tiny", "*"): "Where",
@@ -141,19 +138,7 @@ GAPS = {
     ("shufflenet_v2_x0_5", "onnx13d"): "not static",
     ("shufflenet_v2_x0_5", "onnx17d"): "not static",
     ("shufflenet_v2_x0_5", "mldef-d"): "not static",
-    # SameDiff: grouped convolution and ceil-mode pooling are not lowered yet
-    ("mobilenet_v2", "samediff"): "grouped convolution",
-    ("efficientnet_b0", "samediff"): "grouped convolution",
-    ("regnet_x_400mf", "samediff"): "grouped convolution",
-    ("shufflenet_v2_x0_5", "samediff"): "grouped convolution",
-    ("convnext_block", "samediff"): "grouped convolution",
-    ("squeezenet1_0", "samediff"): "ceil mode",
-    ("mobilenet_v2", "samediff-d"): "grouped convolution",
-    ("efficientnet_b0", "samediff-d"): "grouped convolution",
-    ("regnet_x_400mf", "samediff-d"): "grouped convolution",
     ("shufflenet_v2_x0_5", "samediff-d"): "not static",
-    ("convnext_block", "samediff-d"): "grouped convolution",
-    ("squeezenet1_0", "samediff-d"): "ceil mode",
 }
 
 MODELS = ("resnet18", "vgg11", "densenet121", "mobilenet_v2", "mobilenet_v3_small",

@@ -333,6 +333,53 @@ def samediff_seeds(out):
     sdfb.write_graph(p, {}, {"input": [2, 7, 5]}, nodes, ["out"])
     with open(p, "rb") as f:
         put(out, "samediff", "slice_pow_split", f.read())
+    # depthwise_conv2d as ckptd writes it (weights reshaped and permuted in
+    # the graph to wFormat 1) and as DL4J may (wFormat 0 and 2 stored), a
+    # grouped conv as slices + conv2d + concat, a ceil-mode pool as the pool
+    # with grown padding and a slice, hard_swish as scalar ops and a clip
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    conv = [3, 3, 1, 1, 1, 1, 1, 1, 0, 0]
+    nodes = [("reshape", "r", ["w"], ["wr"], {"shape": ("l", [3, 2, 3, 3])}),
+             ("permute", "t", ["wr"], ["wp"], {"permuteDims": ("l", [1, 0, 2, 3])}),
+             ("depthwise_conv2d", "dw", ["input", "wp", "b"], ["d"],
+              {"__extraInteger": conv + [1]}),
+             ("maxpool2d", "mp", ["d"], ["m"],
+              {"__extraInteger": [3, 3, 2, 2, 2, 0, 1, 1, 0, 0, 0]}),
+             ("strided_slice", "cut", ["m"], ["c"],
+              {"__extraInteger": [0, 0, 3, 0, 0, 0, 0, 1, 1, 0, 0, 5, 4, 1, 1, 1, 1]}),
+             ("div_scalar", "hs1", ["c"], ["h1"], {"scalar": ("d", [6.0])}),
+             ("add_scalar", "hs2", ["h1"], ["h2"], {"scalar": ("d", [0.5])}),
+             ("clipbyvalue", "hs3", ["h2"], ["h3"],
+              {"clipValueMin": ("d", [0.0]), "clipValueMax": ("d", [1.0])}),
+             ("multiply", "hs", ["c", "h3"], ["out"], {})]
+    p = os.path.join(tmp, "dw.fb")
+    sdfb.write_graph(p, {"w": w, "b": b}, {"input": [1, 3, 8, 7]}, nodes, ["out"])
+    with open(p, "rb") as f:
+        put(out, "samediff", "depthwise_ceil_hardswish", f.read())
+    w1 = w.reshape(3, 2, 3, 3).transpose(1, 0, 2, 3)  # [mC, iC, kH, kW]
+    for wf, arr in ((0, w1.transpose(2, 3, 1, 0)), (2, w1.transpose(0, 2, 3, 1))):
+        p = os.path.join(tmp, f"dw{wf}.fb")
+        sdfb.write_graph(p, {"w": np.ascontiguousarray(arr), "b": b}, {"input": [1, 3, 5, 4]},
+                         [("depthwise_conv2d", "dw", ["input", "w", "b"], ["out"],
+                           {"__extraInteger": conv + [wf]})], ["out"])
+        with open(p, "rb") as f:
+            put(out, "samediff", f"depthwise_wformat{wf}", f.read())
+    wg = rng.standard_normal((4, 2, 3, 3)).astype(np.float32)
+    nodes = []
+    for k in range(2):
+        nodes += [("strided_slice", f"x{k}", ["input"], [f"xs{k}"],
+                   {"__extraInteger": [0, 0, 1, 0, 0, 0, 2 * k, 0, 2 * k + 2, 1, 1]}),
+                  ("strided_slice", f"w{k}", ["w"], [f"ws{k}"],
+                   {"__extraInteger": [0, 0, 0, 0, 0, 2 * k, 2 * k + 2, 1]}),
+                  ("conv2d", f"c{k}", [f"xs{k}", f"ws{k}"], [f"y{k}"],
+                   {"__extraInteger": conv + [1]})]
+    nodes.append(("concat", "cat", ["y0", "y1"], ["out"], {"concatDimension": ("l", [1])}))
+    p = os.path.join(tmp, "groups.fb")
+    sdfb.write_graph(p, {"w": wg}, {"input": [1, 4, 5, 5]}, nodes, ["out"])
+    with open(p, "rb") as f:
+        put(out, "samediff", "groups_as_slices", f.read())
 
 
 def metrics_seeds(out):

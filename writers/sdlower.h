@@ -1,0 +1,35 @@
+/* The canonical graph said in the ops DL4J has, before graph.fb is written:
+ * a node no single DL4J op computes becomes a few that do, with the same
+ * result (docs/samediff.md, "Lowered nodes"):
+ * - conv2d with groups == input channels: the weights reshaped and permuted
+ *   in the graph to DL4J's [mC, iC, kH, kW], then depthwise_conv2d;
+ * - conv2d with other groups: per group a strided_slice of x, W and b, a
+ *   conv2d, and one concat along the channels;
+ * - maxpool / avgpool with ceil mode or asymmetric padding: the pool with
+ *   DL4J's symmetric padding grown by whole strides (DL4J's pools skip
+ *   padding cells: the max never sees them, the average divides by the cells
+ *   inside the input), then a strided_slice of the windows wanted;
+ *   avgpool counting its padding gets an explicit zero pad first;
+ * - hard_sigmoid: mul_scalar, add_scalar, clipbyvalue to [0, 1];
+ * - hard_swish: x times (div_scalar 6, add_scalar 0.5, clipbyvalue).
+ * What cannot be lowered exactly is refused naming the node and why. */
+#ifndef CK_SDLOWER_H
+#define CK_SDLOWER_H
+
+#include "model/dl4jops.h"
+#include "model/model.h"
+
+struct ck_sdlower {
+    /* owned: the nodes as written, in order; their inputs name the source
+     * model's weights, inputs and earlier outputs (its own weights set is
+     * empty) */
+    struct ck_model *m;
+    const struct ck_dl4j_op **rows; /* owned array: rows[i] is m->nodes[i]'s DL4J op */
+};
+
+/* Lowers src's nodes into out (released on failure). CK_EFORMAT naming the
+ * node (label first) when a node has no exact DL4J form. */
+int ck_sdlower_build(const struct ck_model *src, const char *label, struct ck_sdlower *out);
+void ck_sdlower_release(struct ck_sdlower *l);
+
+#endif
