@@ -62,5 +62,55 @@ class Depthwise(Base):
                 self.check(name, conv, self.torch.randn(2, ci, h, w))
 
 
+class BatchNormFold(Base):
+    def bn(self, c):
+        """A batch norm whose statistics and affine parameters are far from
+        the identity, so a fold that drops or misplaces one shows."""
+        g = self.torch.Generator().manual_seed(c)
+        b = self.torch.nn.BatchNorm2d(c, eps=1e-3)
+        b.running_mean.copy_(self.torch.rand(c, generator=g) * 4 - 2)
+        b.running_var.copy_(self.torch.rand(c, generator=g) * 3 + 0.1)
+        b.weight.data.copy_(self.torch.rand(c, generator=g) * 2 - 1)
+        b.bias.data.copy_(self.torch.rand(c, generator=g) - 0.5)
+        return b
+
+    def test_folded_into_the_convolution(self):
+        """conv + bn folded (with and without the conv's bias, grouped,
+        depthwise, strided), within 1e-5 of torch."""
+        nn = self.torch.nn
+        cases = {
+            "plain": nn.Conv2d(3, 8, 3, padding=1),
+            "no_bias": nn.Conv2d(3, 8, 3, padding=1, bias=False),
+            "grouped": nn.Conv2d(4, 8, 3, stride=2, groups=2),
+            "depthwise": nn.Conv2d(6, 6, 5, padding=2, groups=6, bias=False),
+            "pointwise": nn.Conv2d(5, 7, 1),
+        }
+        for name, conv in cases.items():
+            with self.subTest(name):
+                self.torch.manual_seed(len(name))
+                net = nn.Sequential(conv, self.bn(conv.out_channels), nn.Conv2d(
+                    conv.out_channels, 2, 1))
+                ci = conv.in_channels
+                self.check(name, net, self.torch.randn(2, ci, 11, 13))
+
+    def test_not_folded_when_the_conv_output_has_another_reader(self):
+        """The convolution's output feeds the batch norm and an addition
+        after it: folding would hand the addition the normalised values."""
+        nn = self.torch.nn
+        bn = self.bn(4)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv, self.bn = nn.Conv2d(3, 4, 3, padding=1), bn
+
+            def forward(self, x):
+                c = self.conv(x)
+                return self.bn(c) + c
+
+        self.torch.manual_seed(3)
+        self.check("shared", Net(), self.torch.randn(2, 3, 9, 9))
+
+
 if __name__ == "__main__":
     unittest.main()

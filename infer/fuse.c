@@ -1,0 +1,155 @@
+/* Load-time folds of the engine's node table (the model is not changed):
+ * a BatchNormalization whose input is a convolution's output read by
+ * nothing else becomes that convolution's weights and bias,
+ *   W' = W s, b' = (b - mean) s + beta, s = gamma / sqrt(var + eps)
+ * per output channel, in double, rounded once; the batch norm is then not
+ * run and the convolution writes its output. */
+#include "infer/engine.h"
+#include "common/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Reads of each value by the nodes not skipped, and the last node reading it. */
+struct readers {
+    int *count, *last;
+};
+
+static int readers_build(const struct ck_infer *e, struct readers *r)
+{
+    r->count = calloc(e->nvalues + 1, sizeof(int));
+    r->last = calloc(e->nvalues + 1, sizeof(int));
+    if (!r->count || !r->last)
+        return ck_error(CK_ENOMEM, "out of memory for the node table's readers");
+    for (size_t i = 0; i < e->m->nnodes; i++)
+        for (size_t k = 0; !e->nodes[i].skip && k < e->nodes[i].nin; k++) {
+            r->count[e->nodes[i].in[k]]++;
+            r->last[e->nodes[i].in[k]] = (int)i;
+        }
+    return 0;
+}
+
+/* The one node reading node i's only output, -1 when there is none or more
+ * (or the output is a graph output). */
+static int only_reader(const struct ck_infer *e, const struct readers *r, size_t i)
+{
+    if (e->m->nodes[i].noutputs != 1)
+        return -1;
+    int v = e->nodes[i].out[0];
+    if (e->values[v].graph_output || r->count[v] != 1)
+        return -1;
+    return r->last[v];
+}
+
+static bool is_weight(const struct ck_infer *e, int v, int64_t numel)
+{
+    return e->values[v].kind == CK_VALUE_WEIGHT && ck_ishape_numel(&e->values[v].shape) == numel;
+}
+
+/* A weight value the engine owns, not in the name table (a folded copy). */
+static int value_new(struct ck_infer *e, const char *name, const struct ck_ishape *shape,
+                     int64_t numel)
+{
+    if (e->nvalues == e->values_cap) {
+        size_t cap = e->values_cap * 2 + 1;
+        struct ck_value *v = realloc(e->values, sizeof *v * cap);
+        if (!v)
+            return ck_error(CK_ENOMEM, "out of memory for the value table");
+        e->values = v;
+        e->values_cap = cap;
+    }
+    float *d = malloc(sizeof(float) * (size_t)(numel ? numel : 1));
+    if (!d)
+        return ck_error(CK_ENOMEM, "'%s': out of memory for %lld folded weights", name,
+                        (long long)numel);
+    e->values[e->nvalues] = (struct ck_value){.name = name, .kind = CK_VALUE_WEIGHT,
+                                              .shape = *shape, .data = d, .owned = true,
+                                              .buf = -1};
+    e->weight_bytes += sizeof(float) * (uint64_t)numel;
+    return (int)e->nvalues++;
+}
+
+/* Node c (conv2d) and node b (its batch norm, the only reader): c gets the
+ * folded weight and bias and writes b's output; b is skipped. */
+static int fold_batchnorm(struct ck_infer *e, size_t c, size_t b)
+{
+    struct ck_enode *cn = &e->nodes[c], *bn = &e->nodes[b];
+    const struct ck_model_node *bm = &e->m->nodes[b];
+    const struct ck_ishape ws = e->values[cn->in[1]].shape;
+    int64_t oc = ws.d[0], per = oc ? ck_ishape_numel(&ws) / oc : 0;
+    int w = value_new(e, bm->name, &ws, oc * per);
+    if (w < 0)
+        return w;
+    struct ck_ishape bs = {1, {oc}};
+    int bias = value_new(e, bm->name, &bs, oc);
+    if (bias < 0)
+        return bias;
+    /* the node's input array has room for the bias only when it had one */
+    if (cn->nin < 3) {
+        int *in = calloc(3 + e->m->nodes[c].noutputs, sizeof(int));
+        if (!in)
+            return ck_error(CK_ENOMEM, "out of memory for the node table");
+        memcpy(in, cn->in, sizeof(int) * cn->nin);
+        free(cn->in);
+        cn->in = in;
+        cn->out = in + 3;
+    }
+    const float *w0 = e->values[cn->in[1]].data;
+    const float *b0 = cn->nin > 2 ? e->values[cn->in[2]].data : NULL;
+    const float *gamma = bn->nin > 1 ? e->values[bn->in[1]].data : NULL;
+    const float *beta = bn->nin > 2 ? e->values[bn->in[2]].data : NULL;
+    const float *mean = bn->nin > 3 ? e->values[bn->in[3]].data : NULL;
+    const float *var = bn->nin > 4 ? e->values[bn->in[4]].data : NULL;
+    float *w1 = e->values[w].data, *b1 = e->values[bias].data;
+    for (int64_t o = 0; o < oc; o++) {
+        double s = (gamma ? gamma[o] : 1.0) / sqrt((var ? var[o] : 1.0) + bm->p.eps);
+        for (int64_t j = 0; j < per; j++)
+            w1[o * per + j] = (float)(w0[o * per + j] * s);
+        b1[o] = (float)(((b0 ? b0[o] : 0.0) - (mean ? mean[o] : 0.0)) * s +
+                        (beta ? beta[o] : 0.0));
+    }
+    cn->in[1] = w;
+    cn->in[2] = bias;
+    cn->nin = 3;
+    cn->out[0] = bn->out[0];
+    bn->skip = true;
+    e->fused++;
+    return 0;
+}
+
+/* Node b is a batch norm that can be folded into conv2d node c: over the
+ * channels (axis 1 of NCHW), its parameters weights of one value per output
+ * channel, the convolution's weight and bias weights. */
+static bool batchnorm_folds(const struct ck_infer *e, size_t c, size_t b)
+{
+    const struct ck_model_node *cm = &e->m->nodes[c], *bm = &e->m->nodes[b];
+    const struct ck_enode *cn = &e->nodes[c], *bn = &e->nodes[b];
+    if (cm->op != CK_OP_CONV2D || bm->op != CK_OP_BATCHNORM || cn->nin < 2 || cn->nin > 3 ||
+        bn->nin < 1 || bn->nin > 5 || bm->noutputs != 1 || bn->in[0] != cn->out[0])
+        return false;
+    const struct ck_ishape *ws = &e->values[cn->in[1]].shape;
+    if (!is_weight(e, cn->in[1], ck_ishape_numel(ws)) || ws->rank != 4 ||
+        ck_ishape_numel(ws) < 0 || ck_infer_norm_axis(ck_op_axis(&bm->p, 1), 4) != 1)
+        return false;
+    for (size_t k = 1; k < bn->nin; k++)
+        if (bn->in[k] == cn->out[0] || !is_weight(e, bn->in[k], ws->d[0]))
+            return false;
+    return cn->nin < 3 || is_weight(e, cn->in[2], ws->d[0]);
+}
+
+int ck_infer_fuse(struct ck_infer *e)
+{
+    struct readers r = {0};
+    int err = readers_build(e, &r);
+    for (size_t i = 0; err == 0 && i < e->m->nnodes; i++) {
+        if (e->nodes[i].skip || e->m->nodes[i].op != CK_OP_CONV2D)
+            continue;
+        int b = only_reader(e, &r, i);
+        if (b > (int)i && batchnorm_folds(e, i, (size_t)b))
+            err = fold_batchnorm(e, i, (size_t)b);
+    }
+    free(r.count);
+    free(r.last);
+    return err;
+}
