@@ -23,6 +23,8 @@ struct ck_enode {
     int *out;
     size_t nin;  /* inputs the kernel reads: the node's, and a folded batch norm's bias */
     bool skip;   /* folded into the node before it (fuse.c): not run */
+    enum ck_infer_act act; /* the activation folded into this one's output */
+    float act_min, act_max;
 };
 
 struct ck_buffer {

@@ -1,9 +1,14 @@
 /* Load-time folds of the engine's node table (the model is not changed):
- * a BatchNormalization whose input is a convolution's output read by
- * nothing else becomes that convolution's weights and bias,
- *   W' = W s, b' = (b - mean) s + beta, s = gamma / sqrt(var + eps)
- * per output channel, in double, rounded once; the batch norm is then not
- * run and the convolution writes its output. */
+ * - a BatchNormalization whose input is a convolution's output read by
+ *   nothing else becomes that convolution's weights and bias,
+ *     W' = W s, b' = (b - mean) s + beta, s = gamma / sqrt(var + eps)
+ *   per output channel, in double, rounded once;
+ * - an activation (relu, clip, sigmoid, gelu) that is the only reader of a
+ *   convolution's or dense layer's output, or a sigmoid and the product of
+ *   its input with it (silu) that are its only two readers, runs in that
+ *   node's epilogue, after the bias (kernels_linear.c).
+ * The folded nodes are then not run; the node before them writes their
+ * output. */
 #include "infer/engine.h"
 #include "common/error.h"
 
@@ -13,18 +18,20 @@
 
 /* Reads of each value by the nodes not skipped, and the last node reading it. */
 struct readers {
-    int *count, *last;
+    int *count, *first, *last;
 };
 
 static int readers_build(const struct ck_infer *e, struct readers *r)
 {
     r->count = calloc(e->nvalues + 1, sizeof(int));
+    r->first = calloc(e->nvalues + 1, sizeof(int));
     r->last = calloc(e->nvalues + 1, sizeof(int));
-    if (!r->count || !r->last)
+    if (!r->count || !r->first || !r->last)
         return ck_error(CK_ENOMEM, "out of memory for the node table's readers");
     for (size_t i = 0; i < e->m->nnodes; i++)
         for (size_t k = 0; !e->nodes[i].skip && k < e->nodes[i].nin; k++) {
-            r->count[e->nodes[i].in[k]]++;
+            if (r->count[e->nodes[i].in[k]]++ == 0)
+                r->first[e->nodes[i].in[k]] = (int)i;
             r->last[e->nodes[i].in[k]] = (int)i;
         }
     return 0;
@@ -138,18 +145,82 @@ static bool batchnorm_folds(const struct ck_infer *e, size_t c, size_t b)
     return cn->nin < 3 || is_weight(e, cn->in[2], ws->d[0]);
 }
 
+/* The activation of node a when it can run in a producer's epilogue (one
+ * input, which is v, one output), CK_ACT_NONE otherwise. */
+static enum ck_infer_act activation_of(const struct ck_infer *e, int a, int v)
+{
+    const struct ck_model_node *am = &e->m->nodes[a];
+    const struct ck_enode *an = &e->nodes[a];
+    if (an->nin != 1 || am->noutputs != 1 || an->in[0] != v)
+        return CK_ACT_NONE;
+    switch (am->op) {
+    case CK_OP_RELU: return CK_ACT_RELU;
+    case CK_OP_CLIP: return CK_ACT_CLIP;
+    case CK_OP_SIGMOID: return CK_ACT_SIGMOID;
+    case CK_OP_GELU: return am->p.approx_tanh ? CK_ACT_GELU_TANH : CK_ACT_GELU;
+    default: return CK_ACT_NONE;
+    }
+}
+
+/* v's two readers are s = sigmoid(v) and m = v * s, s read by m alone: the
+ * multiplication's output is silu(v). */
+static bool is_silu(const struct ck_infer *e, const struct readers *r, int v)
+{
+    int s = r->first[v], m = r->last[v];
+    if (r->count[v] != 2 || s == m || activation_of(e, s, v) != CK_ACT_SIGMOID)
+        return false;
+    const struct ck_model_node *mm = &e->m->nodes[m];
+    const struct ck_enode *mn = &e->nodes[m];
+    int sv = e->nodes[s].out[0];
+    if (mm->op != CK_OP_MUL || mm->p.has_scalar || mn->nin != 2 || mm->noutputs != 1 ||
+        e->values[sv].graph_output || r->count[sv] != 1)
+        return false;
+    return (mn->in[0] == v && mn->in[1] == sv) || (mn->in[0] == sv && mn->in[1] == v);
+}
+
+/* Node i (conv2d or dense) takes the activation after it into its epilogue. */
+static void fold_activation(struct ck_infer *e, const struct readers *r, size_t i)
+{
+    struct ck_enode *pn = &e->nodes[i];
+    int v = pn->out[0];
+    if (e->m->nodes[i].noutputs != 1 || e->values[v].graph_output)
+        return;
+    if (is_silu(e, r, v)) {
+        int s = r->first[v], m = r->last[v];
+        pn->act = CK_ACT_SILU;
+        pn->out[0] = e->nodes[m].out[0];
+        e->nodes[s].skip = e->nodes[m].skip = true;
+        e->fused += 2;
+        return;
+    }
+    int a = r->count[v] == 1 ? r->last[v] : -1;
+    enum ck_infer_act act = a > (int)i ? activation_of(e, a, v) : CK_ACT_NONE;
+    if (act == CK_ACT_NONE)
+        return;
+    pn->act = act;
+    pn->act_min = e->m->nodes[a].p.min;
+    pn->act_max = e->m->nodes[a].p.max;
+    pn->out[0] = e->nodes[a].out[0];
+    e->nodes[a].skip = true;
+    e->fused++;
+}
+
 int ck_infer_fuse(struct ck_infer *e)
 {
     struct readers r = {0};
     int err = readers_build(e, &r);
     for (size_t i = 0; err == 0 && i < e->m->nnodes; i++) {
-        if (e->nodes[i].skip || e->m->nodes[i].op != CK_OP_CONV2D)
+        enum ck_op op = e->m->nodes[i].op;
+        if (e->nodes[i].skip || (op != CK_OP_CONV2D && op != CK_OP_DENSE))
             continue;
         int b = only_reader(e, &r, i);
-        if (b > (int)i && batchnorm_folds(e, i, (size_t)b))
-            err = fold_batchnorm(e, i, (size_t)b);
+        if (op == CK_OP_CONV2D && b > (int)i && batchnorm_folds(e, i, (size_t)b) &&
+            (err = fold_batchnorm(e, i, (size_t)b)) < 0)
+            break;
+        fold_activation(e, &r, i);
     }
     free(r.count);
+    free(r.first);
     free(r.last);
     return err;
 }

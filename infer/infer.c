@@ -243,7 +243,9 @@ static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io
         io->outp[k] = e->values[e->nodes[i].out[k]].data;
         io->outs[k] = e->values[e->nodes[i].out[k]].shape;
     }
-    struct ck_kcall k = {n, io->inp, io->ins, nin, io->outp, io->outs, e->o.naive_gemm, scratch};
+    const struct ck_enode *en = &e->nodes[i];
+    struct ck_kcall k = {n,       io->inp, io->ins,    nin,        io->outp,   io->outs,
+                         e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max};
     return ck_infer_kernel(&k);
 }
 

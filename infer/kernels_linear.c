@@ -6,6 +6,7 @@
 #include "infer/internal.h"
 #include "common/error.h"
 
+#include <math.h>
 #include <string.h>
 #ifdef __SSE2__
 #include <immintrin.h>
@@ -45,6 +46,44 @@ void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k
                         (int)ldc);
 }
 
+/* The activation folded into the node (fuse.c) over n outputs, in place:
+ * the expressions of kernels_elementwise.c's kernels, so a folded
+ * activation computes what the separate node did. */
+static void epilogue(const struct ck_kcall *k, float *y, int64_t n)
+{
+    switch (k->act) {
+    case CK_ACT_NONE:
+        return;
+    case CK_ACT_RELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] < 0 ? 0.0f : y[i];
+        return;
+    case CK_ACT_CLIP:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] < k->act_min ? k->act_min : y[i] > k->act_max ? k->act_max : y[i];
+        return;
+    case CK_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-y[i]));
+        return;
+    case CK_ACT_SILU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] * (1.0f / (1.0f + expf(-y[i])));
+        return;
+    case CK_ACT_GELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 0.5f * y[i] * (1.0f + erff(y[i] * (float)M_SQRT1_2));
+        return;
+    case CK_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+            float x = y[i];
+            y[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+        }
+        return;
+    }
+}
+
 static void add_bias_rows(float *y, int64_t rows, int64_t cols, const float *bias)
 {
     for (int64_t i = 0; i < rows; i++)
@@ -62,6 +101,7 @@ static int dense(const struct ck_kcall *k)
                   k->n->p.trans_w ? in : out, 0.0f, k->out[0], out);
     if (k->nin > 2)
         add_bias_rows(k->out[0], rows, out, k->in[2]);
+    epilogue(k, k->out[0], rows * out);
     return 0;
 }
 
@@ -219,6 +259,7 @@ static void conv2d_batched(const struct ck_kcall *k)
                 float bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
                 for (int64_t j = 0; j < hw; j++)
                     dst[j] = src[j] + bias;
+                epilogue(k, dst, hw);
             }
     }
 }
@@ -352,6 +393,7 @@ static void conv2d_depthwise(const struct ck_kcall *k)
                 dw_border(&r, p, kh, kw, 0, lo, d);
                 dw_inner(&r, p, kh, kw, lo, hi, d);
                 dw_border(&r, p, kh, kw, hi, ow, d);
+                epilogue(k, d, ow);
             }
         }
 }
@@ -388,6 +430,7 @@ static int conv2d(const struct ck_kcall *k)
                     for (int64_t i = 0; i < oh * ow; i++)
                         row[i] += bias;
                 }
+            epilogue(k, yi, og * oh * ow);
         }
     return 0;
 }

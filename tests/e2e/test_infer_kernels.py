@@ -112,5 +112,54 @@ class BatchNormFold(Base):
         self.check("shared", Net(), self.torch.randn(2, 3, 9, 9))
 
 
+class Epilogue(Base):
+    def test_activations_after_conv_and_dense(self):
+        """Each activation the epilogue runs, after a convolution (plain,
+        depthwise, 1x1, with a folded batch norm) and after a dense layer,
+        within 1e-5 of torch."""
+        nn = self.torch.nn
+        acts = {"relu": nn.ReLU(), "relu6": nn.ReLU6(), "sigmoid": nn.Sigmoid(),
+                "silu": nn.SiLU(), "gelu": nn.GELU(), "hardtanh": nn.Hardtanh(-0.5, 0.5)}
+        for aname, act in acts.items():
+            layers = {  # name: (the layer, its output channels)
+                "conv": (lambda: nn.Conv2d(3, 6, 3, padding=1), 6),
+                "depthwise": (lambda: nn.Conv2d(3, 6, 3, stride=2, groups=3), 6),
+                "pointwise": (lambda: nn.Conv2d(3, 5, 1, bias=False), 5),
+                "conv_bn": (lambda: nn.Sequential(nn.Conv2d(3, 6, 3), BatchNormFold.bn(self, 6)),
+                            6),
+            }
+            for lname, (make, oc) in layers.items():
+                with self.subTest(f"{lname}_{aname}"):
+                    self.torch.manual_seed(7)
+                    net = nn.Sequential(make(), act, nn.Conv2d(oc, 2, 1))
+                    self.check(f"{lname}_{aname}", net, self.torch.randn(2, 3, 10, 12) * 3)
+            with self.subTest(f"dense_{aname}"):
+                self.torch.manual_seed(8)
+                net = nn.Sequential(nn.Linear(7, 9), act, nn.Linear(9, 3))
+                self.check(f"dense_{aname}", net, self.torch.randn(4, 7) * 3)
+
+    def test_not_folded_when_read_elsewhere(self):
+        """The convolution's output, or the sigmoid of a silu, read by a
+        later node too: the activation must stay a node of its own."""
+        nn = self.torch.nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+            def forward(self, x):
+                c = self.a(x)
+                r = self.torch.relu(c) + c  # relu and the add read c
+                d = self.b(r)
+                s = self.torch.sigmoid(d)
+                return d * s + s  # silu's sigmoid read by the add too
+
+        net = Net()
+        net.torch = self.torch
+        self.torch.manual_seed(9)
+        self.check("shared", net, self.torch.randn(2, 3, 8, 8) * 3)
+
+
 if __name__ == "__main__":
     unittest.main()

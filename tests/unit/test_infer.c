@@ -574,6 +574,51 @@ static void batchnorm_folds_into_its_convolution(void **state)
     }
 }
 
+/* dense x [1, 2] = [1, -2] by the identity: h = [1, -2], then act; with
+ * shared, the activation's input (or silu's sigmoid) is a graph output too,
+ * so nothing may be folded. */
+static void act_case(enum ck_op op, bool silu, bool shared, size_t fused, const float *want)
+{
+    static const float eye[] = {1, 0, 0, 1}, x[] = {1, -2};
+    const int64_t wd[] = {2, 2};
+    struct ck_model *m = model_new();
+    weight(m, "W", 2, wd, eye);
+    io(m, false, "x", 2, d12);
+    node(m, CK_OP_DENSE, "x,W", "h");
+    if (silu) {
+        node(m, CK_OP_SIGMOID, "h", "s");
+        node(m, CK_OP_MUL, "s,h", "y"); /* the sigmoid first: either order is silu */
+    } else {
+        struct ck_model_node *n = node(m, op, "h", "y");
+        n->p.min = -1.5f;
+        n->p.max = 0.5f;
+    }
+    io(m, true, "y", 2, d12);
+    if (shared)
+        io(m, true, silu ? "s" : "h", 2, d12);
+    struct ck_infer *e = NULL;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_fused_nodes(e), fused);
+    ck_infer_free(e);
+    if (!shared)
+        run_check(m, false, 2, d12, x, 2, d12, want);
+    ck_model_free(m);
+}
+
+static void activations_fold_into_the_producer(void **state)
+{
+    /* relu [1, 0]; clip to [-1.5, 0.5]: [0.5, -1.5]; sigmoid 1 / (1 + e^-h):
+     * [0.7310586, 0.1192029]; silu h sigmoid(h): [0.7310586, -0.2384058];
+     * gelu 0.5 h (1 + erf(h / sqrt 2)): [0.8413447, -0.0455003] */
+    act_case(CK_OP_RELU, false, false, 1, (float[]){1, 0});
+    act_case(CK_OP_CLIP, false, false, 1, (float[]){0.5f, -1.5f});
+    act_case(CK_OP_SIGMOID, false, false, 1, (float[]){0.7310586f, 0.1192029f});
+    act_case(CK_OP_MUL, true, false, 2, (float[]){0.7310586f, -0.2384058f});
+    act_case(CK_OP_GELU, false, false, 1, (float[]){0.8413447f, -0.0455003f});
+    act_case(CK_OP_RELU, false, true, 0, NULL);
+    act_case(CK_OP_MUL, true, true, 0, NULL);
+}
+
 static int spin(void *arg, int fd)
 {
     for (volatile unsigned long i = 0;; i++)
@@ -668,6 +713,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(errors_name_the_node),
     cmocka_unit_test(plan_reuses_dead_buffers),
     cmocka_unit_test(batchnorm_folds_into_its_convolution),
+    cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
     cmocka_unit_test(sandboxed_run_matches),
 };
