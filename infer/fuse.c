@@ -77,9 +77,28 @@ static int value_new(struct ck_infer *e, const char *name, const struct ck_ishap
     return (int)e->nvalues++;
 }
 
+/* Weight v, which no node reads any more: its converted copy freed, the
+ * pages of a mapped file it was read from in place dropped (the folded
+ * copy replaces it, so memory does not grow by the convolution's weights). */
+static void weight_release(struct ck_infer *e, const struct readers *r, int v)
+{
+    struct ck_value *w = &e->values[v];
+    uint64_t bytes = sizeof(float) * (uint64_t)ck_ishape_numel(&w->shape);
+    if (r->count[v] != 1 || w->graph_output || !w->data)
+        return;
+    if (w->owned) {
+        free(w->data);
+        e->weight_bytes -= bytes;
+    } else {
+        ck_tensor_set_drop_pages(e->m->weights, w->data, bytes);
+    }
+    w->data = NULL;
+    w->owned = false;
+}
+
 /* Node c (conv2d) and node b (its batch norm, the only reader): c gets the
  * folded weight and bias and writes b's output; b is skipped. */
-static int fold_batchnorm(struct ck_infer *e, size_t c, size_t b)
+static int fold_batchnorm(struct ck_infer *e, const struct readers *r, size_t c, size_t b)
 {
     struct ck_enode *cn = &e->nodes[c], *bn = &e->nodes[b];
     const struct ck_model_node *bm = &e->m->nodes[b];
@@ -116,6 +135,9 @@ static int fold_batchnorm(struct ck_infer *e, size_t c, size_t b)
         b1[o] = (float)(((b0 ? b0[o] : 0.0) - (mean ? mean[o] : 0.0)) * s +
                         (beta ? beta[o] : 0.0));
     }
+    weight_release(e, r, cn->in[1]);
+    if (cn->nin > 2)
+        weight_release(e, r, cn->in[2]);
     cn->in[1] = w;
     cn->in[2] = bias;
     cn->nin = 3;
@@ -215,7 +237,7 @@ int ck_infer_fuse(struct ck_infer *e)
             continue;
         int b = only_reader(e, &r, i);
         if (op == CK_OP_CONV2D && b > (int)i && batchnorm_folds(e, i, (size_t)b) &&
-            (err = fold_batchnorm(e, i, (size_t)b)) < 0)
+            (err = fold_batchnorm(e, &r, i, (size_t)b)) < 0)
             break;
         fold_activation(e, &r, i);
     }

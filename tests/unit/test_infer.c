@@ -537,13 +537,17 @@ static void plan_reuses_dead_buffers(void **state)
  *   bn:   c0 = ([2, 4] - 1) 0.5 + 0.5 = [1, 2], c1 = [3, 6] 2 - 1 = [5, 11]
  * When also_add, y = conv + bn reads the convolution's output too, so the
  * batch norm must not be folded: y = [3, 6, 8, 17]. */
-static struct ck_model *conv_bn_model(bool also_add)
+static struct ck_model *conv_bn_model(bool also_add, bool f16)
 {
     static const float w[] = {2, 3}, gamma[] = {1, 2}, beta[] = {0.5f, -1}, mean[] = {1, 0},
                        var[] = {3, 0};
     const int64_t xd[] = {1, 1, 1, 2}, wd[] = {2, 1, 1, 1}, cd[] = {2}, yd[] = {1, 2, 1, 2};
+    static const uint16_t w16[] = {0x4000, 0x4200}; /* 2, 3 */
     struct ck_model *m = model_new();
-    weight(m, "W", 4, wd, w);
+    if (f16)
+        weight_typed(m, "W", CK_DT_F16, 4, wd, w16, sizeof w16);
+    else
+        weight(m, "W", 4, wd, w);
     weight(m, "gamma", 1, cd, gamma);
     weight(m, "beta", 1, cd, beta);
     weight(m, "mean", 1, cd, mean);
@@ -563,7 +567,7 @@ static void batchnorm_folds_into_its_convolution(void **state)
     static const float x[] = {1, 2}, folded[] = {1, 2, 5, 11}, added[] = {3, 6, 8, 17};
     const int64_t xd[] = {1, 1, 1, 2}, yd[] = {1, 2, 1, 2};
     for (int also_add = 0; also_add < 2; also_add++) {
-        struct ck_model *m = conv_bn_model(also_add);
+        struct ck_model *m = conv_bn_model(also_add, false);
         struct ck_infer *e = NULL;
         assert_int_equal(ck_infer_new(m, NULL, &e), 0);
         /* folded only when the batch norm is the convolution's one reader */
@@ -572,6 +576,15 @@ static void batchnorm_folds_into_its_convolution(void **state)
         run_check(m, false, 4, xd, x, 4, yd, also_add ? added : folded);
         ck_model_free(m);
     }
+    /* a float16 W is converted to an owned copy at load: the fold's copy
+     * (W and the bias, 4 floats) replaces it rather than adding to it */
+    struct ck_model *m = conv_bn_model(false, true);
+    struct ck_infer *e = NULL;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_weight_bytes(e), 4 * sizeof(float));
+    ck_infer_free(e);
+    run_check(m, false, 4, xd, x, 4, yd, folded);
+    ck_model_free(m);
 }
 
 /* dense x [1, 2] = [1, -2] by the identity: h = [1, -2], then act; with
