@@ -21,6 +21,10 @@ struct ck_value {
 struct ck_enode {
     int *in;  /* value indices (one allocation holds in and out) */
     int *out;
+    size_t nin;  /* inputs the kernel reads: the node's, and a folded batch norm's bias */
+    bool skip;   /* folded into the node before it (fuse.c): not run */
+    enum ck_infer_act act; /* the activation folded into this one's output */
+    float act_min, act_max;
 };
 
 struct ck_buffer {
@@ -43,11 +47,16 @@ struct ck_infer {
     int64_t scratch_floats;
     uint64_t peak_bytes;
     double *node_seconds;
+    size_t fused; /* nodes folded into another (ck_infer_fuse) */
 };
 
 int ck_infer_value_find(const struct ck_infer *e, const char *name);
 int ck_infer_value_add(struct ck_infer *e, const char *name, enum ck_value_kind kind);
 int ck_infer_values_build(struct ck_infer *e);
+/* Folds what the node table allows at load time (fuse.c): a batch norm into
+ * the convolution before it. The model is not changed: the engine's node
+ * table is. */
+int ck_infer_fuse(struct ck_infer *e);
 void ck_infer_values_free(struct ck_infer *e);
 
 /* Shapes of every value from the inputs' (already set), then buffers. */

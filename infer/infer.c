@@ -143,7 +143,7 @@ int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o, str
     e->m = m;
     if (o)
         e->o = *o;
-    if ((err = ck_infer_values_build(e)) < 0) {
+    if ((err = ck_infer_values_build(e)) < 0 || (err = ck_infer_fuse(e)) < 0) {
         ck_infer_free(e);
         return err;
     }
@@ -207,7 +207,7 @@ struct node_io {
 
 static int node_io_new(const struct ck_model *m, struct node_io *io)
 {
-    size_t most = 1;
+    size_t most = 3; /* a folded batch norm's bias */
     for (size_t i = 0; i < m->nnodes; i++) {
         if (m->nodes[i].ninputs > most)
             most = m->nodes[i].ninputs;
@@ -234,7 +234,8 @@ static void node_io_release(struct node_io *io)
 static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io *io)
 {
     const struct ck_model_node *n = &e->m->nodes[i];
-    for (size_t k = 0; k < n->ninputs; k++) {
+    size_t nin = e->nodes[i].nin;
+    for (size_t k = 0; k < nin; k++) {
         io->inp[k] = e->values[e->nodes[i].in[k]].data;
         io->ins[k] = e->values[e->nodes[i].in[k]].shape;
     }
@@ -242,8 +243,9 @@ static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io
         io->outp[k] = e->values[e->nodes[i].out[k]].data;
         io->outs[k] = e->values[e->nodes[i].out[k]].shape;
     }
-    struct ck_kcall k = {n,        io->inp, io->ins, n->ninputs, io->outp, io->outs,
-                         e->o.naive_gemm, scratch};
+    const struct ck_enode *en = &e->nodes[i];
+    struct ck_kcall k = {n,       io->inp, io->ins,    nin,        io->outp,   io->outs,
+                         e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max};
     return ck_infer_kernel(&k);
 }
 
@@ -287,6 +289,8 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
         goto out;
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
+        if (e->nodes[i].skip)
+            continue;
         double t0 = ck_mono_s();
         if ((err = run_node(e, i, scratch, &io)) < 0)
             goto out;
@@ -313,4 +317,9 @@ uint64_t ck_infer_weight_bytes(const struct ck_infer *e)
 const double *ck_infer_node_seconds(const struct ck_infer *e)
 {
     return e->node_seconds;
+}
+
+size_t ck_infer_fused_nodes(const struct ck_infer *e)
+{
+    return e->fused;
 }

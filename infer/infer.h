@@ -78,8 +78,12 @@ uint64_t ck_infer_peak_activation_bytes(const struct ck_infer *e);
 /* Bytes of weights the engine converted (copies, not borrowed in place). */
 uint64_t ck_infer_weight_bytes(const struct ck_infer *e);
 
-/* Per-node timing of the last run in seconds (NULL when not run). */
+/* Per-node timing of the last run in seconds (NULL when not run; 0 for a
+ * node folded into another). */
 const double *ck_infer_node_seconds(const struct ck_infer *e);
+/* How many nodes ck_infer_new folded into the node before them (a batch
+ * norm into its convolution's weights): they are not run on their own. */
+size_t ck_infer_fused_nodes(const struct ck_infer *e);
 
 int ck_infer_array_init(struct ck_infer_array *a, const char *name, int rank,
                         const int64_t *dims);

@@ -30,6 +30,18 @@ const char *ck_ishape_text(const struct ck_ishape *s, char *buf, size_t size);
 int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
                          struct ck_ishape *out);
 
+/* An activation a convolution or dense layer applies to its own output
+ * after the bias (the node that computed it folded in, fuse.c). */
+enum ck_infer_act {
+    CK_ACT_NONE,
+    CK_ACT_RELU,
+    CK_ACT_CLIP,      /* to [act_min, act_max] (relu6) */
+    CK_ACT_SIGMOID,
+    CK_ACT_SILU,      /* x sigmoid(x): a sigmoid and the product with its input */
+    CK_ACT_GELU,      /* erf form */
+    CK_ACT_GELU_TANH,
+};
+
 /* One node's kernel call. */
 struct ck_kcall {
     const struct ck_model_node *n;
@@ -40,6 +52,8 @@ struct ck_kcall {
     const struct ck_ishape *outs;
     bool naive_gemm;
     float *scratch; /* ck_infer_scratch_floats(n, ins) floats */
+    enum ck_infer_act act; /* conv2d and dense only */
+    float act_min, act_max;
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */

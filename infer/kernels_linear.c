@@ -1,12 +1,16 @@
 /* Matrix products: dense, matmul (batched, batch dims broadcast) and conv2d
  * (im2col, then one product per image and group; a 1x1 stride-1 unpadded
- * convolution needs no im2col). The products go through OpenBLAS's
+ * convolution needs no im2col; a depthwise one runs its own loops). The products go through OpenBLAS's
  * cblas_sgemm, single-threaded (the engine runs beside a training job), or
  * through plain loops when asked (bench/infer.sh measures the difference). */
 #include "infer/internal.h"
 #include "common/error.h"
 
+#include <math.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <immintrin.h>
+#endif
 
 static void gemm_naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,
                        int64_t lda, const float *b, int64_t ldb, float beta, float *c,
@@ -42,6 +46,44 @@ void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k
                         (int)ldc);
 }
 
+/* The activation folded into the node (fuse.c) over n outputs, in place:
+ * the expressions of kernels_elementwise.c's kernels, so a folded
+ * activation computes what the separate node did. */
+static void epilogue(const struct ck_kcall *k, float *y, int64_t n)
+{
+    switch (k->act) {
+    case CK_ACT_NONE:
+        return;
+    case CK_ACT_RELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] < 0 ? 0.0f : y[i];
+        return;
+    case CK_ACT_CLIP:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] < k->act_min ? k->act_min : y[i] > k->act_max ? k->act_max : y[i];
+        return;
+    case CK_ACT_SIGMOID:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 1.0f / (1.0f + expf(-y[i]));
+        return;
+    case CK_ACT_SILU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = y[i] * (1.0f / (1.0f + expf(-y[i])));
+        return;
+    case CK_ACT_GELU:
+        for (int64_t i = 0; i < n; i++)
+            y[i] = 0.5f * y[i] * (1.0f + erff(y[i] * (float)M_SQRT1_2));
+        return;
+    case CK_ACT_GELU_TANH:
+        for (int64_t i = 0; i < n; i++) {
+            const float c = 0.7978845608028654f; /* sqrt(2/pi) */
+            float x = y[i];
+            y[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+        }
+        return;
+    }
+}
+
 static void add_bias_rows(float *y, int64_t rows, int64_t cols, const float *bias)
 {
     for (int64_t i = 0; i < rows; i++)
@@ -59,6 +101,7 @@ static int dense(const struct ck_kcall *k)
                   k->n->p.trans_w ? in : out, 0.0f, k->out[0], out);
     if (k->nin > 2)
         add_bias_rows(k->out[0], rows, out, k->in[2]);
+    epilogue(k, k->out[0], rows * out);
     return 0;
 }
 
@@ -156,6 +199,12 @@ static bool conv_is_pointwise(const struct ck_op_params *p, const struct ck_isha
            !p->pad[0] && !p->pad[1] && !p->pad[2] && !p->pad[3];
 }
 
+/* groups == channels, one input channel per group (the depthwise kernel) */
+static bool conv_is_depthwise(const struct ck_op_params *p, const struct ck_ishape *w)
+{
+    return p->groups > 1 && w->d[1] == 1 && w->d[2] <= 64 && w->d[3] <= 64; /* struct dw_row */
+}
+
 /* Images per product when groups == 1: small images are gathered so one
  * larger product replaces many small ones, within 256 KiB of columns and
  * results, so the columns im2col writes are still in L2 when OpenBLAS packs
@@ -183,7 +232,7 @@ int64_t ck_infer_conv_scratch_floats(const struct ck_model_node *n, const struct
     int64_t hw = outs[0].d[2] * outs[0].d[3], k = w->d[1] * w->d[2] * w->d[3];
     if (conv_batches(&n->p, w))
         return conv_images_per_call(&ins[0], w, &outs[0]) * (k + w->d[0]) * hw;
-    return conv_is_pointwise(&n->p, w) ? 0 : k * hw;
+    return conv_is_pointwise(&n->p, w) || conv_is_depthwise(&n->p, w) ? 0 : k * hw;
 }
 
 /* groups == 1: nb images' columns side by side [k, nb*hw], one product
@@ -210,8 +259,143 @@ static void conv2d_batched(const struct ck_kcall *k)
                 float bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
                 for (int64_t j = 0; j < hw; j++)
                     dst[j] = src[j] + bias;
+                epilogue(k, dst, hw);
             }
     }
+}
+
+/* groups == channels (depthwise, mult output channels per input channel):
+ * no im2col, no product. Each output row is made in two parts: the columns
+ * whose every tap reads inside the image, 8 at a time with the 8 sums in
+ * registers over all the taps (one load and one multiply-add per tap and
+ * column, one store per column; SSE2, x86-64's baseline), and the border columns, which add each
+ * tap over the columns valid for it (valid_cols), so no loop tests a
+ * bound. */
+struct dw_row {
+    const float *rows[64];  /* the input rows of the kernel's taps, NULL in the padding */
+    const float *wk;        /* the channel's kh x kw weights */
+    int64_t lo[64], hi[64]; /* kj's valid_cols */
+    float bias;
+};
+
+/* Border columns: each tap only where its input column is inside the row. */
+static void dw_border(const struct dw_row *r, const struct ck_op_params *p, int64_t kh,
+                      int64_t kw, int64_t from, int64_t to, float *d)
+{
+    int64_t sx = p->stride[1];
+    for (int64_t xx = from; xx < to; xx++) {
+        float acc = 0.0f;
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const float *row = r->rows[ki];
+            if (!row)
+                continue;
+            for (int64_t kj = 0; kj < kw; kj++)
+                /* off + xx * sx is inside the row for xx in [lo, hi): the
+                 * index is formed only then (off may be near -2^62, fuzz_graph) */
+                if (xx >= r->lo[kj] && xx < r->hi[kj])
+                    acc += r->wk[ki * kw + kj] * row[kj * p->dilation[1] - p->pad[1] + xx * sx];
+        }
+        d[xx] = acc + r->bias;
+    }
+}
+
+#ifdef __SSE2__
+/* 8 output columns at stride 1 or 2: two 4-wide sums in registers over
+ * every tap (at stride 2 the even floats of 8 loaded). */
+static inline void dw_eight(const struct dw_row *r, int64_t kh, int64_t kw, int64_t sx,
+                            int64_t dx, int64_t at, float *d)
+{
+    __m128 a0 = _mm_setzero_ps(), a1 = _mm_setzero_ps();
+    for (int64_t ki = 0; ki < kh; ki++) {
+        const float *row = r->rows[ki];
+        if (!row)
+            continue;
+        const float *wk = r->wk + ki * kw;
+        for (int64_t kj = 0; kj < kw; kj++) {
+            const float *q = row + at + kj * dx;
+            __m128 wv = _mm_set1_ps(wk[kj]), v0, v1;
+            if (sx == 1) {
+                v0 = _mm_loadu_ps(q);
+                v1 = _mm_loadu_ps(q + 4);
+            } else {
+                v0 = _mm_shuffle_ps(_mm_loadu_ps(q), _mm_loadu_ps(q + 4), _MM_SHUFFLE(2, 0, 2, 0));
+                v1 = _mm_shuffle_ps(_mm_loadu_ps(q + 8), _mm_loadu_ps(q + 12),
+                                    _MM_SHUFFLE(2, 0, 2, 0));
+            }
+            a0 = _mm_add_ps(a0, _mm_mul_ps(wv, v0));
+            a1 = _mm_add_ps(a1, _mm_mul_ps(wv, v1));
+        }
+    }
+    __m128 bv = _mm_set1_ps(r->bias);
+    _mm_storeu_ps(d, _mm_add_ps(a0, bv));
+    _mm_storeu_ps(d + 4, _mm_add_ps(a1, bv));
+}
+#endif
+
+/* The columns [lo, hi) are inside the image for every tap: no test at all. */
+static void dw_inner(const struct dw_row *r, const struct ck_op_params *p, int64_t kh, int64_t kw,
+                     int64_t lo, int64_t hi, float *d)
+{
+    int64_t sx = p->stride[1], dx = p->dilation[1], x0 = -p->pad[1];
+    int64_t xx = lo;
+#ifdef __SSE2__
+    /* at stride 2 the last load reads one float past the 8th column's: only
+     * while that float is a column a later output reads too (hi - 1) */
+    if (sx == 1)
+        for (; xx + 8 <= hi; xx += 8)
+            dw_eight(r, kh, kw, 1, dx, x0 + xx, d + xx);
+    else if (sx == 2)
+        for (; xx + 9 <= hi; xx += 8)
+            dw_eight(r, kh, kw, 2, dx, x0 + 2 * xx, d + xx);
+#endif
+    for (; xx < hi; xx++) {
+        float acc = 0.0f;
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const float *row = r->rows[ki];
+            if (!row)
+                continue;
+            const float *wk = r->wk + ki * kw;
+            for (int64_t kj = 0; kj < kw; kj++)
+                acc += wk[kj] * row[x0 + xx * sx + kj * dx];
+        }
+        d[xx] = acc + r->bias;
+    }
+}
+
+static void conv2d_depthwise(const struct ck_kcall *k)
+{
+    const struct ck_op_params *p = &k->n->p;
+    const struct ck_ishape *x = &k->ins[0], *w = &k->ins[1], *o = &k->outs[0];
+    int64_t c = x->d[1], h = x->d[2], wd = x->d[3], oc = o->d[1], oh = o->d[2], ow = o->d[3];
+    int64_t kh = w->d[2], kw = w->d[3], mult = oc / c, lo = 0, hi = ow;
+    struct dw_row r;
+    /* the output columns every tap reads inside the image: the
+     * intersection of each kj's valid_cols */
+    for (int64_t kj = 0; kj < kw; kj++) {
+        valid_cols(wd, ow, p->stride[1], kj * p->dilation[1] - p->pad[1], &r.lo[kj], &r.hi[kj]);
+        lo = r.lo[kj] > lo ? r.lo[kj] : lo;
+        hi = r.hi[kj] < hi ? r.hi[kj] : hi;
+    }
+    if (lo > hi)
+        lo = hi;
+    for (int64_t b = 0; b < x->d[0]; b++)
+        for (int64_t ch = 0; ch < oc; ch++) {
+            const float *src = k->in[0] + (b * c + ch / mult) * h * wd;
+            float *dst = k->out[0] + (b * oc + ch) * oh * ow;
+            r.bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
+            r.wk = k->in[1] + ch * kh * kw;
+            for (int64_t y = 0; y < oh; y++) {
+                float *d = dst + y * ow;
+                for (int64_t ki = 0; ki < kh; ki++) {
+                    int64_t iy = y * p->stride[0] - p->pad[0] + ki * p->dilation[0];
+                    r.rows[ki] = iy < 0 || iy >= h ? NULL : src + iy * wd;
+                }
+                dw_border(&r, p, kh, kw, 0, lo, d);
+                dw_inner(&r, p, kh, kw, lo, hi, d);
+                dw_border(&r, p, kh, kw, hi, ow, d);
+                epilogue(k, d, ow);
+            }
+        }
 }
 
 static int conv2d(const struct ck_kcall *k)
@@ -221,6 +405,10 @@ static int conv2d(const struct ck_kcall *k)
     int64_t g = p->groups, cg = w->d[1], og = w->d[0] / g, kh = w->d[2], kw = w->d[3];
     int64_t h = x->d[2], wd = x->d[3], oh = o->d[2], ow = o->d[3], kk = cg * kh * kw;
     bool pointwise = conv_is_pointwise(p, w);
+    if (conv_is_depthwise(p, w)) {
+        conv2d_depthwise(k);
+        return 0;
+    }
     if (conv_batches(p, w)) {
         conv2d_batched(k);
         return 0;
@@ -242,6 +430,7 @@ static int conv2d(const struct ck_kcall *k)
                     for (int64_t i = 0; i < oh * ow; i++)
                         row[i] += bias;
                 }
+            epilogue(k, yi, og * oh * ow);
         }
     return 0;
 }

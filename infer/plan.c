@@ -13,17 +13,18 @@
 static int node_shapes(struct ck_infer *e, size_t i)
 {
     const struct ck_model_node *n = &e->m->nodes[i];
+    size_t nin = e->nodes[i].nin;
     struct ck_ishape ins[16], outs[16];
-    struct ck_ishape *in = n->ninputs > 16 ? calloc(n->ninputs, sizeof *in) : ins;
+    struct ck_ishape *in = nin > 16 ? calloc(nin, sizeof *in) : ins;
     struct ck_ishape *out = n->noutputs > 16 ? calloc(n->noutputs, sizeof *out) : outs;
     int err = 0;
     if (!in || !out) {
         err = ck_error(CK_ENOMEM, "out of memory for the shapes of node '%s'", n->name);
         goto out;
     }
-    for (size_t k = 0; k < n->ninputs; k++)
+    for (size_t k = 0; k < nin; k++)
         in[k] = e->values[e->nodes[i].in[k]].shape;
-    if ((err = ck_infer_node_shapes(n, in, n->ninputs, out)) < 0)
+    if ((err = ck_infer_node_shapes(n, in, nin, out)) < 0)
         goto out;
     for (size_t k = 0; k < n->noutputs; k++) {
         if (ck_ishape_numel(&out[k]) < 0) {
@@ -49,7 +50,7 @@ static void liveness(struct ck_infer *e)
     for (size_t v = 0; v < e->nvalues; v++)
         e->values[v].last_use = e->values[v].graph_output ? INT32_MAX : -1;
     for (size_t i = 0; i < e->m->nnodes; i++)
-        for (size_t k = 0; k < e->m->nodes[i].ninputs; k++) {
+        for (size_t k = 0; !e->nodes[i].skip && k < e->nodes[i].nin; k++) {
             struct ck_value *v = &e->values[e->nodes[i].in[k]];
             if (v->last_use != INT32_MAX)
                 v->last_use = (int)i;
@@ -85,6 +86,8 @@ static int assign(struct ck_infer *e)
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
         const struct ck_model_node *n = &e->m->nodes[i];
+        if (e->nodes[i].skip)
+            continue;
         for (size_t k = 0; k < n->noutputs; k++) {
             struct ck_value *v = &e->values[e->nodes[i].out[k]];
             int64_t need = ck_ishape_numel(&v->shape);
@@ -98,7 +101,7 @@ static int assign(struct ck_infer *e)
             busy[b] = true;
             v->buf = b;
         }
-        for (size_t k = 0; k < n->ninputs; k++) {
+        for (size_t k = 0; k < e->nodes[i].nin; k++) {
             const struct ck_value *v = &e->values[e->nodes[i].in[k]];
             if (v->kind == CK_VALUE_NODE && v->last_use == (int)i)
                 busy[v->buf] = false;
@@ -118,7 +121,7 @@ int ck_infer_plan_shapes(struct ck_infer *e)
     int err;
     ck_infer_plan_release(e);
     for (size_t i = 0; i < e->m->nnodes; i++)
-        if ((err = node_shapes(e, i)) < 0)
+        if (!e->nodes[i].skip && (err = node_shapes(e, i)) < 0)
             return err;
     return 0;
 }

@@ -159,6 +159,7 @@ int ck_infer_values_build(struct ck_infer *e)
         if (!en->in)
             return ck_error(CK_ENOMEM, "out of memory for the node table");
         en->out = en->in + n->ninputs;
+        en->nin = n->ninputs;
         for (size_t k = 0; k < n->ninputs; k++) {
             int v = ck_infer_value_find(e, n->inputs[k]);
             if (v < 0) {

@@ -530,6 +530,108 @@ static void plan_reuses_dead_buffers(void **state)
     ck_model_free(m);
 }
 
+/* A 1x1 convolution of x [1,1,1,2] = [1, 2] by W = [2, 3] (no bias), then
+ * a batch norm: gamma [1, 2], beta [0.5, -1], mean [1, 0], var [3, 0],
+ * eps 1, so s = gamma / sqrt(var + eps) = [0.5, 2]:
+ *   conv: c0 = [2, 4], c1 = [3, 6]
+ *   bn:   c0 = ([2, 4] - 1) 0.5 + 0.5 = [1, 2], c1 = [3, 6] 2 - 1 = [5, 11]
+ * When also_add, y = conv + bn reads the convolution's output too, so the
+ * batch norm must not be folded: y = [3, 6, 8, 17]. */
+static struct ck_model *conv_bn_model(bool also_add, bool f16)
+{
+    static const float w[] = {2, 3}, gamma[] = {1, 2}, beta[] = {0.5f, -1}, mean[] = {1, 0},
+                       var[] = {3, 0};
+    const int64_t xd[] = {1, 1, 1, 2}, wd[] = {2, 1, 1, 1}, cd[] = {2}, yd[] = {1, 2, 1, 2};
+    static const uint16_t w16[] = {0x4000, 0x4200}; /* 2, 3 */
+    struct ck_model *m = model_new();
+    if (f16)
+        weight_typed(m, "W", CK_DT_F16, 4, wd, w16, sizeof w16);
+    else
+        weight(m, "W", 4, wd, w);
+    weight(m, "gamma", 1, cd, gamma);
+    weight(m, "beta", 1, cd, beta);
+    weight(m, "mean", 1, cd, mean);
+    weight(m, "var", 1, cd, var);
+    io(m, false, "x", 4, xd);
+    struct ck_model_node *c = node(m, CK_OP_CONV2D, "x,W", "c");
+    c->p.kernel[0] = c->p.kernel[1] = 1;
+    node(m, CK_OP_BATCHNORM, "c,gamma,beta,mean,var", "bn")->p.eps = 1;
+    if (also_add)
+        node(m, CK_OP_ADD, "c,bn", "y");
+    io(m, true, also_add ? "y" : "bn", 4, yd);
+    return m;
+}
+
+static void batchnorm_folds_into_its_convolution(void **state)
+{
+    static const float x[] = {1, 2}, folded[] = {1, 2, 5, 11}, added[] = {3, 6, 8, 17};
+    const int64_t xd[] = {1, 1, 1, 2}, yd[] = {1, 2, 1, 2};
+    for (int also_add = 0; also_add < 2; also_add++) {
+        struct ck_model *m = conv_bn_model(also_add, false);
+        struct ck_infer *e = NULL;
+        assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+        /* folded only when the batch norm is the convolution's one reader */
+        assert_int_equal(ck_infer_fused_nodes(e), also_add ? 0 : 1);
+        ck_infer_free(e);
+        run_check(m, false, 4, xd, x, 4, yd, also_add ? added : folded);
+        ck_model_free(m);
+    }
+    /* a float16 W is converted to an owned copy at load: the fold's copy
+     * (W and the bias, 4 floats) replaces it rather than adding to it */
+    struct ck_model *m = conv_bn_model(false, true);
+    struct ck_infer *e = NULL;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_weight_bytes(e), 4 * sizeof(float));
+    ck_infer_free(e);
+    run_check(m, false, 4, xd, x, 4, yd, folded);
+    ck_model_free(m);
+}
+
+/* dense x [1, 2] = [1, -2] by the identity: h = [1, -2], then act; with
+ * shared, the activation's input (or silu's sigmoid) is a graph output too,
+ * so nothing may be folded. */
+static void act_case(enum ck_op op, bool silu, bool shared, size_t fused, const float *want)
+{
+    static const float eye[] = {1, 0, 0, 1}, x[] = {1, -2};
+    const int64_t wd[] = {2, 2};
+    struct ck_model *m = model_new();
+    weight(m, "W", 2, wd, eye);
+    io(m, false, "x", 2, d12);
+    node(m, CK_OP_DENSE, "x,W", "h");
+    if (silu) {
+        node(m, CK_OP_SIGMOID, "h", "s");
+        node(m, CK_OP_MUL, "s,h", "y"); /* the sigmoid first: either order is silu */
+    } else {
+        struct ck_model_node *n = node(m, op, "h", "y");
+        n->p.min = -1.5f;
+        n->p.max = 0.5f;
+    }
+    io(m, true, "y", 2, d12);
+    if (shared)
+        io(m, true, silu ? "s" : "h", 2, d12);
+    struct ck_infer *e = NULL;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_fused_nodes(e), fused);
+    ck_infer_free(e);
+    if (!shared)
+        run_check(m, false, 2, d12, x, 2, d12, want);
+    ck_model_free(m);
+}
+
+static void activations_fold_into_the_producer(void **state)
+{
+    /* relu [1, 0]; clip to [-1.5, 0.5]: [0.5, -1.5]; sigmoid 1 / (1 + e^-h):
+     * [0.7310586, 0.1192029]; silu h sigmoid(h): [0.7310586, -0.2384058];
+     * gelu 0.5 h (1 + erf(h / sqrt 2)): [0.8413447, -0.0455003] */
+    act_case(CK_OP_RELU, false, false, 1, (float[]){1, 0});
+    act_case(CK_OP_CLIP, false, false, 1, (float[]){0.5f, -1.5f});
+    act_case(CK_OP_SIGMOID, false, false, 1, (float[]){0.7310586f, 0.1192029f});
+    act_case(CK_OP_MUL, true, false, 2, (float[]){0.7310586f, -0.2384058f});
+    act_case(CK_OP_GELU, false, false, 1, (float[]){0.8413447f, -0.0455003f});
+    act_case(CK_OP_RELU, false, true, 0, NULL);
+    act_case(CK_OP_MUL, true, true, 0, NULL);
+}
+
 static int spin(void *arg, int fd)
 {
     for (volatile unsigned long i = 0;; i++)
@@ -623,6 +725,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(norms_and_reductions),
     cmocka_unit_test(errors_name_the_node),
     cmocka_unit_test(plan_reuses_dead_buffers),
+    cmocka_unit_test(batchnorm_folds_into_its_convolution),
+    cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
     cmocka_unit_test(sandboxed_run_matches),
 };

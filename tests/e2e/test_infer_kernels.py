@@ -1,0 +1,165 @@
+"""The engine's fast paths (issue 31) against torch, through the real
+binary: the direct depthwise convolution, BatchNormalization folded into
+the convolution before it, and activations in a producer's epilogue. Each
+model is exported by torch.onnx.export and checked by `ckptd verify
+--expected` against torch's own output for the same input."""
+import os
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import torch_gen as tg  # noqa: E402
+from ckptd_test import TmpDirCase, run  # noqa: E402
+
+
+class Base(TmpDirCase):
+    def setUp(self):
+        super().setUp()
+        self.torch = tg.need_torch()
+        tg.need_onnx()
+
+    def check(self, name, module, x, rtol="1e-5", atol="1e-5"):
+        """Exports module (eval mode), verifies it on x against torch."""
+        p = os.path.join(self.dir, name + ".onnx")
+        module.eval()
+        # TrainingMode.PRESERVE (export_onnx's): in EVAL torch's exporter folds
+        # the batch norms itself
+        y = tg.export_onnx(module, x, p)
+        xi, yi = os.path.join(self.dir, name + "_x.npy"), os.path.join(self.dir, name + "_y.npy")
+        np.save(xi, x.numpy())
+        np.save(yi, y)
+        r = run("verify", p, "--inputs", xi, "--expected", yi, "--rtol", rtol, "--atol", atol,
+                timeout=120)
+        self.assertEqual(r.returncode, 0, f"{name}:\n{r.stdout}{r.stderr}")
+        return r
+
+
+class Depthwise(Base):
+    def test_strides_dilations_padding_multiplier(self):
+        """groups == input channels, against torch: the borders (padding on
+        both sides, odd sizes), the 8-column inner loop at stride 1 and 2,
+        the scalar one at stride 3, dilation, a channel multiplier of 2, no
+        bias, and a row narrower than 8 columns."""
+        nn = self.torch.nn
+        cases = {
+            # name: (in channels, out channels, kernel, stride, padding, dilation, bias, H, W)
+            "k3s1": (4, 4, 3, 1, 1, 1, True, 29, 37),
+            "k3s2_mult2": (4, 8, 3, 2, 1, 1, True, 29, 37),
+            "k5s2_dil2": (3, 3, 5, 2, 4, 2, True, 33, 41),
+            "k7s1_pad3": (6, 6, 7, 1, 3, 1, True, 24, 24),
+            "k3s3_mult2_nobias": (2, 4, 3, 3, 2, 1, False, 20, 26),
+            "k3x5_unpadded": (3, 6, (3, 5), 1, 0, 1, True, 9, 30),
+            "narrow": (5, 5, 3, 2, 1, 1, True, 7, 5),
+            "wide_kernel_past_the_image": (2, 2, 5, 1, 6, 3, True, 4, 4),
+        }
+        for name, (ci, co, k, s, pad, dil, bias, h, w) in cases.items():
+            with self.subTest(name):
+                self.torch.manual_seed(len(name))
+                conv = nn.Conv2d(ci, co, k, stride=s, padding=pad, dilation=dil, groups=ci,
+                                 bias=bias)
+                self.check(name, conv, self.torch.randn(2, ci, h, w))
+
+
+class BatchNormFold(Base):
+    def bn(self, c):
+        """A batch norm whose statistics and affine parameters are far from
+        the identity, so a fold that drops or misplaces one shows."""
+        g = self.torch.Generator().manual_seed(c)
+        b = self.torch.nn.BatchNorm2d(c, eps=1e-3)
+        b.running_mean.copy_(self.torch.rand(c, generator=g) * 4 - 2)
+        b.running_var.copy_(self.torch.rand(c, generator=g) * 3 + 0.1)
+        b.weight.data.copy_(self.torch.rand(c, generator=g) * 2 - 1)
+        b.bias.data.copy_(self.torch.rand(c, generator=g) - 0.5)
+        return b
+
+    def test_folded_into_the_convolution(self):
+        """conv + bn folded (with and without the conv's bias, grouped,
+        depthwise, strided), within 1e-5 of torch."""
+        nn = self.torch.nn
+        cases = {
+            "plain": nn.Conv2d(3, 8, 3, padding=1),
+            "no_bias": nn.Conv2d(3, 8, 3, padding=1, bias=False),
+            "grouped": nn.Conv2d(4, 8, 3, stride=2, groups=2),
+            "depthwise": nn.Conv2d(6, 6, 5, padding=2, groups=6, bias=False),
+            "pointwise": nn.Conv2d(5, 7, 1),
+        }
+        for name, conv in cases.items():
+            with self.subTest(name):
+                self.torch.manual_seed(len(name))
+                net = nn.Sequential(conv, self.bn(conv.out_channels), nn.Conv2d(
+                    conv.out_channels, 2, 1))
+                ci = conv.in_channels
+                self.check(name, net, self.torch.randn(2, ci, 11, 13))
+
+    def test_not_folded_when_the_conv_output_has_another_reader(self):
+        """The convolution's output feeds the batch norm and an addition
+        after it: folding would hand the addition the normalised values."""
+        nn = self.torch.nn
+        bn = self.bn(4)
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv, self.bn = nn.Conv2d(3, 4, 3, padding=1), bn
+
+            def forward(self, x):
+                c = self.conv(x)
+                return self.bn(c) + c
+
+        self.torch.manual_seed(3)
+        self.check("shared", Net(), self.torch.randn(2, 3, 9, 9))
+
+
+class Epilogue(Base):
+    def test_activations_after_conv_and_dense(self):
+        """Each activation the epilogue runs, after a convolution (plain,
+        depthwise, 1x1, with a folded batch norm) and after a dense layer,
+        within 1e-5 of torch."""
+        nn = self.torch.nn
+        acts = {"relu": nn.ReLU(), "relu6": nn.ReLU6(), "sigmoid": nn.Sigmoid(),
+                "silu": nn.SiLU(), "gelu": nn.GELU(), "hardtanh": nn.Hardtanh(-0.5, 0.5)}
+        for aname, act in acts.items():
+            layers = {  # name: (the layer, its output channels)
+                "conv": (lambda: nn.Conv2d(3, 6, 3, padding=1), 6),
+                "depthwise": (lambda: nn.Conv2d(3, 6, 3, stride=2, groups=3), 6),
+                "pointwise": (lambda: nn.Conv2d(3, 5, 1, bias=False), 5),
+                "conv_bn": (lambda: nn.Sequential(nn.Conv2d(3, 6, 3), BatchNormFold.bn(self, 6)),
+                            6),
+            }
+            for lname, (make, oc) in layers.items():
+                with self.subTest(f"{lname}_{aname}"):
+                    self.torch.manual_seed(7)
+                    net = nn.Sequential(make(), act, nn.Conv2d(oc, 2, 1))
+                    self.check(f"{lname}_{aname}", net, self.torch.randn(2, 3, 10, 12) * 3)
+            with self.subTest(f"dense_{aname}"):
+                self.torch.manual_seed(8)
+                net = nn.Sequential(nn.Linear(7, 9), act, nn.Linear(9, 3))
+                self.check(f"dense_{aname}", net, self.torch.randn(4, 7) * 3)
+
+    def test_not_folded_when_read_elsewhere(self):
+        """The convolution's output, or the sigmoid of a silu, read by a
+        later node too: the activation must stay a node of its own."""
+        nn = self.torch.nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+
+            def forward(self, x):
+                c = self.a(x)
+                r = self.torch.relu(c) + c  # relu and the add read c
+                d = self.b(r)
+                s = self.torch.sigmoid(d)
+                return d * s + s  # silu's sigmoid read by the add too
+
+        net = Net()
+        net.torch = self.torch
+        self.torch.manual_seed(9)
+        self.check("shared", net, self.torch.randn(2, 3, 8, 8) * 3)
+
+
+if __name__ == "__main__":
+    unittest.main()
