@@ -62,6 +62,7 @@ int ck_infer_k_math(const struct ck_kcall *k);   /* abs ... shrink */
 int ck_infer_k_conv_transpose(const struct ck_kcall *k);
 int ck_infer_k_rnn(const struct ck_kcall *k); /* rnn, gru, lstm */
 int ck_infer_k_grid_sample(const struct ck_kcall *k);
+int ck_infer_k_select(const struct ck_kcall *k); /* where ... cumsum (kernels_select.c) */
 
 /* C = alpha op(A) op(B) + beta C, row major; BLAS (single thread) or plain loops. */
 void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,

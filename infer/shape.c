@@ -587,6 +587,62 @@ static int norm_checks(const struct ck_model_node *n, const struct ck_ishape *in
     return 0;
 }
 
+/* where, the comparisons and logical ops, expand, tile, trilu, cumsum
+ * (docs/model.md). Sizes come from files: every product checked. */
+static int select_shapes(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
+                         struct ck_ishape *out)
+{
+    const struct ck_ishape *x = &in[0];
+    const char *op = ck_op_name(n->op);
+    struct ck_ishape t;
+    int err;
+    switch (n->op) {
+    case CK_OP_NOT:
+        return same(x, out);
+    case CK_OP_WHERE:
+        if (nin < 3)
+            return BAD("node '%s' (where): needs a condition and two values", n->name);
+        if ((err = broadcast(n, &in[1], &in[2], &t)) < 0)
+            return err;
+        return broadcast(n, x, &t, out);
+    case CK_OP_EXPAND:
+        if (n->p.nints > CK_INFER_MAX_RANK)
+            return BAD("node '%s' (expand): a shape of rank %zu (at most %d)", n->name, n->p.nints,
+                       CK_INFER_MAX_RANK);
+        t.rank = (int)n->p.nints;
+        for (size_t i = 0; i < n->p.nints; i++) {
+            if (n->p.ints[i] < 0 || n->p.ints[i] > CK_INFER_NUMEL_MAX)
+                return BAD("node '%s' (expand): dimension %lld of the shape is out of range",
+                           n->name, (long long)n->p.ints[i]);
+            t.d[i] = n->p.ints[i];
+        }
+        return broadcast(n, x, &t, out);
+    case CK_OP_TILE:
+        if (n->p.nints != (size_t)x->rank)
+            return BAD("node '%s' (tile): %zu repeats for rank %d", n->name, n->p.nints, x->rank);
+        *out = *x;
+        for (int i = 0; i < x->rank; i++)
+            if (n->p.ints[i] < 0 || !ck_dim_mul(x->d[i], n->p.ints[i], &out->d[i]) ||
+                out->d[i] > CK_INFER_NUMEL_MAX)
+                return BAD("node '%s' (tile): repeat %lld of axis %d is out of range", n->name,
+                           (long long)n->p.ints[i], i);
+        return 0;
+    case CK_OP_TRILU:
+        if (x->rank < 2 || n->p.nints != 2)
+            return BAD("node '%s' (trilu): needs x [..., N, M], upper and k", n->name);
+        return same(x, out);
+    case CK_OP_CUMSUM:
+        if (n->p.nints != 3 || ck_infer_norm_axis(n->p.ints[0], x->rank) < 0)
+            return BAD("node '%s' (cumsum): needs an axis in range, exclusive and reverse",
+                       n->name);
+        return same(x, out);
+    default: /* the comparisons and and, or, xor */
+        if (nin < 2 || n->p.has_scalar)
+            return BAD("node '%s' (%s): takes two operands", n->name, op);
+        return broadcast(n, x, &in[1], out);
+    }
+}
+
 int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
                          struct ck_ishape *out)
 {
@@ -677,6 +733,8 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
                        : gather(n, &in[0], &in[1], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
     default:
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_CUMSUM)
+            return select_shapes(n, in, nin, out);
         if (ck_op_is_reduce(n->op))
             return reduce(n, &in[0], out);
         if (ck_op_is_unary(n->op))

@@ -697,6 +697,59 @@ static int recurrent(const struct ctx *c, const struct ck_model_node *n, struct 
     return 0;
 }
 
+/* where, the comparisons and logical ops, expand, tile, trilu, cumsum */
+static int selection(const struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
+{
+    const struct ck_shape *x = &c->in[0]->shape;
+    struct ck_shape t;
+    int a, err;
+    switch (n->op) {
+    case CK_OP_NOT:
+        *o = *x;
+        return 0;
+    case CK_OP_WHERE:
+        if ((err = broadcast(c, &c->in[1]->shape, &c->in[2]->shape, &t)) < 0)
+            return err;
+        return broadcast(c, x, &t, o);
+    case CK_OP_EXPAND:
+        if (n->p.nints > CK_TENSOR_MAX_RANK)
+            return fail(c, "a shape of rank %zu", n->p.nints);
+        t.rank = (int)n->p.nints;
+        for (size_t i = 0; i < n->p.nints; i++) {
+            if (n->p.ints[i] < 0)
+                return fail(c, "dimension %" PRId64 " of the shape is negative", n->p.ints[i]);
+            t.dims[i] = n->p.ints[i];
+        }
+        return broadcast(c, x, &t, o);
+    case CK_OP_TILE:
+        if (n->p.nints != (size_t)x->rank)
+            return fail(c, "%zu repeats for input '%s' %s", n->p.nints, c->in[0]->name, TXT(x));
+        *o = *x;
+        for (int i = 0; i < x->rank; i++) {
+            if (n->p.ints[i] < 0)
+                return fail(c, "repeat %" PRId64 " of axis %d is negative", n->p.ints[i], i);
+            if (x->dims[i] >= 0 && __builtin_mul_overflow(x->dims[i], n->p.ints[i], &o->dims[i]))
+                return fail(c, "repeating axis %d overflows", i);
+        }
+        return 0;
+    case CK_OP_TRILU:
+        if (x->rank < 2 || n->p.nints != 2)
+            return fail(c, "input '%s' %s is not [..., N, M], or upper and k are missing",
+                        c->in[0]->name, TXT(x));
+        *o = *x;
+        return 0;
+    case CK_OP_CUMSUM:
+        if (n->p.nints != 3)
+            return fail(c, "needs an axis, exclusive and reverse");
+        if ((err = norm_axis(c, n->p.ints[0], x->rank, 0, &a)) < 0)
+            return err;
+        *o = *x;
+        return 0;
+    default: /* the comparisons and and, or, xor */
+        return broadcast(c, x, &c->in[1]->shape, o);
+    }
+}
+
 static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
 {
     const struct ck_shape *x = &c->in[0]->shape;
@@ -825,7 +878,9 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
         return reduce(c, n, o);
     case CK_OP_PAD:
         return pad(c, n, o);
-    default: /* elementwise: identity, activations, sqrt, exp, log, neg, erf, clip */
+    default:
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_CUMSUM)
+            return selection(c, n, o); /* elementwise: identity, activations, sqrt, exp, log, neg, erf, clip */
         *o = *x;
         return 0;
     }

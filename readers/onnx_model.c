@@ -29,6 +29,7 @@ struct val {
     int rank;         /* -1: unknown */
     int64_t dims[RANK_MAX];
     bool is_const, is_int, is_weight, folded_weight;
+    bool is_mask; /* a bool value: 0 or 1 (a comparison's output, a bool input) */
     double *c; /* owned: the constant's values (is_const) */
     size_t cn;
 };
@@ -265,6 +266,12 @@ static int materialise(struct cx *c, struct val *v)
     int err = 0;
     if (v->is_weight || v->folded_weight)
         return 0;
+    for (size_t k = 0; v->is_int && k < v->cn; k++)
+        if (fabs(v->c[k]) > 16777216.0) /* 2^24: float32 holds every integer up to it */
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': value '%s' holds the integer %.0f, which float32 cannot hold "
+                            "exactly (ckptd computes in float32: integers up to 2^24 only)",
+                            c->path, v->name, v->c[k]);
     if ((err = ck_tensor_set_alloc(c->m->weights, (v->cn ? v->cn : 1) * 4, (void **)&data)) < 0)
         return err;
     for (size_t k = 0; k < v->cn; k++)
@@ -346,10 +353,41 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu") || !strcmp(op, "Mod")) {
+        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu") || !strcmp(op, "Mod") ||
+        !strcmp(op, "Less") || !strcmp(op, "Greater") || !strcmp(op, "LessOrEqual") ||
+        !strcmp(op, "GreaterOrEqual") || !strcmp(op, "And") || !strcmp(op, "Or") ||
+        !strcmp(op, "Xor")) {
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
         if (broadcast(x, w, out[0]) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
+                            n->name, op);
+        return 0;
+    }
+    if (!strcmp(op, "Where")) {
+        struct val *v2 = NULL, t;
+        if ((err = input(c, n, 1, &w)) < 0 || (err = input(c, n, 2, &v2)) < 0)
+            return err;
+        t.rank = -1;
+        if (broadcast(w, v2, &t) < 0 || broadcast(x, &t, out[0]) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
+                            n->name, op);
+        return 0;
+    }
+    if (!strcmp(op, "Expand") || !strcmp(op, "Tile")) {
+        struct val t;
+        bool tile = op[0] == 'T';
+        if ((err = input(c, n, 1, &w)) < 0 || !w->is_const || w->cn > RANK_MAX ||
+            (tile && w->cn != (size_t)r))
+            return err;
+        t.rank = (int)w->cn;
+        for (size_t i = 0; i < w->cn; i++)
+            if (!ck_dim_from_double(w->c[i], &t.dims[i]) || t.dims[i] < 0 ||
+                (tile && !ck_dim_mul(t.dims[i], d[i], &t.dims[i])))
+                return 0; /* the mapping refuses it */
+        if (tile)
+            set_shape(out[0], t.rank, t.dims);
+        else if (broadcast(x, &t, out[0]) < 0)
             return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
                             n->name, op);
         return 0;
@@ -647,7 +685,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
                                        "Softsign", "Mish", "HardSwish", "Elu", "Celu", "Selu",
                                        "HardSigmoid", "ThresholdedRelu", "Hardmax",
                                        "InstanceNormalization", "CastLike", "Shrink",
-                                       "MeanVarianceNormalization", "LRN"};
+                                       "MeanVarianceNormalization", "LRN", "Not", "Trilu",
+                                       "CumSum"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
             set_shape(out[0], r, d);
@@ -670,6 +709,10 @@ static int set_const(struct val *o, size_t n, bool is_int)
 
 static double binop(const char *op, double a, double b, bool is_int)
 {
+    if (!strcmp(op, "Less") || !strcmp(op, "LessOrEqual"))
+        return op[4] ? a <= b : a < b;
+    if (!strcmp(op, "Greater") || !strcmp(op, "GreaterOrEqual"))
+        return op[7] ? a >= b : a > b;
     switch (op[0]) {
     case 'A':
         return a + b;
@@ -733,6 +776,32 @@ static int fold_expand(struct cx *c, const struct ck_graph_node *n, const struct
     return 1;
 }
 
+/* Range(start, limit, delta) of constant scalars: start + i delta for i <
+ * max(ceil((limit - start) / delta), 0), as ONNX. Integer ranges are exact
+ * (a value past 2^24 is refused when a node takes it as data: materialise). */
+static int fold_range(struct cx *c, const struct ck_graph_node *n, struct val **in, struct val *o)
+{
+    if (!in[0] || !in[1] || !in[2] || in[0]->cn != 1 || in[1]->cn != 1 || in[2]->cn != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Range): start, limit and delta must be scalars",
+                        c->path, n->name);
+    double st = in[0]->c[0], lim = in[1]->c[0], dl = in[2]->c[0];
+    bool is_int = in[0]->is_int && in[1]->is_int && in[2]->is_int;
+    double count = dl != 0 ? ceil((lim - st) / dl) : NAN;
+    if (!(count == count) || count > FOLD_MAX)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (Range): %s elements: ckptd folds a Range of constants "
+                        "of up to %d elements",
+                        c->path, n->name, count == count ? "too many" : "a zero delta or no finite count of",
+                        FOLD_MAX);
+    int64_t len = count > 0 ? (int64_t)count : 0, err = 0;
+    if ((err = set_const(o, (size_t)len, is_int)) < 0)
+        return (int)err;
+    for (int64_t i = 0; i < len; i++) /* float ranges as ONNX: in the inputs' type */
+        o->c[i] = is_int ? st + (double)i * dl : (double)(float)(st + (double)i * dl);
+    set_shape(o, 1, &len);
+    return 1;
+}
+
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
  * mapped, an error for a Shape that cannot be folded. */
 static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
@@ -791,7 +860,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     static const char *const foldable[] = {
         "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
         "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape",
-        "Expand"};
+        "Expand",   "Where", "Less",   "Greater",   "LessOrEqual", "GreaterOrEqual", "Not",
+        "Range"};
     bool ok = false;
     for (size_t i = 0; i < sizeof foldable / sizeof foldable[0]; i++)
         ok = ok || !strcmp(op, foldable[i]);
@@ -839,6 +909,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     }
     if (!strcmp(op, "Expand") && b && a->rank >= 0 && b->cn <= RANK_MAX)
         return fold_expand(c, n, a, b, o);
+    if (!strcmp(op, "Range"))
+        return fold_range(c, n, in, o);
     if (o->rank < 0 || numel(o) < 0 || numel(o) > FOLD_MAX)
         return 0;
     size_t total = (size_t)numel(o);
@@ -854,15 +926,38 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             o->c[i] = op[0] == 'N' ? -a->c[i] : is_int ? trunc(a->c[i]) : a->c[i];
         return 1;
     }
-    if (b && (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") ||
-              !strcmp(op, "Div") || !strcmp(op, "Equal"))) {
+    bool cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") ||
+               !strcmp(op, "LessOrEqual") || !strcmp(op, "GreaterOrEqual");
+    if (b && (cmp || !strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") ||
+              !strcmp(op, "Div"))) {
         if (!((a->cn == total || a->cn == 1) && (b->cn == total || b->cn == 1)))
             return 0;
         bool is_int = a->is_int && b->is_int;
-        if ((err = set_const(o, total, op[0] == 'E' || is_int)) < 0)
+        if ((err = set_const(o, total, cmp || is_int)) < 0)
             return err;
+        o->is_mask = cmp;
         for (size_t i = 0; i < total; i++)
             o->c[i] = binop(op, a->c[a->cn == 1 ? 0 : i], b->c[b->cn == 1 ? 0 : i], is_int);
+        return 1;
+    }
+    if (!strcmp(op, "Not")) {
+        if (total != a->cn || (err = set_const(o, total, true)) < 0)
+            return err < 0 ? err : 0;
+        o->is_mask = true;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = a->c[i] == 0;
+        return 1;
+    }
+    if (!strcmp(op, "Where") && b && in[2]) {
+        const struct val *e = in[2];
+        if (!((a->cn == total || a->cn == 1) && (b->cn == total || b->cn == 1) &&
+              (e->cn == total || e->cn == 1)))
+            return 0;
+        if ((err = set_const(o, total, b->is_int && e->is_int)) < 0)
+            return err;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = a->c[a->cn == 1 ? 0 : i] != 0 ? b->c[b->cn == 1 ? 0 : i]
+                                                     : e->c[e->cn == 1 ? 0 : i];
         return 1;
     }
     if (!strcmp(op, "Gather") && b && a->rank <= 1) {
@@ -1486,6 +1581,9 @@ static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct ro
     (void)mn;
     if ((err = attr_int(c, n, "to", 1, &to)) < 0)
         return err;
+    struct val *x = find(c, n->inputs[0]);
+    if (to == 9 && x && x->is_mask) /* a bool to bool: 0 and 1 stay */
+        return 0;
     if (to != 1)
         return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (Cast): a cast of activations to %s is not "
@@ -1512,6 +1610,8 @@ static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struc
                         struct ck_model_node *mn);
 static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                    struct ck_model_node *mn);
+static int map_select(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
 static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
@@ -1611,13 +1711,27 @@ static const struct row rows[] = {
     {"GridSample",         CK_OP_GRID_SAMPLE,        2, map_grid,     0, {2, 2, 1, 1}},
     {"DepthToSpace",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
     {"SpaceToDepth",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
+    /* masks and selection: a bool is float32 0 or 1 */
+    {"Where",              CK_OP_WHERE,              3, NULL,         0, {3, 3, 1, 1}},
+    {"Equal",              CK_OP_EQUAL,              2, NULL,         0, {2, 2, 1, 1}},
+    {"Less",               CK_OP_LESS,               2, NULL,         0, {2, 2, 1, 1}},
+    {"Greater",            CK_OP_GREATER,            2, NULL,         0, {2, 2, 1, 1}},
+    {"LessOrEqual",        CK_OP_LESS_EQUAL,         2, NULL,         0, {2, 2, 1, 1}},
+    {"GreaterOrEqual",     CK_OP_GREATER_EQUAL,      2, NULL,         0, {2, 2, 1, 1}},
+    {"Not",                CK_OP_NOT,                1, NULL,         0, {1, 1, 1, 1}},
+    {"And",                CK_OP_AND,                2, NULL,         0, {2, 2, 1, 1}},
+    {"Or",                 CK_OP_OR,                 2, NULL,         0, {2, 2, 1, 1}},
+    {"Xor",                CK_OP_XOR,                2, NULL,         0, {2, 2, 1, 1}},
+    {"Expand",             CK_OP_EXPAND,             1, map_select,   0, {2, 2, 1, 1}},
+    {"Tile",               CK_OP_TILE,               1, map_select,   0, {2, 2, 1, 1}},
+    {"Trilu",              CK_OP_TRILU,              1, map_select,   0, {1, 2, 1, 1}},
+    {"CumSum",             CK_OP_CUMSUM,             1, map_select,   0, {2, 2, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"Size",               CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"ConstantOfShape",    CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
-    {"Equal",              CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
-    {"Expand",             CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
+    {"Range",              CK_OP_INVALID,        0, NULL,          0, {3, 3, 1, 1}},
 };
 /* clang-format on */
 
@@ -2007,6 +2121,49 @@ static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row
     return emit(c, n->name, CK_OP_DIV, ds, 2, &y, 1, &mn);
 }
 
+/* Expand (the shape), Tile (the repeats), Trilu (upper, k) and CumSum
+ * (the axis, exclusive, reverse): the second input must be a constant. */
+static int map_select(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    int64_t v[RANK_MAX], at[3] = {1, 0, 0};
+    size_t k = 0;
+    int err = 0;
+    if (row->op == CK_OP_EXPAND || row->op == CK_OP_TILE) {
+        struct val *x = NULL;
+        if ((err = const_ints(c, n, 1, v, RANK_MAX, &k)) < 0 || (err = input(c, n, 0, &x)) < 0)
+            return err;
+        if (row->op == CK_OP_TILE && x->rank >= 0 && k != (size_t)x->rank)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (Tile): %zu repeats for rank %d",
+                            c->path, n->name, k, x->rank);
+        return ck_model_node_set_ints(mn, v, k);
+    }
+    if (row->op == CK_OP_TRILU) {
+        if ((err = attr_int(c, n, "upper", 1, &at[0])) < 0)
+            return err;
+        at[1] = 0;
+        if (has_input(n, 1) && ((err = const_ints(c, n, 1, v, 1, &k)) < 0 || k != 1))
+            return err < 0 ? err : ck_error(CK_EFORMAT, "'%s': node '%s' (Trilu): k is not a scalar",
+                                            c->path, n->name);
+        if (has_input(n, 1))
+            at[1] = v[0];
+        at[0] = at[0] != 0;
+        return ck_model_node_set_ints(mn, at, 2);
+    }
+    /* CumSum */
+    if ((err = const_ints(c, n, 1, v, 1, &k)) < 0)
+        return err;
+    if (k != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (CumSum): the axis is not a scalar", c->path,
+                        n->name);
+    at[0] = v[0];
+    if ((err = attr_int(c, n, "exclusive", 0, &at[1])) < 0 ||
+        (err = attr_int(c, n, "reverse", 0, &at[2])) < 0)
+        return err;
+    at[1] = at[1] != 0, at[2] = at[2] != 0;
+    return ck_model_node_set_ints(mn, at, 3);
+}
+
 static const struct row *find_row(const char *op)
 {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -2031,6 +2188,9 @@ static bool moves_only(enum ck_op op)
     case CK_OP_UNSQUEEZE:
     case CK_OP_PAD:
     case CK_OP_GATHER:
+    case CK_OP_EXPAND:
+    case CK_OP_TILE:
+    case CK_OP_TRILU:
         return true;
     default:
         return false;
@@ -2045,14 +2205,22 @@ static bool moves_only(enum ck_op op)
 static int check_integers(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                           struct val **out)
 {
-    bool is_int = false;
+    bool is_int = false, is_mask = false;
+    bool masks = row->op >= CK_OP_WHERE && row->op <= CK_OP_XOR; /* bool is their type */
     if (moves_only(row->op)) {
         struct val *x = has_input(n, 0) ? find(c, n->inputs[0]) : NULL;
         is_int = x && x->is_int && strcmp(n->op, "Cast");
+        is_mask = is_int && x->is_mask;
+    } else if (row->op == CK_OP_WHERE) { /* moves a or b: an integer stays one */
+        for (size_t i = 1; i < 3; i++) {
+            struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
+            is_int = is_int || (x && x->is_int);
+        }
     } else {
+        is_int = is_mask = masks; /* a comparison's or a logical op's bool */
         for (size_t i = 0; i < n->ninputs; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
-            if (x && x->is_int && !x->is_const)
+            if (x && x->is_int && !x->is_const && !(masks && x->is_mask))
                 return ck_error(CK_EUNSUPPORTED,
                                 "'%s': node '%s' (%s): input '%s' is an integer tensor, and "
                                 "ckptd computes in float32: integer arithmetic is not supported",
@@ -2060,8 +2228,10 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
         }
     }
     for (size_t i = 0; i < n->noutputs; i++)
-        if (out[i] && !out[i]->is_const)
+        if (out[i] && !out[i]->is_const) {
             out[i]->is_int = is_int;
+            out[i]->is_mask = is_mask;
+        }
     return 0;
 }
 
@@ -2276,6 +2446,7 @@ static int add_io(struct cx *c, bool output, const char *name)
             return err;
         set_shape(in, rank, dims);
         in->is_int = is_int_dtype(dtype);
+        in->is_mask = dtype == CK_DT_BOOL;
         for (int i = 0; i < rank && i < RANK_MAX; i++)
             if (dims[i] < 0)
                 in->dims[i] = -1;

@@ -1,0 +1,168 @@
+/* Masks and selection: where, the comparisons and logical ops (a mask is
+ * float32 0 / 1), expand, tile, trilu and cumsum (docs/model.md). Every
+ * output element is located from its own index, so broadcasting follows
+ * numpy for one, two or three operands without a special case. */
+#include "infer/internal.h"
+#include "common/error.h"
+
+#include <stdbool.h>
+
+/* Strides of s aligned on the right to rank r, 0 on broadcast axes. */
+static void strides_of(const struct ck_ishape *s, int r, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int i = r - 1; i >= 0; i--) {
+        int j = i - (r - s->rank);
+        st[i] = j < 0 || s->d[j] == 1 ? 0 : acc;
+        if (j >= 0)
+            acc *= s->d[j];
+    }
+}
+
+/* Walks the output o in C order; off[k] is input k's element. */
+struct walk {
+    int r, nin;
+    int64_t idx[CK_INFER_MAX_RANK], st[3][CK_INFER_MAX_RANK], off[3];
+    const struct ck_ishape *o;
+};
+
+static void walk_init(struct walk *w, const struct ck_ishape *o, const struct ck_ishape *in, int nin)
+{
+    w->r = o->rank;
+    w->nin = nin;
+    w->o = o;
+    for (int i = 0; i < w->r; i++)
+        w->idx[i] = 0;
+    for (int k = 0; k < nin; k++) {
+        strides_of(&in[k], w->r, w->st[k]);
+        w->off[k] = 0;
+    }
+}
+
+static void walk_next(struct walk *w)
+{
+    for (int i = w->r - 1; i >= 0; i--) {
+        for (int k = 0; k < w->nin; k++)
+            w->off[k] += w->st[k][i];
+        if (++w->idx[i] < w->o->d[i])
+            return;
+        for (int k = 0; k < w->nin; k++)
+            w->off[k] -= w->st[k][i] * w->idx[i];
+        w->idx[i] = 0;
+    }
+}
+
+static float compare(enum ck_op op, float a, float b)
+{
+    switch (op) {
+    case CK_OP_EQUAL: return a == b ? 1.0f : 0.0f;
+    case CK_OP_LESS: return a < b ? 1.0f : 0.0f;
+    case CK_OP_GREATER: return a > b ? 1.0f : 0.0f;
+    case CK_OP_LESS_EQUAL: return a <= b ? 1.0f : 0.0f;
+    case CK_OP_GREATER_EQUAL: return a >= b ? 1.0f : 0.0f;
+    case CK_OP_AND: return a != 0 && b != 0 ? 1.0f : 0.0f;
+    case CK_OP_OR: return a != 0 || b != 0 ? 1.0f : 0.0f;
+    default: /* xor */ return (a != 0) != (b != 0) ? 1.0f : 0.0f;
+    }
+}
+
+/* y[i] = in[0] op in[1] (two operands) or cond ? a : b (where), broadcast. */
+static void broadcast_op(const struct ck_kcall *k)
+{
+    enum ck_op op = k->n->op;
+    int64_t n = ck_ishape_numel(&k->outs[0]);
+    struct walk w;
+    walk_init(&w, &k->outs[0], k->ins, op == CK_OP_WHERE ? 3 : op == CK_OP_EXPAND ? 1 : 2);
+    for (int64_t i = 0; i < n; i++, walk_next(&w)) {
+        if (op == CK_OP_WHERE)
+            k->out[0][i] = k->in[0][w.off[0]] != 0 ? k->in[1][w.off[1]] : k->in[2][w.off[2]];
+        else if (op == CK_OP_EXPAND)
+            k->out[0][i] = k->in[0][w.off[0]];
+        else
+            k->out[0][i] = compare(op, k->in[0][w.off[0]], k->in[1][w.off[1]]);
+    }
+}
+
+/* y[i0, i1, ...] = x[i0 mod d0, i1 mod d1, ...] */
+static void tile(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0], *o = &k->outs[0];
+    int64_t n = ck_ishape_numel(o), idx[CK_INFER_MAX_RANK] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        int64_t src = 0;
+        for (int a = 0; a < o->rank; a++)
+            src = src * x->d[a] + idx[a] % x->d[a];
+        k->out[0][i] = k->in[0][src];
+        for (int a = o->rank - 1; a >= 0; a--) {
+            if (++idx[a] < o->d[a])
+                break;
+            idx[a] = 0;
+        }
+    }
+}
+
+/* x [..., N, M]: upper keeps j - i >= kk, lower keeps j - i <= kk, zeros elsewhere. */
+static void trilu(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0];
+    int64_t rows = x->d[x->rank - 2], cols = x->d[x->rank - 1];
+    int64_t n = ck_ishape_numel(x), kk = k->n->p.ints[1];
+    bool upper = k->n->p.ints[0] != 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = i % cols, r = (i / cols) % rows;
+        /* c - r is within (-2^40, 2^40); kk is any int64 */
+        bool keep = upper ? (c - r >= kk) : (c - r <= kk);
+        k->out[0][i] = keep ? k->in[0][i] : 0.0f;
+    }
+    (void)rows;
+}
+
+/* Running sums along an axis, in double; exclusive leaves out the element
+ * itself, reverse runs from the end. */
+static void cumsum(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0];
+    int axis = ck_infer_norm_axis(k->n->p.ints[0], x->rank);
+    bool exclusive = k->n->p.ints[1] != 0, reverse = k->n->p.ints[2] != 0;
+    int64_t outer = 1, inner = 1, len = x->d[axis];
+    for (int i = 0; i < axis; i++)
+        outer *= x->d[i];
+    for (int i = axis + 1; i < x->rank; i++)
+        inner *= x->d[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            double acc = 0;
+            for (int64_t t = 0; t < len; t++) {
+                int64_t j = reverse ? len - 1 - t : t, at = (o * len + j) * inner + in;
+                double v = k->in[0][at];
+                if (!exclusive)
+                    acc += v;
+                k->out[0][at] = (float)acc;
+                if (exclusive)
+                    acc += v;
+            }
+        }
+}
+
+int ck_infer_k_select(const struct ck_kcall *k)
+{
+    switch (k->n->op) {
+    case CK_OP_NOT: {
+        int64_t n = ck_ishape_numel(&k->outs[0]);
+        for (int64_t i = 0; i < n; i++)
+            k->out[0][i] = k->in[0][i] == 0 ? 1.0f : 0.0f;
+        return 0;
+    }
+    case CK_OP_WHERE: case CK_OP_EQUAL: case CK_OP_LESS: case CK_OP_GREATER:
+    case CK_OP_LESS_EQUAL: case CK_OP_GREATER_EQUAL: case CK_OP_AND: case CK_OP_OR:
+    case CK_OP_XOR: case CK_OP_EXPAND:
+        broadcast_op(k);
+        return 0;
+    case CK_OP_TILE: tile(k); return 0;
+    case CK_OP_TRILU: trilu(k); return 0;
+    case CK_OP_CUMSUM: cumsum(k); return 0;
+    default:
+        return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a selection", k->n->name,
+                        ck_op_name(k->n->op));
+    }
+}

@@ -1,0 +1,245 @@
+"""Masks and selection through the real binary (issues 30 and 35): Where,
+the comparisons, Not/And/Or/Xor, Expand, Tile, Range, Trilu and CumSum,
+written with onnx.helper, verified from ONNX and after `ckptd pack --format
+mldef` (which `mldef -i` also calls valid) against numpy's own results;
+and the refusals: a computed Range, integers float32 cannot hold, hostile
+sizes, SameDiff for an op DL4J has no equivalent of."""
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import torch_gen as tg  # noqa: E402
+from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
+
+MLDEF = os.path.join(os.path.dirname(CKPTD), "mldef")
+
+
+class Select(TmpDirCase):
+    def setUp(self):
+        super().setUp()
+        self.onnx = tg.need_onnx()
+        from onnx import helper, numpy_helper, TensorProto
+        self.h, self.nh, self.TP = helper, numpy_helper, TensorProto
+
+    def model(self, name, nodes, inputs, outputs, inits=()):
+        """inputs/outputs: [(name, np array)]; all float32. The model's path."""
+        h, TP = self.h, self.TP
+        g = h.make_graph(nodes, name,
+                         [h.make_tensor_value_info(n, TP.FLOAT, list(a.shape)) for n, a in inputs],
+                         [h.make_tensor_value_info(n, TP.FLOAT, list(a.shape)) for n, a in outputs],
+                         initializer=[self.nh.from_array(a, n) for n, a in inits])
+        p = os.path.join(self.dir, name + ".onnx")
+        self.onnx.save_model(self.h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        return p
+
+    def const(self, name, a):
+        return self.h.make_node("Constant", [], [name], value=self.nh.from_array(np.asarray(a), name))
+
+    def verify(self, path, inputs, outputs, forms=("onnx", "mldef")):
+        """ckptd verify from ONNX and as an .mldef against numpy's outputs."""
+        ins, exp = [], []
+        for i, (_, a) in enumerate(inputs):
+            ins.append(os.path.join(self.dir, f"in{i}.npy"))
+            np.save(ins[-1], a.astype(np.float32))
+        for i, (_, a) in enumerate(outputs):
+            exp.append(os.path.join(self.dir, f"out{i}.npy"))
+            np.save(exp[-1], a.astype(np.float32))
+        for form in forms:
+            target = path
+            if form == "mldef":
+                target = path[:-5] + ".mldef"
+                run("pack", "--format", "mldef", path, "-o", target, check=0, timeout=120)
+                q = subprocess.run([MLDEF, "-i", target], capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+            p = run("verify", target, "--inputs", *ins, "--expected", *exp, "--atol", "1e-5",
+                    timeout=120)
+            self.assertEqual(p.returncode, 0, f"{form}: {p.stdout}{p.stderr}")
+
+    def refused(self, path, *want, inputs=()):
+        ins = []
+        for i, a in enumerate(inputs):
+            ins.append(os.path.join(self.dir, f"r{i}.npy"))
+            np.save(ins[-1], a)
+        p = run("verify", path, *(["--inputs", *ins] if ins else []), timeout=120)
+        self.assertEqual(p.returncode, 4, p.stdout + p.stderr)
+        for w in want:
+            self.assertIn(w, p.stderr)
+        self.assertNotIn("Sanitizer", p.stderr)
+        return p.stderr
+
+    def test_masks_and_where_match_numpy(self):
+        h, f = self.h, np.float32
+        rng = np.random.default_rng(3)
+        # small whole numbers, so that equality is common; b broadcasts
+        a = rng.integers(-2, 3, (2, 3, 4)).astype(f)
+        b = rng.integers(-2, 3, (3, 1)).astype(f)
+        nodes = [h.make_node(op, ["a", "b"], [op]) for op in
+                 ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")]
+        nodes += [h.make_node("Not", ["Greater"], ["ng"]),
+                  h.make_node("And", ["Less", "GreaterOrEqual"], ["and"]),
+                  h.make_node("Or", ["Equal", "Greater"], ["or"]),
+                  h.make_node("Xor", ["LessOrEqual", "GreaterOrEqual"], ["xor"]),
+                  # a mask cast to bool stays a mask (torch exports this)
+                  h.make_node("Cast", ["xor"], ["xorb"], to=self.TP.BOOL)]
+        masks = ("Equal", "Less", "LessOrEqual", "GreaterOrEqual", "ng", "or")
+        nodes += [h.make_node("Cast", [m], ["y_" + m], to=self.TP.FLOAT) for m in masks]
+        nodes += [self.const("big", np.array(-1e9, f)),
+                  h.make_node("Where", ["Greater", "a", "b"], ["y_where"]),
+                  h.make_node("Where", ["and", "big", "a"], ["y_fill"]),  # masked fill
+                  h.make_node("Where", ["xorb", "a", "big"], ["y_xor"])]
+
+        def ref(a):
+            with np.errstate(invalid="ignore"):
+                eq, lt, gt, le, ge = a == b, a < b, a > b, a <= b, a >= b
+            return [(k, v.astype(f)) for k, v in (
+                ("y_Equal", eq), ("y_Less", lt), ("y_LessOrEqual", le),
+                ("y_GreaterOrEqual", ge), ("y_ng", ~gt), ("y_or", eq | gt),
+                ("y_where", np.where(gt, a, b)), ("y_fill", np.where(lt & ge, f(-1e9), a)),
+                ("y_xor", np.where(le ^ ge, a, f(-1e9))))]
+        path = self.model("masks", nodes, [("a", a), ("b", b)], ref(a))
+        self.verify(path, [("a", a), ("b", b)], ref(a))
+        # NaN compares false everywhere (so Not of a comparison with it is
+        # true): the mask outputs only, a NaN selected by Where would not
+        # compare equal to itself
+        a[0, 0, :2] = np.nan
+        outs = ref(a)[:len(masks)]
+        path = self.model("masks_nan", nodes[:-4], [("a", a), ("b", b)], outs)
+        self.verify(path, [("a", a), ("b", b)], outs)
+
+    def test_expand_tile_trilu_cumsum_match_numpy(self):
+        h = self.h
+        rng = np.random.default_rng(4)
+        x = rng.standard_normal((2, 1, 3)).astype(np.float32)
+        m = rng.standard_normal((2, 4, 5)).astype(np.float32)
+        nodes = [self.const("shape", np.array([3, 2, 4, 3], np.int64)),
+                 h.make_node("Expand", ["x", "shape"], ["y_expand"]),
+                 self.const("reps", np.array([2, 3, 1], np.int64)),
+                 h.make_node("Tile", ["x", "reps"], ["y_tile"])]
+        ref = [("y_expand", np.broadcast_to(x, (3, 2, 4, 3))), ("y_tile", np.tile(x, (2, 3, 1)))]
+        for k in (-2, 0, 1, 7):
+            nodes.append(self.const(f"k{k + 2}", np.array(k, np.int64)))
+            nodes.append(h.make_node("Trilu", ["m", f"k{k + 2}"], [f"y_triu{k + 2}"], upper=1))
+            nodes.append(h.make_node("Trilu", ["m", f"k{k + 2}"], [f"y_tril{k + 2}"], upper=0))
+            ref += [(f"y_triu{k + 2}", np.triu(m, k)), (f"y_tril{k + 2}", np.tril(m, k))]
+        nodes.append(h.make_node("Trilu", ["m"], ["y_triu_default"]))  # upper, k = 0
+        ref.append(("y_triu_default", np.triu(m)))
+        for ax, ex, rv in ((0, 0, 0), (-1, 1, 0), (1, 0, 1), (-2, 1, 1)):
+            name = f"y_cumsum_{ax + 2}{ex}{rv}"
+            nodes += [self.const(name + "_axis", np.array(ax, np.int32)),
+                      h.make_node("CumSum", ["m", name + "_axis"], [name], exclusive=ex,
+                                  reverse=rv)]
+            v = np.flip(m, ax) if rv else m
+            c = np.cumsum(v.astype(np.float64), axis=ax)
+            if ex:  # shifted by one along the axis, 0 first
+                c = c - v
+            ref.append((name, (np.flip(c, ax) if rv else c).astype(np.float32)))
+        path = self.model("select", nodes, [("x", x), ("m", m)], ref)
+        self.verify(path, [("x", x), ("m", m)], ref)
+
+    def test_folded_range_and_causal_mask(self):
+        """GPT's causal mask as torch builds it: Range, Unsqueeze, Greater,
+        Where, all of constants; and a Range of floats used as data."""
+        h = self.h
+        rng = np.random.default_rng(5)
+        s = rng.standard_normal((2, 6, 6)).astype(np.float32)
+        nodes = [self.const("z", np.array(0, np.int64)), self.const("t", np.array(6, np.int64)),
+                 self.const("one", np.array(1, np.int64)),
+                 h.make_node("Range", ["z", "t", "one"], ["i"]),
+                 h.make_node("Unsqueeze", ["i", "ax0"], ["row"]),
+                 h.make_node("Unsqueeze", ["i", "ax1"], ["col"]),
+                 h.make_node("Greater", ["row", "col"], ["mask"]),
+                 self.const("ninf", np.array(-np.inf, np.float32)),
+                 h.make_node("Where", ["mask", "ninf", "s"], ["masked"]),
+                 h.make_node("Softmax", ["masked"], ["y"], axis=-1),
+                 self.const("fs", np.array(0.5, np.float32)),
+                 self.const("fl", np.array(-1.0, np.float32)),
+                 self.const("fd", np.array(-0.25, np.float32)),
+                 h.make_node("Range", ["fs", "fl", "fd"], ["fr"]),
+                 h.make_node("Add", ["s", "fr"], ["y2"])]
+        inits = [("ax0", np.array([0], np.int64)), ("ax1", np.array([1], np.int64))]
+        i = np.arange(6)
+        w = np.where(i[None, :] > i[:, None], -np.inf, s)
+        e = np.exp(w - w.max(-1, keepdims=True))
+        y = e / e.sum(-1, keepdims=True)
+        fr = np.arange(0.5, -1.0, -0.25, dtype=np.float64)  # 6 values
+        path = self.model("causal", nodes, [("s", s)], [("y", y), ("y2", s + fr)], inits)
+        self.verify(path, [("s", s)], [("y", y), ("y2", (s + fr).astype(np.float32))])
+
+    def test_refusals_name_the_blocker(self):
+        h = self.h
+        x = np.ones((2, 3), np.float32)
+        # a Range of a graph input: computed, not folded
+        nodes = [h.make_node("ReduceSum", ["x"], ["n"], keepdims=0),
+                 self.const("z", np.array(0, np.float32)), self.const("o", np.array(1, np.float32)),
+                 h.make_node("Range", ["z", "n", "o"], ["y"])]
+        p = self.model("range_dyn", nodes, [("x", x)], [("y", np.zeros(6, np.float32))])
+        self.refused(p, "Range", "only when folding", inputs=[x])
+        # integers past 2^24 a node would take as float32 data
+        nodes = [self.const("z", np.array(2 ** 24, np.int64)),
+                 self.const("l", np.array(2 ** 24 + 3, np.int64)),
+                 self.const("o", np.array(1, np.int64)),
+                 h.make_node("Range", ["z", "l", "o"], ["r"]),
+                 h.make_node("Unsqueeze", ["r", "ax"], ["ru"]),
+                 h.make_node("Where", ["m", "ru", "x"], ["y"])]
+        p = self.model("range_big", nodes, [("x", np.ones((2, 3), np.float32))],
+                       [("y", x)], [("ax", np.array([0], np.int64)),
+                                    ("m", np.array([True, False, True]))])
+        self.refused(p, "16777217", "float32", inputs=[x])
+        # a Range too long to fold
+        nodes = [self.const("z", np.array(0, np.int64)), self.const("l", np.array(10 ** 9, np.int64)),
+                 self.const("o", np.array(1, np.int64)), h.make_node("Range", ["z", "l", "o"], ["r"]),
+                 h.make_node("Cast", ["r"], ["rf"], to=self.TP.FLOAT),
+                 h.make_node("ReduceSum", ["rf"], ["s"], keepdims=1),
+                 h.make_node("Add", ["x", "s"], ["y"])]
+        p = self.model("range_long", nodes, [("x", x)], [("y", x)])
+        self.refused(p, "Range", "too many", inputs=[x])
+        # hostile sizes: a Tile and an Expand past any memory, refused by
+        # the shape rules, not run
+        for op, arg in (("Tile", np.array([1 << 40, 1 << 30], np.int64)),
+                        ("Expand", np.array([1 << 40, 1 << 30, 3], np.int64))):
+            nodes = [self.const("a", arg), h.make_node(op, ["x", "a"], ["y"])]
+            p = self.model("huge_" + op, nodes, [("x", x)], [("y", x)])
+            q = run("verify", p, timeout=120)
+            self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+            self.assertIn(op.lower(), q.stderr.lower())
+            self.assertNotIn("Sanitizer", q.stderr)
+        # a computed mask cast to int64: integer arithmetic, refused by name
+        nodes = [h.make_node("Greater", ["x", "x"], ["g"]),
+                 h.make_node("Cast", ["g"], ["gi"], to=self.TP.INT64)]
+        p = self.model("cast_int", nodes, [("x", x)], [("gi", x)])
+        self.refused(p, "Cast", "int64", inputs=[x])
+        # integer comparisons of a computed integer tensor: refused
+        g = h.make_graph([h.make_node("Greater", ["a", "b"], ["g"]),
+                          h.make_node("Where", ["g", "x", "x"], ["y"])], "ints",
+                         [h.make_tensor_value_info("x", self.TP.FLOAT, [3]),
+                          h.make_tensor_value_info("a", self.TP.INT64, [3])],
+                         [h.make_tensor_value_info("y", self.TP.FLOAT, [3])],
+                         initializer=[self.nh.from_array(np.array([1, 2, 3], np.int64), "b")])
+        p = os.path.join(self.dir, "int_cmp.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        self.refused(p, "Greater", "integer", inputs=[np.ones(3, np.float32),
+                                                      np.array([2, 2, 2], np.int64)])
+
+    def test_samediff_refuses_where_by_name(self):
+        """DL4J's where_np takes three operands of one shape (no broadcasting):
+        the SameDiff writer names the op instead of writing what DL4J would
+        not run."""
+        h = self.h
+        x = np.ones((2, 3), np.float32)
+        nodes = [h.make_node("Greater", ["x", "z"], ["g"]),
+                 h.make_node("Where", ["g", "x", "z"], ["y"])]
+        p = self.model("where_sd", nodes, [("x", x)], [("y", x)],
+                       [("z", np.zeros((1, 3), np.float32))])
+        q = run("pack", "--format", "samediff", p, "-o", os.path.join(self.dir, "w.zip"),
+                "--tag", "t", timeout=120)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("'greater' has no DL4J equivalent", q.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
