@@ -144,6 +144,66 @@ static void cumsum(const struct ck_kcall *k)
         }
 }
 
+/* The index of the largest (argmax) or smallest value along the axis: the
+ * first one, or the last with select_last; a NaN beats any number (numpy). */
+static void argext(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0];
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, 0), x->rank);
+    bool last = k->n->p.nints && k->n->p.ints[0] != 0, mx = k->n->op == CK_OP_ARGMAX;
+    int64_t outer = 1, inner = 1, len = x->d[axis];
+    for (int i = 0; i < axis; i++)
+        outer *= x->d[i];
+    for (int i = axis + 1; i < x->rank; i++)
+        inner *= x->d[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t in = 0; in < inner; in++) {
+            const float *p = k->in[0] + o * len * inner + in;
+            int64_t best = 0;
+            for (int64_t j = 1; j < len; j++) {
+                float v = p[j * inner], b = p[best * inner];
+                bool vn = v != v, bn = b != b;
+                if (bn ? (vn && last)
+                       : (vn || (mx ? v > b : v < b) || (last && v == b)))
+                    best = j;
+            }
+            k->out[0][o * inner + in] = (float)best;
+        }
+}
+
+/* y[i] = data[i with the axis' index replaced by indices[i]]; an index is a
+ * whole number in [-size, size), negative counting from the end. */
+static int gather_elements(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0], *ix = &k->ins[1];
+    int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, 0), x->rank);
+    int64_t n = ck_ishape_numel(ix), idx[CK_INFER_MAX_RANK] = {0}, st[CK_INFER_MAX_RANK];
+    int64_t acc = 1, size = x->d[axis];
+    for (int i = x->rank - 1; i >= 0; i--) {
+        st[i] = acc;
+        acc *= x->d[i];
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = k->in[1][i];
+        if (!(v >= -(float)size && v < (float)size) || v != (float)(int64_t)v)
+            return ck_error(CK_EFORMAT, "node '%s' (gather_elements): index %g is not a whole "
+                            "number in [-%lld, %lld)", k->n->name, (double)v, (long long)size,
+                            (long long)size);
+        int64_t j = (int64_t)v, off = 0;
+        if (j < 0)
+            j += size;
+        for (int a = 0; a < x->rank; a++)
+            off += (a == axis ? j : idx[a]) * st[a];
+        k->out[0][i] = k->in[0][off];
+        for (int a = ix->rank - 1; a >= 0; a--) {
+            if (++idx[a] < ix->d[a])
+                break;
+            idx[a] = 0;
+        }
+    }
+    return 0;
+}
+
 int ck_infer_k_select(const struct ck_kcall *k)
 {
     switch (k->n->op) {
@@ -161,6 +221,8 @@ int ck_infer_k_select(const struct ck_kcall *k)
     case CK_OP_TILE: tile(k); return 0;
     case CK_OP_TRILU: trilu(k); return 0;
     case CK_OP_CUMSUM: cumsum(k); return 0;
+    case CK_OP_ARGMAX: case CK_OP_ARGMIN: argext(k); return 0;
+    case CK_OP_GATHER_ELEMENTS: return gather_elements(k);
     default:
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a selection", k->n->name,
                         ck_op_name(k->n->op));

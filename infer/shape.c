@@ -636,6 +636,35 @@ static int select_shapes(const struct ck_model_node *n, const struct ck_ishape *
             return BAD("node '%s' (cumsum): needs an axis in range, exclusive and reverse",
                        n->name);
         return same(x, out);
+    case CK_OP_ARGMAX: case CK_OP_ARGMIN: {
+        /* an index is exact in float32 up to 2^24 */
+        int a = ck_infer_norm_axis(ck_op_axis(&n->p, 0), x->rank);
+        if (a < 0 || x->d[a] < 1 || x->d[a] > (INT64_C(1) << 24))
+            return BAD("node '%s' (%s): needs an axis in range with 1 to 2^24 elements (float32 "
+                       "holds the indices exactly up to 2^24)",
+                       n->name, op);
+        *out = *x;
+        if (n->p.keepdims) {
+            out->d[a] = 1;
+        } else {
+            for (int i = a; i + 1 < x->rank; i++)
+                out->d[i] = x->d[i + 1];
+            out->rank--;
+        }
+        return 0;
+    }
+    case CK_OP_GATHER_ELEMENTS: {
+        int a = ck_infer_norm_axis(ck_op_axis(&n->p, 0), x->rank);
+        if (nin < 2 || a < 0 || in[1].rank != x->rank || x->d[a] >= (INT64_C(1) << 24))
+            return BAD("node '%s' (gather_elements): needs indices of the data's rank and an axis "
+                       "in range under 2^24 elements (float32 holds the indices exactly)",
+                       n->name);
+        for (int i = 0; i < x->rank; i++)
+            if (i != a && in[1].d[i] > x->d[i])
+                return BAD("node '%s' (gather_elements): indices extend past the data on axis %d",
+                           n->name, i);
+        return same(&in[1], out);
+    }
     default: /* the comparisons and and, or, xor */
         if (nin < 2 || n->p.has_scalar)
             return BAD("node '%s' (%s): takes two operands", n->name, op);
@@ -733,7 +762,7 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
                        : gather(n, &in[0], &in[1], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
     default:
-        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_CUMSUM)
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_GATHER_ELEMENTS)
             return select_shapes(n, in, nin, out);
         if (ck_op_is_reduce(n->op))
             return reduce(n, &in[0], out);

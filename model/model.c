@@ -112,6 +112,9 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_TILE] = "tile",
     [CK_OP_TRILU] = "trilu",
     [CK_OP_CUMSUM] = "cumsum",
+    [CK_OP_ARGMAX] = "argmax",
+    [CK_OP_ARGMIN] = "argmin",
+    [CK_OP_GATHER_ELEMENTS] = "gather_elements",
 };
 
 const char *ck_op_name(enum ck_op op)
@@ -360,6 +363,7 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     case CK_OP_AND:
     case CK_OP_OR:
     case CK_OP_XOR:
+    case CK_OP_GATHER_ELEMENTS:
         *lo = *hi = 2;
         break;
     case CK_OP_WHERE:

@@ -145,6 +145,11 @@ enum ck_op {
     CK_OP_TRILU,       /* (x [..., N, M]); p.ints = [upper, k]: keeps j - i >= k (upper) or
                           j - i <= k (lower), zeros elsewhere */
     CK_OP_CUMSUM,      /* (x); p.ints = [axis, exclusive, reverse]: running sums */
+    CK_OP_ARGMAX,      /* (x); p.axis (default 0), p.keepdims, p.ints = [select_last]: the
+                          index of the largest along the axis (the first NaN wins), as a float */
+    CK_OP_ARGMIN,
+    CK_OP_GATHER_ELEMENTS, /* (data, indices of data's rank); p.axis (default 0): y[i] = data[i
+                              with the axis' index replaced by indices[i]] */
     CK_OP_COUNT
 };
 

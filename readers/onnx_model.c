@@ -392,6 +392,26 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
                             n->name, op);
         return 0;
     }
+    if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin")) {
+        int64_t axis = 0, keep = 1;
+        if ((err = attr_int(c, n, "axis", 0, &axis)) < 0 ||
+            (err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
+            return err;
+        axis = norm_axis(axis, r);
+        if (axis < 0 || axis >= r)
+            return 0;
+        d[axis] = 1;
+        for (int i = (int)axis; !keep && i + 1 < r; i++)
+            d[i] = d[i + 1];
+        set_shape(out[0], keep ? r : r - 1, d);
+        return 0;
+    }
+    if (!strcmp(op, "GatherElements")) {
+        if ((err = input(c, n, 1, &w)) < 0)
+            return err;
+        set_shape(out[0], w->rank, w->dims);
+        return 0;
+    }
     if (!strcmp(op, "MatMul")) {
         if ((err = input(c, n, 1, &w)) < 0 || w->rank < 2 || r < 2)
             return err;
@@ -802,6 +822,42 @@ static int fold_range(struct cx *c, const struct ck_graph_node *n, struct val **
     return 1;
 }
 
+/* A Constant given by value_int, value_ints, value_float or value_floats
+ * (ONNX's function bodies write them): its values, as text "5" or "[1, 2]". */
+static int fold_constant_attr(struct cx *c, const struct ck_graph_node *n, struct val *o)
+{
+    static const char *const keys[] = {"value_int", "value_ints", "value_float", "value_floats"};
+    const char *t = NULL;
+    size_t k = 0, count = 0;
+    int err = 0;
+    for (; k < 4 && !t; k++)
+        t = attr(n, keys[k]);
+    if (!t)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s': a Constant without a tensor or numeric value is not "
+                        "supported",
+                        c->path, n->name);
+    bool list = k == 2 || k == 4, is_int = k <= 2;
+    for (const char *p = t; *p; p++)
+        count += *p == ',';
+    count = list ? (strchr(t, ']') && t[1] != ']' ? count + 1 : 0) : 1;
+    if (count > FOLD_MAX || (err = set_const(o, count, is_int)) < 0)
+        return err < 0 ? err : bad_attr(c, n, keys[k - 1]);
+    const char *p = t + (list ? 1 : 0);
+    for (size_t i = 0; i < count; i++) {
+        char *end = NULL;
+        while (*p == ' ' || *p == ',')
+            p++;
+        o->c[i] = is_int ? (double)strtoll(p, &end, 10) : (double)strtof(p, &end);
+        if (end == p)
+            return bad_attr(c, n, keys[k - 1]);
+        p = end;
+    }
+    int64_t len = (int64_t)count;
+    set_shape(o, list ? 1 : 0, &len);
+    return 1;
+}
+
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
  * mapped, an error for a Shape that cannot be folded. */
 static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
@@ -810,11 +866,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     const char *op = n->op;
     int err = 0;
     if (!strcmp(op, "Constant"))
-        return out[0]->is_weight ? 1
-                                 : ck_error(CK_EFORMAT,
-                                            "'%s': node '%s': Constant without "
-                                            "a tensor value",
-                                            c->path, n->name);
+        return out[0]->is_weight ? 1 : fold_constant_attr(c, n, out[0]);
     if (!strcmp(op, "Shape")) {
         if ((err = input(c, n, 0, &in[0])) < 0)
             return err;
@@ -1726,6 +1778,9 @@ static const struct row rows[] = {
     {"Tile",               CK_OP_TILE,               1, map_select,   0, {2, 2, 1, 1}},
     {"Trilu",              CK_OP_TRILU,              1, map_select,   0, {1, 2, 1, 1}},
     {"CumSum",             CK_OP_CUMSUM,             1, map_select,   0, {2, 2, 1, 1}},
+    {"ArgMax",             CK_OP_ARGMAX,             1, map_select,   0, {1, 1, 1, 1}},
+    {"ArgMin",             CK_OP_ARGMIN,             1, map_select,   0, {1, 1, 1, 1}},
+    {"GatherElements",     CK_OP_GATHER_ELEMENTS,    2, map_axis,     0, {2, 2, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
@@ -2138,6 +2193,16 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
                             c->path, n->name, k, x->rank);
         return ck_model_node_set_ints(mn, v, k);
     }
+    if (row->op == CK_OP_ARGMAX || row->op == CK_OP_ARGMIN) {
+        int64_t keep = 1, last = 0;
+        if ((err = attr_int(c, n, "axis", 0, &mn->p.axis)) < 0 ||
+            (err = attr_int(c, n, "keepdims", 1, &keep)) < 0 ||
+            (err = attr_int(c, n, "select_last_index", 0, &last)) < 0)
+            return err;
+        mn->p.keepdims = keep != 0;
+        last = last != 0;
+        return ck_model_node_set_ints(mn, &last, 1);
+    }
     if (row->op == CK_OP_TRILU) {
         if ((err = attr_int(c, n, "upper", 1, &at[0])) < 0)
             return err;
@@ -2191,6 +2256,7 @@ static bool moves_only(enum ck_op op)
     case CK_OP_EXPAND:
     case CK_OP_TILE:
     case CK_OP_TRILU:
+    case CK_OP_GATHER_ELEMENTS:
         return true;
     default:
         return false;
@@ -2218,6 +2284,7 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
         }
     } else {
         is_int = is_mask = masks; /* a comparison's or a logical op's bool */
+        is_int = is_int || row->op == CK_OP_ARGMAX || row->op == CK_OP_ARGMIN; /* indices */
         for (size_t i = 0; i < n->ninputs; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
             if (x && x->is_int && !x->is_const && !(masks && x->is_mask))

@@ -148,7 +148,7 @@ class Select(TmpDirCase):
         rng = np.random.default_rng(5)
         s = rng.standard_normal((2, 6, 6)).astype(np.float32)
         nodes = [self.const("z", np.array(0, np.int64)), self.const("t", np.array(6, np.int64)),
-                 self.const("one", np.array(1, np.int64)),
+                 h.make_node("Constant", [], ["one"], value_int=1),
                  h.make_node("Range", ["z", "t", "one"], ["i"]),
                  h.make_node("Unsqueeze", ["i", "ax0"], ["row"]),
                  h.make_node("Unsqueeze", ["i", "ax1"], ["col"]),
@@ -158,10 +158,12 @@ class Select(TmpDirCase):
                  h.make_node("Softmax", ["masked"], ["y"], axis=-1),
                  self.const("fs", np.array(0.5, np.float32)),
                  self.const("fl", np.array(-1.0, np.float32)),
-                 self.const("fd", np.array(-0.25, np.float32)),
+                 # value_float / value_int constants (ONNX's function bodies)
+                 h.make_node("Constant", [], ["fd"], value_float=-0.25),
                  h.make_node("Range", ["fs", "fl", "fd"], ["fr"]),
                  h.make_node("Add", ["s", "fr"], ["y2"])]
-        inits = [("ax0", np.array([0], np.int64)), ("ax1", np.array([1], np.int64))]
+        inits = [("ax0", np.array([0], np.int64))]
+        nodes.insert(0, h.make_node("Constant", [], ["ax1"], value_ints=[1]))
         i = np.arange(6)
         w = np.where(i[None, :] > i[:, None], -np.inf, s)
         e = np.exp(w - w.max(-1, keepdims=True))
@@ -224,6 +226,67 @@ class Select(TmpDirCase):
         self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
         self.refused(p, "Greater", "integer", inputs=[np.ones(3, np.float32),
                                                       np.array([2, 2, 2], np.int64)])
+
+    def test_argmax_argmin_gather_elements_match_numpy(self):
+        """Indices exact (as float32 whole numbers), ties and NaN as numpy:
+        the first (or with select_last_index the last) extreme, a NaN beats
+        any number; GatherElements with negative indices; refusals past
+        2^24 and for an index out of range."""
+        h, f = self.h, np.float32
+        rng = np.random.default_rng(6)
+        x = rng.integers(-3, 4, (3, 4, 5)).astype(f)  # many ties
+        x[1, 2, 3] = np.nan
+        x[2, 0, 1] = np.nan
+        x[2, 3, 1] = np.nan
+        nodes, ref = [], []
+
+        def argext(v, axis, mx, last, keep):
+            if last:  # numpy has no select_last: the first of the reversed axis
+                r = np.flip(v, axis)
+                i = v.shape[axis] - 1 - (np.argmax(r, axis) if mx else np.argmin(r, axis))
+            else:
+                i = np.argmax(v, axis) if mx else np.argmin(v, axis)
+            return np.expand_dims(i, axis) if keep else i
+        for op in ("ArgMax", "ArgMin"):
+            for axis, keep, last in ((0, 1, 0), (1, 0, 1), (-1, 1, 1), (2, 0, 0)):
+                name = f"y_{op}_{axis + 1}{keep}{last}"
+                nodes.append(h.make_node(op, ["x"], [name], axis=axis, keepdims=keep,
+                                         select_last_index=last))
+                ref.append((name, argext(x, axis, op == "ArgMax", last, keep).astype(f)))
+        nodes.append(h.make_node("ArgMax", ["x"], ["y_default"]))  # axis 0, keepdims
+        ref.append(("y_default", np.argmax(x, 0)[None].astype(f)))
+        d = rng.standard_normal((3, 4, 5)).astype(f)
+        ix = rng.integers(-4, 4, (3, 2, 5)).astype(np.int64)
+        nodes.append(h.make_node("GatherElements", ["d", "ix"], ["y_ge"], axis=1))
+        ref.append(("y_ge", np.take_along_axis(d, np.where(ix < 0, ix + 4, ix), 1)))
+        g = h.make_graph(nodes, "argext",
+                         [h.make_tensor_value_info("x", self.TP.FLOAT, [3, 4, 5]),
+                          h.make_tensor_value_info("d", self.TP.FLOAT, [3, 4, 5]),
+                          h.make_tensor_value_info("ix", self.TP.INT64, [3, 2, 5])],
+                         [h.make_tensor_value_info(k, self.TP.FLOAT, list(v.shape))
+                          for k, v in ref])
+        p = os.path.join(self.dir, "argext.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), p)
+        self.verify(p, [("x", x), ("d", d), ("ix", ix)], ref)
+        # an index out of range: an error naming the node, nothing wrong
+        bad = ix.copy()
+        bad[0, 0, 0] = 4
+        ins = []
+        for i, a in enumerate((x, d, bad)):
+            ins.append(os.path.join(self.dir, f"b{i}.npy"))
+            np.save(ins[-1], a)
+        q = run("verify", p, "--inputs", *ins, timeout=120)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("gather_elements", q.stdout + q.stderr)
+        self.assertIn("not a whole number in [-4, 4)", q.stdout + q.stderr)
+        # an axis past 2^24: its indices would not be exact in float32
+        n = (1 << 24) + 1
+        nodes = [h.make_node("ArgMax", ["x"], ["y"], axis=1)]
+        p = self.model("argmax_big", nodes, [("x", np.zeros((1, n), f))],
+                       [("y", np.zeros((1, 1), f))])
+        q = run("verify", p, timeout=300)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("2^24", q.stdout + q.stderr)
 
     def test_samediff_refuses_where_by_name(self):
         """DL4J's where_np takes three operands of one shape (no broadcasting):
