@@ -5,7 +5,10 @@
 #include "infer/internal.h"
 #include "common/error.h"
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Strides of s aligned on the right to rank r, 0 on broadcast axes. */
 static void strides_of(const struct ck_ishape *s, int r, int64_t *st)
@@ -204,6 +207,165 @@ static int gather_elements(const struct ck_kcall *k)
     return 0;
 }
 
+/* ---- resize (ONNX Resize: nearest, linear, cubic) ---- */
+
+enum { RS_NEAREST, RS_LINEAR, RS_CUBIC };
+enum { RS_HALF_PIXEL, RS_PYTORCH_HALF_PIXEL, RS_ALIGN_CORNERS, RS_ASYMMETRIC };
+enum { RS_ROUND_PREFER_FLOOR, RS_ROUND_PREFER_CEIL, RS_FLOOR, RS_CEIL };
+
+bool ck_infer_resize_axis(const struct ck_model_node *n, int a, int64_t in, int64_t *out,
+                          double *scale)
+{
+    int64_t size = n->p.ints[4 + 2 * a], bits = n->p.ints[5 + 2 * a];
+    if (bits == 0) { /* sizes: the scale is the ratio */
+        if (size < 0 || size > CK_INFER_NUMEL_MAX)
+            return false;
+        *out = size;
+        *scale = in > 0 ? (double)size / (double)in : 1.0;
+        return true;
+    }
+    uint32_t b32 = (uint32_t)bits;
+    float s;
+    memcpy(&s, &b32, 4);
+    if (bits < 0 || bits > UINT32_MAX || !(s > 0 && s <= 1e6f))
+        return false;
+    double d = (double)in * (double)s; /* in < 2^40: no overflow */
+    if (d > (double)CK_INFER_NUMEL_MAX)
+        return false;
+    *out = (int64_t)d;
+    *scale = (double)s;
+    return true;
+}
+
+/* Up to 4 taps (input index, weight) of one output index along one axis,
+ * as ONNX's reference: the source coordinate by the coordinate mode, its
+ * neighbours clamped to the axis (edge padding), cubic's weights with
+ * exclude_outside renormalised over the taps inside. */
+struct taps {
+    int64_t at[4];
+    double w[4];
+};
+
+static double cubic_w(double t, double A)
+{
+    t = fabs(t);
+    if (t <= 1)
+        return ((A + 2) * t - (A + 3)) * t * t + 1;
+    if (t < 2)
+        return ((A * t - 5 * A) * t + 8 * A) * t - 4 * A;
+    return 0;
+}
+
+static void resize_taps(const struct ck_model_node *n, int64_t xr, int64_t in, int64_t out,
+                        double scale, struct taps *t)
+{
+    int mode = (int)n->p.ints[0], coord = (int)n->p.ints[1], near = (int)n->p.ints[2];
+    bool exclude = n->p.ints[3] != 0;
+    /* the resized length as ONNX's reference takes it: scale times the
+     * input's (the output's own length when sizes were given) */
+    double len = scale * (double)in, x;
+    (void)out;
+    switch (coord) {
+    case RS_ALIGN_CORNERS:
+        x = len == 1 ? 0 : (double)xr * (double)(in - 1) / (len - 1);
+        break;
+    case RS_ASYMMETRIC:
+        x = (double)xr / scale;
+        break;
+    case RS_PYTORCH_HALF_PIXEL:
+        x = len == 1 ? -0.5 : ((double)xr + 0.5) / scale - 0.5;
+        break;
+    default:
+        x = ((double)xr + 0.5) / scale - 0.5;
+        break;
+    }
+    double fl = floor(x), r = x - fl;
+    int64_t base = (int64_t)fl;
+    int ntaps = mode == RS_CUBIC ? 4 : mode == RS_LINEAR ? 2 : 1;
+    if (mode == RS_NEAREST) {
+        bool up = r == 0 ? false
+                  : near == RS_ROUND_PREFER_FLOOR ? r > 0.5
+                  : near == RS_ROUND_PREFER_CEIL ? r >= 0.5
+                  : near == RS_CEIL;
+        t->at[0] = base + (up ? 1 : 0);
+        t->w[0] = 1;
+    } else if (mode == RS_LINEAR) {
+        t->at[0] = base, t->w[0] = 1 - r;
+        t->at[1] = base + 1, t->w[1] = r;
+    } else {
+        double A = n->p.alpha, sum = 0;
+        for (int i = 0; i < 4; i++) {
+            t->at[i] = base - 1 + i;
+            t->w[i] = cubic_w(r + 1 - i, A);
+            if (exclude && (t->at[i] < 0 || t->at[i] >= in))
+                t->w[i] = 0;
+            sum += t->w[i];
+        }
+        for (int i = 0; exclude && sum != 0 && i < 4; i++)
+            t->w[i] /= sum;
+    }
+    for (int i = 0; i < ntaps; i++)
+        t->at[i] = t->at[i] < 0 ? 0 : t->at[i] >= in ? in - 1 : t->at[i];
+    for (int i = ntaps; i < 4; i++)
+        t->at[i] = 0, t->w[i] = 0;
+}
+
+static int resize(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0], *o = &k->outs[0];
+    int r = x->rank, ntaps = k->n->p.ints[0] == RS_CUBIC ? 4 : k->n->p.ints[0] == RS_LINEAR ? 2 : 1;
+    int64_t total = 0, start[CK_INFER_MAX_RANK], st[CK_INFER_MAX_RANK], acc = 1;
+    int64_t n = ck_ishape_numel(o);
+    if (n == 0)
+        return 0;
+    for (int a = r - 1; a >= 0; a--) {
+        st[a] = acc;
+        acc *= x->d[a];
+    }
+    for (int a = 0; a < r; a++) {
+        start[a] = total;
+        total += o->d[a];
+    }
+    struct taps *tab = malloc((size_t)(total ? total : 1) * sizeof *tab);
+    if (!tab)
+        return ck_error(CK_ENOMEM, "node '%s' (resize): out of memory for %lld taps",
+                        k->n->name, (long long)total);
+    for (int a = 0; a < r; a++) {
+        int64_t dummy = 0;
+        double scale = 1;
+        ck_infer_resize_axis(k->n, a, x->d[a], &dummy, &scale);
+        for (int64_t i = 0; i < o->d[a]; i++)
+            resize_taps(k->n, i, x->d[a], o->d[a], scale, &tab[start[a] + i]);
+    }
+    int64_t idx[CK_INFER_MAX_RANK] = {0}, combos = 1;
+    for (int a = 0; a < r; a++)
+        combos *= ntaps;
+    for (int64_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (int64_t c = 0; c < combos; c++) {
+            int64_t rest = c, off = 0;
+            double w = 1;
+            for (int a = 0; a < r && w != 0; a++) {
+                const struct taps *t = &tab[start[a] + idx[a]];
+                int j = (int)(rest % ntaps);
+                rest /= ntaps;
+                w *= t->w[j];
+                off += t->at[j] * st[a];
+            }
+            if (w != 0)
+                sum += w * k->in[0][off];
+        }
+        k->out[0][i] = (float)sum;
+        for (int a = r - 1; a >= 0; a--) {
+            if (++idx[a] < o->d[a])
+                break;
+            idx[a] = 0;
+        }
+    }
+    free(tab);
+    return 0;
+}
+
 int ck_infer_k_select(const struct ck_kcall *k)
 {
     switch (k->n->op) {
@@ -223,6 +385,7 @@ int ck_infer_k_select(const struct ck_kcall *k)
     case CK_OP_CUMSUM: cumsum(k); return 0;
     case CK_OP_ARGMAX: case CK_OP_ARGMIN: argext(k); return 0;
     case CK_OP_GATHER_ELEMENTS: return gather_elements(k);
+    case CK_OP_RESIZE: return resize(k);
     default:
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not a selection", k->n->name,
                         ck_op_name(k->n->op));

@@ -653,6 +653,22 @@ static int select_shapes(const struct ck_model_node *n, const struct ck_ishape *
         }
         return 0;
     }
+    case CK_OP_RESIZE:
+        if (n->p.nints != 4 + 2 * (size_t)x->rank || n->p.ints[0] < 0 || n->p.ints[0] > 2 ||
+            n->p.ints[1] < 0 || n->p.ints[1] > 3 || n->p.ints[2] < 0 || n->p.ints[2] > 3)
+            return BAD("node '%s' (resize): needs a mode, a coordinate mode, a nearest mode, "
+                       "exclude_outside and (size, scale) per axis of its rank %d",
+                       n->name, x->rank);
+        *out = *x;
+        for (int a = 0; a < x->rank; a++) {
+            double s = 0;
+            if (!ck_infer_resize_axis(n, a, x->d[a], &out->d[a], &s) ||
+                (x->d[a] == 0 && out->d[a] > 0))
+                return BAD("node '%s' (resize): axis %d: size or scale out of range for an "
+                           "input of %lld",
+                           n->name, a, (long long)x->d[a]);
+        }
+        return 0;
     case CK_OP_GATHER_ELEMENTS: {
         int a = ck_infer_norm_axis(ck_op_axis(&n->p, 0), x->rank);
         if (nin < 2 || a < 0 || in[1].rank != x->rank || x->d[a] >= (INT64_C(1) << 24))
@@ -762,7 +778,7 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
                        : gather(n, &in[0], &in[1], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
     default:
-        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_GATHER_ELEMENTS)
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
             return select_shapes(n, in, nin, out);
         if (ck_op_is_reduce(n->op))
             return reduce(n, &in[0], out);

@@ -115,6 +115,7 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_ARGMAX] = "argmax",
     [CK_OP_ARGMIN] = "argmin",
     [CK_OP_GATHER_ELEMENTS] = "gather_elements",
+    [CK_OP_RESIZE] = "resize",
 };
 
 const char *ck_op_name(enum ck_op op)

@@ -150,6 +150,9 @@ enum ck_op {
     CK_OP_ARGMIN,
     CK_OP_GATHER_ELEMENTS, /* (data, indices of data's rank); p.axis (default 0): y[i] = data[i
                               with the axis' index replaced by indices[i]] */
+    CK_OP_RESIZE,      /* (x); p.alpha (cubic's A), p.ints = [mode, coordinates, nearest mode,
+                          exclude_outside, then per axis: size, scale's float32 bits (0: the
+                          size over the input's)] (docs/model.md, ONNX Resize) */
     CK_OP_COUNT
 };
 

@@ -780,6 +780,28 @@ static int selection(const struct ctx *c, const struct ck_model_node *n, struct 
             o->rank--;
         }
         return 0;
+    case CK_OP_RESIZE:
+        if (n->p.nints != 4 + 2 * (size_t)x->rank)
+            return fail(c, "%zu parameters for input '%s' %s (4, then size and scale per axis)",
+                        n->p.nints, c->in[0]->name, TXT(x));
+        *o = *x;
+        for (int i = 0; i < x->rank; i++) {
+            int64_t size = n->p.ints[4 + 2 * i], bits = n->p.ints[5 + 2 * i];
+            float s;
+            uint32_t b32 = (uint32_t)bits;
+            memcpy(&s, &b32, 4);
+            if (bits == 0) {
+                o->dims[i] = size;
+            } else if (bits < 0 || bits > UINT32_MAX || !(s > 0 && s <= 1e6f)) {
+                return fail(c, "the scale of axis %d is not a positive float32", i);
+            } else if (x->dims[i] >= 0) {
+                double d = (double)x->dims[i] * (double)s;
+                if (d > 0x1p40)
+                    return fail(c, "axis %d grows past 2^40", i);
+                o->dims[i] = (int64_t)d;
+            }
+        }
+        return 0;
     case CK_OP_GATHER_ELEMENTS:
         if ((err = norm_axis(c, ck_op_axis(&n->p, 0), x->rank, 0, &a)) < 0)
             return err;
@@ -922,7 +944,7 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
     case CK_OP_PAD:
         return pad(c, n, o);
     default:
-        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_GATHER_ELEMENTS)
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
             return selection(c, n, o); /* elementwise: identity, activations, sqrt, exp, log, neg, erf, clip */
         *o = *x;
         return 0;

@@ -406,6 +406,28 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         set_shape(out[0], keep ? r : r - 1, d);
         return 0;
     }
+    if (!strcmp(op, "Resize")) {
+        struct val *sc = NULL, *sz = NULL;
+        if ((has_input(n, 2) && (err = input(c, n, 2, &sc)) < 0) ||
+            (has_input(n, 3) && (err = input(c, n, 3, &sz)) < 0))
+            return err;
+        if (sc && sc->is_const && sc->cn == (size_t)r) {
+            for (int i = 0; i < r; i++) {
+                double e = (double)d[i] * (double)(float)sc->c[i];
+                if (!(e >= 0 && e < 0x1p40))
+                    return 0;
+                d[i] = (int64_t)e;
+            }
+        } else if (sz && sz->is_const && sz->cn == (size_t)r) {
+            for (int i = 0; i < r; i++)
+                if (!ck_dim_from_double(sz->c[i], &d[i]) || d[i] < 0)
+                    return 0;
+        } else {
+            return 0;
+        }
+        set_shape(out[0], r, d);
+        return 0;
+    }
     if (!strcmp(op, "GatherElements")) {
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
@@ -1664,6 +1686,8 @@ static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row
                    struct ck_model_node *mn);
 static int map_select(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                       struct ck_model_node *mn);
+static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
 static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
@@ -1781,6 +1805,7 @@ static const struct row rows[] = {
     {"ArgMax",             CK_OP_ARGMAX,             1, map_select,   0, {1, 1, 1, 1}},
     {"ArgMin",             CK_OP_ARGMIN,             1, map_select,   0, {1, 1, 1, 1}},
     {"GatherElements",     CK_OP_GATHER_ELEMENTS,    2, map_axis,     0, {2, 2, 1, 1}},
+    {"Resize",             CK_OP_RESIZE,             1, map_resize,   0, {1, 4, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
@@ -2227,6 +2252,83 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
         return err;
     at[1] = at[1] != 0, at[2] = at[2] != 0;
     return ck_model_node_set_ints(mn, at, 3);
+}
+
+/* Resize (opset 11 on): X, roi, scales, sizes; one of scales and sizes a
+ * constant. Modes nearest, linear, cubic; coordinate modes half_pixel,
+ * pytorch_half_pixel, align_corners, asymmetric; the rest refused by name. */
+static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
+    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                         "asymmetric"};
+    static const char *const nears[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                        "ceil"};
+    const char *const *tables[] = {modes, coords, nears};
+    const char *keys[] = {"mode", "coordinate_transformation_mode", "nearest_mode"};
+    const char *defs[] = {"nearest", "half_pixel", "round_prefer_floor"};
+    int64_t v[4 + 2 * RANK_MAX], excl = 0, anti = 0;
+    size_t counts[] = {3, 4, 4};
+    struct val *x = NULL, *sc = NULL, *sz = NULL;
+    int err = 0;
+    (void)row;
+    if (c->opset < 11)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): Resize before opset 11 is not "
+                        "supported", c->path, n->name);
+    for (int i = 0; i < 3; i++) {
+        const char *a = attr(n, keys[i]);
+        a = a ? a : defs[i];
+        size_t k = 0;
+        while (k < counts[i] && strcmp(a, tables[i][k]))
+            k++;
+        if (k == counts[i])
+            return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): %s '%s' is not supported",
+                            c->path, n->name, keys[i], a);
+        v[i] = (int64_t)k;
+    }
+    if (attr(n, "axes") || (attr(n, "keep_aspect_ratio_policy") &&
+                            strcmp(attr(n, "keep_aspect_ratio_policy"), "stretch")))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): axes and "
+                        "keep_aspect_ratio_policy are not supported", c->path, n->name);
+    if ((err = attr_int(c, n, "exclude_outside", 0, &excl)) < 0 ||
+        (err = attr_int(c, n, "antialias", 0, &anti)) < 0 ||
+        (err = attr_float(c, n, "cubic_coeff_a", -0.75f, &mn->p.alpha)) < 0)
+        return err;
+    if (anti)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): antialias is not supported",
+                        c->path, n->name);
+    v[3] = excl != 0;
+    if ((err = input(c, n, 0, &x)) < 0 ||
+        (has_input(n, 2) && (err = input(c, n, 2, &sc)) < 0) ||
+        (has_input(n, 3) && (err = input(c, n, 3, &sz)) < 0))
+        return err;
+    if (sc && sc->is_const && sc->cn == 0)
+        sc = NULL; /* an empty scales: the sizes count */
+    struct val *use = sc ? sc : sz;
+    if (!use || !use->is_const || (sc && sz && sz->is_const && sz->cn))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): needs one of scales and sizes, "
+                        "as a constant", c->path, n->name);
+    if (use->cn > RANK_MAX || (x->rank >= 0 && use->cn != (size_t)x->rank))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Resize): %zu %s for an input of rank %d",
+                        c->path, n->name, use->cn, sc ? "scales" : "sizes", x->rank);
+    for (size_t i = 0; i < use->cn; i++) {
+        if (sc) {
+            float s = (float)sc->c[i];
+            uint32_t b = 0;
+            if (!(s > 0 && s <= 1e6f))
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Resize): scale %g is out of range",
+                                c->path, n->name, (double)s);
+            memcpy(&b, &s, 4);
+            v[4 + 2 * i] = 0, v[5 + 2 * i] = (int64_t)b;
+        } else {
+            if (!ck_dim_from_double(sz->c[i], &v[4 + 2 * i]) || v[4 + 2 * i] < 0)
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Resize): size %g is not a size",
+                                c->path, n->name, sz->c[i]);
+            v[5 + 2 * i] = 0;
+        }
+    }
+    return ck_model_node_set_ints(mn, v, 4 + 2 * use->cn);
 }
 
 static const struct row *find_row(const char *op)

@@ -288,6 +288,75 @@ class Select(TmpDirCase):
         self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
         self.assertIn("2^24", q.stdout + q.stderr)
 
+    def test_resize_matches_onnx_reference(self):
+        """Resize with constant scales or sizes: nearest (every nearest
+        mode), linear and cubic (A, exclude_outside), up and down, every
+        coordinate mode ckptd takes, against the interpolation ONNX's own
+        test cases are generated with (onnx.backend.test.case.node.resize)."""
+        import onnx_conformance  # noqa: F401 (numpy's aliases for onnx 1.12's modules)
+        from onnx.backend.test.case.node import resize as ref
+        h, f = self.h, np.float32
+        x = np.random.default_rng(8).standard_normal((1, 2, 4, 5)).astype(f)
+        coords = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+        cases = []  # (attrs, scales or None, sizes or None, get_coeffs)
+        for cm in coords:
+            for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+                for sc in ([1, 1, 2, 1.5], [1, 1, 0.6, 0.8]):
+                    cases.append((dict(mode="nearest", coordinate_transformation_mode=cm,
+                                       nearest_mode=nm), sc, None,
+                                  lambda r, nm=nm: ref.nearest_coeffs(r, mode=nm)))
+            for sc, sz in (([1, 1, 1.5, 2], None), (None, [1, 2, 3, 2]), (None, [1, 2, 1, 3])):
+                cases.append((dict(mode="linear", coordinate_transformation_mode=cm), sc, sz,
+                              ref.linear_coeffs))
+            for a, ex in ((-0.75, 0), (-0.5, 1)):
+                for sc, sz in (([1, 1, 1.7, 1.3], None), ([1, 1, 0.6, 0.8], None),
+                               (None, [1, 2, 7, 3]), (None, [1, 2, 1, 3])):
+                    cases.append((dict(mode="cubic", coordinate_transformation_mode=cm,
+                                       cubic_coeff_a=a, exclude_outside=ex), sc, sz,
+                                  lambda r, a=a: ref.cubic_coeffs(r, A=a)))
+        nodes, outs = [], []
+        for i, (attrs, sc, sz, coeffs) in enumerate(cases):
+            if sc is not None:
+                nodes += [self.const(f"s{i}", np.array(sc, f)),
+                          h.make_node("Resize", ["x", "", f"s{i}"], [f"y{i}"], **attrs)]
+                want = ref.interpolate_nd(x, coeffs, scale_factors=np.array(sc, f),
+                                          coordinate_transformation_mode=attrs[
+                                              "coordinate_transformation_mode"],
+                                          exclude_outside=attrs.get("exclude_outside", 0))
+            else:
+                nodes += [self.const(f"z{i}", np.array(sz, np.int64)),
+                          h.make_node("Resize", ["x", "", "", f"z{i}"], [f"y{i}"], **attrs)]
+                want = ref.interpolate_nd(x, coeffs, output_size=sz,
+                                          coordinate_transformation_mode=attrs[
+                                              "coordinate_transformation_mode"],
+                                          exclude_outside=attrs.get("exclude_outside", 0))
+            outs.append((f"y{i}", want.astype(f)))
+        path = self.model("resize", nodes, [("x", x)], outs)
+        self.verify(path, [("x", x)], outs)
+        # what ckptd does not compute is refused by name
+        for attrs, want in ((dict(coordinate_transformation_mode="tf_crop_and_resize"),
+                             "tf_crop_and_resize"), (dict(mode="area"), "'area'")):
+            p = self.model("resize_no", [self.const("s", np.array([1, 1, 2, 2], f)),
+                                         h.make_node("Resize", ["x", "", "s"], ["y"], **attrs)],
+                           [("x", x)], [("y", np.zeros((1, 2, 8, 10), f))])
+            self.refused(p, "Resize", want, inputs=[x])
+        # hostile scales: past any memory, refused by the shape rules
+        p = self.model("resize_huge", [self.const("s", np.array([1, 1, 1e6, 1e6], f)),
+                                       h.make_node("Resize", ["x", "", "s"], ["y"])],
+                       [("x", x)], [("y", np.zeros((1, 2, 8, 10), f))])
+        q = run("verify", p, timeout=120)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("resize", q.stderr.lower())
+        self.assertNotIn("Sanitizer", q.stderr)
+        # scales as a graph input: the output's shape would depend on values
+        g = h.make_graph([h.make_node("Resize", ["x", "", "s"], ["y"])], "dyn",
+                         [h.make_tensor_value_info("x", self.TP.FLOAT, [1, 2, 4, 5]),
+                          h.make_tensor_value_info("s", self.TP.FLOAT, [4])],
+                         [h.make_tensor_value_info("y", self.TP.FLOAT, [1, 2, 8, 10])])
+        p = os.path.join(self.dir, "resize_dyn.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        self.refused(p, "Resize", "as a constant", inputs=[x, np.array([1, 1, 2, 2], f)])
+
     def test_samediff_refuses_where_by_name(self):
         """DL4J's where_np takes three operands of one shape (no broadcasting):
         the SameDiff writer names the op instead of writing what DL4J would

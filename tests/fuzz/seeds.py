@@ -173,7 +173,15 @@ def onnx_seeds(out):
                     helper.make_node("Xor", ["n", "le"], ["xo"]),
                     helper.make_node("Where", ["xo", "s", "x"], ["y"])],
                    [fv("x", [2, 1, 3])], [fv("y", [2, 2, 3])]),
+        "resize_argmax": ([helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="cubic",
+                                            coordinate_transformation_mode="align_corners",
+                                            exclude_outside=1),
+                           helper.make_node("ArgMax", ["r"], ["y"], axis=-1, keepdims=0)],
+                          [fv("x", [1, 1, 3, 4])], [fv("y", [1, 1, 6])]),
     }
+    extra["resize_argmax"][0].insert(0, helper.make_node(
+        "Constant", [], ["sc"], value=helper.make_tensor("sc", TensorProto.FLOAT, [4],
+                                                         [1, 1, 2, 1.5])))
     consts = {"causal_mask": [("z", 0), ("t", 4), ("o", 1), ("a0", [0]), ("a1", [1])],
               "select": [("es", [2, 1, 3]), ("tr", [1, 2, 1]), ("k", 1), ("ax", -1)]}
     for name, cs in consts.items():
@@ -283,7 +291,7 @@ def zip_seeds(out):
 def graph_seeds(out):
     """fuzz_graph: byte strings its decoder reads as small valid graphs
     (weights, inputs, a chain of ops with their parameters)."""
-    for op in range(1, 106):  # every op up to gather_elements (model/model.h's enum)
+    for op in range(1, 107):  # every op up to resize (model/model.h's enum)
         # 1 weight [3, 4]; 1 input [1, 4]; 2 nodes: op over (input, weight), then relu
         body = bytes([1, 2, 3, 4, 0, 2, 1, 4, 2, op, 2, 1, 0]) + bytes([1] * 12) + \
             bytes([0] * 4) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + bytes([9, 2, 1, 1, 0, 0])
