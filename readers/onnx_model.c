@@ -1688,6 +1688,8 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
                       struct ck_model_node *mn);
 static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                       struct ck_model_node *mn);
+static int map_einsum(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
 static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
@@ -1806,6 +1808,7 @@ static const struct row rows[] = {
     {"ArgMin",             CK_OP_ARGMIN,             1, map_select,   0, {1, 1, 1, 1}},
     {"GatherElements",     CK_OP_GATHER_ELEMENTS,    2, map_axis,     0, {2, 2, 1, 1}},
     {"Resize",             CK_OP_RESIZE,             1, map_resize,   0, {1, 4, 1, 1}},
+    {"Einsum",             CK_OP_MATMUL,             0, map_einsum,   0, {1, 0, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
@@ -2329,6 +2332,237 @@ static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct 
         }
     }
     return ck_model_node_set_ints(mn, v, 4 + 2 * use->cn);
+}
+
+/* ---- Einsum: one or two operands, lowered to reduce_sum, transpose,
+ * reshape and matmul (static shapes; no ellipsis, no repeated label in one
+ * operand: a diagonal) ---- */
+
+struct es_op {
+    const char *name; /* the current value */
+    char lab[RANK_MAX + 1];
+    int64_t dim[RANK_MAX];
+    int rank;
+};
+
+static int es_refuse(struct cx *c, const struct ck_graph_node *n, const char *why)
+{
+    return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Einsum): %s", c->path, n->name, why);
+}
+
+/* One node on v: its output becomes v's value. */
+static int es_node(struct cx *c, const struct ck_graph_node *n, enum ck_op op, struct es_op *v,
+                   const int64_t *ints, size_t nints, const char *to)
+{
+    struct ck_model_node *mn = NULL;
+    const char *out = to ? to : tmp_name(c, n, ck_op_name(op));
+    int err = 0;
+    if (!out)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, op, &v->name, 1, &out, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, ints, nints)) < 0)
+        return err;
+    v->name = out;
+    return 0;
+}
+
+/* Sums the labels of v that keep is not holding; then orders v by order. */
+static int es_sum_out(struct cx *c, const struct ck_graph_node *n, struct es_op *v,
+                      const char *keep)
+{
+    int64_t axes[RANK_MAX];
+    size_t na = 0;
+    int r = 0;
+    for (int i = 0; i < v->rank; i++)
+        if (!strchr(keep, v->lab[i]))
+            axes[na++] = i;
+        else
+            v->lab[r] = v->lab[i], v->dim[r++] = v->dim[i];
+    if (!na)
+        return 0;
+    v->rank = r;
+    v->lab[r] = 0;
+    int err = es_node(c, n, CK_OP_REDUCE_SUM, v, axes, na, NULL);
+    if (err < 0)
+        return err;
+    c->m->nodes[c->m->nnodes - 1].p.keepdims = false;
+    return 0;
+}
+
+static int es_order(struct cx *c, const struct ck_graph_node *n, struct es_op *v,
+                    const char *order, const char *to)
+{
+    int64_t perm[RANK_MAX], d[RANK_MAX];
+    bool moved = false;
+    for (int i = 0; i < v->rank; i++) {
+        perm[i] = strchr(v->lab, order[i]) - v->lab;
+        d[i] = v->dim[perm[i]];
+        moved = moved || perm[i] != i;
+    }
+    struct val *y = NULL;
+    int err = 0;
+    if (to && ((err = get(c, to, &y)) < 0))
+        return err;
+    if (y) /* the Einsum's output: its shape for the nodes after it */
+        set_shape(y, v->rank, d);
+    if (!moved)
+        return to ? es_node(c, n, CK_OP_IDENTITY, v, NULL, 0, to) : 0;
+    memcpy(v->lab, order, (size_t)v->rank);
+    memcpy(v->dim, d, sizeof(int64_t) * (size_t)v->rank);
+    return es_node(c, n, CK_OP_TRANSPOSE, v, perm, (size_t)v->rank, to);
+}
+
+static int64_t es_prod(const struct es_op *v, int from, int to)
+{
+    int64_t p = 1;
+    for (int i = from; i < to; i++)
+        p *= v->dim[i]; /* each dim checked under 2^40 with the total */
+    return p;
+}
+
+static int map_einsum(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    const char *eq = attr(n, "equation");
+    char buf[64], term[3][RANK_MAX + 1];
+    size_t bl = 0;
+    int nterm = 1, k = 0, err = 0;
+    (void)row;
+    (void)mn;
+    if (!eq)
+        return bad_attr(c, n, "equation");
+    for (const char *p = eq; *p; p++)
+        if (*p != ' ') {
+            if (bl + 1 >= sizeof buf)
+                return bad_attr(c, n, "equation");
+            buf[bl++] = *p;
+        }
+    buf[bl] = 0;
+    if (strchr(buf, '.'))
+        return es_refuse(c, n, "an ellipsis ('...') is not supported");
+    char *arrow = strstr(buf, "->");
+    if (arrow)
+        *arrow = 0;
+    memset(term, 0, sizeof term);
+    for (char *p = buf; *p; p++) {
+        if (*p == ',') {
+            if (++nterm > 2)
+                return es_refuse(c, n, "more than two operands are not supported");
+            k = 0;
+            continue;
+        }
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) || k >= RANK_MAX)
+            return bad_attr(c, n, "equation");
+        if (strchr(term[nterm - 1], *p))
+            return es_refuse(c, n, "a label repeated in one operand (a diagonal) is not supported");
+        term[nterm - 1][k++] = *p;
+    }
+    if ((size_t)nterm != n->ninputs)
+        return bad_attr(c, n, "equation");
+    /* the output's labels: given, or those that occur once, sorted */
+    char out[RANK_MAX + 1] = {0};
+    k = 0;
+    if (arrow) {
+        for (char *p = arrow + 2; *p; p++) {
+            if (k >= RANK_MAX || strchr(out, *p) || !((*p >= 'a' && *p <= 'z') ||
+                                                      (*p >= 'A' && *p <= 'Z')) ||
+                !(strchr(term[0], *p) || strchr(term[1], *p)))
+                return bad_attr(c, n, "equation");
+            out[k++] = *p;
+        }
+    } else {
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if (ch < 'a' && ch > 'Z')
+                continue;
+            else if ((strchr(term[0], ch) != NULL) + (strchr(term[1], ch) != NULL) == 1 &&
+                     k < RANK_MAX)
+                out[k++] = (char)ch;
+    }
+    struct es_op v[2];
+    for (int t = 0; t < nterm; t++) {
+        struct val *x = NULL;
+        if ((err = input(c, n, (size_t)t, &x)) < 0)
+            return err;
+        if (x->rank != (int)strlen(term[t]))
+            return x->rank < 0 ? es_refuse(c, n, "needs static input shapes")
+                               : bad_attr(c, n, "equation");
+        v[t].name = n->inputs[t];
+        v[t].rank = x->rank;
+        memcpy(v[t].lab, term[t], sizeof v[t].lab);
+        for (int i = 0; i < x->rank; i++) {
+            if (x->dims[i] < 1 || x->dims[i] > (INT64_C(1) << 40))
+                return es_refuse(c, n, "needs static input shapes, every dimension at least 1");
+            v[t].dim[i] = x->dims[i];
+        }
+    }
+    int64_t total = 0;
+    if (!ck_dims_prod(v[0].dim, 0, v[0].rank, &total) ||
+        (nterm == 2 && !ck_dims_prod(v[1].dim, 0, v[1].rank, &total)))
+        return es_refuse(c, n, "an operand is too large");
+    const char *y = n->outputs[0];
+    if (nterm == 1) {
+        if ((err = es_sum_out(c, n, &v[0], out)) < 0)
+            return err;
+        return es_order(c, n, &v[0], out, y);
+    }
+    /* labels kept by each operand: those of the output or of the other one */
+    for (int t = 0; t < 2; t++) {
+        char keep[2 * RANK_MAX + 1];
+        snprintf(keep, sizeof keep, "%s%s", out, term[1 - t]);
+        if ((err = es_sum_out(c, n, &v[t], keep)) < 0)
+            return err;
+    }
+    char bat[RANK_MAX + 1] = {0}, lef[RANK_MAX + 1] = {0}, rig[RANK_MAX + 1] = {0},
+         con[RANK_MAX + 1] = {0}, ord[2][3 * RANK_MAX + 1], fin[3 * RANK_MAX + 1];
+    int nb = 0, nl = 0, nr = 0, nc = 0;
+    for (int i = 0; i < v[0].rank; i++) {
+        char l = v[0].lab[i];
+        const char *in1 = strchr(v[1].lab, l);
+        if (in1 && v[1].dim[in1 - v[1].lab] != v[0].dim[i])
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (Einsum): label '%c' has sizes %lld and "
+                            "%lld", c->path, n->name, l, (long long)v[0].dim[i],
+                            (long long)v[1].dim[in1 - v[1].lab]);
+        if (in1 && strchr(out, l))
+            bat[nb++] = l;
+        else if (in1)
+            con[nc++] = l;
+        else
+            lef[nl++] = l;
+    }
+    for (int i = 0; i < v[1].rank; i++)
+        if (!strchr(v[0].lab, v[1].lab[i]))
+            rig[nr++] = v[1].lab[i];
+    snprintf(ord[0], sizeof ord[0], "%s%s%s", bat, lef, con);
+    snprintf(ord[1], sizeof ord[1], "%s%s%s", bat, con, rig);
+    if ((err = es_order(c, n, &v[0], ord[0], NULL)) < 0 ||
+        (err = es_order(c, n, &v[1], ord[1], NULL)) < 0)
+        return err;
+    int64_t B = es_prod(&v[0], 0, nb), L = es_prod(&v[0], nb, nb + nl),
+            K = es_prod(&v[0], nb + nl, v[0].rank), R = es_prod(&v[1], nb + nc, v[1].rank);
+    int64_t sa[3] = {B, L, K}, sb[3] = {B, K, R};
+    if ((err = es_node(c, n, CK_OP_RESHAPE, &v[0], sa, 3, NULL)) < 0 ||
+        (err = es_node(c, n, CK_OP_RESHAPE, &v[1], sb, 3, NULL)) < 0)
+        return err;
+    const char *ab[2] = {v[0].name, v[1].name}, *prod = tmp_name(c, n, "matmul");
+    struct ck_model_node *m2 = NULL;
+    if (!prod)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, CK_OP_MATMUL, ab, 2, &prod, 1, &m2)) < 0)
+        return err;
+    /* [B, L, R] back to the batch, left and right labels, then the output's order */
+    struct es_op r = {.name = prod, .rank = 0};
+    int64_t shape[RANK_MAX];
+    snprintf(fin, sizeof fin, "%s%s%s", bat, lef, rig);
+    for (int i = 0; fin[i]; i++) {
+        const char *p0 = strchr(v[0].lab, fin[i]);
+        r.dim[r.rank] = p0 ? v[0].dim[p0 - v[0].lab] : v[1].dim[strchr(v[1].lab, fin[i]) -
+                                                                 v[1].lab];
+        shape[r.rank] = r.dim[r.rank];
+        r.lab[r.rank++] = fin[i];
+    }
+    if ((err = es_node(c, n, CK_OP_RESHAPE, &r, shape, (size_t)r.rank, NULL)) < 0)
+        return err;
+    return es_order(c, n, &r, out, y);
 }
 
 static const struct row *find_row(const char *op)

@@ -357,6 +357,45 @@ class Select(TmpDirCase):
         self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
         self.refused(p, "Resize", "as a constant", inputs=[x, np.array([1, 1, 2, 2], f)])
 
+    def test_einsum_matches_numpy(self):
+        """The contractions exporters write (attention's bhqd,bhkd->bhqk,
+        batched and plain matmul, transposes, sums, a full contraction),
+        lowered to transpose, reduce_sum, reshape and matmul, against
+        numpy.einsum; an ellipsis, a diagonal and three operands refused by
+        name."""
+        h, f = self.h, np.float32
+        rng = np.random.default_rng(9)
+        dims = dict(b=2, h=3, q=4, k=5, d=6, i=3, j=4, l=2, m=5)
+        cases = ["ij->ji", "ij->i", "ij", "i,i", "bij,bjk->bik", "ij,jk", "bhqd,bhkd->bhqk",
+                 "bhqk,bhkd->bhqd", "ijk,kl->ijl", "ij,kj->ik", "ij,jk->k", "ik,jk->",
+                 "bi,bj->bij", "ij,ij->ij", "mi,jm->ji"]
+        dims.update(dict(i=3, j=4))
+        nodes, ins, outs, n = [], [], [], 0
+        for eq in cases:
+            terms = eq.split("->")[0].split(",")
+            names = []
+            for t in terms:
+                shape = [dims.get(ch, 3) for ch in t]
+                name = f"x{n}"
+                n += 1
+                ins.append((name, rng.standard_normal(shape).astype(f)))
+                names.append(name)
+            y = f"y{len(outs)}"
+            nodes.append(h.make_node("Einsum", names, [y], equation=eq.replace(",", ", ")))
+            want = np.einsum(eq, *[a.astype(np.float64) for nm, a in ins if nm in names])
+            outs.append((y, np.asarray(want, f)))
+        path = self.model("einsum", nodes, ins, outs)
+        self.verify(path, ins, outs)
+        for eq, why in (("...ii->...i", "ellipsis"), ("ii->i", "diagonal"),
+                        ("ij,jk,kl->il", "more than two")):
+            terms = eq.split("->")[0].split(",")
+            xs = [(f"e{i}", np.ones((3, 3) if "." not in t else (2, 3, 3), f))
+                  for i, t in enumerate(terms)]
+            p = self.model("einsum_no", [h.make_node("Einsum", [a for a, _ in xs], ["y"],
+                                                     equation=eq)],
+                           xs, [("y", np.ones((3,), f))])
+            self.refused(p, "Einsum", why, inputs=[a for _, a in xs])
+
     def test_samediff_refuses_where_by_name(self):
         """DL4J's where_np takes three operands of one shape (no broadcasting):
         the SameDiff writer names the op instead of writing what DL4J would

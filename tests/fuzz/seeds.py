@@ -178,6 +178,9 @@ def onnx_seeds(out):
                                             exclude_outside=1),
                            helper.make_node("ArgMax", ["r"], ["y"], axis=-1, keepdims=0)],
                           [fv("x", [1, 1, 3, 4])], [fv("y", [1, 1, 6])]),
+        "einsum": ([helper.make_node("Einsum", ["q", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
+                    helper.make_node("Einsum", ["s"], ["y"], equation="bhqk->bkq")],
+                   [fv("q", [1, 2, 3, 4]), fv("k", [1, 2, 5, 4])], [fv("y", [1, 5, 3])]),
     }
     extra["resize_argmax"][0].insert(0, helper.make_node(
         "Constant", [], ["sc"], value=helper.make_tensor("sc", TensorProto.FLOAT, [4],
