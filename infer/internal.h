@@ -76,6 +76,11 @@ int ck_infer_k_math(const struct ck_kcall *k);   /* abs ... shrink */
 int ck_infer_k_conv_transpose(const struct ck_kcall *k);
 int ck_infer_k_rnn(const struct ck_kcall *k); /* rnn, gru, lstm */
 int ck_infer_k_grid_sample(const struct ck_kcall *k);
+int ck_infer_k_select(const struct ck_kcall *k); /* where ... resize (kernels_select.c) */
+/* resize: the output extent of axis a for an input extent in, and its scale;
+ * false when the parameters do not describe it (kernels_select.c). */
+bool ck_infer_resize_axis(const struct ck_model_node *n, int a, int64_t in, int64_t *out,
+                          double *scale);
 
 /* C = alpha op(A) op(B) + beta C, row major; BLAS (single thread) or plain loops. */
 void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a,

@@ -51,6 +51,8 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     case CK_OP_GATHER: case CK_OP_PAD:
         return ck_infer_k_layout;
     default:
+        if (op >= CK_OP_WHERE && op <= CK_OP_RESIZE)
+            return ck_infer_k_select;
         if (ck_op_is_reduce(op))
             return ck_infer_k_reduce;
         if (op >= CK_OP_ABS && op <= CK_OP_SHRINK)

@@ -587,6 +587,107 @@ static int norm_checks(const struct ck_model_node *n, const struct ck_ishape *in
     return 0;
 }
 
+/* where, the comparisons and logical ops, expand, tile, trilu, cumsum
+ * (docs/model.md). Sizes come from files: every product checked. */
+static int select_shapes(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
+                         struct ck_ishape *out)
+{
+    const struct ck_ishape *x = &in[0];
+    const char *op = ck_op_name(n->op);
+    struct ck_ishape t;
+    int err;
+    switch (n->op) {
+    case CK_OP_NOT:
+        return same(x, out);
+    case CK_OP_WHERE:
+        if (nin < 3)
+            return BAD("node '%s' (where): needs a condition and two values", n->name);
+        if ((err = broadcast(n, &in[1], &in[2], &t)) < 0)
+            return err;
+        return broadcast(n, x, &t, out);
+    case CK_OP_EXPAND:
+        if (n->p.nints > CK_INFER_MAX_RANK)
+            return BAD("node '%s' (expand): a shape of rank %zu (at most %d)", n->name, n->p.nints,
+                       CK_INFER_MAX_RANK);
+        t.rank = (int)n->p.nints;
+        for (size_t i = 0; i < n->p.nints; i++) {
+            if (n->p.ints[i] < 0 || n->p.ints[i] > CK_INFER_NUMEL_MAX)
+                return BAD("node '%s' (expand): dimension %lld of the shape is out of range",
+                           n->name, (long long)n->p.ints[i]);
+            t.d[i] = n->p.ints[i];
+        }
+        return broadcast(n, x, &t, out);
+    case CK_OP_TILE:
+        if (n->p.nints != (size_t)x->rank)
+            return BAD("node '%s' (tile): %zu repeats for rank %d", n->name, n->p.nints, x->rank);
+        *out = *x;
+        for (int i = 0; i < x->rank; i++)
+            if (n->p.ints[i] < 0 || !ck_dim_mul(x->d[i], n->p.ints[i], &out->d[i]) ||
+                out->d[i] > CK_INFER_NUMEL_MAX)
+                return BAD("node '%s' (tile): repeat %lld of axis %d is out of range", n->name,
+                           (long long)n->p.ints[i], i);
+        return 0;
+    case CK_OP_TRILU:
+        if (x->rank < 2 || n->p.nints != 2)
+            return BAD("node '%s' (trilu): needs x [..., N, M], upper and k", n->name);
+        return same(x, out);
+    case CK_OP_CUMSUM:
+        if (n->p.nints != 3 || ck_infer_norm_axis(n->p.ints[0], x->rank) < 0)
+            return BAD("node '%s' (cumsum): needs an axis in range, exclusive and reverse",
+                       n->name);
+        return same(x, out);
+    case CK_OP_ARGMAX: case CK_OP_ARGMIN: {
+        /* an index is exact in float32 up to 2^24 */
+        int a = ck_infer_norm_axis(ck_op_axis(&n->p, 0), x->rank);
+        if (a < 0 || x->d[a] < 1 || x->d[a] > (INT64_C(1) << 24))
+            return BAD("node '%s' (%s): needs an axis in range with 1 to 2^24 elements (float32 "
+                       "holds the indices exactly up to 2^24)",
+                       n->name, op);
+        *out = *x;
+        if (n->p.keepdims) {
+            out->d[a] = 1;
+        } else {
+            for (int i = a; i + 1 < x->rank; i++)
+                out->d[i] = x->d[i + 1];
+            out->rank--;
+        }
+        return 0;
+    }
+    case CK_OP_RESIZE:
+        if (n->p.nints != 4 + 2 * (size_t)x->rank || n->p.ints[0] < 0 || n->p.ints[0] > 2 ||
+            n->p.ints[1] < 0 || n->p.ints[1] > 3 || n->p.ints[2] < 0 || n->p.ints[2] > 3)
+            return BAD("node '%s' (resize): needs a mode, a coordinate mode, a nearest mode, "
+                       "exclude_outside and (size, scale) per axis of its rank %d",
+                       n->name, x->rank);
+        *out = *x;
+        for (int a = 0; a < x->rank; a++) {
+            double s = 0;
+            if (!ck_infer_resize_axis(n, a, x->d[a], &out->d[a], &s) ||
+                (x->d[a] == 0 && out->d[a] > 0))
+                return BAD("node '%s' (resize): axis %d: size or scale out of range for an "
+                           "input of %lld",
+                           n->name, a, (long long)x->d[a]);
+        }
+        return 0;
+    case CK_OP_GATHER_ELEMENTS: {
+        int a = ck_infer_norm_axis(ck_op_axis(&n->p, 0), x->rank);
+        if (nin < 2 || a < 0 || in[1].rank != x->rank || x->d[a] >= (INT64_C(1) << 24))
+            return BAD("node '%s' (gather_elements): needs indices of the data's rank and an axis "
+                       "in range under 2^24 elements (float32 holds the indices exactly)",
+                       n->name);
+        for (int i = 0; i < x->rank; i++)
+            if (i != a && in[1].d[i] > x->d[i])
+                return BAD("node '%s' (gather_elements): indices extend past the data on axis %d",
+                           n->name, i);
+        return same(&in[1], out);
+    }
+    default: /* the comparisons and and, or, xor */
+        if (nin < 2 || n->p.has_scalar)
+            return BAD("node '%s' (%s): takes two operands", n->name, op);
+        return broadcast(n, x, &in[1], out);
+    }
+}
+
 int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *in, size_t nin,
                          struct ck_ishape *out)
 {
@@ -677,6 +778,8 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
                        : gather(n, &in[0], &in[1], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
     default:
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
+            return select_shapes(n, in, nin, out);
         if (ck_op_is_reduce(n->op))
             return reduce(n, &in[0], out);
         if (ck_op_is_unary(n->op))

@@ -98,6 +98,24 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_GRID_SAMPLE] = "grid_sample",
     [CK_OP_LRN] = "lrn",
     [CK_OP_DET] = "det",
+    [CK_OP_WHERE] = "where",
+    [CK_OP_EQUAL] = "equal",
+    [CK_OP_LESS] = "less",
+    [CK_OP_GREATER] = "greater",
+    [CK_OP_LESS_EQUAL] = "less_equal",
+    [CK_OP_GREATER_EQUAL] = "greater_equal",
+    [CK_OP_NOT] = "not",
+    [CK_OP_AND] = "and",
+    [CK_OP_OR] = "or",
+    [CK_OP_XOR] = "xor",
+    [CK_OP_EXPAND] = "expand",
+    [CK_OP_TILE] = "tile",
+    [CK_OP_TRILU] = "trilu",
+    [CK_OP_CUMSUM] = "cumsum",
+    [CK_OP_ARGMAX] = "argmax",
+    [CK_OP_ARGMIN] = "argmin",
+    [CK_OP_GATHER_ELEMENTS] = "gather_elements",
+    [CK_OP_RESIZE] = "resize",
 };
 
 const char *ck_op_name(enum ck_op op)
@@ -338,7 +356,19 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     case CK_OP_PRELU:
     case CK_OP_FMOD:
     case CK_OP_GRID_SAMPLE:
+    case CK_OP_EQUAL:
+    case CK_OP_LESS:
+    case CK_OP_GREATER:
+    case CK_OP_LESS_EQUAL:
+    case CK_OP_GREATER_EQUAL:
+    case CK_OP_AND:
+    case CK_OP_OR:
+    case CK_OP_XOR:
+    case CK_OP_GATHER_ELEMENTS:
         *lo = *hi = 2;
+        break;
+    case CK_OP_WHERE:
+        *lo = *hi = 3;
         break;
     case CK_OP_INSTANCENORM:
         *lo = *hi = 3;

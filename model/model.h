@@ -129,6 +129,30 @@ enum ck_op {
     CK_OP_LRN,         /* (x [N, C, ...]); p.alpha, p.beta, p.scalar (bias), p.ints = [size]:
                           x / (bias + alpha / size * sum of x^2 over nearby channels)^beta */
     CK_OP_DET,         /* (x [..., M, M]) -> [...]: determinants */
+    /* masks and selection (a mask is float32 1 or 0); numpy broadcasting */
+    CK_OP_WHERE,       /* (cond, a, b): a where cond != 0, else b */
+    CK_OP_EQUAL,       /* (a, b) -> 1 where a == b, else 0 (NaN compares false) */
+    CK_OP_LESS,
+    CK_OP_GREATER,
+    CK_OP_LESS_EQUAL,
+    CK_OP_GREATER_EQUAL,
+    CK_OP_NOT,         /* (x) -> 1 where x == 0, else 0 */
+    CK_OP_AND,         /* (a, b) on a != 0 and b != 0 -> 1 or 0 */
+    CK_OP_OR,
+    CK_OP_XOR,
+    CK_OP_EXPAND,      /* (x); p.ints = a shape: x broadcast with it (ONNX Expand) */
+    CK_OP_TILE,        /* (x); p.ints = repeats per axis */
+    CK_OP_TRILU,       /* (x [..., N, M]); p.ints = [upper, k]: keeps j - i >= k (upper) or
+                          j - i <= k (lower), zeros elsewhere */
+    CK_OP_CUMSUM,      /* (x); p.ints = [axis, exclusive, reverse]: running sums */
+    CK_OP_ARGMAX,      /* (x); p.axis (default 0), p.keepdims, p.ints = [select_last]: the
+                          index of the largest along the axis (the first NaN wins), as a float */
+    CK_OP_ARGMIN,
+    CK_OP_GATHER_ELEMENTS, /* (data, indices of data's rank); p.axis (default 0): y[i] = data[i
+                              with the axis' index replaced by indices[i]] */
+    CK_OP_RESIZE,      /* (x); p.alpha (cubic's A), p.ints = [mode, coordinates, nearest mode,
+                          exclude_outside, then per axis: size, scale's float32 bits (0: the
+                          size over the input's)] (docs/model.md, ONNX Resize) */
     CK_OP_COUNT
 };
 

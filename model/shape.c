@@ -697,6 +697,124 @@ static int recurrent(const struct ctx *c, const struct ck_model_node *n, struct 
     return 0;
 }
 
+/* numpy broadcasting of a and b into o (unknown dims as broadcast()); false
+ * when they do not broadcast. The caller names the values: broadcast()'s
+ * message names inputs 0 and 1, which expand does not have. */
+static bool broadcasts(const struct ck_shape *a, const struct ck_shape *b, struct ck_shape *o)
+{
+    int r = a->rank > b->rank ? a->rank : b->rank;
+    for (int i = 0; i < r; i++) {
+        int ia = a->rank - r + i, ib = b->rank - r + i;
+        int64_t x = ia >= 0 ? a->dims[ia] : 1, y = ib >= 0 ? b->dims[ib] : 1;
+        if (x != y && x != 1 && y != 1 && x >= 0 && y >= 0)
+            return false;
+        o->dims[i] = x == y || y == 1 ? x : x == 1 ? y : x < 0 ? y : x;
+    }
+    o->rank = r;
+    return true;
+}
+
+/* where, the comparisons and logical ops, expand, tile, trilu, cumsum */
+static int selection(const struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
+{
+    const struct ck_shape *x = &c->in[0]->shape;
+    struct ck_shape t;
+    int a, err;
+    switch (n->op) {
+    case CK_OP_NOT:
+        *o = *x;
+        return 0;
+    case CK_OP_WHERE:
+        if (!broadcasts(&c->in[1]->shape, &c->in[2]->shape, &t) || !broadcasts(x, &t, o))
+            return fail(c, "condition '%s' %s, '%s' %s and '%s' %s do not broadcast",
+                        c->in[0]->name, TXT(x), c->in[1]->name, TXT(&c->in[1]->shape),
+                        c->in[2]->name, TXT(&c->in[2]->shape));
+        return 0;
+    case CK_OP_EXPAND:
+        if (n->p.nints > CK_TENSOR_MAX_RANK)
+            return fail(c, "a shape of rank %zu", n->p.nints);
+        t.rank = (int)n->p.nints;
+        for (size_t i = 0; i < n->p.nints; i++) {
+            if (n->p.ints[i] < 0)
+                return fail(c, "dimension %" PRId64 " of the shape is negative", n->p.ints[i]);
+            t.dims[i] = n->p.ints[i];
+        }
+        if (!broadcasts(x, &t, o))
+            return fail(c, "input '%s' %s does not broadcast with the shape %s", c->in[0]->name,
+                        TXT(x), TXT(&t));
+        return 0;
+    case CK_OP_TILE:
+        if (n->p.nints != (size_t)x->rank)
+            return fail(c, "%zu repeats for input '%s' %s", n->p.nints, c->in[0]->name, TXT(x));
+        *o = *x;
+        for (int i = 0; i < x->rank; i++) {
+            if (n->p.ints[i] < 0)
+                return fail(c, "repeat %" PRId64 " of axis %d is negative", n->p.ints[i], i);
+            if (x->dims[i] >= 0 && __builtin_mul_overflow(x->dims[i], n->p.ints[i], &o->dims[i]))
+                return fail(c, "repeating axis %d overflows", i);
+        }
+        return 0;
+    case CK_OP_TRILU:
+        if (x->rank < 2 || n->p.nints != 2)
+            return fail(c, "input '%s' %s is not [..., N, M], or upper and k are missing",
+                        c->in[0]->name, TXT(x));
+        *o = *x;
+        return 0;
+    case CK_OP_CUMSUM:
+        if (n->p.nints != 3)
+            return fail(c, "needs an axis, exclusive and reverse");
+        if ((err = norm_axis(c, n->p.ints[0], x->rank, 0, &a)) < 0)
+            return err;
+        *o = *x;
+        return 0;
+    case CK_OP_ARGMAX:
+    case CK_OP_ARGMIN:
+        if ((err = norm_axis(c, ck_op_axis(&n->p, 0), x->rank, 0, &a)) < 0)
+            return err;
+        *o = *x;
+        if (n->p.keepdims) {
+            o->dims[a] = 1;
+        } else {
+            for (int i = a; i + 1 < x->rank; i++)
+                o->dims[i] = x->dims[i + 1];
+            o->rank--;
+        }
+        return 0;
+    case CK_OP_RESIZE:
+        if (n->p.nints != 4 + 2 * (size_t)x->rank)
+            return fail(c, "%zu parameters for input '%s' %s (4, then size and scale per axis)",
+                        n->p.nints, c->in[0]->name, TXT(x));
+        *o = *x;
+        for (int i = 0; i < x->rank; i++) {
+            int64_t size = n->p.ints[4 + 2 * i], bits = n->p.ints[5 + 2 * i];
+            float s;
+            uint32_t b32 = (uint32_t)bits;
+            memcpy(&s, &b32, 4);
+            if (bits == 0) {
+                o->dims[i] = size;
+            } else if (bits < 0 || bits > UINT32_MAX || !(s > 0 && s <= 1e6f)) {
+                return fail(c, "the scale of axis %d is not a positive float32", i);
+            } else if (x->dims[i] >= 0) {
+                double d = (double)x->dims[i] * (double)s;
+                if (d > 0x1p40)
+                    return fail(c, "axis %d grows past 2^40", i);
+                o->dims[i] = (int64_t)d;
+            }
+        }
+        return 0;
+    case CK_OP_GATHER_ELEMENTS:
+        if ((err = norm_axis(c, ck_op_axis(&n->p, 0), x->rank, 0, &a)) < 0)
+            return err;
+        if (c->in[1]->shape.rank != x->rank)
+            return fail(c, "indices '%s' %s do not have the rank of '%s' %s", c->in[1]->name,
+                        TXT(&c->in[1]->shape), c->in[0]->name, TXT(x));
+        *o = c->in[1]->shape;
+        return 0;
+    default: /* the comparisons and and, or, xor */
+        return broadcast(c, x, &c->in[1]->shape, o);
+    }
+}
+
 static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
 {
     const struct ck_shape *x = &c->in[0]->shape;
@@ -825,7 +943,9 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
         return reduce(c, n, o);
     case CK_OP_PAD:
         return pad(c, n, o);
-    default: /* elementwise: identity, activations, sqrt, exp, log, neg, erf, clip */
+    default:
+        if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
+            return selection(c, n, o); /* elementwise: identity, activations, sqrt, exp, log, neg, erf, clip */
         *o = *x;
         return 0;
     }

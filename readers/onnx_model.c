@@ -29,6 +29,7 @@ struct val {
     int rank;         /* -1: unknown */
     int64_t dims[RANK_MAX];
     bool is_const, is_int, is_weight, folded_weight;
+    bool is_mask; /* a bool value: 0 or 1 (a comparison's output, a bool input) */
     double *c; /* owned: the constant's values (is_const) */
     size_t cn;
 };
@@ -265,6 +266,12 @@ static int materialise(struct cx *c, struct val *v)
     int err = 0;
     if (v->is_weight || v->folded_weight)
         return 0;
+    for (size_t k = 0; v->is_int && k < v->cn; k++)
+        if (fabs(v->c[k]) > 16777216.0) /* 2^24: float32 holds every integer up to it */
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': value '%s' holds the integer %.0f, which float32 cannot hold "
+                            "exactly (ckptd computes in float32: integers up to 2^24 only)",
+                            c->path, v->name, v->c[k]);
     if ((err = ck_tensor_set_alloc(c->m->weights, (v->cn ? v->cn : 1) * 4, (void **)&data)) < 0)
         return err;
     for (size_t k = 0; k < v->cn; k++)
@@ -346,12 +353,85 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     }
     if (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") || !strcmp(op, "Div") ||
-        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu") || !strcmp(op, "Mod")) {
+        !strcmp(op, "Pow") || !strcmp(op, "Equal") || !strcmp(op, "PRelu") || !strcmp(op, "Mod") ||
+        !strcmp(op, "Less") || !strcmp(op, "Greater") || !strcmp(op, "LessOrEqual") ||
+        !strcmp(op, "GreaterOrEqual") || !strcmp(op, "And") || !strcmp(op, "Or") ||
+        !strcmp(op, "Xor")) {
         if ((err = input(c, n, 1, &w)) < 0)
             return err;
         if (broadcast(x, w, out[0]) < 0)
             return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
                             n->name, op);
+        return 0;
+    }
+    if (!strcmp(op, "Where")) {
+        struct val *v2 = NULL, t;
+        if ((err = input(c, n, 1, &w)) < 0 || (err = input(c, n, 2, &v2)) < 0)
+            return err;
+        t.rank = -1;
+        if (broadcast(w, v2, &t) < 0 || broadcast(x, &t, out[0]) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
+                            n->name, op);
+        return 0;
+    }
+    if (!strcmp(op, "Expand") || !strcmp(op, "Tile")) {
+        struct val t;
+        bool tile = op[0] == 'T';
+        if ((err = input(c, n, 1, &w)) < 0 || !w->is_const || w->cn > RANK_MAX ||
+            (tile && w->cn != (size_t)r))
+            return err;
+        t.rank = (int)w->cn;
+        for (size_t i = 0; i < w->cn; i++)
+            if (!ck_dim_from_double(w->c[i], &t.dims[i]) || t.dims[i] < 0 ||
+                (tile && !ck_dim_mul(t.dims[i], d[i], &t.dims[i])))
+                return 0; /* the mapping refuses it */
+        if (tile)
+            set_shape(out[0], t.rank, t.dims);
+        else if (broadcast(x, &t, out[0]) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
+                            n->name, op);
+        return 0;
+    }
+    if (!strcmp(op, "ArgMax") || !strcmp(op, "ArgMin")) {
+        int64_t axis = 0, keep = 1;
+        if ((err = attr_int(c, n, "axis", 0, &axis)) < 0 ||
+            (err = attr_int(c, n, "keepdims", 1, &keep)) < 0)
+            return err;
+        axis = norm_axis(axis, r);
+        if (axis < 0 || axis >= r)
+            return 0;
+        d[axis] = 1;
+        for (int i = (int)axis; !keep && i + 1 < r; i++)
+            d[i] = d[i + 1];
+        set_shape(out[0], keep ? r : r - 1, d);
+        return 0;
+    }
+    if (!strcmp(op, "Resize")) {
+        struct val *sc = NULL, *sz = NULL;
+        if ((has_input(n, 2) && (err = input(c, n, 2, &sc)) < 0) ||
+            (has_input(n, 3) && (err = input(c, n, 3, &sz)) < 0))
+            return err;
+        if (sc && sc->is_const && sc->cn == (size_t)r) {
+            for (int i = 0; i < r; i++) {
+                double e = (double)d[i] * (double)(float)sc->c[i];
+                if (!(e >= 0 && e < 0x1p40))
+                    return 0;
+                d[i] = (int64_t)e;
+            }
+        } else if (sz && sz->is_const && sz->cn == (size_t)r) {
+            for (int i = 0; i < r; i++)
+                if (!ck_dim_from_double(sz->c[i], &d[i]) || d[i] < 0)
+                    return 0;
+        } else {
+            return 0;
+        }
+        set_shape(out[0], r, d);
+        return 0;
+    }
+    if (!strcmp(op, "GatherElements")) {
+        if ((err = input(c, n, 1, &w)) < 0)
+            return err;
+        set_shape(out[0], w->rank, w->dims);
         return 0;
     }
     if (!strcmp(op, "MatMul")) {
@@ -647,7 +727,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
                                        "Softsign", "Mish", "HardSwish", "Elu", "Celu", "Selu",
                                        "HardSigmoid", "ThresholdedRelu", "Hardmax",
                                        "InstanceNormalization", "CastLike", "Shrink",
-                                       "MeanVarianceNormalization", "LRN"};
+                                       "MeanVarianceNormalization", "LRN", "Not", "Trilu",
+                                       "CumSum"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         if (!strcmp(op, same[i]) && strcmp(op, "Pad"))
             set_shape(out[0], r, d);
@@ -670,6 +751,10 @@ static int set_const(struct val *o, size_t n, bool is_int)
 
 static double binop(const char *op, double a, double b, bool is_int)
 {
+    if (!strcmp(op, "Less") || !strcmp(op, "LessOrEqual"))
+        return op[4] ? a <= b : a < b;
+    if (!strcmp(op, "Greater") || !strcmp(op, "GreaterOrEqual"))
+        return op[7] ? a >= b : a > b;
     switch (op[0]) {
     case 'A':
         return a + b;
@@ -733,6 +818,68 @@ static int fold_expand(struct cx *c, const struct ck_graph_node *n, const struct
     return 1;
 }
 
+/* Range(start, limit, delta) of constant scalars: start + i delta for i <
+ * max(ceil((limit - start) / delta), 0), as ONNX. Integer ranges are exact
+ * (a value past 2^24 is refused when a node takes it as data: materialise). */
+static int fold_range(struct cx *c, const struct ck_graph_node *n, struct val **in, struct val *o)
+{
+    if (!in[0] || !in[1] || !in[2] || in[0]->cn != 1 || in[1]->cn != 1 || in[2]->cn != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Range): start, limit and delta must be scalars",
+                        c->path, n->name);
+    double st = in[0]->c[0], lim = in[1]->c[0], dl = in[2]->c[0];
+    bool is_int = in[0]->is_int && in[1]->is_int && in[2]->is_int;
+    double count = dl != 0 ? ceil((lim - st) / dl) : NAN;
+    if (!(count == count) || count > FOLD_MAX)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (Range): %s elements: ckptd folds a Range of constants "
+                        "of up to %d elements",
+                        c->path, n->name, count == count ? "too many" : "a zero delta or no finite count of",
+                        FOLD_MAX);
+    int64_t len = count > 0 ? (int64_t)count : 0, err = 0;
+    if ((err = set_const(o, (size_t)len, is_int)) < 0)
+        return (int)err;
+    for (int64_t i = 0; i < len; i++) /* float ranges as ONNX: in the inputs' type */
+        o->c[i] = is_int ? st + (double)i * dl : (double)(float)(st + (double)i * dl);
+    set_shape(o, 1, &len);
+    return 1;
+}
+
+/* A Constant given by value_int, value_ints, value_float or value_floats
+ * (ONNX's function bodies write them): its values, as text "5" or "[1, 2]". */
+static int fold_constant_attr(struct cx *c, const struct ck_graph_node *n, struct val *o)
+{
+    static const char *const keys[] = {"value_int", "value_ints", "value_float", "value_floats"};
+    const char *t = NULL;
+    size_t k = 0, count = 0;
+    int err = 0;
+    for (; k < 4 && !t; k++)
+        t = attr(n, keys[k]);
+    if (!t)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s': a Constant without a tensor or numeric value is not "
+                        "supported",
+                        c->path, n->name);
+    bool list = k == 2 || k == 4, is_int = k <= 2;
+    for (const char *p = t; *p; p++)
+        count += *p == ',';
+    count = list ? (strchr(t, ']') && t[1] != ']' ? count + 1 : 0) : 1;
+    if (count > FOLD_MAX || (err = set_const(o, count, is_int)) < 0)
+        return err < 0 ? err : bad_attr(c, n, keys[k - 1]);
+    const char *p = t + (list ? 1 : 0);
+    for (size_t i = 0; i < count; i++) {
+        char *end = NULL;
+        while (*p == ' ' || *p == ',')
+            p++;
+        o->c[i] = is_int ? (double)strtoll(p, &end, 10) : (double)strtof(p, &end);
+        if (end == p)
+            return bad_attr(c, n, keys[k - 1]);
+        p = end;
+    }
+    int64_t len = (int64_t)count;
+    set_shape(o, list ? 1 : 0, &len);
+    return 1;
+}
+
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
  * mapped, an error for a Shape that cannot be folded. */
 static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
@@ -741,11 +888,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     const char *op = n->op;
     int err = 0;
     if (!strcmp(op, "Constant"))
-        return out[0]->is_weight ? 1
-                                 : ck_error(CK_EFORMAT,
-                                            "'%s': node '%s': Constant without "
-                                            "a tensor value",
-                                            c->path, n->name);
+        return out[0]->is_weight ? 1 : fold_constant_attr(c, n, out[0]);
     if (!strcmp(op, "Shape")) {
         if ((err = input(c, n, 0, &in[0])) < 0)
             return err;
@@ -791,7 +934,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     static const char *const foldable[] = {
         "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
         "Sub",      "Mul",  "Div",     "Equal",     "Slice",   "Neg",    "ConstantOfShape",
-        "Expand"};
+        "Expand",   "Where", "Less",   "Greater",   "LessOrEqual", "GreaterOrEqual", "Not",
+        "Range"};
     bool ok = false;
     for (size_t i = 0; i < sizeof foldable / sizeof foldable[0]; i++)
         ok = ok || !strcmp(op, foldable[i]);
@@ -839,6 +983,8 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     }
     if (!strcmp(op, "Expand") && b && a->rank >= 0 && b->cn <= RANK_MAX)
         return fold_expand(c, n, a, b, o);
+    if (!strcmp(op, "Range"))
+        return fold_range(c, n, in, o);
     if (o->rank < 0 || numel(o) < 0 || numel(o) > FOLD_MAX)
         return 0;
     size_t total = (size_t)numel(o);
@@ -854,15 +1000,38 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             o->c[i] = op[0] == 'N' ? -a->c[i] : is_int ? trunc(a->c[i]) : a->c[i];
         return 1;
     }
-    if (b && (!strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") ||
-              !strcmp(op, "Div") || !strcmp(op, "Equal"))) {
+    bool cmp = !strcmp(op, "Equal") || !strcmp(op, "Less") || !strcmp(op, "Greater") ||
+               !strcmp(op, "LessOrEqual") || !strcmp(op, "GreaterOrEqual");
+    if (b && (cmp || !strcmp(op, "Add") || !strcmp(op, "Sub") || !strcmp(op, "Mul") ||
+              !strcmp(op, "Div"))) {
         if (!((a->cn == total || a->cn == 1) && (b->cn == total || b->cn == 1)))
             return 0;
         bool is_int = a->is_int && b->is_int;
-        if ((err = set_const(o, total, op[0] == 'E' || is_int)) < 0)
+        if ((err = set_const(o, total, cmp || is_int)) < 0)
             return err;
+        o->is_mask = cmp;
         for (size_t i = 0; i < total; i++)
             o->c[i] = binop(op, a->c[a->cn == 1 ? 0 : i], b->c[b->cn == 1 ? 0 : i], is_int);
+        return 1;
+    }
+    if (!strcmp(op, "Not")) {
+        if (total != a->cn || (err = set_const(o, total, true)) < 0)
+            return err < 0 ? err : 0;
+        o->is_mask = true;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = a->c[i] == 0;
+        return 1;
+    }
+    if (!strcmp(op, "Where") && b && in[2]) {
+        const struct val *e = in[2];
+        if (!((a->cn == total || a->cn == 1) && (b->cn == total || b->cn == 1) &&
+              (e->cn == total || e->cn == 1)))
+            return 0;
+        if ((err = set_const(o, total, b->is_int && e->is_int)) < 0)
+            return err;
+        for (size_t i = 0; i < total; i++)
+            o->c[i] = a->c[a->cn == 1 ? 0 : i] != 0 ? b->c[b->cn == 1 ? 0 : i]
+                                                     : e->c[e->cn == 1 ? 0 : i];
         return 1;
     }
     if (!strcmp(op, "Gather") && b && a->rank <= 1) {
@@ -1486,6 +1655,9 @@ static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct ro
     (void)mn;
     if ((err = attr_int(c, n, "to", 1, &to)) < 0)
         return err;
+    struct val *x = find(c, n->inputs[0]);
+    if (to == 9 && x && x->is_mask) /* a bool to bool: 0 and 1 stay */
+        return 0;
     if (to != 1)
         return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (Cast): a cast of activations to %s is not "
@@ -1512,6 +1684,12 @@ static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struc
                         struct ck_model_node *mn);
 static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                    struct ck_model_node *mn);
+static int map_select(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
+static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
+static int map_einsum(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn);
 static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
@@ -1611,13 +1789,32 @@ static const struct row rows[] = {
     {"GridSample",         CK_OP_GRID_SAMPLE,        2, map_grid,     0, {2, 2, 1, 1}},
     {"DepthToSpace",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
     {"SpaceToDepth",       CK_OP_RESHAPE,            0, map_space_depth, 0, {1, 1, 1, 1}},
+    /* masks and selection: a bool is float32 0 or 1 */
+    {"Where",              CK_OP_WHERE,              3, NULL,         0, {3, 3, 1, 1}},
+    {"Equal",              CK_OP_EQUAL,              2, NULL,         0, {2, 2, 1, 1}},
+    {"Less",               CK_OP_LESS,               2, NULL,         0, {2, 2, 1, 1}},
+    {"Greater",            CK_OP_GREATER,            2, NULL,         0, {2, 2, 1, 1}},
+    {"LessOrEqual",        CK_OP_LESS_EQUAL,         2, NULL,         0, {2, 2, 1, 1}},
+    {"GreaterOrEqual",     CK_OP_GREATER_EQUAL,      2, NULL,         0, {2, 2, 1, 1}},
+    {"Not",                CK_OP_NOT,                1, NULL,         0, {1, 1, 1, 1}},
+    {"And",                CK_OP_AND,                2, NULL,         0, {2, 2, 1, 1}},
+    {"Or",                 CK_OP_OR,                 2, NULL,         0, {2, 2, 1, 1}},
+    {"Xor",                CK_OP_XOR,                2, NULL,         0, {2, 2, 1, 1}},
+    {"Expand",             CK_OP_EXPAND,             1, map_select,   0, {2, 2, 1, 1}},
+    {"Tile",               CK_OP_TILE,               1, map_select,   0, {2, 2, 1, 1}},
+    {"Trilu",              CK_OP_TRILU,              1, map_select,   0, {1, 2, 1, 1}},
+    {"CumSum",             CK_OP_CUMSUM,             1, map_select,   0, {2, 2, 1, 1}},
+    {"ArgMax",             CK_OP_ARGMAX,             1, map_select,   0, {1, 1, 1, 1}},
+    {"ArgMin",             CK_OP_ARGMIN,             1, map_select,   0, {1, 1, 1, 1}},
+    {"GatherElements",     CK_OP_GATHER_ELEMENTS,    2, map_axis,     0, {2, 2, 1, 1}},
+    {"Resize",             CK_OP_RESIZE,             1, map_resize,   0, {1, 4, 1, 1}},
+    {"Einsum",             CK_OP_MATMUL,             0, map_einsum,   0, {1, 0, 1, 1}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"Size",               CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
     {"ConstantOfShape",    CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
-    {"Equal",              CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
-    {"Expand",             CK_OP_INVALID,        0, NULL,          0, {2, 2, 1, 1}},
+    {"Range",              CK_OP_INVALID,        0, NULL,          0, {3, 3, 1, 1}},
 };
 /* clang-format on */
 
@@ -2007,6 +2204,367 @@ static int map_mvn(struct cx *c, const struct ck_graph_node *n, const struct row
     return emit(c, n->name, CK_OP_DIV, ds, 2, &y, 1, &mn);
 }
 
+/* Expand (the shape), Tile (the repeats), Trilu (upper, k) and CumSum
+ * (the axis, exclusive, reverse): the second input must be a constant. */
+static int map_select(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    int64_t v[RANK_MAX], at[3] = {1, 0, 0};
+    size_t k = 0;
+    int err = 0;
+    if (row->op == CK_OP_EXPAND || row->op == CK_OP_TILE) {
+        struct val *x = NULL;
+        if ((err = const_ints(c, n, 1, v, RANK_MAX, &k)) < 0 || (err = input(c, n, 0, &x)) < 0)
+            return err;
+        if (row->op == CK_OP_TILE && x->rank >= 0 && k != (size_t)x->rank)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (Tile): %zu repeats for rank %d",
+                            c->path, n->name, k, x->rank);
+        return ck_model_node_set_ints(mn, v, k);
+    }
+    if (row->op == CK_OP_ARGMAX || row->op == CK_OP_ARGMIN) {
+        int64_t keep = 1, last = 0;
+        if ((err = attr_int(c, n, "axis", 0, &mn->p.axis)) < 0 ||
+            (err = attr_int(c, n, "keepdims", 1, &keep)) < 0 ||
+            (err = attr_int(c, n, "select_last_index", 0, &last)) < 0)
+            return err;
+        mn->p.keepdims = keep != 0;
+        last = last != 0;
+        return ck_model_node_set_ints(mn, &last, 1);
+    }
+    if (row->op == CK_OP_TRILU) {
+        if ((err = attr_int(c, n, "upper", 1, &at[0])) < 0)
+            return err;
+        at[1] = 0;
+        if (has_input(n, 1) && ((err = const_ints(c, n, 1, v, 1, &k)) < 0 || k != 1))
+            return err < 0 ? err : ck_error(CK_EFORMAT, "'%s': node '%s' (Trilu): k is not a scalar",
+                                            c->path, n->name);
+        if (has_input(n, 1))
+            at[1] = v[0];
+        at[0] = at[0] != 0;
+        return ck_model_node_set_ints(mn, at, 2);
+    }
+    /* CumSum */
+    if ((err = const_ints(c, n, 1, v, 1, &k)) < 0)
+        return err;
+    if (k != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (CumSum): the axis is not a scalar", c->path,
+                        n->name);
+    at[0] = v[0];
+    if ((err = attr_int(c, n, "exclusive", 0, &at[1])) < 0 ||
+        (err = attr_int(c, n, "reverse", 0, &at[2])) < 0)
+        return err;
+    at[1] = at[1] != 0, at[2] = at[2] != 0;
+    return ck_model_node_set_ints(mn, at, 3);
+}
+
+/* Resize (opset 11 on): X, roi, scales, sizes; one of scales and sizes a
+ * constant. Modes nearest, linear, cubic; coordinate modes half_pixel,
+ * pytorch_half_pixel, align_corners, asymmetric; the rest refused by name. */
+static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    static const char *const modes[] = {"nearest", "linear", "cubic"};
+    static const char *const coords[] = {"half_pixel", "pytorch_half_pixel", "align_corners",
+                                         "asymmetric"};
+    static const char *const nears[] = {"round_prefer_floor", "round_prefer_ceil", "floor",
+                                        "ceil"};
+    const char *const *tables[] = {modes, coords, nears};
+    const char *keys[] = {"mode", "coordinate_transformation_mode", "nearest_mode"};
+    const char *defs[] = {"nearest", "half_pixel", "round_prefer_floor"};
+    int64_t v[4 + 2 * RANK_MAX], excl = 0, anti = 0;
+    size_t counts[] = {3, 4, 4};
+    struct val *x = NULL, *sc = NULL, *sz = NULL;
+    int err = 0;
+    (void)row;
+    if (c->opset < 11)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): Resize before opset 11 is not "
+                        "supported", c->path, n->name);
+    for (int i = 0; i < 3; i++) {
+        const char *a = attr(n, keys[i]);
+        a = a ? a : defs[i];
+        size_t k = 0;
+        while (k < counts[i] && strcmp(a, tables[i][k]))
+            k++;
+        if (k == counts[i])
+            return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): %s '%s' is not supported",
+                            c->path, n->name, keys[i], a);
+        v[i] = (int64_t)k;
+    }
+    if (attr(n, "axes") || (attr(n, "keep_aspect_ratio_policy") &&
+                            strcmp(attr(n, "keep_aspect_ratio_policy"), "stretch")))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): axes and "
+                        "keep_aspect_ratio_policy are not supported", c->path, n->name);
+    if ((err = attr_int(c, n, "exclude_outside", 0, &excl)) < 0 ||
+        (err = attr_int(c, n, "antialias", 0, &anti)) < 0 ||
+        (err = attr_float(c, n, "cubic_coeff_a", -0.75f, &mn->p.alpha)) < 0)
+        return err;
+    if (anti)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): antialias is not supported",
+                        c->path, n->name);
+    v[3] = excl != 0;
+    if ((err = input(c, n, 0, &x)) < 0 ||
+        (has_input(n, 2) && (err = input(c, n, 2, &sc)) < 0) ||
+        (has_input(n, 3) && (err = input(c, n, 3, &sz)) < 0))
+        return err;
+    if (sc && sc->is_const && sc->cn == 0)
+        sc = NULL; /* an empty scales: the sizes count */
+    struct val *use = sc ? sc : sz;
+    if (!use || !use->is_const || (sc && sz && sz->is_const && sz->cn))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): needs one of scales and sizes, "
+                        "as a constant", c->path, n->name);
+    if (use->cn > RANK_MAX || (x->rank >= 0 && use->cn != (size_t)x->rank))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (Resize): %zu %s for an input of rank %d",
+                        c->path, n->name, use->cn, sc ? "scales" : "sizes", x->rank);
+    for (size_t i = 0; i < use->cn; i++) {
+        if (sc) {
+            float s = (float)sc->c[i];
+            uint32_t b = 0;
+            if (!(s > 0 && s <= 1e6f))
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Resize): scale %g is out of range",
+                                c->path, n->name, (double)s);
+            memcpy(&b, &s, 4);
+            v[4 + 2 * i] = 0, v[5 + 2 * i] = (int64_t)b;
+        } else {
+            if (!ck_dim_from_double(sz->c[i], &v[4 + 2 * i]) || v[4 + 2 * i] < 0)
+                return ck_error(CK_EFORMAT, "'%s': node '%s' (Resize): size %g is not a size",
+                                c->path, n->name, sz->c[i]);
+            v[5 + 2 * i] = 0;
+        }
+    }
+    return ck_model_node_set_ints(mn, v, 4 + 2 * use->cn);
+}
+
+/* ---- Einsum: one or two operands, lowered to reduce_sum, transpose,
+ * reshape and matmul (static shapes; no ellipsis, no repeated label in one
+ * operand: a diagonal) ---- */
+
+struct es_op {
+    const char *name; /* the current value */
+    char lab[RANK_MAX + 1];
+    int64_t dim[RANK_MAX];
+    int rank;
+};
+
+static int es_refuse(struct cx *c, const struct ck_graph_node *n, const char *why)
+{
+    return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Einsum): %s", c->path, n->name, why);
+}
+
+/* One node on v: its output becomes v's value. */
+static int es_node(struct cx *c, const struct ck_graph_node *n, enum ck_op op, struct es_op *v,
+                   const int64_t *ints, size_t nints, const char *to)
+{
+    struct ck_model_node *mn = NULL;
+    const char *out = to ? to : tmp_name(c, n, ck_op_name(op));
+    int err = 0;
+    if (!out)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, op, &v->name, 1, &out, 1, &mn)) < 0 ||
+        (err = ck_model_node_set_ints(mn, ints, nints)) < 0)
+        return err;
+    v->name = out;
+    return 0;
+}
+
+/* Sums the labels of v that keep is not holding; then orders v by order. */
+static int es_sum_out(struct cx *c, const struct ck_graph_node *n, struct es_op *v,
+                      const char *keep)
+{
+    int64_t axes[RANK_MAX];
+    size_t na = 0;
+    int r = 0;
+    for (int i = 0; i < v->rank; i++)
+        if (!strchr(keep, v->lab[i]))
+            axes[na++] = i;
+        else
+            v->lab[r] = v->lab[i], v->dim[r++] = v->dim[i];
+    if (!na)
+        return 0;
+    v->rank = r;
+    v->lab[r] = 0;
+    int err = es_node(c, n, CK_OP_REDUCE_SUM, v, axes, na, NULL);
+    if (err < 0)
+        return err;
+    c->m->nodes[c->m->nnodes - 1].p.keepdims = false;
+    return 0;
+}
+
+static int es_order(struct cx *c, const struct ck_graph_node *n, struct es_op *v,
+                    const char *order, const char *to)
+{
+    int64_t perm[RANK_MAX], d[RANK_MAX];
+    bool moved = false;
+    for (int i = 0; i < v->rank; i++) {
+        perm[i] = strchr(v->lab, order[i]) - v->lab;
+        d[i] = v->dim[perm[i]];
+        moved = moved || perm[i] != i;
+    }
+    struct val *y = NULL;
+    int err = 0;
+    if (to && ((err = get(c, to, &y)) < 0))
+        return err;
+    if (y) /* the Einsum's output: its shape for the nodes after it */
+        set_shape(y, v->rank, d);
+    if (!moved)
+        return to ? es_node(c, n, CK_OP_IDENTITY, v, NULL, 0, to) : 0;
+    memcpy(v->lab, order, (size_t)v->rank);
+    memcpy(v->dim, d, sizeof(int64_t) * (size_t)v->rank);
+    return es_node(c, n, CK_OP_TRANSPOSE, v, perm, (size_t)v->rank, to);
+}
+
+static int64_t es_prod(const struct es_op *v, int from, int to)
+{
+    int64_t p = 1;
+    for (int i = from; i < to; i++)
+        p *= v->dim[i]; /* each dim checked under 2^40 with the total */
+    return p;
+}
+
+static int map_einsum(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                      struct ck_model_node *mn)
+{
+    const char *eq = attr(n, "equation");
+    char buf[64], term[3][RANK_MAX + 1];
+    size_t bl = 0;
+    int nterm = 1, k = 0, err = 0;
+    (void)row;
+    (void)mn;
+    if (!eq)
+        return bad_attr(c, n, "equation");
+    for (const char *p = eq; *p; p++)
+        if (*p != ' ') {
+            if (bl + 1 >= sizeof buf)
+                return bad_attr(c, n, "equation");
+            buf[bl++] = *p;
+        }
+    buf[bl] = 0;
+    if (strchr(buf, '.'))
+        return es_refuse(c, n, "an ellipsis ('...') is not supported");
+    char *arrow = strstr(buf, "->");
+    if (arrow)
+        *arrow = 0;
+    memset(term, 0, sizeof term);
+    for (char *p = buf; *p; p++) {
+        if (*p == ',') {
+            if (++nterm > 2)
+                return es_refuse(c, n, "more than two operands are not supported");
+            k = 0;
+            continue;
+        }
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')) || k >= RANK_MAX)
+            return bad_attr(c, n, "equation");
+        if (strchr(term[nterm - 1], *p))
+            return es_refuse(c, n, "a label repeated in one operand (a diagonal) is not supported");
+        term[nterm - 1][k++] = *p;
+    }
+    if ((size_t)nterm != n->ninputs)
+        return bad_attr(c, n, "equation");
+    /* the output's labels: given, or those that occur once, sorted */
+    char out[RANK_MAX + 1] = {0};
+    k = 0;
+    if (arrow) {
+        for (char *p = arrow + 2; *p; p++) {
+            if (k >= RANK_MAX || strchr(out, *p) || !((*p >= 'a' && *p <= 'z') ||
+                                                      (*p >= 'A' && *p <= 'Z')) ||
+                !(strchr(term[0], *p) || strchr(term[1], *p)))
+                return bad_attr(c, n, "equation");
+            out[k++] = *p;
+        }
+    } else {
+        for (int ch = 'A'; ch <= 'z'; ch++)
+            if (ch < 'a' && ch > 'Z')
+                continue;
+            else if ((strchr(term[0], ch) != NULL) + (strchr(term[1], ch) != NULL) == 1 &&
+                     k < RANK_MAX)
+                out[k++] = (char)ch;
+    }
+    struct es_op v[2];
+    for (int t = 0; t < nterm; t++) {
+        struct val *x = NULL;
+        if ((err = input(c, n, (size_t)t, &x)) < 0)
+            return err;
+        if (x->rank != (int)strlen(term[t]))
+            return x->rank < 0 ? es_refuse(c, n, "needs static input shapes")
+                               : bad_attr(c, n, "equation");
+        v[t].name = n->inputs[t];
+        v[t].rank = x->rank;
+        memcpy(v[t].lab, term[t], sizeof v[t].lab);
+        for (int i = 0; i < x->rank; i++) {
+            if (x->dims[i] < 1 || x->dims[i] > (INT64_C(1) << 40))
+                return es_refuse(c, n, "needs static input shapes, every dimension at least 1");
+            v[t].dim[i] = x->dims[i];
+        }
+    }
+    int64_t total = 0;
+    if (!ck_dims_prod(v[0].dim, 0, v[0].rank, &total) ||
+        (nterm == 2 && !ck_dims_prod(v[1].dim, 0, v[1].rank, &total)))
+        return es_refuse(c, n, "an operand is too large");
+    const char *y = n->outputs[0];
+    if (nterm == 1) {
+        if ((err = es_sum_out(c, n, &v[0], out)) < 0)
+            return err;
+        return es_order(c, n, &v[0], out, y);
+    }
+    /* labels kept by each operand: those of the output or of the other one */
+    for (int t = 0; t < 2; t++) {
+        char keep[2 * RANK_MAX + 1];
+        snprintf(keep, sizeof keep, "%s%s", out, term[1 - t]);
+        if ((err = es_sum_out(c, n, &v[t], keep)) < 0)
+            return err;
+    }
+    char bat[RANK_MAX + 1] = {0}, lef[RANK_MAX + 1] = {0}, rig[RANK_MAX + 1] = {0},
+         con[RANK_MAX + 1] = {0}, ord[2][3 * RANK_MAX + 1], fin[3 * RANK_MAX + 1];
+    int nb = 0, nl = 0, nr = 0, nc = 0;
+    for (int i = 0; i < v[0].rank; i++) {
+        char l = v[0].lab[i];
+        const char *in1 = strchr(v[1].lab, l);
+        if (in1 && v[1].dim[in1 - v[1].lab] != v[0].dim[i])
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (Einsum): label '%c' has sizes %lld and "
+                            "%lld", c->path, n->name, l, (long long)v[0].dim[i],
+                            (long long)v[1].dim[in1 - v[1].lab]);
+        if (in1 && strchr(out, l))
+            bat[nb++] = l;
+        else if (in1)
+            con[nc++] = l;
+        else
+            lef[nl++] = l;
+    }
+    for (int i = 0; i < v[1].rank; i++)
+        if (!strchr(v[0].lab, v[1].lab[i]))
+            rig[nr++] = v[1].lab[i];
+    snprintf(ord[0], sizeof ord[0], "%s%s%s", bat, lef, con);
+    snprintf(ord[1], sizeof ord[1], "%s%s%s", bat, con, rig);
+    if ((err = es_order(c, n, &v[0], ord[0], NULL)) < 0 ||
+        (err = es_order(c, n, &v[1], ord[1], NULL)) < 0)
+        return err;
+    int64_t B = es_prod(&v[0], 0, nb), L = es_prod(&v[0], nb, nb + nl),
+            K = es_prod(&v[0], nb + nl, v[0].rank), R = es_prod(&v[1], nb + nc, v[1].rank);
+    int64_t sa[3] = {B, L, K}, sb[3] = {B, K, R};
+    if ((err = es_node(c, n, CK_OP_RESHAPE, &v[0], sa, 3, NULL)) < 0 ||
+        (err = es_node(c, n, CK_OP_RESHAPE, &v[1], sb, 3, NULL)) < 0)
+        return err;
+    const char *ab[2] = {v[0].name, v[1].name}, *prod = tmp_name(c, n, "matmul");
+    struct ck_model_node *m2 = NULL;
+    if (!prod)
+        return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = emit(c, n->name, CK_OP_MATMUL, ab, 2, &prod, 1, &m2)) < 0)
+        return err;
+    /* [B, L, R] back to the batch, left and right labels, then the output's order */
+    struct es_op r = {.name = prod, .rank = 0};
+    int64_t shape[RANK_MAX];
+    snprintf(fin, sizeof fin, "%s%s%s", bat, lef, rig);
+    for (int i = 0; fin[i]; i++) {
+        const char *p0 = strchr(v[0].lab, fin[i]);
+        r.dim[r.rank] = p0 ? v[0].dim[p0 - v[0].lab] : v[1].dim[strchr(v[1].lab, fin[i]) -
+                                                                 v[1].lab];
+        shape[r.rank] = r.dim[r.rank];
+        r.lab[r.rank++] = fin[i];
+    }
+    if ((err = es_node(c, n, CK_OP_RESHAPE, &r, shape, (size_t)r.rank, NULL)) < 0)
+        return err;
+    return es_order(c, n, &r, out, y);
+}
+
 static const struct row *find_row(const char *op)
 {
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -2031,6 +2589,10 @@ static bool moves_only(enum ck_op op)
     case CK_OP_UNSQUEEZE:
     case CK_OP_PAD:
     case CK_OP_GATHER:
+    case CK_OP_EXPAND:
+    case CK_OP_TILE:
+    case CK_OP_TRILU:
+    case CK_OP_GATHER_ELEMENTS:
         return true;
     default:
         return false;
@@ -2045,14 +2607,23 @@ static bool moves_only(enum ck_op op)
 static int check_integers(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                           struct val **out)
 {
-    bool is_int = false;
+    bool is_int = false, is_mask = false;
+    bool masks = row->op >= CK_OP_WHERE && row->op <= CK_OP_XOR; /* bool is their type */
     if (moves_only(row->op)) {
         struct val *x = has_input(n, 0) ? find(c, n->inputs[0]) : NULL;
         is_int = x && x->is_int && strcmp(n->op, "Cast");
+        is_mask = is_int && x->is_mask;
+    } else if (row->op == CK_OP_WHERE) { /* moves a or b: an integer stays one */
+        for (size_t i = 1; i < 3; i++) {
+            struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
+            is_int = is_int || (x && x->is_int);
+        }
     } else {
+        is_int = is_mask = masks; /* a comparison's or a logical op's bool */
+        is_int = is_int || row->op == CK_OP_ARGMAX || row->op == CK_OP_ARGMIN; /* indices */
         for (size_t i = 0; i < n->ninputs; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
-            if (x && x->is_int && !x->is_const)
+            if (x && x->is_int && !x->is_const && !(masks && x->is_mask))
                 return ck_error(CK_EUNSUPPORTED,
                                 "'%s': node '%s' (%s): input '%s' is an integer tensor, and "
                                 "ckptd computes in float32: integer arithmetic is not supported",
@@ -2060,8 +2631,10 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
         }
     }
     for (size_t i = 0; i < n->noutputs; i++)
-        if (out[i] && !out[i]->is_const)
+        if (out[i] && !out[i]->is_const) {
             out[i]->is_int = is_int;
+            out[i]->is_mask = is_mask;
+        }
     return 0;
 }
 
@@ -2276,6 +2849,7 @@ static int add_io(struct cx *c, bool output, const char *name)
             return err;
         set_shape(in, rank, dims);
         in->is_int = is_int_dtype(dtype);
+        in->is_mask = dtype == CK_DT_BOOL;
         for (int i = 0; i < rank && i < RANK_MAX; i++)
             if (dims[i] < 0)
                 in->dims[i] = -1;

@@ -155,7 +155,48 @@ def onnx_seeds(out):
                            helper.make_node("ReduceLogSumExp", ["p"], ["y"], axes=[-1],
                                             keepdims=0)],
                           [fv("x", [1, 2, 5])], [fv("y", [1, 2])]),
+        # masks and selection (issues 30 and 35): GPT's causal mask, ViT's
+        # class-token Expand, and the ops on data
+        "causal_mask": ([helper.make_node("Range", ["z", "t", "o"], ["i"]),
+                         helper.make_node("Unsqueeze", ["i", "a0"], ["r"]),
+                         helper.make_node("Unsqueeze", ["i", "a1"], ["c"]),
+                         helper.make_node("Greater", ["r", "c"], ["m"]),
+                         helper.make_node("Cast", ["m"], ["mb"], to=TensorProto.BOOL),
+                         helper.make_node("Where", ["mb", "ninf", "x"], ["y"])],
+                        [fv("x", [1, 4, 4])], [fv("y", [1, 4, 4])]),
+        "select": ([helper.make_node("Expand", ["x", "es"], ["e"]),
+                    helper.make_node("Tile", ["e", "tr"], ["t"]),
+                    helper.make_node("Trilu", ["t", "k"], ["u"], upper=0),
+                    helper.make_node("CumSum", ["u", "ax"], ["s"], exclusive=1, reverse=1),
+                    helper.make_node("LessOrEqual", ["s", "x"], ["le"]),
+                    helper.make_node("Not", ["le"], ["n"]),
+                    helper.make_node("Xor", ["n", "le"], ["xo"]),
+                    helper.make_node("Where", ["xo", "s", "x"], ["y"])],
+                   [fv("x", [2, 1, 3])], [fv("y", [2, 2, 3])]),
+        "resize_argmax": ([helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="cubic",
+                                            coordinate_transformation_mode="align_corners",
+                                            exclude_outside=1),
+                           helper.make_node("ArgMax", ["r"], ["y"], axis=-1, keepdims=0)],
+                          [fv("x", [1, 1, 3, 4])], [fv("y", [1, 1, 6])]),
+        "einsum": ([helper.make_node("Einsum", ["q", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
+                    helper.make_node("Einsum", ["s"], ["y"], equation="bhqk->bkq")],
+                   [fv("q", [1, 2, 3, 4]), fv("k", [1, 2, 5, 4])], [fv("y", [1, 5, 3])]),
     }
+    extra["resize_argmax"][0].insert(0, helper.make_node(
+        "Constant", [], ["sc"], value=helper.make_tensor("sc", TensorProto.FLOAT, [4],
+                                                         [1, 1, 2, 1.5])))
+    consts = {"causal_mask": [("z", 0), ("t", 4), ("o", 1), ("a0", [0]), ("a1", [1])],
+              "select": [("es", [2, 1, 3]), ("tr", [1, 2, 1]), ("k", 1), ("ax", -1)]}
+    for name, cs in consts.items():
+        nodes = extra[name][0]
+        for k, v in reversed(cs):
+            nodes.insert(0, helper.make_node("Constant", [], [k], value=helper.make_tensor(
+                k, TensorProto.INT64, [len(v)] if isinstance(v, list) else [],
+                v if isinstance(v, list) else [v])))
+    extra["causal_mask"][0].insert(0, helper.make_node("Constant", [], ["ninf"],
+                                                       value=helper.make_tensor(
+                                                           "ninf", TensorProto.FLOAT, [],
+                                                           [float("-inf")])))
     for name, (nodes, ins, outs) in extra.items():
         g = helper.make_graph(nodes, name, ins, outs)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
@@ -253,7 +294,7 @@ def zip_seeds(out):
 def graph_seeds(out):
     """fuzz_graph: byte strings its decoder reads as small valid graphs
     (weights, inputs, a chain of ops with their parameters)."""
-    for op in range(1, 44):
+    for op in range(1, 107):  # every op up to resize (model/model.h's enum)
         # 1 weight [3, 4]; 1 input [1, 4]; 2 nodes: op over (input, weight), then relu
         body = bytes([1, 2, 3, 4, 0, 2, 1, 4, 2, op, 2, 1, 0]) + bytes([1] * 12) + \
             bytes([0] * 4) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + bytes([9, 2, 1, 1, 0, 0])

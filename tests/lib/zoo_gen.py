@@ -162,9 +162,16 @@ def models():
     image("shufflenet_v2_x0_5", lambda: tv.shufflenet_v2_x0_5(num_classes=10))
     image("squeezenet1_0", lambda: tv.squeezenet1_0(num_classes=10))
     image("convnext_block", lambda: _convnext_block(torch)())
-    image("vit_tiny", lambda: tv.VisionTransformer(image_size=32, patch_size=8, num_layers=2,
-                                                   num_heads=2, hidden_dim=32, mlp_dim=64,
-                                                   num_classes=10))
+    def vit():
+        m = tv.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                 hidden_dim=32, mlp_dim=64, num_classes=10)
+        # torchvision zeroes the head: every output would be 0 whatever the
+        # layers before it compute, and a wrong engine would still match
+        nn.init.normal_(m.heads.head.weight, std=0.2)
+        nn.init.normal_(m.heads.head.bias, std=0.2)
+        return m
+
+    image("vit_tiny", vit)
     Bert, Gpt = _transformers(torch)
     for name, cls in (("bert_small", Bert), ("gpt_small", Gpt)):
         torch.manual_seed(len(out) + 1)

@@ -467,6 +467,41 @@ static void model_check_errors(void **state)
     ck_model_free(m);
 }
 
+/* fuzz_graph finding: an expand (one input) whose shape does not broadcast
+ * with its input made the shape rule's message name input 1 (a null
+ * pointer); a where that does not broadcast names its three inputs. */
+static void select_shapes_that_do_not_broadcast(void **state)
+{
+    (void)state;
+    struct ck_model *m;
+    struct ck_model_node *n;
+    struct ck_model_shapes sh;
+    int64_t dims[] = {2, 3}, shape[] = {4, 5, 3};
+    assert_int_equal(ck_model_new(weights("w", 1, "c", 2, 4, 1), "test", &m), 0);
+    assert_int_equal(ck_model_add_io(m, false, "x", CK_DT_F32, 2, dims), 0);
+    assert_int_equal(ck_model_add_io(m, true, "y", CK_DT_F32, 0, NULL), 0);
+    assert_int_equal(ck_model_add_node(m, "e", CK_OP_EXPAND, &n), 0);
+    assert_int_equal(ck_model_node_add_input(n, "x"), 0);
+    assert_int_equal(ck_model_node_add_output(n, "y"), 0);
+    assert_int_equal(ck_model_node_set_ints(n, shape, 3), 0);
+    assert_int_equal(ck_model_infer_shapes(m, &sh), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "(expand): input 'x' [2, 3] does not broadcast with "
+                                           "the shape [4, 5, 3]"));
+    shape[1] = 1; /* [4, 1, 3] with [2, 3]: [4, 2, 3] */
+    assert_int_equal(ck_model_node_set_ints(&m->nodes[0], shape, 3), 0);
+    assert_int_equal(ck_model_infer_shapes(m, &sh), 0);
+    const struct ck_shape *y = ck_model_shape_of(&sh, "y");
+    assert_true(y->rank == 3 && y->dims[0] == 4 && y->dims[1] == 2 && y->dims[2] == 3);
+    ck_model_shapes_release(&sh);
+    m->nodes[0].op = CK_OP_WHERE; /* (x, c [4, 1], x): [2, 3] against [4, 1] */
+    assert_int_equal(ck_model_node_add_input(&m->nodes[0], "c"), 0);
+    assert_int_equal(ck_model_node_add_input(&m->nodes[0], "x"), 0);
+    assert_int_equal(ck_model_infer_shapes(m, &sh), CK_EFORMAT);
+    assert_non_null(strstr(ck_error_msg(), "(where): condition 'x' [2, 3], 'c' [4, 1] and 'x' "
+                                           "[2, 3] do not broadcast"));
+    ck_model_free(m);
+}
+
 /* ---- layer lists ---- */
 
 static int build(struct ck_tensor_set *w, const char *yaml, struct ck_model **m)
@@ -1113,6 +1148,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(convert_f32_to_16_bits),
     cmocka_unit_test(op_names_round_trip),
     cmocka_unit_test(model_check_errors),
+    cmocka_unit_test(select_shapes_that_do_not_broadcast),
     cmocka_unit_test(layers_mlp_bare_list),
     cmocka_unit_test(layers_cnn_with_shapes),
     cmocka_unit_test(layers_residual_block),

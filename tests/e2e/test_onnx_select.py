@@ -1,0 +1,416 @@
+"""Masks and selection through the real binary (issues 30 and 35): Where,
+the comparisons, Not/And/Or/Xor, Expand, Tile, Range, Trilu and CumSum,
+written with onnx.helper, verified from ONNX and after `ckptd pack --format
+mldef` (which `mldef -i` also calls valid) against numpy's own results;
+and the refusals: a computed Range, integers float32 cannot hold, hostile
+sizes, SameDiff for an op DL4J has no equivalent of."""
+import os
+import subprocess
+import sys
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import torch_gen as tg  # noqa: E402
+from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
+
+MLDEF = os.path.join(os.path.dirname(CKPTD), "mldef")
+
+
+class Select(TmpDirCase):
+    def setUp(self):
+        super().setUp()
+        self.onnx = tg.need_onnx()
+        from onnx import helper, numpy_helper, TensorProto
+        self.h, self.nh, self.TP = helper, numpy_helper, TensorProto
+
+    def model(self, name, nodes, inputs, outputs, inits=()):
+        """inputs/outputs: [(name, np array)]; all float32. The model's path."""
+        h, TP = self.h, self.TP
+        g = h.make_graph(nodes, name,
+                         [h.make_tensor_value_info(n, TP.FLOAT, list(a.shape)) for n, a in inputs],
+                         [h.make_tensor_value_info(n, TP.FLOAT, list(a.shape)) for n, a in outputs],
+                         initializer=[self.nh.from_array(a, n) for n, a in inits])
+        p = os.path.join(self.dir, name + ".onnx")
+        self.onnx.save_model(self.h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        return p
+
+    def const(self, name, a):
+        return self.h.make_node("Constant", [], [name], value=self.nh.from_array(np.asarray(a), name))
+
+    def verify(self, path, inputs, outputs, forms=("onnx", "mldef")):
+        """ckptd verify from ONNX and as an .mldef against numpy's outputs."""
+        ins, exp = [], []
+        for i, (_, a) in enumerate(inputs):
+            ins.append(os.path.join(self.dir, f"in{i}.npy"))
+            np.save(ins[-1], a.astype(np.float32))
+        for i, (_, a) in enumerate(outputs):
+            exp.append(os.path.join(self.dir, f"out{i}.npy"))
+            np.save(exp[-1], a.astype(np.float32))
+        for form in forms:
+            target = path
+            if form == "mldef":
+                target = path[:-5] + ".mldef"
+                run("pack", "--format", "mldef", path, "-o", target, check=0, timeout=120)
+                q = subprocess.run([MLDEF, "-i", target], capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+            p = run("verify", target, "--inputs", *ins, "--expected", *exp, "--atol", "1e-5",
+                    timeout=120)
+            self.assertEqual(p.returncode, 0, f"{form}: {p.stdout}{p.stderr}")
+
+    def refused(self, path, *want, inputs=()):
+        ins = []
+        for i, a in enumerate(inputs):
+            ins.append(os.path.join(self.dir, f"r{i}.npy"))
+            np.save(ins[-1], a)
+        p = run("verify", path, *(["--inputs", *ins] if ins else []), timeout=120)
+        self.assertEqual(p.returncode, 4, p.stdout + p.stderr)
+        for w in want:
+            self.assertIn(w, p.stderr)
+        self.assertNotIn("Sanitizer", p.stderr)
+        return p.stderr
+
+    def test_masks_and_where_match_numpy(self):
+        h, f = self.h, np.float32
+        rng = np.random.default_rng(3)
+        # small whole numbers, so that equality is common; b broadcasts
+        a = rng.integers(-2, 3, (2, 3, 4)).astype(f)
+        b = rng.integers(-2, 3, (3, 1)).astype(f)
+        nodes = [h.make_node(op, ["a", "b"], [op]) for op in
+                 ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")]
+        nodes += [h.make_node("Not", ["Greater"], ["ng"]),
+                  h.make_node("And", ["Less", "GreaterOrEqual"], ["and"]),
+                  h.make_node("Or", ["Equal", "Greater"], ["or"]),
+                  h.make_node("Xor", ["LessOrEqual", "GreaterOrEqual"], ["xor"]),
+                  # a mask cast to bool stays a mask (torch exports this)
+                  h.make_node("Cast", ["xor"], ["xorb"], to=self.TP.BOOL)]
+        masks = ("Equal", "Less", "LessOrEqual", "GreaterOrEqual", "ng", "or")
+        nodes += [h.make_node("Cast", [m], ["y_" + m], to=self.TP.FLOAT) for m in masks]
+        nodes += [self.const("big", np.array(-1e9, f)),
+                  h.make_node("Where", ["Greater", "a", "b"], ["y_where"]),
+                  h.make_node("Where", ["and", "big", "a"], ["y_fill"]),  # masked fill
+                  h.make_node("Where", ["xorb", "a", "big"], ["y_xor"])]
+
+        def ref(a):
+            with np.errstate(invalid="ignore"):
+                eq, lt, gt, le, ge = a == b, a < b, a > b, a <= b, a >= b
+            return [(k, v.astype(f)) for k, v in (
+                ("y_Equal", eq), ("y_Less", lt), ("y_LessOrEqual", le),
+                ("y_GreaterOrEqual", ge), ("y_ng", ~gt), ("y_or", eq | gt),
+                ("y_where", np.where(gt, a, b)), ("y_fill", np.where(lt & ge, f(-1e9), a)),
+                ("y_xor", np.where(le ^ ge, a, f(-1e9))))]
+        path = self.model("masks", nodes, [("a", a), ("b", b)], ref(a))
+        self.verify(path, [("a", a), ("b", b)], ref(a))
+        # NaN compares false everywhere (so Not of a comparison with it is
+        # true): the mask outputs only, a NaN selected by Where would not
+        # compare equal to itself
+        a[0, 0, :2] = np.nan
+        outs = ref(a)[:len(masks)]
+        path = self.model("masks_nan", nodes[:-4], [("a", a), ("b", b)], outs)
+        self.verify(path, [("a", a), ("b", b)], outs)
+
+    def test_expand_tile_trilu_cumsum_match_numpy(self):
+        h = self.h
+        rng = np.random.default_rng(4)
+        x = rng.standard_normal((2, 1, 3)).astype(np.float32)
+        m = rng.standard_normal((2, 4, 5)).astype(np.float32)
+        nodes = [self.const("shape", np.array([3, 2, 4, 3], np.int64)),
+                 h.make_node("Expand", ["x", "shape"], ["y_expand"]),
+                 self.const("reps", np.array([2, 3, 1], np.int64)),
+                 h.make_node("Tile", ["x", "reps"], ["y_tile"])]
+        ref = [("y_expand", np.broadcast_to(x, (3, 2, 4, 3))), ("y_tile", np.tile(x, (2, 3, 1)))]
+        for k in (-2, 0, 1, 7):
+            nodes.append(self.const(f"k{k + 2}", np.array(k, np.int64)))
+            nodes.append(h.make_node("Trilu", ["m", f"k{k + 2}"], [f"y_triu{k + 2}"], upper=1))
+            nodes.append(h.make_node("Trilu", ["m", f"k{k + 2}"], [f"y_tril{k + 2}"], upper=0))
+            ref += [(f"y_triu{k + 2}", np.triu(m, k)), (f"y_tril{k + 2}", np.tril(m, k))]
+        nodes.append(h.make_node("Trilu", ["m"], ["y_triu_default"]))  # upper, k = 0
+        ref.append(("y_triu_default", np.triu(m)))
+        for ax, ex, rv in ((0, 0, 0), (-1, 1, 0), (1, 0, 1), (-2, 1, 1)):
+            name = f"y_cumsum_{ax + 2}{ex}{rv}"
+            nodes += [self.const(name + "_axis", np.array(ax, np.int32)),
+                      h.make_node("CumSum", ["m", name + "_axis"], [name], exclusive=ex,
+                                  reverse=rv)]
+            v = np.flip(m, ax) if rv else m
+            c = np.cumsum(v.astype(np.float64), axis=ax)
+            if ex:  # shifted by one along the axis, 0 first
+                c = c - v
+            ref.append((name, (np.flip(c, ax) if rv else c).astype(np.float32)))
+        path = self.model("select", nodes, [("x", x), ("m", m)], ref)
+        self.verify(path, [("x", x), ("m", m)], ref)
+
+    def test_folded_range_and_causal_mask(self):
+        """GPT's causal mask as torch builds it: Range, Unsqueeze, Greater,
+        Where, all of constants; and a Range of floats used as data."""
+        h = self.h
+        rng = np.random.default_rng(5)
+        s = rng.standard_normal((2, 6, 6)).astype(np.float32)
+        nodes = [self.const("z", np.array(0, np.int64)), self.const("t", np.array(6, np.int64)),
+                 h.make_node("Constant", [], ["one"], value_int=1),
+                 h.make_node("Range", ["z", "t", "one"], ["i"]),
+                 h.make_node("Unsqueeze", ["i", "ax0"], ["row"]),
+                 h.make_node("Unsqueeze", ["i", "ax1"], ["col"]),
+                 h.make_node("Greater", ["row", "col"], ["mask"]),
+                 self.const("ninf", np.array(-np.inf, np.float32)),
+                 h.make_node("Where", ["mask", "ninf", "s"], ["masked"]),
+                 h.make_node("Softmax", ["masked"], ["y"], axis=-1),
+                 self.const("fs", np.array(0.5, np.float32)),
+                 self.const("fl", np.array(-1.0, np.float32)),
+                 # value_float / value_int constants (ONNX's function bodies)
+                 h.make_node("Constant", [], ["fd"], value_float=-0.25),
+                 h.make_node("Range", ["fs", "fl", "fd"], ["fr"]),
+                 h.make_node("Add", ["s", "fr"], ["y2"])]
+        inits = [("ax0", np.array([0], np.int64))]
+        nodes.insert(0, h.make_node("Constant", [], ["ax1"], value_ints=[1]))
+        i = np.arange(6)
+        w = np.where(i[None, :] > i[:, None], -np.inf, s)
+        e = np.exp(w - w.max(-1, keepdims=True))
+        y = e / e.sum(-1, keepdims=True)
+        fr = np.arange(0.5, -1.0, -0.25, dtype=np.float64)  # 6 values
+        path = self.model("causal", nodes, [("s", s)], [("y", y), ("y2", s + fr)], inits)
+        self.verify(path, [("s", s)], [("y", y), ("y2", (s + fr).astype(np.float32))])
+
+    def test_refusals_name_the_blocker(self):
+        h = self.h
+        x = np.ones((2, 3), np.float32)
+        # a Range of a graph input: computed, not folded
+        nodes = [h.make_node("ReduceSum", ["x"], ["n"], keepdims=0),
+                 self.const("z", np.array(0, np.float32)), self.const("o", np.array(1, np.float32)),
+                 h.make_node("Range", ["z", "n", "o"], ["y"])]
+        p = self.model("range_dyn", nodes, [("x", x)], [("y", np.zeros(6, np.float32))])
+        self.refused(p, "Range", "only when folding", inputs=[x])
+        # integers past 2^24 a node would take as float32 data
+        nodes = [self.const("z", np.array(2 ** 24, np.int64)),
+                 self.const("l", np.array(2 ** 24 + 3, np.int64)),
+                 self.const("o", np.array(1, np.int64)),
+                 h.make_node("Range", ["z", "l", "o"], ["r"]),
+                 h.make_node("Unsqueeze", ["r", "ax"], ["ru"]),
+                 h.make_node("Where", ["m", "ru", "x"], ["y"])]
+        p = self.model("range_big", nodes, [("x", np.ones((2, 3), np.float32))],
+                       [("y", x)], [("ax", np.array([0], np.int64)),
+                                    ("m", np.array([True, False, True]))])
+        self.refused(p, "16777217", "float32", inputs=[x])
+        # a Range too long to fold
+        nodes = [self.const("z", np.array(0, np.int64)), self.const("l", np.array(10 ** 9, np.int64)),
+                 self.const("o", np.array(1, np.int64)), h.make_node("Range", ["z", "l", "o"], ["r"]),
+                 h.make_node("Cast", ["r"], ["rf"], to=self.TP.FLOAT),
+                 h.make_node("ReduceSum", ["rf"], ["s"], keepdims=1),
+                 h.make_node("Add", ["x", "s"], ["y"])]
+        p = self.model("range_long", nodes, [("x", x)], [("y", x)])
+        self.refused(p, "Range", "too many", inputs=[x])
+        # hostile sizes: a Tile and an Expand past any memory, refused by
+        # the shape rules, not run
+        for op, arg in (("Tile", np.array([1 << 40, 1 << 30], np.int64)),
+                        ("Expand", np.array([1 << 40, 1 << 30, 3], np.int64))):
+            nodes = [self.const("a", arg), h.make_node(op, ["x", "a"], ["y"])]
+            p = self.model("huge_" + op, nodes, [("x", x)], [("y", x)])
+            q = run("verify", p, timeout=120)
+            self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+            self.assertIn(op.lower(), q.stderr.lower())
+            self.assertNotIn("Sanitizer", q.stderr)
+        # a computed mask cast to int64: integer arithmetic, refused by name
+        nodes = [h.make_node("Greater", ["x", "x"], ["g"]),
+                 h.make_node("Cast", ["g"], ["gi"], to=self.TP.INT64)]
+        p = self.model("cast_int", nodes, [("x", x)], [("gi", x)])
+        self.refused(p, "Cast", "int64", inputs=[x])
+        # integer comparisons of a computed integer tensor: refused
+        g = h.make_graph([h.make_node("Greater", ["a", "b"], ["g"]),
+                          h.make_node("Where", ["g", "x", "x"], ["y"])], "ints",
+                         [h.make_tensor_value_info("x", self.TP.FLOAT, [3]),
+                          h.make_tensor_value_info("a", self.TP.INT64, [3])],
+                         [h.make_tensor_value_info("y", self.TP.FLOAT, [3])],
+                         initializer=[self.nh.from_array(np.array([1, 2, 3], np.int64), "b")])
+        p = os.path.join(self.dir, "int_cmp.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        self.refused(p, "Greater", "integer", inputs=[np.ones(3, np.float32),
+                                                      np.array([2, 2, 2], np.int64)])
+
+    def test_argmax_argmin_gather_elements_match_numpy(self):
+        """Indices exact (as float32 whole numbers), ties and NaN as numpy:
+        the first (or with select_last_index the last) extreme, a NaN beats
+        any number; GatherElements with negative indices; refusals past
+        2^24 and for an index out of range."""
+        h, f = self.h, np.float32
+        rng = np.random.default_rng(6)
+        x = rng.integers(-3, 4, (3, 4, 5)).astype(f)  # many ties
+        x[1, 2, 3] = np.nan
+        x[2, 0, 1] = np.nan
+        x[2, 3, 1] = np.nan
+        nodes, ref = [], []
+
+        def argext(v, axis, mx, last, keep):
+            if last:  # numpy has no select_last: the first of the reversed axis
+                r = np.flip(v, axis)
+                i = v.shape[axis] - 1 - (np.argmax(r, axis) if mx else np.argmin(r, axis))
+            else:
+                i = np.argmax(v, axis) if mx else np.argmin(v, axis)
+            return np.expand_dims(i, axis) if keep else i
+        for op in ("ArgMax", "ArgMin"):
+            for axis, keep, last in ((0, 1, 0), (1, 0, 1), (-1, 1, 1), (2, 0, 0)):
+                name = f"y_{op}_{axis + 1}{keep}{last}"
+                nodes.append(h.make_node(op, ["x"], [name], axis=axis, keepdims=keep,
+                                         select_last_index=last))
+                ref.append((name, argext(x, axis, op == "ArgMax", last, keep).astype(f)))
+        nodes.append(h.make_node("ArgMax", ["x"], ["y_default"]))  # axis 0, keepdims
+        ref.append(("y_default", np.argmax(x, 0)[None].astype(f)))
+        d = rng.standard_normal((3, 4, 5)).astype(f)
+        ix = rng.integers(-4, 4, (3, 2, 5)).astype(np.int64)
+        nodes.append(h.make_node("GatherElements", ["d", "ix"], ["y_ge"], axis=1))
+        ref.append(("y_ge", np.take_along_axis(d, np.where(ix < 0, ix + 4, ix), 1)))
+        g = h.make_graph(nodes, "argext",
+                         [h.make_tensor_value_info("x", self.TP.FLOAT, [3, 4, 5]),
+                          h.make_tensor_value_info("d", self.TP.FLOAT, [3, 4, 5]),
+                          h.make_tensor_value_info("ix", self.TP.INT64, [3, 2, 5])],
+                         [h.make_tensor_value_info(k, self.TP.FLOAT, list(v.shape))
+                          for k, v in ref])
+        p = os.path.join(self.dir, "argext.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), p)
+        self.verify(p, [("x", x), ("d", d), ("ix", ix)], ref)
+        # an index out of range: an error naming the node, nothing wrong
+        bad = ix.copy()
+        bad[0, 0, 0] = 4
+        ins = []
+        for i, a in enumerate((x, d, bad)):
+            ins.append(os.path.join(self.dir, f"b{i}.npy"))
+            np.save(ins[-1], a)
+        q = run("verify", p, "--inputs", *ins, timeout=120)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("gather_elements", q.stdout + q.stderr)
+        self.assertIn("not a whole number in [-4, 4)", q.stdout + q.stderr)
+        # an axis past 2^24: its indices would not be exact in float32
+        n = (1 << 24) + 1
+        nodes = [h.make_node("ArgMax", ["x"], ["y"], axis=1)]
+        p = self.model("argmax_big", nodes, [("x", np.zeros((1, n), f))],
+                       [("y", np.zeros((1, 1), f))])
+        q = run("verify", p, timeout=300)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("2^24", q.stdout + q.stderr)
+
+    def test_resize_matches_onnx_reference(self):
+        """Resize with constant scales or sizes: nearest (every nearest
+        mode), linear and cubic (A, exclude_outside), up and down, every
+        coordinate mode ckptd takes, against the interpolation ONNX's own
+        test cases are generated with (onnx.backend.test.case.node.resize)."""
+        import onnx_conformance  # noqa: F401 (numpy's aliases for onnx 1.12's modules)
+        from onnx.backend.test.case.node import resize as ref
+        h, f = self.h, np.float32
+        x = np.random.default_rng(8).standard_normal((1, 2, 4, 5)).astype(f)
+        coords = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+        cases = []  # (attrs, scales or None, sizes or None, get_coeffs)
+        for cm in coords:
+            for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
+                for sc in ([1, 1, 2, 1.5], [1, 1, 0.6, 0.8]):
+                    cases.append((dict(mode="nearest", coordinate_transformation_mode=cm,
+                                       nearest_mode=nm), sc, None,
+                                  lambda r, nm=nm: ref.nearest_coeffs(r, mode=nm)))
+            for sc, sz in (([1, 1, 1.5, 2], None), (None, [1, 2, 3, 2]), (None, [1, 2, 1, 3])):
+                cases.append((dict(mode="linear", coordinate_transformation_mode=cm), sc, sz,
+                              ref.linear_coeffs))
+            for a, ex in ((-0.75, 0), (-0.5, 1)):
+                for sc, sz in (([1, 1, 1.7, 1.3], None), ([1, 1, 0.6, 0.8], None),
+                               (None, [1, 2, 7, 3]), (None, [1, 2, 1, 3])):
+                    cases.append((dict(mode="cubic", coordinate_transformation_mode=cm,
+                                       cubic_coeff_a=a, exclude_outside=ex), sc, sz,
+                                  lambda r, a=a: ref.cubic_coeffs(r, A=a)))
+        nodes, outs = [], []
+        for i, (attrs, sc, sz, coeffs) in enumerate(cases):
+            if sc is not None:
+                nodes += [self.const(f"s{i}", np.array(sc, f)),
+                          h.make_node("Resize", ["x", "", f"s{i}"], [f"y{i}"], **attrs)]
+                want = ref.interpolate_nd(x, coeffs, scale_factors=np.array(sc, f),
+                                          coordinate_transformation_mode=attrs[
+                                              "coordinate_transformation_mode"],
+                                          exclude_outside=attrs.get("exclude_outside", 0))
+            else:
+                nodes += [self.const(f"z{i}", np.array(sz, np.int64)),
+                          h.make_node("Resize", ["x", "", "", f"z{i}"], [f"y{i}"], **attrs)]
+                want = ref.interpolate_nd(x, coeffs, output_size=sz,
+                                          coordinate_transformation_mode=attrs[
+                                              "coordinate_transformation_mode"],
+                                          exclude_outside=attrs.get("exclude_outside", 0))
+            outs.append((f"y{i}", want.astype(f)))
+        path = self.model("resize", nodes, [("x", x)], outs)
+        self.verify(path, [("x", x)], outs)
+        # what ckptd does not compute is refused by name
+        for attrs, want in ((dict(coordinate_transformation_mode="tf_crop_and_resize"),
+                             "tf_crop_and_resize"), (dict(mode="area"), "'area'")):
+            p = self.model("resize_no", [self.const("s", np.array([1, 1, 2, 2], f)),
+                                         h.make_node("Resize", ["x", "", "s"], ["y"], **attrs)],
+                           [("x", x)], [("y", np.zeros((1, 2, 8, 10), f))])
+            self.refused(p, "Resize", want, inputs=[x])
+        # hostile scales: past any memory, refused by the shape rules
+        p = self.model("resize_huge", [self.const("s", np.array([1, 1, 1e6, 1e6], f)),
+                                       h.make_node("Resize", ["x", "", "s"], ["y"])],
+                       [("x", x)], [("y", np.zeros((1, 2, 8, 10), f))])
+        q = run("verify", p, timeout=120)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("resize", q.stderr.lower())
+        self.assertNotIn("Sanitizer", q.stderr)
+        # scales as a graph input: the output's shape would depend on values
+        g = h.make_graph([h.make_node("Resize", ["x", "", "s"], ["y"])], "dyn",
+                         [h.make_tensor_value_info("x", self.TP.FLOAT, [1, 2, 4, 5]),
+                          h.make_tensor_value_info("s", self.TP.FLOAT, [4])],
+                         [h.make_tensor_value_info("y", self.TP.FLOAT, [1, 2, 8, 10])])
+        p = os.path.join(self.dir, "resize_dyn.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        self.refused(p, "Resize", "as a constant", inputs=[x, np.array([1, 1, 2, 2], f)])
+
+    def test_einsum_matches_numpy(self):
+        """The contractions exporters write (attention's bhqd,bhkd->bhqk,
+        batched and plain matmul, transposes, sums, a full contraction),
+        lowered to transpose, reduce_sum, reshape and matmul, against
+        numpy.einsum; an ellipsis, a diagonal and three operands refused by
+        name."""
+        h, f = self.h, np.float32
+        rng = np.random.default_rng(9)
+        dims = dict(b=2, h=3, q=4, k=5, d=6, i=3, j=4, l=2, m=5)
+        cases = ["ij->ji", "ij->i", "ij", "i,i", "bij,bjk->bik", "ij,jk", "bhqd,bhkd->bhqk",
+                 "bhqk,bhkd->bhqd", "ijk,kl->ijl", "ij,kj->ik", "ij,jk->k", "ik,jk->",
+                 "bi,bj->bij", "ij,ij->ij", "mi,jm->ji"]
+        dims.update(dict(i=3, j=4))
+        nodes, ins, outs, n = [], [], [], 0
+        for eq in cases:
+            terms = eq.split("->")[0].split(",")
+            names = []
+            for t in terms:
+                shape = [dims.get(ch, 3) for ch in t]
+                name = f"x{n}"
+                n += 1
+                ins.append((name, rng.standard_normal(shape).astype(f)))
+                names.append(name)
+            y = f"y{len(outs)}"
+            nodes.append(h.make_node("Einsum", names, [y], equation=eq.replace(",", ", ")))
+            want = np.einsum(eq, *[a.astype(np.float64) for nm, a in ins if nm in names])
+            outs.append((y, np.asarray(want, f)))
+        path = self.model("einsum", nodes, ins, outs)
+        self.verify(path, ins, outs)
+        for eq, why in (("...ii->...i", "ellipsis"), ("ii->i", "diagonal"),
+                        ("ij,jk,kl->il", "more than two")):
+            terms = eq.split("->")[0].split(",")
+            xs = [(f"e{i}", np.ones((3, 3) if "." not in t else (2, 3, 3), f))
+                  for i, t in enumerate(terms)]
+            p = self.model("einsum_no", [h.make_node("Einsum", [a for a, _ in xs], ["y"],
+                                                     equation=eq)],
+                           xs, [("y", np.ones((3,), f))])
+            self.refused(p, "Einsum", why, inputs=[a for _, a in xs])
+
+    def test_samediff_refuses_where_by_name(self):
+        """DL4J's where_np takes three operands of one shape (no broadcasting):
+        the SameDiff writer names the op instead of writing what DL4J would
+        not run."""
+        h = self.h
+        x = np.ones((2, 3), np.float32)
+        nodes = [h.make_node("Greater", ["x", "z"], ["g"]),
+                 h.make_node("Where", ["g", "x", "z"], ["y"])]
+        p = self.model("where_sd", nodes, [("x", x)], [("y", x)],
+                       [("z", np.zeros((1, 3), np.float32))])
+        q = run("pack", "--format", "samediff", p, "-o", os.path.join(self.dir, "w.zip"),
+                "--tag", "t", timeout=120)
+        self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
+        self.assertIn("'greater' has no DL4J equivalent", q.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
