@@ -669,10 +669,42 @@ def write(e, size):
     wait(lambda: registered("epoch_%d.pt" % e), "epoch_%d registered" % e)
 """
 
+    def watch_with_a_store_watchdog(self, trainer, store, env=None):
+        """run_watch while a watchdog validates the store's tree all along:
+        (exit code, log, what it saw invalid: a listed checkpoint missing or
+        with other bytes in a metadata.yaml that did not change while it was
+        checked; the tree before the first checkpoint has no
+        data/checkpoints/ yet, which is not counted)."""
+        import threading
+        bad, stop = [], threading.Event()
+
+        def watchdog():
+            meta = os.path.join(store, "metadata.yaml")
+            while not stop.is_set():
+                try:
+                    before = os.stat(meta)
+                    pmf_validate.validate_tree(store)
+                except pmf_validate.Invalid as e:
+                    after = os.stat(meta)
+                    if ((before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
+                            and "checkpoint" in str(e) and "Missing key" not in str(e)):
+                        bad.append(str(e))
+                except (OSError, KeyError, TypeError):
+                    pass  # not uploaded yet
+                time.sleep(0.005)
+
+        t = threading.Thread(target=watchdog)
+        t.start()
+        try:
+            rc, log = self.run_watch(trainer, store, env=env)
+        finally:
+            stop.set()
+            t.join()
+        return rc, log, bad
+
     def test_watch_prunes_the_store(self):
         """retention.store in the sidecar: the store keeps the newest two,
         its tree valid at every instant (a watchdog), the older ones pruned."""
-        import threading
         store = os.path.join(self.dir, "store")
         self.config([{"url": "file://" + store}],
                     {"keep_last": 1, "interval": "1s", "store": {"keep_last": 2}})
@@ -689,32 +721,7 @@ def pruned():
         return False
 wait(pruned, "the store pruned to epoch_3 and epoch_4")
 """
-        bad, stop = [], threading.Event()
-
-        def watchdog():
-            meta = os.path.join(store, "metadata.yaml")
-            while not stop.is_set():
-                try:
-                    before = os.stat(meta)
-                    pmf_validate.validate_tree(store)
-                except pmf_validate.Invalid as e:
-                    # a listed checkpoint missing or other bytes (the tree before
-                    # the first checkpoint has no data/checkpoints/ yet: not ours)
-                    after = os.stat(meta)
-                    if ((before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
-                            and "checkpoint" in str(e) and "Missing key" not in str(e)):
-                        bad.append(str(e))
-                except (OSError, KeyError, TypeError):
-                    pass  # not uploaded yet
-                time.sleep(0.005)
-
-        t = threading.Thread(target=watchdog)
-        t.start()
-        try:
-            rc, log = self.run_watch(trainer, store)
-        finally:
-            stop.set()
-            t.join()
+        rc, log, bad = self.watch_with_a_store_watchdog(trainer, store)
         self.assertEqual(rc, 0, log[-5000:])
         self.assertEqual(bad, [], log[-3000:])
         self.assertIn("checkpoint.pruned: checkpoint='epoch_1.pt'", log)
@@ -729,7 +736,6 @@ wait(pruned, "the store pruned to epoch_3 and epoch_4")
         metadata.yaml meanwhile: the store's metadata.yaml never names a
         checkpoint the store does not hold (a watchdog validates the store's
         tree all along)."""
-        import threading
         store = os.path.join(self.dir, "store")
         os.makedirs(self.train, exist_ok=True)
         with open(os.path.join(self.train, "ckptd.yaml"), "w") as f:
@@ -749,30 +755,8 @@ def sent():
         return False
 wait(sent, "every checkpoint in the store")
 """
-        bad, stop = [], threading.Event()
-
-        def watchdog():
-            meta = os.path.join(store, "metadata.yaml")
-            while not stop.is_set():
-                try:
-                    before = os.stat(meta)
-                    pmf_validate.validate_tree(store)
-                except pmf_validate.Invalid as e:
-                    after = os.stat(meta)
-                    if ((before.st_ino, before.st_mtime_ns) == (after.st_ino, after.st_mtime_ns)
-                            and "checkpoint" in str(e) and "Missing key" not in str(e)):
-                        bad.append(str(e))
-                except (OSError, KeyError, TypeError):
-                    pass  # not uploaded yet
-                time.sleep(0.005)
-
-        t = threading.Thread(target=watchdog)
-        t.start()
-        try:
-            rc, log = self.run_watch(trainer, store, env={"CKPTD_TEST_FAULT": "slow-listing"})
-        finally:
-            stop.set()
-            t.join()
+        rc, log, bad = self.watch_with_a_store_watchdog(
+            trainer, store, env={"CKPTD_TEST_FAULT": "slow-listing"})
         self.assertEqual(rc, 0, log[-5000:])
         self.assertEqual(bad, [], log[-3000:])
         meta = pmf_validate.validate_tree(store)
