@@ -334,6 +334,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
     size_t nk = 0;
     int err = 0;
     const char *op = n->op;
+    if (!n->noutputs) /* nothing to give a shape (ONNX lets some ops have none) */
+        return 0;
     if (n->ninputs && has_input(n, 0) && (err = input(c, n, 0, &x)) < 0)
         return err;
     if (!x || x->rank < 0)

@@ -145,6 +145,25 @@ class Onnx(Base):
                 p = self.model([pad], [c], [self.vi("x", [2, 48])], [self.vi("y", None)])
                 self.refused("verify", p, "padding on axis 1 makes it too large")
 
+    def test_a_recurrent_node_with_no_outputs(self):
+        """fuzz_onnx (600 s after the merges): an RNN with no outputs (ONNX
+        makes all three optional) had its output shape written through a
+        null pointer. A node with no outputs gets no shape; it computes
+        nothing anyone reads, and the graph's own output is right."""
+        h = self.h
+        w = h.make_tensor("W", self.TP.FLOAT, [1, 4, 3], np.ones(12, np.float32))
+        r = h.make_tensor("R", self.TP.FLOAT, [1, 4, 4], np.ones(16, np.float32))
+        rnn = h.make_node("RNN", ["x", "W", "R"], [], name="rnn", hidden_size=4)
+        relu = h.make_node("Relu", ["x"], ["y"], name="relu")
+        p = self.model([rnn, relu], [w, r], [self.vi("x", [2, 1, 3])], [self.vi("y", [2, 1, 3])])
+        x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 1, 3)
+        np.save(self.path("x.npy"), x)
+        np.save(self.path("y.npy"), np.maximum(x, 0))
+        v = run("verify", p, "--inputs", self.path("x.npy"), "--expected", self.path("y.npy"),
+                timeout=120)
+        self.assertEqual(v.returncode, 0, v.stderr)
+        self.assertNotIn("runtime error", v.stderr)
+
     def test_conv_with_a_padding_near_2_to_the_62(self):
         """fuzz_graph: the engine's conv2d pointed a row pointer a padding's
         width before the row (2^61 floats: undefined even unread); every
