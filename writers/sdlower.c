@@ -303,7 +303,7 @@ static int lower_pool(struct low *l, const struct ck_model_node *n)
     const struct ck_op_params *p = &n->p;
     char *padded = NULL, *windows = NULL;
     const char *x = n->inputs[0];
-    int64_t size[2], pad[4], out[2], m[2], q[2];
+    int64_t size[2] = {0, 0}, pad[4], out[2], m[2], q[2];
     bool slice = false;
     int err;
     if (n->ninputs != 1 || n->noutputs != 1)
