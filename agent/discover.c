@@ -29,6 +29,8 @@ struct walk {
     struct ck_discovery *d;
     int err;
     bool shallow; /* ck_discover_dirs: the folders named, not the ones below them */
+    bool (*known)(void *arg, const char *ref); /* folder checkpoints to leave out */
+    void *known_arg;
 };
 
 static double mtime_of(const struct stat *st)
@@ -94,8 +96,35 @@ static struct ck_candidate *new_cand(struct walk *w, enum ck_cand_kind kind, con
     return c;
 }
 
-static int cand_add_file(struct ck_candidate *c, const char *rel)
+/* 64-bit FNV-1a, then SplitMix64's finaliser: a sum of these over files
+ * is order-free and changes with any field of any file. Not a defence
+ * against a crafted tree, like the hash cache it stands beside (stat facts). */
+static uint64_t mix(uint64_t h, const void *p, size_t n)
 {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t file_print(const struct ck_candidate *c, const char *rel, const struct stat *st)
+{
+    /* the name inside the checkpoint: a folder's path below it, else the file name */
+    const char *name = c->kind == CK_CAND_DIR ? rel + strlen(c->rel) + 1 : ck_basename(rel);
+    int64_t f[4] = {(int64_t)st->st_dev, (int64_t)st->st_ino, (int64_t)st->st_size,
+                    ck_mtime_ns(st)};
+    uint64_t h = mix(0xcbf29ce484222325ull, name, strlen(name) + 1);
+    h = mix(h, f, sizeof f);
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 31);
+}
+
+static int cand_add_file(struct ck_candidate *c, const char *rel, const struct stat *st)
+{
+    c->fingerprint += file_print(c, rel, st);
     char **p = realloc(c->files, (c->nfiles + 1) * sizeof *p);
     if (!p)
         return ck_error(CK_ENOMEM, "out of memory");
@@ -161,7 +190,7 @@ static int take_file(struct walk *w, const char *rel, const char *name, const st
             return ck_error(CK_ENOMEM, "out of memory");
         if (mtime_of(st) > c->newest_mtime)
             c->newest_mtime = mtime_of(st);
-        return cand_add_file(c, rel);
+        return cand_add_file(c, rel, st);
     }
     if (!ck_rules_match(w->rules, name, rel, false, &cap))
         return 0;
@@ -172,7 +201,7 @@ static int take_file(struct walk *w, const char *rel, const char *name, const st
         return ck_error(CK_ENOMEM, "out of memory");
     c->complete = true;
     c->newest_mtime = mtime_of(st);
-    return cand_add_file(c, rel);
+    return cand_add_file(c, rel, st);
 }
 
 /* A TF set is complete when its index and every one of its shards exist. */
@@ -242,7 +271,7 @@ static int collect_folder(struct walk *w, struct ck_candidate *c, int dfd, const
             }
             if (mtime_of(&st) > c->newest_mtime)
                 c->newest_mtime = mtime_of(&st);
-            err = cand_add_file(c, sub);
+            err = cand_add_file(c, sub, &st);
         }
     }
     closedir(dir);
@@ -296,6 +325,8 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
     *taken = true;
     if (!ck_utf8_is_valid(rel, strlen(rel)))
         return add_problem(w, rel, "name is not valid UTF-8: not registered");
+    if (w->known && w->known(w->known_arg, name))
+        return 0;
     struct ck_candidate *c = new_cand(w, CK_CAND_DIR, name, rel, &cap);
     if (!c)
         return ck_error(CK_ENOMEM, "out of memory");
@@ -386,7 +417,7 @@ static int walk_dir(struct walk *w, int dfd, const char *rel, int depth)
 
 int ck_discover(const char *dir, const struct ck_ckpt_rules *rules, struct ck_discovery *out)
 {
-    struct walk w = {dir, rules, out, 0, false};
+    struct walk w = {dir, rules, out, 0, false, NULL, NULL};
     memset(out, 0, sizeof *out);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -401,9 +432,10 @@ int ck_discover(const char *dir, const struct ck_ckpt_rules *rules, struct ck_di
 }
 
 int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
-                     size_t n, struct ck_discovery *out)
+                     size_t n, bool (*known)(void *arg, const char *ref), void *known_arg,
+                     struct ck_discovery *out)
 {
-    struct walk w = {dir, rules, out, 0, true};
+    struct walk w = {dir, rules, out, 0, true, known, known_arg};
     char path[PATH_MAX];
     int err = 0;
     memset(out, 0, sizeof *out);

@@ -31,6 +31,13 @@ struct ck_candidate {
     bool complete;        /* every part is there (TF shards, folder marker) */
     double newest_mtime;  /* of its files, UNIX seconds */
     bool in_tree;         /* found under data/checkpoints/ */
+    /* What the walk saw of its files, order-free: a sum of a hash of each
+     * file's (name inside the checkpoint, device, inode, size, mtime), the
+     * facts the hash cache trusts. Our hard links in data/checkpoints have
+     * the same as their sources; a file rewritten, replaced, added or
+     * removed changes it. A registered checkpoint whose fingerprint is the
+     * one recorded needs no look at its files (agent/scan.c). */
+    uint64_t fingerprint;
 };
 
 struct ck_problem {
@@ -50,8 +57,13 @@ int ck_discover(const char *dir, const struct ck_ckpt_rules *rules, struct ck_di
 void ck_discovery_release(struct ck_discovery *d);
 /* The same, in the named folders only (relative to dir, "" for dir itself),
  * not in the folders below them (a folder checkpoint in them is listed
- * whole). For the watcher's targeted passes; a missing folder is skipped. */
+ * whole). For the watcher's targeted passes; a missing folder is skipped.
+ * Folder checkpoints whose reference known() (may be NULL) says is
+ * registered are left out: a targeted pass does not re-check them, and
+ * listing every file of 10,000 registered folders beside a new one would
+ * make each new checkpoint cost the whole run. */
 int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
-                     size_t n, struct ck_discovery *out);
+                     size_t n, bool (*known)(void *arg, const char *ref), void *known_arg,
+                     struct ck_discovery *out);
 
 #endif

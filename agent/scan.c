@@ -7,6 +7,7 @@
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
+#include "common/syncset.h"
 #include "common/yamlutil.h"
 
 #include <dirent.h>
@@ -29,9 +30,10 @@ struct scan {
     /* Lookups that would be quadratic over 10,000 checkpoints, kept sorted. */
     const struct ck_candidate **byref; /* candidates by reference, sources before our links */
     size_t nbyref;
-    char **dirty_dirs;                 /* folders we linked into, fsynced once at the end */
-    size_t ndirty;
+    struct ck_syncset unsynced;        /* links and manifests written, made durable at the end */
 };
+
+static const struct ck_candidate *find_twin(struct scan *s, const struct ck_candidate *c);
 
 static int replace_str(char **field, const char *v)
 {
@@ -141,26 +143,15 @@ static int tree_rel(const struct ck_candidate *c, const char *file, char *out, s
     return n < 0 || (size_t)n >= outsz ? ck_error(CK_ESIZE, "path too long: '%s'", file) : 0;
 }
 
-static int mark_dirty(struct scan *s, const char *dir)
-{
-    for (size_t i = s->ndirty; i > 0; i--)
-        if (!strcmp(s->dirty_dirs[i - 1], dir))
-            return 0;
-    char **p = realloc(s->dirty_dirs, (s->ndirty + 1) * sizeof *p);
-    if (!p)
-        return ck_error(CK_ENOMEM, "out of memory");
-    s->dirty_dirs = p;
-    if (!(p[s->ndirty] = strdup(dir)))
-        return ck_error(CK_ENOMEM, "out of memory");
-    s->ndirty++;
-    return 0;
-}
-
-/* Hard-links (or reflinks, or copies) the candidate's files into data/checkpoints. */
-static int place(struct scan *s, const struct ck_candidate *c)
+/* Hard-links (or reflinks, or copies) the candidate's files into
+ * data/checkpoints; *linked says every copy is its source's own inode.
+ * keep_others: a copy that is another file already (a registered
+ * checkpoint's source replaced by a rename) stays, the registered bytes. */
+static int place(struct scan *s, const struct ck_candidate *c, bool keep_others, bool *linked)
 {
     char src[PATH_MAX], rel[PATH_MAX], dst[PATH_MAX], dir[PATH_MAX];
     int err;
+    *linked = true;
     if (c->in_tree)
         return 0;
     for (size_t i = 0; i < c->nfiles; i++) {
@@ -168,25 +159,24 @@ static int place(struct scan *s, const struct ck_candidate *c)
             (err = tree_rel(c, c->files[i], rel, sizeof rel)) < 0 || (err = path_in(s, dst, rel)) < 0)
             return err;
         ck_dirname(dir, sizeof dir, dst);
-        if ((err = ck_mkdirs(dir, 0755)) < 0 || (err = ck_place_file_nosync(src, dst)) < 0 ||
-            (err = mark_dirty(s, dir)) < 0)
+        bool had;
+        if ((err = ck_syncset_add_dir(&s->unsynced, dir, &had)) < 0 ||
+            (!had && (err = ck_mkdirs(dir, 0755)) < 0))
             return err;
+        if ((err = ck_place_file_nosync(src, dst)) == CK_EEXIST && keep_others)
+            ck_error_clear();
+        else if (err < 0)
+            return err;
+        if (err != 0)
+            *linked = false;
     }
     return 0;
 }
 
-static int sync_dirty(struct scan *s)
+/* What this pass placed and wrote, durable before metadata.yaml names it. */
+static int sync_placed(struct scan *s)
 {
-    int err = 0;
-    for (size_t i = 0; i < s->ndirty; i++) {
-        if (err == 0)
-            err = ck_fsync_dir(s->dirty_dirs[i]);
-        free(s->dirty_dirs[i]);
-    }
-    free(s->dirty_dirs);
-    s->dirty_dirs = NULL;
-    s->ndirty = 0;
-    return err;
+    return ck_syncset_flush(&s->unsynced, s->o->dir);
 }
 
 /* Hashes a candidate as placed in the tree. A single file is its own PMF
@@ -228,7 +218,14 @@ static int hash_candidate(struct scan *s, const struct ck_candidate *c, char *pm
         if ((err = path_in(s, path, pmf_rel)) == 0 &&
             (ck_read_file(path, 64u << 20, &old) < 0 || old.len != manifest.len ||
              memcmp(ck_buf_str(&old), ck_buf_str(&manifest), old.len)))
-            err = ck_write_file_atomic(path, ck_buf_str(&manifest), manifest.len, 0644);
+        {
+            char dir[PATH_MAX];
+            ck_dirname(dir, sizeof dir, path);
+            if ((err = ck_write_file_replace_nosync(path, ck_buf_str(&manifest), manifest.len,
+                                                    0644)) == 0 &&
+                (err = ck_syncset_add_file(&s->unsynced, path)) == 0)
+                err = ck_syncset_add_dir(&s->unsynced, dir, NULL);
+        }
         ck_buf_release(&old);
         if (err == 0)
             err = ck_state_hash_file(s->st, path, h, NULL);
@@ -237,8 +234,20 @@ static int hash_candidate(struct scan *s, const struct ck_candidate *c, char *pm
     return err;
 }
 
+/* The fingerprint to record for a candidate (agent/discover.h), or 0 (none:
+ * its files are looked at each full pass). A source stands for its tree copy
+ * only when the copy is our hard link to the same files: then the walk of
+ * data/checkpoints found the copy with the same fingerprint. */
+static uint64_t fingerprint_of(struct scan *s, const struct ck_candidate *c)
+{
+    if (c->in_tree)
+        return c->fingerprint;
+    const struct ck_candidate *twin = find_twin(s, c);
+    return twin && twin->fingerprint == c->fingerprint ? c->fingerprint : 0;
+}
+
 static int record(struct scan *s, const struct ck_candidate *c, const char *pmf_rel,
-                  const struct ck_hash_entry *h, uint64_t total)
+                  const struct ck_hash_entry *h, uint64_t total, uint64_t fingerprint)
 {
     struct ck_ckpt_record r;
     memset(&r, 0, sizeof r);
@@ -248,6 +257,7 @@ static int record(struct scan *s, const struct ck_candidate *c, const char *pmf_
     snprintf(r.sha256, sizeof r.sha256, "%s", h->sha256);
     r.size = total;
     r.nfiles = (int)c->nfiles;
+    r.fingerprint = fingerprint;
     return ck_state_ckpt_put(s->st, &r);
 }
 
@@ -278,13 +288,21 @@ static void problem(struct scan *s, const char *rel, const char *msg)
 }
 
 /* A registered checkpoint: has its content changed, or was it deleted? */
+/* Hashes a registered checkpoint again and records what it found, with the
+ * fingerprint of the files it hashed when the copies are their sources. */
 static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
 {
     struct ck_pmf_checkpoint *cp = &s->meta.checkpoints[idx];
     char pmf_rel[PATH_MAX];
     struct ck_hash_entry h;
     uint64_t total;
-    int err = hash_candidate(s, c, pmf_rel, &h, &total);
+    ck_debug("checkpoint.rechecked", "checkpoint='%s': its files are not the ones last seen",
+             c->ref);
+    bool linked;
+    /* a file added to a registered folder is placed like the others were */
+    int err = place(s, c, true, &linked);
+    if (err == 0)
+        err = hash_candidate(s, c, pmf_rel, &h, &total);
     if (err == CK_ECHANGED) {
         ck_warn("checkpoint.changing", "checkpoint='%s': %s", c->ref, ck_error_msg());
         s->res->waiting++;
@@ -312,9 +330,10 @@ static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
         }
         ck_error_clear();
         s->res->updated++;
-        return record(s, c, pmf_rel, &h, total);
+        return record(s, c, pmf_rel, &h, total, linked ? c->fingerprint : 0);
     }
-    return 0;
+    /* the same bytes: the next pass needs no look unless the files change */
+    return linked ? ck_state_ckpt_set_fingerprint(s->st, c->ref, c->fingerprint) : 0;
 }
 
 /* Sources sort before our own links to them, so the first of a name is the one to take. */
@@ -349,6 +368,20 @@ static const struct ck_candidate *find_cand(struct scan *s, const char *ref)
             hi = mid;
     }
     return lo < s->nbyref && !strcmp(s->byref[lo]->ref, ref) ? s->byref[lo] : NULL;
+}
+
+/* Our copy in data/checkpoints of the source candidate c (sorted right
+ * after it), or NULL. */
+static const struct ck_candidate *find_twin(struct scan *s, const struct ck_candidate *c)
+{
+    if (c->in_tree || !s->byref)
+        return NULL;
+    const struct ck_candidate *const *p =
+        bsearch(&c, s->byref, s->nbyref, sizeof *s->byref, cmp_byref);
+    if (!p || *p != c || (size_t)(p - s->byref) + 1 >= s->nbyref)
+        return NULL;
+    const struct ck_candidate *next = p[1];
+    return next->in_tree && !strcmp(next->ref, c->ref) ? next : NULL;
 }
 
 /* A sorted list of strings, for membership tests. */
@@ -389,6 +422,11 @@ static void strset_release(struct strset *set)
     set->n = 0;
 }
 
+static bool is_known(void *arg, const char *ref)
+{
+    return strset_has(arg, ref);
+}
+
 static void remove_tree_copy(struct scan *s, const struct ck_ckpt_record *r)
 {
     char path[PATH_MAX];
@@ -424,7 +462,14 @@ static int registered_pass(struct scan *s)
             i--;
             continue;
         }
-        if (c && (err = recheck(s, i, c)) < 0)
+        if (!c)
+            continue;
+        /* unchanged since it was registered or last looked at: nothing to read */
+        uint64_t print = fingerprint_of(s, c);
+        if (print && (have_record || ck_state_ckpt_get(s->st, name, &r) == 0) &&
+            r.fingerprint == print)
+            continue;
+        if ((err = recheck(s, i, c)) < 0)
             problem_at(s, c->rel, ck_error_msg(), CK_M_FAILURES_HASH);
     }
     return 0;
@@ -521,7 +566,8 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         struct ck_hash_entry h;
         uint64_t total;
         enum ck_metric stage = CK_M_FAILURES_SCAN;
-        int e = place(s, c);
+        bool linked;
+        int e = place(s, c, false, &linked);
         if (e == 0) {
             stage = CK_M_FAILURES_HASH;
             e = hash_candidate(s, c, pmf_rel, &h, &total);
@@ -544,16 +590,17 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         }
         if (err < 0)
             break;
-        if ((err = record(s, c, pmf_rel, &h, total)) < 0 ||
+        /* the walk's view of the source is the copy's when they are one file */
+        if ((err = record(s, c, pmf_rel, &h, total, linked ? c->fingerprint : 0)) < 0 ||
             (err = add_registered(s->res, c->ref)) < 0)
             break;
         ck_metrics_add(CK_M_CHECKPOINTS_REGISTERED, 1);
         log_ambiguous(c);
         log_registered(&ref, t, pmf_rel, &h, total);
     }
-    /* the links must be durable before metadata.yaml names them */
+    /* the links and manifests must be durable before metadata.yaml names them */
     if (err == 0)
-        err = sync_dirty(s);
+        err = sync_placed(s);
 out:
     strset_release(&refs);
     strset_release(&paths);
@@ -626,8 +673,16 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     snprintf(res->model_name, sizeof res->model_name, "%s", s.meta.name ? s.meta.name : "");
     if ((err = ck_layout_configuration(&lay)) < 0 || (err = ck_layout_initialisation(&lay)) < 0)
         goto out;
-    err = o->only_dirs ? ck_discover_dirs(o->dir, &o->cfg->ckpt, o->only_dirs, o->nonly_dirs, &d)
-                       : ck_discover(o->dir, &o->cfg->ckpt, &d);
+    if (o->only_dirs) {
+        /* a targeted pass leaves registered folders alone: not listed at all */
+        struct strset known = {0};
+        if ((err = strset_build(&known, &s.meta, false)) == 0)
+            err = ck_discover_dirs(o->dir, &o->cfg->ckpt, o->only_dirs, o->nonly_dirs, is_known,
+                                   &known, &d);
+        strset_release(&known);
+    } else {
+        err = ck_discover(o->dir, &o->cfg->ckpt, &d);
+    }
     if (err < 0 || (err = index_candidates(&s, &d)) < 0)
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)
@@ -660,7 +715,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
 out:
     if (in_txn)
         ck_state_rollback(st);
-    sync_dirty(&s);
+    ck_syncset_release(&s.unsynced); /* flushed by new_pass, unless the pass failed before */
     free(s.byref);
     ck_discovery_release(&d);
     ck_pmf_meta_release(&s.meta);

@@ -32,6 +32,9 @@ static const char *const migrations[] = {
     "NULL, epoch INTEGER NOT NULL, path TEXT NOT NULL, md5 TEXT NOT NULL, source TEXT NOT NULL,"
     "  kind INTEGER NOT NULL, files TEXT NOT NULL, stores TEXT NOT NULL, seq INTEGER NOT NULL,"
     "  updated REAL NOT NULL DEFAULT ((julianday('now') - 2440587.5) * 86400.0));",
+    /* what a full pass saw of a registered checkpoint's files (agent/discover.h):
+     * 0 for rows of older versions, whose files are looked at once more */
+    "ALTER TABLE checkpoints ADD COLUMN fingerprint INTEGER NOT NULL DEFAULT 0;",
 };
 
 /* SQLite's message, with the OS error behind it when there is one
@@ -206,16 +209,19 @@ void ck_state_rollback(struct ck_state *s)
 }
 
 /* The statements of this module, prepared on first use and kept. */
-enum { S_HASH_GET, S_HASH_PUT, S_CKPT_PUT, S_CKPT_GET, S_CKPT_DEL, S_META_GET, S_META_SET };
+enum { S_HASH_GET, S_HASH_PUT, S_CKPT_PUT, S_CKPT_GET, S_CKPT_DEL, S_CKPT_PRINT, S_META_GET,
+       S_META_SET };
 static const char *const stmt_sql[] = {
     [S_HASH_GET] = "SELECT md5, sha256 FROM hash_cache WHERE dev = ? AND ino = ? AND size = ? "
                    "AND mtime_ns = ?",
     [S_HASH_PUT] = "INSERT OR REPLACE INTO hash_cache (dev, ino, size, mtime_ns, md5, sha256) "
                    "VALUES (?, ?, ?, ?, ?, ?)",
     [S_CKPT_PUT] = "INSERT OR REPLACE INTO checkpoints (ref, source, tree_path, sha256, size, "
-                   "nfiles) VALUES (?, ?, ?, ?, ?, ?)",
-    [S_CKPT_GET] = "SELECT source, tree_path, sha256, size, nfiles FROM checkpoints WHERE ref = ?",
+                   "nfiles, fingerprint) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    [S_CKPT_GET] = "SELECT source, tree_path, sha256, size, nfiles, fingerprint FROM checkpoints "
+                   "WHERE ref = ?",
     [S_CKPT_DEL] = "DELETE FROM checkpoints WHERE ref = ?",
+    [S_CKPT_PRINT] = "UPDATE checkpoints SET fingerprint = ? WHERE ref = ?",
     [S_META_GET] = "SELECT value FROM meta WHERE key = ?",
     [S_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
 };
@@ -309,6 +315,7 @@ int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r)
     sqlite3_bind_text(q, 4, r->sha256, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 5, (sqlite3_int64)r->size);
     sqlite3_bind_int(q, 6, r->nfiles);
+    sqlite3_bind_int64(q, 7, (sqlite3_int64)r->fingerprint);
     int rc = sqlite3_step(q);
     sqlite3_reset(q);
     return rc == SQLITE_DONE ? 0 : db_fail(s->db, "recording a checkpoint");
@@ -329,10 +336,23 @@ int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record
         snprintf(out->sha256, sizeof out->sha256, "%s", (const char *)sqlite3_column_text(q, 2));
         out->size = (uint64_t)sqlite3_column_int64(q, 3);
         out->nfiles = sqlite3_column_int(q, 4);
+        out->fingerprint = (uint64_t)sqlite3_column_int64(q, 5);
         err = 0;
     }
     sqlite3_reset(q);
     return err;
+}
+
+int ck_state_ckpt_set_fingerprint(struct ck_state *s, const char *ref, uint64_t fingerprint)
+{
+    sqlite3_stmt *q = stmt(s, S_CKPT_PRINT);
+    if (!q)
+        return CK_EIO;
+    sqlite3_bind_int64(q, 1, (sqlite3_int64)fingerprint);
+    sqlite3_bind_text(q, 2, ref, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_reset(q);
+    return rc == SQLITE_DONE ? 0 : db_fail(s->db, "recording a checkpoint");
 }
 
 int ck_state_ckpt_delete(struct ck_state *s, const char *ref)

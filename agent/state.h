@@ -70,10 +70,14 @@ struct ck_ckpt_record {
     char sha256[65];      /* of the tree_path file */
     uint64_t size;        /* bytes of all its files */
     int nfiles;
+    uint64_t fingerprint; /* of its files as last hashed (agent/discover.h); 0: none */
 };
 int ck_state_ckpt_put(struct ck_state *s, const struct ck_ckpt_record *r);
 int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record *out);
 int ck_state_ckpt_delete(struct ck_state *s, const char *ref);
+/* Records that a registered checkpoint's files, with this fingerprint, are
+ * still the ones registered. */
+int ck_state_ckpt_set_fingerprint(struct ck_state *s, const char *ref, uint64_t fingerprint);
 
 /* A checkpoint retention deletes or deleted locally (agent/retention.h):
  * recorded with deleted false before its first byte goes, true once all are

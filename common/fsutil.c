@@ -88,6 +88,11 @@ int ck_mkdirs(const char *path, mode_t mode)
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp)
         return ck_error(CK_ESIZE, "path too long: '%s'", path);
+    /* the parent is there (the common case): one call, not one per component */
+    if (mkdir(tmp, mode) == 0)
+        return 0;
+    if (errno != ENOENT)
+        goto last;
     for (char *p = tmp + 1; *p; p++) {
         if (*p != '/')
             continue;
@@ -96,6 +101,7 @@ int ck_mkdirs(const char *path, mode_t mode)
             return ck_error_os(CK_EIO, "cannot create folder '%s'", tmp);
         *p = '/';
     }
+last:
     if (mkdir(tmp, mode) < 0 && errno != EEXIST)
         return ck_error_os(CK_EIO, "cannot create folder '%s'", tmp);
     if (!ck_is_dir(tmp))
@@ -333,12 +339,14 @@ static int place_file(const char *src, const char *dst, bool sync)
     }
     if (errno != EXDEV && errno != EPERM && errno != EMLINK && errno != EOPNOTSUPP)
         return ck_error_os(CK_EIO, "cannot link '%s' to '%s'", src, dst);
-    return copy_to(src, dst);
+    int err = copy_to(src, dst);
+    return err < 0 ? err : 1;
 }
 
 int ck_place_file(const char *src, const char *dst)
 {
-    return place_file(src, dst, true);
+    int err = place_file(src, dst, true);
+    return err < 0 ? err : 0;
 }
 
 int ck_place_file_nosync(const char *src, const char *dst)

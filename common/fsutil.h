@@ -52,7 +52,9 @@ int ck_mkdirs(const char *path, mode_t mode);
  * An existing dst that is the same file is success; a different one is CK_EEXIST. */
 int ck_place_file(const char *src, const char *dst);
 /* The same without the fsync of dst's folder, for callers placing many files
- * into one folder: they fsync it once (ck_fsync_dir) before relying on it. */
+ * into one folder: they fsync it once (ck_fsync_dir) before relying on it.
+ * Returns 0 when dst is src's own inode (linked now or before), 1 when it
+ * is a copy (a reflink or the bytes). */
 int ck_place_file_nosync(const char *src, const char *dst);
 /* Writes "a/b" into out; CK_ESIZE when it does not fit. */
 int ck_path_join(char *out, size_t outsz, const char *a, const char *b);

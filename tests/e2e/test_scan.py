@@ -4,6 +4,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -86,6 +87,46 @@ class Scan(TmpDirCase):
         # the hash cache: nothing was read again
         self.assertNotIn("file.hashed", p.stderr)
         self.assertNotIn("metadata.written", p.stderr)
+
+    def test_a_full_pass_reads_only_what_changed(self):
+        # 100,000 files in a run: a pass with nothing new must not look at
+        # each file's copy and hash cache again, yet must see any change
+        for s in (1, 2):
+            for j in range(3):
+                self.ckpt(f"step_{s}/shard_{j}.distcp", 3000)
+            self.ckpt(f"step_{s}/.metadata", 10)
+        self.ckpt("epoch_3.pt", 3000)
+        run("scan", self.dir, check=0)
+        rechecked = lambda p: sorted(re.findall(r"checkpoint\.rechecked: checkpoint='([^']+)'", p.stderr))
+        p = run("scan", "-v", self.dir, check=0)
+        self.assertEqual(rechecked(p), [])
+        self.assertNotIn("metadata.written", p.stderr)
+        # rewritten in place: same size, same inode, a new mtime
+        shard = os.path.join(self.dir, "step_1/shard_0.distcp")
+        ino = os.stat(shard).st_ino
+        with open(shard, "r+b") as f:
+            f.write(os.urandom(3000))
+        os.utime(shard, (time.time() - 30, time.time() - 30))
+        self.assertEqual(os.stat(shard).st_ino, ino)
+        self.ckpt("step_2/extra.distcp", 100)  # a file added to a registered folder
+        p = run("scan", "-v", self.dir, check=0)
+        self.assertEqual(rechecked(p), ["step_1", "step_2"])
+        self.assertEqual(p.stderr.count("checkpoint.changed"), 2, p.stderr)
+        t = validate_tree(self.dir)["model"]["training"]["checkpoints"]
+        ck = os.path.join(self.dir, "data", "checkpoints")
+        for s in ("step_1", "step_2"):
+            self.assertEqual(t[s]["hash"], md5_file(os.path.join(ck, f"{s}.md5sums")))
+            r = subprocess.run(["md5sum", "-c", f"{s}.md5sums"], cwd=ck, capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("extra.distcp", open(os.path.join(ck, "step_2.md5sums")).read())
+        # seen once: the next pass is quiet again
+        p = run("scan", "-v", self.dir, check=0)
+        self.assertEqual(rechecked(p), [])
+        # our copy differing from its source (not the same file any more) is looked at
+        os.unlink(os.path.join(ck, "step_2/shard_1.distcp"))
+        shutil.copy(os.path.join(self.dir, "step_2/shard_1.distcp"), os.path.join(ck, "step_2/shard_1.distcp"))
+        p = run("scan", "-v", self.dir, check=0)
+        self.assertEqual(rechecked(p), ["step_2"])
 
     def test_latest_is_last_registered_and_new_ones_append(self):
         self.ckpt("epoch_5.pt")
