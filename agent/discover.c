@@ -431,6 +431,31 @@ int ck_discover(const char *dir, const struct ck_ckpt_rules *rules, struct ck_di
     return 0;
 }
 
+/* A folder named to ck_discover_dirs that is a folder checkpoint itself:
+ * taken alone, as the walk of its parent would take it (*taken), without
+ * listing its siblings. */
+static int take_named_folder(struct walk *w, const char *rel, bool *taken)
+{
+    char parent_rel[PATH_MAX], parent[PATH_MAX];
+    const char *name = ck_basename(rel);
+    struct stat st;
+    *taken = false;
+    ck_dirname(parent_rel, sizeof parent_rel, rel);
+    if (!strcmp(parent_rel, "."))
+        parent_rel[0] = '\0';
+    if (ck_path_join(parent, sizeof parent, w->root, parent_rel[0] ? parent_rel : ".") < 0)
+        return 0; /* too long: the parent's walk says so */
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (pfd < 0)
+        return 0;
+    int err = 0;
+    if (fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+        !ck_rules_ignored(w->rules, name))
+        err = take_folder(w, pfd, rel, name, taken);
+    close(pfd);
+    return err;
+}
+
 int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *const *subdirs,
                      size_t n, bool (*known)(void *arg, const char *ref), void *known_arg,
                      struct ck_discovery *out)
@@ -441,6 +466,11 @@ int ck_discover_dirs(const char *dir, const struct ck_ckpt_rules *rules, char *c
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < n && err == 0; i++) {
         const char *rel = subdirs[i];
+        bool taken = false;
+        if (rel[0] && (err = take_named_folder(&w, rel, &taken)) < 0)
+            break;
+        if (taken)
+            continue;
         if ((err = ck_path_join(path, sizeof path, dir, rel[0] ? rel : ".")) < 0)
             break;
         int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

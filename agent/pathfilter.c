@@ -61,12 +61,11 @@ void ck_pathfilter_scope(const struct ck_pathfilter *f, const char *rel, char *o
     for (const char *p = strchr(rel, '/'); p; p = strchr(p + 1, '/')) {
         snprintf(prefix, sizeof prefix, "%.*s", (int)(p - rel), rel);
         if (pattern_hits(f, ck_basename(prefix), prefix, true)) {
-            ck_dirname(out, outsz, prefix);
-            goto done;
+            snprintf(out, outsz, "%s", prefix);
+            return;
         }
     }
     ck_dirname(out, outsz, rel);
-done:
     if (!strcmp(out, "."))
         out[0] = '\0';
 }

@@ -22,8 +22,9 @@ struct ck_pathfilter {
 bool ck_pathfilter_relevant(const struct ck_pathfilter *f, const char *rel);
 /* Whether the folder rel is a folder checkpoint by its name. */
 bool ck_pathfilter_is_folder_checkpoint(const struct ck_pathfilter *f, const char *rel);
-/* The folder a targeted pass lists to find rel's checkpoint: the one holding
- * the folder checkpoint rel is in, else rel's own folder ("" the top). */
+/* Where a targeted pass looks for rel's checkpoint: the folder checkpoint
+ * rel is in (taken alone: a run of 10,000 folders is not listed for each
+ * new one), else rel's own folder ("" the top). */
 void ck_pathfilter_scope(const struct ck_pathfilter *f, const char *rel, char *out, size_t outsz);
 
 #endif

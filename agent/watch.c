@@ -147,13 +147,10 @@ struct scopes {
     int err;
 };
 
-static void add_scope(void *arg, const char *rel)
+static void add_scope_at(struct scopes *sc, const char *dir)
 {
-    struct scopes *sc = arg;
-    char dir[PATH_MAX];
     struct ck_pathmap_entry *e;
     bool created;
-    ck_pathfilter_scope(&sc->filter, rel, dir, sizeof dir);
     if (sc->err || ck_pathmap_put(&sc->set, dir, sizeof *e, (void **)&e, &created) < 0) {
         sc->err = CK_ENOMEM;
         return;
@@ -167,6 +164,13 @@ static void add_scope(void *arg, const char *rel)
     }
     sc->list = l;
     l[sc->n++] = e->key;
+}
+
+static void add_scope(void *arg, const char *rel)
+{
+    char dir[PATH_MAX];
+    ck_pathfilter_scope(&((struct scopes *)arg)->filter, rel, dir, sizeof dir);
+    add_scope_at(arg, dir);
 }
 
 static bool remember(struct watcher *w, const struct ck_candidate *c);
@@ -290,7 +294,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         struct ck_pathmap_entry *e;
         ck_pathmap_iter_init(&it, &w->renamed);
         while ((e = ck_pathmap_next(&it)))
-            add_scope(&sc, e->key);
+            add_scope_at(&sc, e->key); /* a folder checkpoint: taken alone */
         if (sc.err)
             targeted = false;
     }
