@@ -7,12 +7,28 @@
 
 #include "agent/config.h"
 #include "agent/state.h"
+#include "common/buf.h"
 #include "writers/pmf.h"
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct ck_candidate; /* agent/discover.h */
+
+/* metadata.yaml as the last pass left it, kept by a long-lived caller (the
+ * watcher): while the file is the one that pass wrote (same device, inode,
+ * size, mtime), the next pass starts from it instead of reading and parsing
+ * it again (a 10,000-checkpoint metadata.yaml is 1.3 MB of YAML per event).
+ * Anyone else's write (a rename gives a new inode) makes it read again. */
+struct ck_scan_memo {
+    bool valid;
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+    struct ck_pmf_meta meta;
+    struct ck_buf bytes;
+};
+void ck_scan_memo_release(struct ck_scan_memo *m);
 
 struct ck_scan_opts {
     const char *dir;              /* the model root (the training output directory) */
@@ -31,6 +47,7 @@ struct ck_scan_opts {
      * below them) and does not re-check registered ones. NULL: everything. */
     char *const *only_dirs;
     size_t nonly_dirs;
+    struct ck_scan_memo *memo;    /* NULL: metadata.yaml is read each pass */
 };
 
 struct ck_scan_result {

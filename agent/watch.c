@@ -78,6 +78,7 @@ struct watcher {
     int sfd;
     sigset_t old_mask;
     struct ck_pathmap renamed; /* folders renamed into place: complete */
+    struct ck_scan_memo memo;  /* metadata.yaml as the last pass wrote it */
     struct admitted *admitted;
     size_t nadmitted;
     bool want_pass;
@@ -308,6 +309,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .admit_arg = w,
         .only_dirs = targeted ? (sc.list ? sc.list : (char *[]){""}) : NULL,
         .nonly_dirs = targeted ? sc.n : 0,
+        .memo = &w->memo,
     };
     struct ck_scan_result res = {0};
     double t0 = ck_mono_s();
@@ -891,6 +893,7 @@ static void release(struct watcher *w)
     ck_loop_free(w->loop);
     ck_settle_free(w->settle);
     ck_pathmap_release(&w->renamed);
+    ck_scan_memo_release(&w->memo);
     if (w->sfd >= 0) {
         close(w->sfd);
         sigprocmask(SIG_SETMASK, &w->old_mask, NULL);

@@ -473,6 +473,32 @@ class WatchCase(TmpDirCase):
         self.wait_refs(["epoch_12.pt"])
         self.assert_files(["epoch_12.pt"])
 
+    def test_metadata_written_by_another_hand_is_read_again(self):
+        # the watcher keeps metadata.yaml's parse between passes (a large one
+        # costs a parse per event); a change by anyone else must be seen
+        self.watch()
+        self.sync_point(1)
+        path = os.path.join(self.dir, "metadata.yaml")
+        for how, name in (("replaced", "renamed-by-a-rename"), ("in place", "renamed-in-place")):
+            with open(path) as f:
+                text = f.read()
+            old_name = yaml.safe_load(text)["model"]["name"]
+            text = text.replace(f"name: {old_name}\n", f"name: {name}\n", 1)
+            if how == "replaced":
+                with open(path + ".new", "w") as f:
+                    f.write(text)
+                os.rename(path + ".new", path)
+            else:
+                with open(path, "r+") as f:
+                    f.write(text)
+                    f.truncate()
+            self.assertEqual(meta(self.dir)["model"]["name"], name)
+            self.sync_point(2 if how == "replaced" else 3)
+            m = validate_tree(self.dir)
+            self.assertEqual(m["model"]["name"], name, how)
+        self.assertEqual(sorted(m["model"]["training"]["checkpoints"]),
+                         ["sync_epoch_1.pt", "sync_epoch_2.pt", "sync_epoch_3.pt"])
+
     def test_restart_on_an_existing_tree(self):
         self.trainer("--epochs", 2, "--mode", "rename", "--interval", 0)
         run("scan", "--min-age", "0", self.dir, check=0)
