@@ -283,16 +283,19 @@ static int notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
     if (all_checked && !res->metadata_written)
         return 0;
     ck_pmf_meta_init(&m);
-    if (ck_path_join(path, sizeof path, dir, "metadata.yaml") == 0 &&
-        ck_read_file(path, META_MAX, &b) == 0 && ck_pmf_parse(&m, path, b.data, b.len) == 0) {
+    const struct ck_pmf_meta *mp = res->meta; /* the pass's own, when it kept it */
+    if (!mp && ck_path_join(path, sizeof path, dir, "metadata.yaml") == 0 &&
+        ck_read_file(path, META_MAX, &b) == 0 && ck_pmf_parse(&m, path, b.data, b.len) == 0)
+        mp = &m;
+    if (mp) {
         have_meta = true;
-        ck_metrics_set(CK_M_CHECKPOINTS, (int64_t)m.ncheckpoints);
-        if (m.latest_time.set)
-            ck_metrics_set_max(CK_M_NEWEST_CHECKPOINT_TIME, (int64_t)m.latest_time.v);
+        ck_metrics_set(CK_M_CHECKPOINTS, (int64_t)mp->ncheckpoints);
+        if (mp->latest_time.set)
+            ck_metrics_set_max(CK_M_NEWEST_CHECKPOINT_TIME, (int64_t)mp->latest_time.v);
     }
     ck_buf_release(&b);
     if (h && have_meta) {
-        err = announce(h, st, dir, res, &m);
+        err = announce(h, st, dir, res, mp);
     } else if (h) {
         /* no readable metadata.yaml: what the pass says, without the bookkeeping */
         for (size_t i = 0; err >= 0 && i < res->nregistered; i++)

@@ -649,6 +649,23 @@ static void memo_set(struct ck_scan_memo *m, const struct stat *st)
     m->mtime_ns = ck_mtime_ns(st);
 }
 
+/* metadata.yaml written atomically; *st is the new file as written (fstat
+ * before the rename: rename does not change what the memo compares). */
+static int write_meta(const char *path, const struct ck_buf *out, struct stat *st)
+{
+    struct ck_atomic_file f;
+    int err = ck_atomic_open(&f, path, 0644);
+    if (err < 0)
+        return err;
+    if ((err = ck_atomic_write(&f, ck_buf_str(out), out->len)) < 0 || fstat(f.fd, st) < 0) {
+        if (err == 0)
+            err = ck_error_os(CK_EIO, "cannot stat '%s'", f.tmp);
+        ck_atomic_abort(&f);
+        return err;
+    }
+    return ck_atomic_commit(&f);
+}
+
 void ck_scan_memo_release(struct ck_scan_memo *m)
 {
     if (m->valid) {
@@ -735,7 +752,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     if ((err = ck_state_commit(st)) < 0)
         goto out;
     if (fresh || out.len != old.len || memcmp(ck_buf_str(&out), ck_buf_str(&old), out.len)) {
-        if ((err = ck_write_file_atomic(meta_path, ck_buf_str(&out), out.len, 0644)) < 0) {
+        if ((err = write_meta(meta_path, &out, &mst)) < 0) {
             ck_metrics_add(CK_M_FAILURES_METADATA, 1);
             goto out;
         }
@@ -746,14 +763,18 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
                 s.meta.ncheckpoints, ck_pmf_status_name(s.meta.status));
     }
     err = status_err;
-    if (memo && err == 0 && stat(meta_path, &mst) == 0) {
-        /* what metadata.yaml now holds: out (written, or equal to old) */
+    if (memo && err == 0 && (res->metadata_written || !fresh)) {
+        /* the file as this pass knew it: the one it wrote (its own fstat), or
+         * the one it read, as stat'ed before reading. Never a stat now: a
+         * write by another hand meanwhile would pass for ours and never be
+         * read (metrics.failures_and_removals found it under load). */
         memo_set(memo, &mst);
         memo->meta = s.meta;
         memo->bytes = out;
         ck_pmf_meta_init(&s.meta);
         out = (struct ck_buf)CK_BUF_INIT;
         memo->valid = true;
+        res->meta = &memo->meta;
     }
 out:
     if (in_txn)

@@ -61,6 +61,9 @@ struct ck_scan_result {
     enum ck_pmf_status old_status, new_status;
     char model_id[64];
     char model_name[256];
+    /* metadata.yaml as this pass left it, when the caller keeps a memo
+     * (borrowed from it until the next pass); NULL otherwise */
+    const struct ck_pmf_meta *meta;
 };
 
 /* Runs one pass. The caller holds the lock and the open state. Problems with
