@@ -116,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < ni; i++)
             if (ck_model_node_add_input(n, names[u8(&b) % nvalues]) < 0)
                 goto out;
-        size_t no = op == CK_OP_SPLIT ? 1 + u8(&b) % 3 : 1;
+        size_t no = op == CK_OP_SPLIT || op == CK_OP_TOPK ? 1 + u8(&b) % 3 : 1;
         for (size_t i = 0; i < no && nvalues < 64; i++) {
             snprintf(names[nvalues], sizeof names[0], "v%zu", nvalues);
             if (ck_model_node_add_output(n, names[nvalues]) < 0)

@@ -178,6 +178,9 @@ def onnx_seeds(out):
                                             exclude_outside=1),
                            helper.make_node("ArgMax", ["r"], ["y"], axis=-1, keepdims=0)],
                           [fv("x", [1, 1, 3, 4])], [fv("y", [1, 1, 6])]),
+        "topk": ([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0),
+                  helper.make_node("TopK", ["v", "k"], ["y", "j"], axis=-1)],
+                 [fv("x", [2, 4, 3])], [fv("y", [2, 2, 2])]),
         "einsum": ([helper.make_node("Einsum", ["q", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
                     helper.make_node("Einsum", ["s"], ["y"], equation="bhqk->bkq")],
                    [fv("q", [1, 2, 3, 4]), fv("k", [1, 2, 5, 4])], [fv("y", [1, 5, 3])]),
@@ -186,6 +189,7 @@ def onnx_seeds(out):
         "Constant", [], ["sc"], value=helper.make_tensor("sc", TensorProto.FLOAT, [4],
                                                          [1, 1, 2, 1.5])))
     consts = {"causal_mask": [("z", 0), ("t", 4), ("o", 1), ("a0", [0]), ("a1", [1])],
+              "topk": [("k", [2])],
               "select": [("es", [2, 1, 3]), ("tr", [1, 2, 1]), ("k", 1), ("ax", -1)]}
     for name, cs in consts.items():
         nodes = extra[name][0]
@@ -294,7 +298,7 @@ def zip_seeds(out):
 def graph_seeds(out):
     """fuzz_graph: byte strings its decoder reads as small valid graphs
     (weights, inputs, a chain of ops with their parameters)."""
-    for op in range(1, 107):  # every op up to resize (model/model.h's enum)
+    for op in range(1, 108):  # every op up to topk (model/model.h's enum)
         # 1 weight [3, 4]; 1 input [1, 4]; 2 nodes: op over (input, weight), then relu
         body = bytes([1, 2, 3, 4, 0, 2, 1, 4, 2, op, 2, 1, 0]) + bytes([1] * 12) + \
             bytes([0] * 4) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + bytes([9, 2, 1, 1, 0, 0])
