@@ -144,6 +144,8 @@ bool ck_infer_int_node(const struct ck_model_node *n, const enum ck_dtype *indt,
     case CK_OP_NEG: case CK_OP_ABS: case CK_OP_MAX: case CK_OP_MIN: case CK_OP_REDUCE_SUM:
     case CK_OP_REDUCE_MAX: case CK_OP_REDUCE_MIN: case CK_OP_REDUCE_PROD:
         break;
+    case CK_OP_POW: /* an integer base; the exponent integer or float */
+        return ck_dtype_is_int(out) && nin >= 1 && ck_dtype_is_int(indt[0]);
     default:
         return false;
     }
@@ -194,6 +196,20 @@ static void strides(const struct ck_ishape *s, const struct ck_ishape *o, int64_
     }
 }
 
+/* An integer to the power e: rounded to the nearest integer when e is a
+ * whole number from 0 (pow's result is within an ulp of the exact one,
+ * which is under 2^24 when it is stored), else toward zero (ONNX's
+ * reference casts the float power to the integer type). */
+static int int_pow(const struct ck_kcall *k, int64_t a, double e, int64_t *r)
+{
+    double p = pow((double)a, e);
+    if (!isfinite(p) || fabs(p) >= 0x1p62)
+        return ck_error(CK_EFORMAT, "node '%s' (pow): %lld to the power %g has no integer value "
+                        "under 2^24", k->n->name, (long long)a, e);
+    *r = e >= 0 && e == trunc(e) ? (int64_t)llround(p) : (int64_t)trunc(p);
+    return 0;
+}
+
 /* a op b with numpy broadcasting, or a op the node's scalar. */
 static int binary(const struct ck_kcall *k, enum ck_dtype t)
 {
@@ -202,14 +218,21 @@ static int binary(const struct ck_kcall *k, enum ck_dtype t)
     int64_t n = ck_ishape_numel(o), sa[CK_INFER_MAX_RANK], sb[CK_INFER_MAX_RANK];
     int64_t idx[CK_INFER_MAX_RANK] = {0}, ia = 0, ib = 0, s = 0;
     int err;
-    bool scalar = p->has_scalar || k->nin < 2;
-    if (scalar && (err = get(k, p->scalar, &s)) < 0)
+    bool scalar = p->has_scalar || k->nin < 2, is_pow = k->n->op == CK_OP_POW;
+    if (scalar && !is_pow && (err = get(k, p->scalar, &s)) < 0)
         return err;
     strides(&k->ins[0], o, sa);
     if (!scalar)
         strides(&k->ins[1], o, sb);
     for (int64_t i = 0; i < n; i++) {
         int64_t a, b, r;
+        if (is_pow) { /* the exponent as it is: an integer or a float */
+            double e = scalar ? (double)p->scalar : (double)k->in[1][ib];
+            if ((err = get(k, k->in[0][ia], &a)) < 0 || (err = int_pow(k, a, e, &r)) < 0 ||
+                (err = put(k, t, &k->out[0][i], r)) < 0)
+                return err;
+            goto next;
+        }
         if ((err = get(k, k->in[0][ia], &a)) < 0 ||
             (!scalar && (err = get(k, k->in[1][ib], &b)) < 0))
             return err;
@@ -219,6 +242,7 @@ static int binary(const struct ck_kcall *k, enum ck_dtype t)
         }
         if ((err = binop(k, t, a, b, &r)) < 0 || (err = put(k, t, &k->out[0][i], r)) < 0)
             return err;
+    next:
         for (int d = o->rank - 1; d >= 0; d--) {
             ia += sa[d];
             if (!scalar)

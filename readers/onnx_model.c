@@ -2685,7 +2685,7 @@ static bool int_ok(enum ck_op op)
     case CK_OP_NEG: case CK_OP_ABS: case CK_OP_MAX: case CK_OP_MIN: case CK_OP_REDUCE_SUM:
     case CK_OP_REDUCE_MAX: case CK_OP_REDUCE_MIN: case CK_OP_REDUCE_PROD: case CK_OP_CLIP:
     case CK_OP_SIGN: case CK_OP_RELU: case CK_OP_EQUAL: case CK_OP_LESS: case CK_OP_GREATER:
-    case CK_OP_LESS_EQUAL: case CK_OP_GREATER_EQUAL:
+    case CK_OP_LESS_EQUAL: case CK_OP_GREATER_EQUAL: case CK_OP_POW:
         return true;
     default:
         return false;
@@ -2739,7 +2739,9 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
         if (row->op == CK_OP_TOPK && n->noutputs == 2 && out[1] && !out[1]->is_const)
             out[1]->is_int = true; /* its indices; the values are x's type */
         /* TopK's K and a reduction's axes are parameters (constants), not data */
-        size_t ndata = row->op == CK_OP_TOPK || ck_op_is_reduce(row->op) ? 1 : n->ninputs;
+        /* Pow's type is its base's: an integer exponent of a float is data of a float op */
+        size_t ndata = row->op == CK_OP_TOPK || row->op == CK_OP_POW || ck_op_is_reduce(row->op)
+                           ? 1 : n->ninputs;
         for (size_t i = 0; i < ndata; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
             if (x && x->is_int && !x->is_mask && int_ok(row->op))

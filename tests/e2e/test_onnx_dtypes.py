@@ -124,6 +124,11 @@ class Dtypes(TmpDirCase):
         u8b = rng.integers(1, 256, (10,)).astype(np.uint8)
         i8a = np.array([-128, -100, 100, 127, 5, -5], np.int8)
         i8b = np.array([-1, 100, 100, 1, -3, 3], np.int8)
+        pb = np.array([-3, -2, 0, 1, 2, 3, 5, 7, 11, 13], np.int64)
+        pe = np.array([3, 5, 4, 9, 10, 7, 6, 5, 4, 3], np.int64)
+        pf = np.array([1.5, 0.5, 2.5, 3.3, 0.7, 2.2, 1.25, 0.3, 1.9, 2.01], np.float32)
+        pbf = np.array([0.5, -1.5, 2.0, 3.0, -2.0, 0.25, -0.5, 1.5, 0.125, 4.0], np.float32)
+        pbp = np.abs(pb)  # float powers of a negative base have no real value
 
         def trunc_div(a, b):
             q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
@@ -154,9 +159,15 @@ class Dtypes(TmpDirCase):
                 ("prod32", "ReduceProd", ["b32"], {}, np.prod(b32, keepdims=True)),
                 ("eq64", "Equal", ["a64", "b64"], {}, a64 == b64),
                 ("lt32", "Less", ["a32", "b32"], {}, a32 < b32),
+                # Pow: an integer base to integer powers (exact), to float powers
+                # (toward zero, as ONNX's reference casts), a float to integer powers
+                ("powii", "Pow", ["pb", "pe"], {}, pb ** pe),
+                ("powif", "Pow", ["pbp", "pf"], {}, np.power(pbp, pf).astype(np.int64)),
+                ("powfi", "Pow", ["pbf", "pe"], {}, np.power(pbf, pe).astype(np.float32)),
             ]
         ins = [("a32", a32), ("b32", b32), ("a64", a64), ("b64", b64), ("u8a", u8a),
-               ("u8b", u8b), ("i8a", i8a), ("i8b", i8b)]
+               ("u8b", u8b), ("i8a", i8a), ("i8b", i8b), ("pb", pb), ("pe", pe), ("pf", pf),
+               ("pbf", pbf), ("pbp", pbp)]
         nodes = [h.make_node(op, i, [name], **at) for name, op, i, at, _ in refs]
         outs = [(name, np.asarray(ref)) for name, _, _, _, ref in refs]
         p = self.model("ints", nodes, ins, outs, inits=[("ax", np.array([1], np.int64))])
@@ -214,9 +225,9 @@ class Dtypes(TmpDirCase):
                 self.assertFalse(os.path.exists(os.path.join(self.dir, name + "." + fmt)))
         # integer ops the engine does not compute exactly: refused by name
         a = np.array([1, 2], np.int32)
-        p = self.model("pow", [h.make_node("Pow", ["a", "a"], ["y"], name="pw")],
+        p = self.model("mean", [h.make_node("ReduceMean", ["a"], ["y"], name="rm")],
                        [("a", a)], [("y", a)])
-        self.fails(p, [("a", a)], 4, "node 'pw' (Pow): input 'a' is an integer tensor")
+        self.fails(p, [("a", a)], 4, "node 'rm' (ReduceMean): input 'a' is an integer tensor")
 
 
 if __name__ == "__main__":

@@ -215,9 +215,9 @@ class Select(TmpDirCase):
         # while arithmetic the engine has no integer kernel for is refused
         nodes = [h.make_node("Greater", ["x", "x"], ["g"]),
                  h.make_node("Cast", ["g"], ["gi"], to=self.TP.INT64),
-                 h.make_node("Pow", ["gi", "gi"], ["y"], name="pw")]
+                 h.make_node("ReduceMean", ["gi"], ["y"], name="pw")]
         p = self.model("cast_int", nodes, [("x", x)], [("y", x)])
-        self.refused(p, "node 'pw' (Pow): input 'gi' is an integer tensor", inputs=[x])
+        self.refused(p, "node 'pw' (ReduceMean): input 'gi' is an integer tensor", inputs=[x])
         g = h.make_graph([h.make_node("Greater", ["a", "b"], ["g"]),
                           h.make_node("Neg", ["x"], ["nx"]),
                           h.make_node("Where", ["g", "x", "nx"], ["y"])], "ints",
