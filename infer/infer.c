@@ -126,16 +126,18 @@ int ck_infer_check_float32(const struct ck_model *m)
     for (size_t i = 0; err == 0 && i < m->nnodes; i++) {
         const struct ck_model_node *n = &m->nodes[i];
         const struct ck_enode *en = &e.nodes[i];
+        if (!n->noutputs)
+            continue;
         enum ck_dtype in[16], out = e.values[en->out[0]].dtype;
         size_t nin = en->nin < 16 ? en->nin : 16;
         for (size_t k = 0; k < nin; k++)
             in[k] = e.values[en->in[k]].dtype;
         const char *why = NULL;
-        if (n->noutputs && (out == CK_DT_F16 || out == CK_DT_BF16))
+        if (out == CK_DT_F16 || out == CK_DT_BF16)
             why = "rounds to a 16-bit float";
         else if (n->op == CK_OP_CAST && out != CK_DT_F32 && out != CK_DT_F64)
             why = "casts to an integer or bool";
-        else if (n->noutputs && ck_infer_int_node(n, in, nin, out))
+        else if (ck_infer_int_node(n, in, nin, out))
             why = "computes on integers";
         if (why)
             err = ck_error(CK_EUNSUPPORTED,
