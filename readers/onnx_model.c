@@ -2677,7 +2677,7 @@ static bool moves_only(enum ck_op op)
 /* The ops the engine computes exactly on integers: its integer kernels
  * (infer/kernels_int.c: division truncates, Mod's two forms, the type's
  * width wraps) and the ops exact on whole float32 numbers (clip to whole
- * bounds, sign, relu; the comparisons give masks). */
+ * bounds, sign, relu, max pooling; the comparisons give masks). */
 static bool int_ok(enum ck_op op)
 {
     switch (op) {
@@ -2685,7 +2685,8 @@ static bool int_ok(enum ck_op op)
     case CK_OP_NEG: case CK_OP_ABS: case CK_OP_MAX: case CK_OP_MIN: case CK_OP_REDUCE_SUM:
     case CK_OP_REDUCE_MAX: case CK_OP_REDUCE_MIN: case CK_OP_REDUCE_PROD: case CK_OP_CLIP:
     case CK_OP_SIGN: case CK_OP_RELU: case CK_OP_EQUAL: case CK_OP_LESS: case CK_OP_GREATER:
-    case CK_OP_LESS_EQUAL: case CK_OP_GREATER_EQUAL: case CK_OP_POW:
+    case CK_OP_LESS_EQUAL: case CK_OP_GREATER_EQUAL: case CK_OP_POW: case CK_OP_MAXPOOL:
+    case CK_OP_GLOBAL_MAXPOOL:
         return true;
     default:
         return false;
@@ -2740,7 +2741,8 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
             out[1]->is_int = true; /* its indices; the values are x's type */
         /* TopK's K and a reduction's axes are parameters (constants), not data */
         /* Pow's type is its base's: an integer exponent of a float is data of a float op */
-        size_t ndata = row->op == CK_OP_TOPK || row->op == CK_OP_POW || ck_op_is_reduce(row->op)
+        size_t ndata = row->op == CK_OP_TOPK || row->op == CK_OP_POW ||
+                               row->op == CK_OP_CUMSUM || ck_op_is_reduce(row->op)
                            ? 1 : n->ninputs;
         for (size_t i = 0; i < ndata; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
