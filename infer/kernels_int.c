@@ -117,7 +117,7 @@ int ck_infer_k_cast(const struct ck_kcall *k)
         return ck_error(CK_EFORMAT, "node '%s' (cast): no cast to %s", k->n->name,
                         ck_dtype_name(to));
     for (int64_t i = 0; i < n; i++) {
-        int64_t v;
+        int64_t v = 0;
         if (is_float(from)) {
             if (!isfinite(x[i]))
                 return ck_error(CK_EFORMAT, "node '%s' (cast): %g has no value in %s", k->n->name,
@@ -225,7 +225,7 @@ static int binary(const struct ck_kcall *k, enum ck_dtype t)
     if (!scalar)
         strides(&k->ins[1], o, sb);
     for (int64_t i = 0; i < n; i++) {
-        int64_t a, b, r;
+        int64_t a = 0, b = 0, r = 0;
         if (is_pow) { /* the exponent as it is: an integer or a float */
             double e = scalar ? (double)p->scalar : (double)k->in[1][ib];
             if ((err = get(k, k->in[0][ia], &a)) < 0 || (err = int_pow(k, a, e, &r)) < 0 ||
@@ -283,7 +283,7 @@ static int reduce(const struct ck_kcall *k, enum ck_dtype t)
         acc[o] = op == CK_OP_REDUCE_PROD ? 1 : op == CK_OP_REDUCE_MAX ? INT64_MIN
                  : op == CK_OP_REDUCE_MIN ? INT64_MAX : 0;
     for (int64_t i = 0; i < total; i++) {
-        int64_t o = 0, v;
+        int64_t o = 0, v = 0;
         for (int d = 0; d < x->rank; d++)
             o += idx[d] * ost[d];
         if ((err = get(k, k->in[0][i], &v)) < 0)
@@ -314,7 +314,7 @@ int ck_infer_k_int(const struct ck_kcall *k)
     switch (k->n->op) {
     case CK_OP_NEG: case CK_OP_ABS:
         for (int64_t i = 0; i < n; i++) {
-            int64_t v;
+            int64_t v = 0;
             if ((err = get(k, k->in[0][i], &v)) < 0 ||
                 (err = put(k, t, &k->out[0][i], k->n->op == CK_OP_NEG || v < 0 ? -v : v)) < 0)
                 return err;
