@@ -222,9 +222,11 @@ void ck_infer_dtypes(struct ck_infer *e)
         const struct ck_enode *en = &e->nodes[i];
         /* the computing input's: the first that is not a weight (weights
          * were converted; a float16 scale does not make a float32 product
-         * float16), else the first; where's a or b */
+         * float16), else the first; where's a or b; a gather's table (its
+         * indices, often the graph's input, are not what it gives) */
         size_t from = n->op == CK_OP_WHERE && en->nin > 1 ? 1 : 0, pick = from;
-        for (size_t k = en->nin; k-- > from;)
+        bool table = n->op == CK_OP_GATHER || n->op == CK_OP_GATHER_ELEMENTS;
+        for (size_t k = en->nin; !table && k-- > from;)
             if (e->values[en->in[k]].kind != CK_VALUE_WEIGHT)
                 pick = k;
         enum ck_dtype first = en->nin ? e->values[en->in[pick]].dtype : CK_DT_F32;

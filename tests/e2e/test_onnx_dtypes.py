@@ -130,6 +130,8 @@ class Dtypes(TmpDirCase):
         pbf = np.array([0.5, -1.5, 2.0, 3.0, -2.0, 0.25, -0.5, 1.5, 0.125, 4.0], np.float32)
         pbp = np.abs(pb)  # float powers of a negative base have no real value
         img = rng.integers(0, 256, (1, 1, 4, 6)).astype(np.uint8)
+        tbl = (rng.integers(-8, 8, (5, 3)) / 4).astype(np.float32)
+        ids = np.array([[4, 0], [2, 2]], np.int64)
 
         def trunc_div(a, b):
             q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
@@ -165,16 +167,24 @@ class Dtypes(TmpDirCase):
                 ("powii", "Pow", ["pb", "pe"], {}, pb ** pe),
                 ("powif", "Pow", ["pbp", "pf"], {}, np.power(pbp, pf).astype(np.int64)),
                 ("powfi", "Pow", ["pbf", "pe"], {}, np.power(pbf, pe).astype(np.float32)),
+                # a float table gathered by integer ids (a graph input) is float, and
+                # so is what is computed from it (BERT's and GPT's embeddings)
+                ("gath", "Gather", ["tbl", "ids"], {}, tbl[ids]),
+                ("gsub", "Sub", ["gath", "gmean"], {},
+                 tbl[ids] - tbl[ids].max(axis=-1, keepdims=True)),
                 # max pooling of whole numbers is exact as it is (2 x 2, stride 2)
                 ("poolu8", "MaxPool", ["img"], {"kernel_shape": [2, 2], "strides": [2, 2]},
                  img.reshape(1, 1, 2, 2, 3, 2).max(axis=(3, 5))),
             ]
         ins = [("a32", a32), ("b32", b32), ("a64", a64), ("b64", b64), ("u8a", u8a),
                ("u8b", u8b), ("i8a", i8a), ("i8b", i8b), ("pb", pb), ("pe", pe), ("pf", pf),
-               ("pbf", pbf), ("pbp", pbp), ("img", img)]
+               ("pbf", pbf), ("pbp", pbp), ("img", img), ("ids", ids)]
         nodes = [h.make_node(op, i, [name], **at) for name, op, i, at, _ in refs]
+        nodes.insert(0, h.make_node("ReduceMax", ["gath"], ["gmean"], axes=[-1]))
+        nodes.insert(0, nodes.pop([n.output[0] for n in nodes].index("gath")))
         outs = [(name, np.asarray(ref)) for name, _, _, _, ref in refs]
-        p = self.model("ints", nodes, ins, outs, inits=[("ax", np.array([1], np.int64))])
+        p = self.model("ints", nodes, ins, outs, inits=[("ax", np.array([1], np.int64)),
+                                                        ("tbl", tbl)])
         self.verify(p, ins, outs)
 
     def test_refusals_and_errors_name_the_node(self):
