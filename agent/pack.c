@@ -91,6 +91,10 @@ int ck_pack(const char *src, const char *out, const struct ck_pack_opts *o,
         err = ck_error_wrap(err, "'%s': not packed: the inference engine could not run it", src);
         goto out;
     }
+    if ((err = ck_infer_check_float32(m)) < 0) {
+        err = ck_error_wrap(err, "'%s': not packed as %s", src, ops->name);
+        goto out;
+    }
     r->nlayers = m->nnodes;
     struct ck_writer_opts wo = o->w;
     if (strcmp(ops->name, "mldef") == 0) {

@@ -11,6 +11,7 @@ struct ck_value {
     const char *name; /* borrowed from the model */
     enum ck_value_kind kind;
     struct ck_ishape shape;
+    enum ck_dtype dtype; /* what the model says the value is (ck_infer_dtypes); stored as float32 */
     float *data;      /* weights: converted (owned when .owned) or in place; others: a buffer */
     bool owned;
     bool graph_output;
@@ -48,11 +49,18 @@ struct ck_infer {
     uint64_t peak_bytes;
     double *node_seconds;
     size_t fused; /* nodes folded into another (ck_infer_fuse) */
+    bool dtypes_only; /* values_build: shapes and dtypes of weights, nothing converted */
 };
 
 int ck_infer_value_find(const struct ck_infer *e, const char *name);
 int ck_infer_value_add(struct ck_infer *e, const char *name, enum ck_value_kind kind);
 int ck_infer_values_build(struct ck_infer *e);
+/* Every node output's dtype from its inputs' (values_build calls it): a
+ * cast's target, bool for comparisons and logic, int64 for indices, else
+ * the first data input's. float16 and bfloat16 values are rounded to their
+ * dtype after the node that computes them (infer.c); integers are whole
+ * float32 numbers (ck_infer_k_int keeps them under 2^24). */
+void ck_infer_dtypes(struct ck_infer *e);
 /* Folds what the node table allows at load time (fuse.c): a batch norm into
  * the convolution before it. The model is not changed: the engine's node
  * table is. */

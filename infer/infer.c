@@ -119,6 +119,36 @@ int ck_infer_check_shapes(const struct ck_model *m)
     return err;
 }
 
+int ck_infer_check_float32(const struct ck_model *m)
+{
+    struct ck_infer e = {.m = m, .dtypes_only = true};
+    int err = ck_infer_values_build(&e);
+    for (size_t i = 0; err == 0 && i < m->nnodes; i++) {
+        const struct ck_model_node *n = &m->nodes[i];
+        const struct ck_enode *en = &e.nodes[i];
+        if (!n->noutputs)
+            continue;
+        enum ck_dtype in[16], out = e.values[en->out[0]].dtype;
+        size_t nin = en->nin < 16 ? en->nin : 16;
+        for (size_t k = 0; k < nin; k++)
+            in[k] = e.values[en->in[k]].dtype;
+        const char *why = NULL;
+        if (out == CK_DT_F16 || out == CK_DT_BF16)
+            why = "rounds to a 16-bit float";
+        else if (n->op == CK_OP_CAST && out != CK_DT_F32 && out != CK_DT_F64)
+            why = "casts to an integer or bool";
+        else if (ck_infer_int_node(n, in, nin, out))
+            why = "computes on integers";
+        if (why)
+            err = ck_error(CK_EUNSUPPORTED,
+                           "node '%s' (%s) %s (%s), and the archive formats hold float32 "
+                           "values without their dtypes: it would compute in float32",
+                           n->name, ck_op_name(n->op), why, ck_dtype_name(out));
+    }
+    ck_infer_values_free(&e);
+    return err;
+}
+
 int ck_infer_check_nodes(const struct ck_model *m)
 {
     int err = 0;
@@ -203,6 +233,7 @@ struct node_io {
     const float **inp;
     float **outp;
     struct ck_ishape *ins, *outs;
+    enum ck_dtype *indt, *outdt;
 };
 
 static int node_io_new(const struct ck_model *m, struct node_io *io)
@@ -218,7 +249,9 @@ static int node_io_new(const struct ck_model *m, struct node_io *io)
     io->outp = calloc(most, sizeof *io->outp);
     io->ins = calloc(most, sizeof *io->ins);
     io->outs = calloc(most, sizeof *io->outs);
-    if (!io->inp || !io->outp || !io->ins || !io->outs)
+    io->indt = calloc(2 * most, sizeof *io->indt);
+    io->outdt = io->indt ? io->indt + most : NULL;
+    if (!io->inp || !io->outp || !io->ins || !io->outs || !io->indt)
         return ck_error(CK_ENOMEM, "out of memory for nodes of %zu inputs or outputs", most);
     return 0;
 }
@@ -229,6 +262,7 @@ static void node_io_release(struct node_io *io)
     free(io->outp);
     free(io->ins);
     free(io->outs);
+    free(io->indt);
 }
 
 static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io *io)
@@ -238,15 +272,23 @@ static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io
     for (size_t k = 0; k < nin; k++) {
         io->inp[k] = e->values[e->nodes[i].in[k]].data;
         io->ins[k] = e->values[e->nodes[i].in[k]].shape;
+        io->indt[k] = e->values[e->nodes[i].in[k]].dtype;
     }
     for (size_t k = 0; k < n->noutputs; k++) {
         io->outp[k] = e->values[e->nodes[i].out[k]].data;
         io->outs[k] = e->values[e->nodes[i].out[k]].shape;
+        io->outdt[k] = e->values[e->nodes[i].out[k]].dtype;
     }
     const struct ck_enode *en = &e->nodes[i];
     struct ck_kcall k = {n,       io->inp, io->ins,    nin,        io->outp,   io->outs,
-                         e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max};
-    return ck_infer_kernel(&k);
+                         e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max,
+                         io->indt, io->outdt};
+    int err = ck_infer_kernel(&k);
+    /* a float16 (bfloat16) value holds what float16 arithmetic gives: the
+     * float32 result rounded once to the dtype */
+    for (size_t o = 0; err == 0 && o < n->noutputs; o++)
+        ck_infer_round_to(io->outdt[o], io->outp[o], ck_ishape_numel(&io->outs[o]));
+    return err;
 }
 
 static int copy_outputs(struct ck_infer *e, struct ck_infer_array **outputs, size_t *noutputs)

@@ -63,6 +63,11 @@ int ck_infer_check_shapes(const struct ck_model *m);
  * node), for a model whose values are not complete yet: the config check's
  * layer list, before any weights. */
 int ck_infer_check_nodes(const struct ck_model *m);
+/* Whether m computes the same without its values' dtypes (an .mldef or a
+ * SameDiff archive holds float32 values only): CK_EUNSUPPORTED naming the
+ * first node that rounds to float16 or bfloat16, casts to an integer or
+ * bool, or runs the integer kernels. Nothing is converted. */
+int ck_infer_check_float32(const struct ck_model *m);
 /* Whether op is in the engine's op table. */
 bool ck_infer_op_is_supported(enum ck_op op);
 

@@ -54,6 +54,7 @@ struct ck_kcall {
     float *scratch; /* ck_infer_scratch_floats(n, ins) floats */
     enum ck_infer_act act; /* conv2d and dense only */
     float act_min, act_max;
+    const enum ck_dtype *indt, *outdt; /* each input's and output's dtype (values are float32) */
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */
@@ -77,6 +78,17 @@ int ck_infer_k_conv_transpose(const struct ck_kcall *k);
 int ck_infer_k_rnn(const struct ck_kcall *k); /* rnn, gru, lstm */
 int ck_infer_k_grid_sample(const struct ck_kcall *k);
 int ck_infer_k_select(const struct ck_kcall *k); /* where ... resize (kernels_select.c) */
+int ck_infer_k_topk(const struct ck_kcall *k);   /* kernels_sort.c */
+int ck_infer_k_cast(const struct ck_kcall *k);   /* kernels_int.c */
+/* The integer arithmetic (kernels_int.c): whether it computes node n with
+ * these dtypes (every input an integer or bool, the output an integer), and
+ * the kernel. */
+bool ck_infer_int_node(const struct ck_model_node *n, const enum ck_dtype *indt, size_t nin,
+                       enum ck_dtype out);
+int ck_infer_k_int(const struct ck_kcall *k);
+/* v rounded to t's precision: float16 and bfloat16 to nearest even, other
+ * dtypes unchanged. */
+void ck_infer_round_to(enum ck_dtype t, float *v, int64_t n);
 /* resize: the output extent of axis a for an input extent in, and its scale;
  * false when the parameters do not describe it (kernels_select.c). */
 bool ck_infer_resize_axis(const struct ck_model_node *n, int a, int64_t in, int64_t *out,

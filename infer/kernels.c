@@ -12,6 +12,10 @@ int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_i
         int64_t m = ins[0].d[ins[0].rank - 1];
         return 2 * m * m;
     }
+    case CK_OP_TOPK: { /* two uint32 indices per element of the axis */
+        int a = ck_infer_norm_axis(ck_op_axis(&n->p, -1), ins[0].rank);
+        return a < 0 ? 0 : 2 * ins[0].d[a];
+    }
     case CK_OP_RNN: case CK_OP_GRU: case CK_OP_LSTM: /* h, c, new h, pad; 4 H doubles */
         return n->p.nints == 5 ? 3 * n->p.ints[1] + 1 + 8 * n->p.ints[1] : 0;
     default:
@@ -50,6 +54,10 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     case CK_OP_UNSQUEEZE: case CK_OP_CONCAT: case CK_OP_SPLIT: case CK_OP_SLICE:
     case CK_OP_GATHER: case CK_OP_PAD:
         return ck_infer_k_layout;
+    case CK_OP_TOPK:
+        return ck_infer_k_topk;
+    case CK_OP_CAST:
+        return ck_infer_k_cast;
     default:
         if (op >= CK_OP_WHERE && op <= CK_OP_RESIZE)
             return ck_infer_k_select;
@@ -72,5 +80,10 @@ int ck_infer_kernel(const struct ck_kcall *k)
     if (!kernel)
         return ck_error(CK_EFORMAT, "node '%s': op '%s' is not supported by the inference engine",
                         k->n->name, ck_op_name(k->n->op));
+    if (k->indt && k->outdt && ck_infer_int_node(k->n, k->indt, k->nin, k->outdt[0]))
+        return ck_infer_k_int(k);
+    if (k->n->op == CK_OP_FMOD && k->n->p.nints && k->n->p.ints[0] == 0)
+        return ck_error(CK_EFORMAT, "node '%s' (fmod): the integer modulo (the sign of the divisor) "
+                        "takes integers", k->n->name);
     return kernel(k);
 }

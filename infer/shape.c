@@ -777,6 +777,26 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
         return nin < 2 ? BAD("node '%s' (gather): no indices", n->name)
                        : gather(n, &in[0], &in[1], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
+    case CK_OP_CAST:
+        if (n->p.nints != 1 || ck_op_cast_dtype(n->p.ints[0]) == CK_DT_INVALID)
+            return BAD("node '%s' (cast): needs one dtype (ONNX's code of a number type or bool)",
+                       n->name);
+        return same(&in[0], out);
+    case CK_OP_TOPK: {
+        /* an index is exact in float32 up to 2^24; k comes from the plan
+         * (p.ints[0]), never larger than the axis */
+        int a = ck_infer_norm_axis(ck_op_axis(&n->p, -1), in[0].rank);
+        if (n->noutputs != 2 || n->p.nints != 3 || a < 0 || in[0].d[a] > (INT64_C(1) << 24))
+            return BAD("node '%s' (topk): needs two outputs, k, largest, sorted and an axis in "
+                       "range of at most 2^24 elements (float32 holds the indices exactly)",
+                       n->name);
+        if (n->p.ints[0] < 0 || n->p.ints[0] > in[0].d[a])
+            return BAD("node '%s' (topk): k %lld is not in [0, %lld] (the axis' size)", n->name,
+                       (long long)n->p.ints[0], (long long)in[0].d[a]);
+        out[0] = out[1] = in[0];
+        out[0].d[a] = out[1].d[a] = n->p.ints[0];
+        return 0;
+    }
     default:
         if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
             return select_shapes(n, in, nin, out);

@@ -103,6 +103,9 @@ static int convert(struct ck_infer *e, const struct ck_tensor *t, struct ck_valu
                         t->name);
     v->shape.rank = t->rank;
     memcpy(v->shape.d, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    v->dtype = t->dtype;
+    if (e->dtypes_only)
+        return 0;
     if (t->dtype == CK_DT_F32 && !t->big_endian && !t->fortran_order &&
         ((uintptr_t)t->data & 3) == 0) {
         v->data = (float *)(uintptr_t)t->data;
@@ -194,7 +197,50 @@ int ck_infer_values_build(struct ck_infer *e)
         }
         e->values[v].graph_output = true;
     }
+    for (size_t i = 0; i < m->ninputs; i++) {
+        struct ck_value *v = &e->values[ck_infer_value_find(e, m->inputs[i].name)];
+        for (size_t k = 0; k < e->nvalues; k++) /* a shadowed input: its own entry */
+            if (e->values[k].kind == CK_VALUE_INPUT && !strcmp(e->values[k].name, m->inputs[i].name)) {
+                v = &e->values[k];
+                break;
+            }
+        v->dtype = m->inputs[i].dtype == CK_DT_INVALID ? CK_DT_F32 : m->inputs[i].dtype;
+    }
+    ck_infer_dtypes(e);
     return 0;
+}
+
+static bool is_bool_op(enum ck_op op)
+{
+    return op >= CK_OP_EQUAL && op <= CK_OP_XOR;
+}
+
+void ck_infer_dtypes(struct ck_infer *e)
+{
+    for (size_t i = 0; i < e->m->nnodes; i++) {
+        const struct ck_model_node *n = &e->m->nodes[i];
+        const struct ck_enode *en = &e->nodes[i];
+        /* the computing input's: the first that is not a weight (weights
+         * were converted; a float16 scale does not make a float32 product
+         * float16), else the first; where's a or b; a gather's table (its
+         * indices, often the graph's input, are not what it gives) */
+        size_t from = n->op == CK_OP_WHERE && en->nin > 1 ? 1 : 0, pick = from;
+        bool table = n->op == CK_OP_GATHER || n->op == CK_OP_GATHER_ELEMENTS;
+        for (size_t k = en->nin; !table && k-- > from;)
+            if (e->values[en->in[k]].kind != CK_VALUE_WEIGHT)
+                pick = k;
+        enum ck_dtype first = en->nin ? e->values[en->in[pick]].dtype : CK_DT_F32;
+        for (size_t k = 0; k < n->noutputs; k++) {
+            enum ck_dtype t = first;
+            if (n->op == CK_OP_CAST)
+                t = n->p.nints == 1 ? ck_op_cast_dtype(n->p.ints[0]) : CK_DT_INVALID;
+            else if (is_bool_op(n->op))
+                t = CK_DT_BOOL;
+            else if (n->op == CK_OP_ARGMAX || n->op == CK_OP_ARGMIN || (n->op == CK_OP_TOPK && k == 1))
+                t = CK_DT_I64;
+            e->values[en->out[k]].dtype = t == CK_DT_INVALID ? CK_DT_F32 : t;
+        }
+    }
 }
 
 void ck_infer_values_free(struct ck_infer *e)

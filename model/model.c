@@ -116,7 +116,26 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_ARGMIN] = "argmin",
     [CK_OP_GATHER_ELEMENTS] = "gather_elements",
     [CK_OP_RESIZE] = "resize",
+    [CK_OP_TOPK] = "topk",
+    [CK_OP_CAST] = "cast",
 };
+
+enum ck_dtype ck_op_cast_dtype(int64_t code)
+{
+    static const enum ck_dtype codes[] = {
+        [1] = CK_DT_F32, [2] = CK_DT_U8,  [3] = CK_DT_I8,   [4] = CK_DT_U16, [5] = CK_DT_I16,
+        [6] = CK_DT_I32, [7] = CK_DT_I64, [9] = CK_DT_BOOL, [10] = CK_DT_F16, [11] = CK_DT_F64,
+        [12] = CK_DT_U32, [13] = CK_DT_U64, [16] = CK_DT_BF16,
+    };
+    return code > 0 && code < (int64_t)(sizeof codes / sizeof codes[0]) ? codes[code]
+                                                                        : CK_DT_INVALID;
+}
+
+bool ck_dtype_is_int(enum ck_dtype t)
+{
+    return t == CK_DT_I8 || t == CK_DT_I16 || t == CK_DT_I32 || t == CK_DT_I64 || t == CK_DT_U8 ||
+           t == CK_DT_U16 || t == CK_DT_U32 || t == CK_DT_U64;
+}
 
 const char *ck_op_name(enum ck_op op)
 {
@@ -503,7 +522,8 @@ bool ck_op_is_reduce(enum ck_op op)
 
 bool ck_op_is_multi_output(enum ck_op op)
 {
-    return op == CK_OP_SPLIT || op == CK_OP_RNN || op == CK_OP_GRU || op == CK_OP_LSTM;
+    return op == CK_OP_SPLIT || op == CK_OP_RNN || op == CK_OP_GRU || op == CK_OP_LSTM ||
+           op == CK_OP_TOPK;
 }
 
 bool ck_op_is_unary(enum ck_op op)

@@ -153,8 +153,20 @@ enum ck_op {
     CK_OP_RESIZE,      /* (x); p.alpha (cubic's A), p.ints = [mode, coordinates, nearest mode,
                           exclude_outside, then per axis: size, scale's float32 bits (0: the
                           size over the input's)] (docs/model.md, ONNX Resize) */
+    CK_OP_TOPK,        /* (x) -> (values, indices); p.axis (default -1), p.ints = [k, largest,
+                          sorted]: the k largest (smallest) along the axis, ties to the lower
+                          index, indices as float32 whole numbers (docs/model.md) */
+    CK_OP_CAST,        /* (x); p.ints = [ONNX's TensorProto code of the dtype to cast to]
+                          (ck_op_cast_dtype): rounding and range rules in docs/model.md */
     CK_OP_COUNT
 };
+
+/* The dtype of ONNX's TensorProto code (cast's parameter: 1 float32, 10
+ * float16, 16 bfloat16, 11 float64, 3/5/6/7 int8/16/32/64, 2/4/12/13
+ * uint8/16/32/64, 9 bool); CK_DT_INVALID for any other code. */
+enum ck_dtype ck_op_cast_dtype(int64_t code);
+/* The integer dtypes (bool is not one). */
+bool ck_dtype_is_int(enum ck_dtype t);
 
 /* "dense", "conv2d", ... as docs/model.md and layer lists spell them. */
 const char *ck_op_name(enum ck_op op);
@@ -250,7 +262,7 @@ void ck_op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, size_t
 bool ck_op_is_reduce(enum ck_op op);
 /* The one-input element-wise ops: the output has the input's shape. */
 bool ck_op_is_unary(enum ck_op op);
-/* Ops with more than one output: split, rnn, gru, lstm. */
+/* Ops with more than one output: split, rnn, gru, lstm, topk. */
 bool ck_op_is_multi_output(enum ck_op op);
 
 /* Structural checks: every node input is a weight, a graph input or an

@@ -943,6 +943,17 @@ static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *
         return reduce(c, n, o);
     case CK_OP_PAD:
         return pad(c, n, o);
+    case CK_OP_TOPK: /* values and indices: the axis cut to k */
+        if (n->p.nints != 3 || n->noutputs != 2 || n->p.ints[0] < 0)
+            return fail(c, "needs k, largest, sorted and two outputs");
+        if ((err = norm_axis(c, ck_op_axis(&n->p, -1), x->rank, 0, &a)) < 0)
+            return err;
+        if (x->dims[a] >= 0 && n->p.ints[0] > x->dims[a])
+            return fail(c, "k %" PRId64 " is larger than axis %d of input '%s' %s", n->p.ints[0],
+                        a, c->in[0]->name, TXT(x));
+        o[0] = o[1] = *x;
+        o[0].dims[a] = o[1].dims[a] = n->p.ints[0];
+        return 0;
     default:
         if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
             return selection(c, n, o); /* elementwise: identity, activations, sqrt, exp, log, neg, erf, clip */

@@ -30,6 +30,8 @@ struct val {
     int64_t dims[RANK_MAX];
     bool is_const, is_int, is_weight, folded_weight;
     bool is_mask; /* a bool value: 0 or 1 (a comparison's output, a bool input) */
+    bool is_f64;  /* a float64 value (held as float32 by the engine) */
+    bool is_half; /* a float16 or bfloat16 value */
     double *c; /* owned: the constant's values (is_const) */
     size_t cn;
 };
@@ -128,6 +130,8 @@ static int add_weights(struct cx *c)
         v->is_weight = true;
         set_shape(v, t->rank, t->dims);
         v->is_int = is_int_dtype(t->dtype);
+        v->is_f64 = t->dtype == CK_DT_F64;
+        v->is_half = t->dtype == CK_DT_F16 || t->dtype == CK_DT_BF16;
         if (t->dtype == CK_DT_STRING || !t->data || ck_tensor_numel(t, &n) < 0 || n > FOLD_MAX)
             continue;
         if (!(v->c = malloc((n ? n : 1) * sizeof *v->c)))
@@ -272,17 +276,26 @@ static int materialise(struct cx *c, struct val *v)
                             "'%s': value '%s' holds the integer %.0f, which float32 cannot hold "
                             "exactly (ckptd computes in float32: integers up to 2^24 only)",
                             c->path, v->name, v->c[k]);
-    if ((err = ck_tensor_set_alloc(c->m->weights, (v->cn ? v->cn : 1) * 4, (void **)&data)) < 0)
+    /* an integer stays one (int64): the engine's integer kernels know it by its dtype */
+    bool i64 = v->is_int && !v->is_mask;
+    size_t es = i64 ? 8 : 4;
+    if ((err = ck_tensor_set_alloc(c->m->weights, (v->cn ? v->cn : 1) * es, (void **)&data)) < 0)
         return err;
-    for (size_t k = 0; k < v->cn; k++)
-        data[k] = (float)v->c[k];
+    for (size_t k = 0; k < v->cn; k++) {
+        if (i64) {
+            int64_t q = (int64_t)v->c[k];
+            memcpy((unsigned char *)data + 8 * k, &q, 8);
+        } else {
+            data[k] = (float)v->c[k];
+        }
+    }
     memset(&t, 0, sizeof t);
     t.name = (char *)v->name;
-    t.dtype = CK_DT_F32;
+    t.dtype = i64 ? CK_DT_I64 : CK_DT_F32;
     t.rank = v->rank < 0 ? 1 : v->rank;
     for (int d = 0; d < t.rank; d++)
         t.dims[d] = v->rank < 0 ? (int64_t)v->cn : v->dims[d];
-    t.nbytes = v->cn * 4;
+    t.nbytes = v->cn * es;
     t.data = (const unsigned char *)data;
     t.role = "constant";
     v->folded_weight = true;
@@ -1648,24 +1661,47 @@ static int map_dropout(struct cx *c, const struct ck_graph_node *n, const struct
     return 0;
 }
 
+/* Cast and CastLike to the dtype of ONNX's code to: `cast` (docs/model.md),
+ * or nothing for a cast to float32 and a bool to bool. Refused by name: a
+ * type that is not a number or bool; bfloat16 (onnx's reference truncated
+ * before 1.14 and rounds to nearest even since: ckptd does not pick one);
+ * float64 to float16 (the engine holds float64 as float32, and rounding
+ * twice can differ from rounding once). */
+static int cast_to(struct cx *c, const struct ck_graph_node *n, int64_t to,
+                   struct ck_model_node *mn)
+{
+    struct val *x = find(c, n->inputs[0]);
+    enum ck_dtype dt = ck_op_cast_dtype(to);
+    /* a bool to bool: 0 and 1 stay; a float32 to float32: nothing to do */
+    if ((to == 9 && x && x->is_mask) ||
+        (to == 1 && x && !x->is_int && !x->is_mask && !x->is_f64 && !x->is_half))
+        return 0;
+    if (dt == CK_DT_INVALID || dt == CK_DT_BF16)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): a cast to %s is not supported%s", c->path, n->name,
+                        n->op, to >= 0 ? ck_dtype_name(ck_onnx_dtype((uint64_t)to)) : "?",
+                        dt == CK_DT_BF16 ? " (onnx's reference truncates to bfloat16 before 1.14, "
+                                           "rounds to nearest even from 1.14: ckptd does not "
+                                           "pick one)"
+                                         : "");
+    if (x && x->is_f64 && dt == CK_DT_F16)
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): a cast of float64 to float16 is not supported (the "
+                        "engine holds float64 as float32: rounding twice can differ from once)",
+                        c->path, n->name, n->op);
+    mn->op = CK_OP_CAST;
+    return ck_model_node_set_ints(mn, &to, 1);
+}
+
 static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn)
 {
     int64_t to = 0;
     int err = 0;
     (void)row;
-    (void)mn;
     if ((err = attr_int(c, n, "to", 1, &to)) < 0)
         return err;
-    struct val *x = find(c, n->inputs[0]);
-    if (to == 9 && x && x->is_mask) /* a bool to bool: 0 and 1 stay */
-        return 0;
-    if (to != 1)
-        return ck_error(CK_EUNSUPPORTED,
-                        "'%s': node '%s' (Cast): a cast of activations to %s is not "
-                        "supported",
-                        c->path, n->name, ck_dtype_name(ck_onnx_dtype((uint64_t)to)));
-    return 0;
+    return cast_to(c, n, to, mn);
 }
 
 static int map_binary(struct cx *c, const struct ck_graph_node *n, const struct row *row,
@@ -1692,6 +1728,8 @@ static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct 
                       struct ck_model_node *mn);
 static int map_einsum(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                       struct ck_model_node *mn);
+static int map_topk(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn);
 static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
 
 /* clang-format off */
@@ -1811,6 +1849,7 @@ static const struct row rows[] = {
     {"GatherElements",     CK_OP_GATHER_ELEMENTS,    2, map_axis,     0, {2, 2, 1, 1}},
     {"Resize",             CK_OP_RESIZE,             1, map_resize,   0, {1, 4, 1, 1}},
     {"Einsum",             CK_OP_MATMUL,             0, map_einsum,   0, {1, 0, 1, 1}},
+    {"TopK",               CK_OP_TOPK,               1, map_topk,     0, {1, 2, 2, 2}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
     {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
@@ -2134,24 +2173,26 @@ static int map_grid(struct cx *c, const struct ck_graph_node *n, const struct ro
 }
 
 /* Mod: fmod=1 is C's fmod (the sign of the dividend); fmod=0 (the sign of
- * the divisor) is for integers only, which ckptd does not compute. */
+ * the divisor) is for integers only (p.ints = [0]: ck_infer_k_int). */
 static int map_mod(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                    struct ck_model_node *mn)
 {
     int64_t f = 0;
     int err = 0;
+    struct val *a = NULL;
     (void)row;
-    (void)mn;
-    if ((err = attr_int(c, n, "fmod", 0, &f)) < 0)
+    if ((err = attr_int(c, n, "fmod", 0, &f)) < 0 || (err = input(c, n, 0, &a)) < 0)
         return err;
-    if (f != 1)
-        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Mod): fmod=0 (integer modulo) is not "
-                        "supported",
+    f = f != 0;
+    if (!f && !a->is_int)
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Mod): fmod=0 (integer modulo) on a "
+                        "value that is not an integer",
                         c->path, n->name);
-    return 0;
+    return ck_model_node_set_ints(mn, &f, 1);
 }
 
-/* CastLike(x, like): a cast to like's type; float32 is the identity. */
+/* CastLike(x, like): a cast to like's type (a weight's or a graph input's;
+ * a computed like's type is not tracked: refused). */
 static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                         struct ck_model_node *mn)
 {
@@ -2160,12 +2201,12 @@ static int map_castlike(struct cx *c, const struct ck_graph_node *n, const struc
                                                 : NULL;
     enum ck_dtype dt = w ? w->dtype : t ? ck_dtype_from_name(t) : CK_DT_INVALID;
     (void)row;
-    (void)mn;
-    if (dt != CK_DT_F32)
-        return ck_error(CK_EUNSUPPORTED,
-                        "'%s': node '%s' (CastLike): a cast of activations to %s is not supported",
-                        c->path, n->name, dt == CK_DT_INVALID ? "an unknown type" : ck_dtype_name(dt));
-    return 0;
+    for (int64_t code = 1; dt != CK_DT_INVALID && code <= 16; code++)
+        if (ck_op_cast_dtype(code) == dt)
+            return cast_to(c, n, code, mn);
+    return ck_error(CK_EUNSUPPORTED,
+                    "'%s': node '%s' (CastLike): a cast to %s is not supported", c->path, n->name,
+                    dt == CK_DT_INVALID ? "a type ckptd does not know here" : ck_dtype_name(dt));
 }
 
 /* MeanVarianceNormalization: (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9)
@@ -2257,6 +2298,38 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
         return err;
     at[1] = at[1] != 0, at[2] = at[2] != 0;
     return ck_model_node_set_ints(mn, at, 3);
+}
+
+/* TopK: k from the input K (opset 10 on) or the attribute k (before), a
+ * constant here; axis, largest, sorted. sorted=0 leaves the order to the
+ * runtime: ckptd gives the sorted order then too. */
+static int map_topk(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                    struct ck_model_node *mn)
+{
+    int64_t v[3] = {0, 1, 1};
+    size_t k = 1;
+    struct val *x = NULL;
+    int err = 0;
+    (void)row;
+    if (has_input(n, 1) ? (err = const_ints(c, n, 1, v, 1, &k)) < 0
+                        : (err = attr_int(c, n, "k", -1, &v[0])) < 0)
+        return err;
+    if (k != 1 || v[0] < 0)
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (TopK): k is not one whole number from 0",
+                        c->path, n->name);
+    if ((err = attr_int(c, n, "axis", -1, &mn->p.axis)) < 0 ||
+        (err = attr_int(c, n, "largest", 1, &v[1])) < 0 ||
+        (err = attr_int(c, n, "sorted", 1, &v[2])) < 0 || (err = input(c, n, 0, &x)) < 0)
+        return err;
+    int64_t a = x->rank >= 0 ? norm_axis(mn->p.axis, x->rank) : 0;
+    if (x->rank >= 0 && (a < 0 || a >= x->rank))
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (TopK): axis %" PRId64 " out of range for "
+                        "rank %d", c->path, n->name, mn->p.axis, x->rank);
+    if (x->rank >= 0 && x->dims[a] >= 0 && v[0] > x->dims[a])
+        return ck_error(CK_EFORMAT, "'%s': node '%s' (TopK): k %" PRId64 " is larger than the "
+                        "axis (%" PRId64 " elements)", c->path, n->name, v[0], x->dims[a]);
+    v[1] = v[1] != 0, v[2] = v[2] != 0;
+    return ck_model_node_set_ints(mn, v, 3);
 }
 
 /* Resize (opset 11 on): X, roi, scales, sizes; one of scales and sizes a
@@ -2601,19 +2674,60 @@ static bool moves_only(enum ck_op op)
     }
 }
 
-/* The engine computes in float32: integer arithmetic (ONNX's Div of two
- * uint8 tensors truncates: 7/2 is 3, not 3.5) would be a wrong answer, so a
- * computing op on an integer tensor that is not a folded constant is refused
- * by name. Which values are integers follows from the graph's inputs and
- * weights through the ops that only move values; Cast to float ends it. */
+/* The ops the engine computes exactly on integers: its integer kernels
+ * (infer/kernels_int.c: division truncates, Mod's two forms, the type's
+ * width wraps) and the ops exact on whole float32 numbers (clip to whole
+ * bounds, sign, relu, max pooling; the comparisons give masks). */
+static bool int_ok(enum ck_op op)
+{
+    switch (op) {
+    case CK_OP_ADD: case CK_OP_SUB: case CK_OP_MUL: case CK_OP_DIV: case CK_OP_FMOD:
+    case CK_OP_NEG: case CK_OP_ABS: case CK_OP_MAX: case CK_OP_MIN: case CK_OP_REDUCE_SUM:
+    case CK_OP_REDUCE_MAX: case CK_OP_REDUCE_MIN: case CK_OP_REDUCE_PROD: case CK_OP_CLIP:
+    case CK_OP_SIGN: case CK_OP_RELU: case CK_OP_EQUAL: case CK_OP_LESS: case CK_OP_GREATER:
+    case CK_OP_LESS_EQUAL: case CK_OP_GREATER_EQUAL: case CK_OP_POW: case CK_OP_MAXPOOL:
+    case CK_OP_GLOBAL_MAXPOOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* The engine holds integers as whole float32 numbers: any other op on an
+ * integer tensor (ONNX's Div of two uint8 tensors truncates: 7/2 is 3, not
+ * 3.5; a Pow, a mean) would be a wrong answer, so it is refused by name.
+ * Which values are integers follows from the graph's inputs and weights
+ * through the ops that only move values, the integer ops (int_ok) and Cast. */
 static int check_integers(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                           struct val **out)
 {
     bool is_int = false, is_mask = false;
     bool masks = row->op >= CK_OP_WHERE && row->op <= CK_OP_XOR; /* bool is their type */
-    if (moves_only(row->op)) {
+    bool is_cast = !strcmp(n->op, "Cast") || !strcmp(n->op, "CastLike");
+    bool f64 = false, half = false;
+    for (size_t i = 0; i < n->ninputs; i++) {
+        struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
+        f64 = f64 || (x && x->is_f64);
+        half = half || (x && x->is_half);
+    }
+    if (is_cast) { /* what the cast gives: map_cast and map_castlike set the node */
+        int64_t to = 1;
+        const char *t = has_input(n, 1) ? graph_attr(c->g, "dtype.", n->inputs[1]) : NULL;
+        const struct ck_tensor *w = has_input(n, 1) ? ck_tensor_set_find(c->m->weights, n->inputs[1])
+                                                    : NULL;
+        enum ck_dtype dt = CK_DT_INVALID;
+        if (!strcmp(n->op, "Cast"))
+            dt = attr_int(c, n, "to", 1, &to) < 0 ? CK_DT_INVALID : ck_op_cast_dtype(to);
+        else
+            dt = w ? w->dtype : t ? ck_dtype_from_name(t) : CK_DT_INVALID;
         struct val *x = has_input(n, 0) ? find(c, n->inputs[0]) : NULL;
-        is_int = x && x->is_int && strcmp(n->op, "Cast");
+        is_int = is_int_dtype(dt);
+        is_mask = dt == CK_DT_BOOL || (dt == CK_DT_INVALID && x && x->is_mask);
+        f64 = dt == CK_DT_F64;
+        half = dt == CK_DT_F16 || dt == CK_DT_BF16;
+    } else if (moves_only(row->op)) {
+        struct val *x = has_input(n, 0) ? find(c, n->inputs[0]) : NULL;
+        is_int = x && x->is_int;
         is_mask = is_int && x->is_mask;
     } else if (row->op == CK_OP_WHERE) { /* moves a or b: an integer stays one */
         for (size_t i = 1; i < 3; i++) {
@@ -2623,19 +2737,32 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
     } else {
         is_int = is_mask = masks; /* a comparison's or a logical op's bool */
         is_int = is_int || row->op == CK_OP_ARGMAX || row->op == CK_OP_ARGMIN; /* indices */
-        for (size_t i = 0; i < n->ninputs; i++) {
+        if (row->op == CK_OP_TOPK && n->noutputs == 2 && out[1] && !out[1]->is_const)
+            out[1]->is_int = true; /* its indices; the values are x's type */
+        /* TopK's K and a reduction's axes are parameters (constants), not data */
+        /* Pow's type is its base's: an integer exponent of a float is data of a float op */
+        size_t ndata = row->op == CK_OP_TOPK || row->op == CK_OP_POW ||
+                               row->op == CK_OP_CUMSUM || ck_op_is_reduce(row->op)
+                           ? 1 : n->ninputs;
+        for (size_t i = 0; i < ndata; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
-            if (x && x->is_int && !x->is_const && !(masks && x->is_mask))
+            if (x && x->is_int && !x->is_mask && int_ok(row->op))
+                is_int = true; /* an integer op's result, or a comparison's mask */
+            else if (x && x->is_int && !x->is_const && !(masks && x->is_mask))
                 return ck_error(CK_EUNSUPPORTED,
                                 "'%s': node '%s' (%s): input '%s' is an integer tensor, and "
                                 "ckptd computes in float32: integer arithmetic is not supported",
                                 c->path, n->name, n->op, x->name);
         }
     }
+    if (is_int || is_mask) /* an integer or a bool is neither float64 nor a half */
+        f64 = half = false;
     for (size_t i = 0; i < n->noutputs; i++)
-        if (out[i] && !out[i]->is_const) {
+        if (out[i] && !out[i]->is_const && !(row->op == CK_OP_TOPK && i == 1)) {
             out[i]->is_int = is_int;
             out[i]->is_mask = is_mask;
+            out[i]->is_f64 = f64;
+            out[i]->is_half = half;
         }
     return 0;
 }
@@ -2766,7 +2893,7 @@ static int map_outputs(struct cx *c, const struct ck_graph_node *n, const struct
     for (size_t i = 0; i < nin && i < n->ninputs; i++)
         if (has_input(n, i))
             in[k++] = n->inputs[i];
-    size_t nout = row->op == CK_OP_SPLIT ? n->noutputs : 1;
+    size_t nout = row->op == CK_OP_SPLIT || row->op == CK_OP_TOPK ? n->noutputs : 1;
     err = emit(c, n->name, row->op, in, k, (const char *const *)n->outputs, nout, &mn);
     free(in);
     if (err < 0)
@@ -2852,6 +2979,8 @@ static int add_io(struct cx *c, bool output, const char *name)
         set_shape(in, rank, dims);
         in->is_int = is_int_dtype(dtype);
         in->is_mask = dtype == CK_DT_BOOL;
+        in->is_f64 = dtype == CK_DT_F64;
+        in->is_half = dtype == CK_DT_F16 || dtype == CK_DT_BF16;
         for (int i = 0; i < rank && i < RANK_MAX; i++)
             if (dims[i] < 0)
                 in->dims[i] = -1;

@@ -53,7 +53,7 @@ static const char help[] =
     "      --weights PREFIX  with --graph, where a training checkpoint keeps the\n"
     "                        model's tensors: state_dict, model, ema, ... or a dotted\n"
     "                        prefix (default: found; docs/model.md)\n"
-    "      --save-outputs DIR  write each output as DIR/NAME.npy (float32)\n"
+    "      --save-outputs DIR  write each output as DIR/NAME.npy (its declared dtype)\n"
     "      --timeout S       CPU seconds the engine may use (default 300)\n"
     "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
     "                        default 8G; 0: no limit)\n"
@@ -413,7 +413,10 @@ static int compare(const struct opts *o, const char *set, const char *name,
     return 0;
 }
 
-static int save_outputs(const char *dir, const struct ck_infer_array *out, size_t n)
+/* Each output in the dtype the model declares for it (ONNX's int64 indices
+ * as int64, a float16 output as float16). */
+static int save_outputs(const char *dir, const struct ck_model *m, const struct ck_infer_array *out,
+                        size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         char path[4096], safe[256];
@@ -423,7 +426,8 @@ static int save_outputs(const char *dir, const struct ck_infer_array *out, size_
         safe[k] = 0;
         if (snprintf(path, sizeof path, "%s/%s.npy", dir, safe) >= (int)sizeof path)
             return ck_error(CK_ESIZE, "'%s': path too long", dir);
-        int err = ck_npyio_save(path, &out[i]);
+        enum ck_dtype t = i < m->noutputs ? m->outputs[i].dtype : CK_DT_F32;
+        int err = ck_npyio_save_as(path, &out[i], t == CK_DT_INVALID ? CK_DT_F32 : t);
         if (err < 0)
             return err;
     }
@@ -581,7 +585,7 @@ static int run(const struct opts *o)
                             ck_sandbox_status_name(st));
         goto out;
     }
-    if (o->save && (err = save_outputs(o->save, out, nout)) < 0)
+    if (o->save && (err = save_outputs(o->save, m, out, nout)) < 0)
         goto out;
     rc = CK_EXIT_OK;
     for (size_t i = 0; i < nout; i++) {

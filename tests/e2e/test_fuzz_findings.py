@@ -248,8 +248,9 @@ class Onnx(Base):
 
     def test_integer_arithmetic_is_refused_not_computed_in_float(self):
         """ONNX's test_div_uint8: 7/2 is 3 in uint8; computed in float32 it
-        was 3.5, a wrong answer where a refusal was due. A Cast to float
-        first is computed as before."""
+        was 3.5, a wrong answer where a refusal was due. Now the integer
+        kernels compute it (3); an integer op they do not take (MatMul) is
+        still refused. A Cast to float first is computed as before."""
         h = self.h
         ins = [h.make_tensor_value_info(n, self.TP.UINT8, [3]) for n in ("a", "b")]
         div = h.make_node("Div", ["a", "b"], ["y"], name="d")
@@ -259,8 +260,14 @@ class Onnx(Base):
         np.save(self.path("y.npy"), np.array([3, 2, 66], np.uint8))
         r = run("verify", p, "--inputs", self.path("a.npy"), self.path("b.npy"),
                 "--expected", self.path("y.npy"), timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)  # 7 / 2 is 3
+        self.assertIn("ok against=expected", r.stdout)
+        pw = h.make_node("MatMul", ["a", "b"], ["y"], name="d")
+        p = self.model([pw], [], ins, [h.make_tensor_value_info("y", self.TP.UINT8, [])],
+                       name="matmul.onnx")
+        r = run("verify", p, "--inputs", self.path("a.npy"), self.path("b.npy"), timeout=120)
         self.assertEqual(r.returncode, 4, r.stdout)  # refused: unsupported, nothing run
-        self.assertIn("node 'd' (Div): input 'a' is an integer tensor", r.stderr)
+        self.assertIn("node 'd' (MatMul): input 'a' is an integer tensor", r.stderr)
         self.assertIn("integer arithmetic is not supported", r.stderr)
         # cast to float first: float division, computed
         casts = [h.make_node("Cast", [n], [n + "f"], name="c" + n, to=self.TP.FLOAT)

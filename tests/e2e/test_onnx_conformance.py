@@ -90,6 +90,12 @@ class ExitCodes(TmpDirCase):
         np.save(os.path.join(self.dir, "y.npy"), a // b)
         p = run("verify", path, "--inputs", os.path.join(self.dir, "a.npy"),
                 os.path.join(self.dir, "b.npy"), "--expected", os.path.join(self.dir, "y.npy"))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)  # integer kernels: 7 / 2 is 3
+        # integer arithmetic without an integer kernel: refused, exit 4
+        save_model(path, helper.make_node("MatMul", ["a", "b"], ["y"]), vi,
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [])])
+        p = run("verify", path, "--inputs", os.path.join(self.dir, "a.npy"),
+                os.path.join(self.dir, "b.npy"))
         self.assertEqual(p.returncode, 4, p.stderr)
         self.assertIn("integer", p.stderr)
 

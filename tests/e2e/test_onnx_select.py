@@ -210,22 +210,28 @@ class Select(TmpDirCase):
             self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
             self.assertIn(op.lower(), q.stderr.lower())
             self.assertNotIn("Sanitizer", q.stderr)
-        # a computed mask cast to int64: integer arithmetic, refused by name
+        # a computed mask cast to int64 and compared with integers: exact
+        # (integers are whole float32 numbers under 2^24: issue 35's dtypes),
+        # while arithmetic the engine has no integer kernel for is refused
         nodes = [h.make_node("Greater", ["x", "x"], ["g"]),
-                 h.make_node("Cast", ["g"], ["gi"], to=self.TP.INT64)]
-        p = self.model("cast_int", nodes, [("x", x)], [("gi", x)])
-        self.refused(p, "Cast", "int64", inputs=[x])
-        # integer comparisons of a computed integer tensor: refused
+                 h.make_node("Cast", ["g"], ["gi"], to=self.TP.INT64),
+                 h.make_node("ReduceMean", ["gi"], ["y"], name="pw")]
+        p = self.model("cast_int", nodes, [("x", x)], [("y", x)])
+        self.refused(p, "node 'pw' (ReduceMean): input 'gi' is an integer tensor", inputs=[x])
         g = h.make_graph([h.make_node("Greater", ["a", "b"], ["g"]),
-                          h.make_node("Where", ["g", "x", "x"], ["y"])], "ints",
+                          h.make_node("Neg", ["x"], ["nx"]),
+                          h.make_node("Where", ["g", "x", "nx"], ["y"])], "ints",
                          [h.make_tensor_value_info("x", self.TP.FLOAT, [3]),
                           h.make_tensor_value_info("a", self.TP.INT64, [3])],
                          [h.make_tensor_value_info("y", self.TP.FLOAT, [3])],
                          initializer=[self.nh.from_array(np.array([1, 2, 3], np.int64), "b")])
         p = os.path.join(self.dir, "int_cmp.onnx")
         self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
-        self.refused(p, "Greater", "integer", inputs=[np.ones(3, np.float32),
-                                                      np.array([2, 2, 2], np.int64)])
+        ins = [os.path.join(self.dir, n) for n in ("ic_x.npy", "ic_a.npy", "ic_y.npy")]
+        np.save(ins[0], np.array([1.5, -2, 3], np.float32))
+        np.save(ins[1], np.array([2, 2, 2], np.int64))  # > [1, 2, 3]: T F F
+        np.save(ins[2], np.array([1.5, 2, -3], np.float32))
+        run("verify", p, "--inputs", ins[0], ins[1], "--expected", ins[2], check=0, timeout=120)
 
     def test_argmax_argmin_gather_elements_match_numpy(self):
         """Indices exact (as float32 whole numbers), ties and NaN as numpy:
@@ -287,6 +293,90 @@ class Select(TmpDirCase):
         q = run("verify", p, timeout=300)
         self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
         self.assertIn("2^24", q.stdout + q.stderr)
+
+    def test_topk_matches_torch_and_onnx_ties(self):
+        """TopK with a constant k: torch.topk exported by torch (distinct
+        values: torch's own outputs are the reference), then ties and NaN
+        against ONNX's rule written out here (the lower index first among
+        equal values; a NaN larger than any number), every axis, largest
+        and smallest; the refusals: k past the axis, k a graph input."""
+        import torch
+        h, f = self.h, np.float32
+        torch.manual_seed(0)
+
+        class M(torch.nn.Module):
+            def forward(self, x):
+                v, i = torch.topk(x, 3, dim=1)
+                s, j = torch.topk(x, 2, dim=-1, largest=False)
+                return v, i.float() * 1.0, s, j.float() * 1.0
+
+        x = torch.randn(2, 5, 4)
+        p = os.path.join(self.dir, "topk_torch.onnx")
+        torch.onnx.export(M(), x, p, opset_version=13, input_names=["x"],
+                          output_names=["v", "i", "s", "j"])
+        with torch.no_grad():
+            ref = [t.numpy() for t in M()(x)]
+        self.verify(p, [("x", x.numpy())], list(zip("visj", ref)), forms=("onnx",))
+
+        def topk(v, k, axis, largest):
+            """ONNX's TopK, element by element: a stable sort by value."""
+            m = np.moveaxis(v, axis, -1)
+            vals = np.empty(m.shape[:-1] + (k,), f)
+            idx = np.empty(m.shape[:-1] + (k,), f)
+            for pos in np.ndindex(*m.shape[:-1]):
+                row = list(m[pos])
+                key = (lambda i: (not np.isnan(row[i]), -row[i] if not np.isnan(row[i]) else 0)) \
+                    if largest else (lambda i: (np.isnan(row[i]), row[i] if not np.isnan(row[i]) else 0))
+                order = sorted(range(len(row)), key=key)[:k]  # sorted() is stable
+                vals[pos] = [row[i] for i in order]
+                idx[pos] = order
+            return np.moveaxis(vals, -1, axis), np.moveaxis(idx, -1, axis)
+        rng = np.random.default_rng(9)
+        x = rng.integers(-2, 3, (3, 6, 4)).astype(f)  # many ties
+        x[0, 1, 2] = np.nan
+        x[2, 4, 0] = np.nan
+        nodes, ref, inits = [], [], []
+        for n, (k, axis, largest) in enumerate(((3, 1, 1), (6, 1, 0), (2, -1, 1), (1, 0, 0),
+                                               (0, 2, 1), (4, -2, 1))):
+            inits.append((f"k{n}", np.array([k], np.int64)))
+            nodes.append(h.make_node("TopK", ["x", f"k{n}"], [f"v{n}", f"i{n}"], axis=axis,
+                                     largest=largest))
+            v, i = topk(x, k, axis, largest)
+            ref += [(f"v{n}", v), (f"i{n}", i)]
+        # the values hold the input's NaN: the output checks refuse any NaN,
+        # so the NaN cases are compared through their indices only
+        outs = [(nm, a) for nm, a in ref if not np.isnan(a).any()]
+        self.assertTrue(any(nm.startswith("i") and np.isnan(x).any() for nm, _ in outs))
+        tp = self.TP
+        g = h.make_graph(nodes, "topk", [h.make_tensor_value_info("x", tp.FLOAT, list(x.shape))],
+                         [h.make_tensor_value_info(nm, tp.INT64 if nm[0] == "i" else tp.FLOAT,
+                                                   list(a.shape)) for nm, a in outs],
+                         initializer=[self.nh.from_array(a, nm) for nm, a in inits])
+        p = os.path.join(self.dir, "topk_ties.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), p)
+        self.verify(p, [("x", x)], outs)
+        # k past the axis: refused naming the node (ONNX's own rule)
+        g = h.make_graph([h.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, name="top")],
+                         "topk_big", [h.make_tensor_value_info("x", tp.FLOAT, [3, 6, 4])],
+                         [h.make_tensor_value_info("v", tp.FLOAT, None),
+                          h.make_tensor_value_info("i", tp.INT64, None)],
+                         initializer=[self.nh.from_array(np.array([7], np.int64), "k")])
+        p = os.path.join(self.dir, "topk_big.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), p)
+        q = run("verify", p, timeout=120)
+        self.assertEqual(q.returncode, 1, q.stdout + q.stderr)
+        self.assertIn("node 'top' (TopK): k 7 is larger than the axis (6 elements)", q.stderr)
+        self.assertNotIn("Sanitizer", q.stderr)
+        # k given as a graph input: its length would depend on a value
+        g = h.make_graph([h.make_node("TopK", ["x", "k"], ["v", "i"], name="top")], "topk_in",
+                         [h.make_tensor_value_info("x", tp.FLOAT, [3, 6]),
+                          h.make_tensor_value_info("k", tp.INT64, [1])],
+                         [h.make_tensor_value_info("v", tp.FLOAT, None),
+                          h.make_tensor_value_info("i", tp.INT64, None)])
+        p = os.path.join(self.dir, "topk_in.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), p)
+        self.refused(p, "node 'top' (TopK): input 'k' is not a constant",
+                     inputs=[np.ones((3, 6), f), np.array([2], np.int64)])
 
     def test_resize_matches_onnx_reference(self):
         """Resize with constant scales or sizes: nearest (every nearest

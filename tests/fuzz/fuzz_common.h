@@ -10,6 +10,7 @@
 #include "model/shape.h"
 #include "readers/reader.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +61,15 @@ static inline void ck_fuzz_run_model(const struct ck_model *m)
     size_t n = 0;
     if (m->ninputs > sizeof in / sizeof *in)
         return;
-    for (; n < m->ninputs; n++)
+    for (; n < m->ninputs; n++) {
         if (ck_infer_default_input(&m->inputs[n], n, 64u << 10, &in[n]) < 0)
             break;
+        /* an integer or bool input holds whole numbers (the engine's integers) */
+        enum ck_dtype t = m->inputs[n].dtype;
+        if (ck_dtype_is_int(t) || t == CK_DT_BOOL)
+            for (uint64_t i = 0; i < ck_infer_array_numel(&in[n]); i++)
+                in[n].data[i] = t == CK_DT_BOOL ? in[n].data[i] > 0 : nearbyintf(in[n].data[i] * 9);
+    }
     struct ck_infer_options o = {.max_memory = 64u << 20};
     struct ck_infer *e = NULL;
     struct ck_infer_array *out = NULL;

@@ -93,13 +93,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t nin = 1 + u8(&b) % 2;
     for (size_t i = 0; i < nin; i++) {
         int64_t dims[CK_TENSOR_MAX_RANK];
-        int rank = u8(&b) % 5;
+        /* the rank byte's higher values pick an integer, float16 or bool
+         * input (the engine's dtype paths: casts, integer kernels) */
+        static const enum ck_dtype dts[] = {CK_DT_F32, CK_DT_I64, CK_DT_U8, CK_DT_F16, CK_DT_BOOL,
+                                            CK_DT_I32, CK_DT_F64};
+        uint8_t rb = u8(&b);
+        int rank = rb % 5;
+        enum ck_dtype dt = dts[(rb / 5) % (sizeof dts / sizeof dts[0])];
         for (int d = 0; d < rank; d++) {
             int64_t v = i64(&b);
             dims[d] = v >= -1 && v < 9 ? (v ? v : 1) : v; /* -1: any batch */
         }
         snprintf(names[nvalues], sizeof names[0], "x%zu", i);
-        if (ck_model_add_io(m, false, names[nvalues], CK_DT_F32, rank, dims) < 0)
+        if (ck_model_add_io(m, false, names[nvalues], dt, rank, dims) < 0)
             goto out;
         nvalues++;
     }
@@ -116,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < ni; i++)
             if (ck_model_node_add_input(n, names[u8(&b) % nvalues]) < 0)
                 goto out;
-        size_t no = op == CK_OP_SPLIT ? 1 + u8(&b) % 3 : 1;
+        size_t no = op == CK_OP_SPLIT || op == CK_OP_TOPK ? 1 + u8(&b) % 3 : 1;
         for (size_t i = 0; i < no && nvalues < 64; i++) {
             snprintf(names[nvalues], sizeof names[0], "v%zu", nvalues);
             if (ck_model_node_add_output(n, names[nvalues]) < 0)

@@ -178,6 +178,20 @@ def onnx_seeds(out):
                                             exclude_outside=1),
                            helper.make_node("ArgMax", ["r"], ["y"], axis=-1, keepdims=0)],
                           [fv("x", [1, 1, 3, 4])], [fv("y", [1, 1, 6])]),
+        # dtypes: casts between float, float16 and integers, integer arithmetic
+        "ints_casts": ([helper.make_node("Mul", ["x", "ten"], ["xs"]),
+                        helper.make_node("Cast", ["xs"], ["xi"], to=TensorProto.INT32),
+                        helper.make_node("Div", ["xi", "three"], ["q"]),
+                        helper.make_node("Mod", ["xi", "three"], ["r"]),
+                        helper.make_node("Pow", ["q", "two"], ["p2"]),
+                        helper.make_node("ReduceSum", ["p2"], ["s"], keepdims=1),
+                        helper.make_node("Sub", ["r", "s"], ["d"]),
+                        helper.make_node("Cast", ["d"], ["dh"], to=TensorProto.FLOAT16),
+                        helper.make_node("Cast", ["dh"], ["y"], to=TensorProto.FLOAT)],
+                       [fv("x", [2, 3])], [fv("y", [2, 3])]),
+        "topk": ([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=0),
+                  helper.make_node("TopK", ["v", "k"], ["y", "j"], axis=-1)],
+                 [fv("x", [2, 4, 3])], [fv("y", [2, 2, 2])]),
         "einsum": ([helper.make_node("Einsum", ["q", "k"], ["s"], equation="bhqd,bhkd->bhqk"),
                     helper.make_node("Einsum", ["s"], ["y"], equation="bhqk->bkq")],
                    [fv("q", [1, 2, 3, 4]), fv("k", [1, 2, 5, 4])], [fv("y", [1, 5, 3])]),
@@ -186,6 +200,7 @@ def onnx_seeds(out):
         "Constant", [], ["sc"], value=helper.make_tensor("sc", TensorProto.FLOAT, [4],
                                                          [1, 1, 2, 1.5])))
     consts = {"causal_mask": [("z", 0), ("t", 4), ("o", 1), ("a0", [0]), ("a1", [1])],
+              "topk": [("k", [2])],
               "select": [("es", [2, 1, 3]), ("tr", [1, 2, 1]), ("k", 1), ("ax", -1)]}
     for name, cs in consts.items():
         nodes = extra[name][0]
@@ -193,6 +208,10 @@ def onnx_seeds(out):
             nodes.insert(0, helper.make_node("Constant", [], [k], value=helper.make_tensor(
                 k, TensorProto.INT64, [len(v)] if isinstance(v, list) else [],
                 v if isinstance(v, list) else [v])))
+    for k, v, t in (("ten", 10.0, TensorProto.FLOAT), ("three", 3, TensorProto.INT32),
+                    ("two", 2, TensorProto.INT32)):
+        extra["ints_casts"][0].insert(0, helper.make_node("Constant", [], [k], value=helper.make_tensor(
+            k, t, [], [v])))
     extra["causal_mask"][0].insert(0, helper.make_node("Constant", [], ["ninf"],
                                                        value=helper.make_tensor(
                                                            "ninf", TensorProto.FLOAT, [],
@@ -294,7 +313,7 @@ def zip_seeds(out):
 def graph_seeds(out):
     """fuzz_graph: byte strings its decoder reads as small valid graphs
     (weights, inputs, a chain of ops with their parameters)."""
-    for op in range(1, 107):  # every op up to resize (model/model.h's enum)
+    for op in range(1, 109):  # every op up to cast (model/model.h's enum)
         # 1 weight [3, 4]; 1 input [1, 4]; 2 nodes: op over (input, weight), then relu
         body = bytes([1, 2, 3, 4, 0, 2, 1, 4, 2, op, 2, 1, 0]) + bytes([1] * 12) + \
             bytes([0] * 4) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + bytes([9, 2, 1, 1, 0, 0])

@@ -7,7 +7,8 @@ them, converts each case's tensors to .npy, runs `ckptd verify` on each
 (several at a time) and classifies the result:
 
 - passed: ckptd said ok, and the outputs it saved agree with ONNX's
-  reference under the same tolerance (checked here too, not taken on trust);
+  reference in dtype and under the same tolerance (checked here too, not
+  taken on trust; integers exactly);
 - refused: ckptd declined to run the model, naming why (exit 4, "unsupported"),
   or could not read an input file (a dtype .npy it does not take, a shape the
   model does not declare), or ONNX expects a NaN or an infinity (ckptd fails
@@ -177,6 +178,8 @@ def _check_outputs(c, out_dir):
         if not os.path.exists(path):
             return "output %s not saved" % v.name
         got, want = np.load(path), np.load(c.expected[k])
+        if got.dtype != want.dtype:  # an int64 output is int64, a float16 one float16
+            return "output %s dtype %s, expected %s" % (v.name, got.dtype, want.dtype)
         if got.shape != want.shape:
             return "output %s shape %s, expected %s" % (v.name, got.shape, want.shape)
         w = want.astype(np.float64)
