@@ -273,7 +273,6 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
                  struct ck_infer_array **outputs, size_t *noutputs)
 {
     int err;
-    float *scratch = NULL;
     struct node_io io = {0};
     *outputs = NULL;
     *noutputs = 0;
@@ -282,25 +281,23 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
         goto out;
     free(e->node_seconds);
     e->node_seconds = calloc(e->m->nnodes + 1, sizeof(double));
-    scratch = malloc(sizeof(float) * (size_t)(e->scratch_floats + 1));
-    if (!scratch || !e->node_seconds) {
-        err = ck_error(CK_ENOMEM, "out of memory for %lld scratch values",
-                       (long long)e->scratch_floats);
+    if (!e->node_seconds) {
+        err = ck_error(CK_ENOMEM, "out of memory for the node timings");
         goto out;
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
         if (e->nodes[i].skip)
             continue;
         double t0 = ck_mono_s();
-        if ((err = run_node(e, i, scratch, &io)) < 0)
+        if ((err = run_node(e, i, e->scratch.data, &io)) < 0)
             goto out;
         e->node_seconds[i] = ck_mono_s() - t0;
     }
     err = copy_outputs(e, outputs, noutputs);
 out:
-    free(scratch);
     node_io_release(&io);
-    ck_infer_plan_release(e);
+    if (err < 0) /* the buffers stay for the next run only after a good one */
+        ck_infer_plan_release(e);
     return err;
 }
 
