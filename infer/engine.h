@@ -4,6 +4,7 @@
 #define CK_INFER_ENGINE_H
 
 #include "infer/internal.h"
+#include "infer/pool.h"
 
 enum ck_value_kind { CK_VALUE_WEIGHT, CK_VALUE_INPUT, CK_VALUE_NODE };
 
@@ -51,6 +52,7 @@ struct ck_infer {
     uint64_t peak_bytes;
     double *node_seconds;
     size_t fused; /* nodes folded into another (ck_infer_fuse) */
+    struct ck_pool *pool; /* NULL: one thread */
 };
 
 int ck_infer_value_find(const struct ck_infer *e, const char *name);

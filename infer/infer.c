@@ -3,6 +3,7 @@
 #include "infer/engine.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/log.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -143,10 +144,13 @@ int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o, str
     e->m = m;
     if (o)
         e->o = *o;
-    if ((err = ck_infer_values_build(e)) < 0 || (err = ck_infer_fuse(e)) < 0) {
+    if ((err = ck_infer_values_build(e)) < 0 || (err = ck_infer_fuse(e)) < 0 ||
+        (err = ck_pool_new(e->o.threads, &e->pool)) < 0) {
         ck_infer_free(e);
         return err;
     }
+    if (e->pool)
+        ck_debug("infer.threads", "count=%d", ck_pool_threads(e->pool));
     *out = e;
     return 0;
 }
@@ -155,6 +159,7 @@ void ck_infer_free(struct ck_infer *e)
 {
     if (!e)
         return;
+    ck_pool_free(e->pool);
     ck_infer_plan_release(e);
     ck_infer_values_free(e);
     free(e->node_seconds);
@@ -245,7 +250,7 @@ static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io
     }
     const struct ck_enode *en = &e->nodes[i];
     struct ck_kcall k = {n,       io->inp, io->ins,    nin,        io->outp,   io->outs,
-                         e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max};
+                         e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max, e->pool};
     return ck_infer_kernel(&k);
 }
 

@@ -54,6 +54,7 @@ struct ck_kcall {
     float *scratch; /* ck_infer_scratch_floats(n, ins) floats */
     enum ck_infer_act act; /* conv2d and dense only */
     float act_min, act_max;
+    struct ck_pool *pool; /* the engine's threads (infer/pool.h); NULL: this one only */
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */
