@@ -1,7 +1,8 @@
 """The engine's fast paths (issue 31) against torch, through the real
 binary: the direct depthwise convolution, BatchNormalization folded into
-the convolution before it, activations in a producer's epilogue, and the
-kernels cut among threads (`--threads N`: the same bytes as one thread). Each model is exported by
+the convolution before it, activations in a producer's epilogue, the
+broadcast arithmetic's loops, and the kernels cut among threads (`--threads
+N`: the same bytes as one thread). Each model is exported by
 torch.onnx.export and checked by `ckptd verify --expected` against torch's
 own output for the same input."""
 import os
@@ -161,6 +162,42 @@ class Epilogue(Base):
         net.torch = self.torch
         self.torch.manual_seed(9)
         self.check("shared", net, self.torch.randn(2, 3, 8, 8) * 3)
+
+
+class Broadcast(Base):
+    def test_patterns_against_torch(self):
+        """The binary ops' loops for each broadcast pattern: same shape, a
+        per-channel operand on either side ([1, C, 1, 1], [N, C, 1, 1]), a
+        row operand ([W]), a scalar constant on either side, a [N, 1, H, 1]
+        operand (one value per row of W after the axes merge), odd sizes
+        (channels 7, 1x1 images, batch 3), for add, sub, mul, div, max, min
+        and pow."""
+        torch = self.torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                g = torch.Generator().manual_seed(11)
+                self.ch = torch.nn.Parameter(torch.rand(1, 7, 1, 1, generator=g) + 0.5)
+                self.row = torch.nn.Parameter(torch.rand(5, generator=g) + 0.5)
+
+            def forward(self, x):
+                n = x.shape[0]
+                a = x * self.ch + self.row             # per channel, then a row
+                b = self.ch / (x.abs() + 1) - 2.5      # per channel first; a scalar
+                c = torch.maximum(a, b) * torch.minimum(a, x)  # same shapes
+                s = x.mean((2, 3), keepdim=True)       # [N, C, 1, 1], per sample and channel
+                d = (c - s) / (s.abs() + 1) + 3.0 / (b.abs() + 1)
+                e = x[:, :1, :, :1].reshape(n, 1, x.shape[2], 1)  # [N, 1, H, 1]
+                f = torch.pow(x.abs() + 0.5, 1.5) + d * e
+                return torch.cat([c, d, f], 1)
+
+        for name, shape in {"odd": (3, 7, 6, 5), "one_pixel": (3, 7, 1, 5),
+                            "large": (2, 7, 40, 5)}.items():
+            with self.subTest(name):
+                torch.manual_seed(len(name))
+                self.check("bcast_" + name, Net(), torch.randn(*shape) * 2, rtol="1e-5",
+                           atol="1e-5")
 
 
 class Threads(Base):
