@@ -59,7 +59,7 @@ static void unary_part(void *arg, int64_t lo, int64_t hi)
         break;
     case CK_OP_SIGMOID:
         for (int64_t i = 0; i < n; i++)
-            y[i] = 1.0f / (1.0f + expf(-x[i]));
+            y[i] = 1.0f / (1.0f + ck_infer_expf(-x[i]));
         break;
     case CK_OP_TANH:
         for (int64_t i = 0; i < n; i++)
@@ -170,6 +170,16 @@ static void row(enum ck_op op, const float *a, int64_t sa, const float *b, int64
     case CK_OP_MAX: ROW_LOOPS(A > B || A != A ? A : B); return;
     case CK_OP_MIN: ROW_LOOPS(A < B || A != A ? A : B); return;
     case CK_OP_PRELU: ROW_LOOPS(A < 0 ? A * B : A); return;
+    case CK_OP_POW:
+        /* x^2 (LayerNorm's variance as exporters write it): powf rounds the
+         * exact square once, as the product does */
+        if (sb == 0 && b[0] == 2.0f) {
+            for (int64_t i = 0; i < n; i++)
+                y[i] = a[i * sa] * a[i * sa];
+            return;
+        }
+        ROW_LOOPS(apply(op, A, B));
+        return;
     default: ROW_LOOPS(apply(op, A, B)); return;
     }
 }

@@ -71,11 +71,11 @@ static void epilogue(const struct ck_kcall *k, float *y, int64_t n)
         return;
     case CK_ACT_SIGMOID:
         for (int64_t i = 0; i < n; i++)
-            y[i] = 1.0f / (1.0f + expf(-y[i]));
+            y[i] = 1.0f / (1.0f + ck_infer_expf(-y[i]));
         return;
     case CK_ACT_SILU:
         for (int64_t i = 0; i < n; i++)
-            y[i] = y[i] * (1.0f / (1.0f + expf(-y[i])));
+            y[i] = y[i] * (1.0f / (1.0f + ck_infer_expf(-y[i])));
         return;
     case CK_ACT_GELU:
         for (int64_t i = 0; i < n; i++)
@@ -291,8 +291,10 @@ int64_t ck_infer_conv_scratch_floats(const struct ck_model_node *n, const struct
 {
     const struct ck_ishape *w = &ins[1];
     int64_t hw = outs[0].d[2] * outs[0].d[3], k = w->d[1] * w->d[2] * w->d[3];
-    if (conv_batches(&n->p, w))
-        return conv_images_per_call(&ins[0], w, &outs[0]) * (k + w->d[0]) * hw;
+    if (conv_batches(&n->p, w)) {
+        int64_t nb = conv_images_per_call(&ins[0], w, &outs[0]);
+        return nb == 1 ? k * hw : nb * (k + w->d[0]) * hw; /* one image: no results block */
+    }
     return conv_is_pointwise(&n->p, w) || conv_is_depthwise(&n->p, w) ? 0 : k * hw;
 }
 
@@ -352,6 +354,26 @@ static void scatter_part(void *arg, int64_t c0, int64_t c1)
         }
 }
 
+/* The bias and the epilogue of channels [c0, c1) of one image and group. */
+struct bias_job {
+    const struct ck_kcall *k;
+    float *y;
+    const float *bias; /* NULL: none */
+    int64_t hw;
+};
+
+static void bias_part(void *arg, int64_t c0, int64_t c1)
+{
+    const struct bias_job *j = arg;
+    for (int64_t c = c0; c < c1; c++) {
+        float *row = j->y + c * j->hw;
+        if (j->bias)
+            for (int64_t i = 0; i < j->hw; i++)
+                row[i] += j->bias[c];
+        epilogue(j->k, row, j->hw);
+    }
+}
+
 /* groups == 1: nb images' columns side by side [k, nb*hw], one product
  * [o, k] x [k, nb*hw], then each image's [o, hw] block to its place. */
 static void conv2d_batched(const struct ck_kcall *k)
@@ -368,6 +390,14 @@ static void conv2d_batched(const struct ck_kcall *k)
         struct im2col_job ij = {k,  k->in[0] + b0 * c * h * wd, c, h, wd, w->d[2], w->d[3], oh,
                                 ow, ld, col};
         ck_pool_for(k->pool, cnt * c, 1, im2col_part, &ij);
+        if (nb == 1) { /* the product straight into the image's [o, hw] block */
+            float *y = k->out[0] + b0 * oc * hw;
+            struct rows_job gj = {k, kk, hw, k->in[1], col, y};
+            ck_pool_for(k->pool, oc, GEMM_ROWS, gemm_rows, &gj);
+            struct bias_job bj = {k, y, k->nin > 2 ? k->in[2] : NULL, hw};
+            ck_pool_for(k->pool, oc, 1, bias_part, &bj);
+            continue;
+        }
         struct rows_job gj = {k, kk, ld, k->in[1], col, res};
         ck_pool_for(k->pool, oc, GEMM_ROWS, gemm_rows, &gj);
         struct scatter_job sj = {k, b0, cnt, oc, hw, ld, res};
@@ -526,26 +556,6 @@ static void conv2d_depthwise(const struct ck_kcall *k)
         lo = hi;
     struct dw_job j = {k, &r, lo, hi};
     ck_pool_for(k->pool, x->d[0] * oc, 1, dw_part, &j);
-}
-
-/* The bias and the epilogue of channels [c0, c1) of one image and group. */
-struct bias_job {
-    const struct ck_kcall *k;
-    float *y;
-    const float *bias; /* NULL: none */
-    int64_t hw;
-};
-
-static void bias_part(void *arg, int64_t c0, int64_t c1)
-{
-    const struct bias_job *j = arg;
-    for (int64_t c = c0; c < c1; c++) {
-        float *row = j->y + c * j->hw;
-        if (j->bias)
-            for (int64_t i = 0; i < j->hw; i++)
-                row[i] += j->bias[c];
-        epilogue(j->k, row, j->hw);
-    }
 }
 
 static int conv2d(const struct ck_kcall *k)

@@ -551,6 +551,31 @@ static void plan_keeps_buffers_between_runs(void **state)
     ck_model_free(m);
 }
 
+/* The sigmoids' e^x (ck_infer_expf) against exp in double rounded to
+ * float: within 2 ulp over the whole range it covers, NaN kept, and the
+ * clamped ends where the documentation says. */
+static void expf_within_two_ulp(void **state)
+{
+    double worst = 0;
+    for (int64_t i = 0; i <= 2000000; i++) {
+        float x = (float)(-87.3 + 175.6 * (double)i / 2000000.0);
+        float want = (float)exp((double)x), got = ck_infer_expf(x);
+        double ulp = (double)nextafterf(want, INFINITY) - (double)want;
+        double err = fabs((double)got - (double)want) / ulp;
+        if (err > worst)
+            worst = err;
+        if (err > 2.0)
+            fail_msg("expf(%.9g): got %.9g, want %.9g (%.2f ulp)", (double)x, (double)got,
+                     (double)want, err);
+    }
+    print_message("ck_infer_expf: worst %.2f ulp\n", worst);
+    assert_true(isnan(ck_infer_expf(NAN)));
+    assert_true(ck_infer_expf(-1000.0f) > 0 && ck_infer_expf(-1000.0f) < 1.2e-38f);
+    assert_true(ck_infer_expf(-INFINITY) < 1.2e-38f);
+    assert_true(isfinite(ck_infer_expf(1000.0f)) && ck_infer_expf(1000.0f) > 2e38f);
+    assert_true(ck_infer_expf(0.0f) == 1.0f);
+}
+
 static void plan_reuses_dead_buffers(void **state)
 {
     /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
@@ -780,6 +805,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(errors_name_the_node),
     cmocka_unit_test(plan_reuses_dead_buffers),
     cmocka_unit_test(plan_keeps_buffers_between_runs),
+    cmocka_unit_test(expf_within_two_ulp),
     cmocka_unit_test(batchnorm_folds_into_its_convolution),
     cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
