@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/yamlutil.h"
 #include "hooks/hooks.h"
+#include "infer/infer.h"
 #include "writers/writer.h"
 
 #include <errno.h>
@@ -170,6 +171,9 @@ static const struct key keys[] = {
      "address space of the engine's child (default 8GiB; 0: no limit)"},
     {"verify.on_failure", T_CUSTOM, 0, parse_verify_opt,
      "hold (not uploaded, the default) or upload_marked"},
+    {"verify.threads", T_CUSTOM, 0, parse_verify_opt,
+     "threads of the engine's heavy kernels, 1 to 64 (default 1: the trainer keeps its cores; "
+     "the outputs are the same bits at any count)"},
     {"retention.keep_last", T_INT, F(keep_last), NULL,
      "delete local checkpoints but the newest N, once every store holds a verified copy"},
     {"retention.keep_every", T_INT, F(keep_every), NULL,
@@ -283,6 +287,7 @@ void ck_config_init(struct ck_config *cfg)
     cfg->verify_rtol = 1e-5;
     cfg->verify_timeout = 300;
     cfg->verify_max_memory = 8ull << 30;
+    cfg->verify_threads = 1;
     cfg->verify_on_failure = CK_VERIFY_HOLD;
 }
 
@@ -707,6 +712,13 @@ static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key
     }
     char *end;
     errno = 0;
+    if (!strcmp(key, "verify.threads")) {
+        long t = strtol(s, &end, 10);
+        if (end == s || *end || errno || t < 1 || t > CK_INFER_MAX_THREADS)
+            return bad(c, n, key, "must be a whole number from 1 to 64");
+        cfg->verify_threads = (int)t;
+        return 0;
+    }
     double v = strtod(s, &end);
     if (end == s || *end || errno || !isfinite(v) || v < 0)
         return bad(c, n, key, "must be a number >= 0");

@@ -96,6 +96,7 @@ struct ck_config {
     double verify_atol, verify_rtol;
     double verify_timeout;        /* CPU seconds of the engine's child */
     uint64_t verify_max_memory;   /* bytes of address space of the child; 0: no limit */
+    int verify_threads;           /* threads of the engine's kernels (default 1) */
     enum ck_verify_on_failure verify_on_failure;
 
     /* retention: which checkpoints may leave the local disk once every store

@@ -439,7 +439,8 @@ static int run_model(const struct ck_pipeline *p, const char *spec, const char *
     if (err < 0)
         return err;
     if ((err = inputs_for(p, m, &in, &nin)) == 0) {
-        struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory};
+        struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory,
+                                      .threads = p->cfg->verify_threads};
         struct ck_sandbox_limits lim = {.max_memory = p->cfg->verify_max_memory,
                                         .timeout = p->cfg->verify_timeout};
         err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, 1, outv, nout, &st, &stats);
@@ -482,7 +483,8 @@ static int run_on(const struct ck_pipeline *p, const struct ck_model *m,
                   const struct ck_infer_array *in, struct ck_infer_array **out, size_t *nout,
                   double *seconds)
 {
-    struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory};
+    struct ck_infer_options io = {.max_memory = p->cfg->verify_max_memory,
+                                  .threads = p->cfg->verify_threads};
     struct ck_sandbox_limits lim = {.max_memory = p->cfg->verify_max_memory,
                                     .timeout = p->cfg->verify_timeout};
     struct ck_infer_stats stats = {0};

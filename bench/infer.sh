@@ -16,15 +16,21 @@
 # tokens; ONNX opset 14), batch 1 and 4, ZOO_REPEAT runs each, worst ratio
 # first, with the GFLOP/s each side reaches (2 x the multiply-adds of the
 # convolutions and products torch runs, over the median CPU time) beside
-# OpenBLAS sgemm's on the same machine (one thread, a 512x3136x576 product).
+# OpenBLAS sgemm's on the same machine (one thread, a 512x3136x576 product),
+# and both again with THREADS threads (ckptd verify --threads,
+# torch.set_num_threads; CKPTD_BENCH_THREADS, default 2): their wall-clock
+# medians and each one's speed-up over its own one-thread run.
 # Usage: bench/infer.sh [BUILD_DIR] [REPEAT] [ZOO_REPEAT]
-# CKPTD_BENCH_ONLY=small or zoo runs one of the two tables.
+# CKPTD_BENCH_ONLY=small or zoo runs one of the two tables. CKPTD_BENCH_ZOO=DIR
+# keeps the zoo's exported models in DIR (made when missing) and uses them
+# again in later runs instead of exporting them afresh.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build-bench}
 repeat=${2:-200}
 zoo_repeat=${3:-20}
 only=${CKPTD_BENCH_ONLY:-}
+threads=${CKPTD_BENCH_THREADS:-2}
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCKPTD_SANITIZE=OFF -DCKPTD_WERROR=OFF >/dev/null
 cmake --build "$build" -j2 --target ckptd >/dev/null
 ckptd=$build/agent/ckptd
@@ -56,24 +62,29 @@ echo
 fi
 
 [ "$only" = small ] && exit 0
-zoo=$work/zoo
+zoo=${CKPTD_BENCH_ZOO:-$work/zoo}
 mkdir -p "$zoo"
-/usr/bin/python3 "$here/bench/infer_zoo.py" export "$zoo" >/dev/null 2>&1
+[ -f "$zoo/exported" ] || {
+    /usr/bin/python3 "$here/bench/infer_zoo.py" export "$zoo" >/dev/null 2>&1
+    touch "$zoo/exported"
+}
 sgemm=$(/usr/bin/python3 "$here/bench/infer_zoo.py" sgemm 20)
 zoo_engine() { # median_cpu_ms median_wall_ms peak_rss_mib
     "$ckptd" verify "$zoo/$1.b$2.onnx" --inputs "$zoo/$1.in$2.npy" --expected "$zoo/$1.out$2.npy" \
-        --repeat "$zoo_repeat" |
+        --repeat "$zoo_repeat" "${@:3}" |
         awk '/^engine:/ { for (i = 1; i <= NF; i++) { if ($i == "median" && !m) m = $(i+1);
              if ($i == "CPU") c = $(i+1); if ($i == "RSS") r = $(i+1) } print c, m, r }'
 }
-echo "| model | batch | ckptd CPU ms | torch CPU ms | ckptd/torch | GFLOP | GFLOP/s ckptd / torch / sgemm | wall ms ckptd / torch | peak RSS MiB ckptd / torch |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| model | batch | ckptd CPU ms | torch CPU ms | ckptd/torch | GFLOP | GFLOP/s ckptd / torch / sgemm | wall ms ckptd / torch | peak RSS MiB ckptd / torch | $threads threads: wall ms ckptd / torch | $threads threads: speed-up ckptd / torch | $threads threads: ckptd/torch |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for model in $(/usr/bin/python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import infer_zoo; print(*infer_zoo.NAMES)' "$here/bench"); do
     for batch in 1 4; do
         read -r ck ck_wall ck_rss < <(zoo_engine "$model" "$batch")
         [ -n "$ck" ] || { echo "ckptd verify failed on $model batch $batch" >&2; exit 1; }
         read -r th th_wall th_rss < <(/usr/bin/python3 "$here/bench/infer_zoo.py" torch "$zoo" "$model" "$batch" "$zoo_repeat")
+        read -r _ ckn_wall _ < <(zoo_engine "$model" "$batch" --threads "$threads")
+        read -r _ thn_wall _ < <(/usr/bin/python3 "$here/bench/infer_zoo.py" torch "$zoo" "$model" "$batch" "$zoo_repeat" "$threads")
         g=$(cat "$zoo/$model.gflop$batch")
-        echo "| $model | $batch | $ck | $th | $(ratio "$ck" "$th") | $g | $(gflops "$g" "$ck") / $(gflops "$g" "$th") / $sgemm | $ck_wall / $th_wall | $ck_rss / $th_rss |"
+        echo "| $model | $batch | $ck | $th | $(ratio "$ck" "$th") | $g | $(gflops "$g" "$ck") / $(gflops "$g" "$th") / $sgemm | $ck_wall / $th_wall | $ck_rss / $th_rss | $ckn_wall / $thn_wall | $(ratio "$ck_wall" "$ckn_wall") / $(ratio "$th_wall" "$thn_wall") | $(ratio "$ckn_wall" "$thn_wall") |"
     done
 done | sort -t '|' -k6,6 -gr

@@ -9,9 +9,11 @@ perturbed as the zoo does.
                                     NAME.in{1,4}.npy, NAME.out{1,4}.npy and
                                     NAME.gflop{1,4} (2 x the multiply-adds of
                                     the convolutions and products torch runs)
-  infer_zoo.py torch DIR NAME BATCH REPEAT
+  infer_zoo.py torch DIR NAME BATCH REPEAT [THREADS]
                                     torch's median CPU ms, wall ms and peak
                                     RSS MiB (as infer_torch.py), one thread
+                                    or torch.set_num_threads(THREADS) (CPU
+                                    time then of the whole process)
   infer_zoo.py sgemm REPEAT         OpenBLAS sgemm's GFLOP/s, one thread, on
                                     a 512 x 3136 x 576 product (a 3x3
                                     convolution's at 56x56)"""
@@ -95,9 +97,10 @@ def export(outdir, names):
                 f.write("%.6f\n" % gflop(module, x))
 
 
-def time_torch(outdir, name, batch, repeat):
+def time_torch(outdir, name, batch, repeat, threads=1):
     import torch
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
+    clock = time.thread_time if threads == 1 else time.process_time
     module, _ = make(name)
     x = torch.from_numpy(np.load(os.path.join(outdir, "%s.in%d.npy" % (name, batch))))
     if name == "bert_d64":
@@ -108,9 +111,9 @@ def time_torch(outdir, name, batch, repeat):
         for _ in range(3):
             y = module(x)
         for _ in range(repeat):
-            t0, c0 = time.perf_counter(), time.thread_time()
+            t0, c0 = time.perf_counter(), clock()
             y = module(x)
-            cpu.append(time.thread_time() - c0)
+            cpu.append(clock() - c0)
             times.append(time.perf_counter() - t0)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-4)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -142,8 +145,9 @@ def sgemm(repeat):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "export":
         export(sys.argv[2], sys.argv[3:] or NAMES)
-    elif len(sys.argv) == 6 and sys.argv[1] == "torch":
-        time_torch(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    elif len(sys.argv) in (6, 7) and sys.argv[1] == "torch":
+        time_torch(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+                   int(sys.argv[6]) if len(sys.argv) == 7 else 1)
     elif len(sys.argv) == 3 and sys.argv[1] == "sgemm":
         sgemm(int(sys.argv[2]))
     else:

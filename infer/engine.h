@@ -4,6 +4,7 @@
 #define CK_INFER_ENGINE_H
 
 #include "infer/internal.h"
+#include "infer/pool.h"
 
 enum ck_value_kind { CK_VALUE_WEIGHT, CK_VALUE_INPUT, CK_VALUE_NODE };
 
@@ -29,7 +30,8 @@ struct ck_enode {
 };
 
 struct ck_buffer {
-    int64_t cap; /* floats */
+    int64_t cap;  /* floats the last plan needs */
+    int64_t held; /* floats allocated at data (kept from run to run, at least cap) */
     float *data;
 };
 
@@ -42,14 +44,17 @@ struct ck_infer {
     size_t map_cap;
     struct ck_enode *nodes;
     uint64_t weight_bytes;
-    /* the plan of the last run */
+    /* the plan of the last run; its buffers and scratch are kept for the
+     * next run, which re-plans and allocates only what no longer fits */
     struct ck_buffer *bufs;
-    size_t nbufs;
+    size_t nbufs, bufs_cap;
     int64_t scratch_floats;
+    struct ck_buffer scratch;
     uint64_t peak_bytes;
     double *node_seconds;
     size_t fused; /* nodes folded into another (ck_infer_fuse) */
     bool dtypes_only; /* values_build: shapes and dtypes of weights, nothing converted */
+    struct ck_pool *pool; /* NULL: one thread */
 };
 
 int ck_infer_value_find(const struct ck_infer *e, const char *name);
@@ -67,11 +72,13 @@ void ck_infer_dtypes(struct ck_infer *e);
 int ck_infer_fuse(struct ck_infer *e);
 void ck_infer_values_free(struct ck_infer *e);
 
-/* Shapes of every value from the inputs' (already set), then buffers. */
+/* Shapes of every value from the inputs' (already set), then buffers: the
+ * buffers of the previous plan are used again where they still fit. */
 int ck_infer_plan(struct ck_infer *e);
 /* The first part of ck_infer_plan: every value's shape from the bound input
  * shapes, nothing allocated for the activations. */
 int ck_infer_plan_shapes(struct ck_infer *e);
+/* Frees the buffers and the scratch the plans kept. */
 void ck_infer_plan_release(struct ck_infer *e);
 
 #endif

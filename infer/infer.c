@@ -3,6 +3,7 @@
 #include "infer/engine.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/log.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -173,10 +174,13 @@ int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o, str
     e->m = m;
     if (o)
         e->o = *o;
-    if ((err = ck_infer_values_build(e)) < 0 || (err = ck_infer_fuse(e)) < 0) {
+    if ((err = ck_infer_values_build(e)) < 0 || (err = ck_infer_fuse(e)) < 0 ||
+        (err = ck_pool_new(e->o.threads, &e->pool)) < 0) {
         ck_infer_free(e);
         return err;
     }
+    if (e->pool)
+        ck_debug("infer.threads", "count=%d", ck_pool_threads(e->pool));
     *out = e;
     return 0;
 }
@@ -185,6 +189,7 @@ void ck_infer_free(struct ck_infer *e)
 {
     if (!e)
         return;
+    ck_pool_free(e->pool);
     ck_infer_plan_release(e);
     ck_infer_values_free(e);
     free(e->node_seconds);
@@ -282,7 +287,7 @@ static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io
     const struct ck_enode *en = &e->nodes[i];
     struct ck_kcall k = {n,       io->inp, io->ins,    nin,        io->outp,   io->outs,
                          e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max,
-                         io->indt, io->outdt};
+                         io->indt, io->outdt, e->pool};
     int err = ck_infer_kernel(&k);
     /* a float16 (bfloat16) value holds what float16 arithmetic gives: the
      * float32 result rounded once to the dtype */
@@ -315,7 +320,6 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
                  struct ck_infer_array **outputs, size_t *noutputs)
 {
     int err;
-    float *scratch = NULL;
     struct node_io io = {0};
     *outputs = NULL;
     *noutputs = 0;
@@ -324,25 +328,23 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
         goto out;
     free(e->node_seconds);
     e->node_seconds = calloc(e->m->nnodes + 1, sizeof(double));
-    scratch = malloc(sizeof(float) * (size_t)(e->scratch_floats + 1));
-    if (!scratch || !e->node_seconds) {
-        err = ck_error(CK_ENOMEM, "out of memory for %lld scratch values",
-                       (long long)e->scratch_floats);
+    if (!e->node_seconds) {
+        err = ck_error(CK_ENOMEM, "out of memory for the node timings");
         goto out;
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
         if (e->nodes[i].skip)
             continue;
         double t0 = ck_mono_s();
-        if ((err = run_node(e, i, scratch, &io)) < 0)
+        if ((err = run_node(e, i, e->scratch.data, &io)) < 0)
             goto out;
         e->node_seconds[i] = ck_mono_s() - t0;
     }
     err = copy_outputs(e, outputs, noutputs);
 out:
-    free(scratch);
     node_io_release(&io);
-    ck_infer_plan_release(e);
+    if (err < 0) /* the buffers stay for the next run only after a good one */
+        ck_infer_plan_release(e);
     return err;
 }
 

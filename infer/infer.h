@@ -34,7 +34,11 @@ struct ck_infer_array {
 struct ck_infer_options {
     bool naive_gemm;     /* plain loops instead of BLAS (for measuring what BLAS buys) */
     uint64_t max_memory; /* activations + converted weights; 0: no limit */
+    int threads;         /* threads computing the heavy kernels (infer/pool.h), at most
+                            CK_INFER_MAX_THREADS; 0 or 1: the calling thread only */
 };
+
+#define CK_INFER_MAX_THREADS 64
 
 struct ck_infer;
 

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct ck_ishape {
     int rank;
@@ -42,6 +43,37 @@ enum ck_infer_act {
     CK_ACT_GELU_TANH,
 };
 
+/* e^x in float32 within 2 ulp of libm's expf for x in [-87.3, 88.3]
+ * (Cephes' expf: x = k ln2 + r with |r| <= ln2 / 2, a degree-5 minimax
+ * polynomial of r, 2^k made in the exponent's bits), without a branch, so a
+ * loop of it is vectorised where libm's expf is a call per value (a sixth of
+ * efficientnet_b0's time went to its SiLUs' expf). Outside that range x is
+ * clamped to it: below, e^-87.3 (1.2e-38) where libm gives a smaller or
+ * zero value; above, e^88.3 (2.1e38) where libm reaches infinity past 88.7.
+ * For the sigmoids that use it (1 / (1 + e^-x)) both are within 5e-39 of
+ * 0 or 1. NaN gives NaN. */
+static inline float ck_infer_expf(float x)
+{
+    float c = x != x ? 0.0f : x; /* NaN: a number until the end */
+    c = c > 88.3762626647949f ? 88.3762626647949f : c;
+    c = c < -87.3365447505531f ? -87.3365447505531f : c;
+    float k = c * 1.44269504088896341f;
+    k = (k + 12582912.0f) - 12582912.0f; /* to the nearest integer (1.5 x 2^23) */
+    float r = c - k * 0.693359375f;
+    r = r - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * (r * r) + r + 1.0f;
+    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23; /* k in [-126, 127] */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return x != x ? x : p * scale;
+}
+
 /* One node's kernel call. */
 struct ck_kcall {
     const struct ck_model_node *n;
@@ -55,6 +87,7 @@ struct ck_kcall {
     enum ck_infer_act act; /* conv2d and dense only */
     float act_min, act_max;
     const enum ck_dtype *indt, *outdt; /* each input's and output's dtype (values are float32) */
+    struct ck_pool *pool; /* the engine's threads (infer/pool.h); NULL: this one only */
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */

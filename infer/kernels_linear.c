@@ -2,8 +2,15 @@
  * (im2col, then one product per image and group; a 1x1 stride-1 unpadded
  * convolution needs no im2col; a depthwise one runs its own loops). The products go through OpenBLAS's
  * cblas_sgemm, single-threaded (the engine runs beside a training job), or
- * through plain loops when asked (bench/infer.sh measures the difference). */
+ * through plain loops when asked (bench/infer.sh measures the difference).
+ *
+ * With the engine's threads (infer/pool.h) each product is cut into blocks
+ * of output rows (a convolution's output channels, a dense layer's tokens,
+ * GEMM_ROWS at a time), one single-threaded cblas_sgemm per block. im2col,
+ * the bias and the epilogue are cut by input and output channels, the
+ * depthwise kernel by channels, a batched matmul by its products. */
 #include "infer/internal.h"
+#include "infer/pool.h"
 #include "common/error.h"
 
 #include <math.h>
@@ -64,11 +71,11 @@ static void epilogue(const struct ck_kcall *k, float *y, int64_t n)
         return;
     case CK_ACT_SIGMOID:
         for (int64_t i = 0; i < n; i++)
-            y[i] = 1.0f / (1.0f + expf(-y[i]));
+            y[i] = 1.0f / (1.0f + ck_infer_expf(-y[i]));
         return;
     case CK_ACT_SILU:
         for (int64_t i = 0; i < n; i++)
-            y[i] = y[i] * (1.0f / (1.0f + expf(-y[i])));
+            y[i] = y[i] * (1.0f / (1.0f + ck_infer_expf(-y[i])));
         return;
     case CK_ACT_GELU:
         for (int64_t i = 0; i < n; i++)
@@ -91,18 +98,78 @@ static void add_bias_rows(float *y, int64_t rows, int64_t cols, const float *bia
             y[i * cols + j] += bias[j];
 }
 
+/* Rows of a product per block when threads share it. OpenBLAS computes a
+ * tile of output columns and a partial tile in different orders, so a
+ * product cut by columns, or by rows at a multiple of 4, 8 or 16, does not
+ * give the same bits as the whole (measured on this Debian 12 OpenBLAS
+ * 0.3.21, Haswell kernels: 12 output rows per tile). Cut at a multiple of
+ * 24 rows (any tile of 1, 2, 3, 4, 6, 8, 12 or 24 rows) every output is
+ * made by the same tile in the same order as in one call: the same bits at
+ * any thread count (tests/e2e/test_infer_kernels.py Threads checks the
+ * zoo's models byte for byte). */
+#define GEMM_ROWS 24
+
+struct dense_job {
+    const struct ck_kcall *k;
+    int64_t in, out;
+};
+
+static void dense_rows(void *arg, int64_t r0, int64_t r1)
+{
+    const struct dense_job *j = arg;
+    const struct ck_kcall *k = j->k;
+    int64_t in = j->in, out = j->out;
+    float *y = k->out[0] + r0 * out;
+    ck_infer_gemm(k->naive_gemm, false, k->n->p.trans_w, r1 - r0, out, in, k->in[0] + r0 * in, in,
+                  k->in[1], k->n->p.trans_w ? in : out, 0.0f, y, out);
+    if (k->nin > 2)
+        add_bias_rows(y, r1 - r0, out, k->in[2]);
+    epilogue(k, y, (r1 - r0) * out);
+}
+
 static int dense(const struct ck_kcall *k)
 {
     const struct ck_ishape *w = &k->ins[1];
     int64_t in = k->n->p.trans_w ? w->d[1] : w->d[0];
     int64_t out = ck_ishape_numel(w) / (in ? in : 1);
     int64_t rows = in ? ck_ishape_numel(&k->ins[0]) / in : 0;
-    ck_infer_gemm(k->naive_gemm, false, k->n->p.trans_w, rows, out, in, k->in[0], in, k->in[1],
-                  k->n->p.trans_w ? in : out, 0.0f, k->out[0], out);
-    if (k->nin > 2)
-        add_bias_rows(k->out[0], rows, out, k->in[2]);
-    epilogue(k, k->out[0], rows * out);
+    struct dense_job j = {k, in, out};
+    ck_pool_for(k->pool, rows, GEMM_ROWS, dense_rows, &j);
     return 0;
+}
+
+struct matmul_job {
+    const struct ck_kcall *k;
+    int br;
+    int64_t m, n, kk;
+    const int64_t *bd, *sa, *sb;
+};
+
+static void matmul_batches(void *arg, int64_t t0, int64_t t1)
+{
+    const struct matmul_job *j = arg;
+    const struct ck_kcall *k = j->k;
+    int64_t m = j->m, n = j->n, kk = j->kk;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t rem = t, oa = 0, ob = 0;
+        for (int i = j->br - 1; i >= 0; i--) {
+            int64_t ix = rem % j->bd[i];
+            rem /= j->bd[i];
+            oa += ix * j->sa[i];
+            ob += ix * j->sb[i];
+        }
+        ck_infer_gemm(k->naive_gemm, false, false, m, n, kk, k->in[0] + oa, kk, k->in[1] + ob, n,
+                      0.0f, k->out[0] + t * m * n, n);
+    }
+}
+
+/* One product (no batch dims) cut by rows. */
+static void matmul_rows(void *arg, int64_t r0, int64_t r1)
+{
+    const struct matmul_job *j = arg;
+    const struct ck_kcall *k = j->k;
+    ck_infer_gemm(k->naive_gemm, false, false, r1 - r0, j->n, j->kk, k->in[0] + r0 * j->kk, j->kk,
+                  k->in[1], j->n, 0.0f, k->out[0] + r0 * j->n, j->n);
 }
 
 /* Batched matmul: a's and b's batch dims broadcast to the output's. */
@@ -129,17 +196,11 @@ static int matmul(const struct ck_kcall *k)
         batches *= bd[i];
     }
     (void)o;
-    for (int64_t t = 0; t < batches; t++) {
-        int64_t rem = t, oa = 0, ob = 0;
-        for (int i = br - 1; i >= 0; i--) {
-            int64_t ix = rem % bd[i];
-            rem /= bd[i];
-            oa += ix * sa[i];
-            ob += ix * sb[i];
-        }
-        ck_infer_gemm(k->naive_gemm, false, false, m, n, kk, k->in[0] + oa, kk, k->in[1] + ob, n,
-                      0.0f, k->out[0] + t * m * n, n);
-    }
+    struct matmul_job j = {k, br, m, n, kk, bd, sa, sb};
+    if (batches > 1 || !k->pool)
+        ck_pool_for(k->pool, batches, 1, matmul_batches, &j);
+    else
+        ck_pool_for(k->pool, m, GEMM_ROWS, matmul_rows, &j);
     return 0;
 }
 
@@ -230,9 +291,87 @@ int64_t ck_infer_conv_scratch_floats(const struct ck_model_node *n, const struct
 {
     const struct ck_ishape *w = &ins[1];
     int64_t hw = outs[0].d[2] * outs[0].d[3], k = w->d[1] * w->d[2] * w->d[3];
-    if (conv_batches(&n->p, w))
-        return conv_images_per_call(&ins[0], w, &outs[0]) * (k + w->d[0]) * hw;
+    if (conv_batches(&n->p, w)) {
+        int64_t nb = conv_images_per_call(&ins[0], w, &outs[0]);
+        return nb == 1 ? k * hw : nb * (k + w->d[0]) * hw; /* one image: no results block */
+    }
     return conv_is_pointwise(&n->p, w) || conv_is_depthwise(&n->p, w) ? 0 : k * hw;
+}
+
+/* A product [m, kk] x [kk, ld] cut by blocks of GEMM_ROWS rows. */
+struct rows_job {
+    const struct ck_kcall *k;
+    int64_t kk, ld;
+    const float *a, *b;
+    float *c;
+};
+
+static void gemm_rows(void *arg, int64_t r0, int64_t r1)
+{
+    const struct rows_job *j = arg;
+    ck_infer_gemm(j->k->naive_gemm, false, false, r1 - r0, j->ld, j->kk, j->a + r0 * j->kk, j->kk,
+                  j->b, j->ld, 0.0f, j->c + r0 * j->ld, j->ld);
+}
+
+/* The columns of cnt images (input channels cut among the threads). */
+struct im2col_job {
+    const struct ck_kcall *k;
+    const float *x; /* the first image */
+    int64_t c, h, w, kh, kw, oh, ow, ld;
+    float *col;
+};
+
+static void im2col_part(void *arg, int64_t u0, int64_t u1)
+{
+    const struct im2col_job *j = arg;
+    for (int64_t u = u0; u < u1; u++) { /* u: image * c + channel */
+        int64_t i = u / j->c, ci = u % j->c;
+        im2col(j->x + (i * j->c + ci) * j->h * j->w, 1, j->h, j->w, j->kh, j->kw, &j->k->n->p,
+               j->oh, j->ow, j->col + ci * j->kh * j->kw * j->ld + i * j->oh * j->ow, j->ld);
+    }
+}
+
+/* Each image's [o, hw] block of the product to its place, with bias and
+ * epilogue, cut by output channels. */
+struct scatter_job {
+    const struct ck_kcall *k;
+    int64_t b0, cnt, oc, hw, ld;
+    const float *res;
+};
+
+static void scatter_part(void *arg, int64_t c0, int64_t c1)
+{
+    const struct scatter_job *j = arg;
+    const struct ck_kcall *k = j->k;
+    for (int64_t i = 0; i < j->cnt; i++)
+        for (int64_t ch = c0; ch < c1; ch++) {
+            float *dst = k->out[0] + ((j->b0 + i) * j->oc + ch) * j->hw;
+            const float *src = j->res + ch * j->ld + i * j->hw;
+            float bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
+            for (int64_t q = 0; q < j->hw; q++)
+                dst[q] = src[q] + bias;
+            epilogue(k, dst, j->hw);
+        }
+}
+
+/* The bias and the epilogue of channels [c0, c1) of one image and group. */
+struct bias_job {
+    const struct ck_kcall *k;
+    float *y;
+    const float *bias; /* NULL: none */
+    int64_t hw;
+};
+
+static void bias_part(void *arg, int64_t c0, int64_t c1)
+{
+    const struct bias_job *j = arg;
+    for (int64_t c = c0; c < c1; c++) {
+        float *row = j->y + c * j->hw;
+        if (j->bias)
+            for (int64_t i = 0; i < j->hw; i++)
+                row[i] += j->bias[c];
+        epilogue(j->k, row, j->hw);
+    }
 }
 
 /* groups == 1: nb images' columns side by side [k, nb*hw], one product
@@ -244,23 +383,25 @@ static void conv2d_batched(const struct ck_kcall *k)
     int64_t c = x->d[1], h = x->d[2], wd = x->d[3], oc = w->d[0], oh = o->d[2], ow = o->d[3];
     int64_t hw = oh * ow, kk = c * w->d[2] * w->d[3];
     int64_t nb = conv_images_per_call(x, w, o);
+    (void)p;
     for (int64_t b0 = 0; b0 < x->d[0]; b0 += nb) {
         int64_t cnt = x->d[0] - b0 < nb ? x->d[0] - b0 : nb, ld = cnt * hw;
         float *col = k->scratch, *res = k->scratch + kk * ld;
-        for (int64_t i = 0; i < cnt; i++)
-            im2col(k->in[0] + (b0 + i) * c * h * wd, c, h, wd, w->d[2], w->d[3], p, oh, ow,
-                   col + i * hw, ld);
-        ck_infer_gemm(k->naive_gemm, false, false, oc, ld, kk, k->in[1], kk, col, ld, 0.0f, res,
-                      ld);
-        for (int64_t i = 0; i < cnt; i++)
-            for (int64_t ch = 0; ch < oc; ch++) {
-                float *dst = k->out[0] + ((b0 + i) * oc + ch) * hw;
-                const float *src = res + ch * ld + i * hw;
-                float bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
-                for (int64_t j = 0; j < hw; j++)
-                    dst[j] = src[j] + bias;
-                epilogue(k, dst, hw);
-            }
+        struct im2col_job ij = {k,  k->in[0] + b0 * c * h * wd, c, h, wd, w->d[2], w->d[3], oh,
+                                ow, ld, col};
+        ck_pool_for(k->pool, cnt * c, 1, im2col_part, &ij);
+        if (nb == 1) { /* the product straight into the image's [o, hw] block */
+            float *y = k->out[0] + b0 * oc * hw;
+            struct rows_job gj = {k, kk, hw, k->in[1], col, y};
+            ck_pool_for(k->pool, oc, GEMM_ROWS, gemm_rows, &gj);
+            struct bias_job bj = {k, y, k->nin > 2 ? k->in[2] : NULL, hw};
+            ck_pool_for(k->pool, oc, 1, bias_part, &bj);
+            continue;
+        }
+        struct rows_job gj = {k, kk, ld, k->in[1], col, res};
+        ck_pool_for(k->pool, oc, GEMM_ROWS, gemm_rows, &gj);
+        struct scatter_job sj = {k, b0, cnt, oc, hw, ld, res};
+        ck_pool_for(k->pool, oc, 1, scatter_part, &sj);
     }
 }
 
@@ -362,12 +503,47 @@ static void dw_inner(const struct dw_row *r, const struct ck_op_params *p, int64
     }
 }
 
+struct dw_job {
+    const struct ck_kcall *k;
+    const struct dw_row *r; /* lo and hi of every kj */
+    int64_t lo, hi;         /* the columns every tap reads inside the image */
+};
+
+/* Output channels [u0, u1) of every image (u: image * channels + channel). */
+static void dw_part(void *arg, int64_t u0, int64_t u1)
+{
+    const struct dw_job *j = arg;
+    const struct ck_kcall *k = j->k;
+    const struct ck_op_params *p = &k->n->p;
+    const struct ck_ishape *x = &k->ins[0], *w = &k->ins[1], *o = &k->outs[0];
+    int64_t c = x->d[1], h = x->d[2], wd = x->d[3], oc = o->d[1], oh = o->d[2], ow = o->d[3];
+    int64_t kh = w->d[2], kw = w->d[3], mult = oc / c;
+    struct dw_row r = *j->r;
+    for (int64_t u = u0; u < u1; u++) {
+        int64_t b = u / oc, ch = u % oc;
+        const float *src = k->in[0] + (b * c + ch / mult) * h * wd;
+        float *dst = k->out[0] + (b * oc + ch) * oh * ow;
+        r.bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
+        r.wk = k->in[1] + ch * kh * kw;
+        for (int64_t y = 0; y < oh; y++) {
+            float *d = dst + y * ow;
+            for (int64_t ki = 0; ki < kh; ki++) {
+                int64_t iy = y * p->stride[0] - p->pad[0] + ki * p->dilation[0];
+                r.rows[ki] = iy < 0 || iy >= h ? NULL : src + iy * wd;
+            }
+            dw_border(&r, p, kh, kw, 0, j->lo, d);
+            dw_inner(&r, p, kh, kw, j->lo, j->hi, d);
+            dw_border(&r, p, kh, kw, j->hi, ow, d);
+            epilogue(k, d, ow);
+        }
+    }
+}
+
 static void conv2d_depthwise(const struct ck_kcall *k)
 {
     const struct ck_op_params *p = &k->n->p;
     const struct ck_ishape *x = &k->ins[0], *w = &k->ins[1], *o = &k->outs[0];
-    int64_t c = x->d[1], h = x->d[2], wd = x->d[3], oc = o->d[1], oh = o->d[2], ow = o->d[3];
-    int64_t kh = w->d[2], kw = w->d[3], mult = oc / c, lo = 0, hi = ow;
+    int64_t wd = x->d[3], oc = o->d[1], ow = o->d[3], kw = w->d[3], lo = 0, hi = ow;
     struct dw_row r;
     /* the output columns every tap reads inside the image: the
      * intersection of each kj's valid_cols */
@@ -378,24 +554,8 @@ static void conv2d_depthwise(const struct ck_kcall *k)
     }
     if (lo > hi)
         lo = hi;
-    for (int64_t b = 0; b < x->d[0]; b++)
-        for (int64_t ch = 0; ch < oc; ch++) {
-            const float *src = k->in[0] + (b * c + ch / mult) * h * wd;
-            float *dst = k->out[0] + (b * oc + ch) * oh * ow;
-            r.bias = k->nin > 2 ? k->in[2][ch] : 0.0f;
-            r.wk = k->in[1] + ch * kh * kw;
-            for (int64_t y = 0; y < oh; y++) {
-                float *d = dst + y * ow;
-                for (int64_t ki = 0; ki < kh; ki++) {
-                    int64_t iy = y * p->stride[0] - p->pad[0] + ki * p->dilation[0];
-                    r.rows[ki] = iy < 0 || iy >= h ? NULL : src + iy * wd;
-                }
-                dw_border(&r, p, kh, kw, 0, lo, d);
-                dw_inner(&r, p, kh, kw, lo, hi, d);
-                dw_border(&r, p, kh, kw, hi, ow, d);
-                epilogue(k, d, ow);
-            }
-        }
+    struct dw_job j = {k, &r, lo, hi};
+    ck_pool_for(k->pool, x->d[0] * oc, 1, dw_part, &j);
 }
 
 static int conv2d(const struct ck_kcall *k)
@@ -419,18 +579,14 @@ static int conv2d(const struct ck_kcall *k)
             float *yi = k->out[0] + (b * o->d[1] + gi * og) * oh * ow;
             const float *col = xi;
             if (!pointwise) {
-                im2col(xi, cg, h, wd, kh, kw, p, oh, ow, k->scratch, oh * ow);
+                struct im2col_job ij = {k, xi, cg, h, wd, kh, kw, oh, ow, oh * ow, k->scratch};
+                ck_pool_for(k->pool, cg, 1, im2col_part, &ij);
                 col = k->scratch;
             }
-            ck_infer_gemm(k->naive_gemm, false, false, og, oh * ow, kk, k->in[1] + gi * og * kk,
-                          kk, col, oh * ow, 0.0f, yi, oh * ow);
-            if (k->nin > 2)
-                for (int64_t c = 0; c < og; c++) {
-                    float bias = k->in[2][gi * og + c], *row = yi + c * oh * ow;
-                    for (int64_t i = 0; i < oh * ow; i++)
-                        row[i] += bias;
-                }
-            epilogue(k, yi, og * oh * ow);
+            struct rows_job gj = {k, kk, oh * ow, k->in[1] + gi * og * kk, col, yi};
+            ck_pool_for(k->pool, og, GEMM_ROWS, gemm_rows, &gj);
+            struct bias_job bj = {k, yi, k->nin > 2 ? k->in[2] + gi * og : NULL, oh * ow};
+            ck_pool_for(k->pool, og, 1, bias_part, &bj);
         }
     return 0;
 }

@@ -3,6 +3,7 @@
  * ceil mode counts only what it covers, as torch does), and their global
  * forms. */
 #include "infer/internal.h"
+#include "infer/pool.h"
 
 #include <float.h>
 #include <math.h>
@@ -92,34 +93,67 @@ static void pool_plane(const struct ck_op_params *p, bool max, const float *x, i
     }
 }
 
-int ck_infer_k_pool(const struct ck_kcall *k)
+/* The mean of n values, summed in double over 4 independent lanes (the
+ * loop is vectorised; one chain of double additions cost 4 cycles a value:
+ * a sixth of efficientnet_b0's time in its squeeze-excitation pools). */
+static float plane_mean(const float *x, int64_t n)
 {
+    double acc[4] = {0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++)
+            acc[l] += x[i + l];
+    for (; i < n; i++)
+        acc[0] += x[i];
+    return (float)(((acc[0] + acc[1]) + (acc[2] + acc[3])) / (double)n);
+}
+
+static float plane_max(const float *x, int64_t n)
+{
+    float mx = -INFINITY;
+    bool nan = false;
+    for (int64_t i = 0; i < n; i++) {
+        mx = x[i] > mx ? x[i] : mx;
+        nan |= x[i] != x[i];
+    }
+    return nan ? NAN : mx;
+}
+
+/* Planes [p0, p1) of one pooling node. */
+static void pool_part(void *arg, int64_t p0, int64_t p1)
+{
+    const struct ck_kcall *k = arg;
     const struct ck_ishape *x = &k->ins[0], *o = &k->outs[0];
     int r = x->rank;
-    int64_t h = x->d[r - 2], w = x->d[r - 1], planes = 1;
-    for (int i = 0; i < r - 2; i++)
-        planes *= x->d[i];
     enum ck_op op = k->n->op;
     if (op == CK_OP_GLOBAL_AVGPOOL || op == CK_OP_GLOBAL_MAXPOOL) {
-        /* one value per (N, C): every axis from 2 on is pooled, also for
-         * NCDHW (the output is [N, C, 1, ...]; planes above counts D too) */
-        planes = x->d[0] * x->d[1];
+        int64_t planes = x->d[0] * x->d[1];
         int64_t inner = ck_ishape_numel(x) / (planes ? planes : 1);
-        for (int64_t pl = 0; pl < planes; pl++) {
-            const float *xp = k->in[0] + pl * inner;
-            double sum = 0;
-            float mx = -INFINITY;
-            for (int64_t i = 0; i < inner; i++) {
-                sum += xp[i];
-                mx = xp[i] > mx || isnan(xp[i]) ? xp[i] : mx;
-            }
-            k->out[0][pl] = op == CK_OP_GLOBAL_MAXPOOL ? mx : (float)(sum / (double)inner);
-        }
-        return 0;
+        for (int64_t pl = p0; pl < p1; pl++)
+            k->out[0][pl] = op == CK_OP_GLOBAL_MAXPOOL ? plane_max(k->in[0] + pl * inner, inner)
+                                                       : plane_mean(k->in[0] + pl * inner, inner);
+        return;
     }
-    int64_t oh = o->d[r - 2], ow = o->d[r - 1];
-    for (int64_t pl = 0; pl < planes; pl++)
+    int64_t h = x->d[r - 2], w = x->d[r - 1], oh = o->d[r - 2], ow = o->d[r - 1];
+    for (int64_t pl = p0; pl < p1; pl++)
         pool_plane(&k->n->p, op == CK_OP_MAXPOOL, k->in[0] + pl * h * w, h, w,
                    k->out[0] + pl * oh * ow, oh, ow);
+}
+
+int ck_infer_k_pool(const struct ck_kcall *k)
+{
+    const struct ck_ishape *x = &k->ins[0];
+    int r = x->rank;
+    int64_t planes = 1;
+    for (int i = 0; i < r - 2; i++)
+        planes *= x->d[i];
+    if (k->n->op == CK_OP_GLOBAL_AVGPOOL || k->n->op == CK_OP_GLOBAL_MAXPOOL)
+        /* one value per (N, C): every axis from 2 on is pooled, also for
+         * NCDHW (the output is [N, C, 1, ...]) */
+        planes = x->d[0] * x->d[1];
+    /* planes are independent: cut among the engine's threads, in parts of
+     * 4K input values or more */
+    int64_t per = ck_ishape_numel(x) / (planes ? planes : 1);
+    ck_pool_for(k->pool, planes, per >= 4096 ? 1 : 4096 / (per ? per : 1), pool_part, (void *)k);
     return 0;
 }

@@ -52,6 +52,31 @@ static void pass(const struct ck_kcall *k, const bool *axes, enum ck_op op, doub
 {
     const struct ck_ishape *s = &k->ins[0];
     int64_t total = ck_ishape_numel(s), idx[CK_INFER_MAX_RANK] = {0};
+    /* the reduced axes the last ones (LayerNorm's mean over the features):
+     * each output folds one contiguous run, in the same order as below */
+    int first = s->rank;
+    while (first > 0 && axes[first - 1])
+        first--;
+    bool trailing = true;
+    for (int d = 0; d < first; d++)
+        trailing &= !axes[d];
+    if (trailing) {
+        int64_t inner = 1;
+        for (int d = first; d < s->rank; d++)
+            inner *= s->d[d];
+        for (int64_t o = 0; inner && o < total / inner; o++) {
+            const float *x = k->in[0] + o * inner;
+            double a = acc[o], sh = shift ? shift[o] : 0.0;
+            if (op == CK_OP_REDUCE_MEAN || op == CK_OP_REDUCE_SUM || op == CK_OP_REDUCE_LOG_SUM)
+                for (int64_t i = 0; i < inner; i++)
+                    a += x[i];
+            else
+                for (int64_t i = 0; i < inner; i++)
+                    a = step(op, a, x[i], sh);
+            acc[o] = a;
+        }
+        return;
+    }
     for (int64_t i = 0; i < total; i++) {
         int64_t o = 0;
         for (int d = 0; d < s->rank; d++)

@@ -3,7 +3,16 @@
  * node's outputs take the smallest free buffer that fits (or grow the largest
  * free one, or a new one). A buffer comes back to the pool after the last
  * node reading it, so a chain of layers lives in about two buffers: the peak
- * is near the weights plus the two largest live activations. */
+ * is near the weights plus the two largest live activations.
+ *
+ * The buffers (and the scratch) are kept from one run to the next: every
+ * run plans again from its own input shapes (the shapes and the assignment
+ * take microseconds; nothing assumes the shapes of the last run), and only a
+ * buffer the new plan needs larger than the one held is allocated again, so
+ * `--repeat` and runs at the same shapes touch no new page (allocating them
+ * per run cost a sixth of efficientnet_b0's time in page faults). A run at
+ * other shapes (another batch) reuses the buffers that fit and replaces the
+ * others; buffers the new plan does not use are freed. */
 #include "infer/engine.h"
 #include "common/error.h"
 
@@ -72,18 +81,28 @@ static int pick(const struct ck_infer *e, const bool *busy, int64_t need)
     return best >= 0 ? best : largest;
 }
 
+/* The plan's buffers by index, each one's cap what this plan needs; the
+ * allocations of the last plan stay with their index. */
 static int assign(struct ck_infer *e)
 {
     /* at most one buffer per node output */
     size_t most = 1;
     for (size_t i = 0; i < e->m->nnodes; i++)
         most += e->m->nodes[i].noutputs;
-    bool *busy = calloc(most, sizeof(bool));
-    e->bufs = calloc(most, sizeof *e->bufs);
-    if (!busy || !e->bufs) {
-        free(busy);
-        return ck_error(CK_ENOMEM, "out of memory for the plan");
+    if (most > e->bufs_cap) {
+        struct ck_buffer *b = realloc(e->bufs, most * sizeof *b);
+        if (!b)
+            return ck_error(CK_ENOMEM, "out of memory for the plan");
+        memset(b + e->bufs_cap, 0, (most - e->bufs_cap) * sizeof *b);
+        e->bufs = b;
+        e->bufs_cap = most;
     }
+    for (size_t b = 0; b < e->bufs_cap; b++)
+        e->bufs[b].cap = 0;
+    e->nbufs = 0;
+    bool *busy = calloc(most, sizeof(bool));
+    if (!busy)
+        return ck_error(CK_ENOMEM, "out of memory for the plan");
     for (size_t i = 0; i < e->m->nnodes; i++) {
         const struct ck_model_node *n = &e->m->nodes[i];
         if (e->nodes[i].skip)
@@ -116,10 +135,43 @@ static int assign(struct ck_infer *e)
     return 0;
 }
 
+static void drop(struct ck_buffer *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->held = 0;
+}
+
+/* Floats held once every buffer fits its plan (kept where it does). */
+static uint64_t held_after(const struct ck_infer *e)
+{
+    uint64_t floats = (uint64_t)(e->scratch.held >= e->scratch_floats ? e->scratch.held
+                                                                       : e->scratch_floats);
+    for (size_t b = 0; b < e->nbufs; b++)
+        floats += (uint64_t)(e->bufs[b].held >= e->bufs[b].cap ? e->bufs[b].held : e->bufs[b].cap);
+    return floats;
+}
+
+static int fit(struct ck_buffer *b, int64_t need)
+{
+    if (b->held >= need && b->data)
+        return 0;
+    drop(b);
+    if (!(b->data = malloc(sizeof(float) * (size_t)(need ? need : 1))))
+        return ck_error(CK_ENOMEM, "out of memory for %lld activation values", (long long)need);
+    b->held = need;
+    return 0;
+}
+
 int ck_infer_plan_shapes(struct ck_infer *e)
 {
     int err;
-    ck_infer_plan_release(e);
+    e->scratch_floats = 0;
+    for (size_t v = 0; v < e->nvalues; v++)
+        if (e->values[v].kind == CK_VALUE_NODE) {
+            e->values[v].data = NULL;
+            e->values[v].buf = -1;
+        }
     for (size_t i = 0; i < e->m->nnodes; i++)
         if (!e->nodes[i].skip && (err = node_shapes(e, i)) < 0)
             return err;
@@ -134,21 +186,38 @@ int ck_infer_plan(struct ck_infer *e)
     liveness(e);
     if ((err = assign(e)) < 0)
         return err;
-    uint64_t floats = (uint64_t)e->scratch_floats;
+    uint64_t need = (uint64_t)e->scratch_floats;
     for (size_t b = 0; b < e->nbufs; b++)
-        floats += (uint64_t)e->bufs[b].cap;
-    e->peak_bytes = floats * sizeof(float);
-    if (e->o.max_memory && e->peak_bytes + e->weight_bytes > e->o.max_memory)
+        need += (uint64_t)e->bufs[b].cap;
+    need *= sizeof(float);
+    if (e->o.max_memory && need + e->weight_bytes > e->o.max_memory)
         return ck_error(CK_ENOMEM,
                         "the model needs %llu MiB of activations and %llu MiB of converted "
                         "weights, over the limit of %llu MiB",
-                        (unsigned long long)(e->peak_bytes >> 20),
+                        (unsigned long long)(need >> 20),
                         (unsigned long long)(e->weight_bytes >> 20),
                         (unsigned long long)(e->o.max_memory >> 20));
+    /* buffers this plan does not use are freed; those kept larger than the
+     * plan needs are freed too when keeping them would pass the limit */
+    for (size_t b = e->nbufs; b < e->bufs_cap; b++)
+        drop(&e->bufs[b]);
+    if (e->o.max_memory && held_after(e) * sizeof(float) + e->weight_bytes > e->o.max_memory) {
+        ck_infer_plan_release(e);
+        if ((err = assign(e)) < 0)
+            return err;
+    }
+    /* freed before any is allocated: a buffer replaced never adds to the peak */
     for (size_t b = 0; b < e->nbufs; b++)
-        if (!(e->bufs[b].data = malloc(sizeof(float) * (size_t)e->bufs[b].cap)))
-            return ck_error(CK_ENOMEM, "out of memory for %lld activation values",
-                            (long long)e->bufs[b].cap);
+        if (e->bufs[b].held < e->bufs[b].cap)
+            drop(&e->bufs[b]);
+    if (e->scratch.held < e->scratch_floats)
+        drop(&e->scratch);
+    for (size_t b = 0; b < e->nbufs; b++)
+        if ((err = fit(&e->bufs[b], e->bufs[b].cap)) < 0)
+            return err;
+    if ((err = fit(&e->scratch, e->scratch_floats)) < 0)
+        return err;
+    e->peak_bytes = held_after(e) * sizeof(float);
     for (size_t v = 0; v < e->nvalues; v++)
         if (e->values[v].kind == CK_VALUE_NODE && e->values[v].buf >= 0)
             e->values[v].data = e->bufs[e->values[v].buf].data;
@@ -157,12 +226,12 @@ int ck_infer_plan(struct ck_infer *e)
 
 void ck_infer_plan_release(struct ck_infer *e)
 {
-    for (size_t b = 0; b < e->nbufs; b++)
-        free(e->bufs[b].data);
+    for (size_t b = 0; b < e->bufs_cap; b++)
+        drop(&e->bufs[b]);
     free(e->bufs);
     e->bufs = NULL;
-    e->nbufs = 0;
-    e->scratch_floats = 0;
+    e->nbufs = e->bufs_cap = 0;
+    drop(&e->scratch);
     for (size_t v = 0; v < e->nvalues; v++)
         if (e->values[v].kind == CK_VALUE_NODE) {
             e->values[v].data = NULL;

@@ -57,7 +57,7 @@ int ck_sandbox_call_fixed(ck_sandbox_fn fn, void *arg, const char *who, const ch
 struct ck_infer_stats {
     unsigned runs;                   /* how many times the model ran */
     double median_s, min_s;          /* wall-clock seconds per run */
-    double median_cpu_s;             /* CPU seconds of the engine's thread per run: what a
+    double median_cpu_s;             /* CPU seconds of the engine's threads per run: what a
                                         run costs, also on a machine shared with other jobs */
     uint64_t peak_activation_bytes;  /* the memory plan's activations */
     uint64_t weight_bytes;           /* weights converted to float32 (not used in place) */

@@ -24,7 +24,8 @@ static const char help[] =
     "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
     "                   [--weights PREFIX]\n"
     "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
-    "                   [--max-memory BYTES] [--tag TAG] [--record [--sign-key file:KEY]]\n"
+    "                   [--max-memory BYTES] [--threads N] [--tag TAG]\n"
+    "                   [--record [--sign-key file:KEY]]\n"
     "\n"
     "Runs MODEL's network on the CPU in float32 and checks what it computes.\n"
     "MODEL is any checkpoint the readers read: an .nnp runs its executor's\n"
@@ -57,6 +58,9 @@ static const char help[] =
     "      --timeout S       CPU seconds the engine may use (default 300)\n"
     "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
     "                        default 8G; 0: no limit)\n"
+    "      --threads N       threads computing the products, convolutions and large\n"
+    "                        element-wise ops (1 to 64, default 1); the outputs are\n"
+    "                        the same bits at any N (docs/performance.md)\n"
     "      --naive-gemm      matrix products as plain loops instead of OpenBLAS\n"
     "                        (to measure what BLAS buys)\n"
     "      --repeat N        run N times (timing; outputs of the last run)\n"
@@ -82,7 +86,7 @@ static const char help[] =
     "engine runs in a child process: a model that loops, exhausts its memory or\n"
     "crashes the engine is reported as timeout, memory or crashed. Outputs\n"
     "that are NaN or infinite fail. The line 'engine:' gives the median time\n"
-    "of a run (wall clock, and CPU time of the engine's thread), the planned\n"
+    "of a run (wall clock, and CPU time of the engine's threads), the planned\n"
     "activation memory and the engine process's peak RSS.\n"
     "Exit 0: every output matches (or was\n"
     "computed, without --expected); 1: a mismatch or a failure; 2: usage.\n" CK_CLI_HELP;
@@ -102,6 +106,7 @@ enum {
     OPT_RECORD,
     OPT_SIGNKEY,
     OPT_TAG,
+    OPT_THREADS,
 };
 
 struct opts {
@@ -114,6 +119,7 @@ struct opts {
     unsigned repeat;
     uint64_t max_memory;
     bool naive;
+    int threads;
 };
 
 static int parse_double(const char *s, double *out)
@@ -201,6 +207,7 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
                                              {"record", no_argument, NULL, OPT_RECORD},
                                              {"sign-key", required_argument, NULL, OPT_SIGNKEY},
                                              {"tag", required_argument, NULL, OPT_TAG},
+                                             {"threads", required_argument, NULL, OPT_THREADS},
                                              {NULL, 0, NULL, 0}};
     int opt, rc;
     optind = 1;
@@ -261,6 +268,15 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
         case OPT_TAG:
             o->tag = optarg;
             break;
+        case OPT_THREADS: {
+            double t;
+            if (parse_double(optarg, &t) < 0 || t < 1 || t > CK_INFER_MAX_THREADS ||
+                t != (int)t)
+                return ck_cli_usage_error("verify", "--threads takes a count from 1 to %d, not '%s'",
+                                          CK_INFER_MAX_THREADS, optarg);
+            o->threads = (int)t;
+            break;
+        }
         default:
             return ck_cli_usage_error("verify", "unknown option");
         }
@@ -471,7 +487,8 @@ static int replay(const struct opts *o, const struct ck_model *m, bool mldef)
     if (n == 0)
         return -1;
     int rc = CK_EXIT_OK;
-    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
+    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory,
+                                  .threads = o->threads};
     struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
     for (size_t s = 0; s < n && rc != CK_EXIT_USAGE; s++) {
         struct ck_infer_array *out = NULL;
@@ -576,7 +593,8 @@ static int run(const struct opts *o)
                           : default_inputs(m, o->model, o->max_memory, in)) < 0 ||
         (err = load_all(o->expected, o->nexpected, m->outputs, true, want)) < 0)
         goto out;
-    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory};
+    struct ck_infer_options io = {.naive_gemm = o->naive, .max_memory = o->max_memory,
+                                  .threads = o->threads};
     struct ck_sandbox_limits lim = {.max_memory = o->max_memory, .timeout = o->timeout};
     struct ck_infer_stats stats;
     if ((err = ck_infer_run_sandboxed(m, &io, &lim, in, nin, o->repeat, &out, &nout, &st, &stats)) <

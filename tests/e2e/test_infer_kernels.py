@@ -1,10 +1,13 @@
 """The engine's fast paths (issue 31) against torch, through the real
 binary: the direct depthwise convolution, BatchNormalization folded into
-the convolution before it, and activations in a producer's epilogue. Each
-model is exported by torch.onnx.export and checked by `ckptd verify
---expected` against torch's own output for the same input."""
+the convolution before it, activations in a producer's epilogue, the
+broadcast arithmetic's loops, and the kernels cut among threads (`--threads
+N`: the same bytes as one thread). Each model is exported by
+torch.onnx.export and checked by `ckptd verify --expected` against torch's
+own output for the same input."""
 import os
 import sys
+import tempfile
 import unittest
 
 import numpy as np
@@ -159,6 +162,135 @@ class Epilogue(Base):
         net.torch = self.torch
         self.torch.manual_seed(9)
         self.check("shared", net, self.torch.randn(2, 3, 8, 8) * 3)
+
+
+class Broadcast(Base):
+    def test_patterns_against_torch(self):
+        """The binary ops' loops for each broadcast pattern: same shape, a
+        per-channel operand on either side ([1, C, 1, 1], [N, C, 1, 1]), a
+        row operand ([W]), a scalar constant on either side, a [N, 1, H, 1]
+        operand (one value per row of W after the axes merge), odd sizes
+        (channels 7, 1x1 images, batch 3), for add, sub, mul, div, max, min
+        and pow."""
+        torch = self.torch
+
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                g = torch.Generator().manual_seed(11)
+                self.ch = torch.nn.Parameter(torch.rand(1, 7, 1, 1, generator=g) + 0.5)
+                self.row = torch.nn.Parameter(torch.rand(5, generator=g) + 0.5)
+
+            def forward(self, x):
+                n = x.shape[0]
+                a = x * self.ch + self.row             # per channel, then a row
+                b = self.ch / (x.abs() + 1) - 2.5      # per channel first; a scalar
+                c = torch.maximum(a, b) * torch.minimum(a, x)  # same shapes
+                s = x.mean((2, 3), keepdim=True)       # [N, C, 1, 1], per sample and channel
+                d = (c - s) / (s.abs() + 1) + 3.0 / (b.abs() + 1)
+                e = x[:, :1, :, :1].reshape(n, 1, x.shape[2], 1)  # [N, 1, H, 1]
+                f = torch.pow(x.abs() + 0.5, 1.5) + d * e
+                return torch.cat([c, d, f], 1)
+
+        for name, shape in {"odd": (3, 7, 6, 5), "one_pixel": (3, 7, 1, 5),
+                            "large": (2, 7, 40, 5)}.items():
+            with self.subTest(name):
+                torch.manual_seed(len(name))
+                self.check("bcast_" + name, Net(), torch.randn(*shape) * 2, rtol="1e-5",
+                           atol="1e-5")
+
+
+class Threads(Base):
+    """`--threads N`: the outputs of 1 and N threads byte for byte, and
+    against torch, on kernels cut among the threads at odd shapes and on the
+    zoo's models (tests/lib/zoo_gen.py, opset 13, batch 2)."""
+
+    def same_bits(self, path, x, want, counts=(1, 4), atol="1e-4", rtol="1e-4"):
+        xi = os.path.join(self.dir, "x.npy")
+        yi = os.path.join(self.dir, "y.npy")
+        np.save(xi, x)
+        np.save(yi, want)
+        got = {}
+        for n in counts:
+            out = tempfile.mkdtemp(dir=self.dir)
+            r = run("verify", path, "--inputs", xi, "--expected", yi, "--atol", atol, "--rtol",
+                    rtol, "--threads", str(n), "--save-outputs", out, "--repeat", "2",
+                    timeout=300)
+            self.assertEqual(r.returncode, 0, f"{path} --threads {n}:\n{r.stdout}{r.stderr}")
+            with open(os.path.join(out, "output.npy"), "rb") as f:
+                got[n] = f.read()
+        for n in counts[1:]:
+            a = np.frombuffer(got[counts[0]][128:], np.float32)
+            b = np.frombuffer(got[n][128:], np.float32)
+            self.assertEqual(got[n], got[counts[0]],
+                             f"{path}: {n} threads differ from {counts[0]} in "
+                             f"{int(np.sum(a != b))} values")
+
+    def test_kernels_cut_among_threads(self):
+        """Each kernel the threads share, at sizes that cut it into parts
+        (convolution columns past 64 per block, channels, dense rows past
+        16, batched products, element-wise ops past 16K values) and at
+        shapes that leave partial parts (7 channels, 1x1 images, batch 3)."""
+        torch, nn = self.torch, self.torch.nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = nn.Conv2d(5, 50, 3, padding=1)              # im2col, 24+24+2 rows
+                self.point = nn.Conv2d(50, 30, 1)                       # pointwise
+                self.group = nn.Conv2d(30, 60, 3, padding=1, groups=2)  # grouped, 30 per group
+                self.dw = nn.Conv2d(60, 120, 3, stride=2, padding=1, groups=60)  # depthwise x2
+                self.one = nn.Conv2d(120, 29, 3, padding=1)             # on a 1x1 image
+                self.tok = nn.Linear(120, 16)                           # a row per pixel
+                self.fc = nn.Linear(29, 11)
+
+            def forward(self, x):
+                y = torch.relu(self.conv(x))
+                y = torch.sigmoid(self.point(y)) * y.sum(1, keepdim=True)
+                y = torch.tanh(self.group(y)) + 0.5
+                y = self.dw(y)
+                p = torch.nn.functional.adaptive_avg_pool2d(y, 1)
+                z = self.one(p).flatten(1)                          # [N, 29]
+                t = torch.nn.functional.gelu(self.tok(y.flatten(2).transpose(1, 2)))  # [N, HW, 16]
+                att = torch.softmax(t @ t.transpose(1, 2) / 4, -1)  # batched products
+                u = (att @ t).mean(1)                               # [N, 16]
+                return torch.cat([self.fc(z), u, y.flatten(1)[:, :40]], 1)
+
+        for name, shape in {"batch3": (3, 5, 37, 23), "small": (1, 5, 3, 2)}.items():
+            with self.subTest(name):
+                torch.manual_seed(3)
+                net = Net().eval()
+                x = torch.randn(*shape)
+                p = os.path.join(self.dir, name + ".onnx")
+                want = tg.export_onnx(net, x, p)
+                self.same_bits(p, x.numpy(), want, counts=(1, 3, 4), atol="1e-5", rtol="1e-5")
+
+    def test_zoo_models_same_bytes_at_1_and_4_threads(self):
+        try:
+            import torchvision  # noqa: F401
+        except ImportError:
+            raise unittest.SkipTest("python3-torchvision is not installed")
+        import zoo_gen
+        zoo = zoo_gen.models()
+        for name in ("resnet18", "mobilenet_v2", "efficientnet_b0", "regnet_x_400mf",
+                     "convnext_block", "vit_tiny", "bert_small"):
+            with self.subTest(name):
+                module, x, _ = zoo[name]
+                p = os.path.join(self.dir, name + ".onnx")
+                self.torch.onnx.export(module, (x,), p, opset_version=13, input_names=["input"],
+                                       output_names=["output"], do_constant_folding=False,
+                                       training=self.torch.onnx.TrainingMode.EVAL)
+                with self.torch.no_grad():
+                    want = module(x).numpy()
+                self.same_bits(p, x.numpy().astype(np.float32), want)
+
+    def test_threads_usage(self):
+        """--threads outside 1..64 is a usage error naming the option."""
+        for bad in ("0", "65", "two", "1.5", "-1"):
+            with self.subTest(bad):
+                r = run("verify", "x.onnx", "--threads", bad)
+                self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+                self.assertIn("--threads takes a count from 1 to 64", r.stderr)
 
 
 if __name__ == "__main__":

@@ -379,7 +379,10 @@ class Config(TmpDirCase):
                  ("pack:\n  graph: /x.yaml\n", "'pack.graph' must be a layer list or file:/path"),
                  ("verify:\n  on_failure: drop\n", "'verify.on_failure' must be hold or upload_marked"),
                  ("verify:\n  atol: -1\n", "'verify.atol' must be a number >= 0"),
-                 ("verify:\n  max_memory: lots\n", "'verify.max_memory' must be a size")]
+                 ("verify:\n  max_memory: lots\n", "'verify.max_memory' must be a size"),
+                 ("verify:\n  threads: 0\n", "'verify.threads' must be a whole number from 1 to 64"),
+                 ("verify:\n  threads: 65\n", "'verify.threads' must be a whole number from 1"),
+                 ("verify:\n  threads: two\n", "'verify.threads' must be a whole number from 1")]
         for text, msg in cases:
             path = os.path.join(self.dir, "c.yaml")
             with open(path, "w") as f:
@@ -389,7 +392,7 @@ class Config(TmpDirCase):
         keys = run("config", "--keys", check=0).stdout
         for k in ("pack.formats", "pack.graph", "pack.dir", "pack.sign_key", "verify.inputs",
                   "verify.expected", "verify.atol", "verify.rtol", "verify.timeout",
-                  "verify.max_memory", "verify.on_failure"):
+                  "verify.max_memory", "verify.on_failure", "verify.threads"):
             self.assertIn(k, keys)
 
 
@@ -408,6 +411,25 @@ class RecordedSets(TmpDirCase):
 
     def scan(self, check=0):
         return run("scan", self.train, check=check, timeout=300)
+
+    def test_threads_reach_the_engine(self):
+        """verify.threads: the gate's engine runs with that many threads (its
+        debug line in the sandboxed child) and passes; the default is one
+        (no pool, no line)."""
+        xcsv = os.path.join(self.dir, "x.csv")
+        np.savetxt(xcsv, self.x, delimiter=",", fmt="%.9g")
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_1.safetensors"), weights(1))
+        self.config("mldef", "  inputs: [%s]\n" % xcsv)
+        p = self.scan()
+        self.assertEqual(archives(self.train)["epoch_1.safetensors.mldef"]["verification"],
+                         "passed", p.stderr)
+        self.assertNotIn("infer.threads", p.stderr)
+        write_ckpt(os.path.join(self.train, "ckpts", "epoch_2.safetensors"), weights(2))
+        self.config("mldef", "  inputs: [%s]\n  threads: 3\nlog:\n  level: debug\n" % xcsv)
+        p = self.scan()
+        self.assertEqual(archives(self.train)["epoch_2.safetensors.mldef"]["verification"],
+                         "passed", p.stderr)
+        self.assertRegex(p.stderr, r"infer\.threads.*count=3")
 
     def test_samediff_tags_run_and_carry_recorded_sets(self):
         import sdfb

@@ -4,6 +4,7 @@
 #include "test_main.h"
 
 #include "common/error.h"
+#include "infer/engine.h"
 #include "infer/infer.h"
 #include "infer/sandbox.h"
 #include "model/model.h"
@@ -497,6 +498,84 @@ static void errors_name_the_node(void **state)
     ck_model_free(m);
 }
 
+/* The buffers of a run are kept for the next one (no page is allocated
+ * again at the same shapes), and a run at other input shapes plans again:
+ * each run's outputs are its own input's relu, whatever ran before. */
+static void plan_keeps_buffers_between_runs(void **state)
+{
+    const int64_t any[] = {-1, 1000};
+    struct ck_model *m = model_new();
+    io(m, false, "x", 2, any);
+    char prev[16] = "x", name[16];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "r%d", i);
+        node(m, CK_OP_RELU, prev, name);
+        memcpy(prev, name, sizeof prev);
+    }
+    io(m, true, prev, 2, any);
+    struct ck_infer *e = NULL;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    static const int64_t batches[] = {2, 2, 1, 4, 4, 1};
+    float *kept[2] = {NULL, NULL};
+    uint64_t peak4 = 0;
+    for (size_t r = 0; r < sizeof batches / sizeof *batches; r++) {
+        int64_t d[] = {batches[r], 1000};
+        struct ck_infer_array in, *out = NULL;
+        size_t nout = 0;
+        assert_int_equal(ck_infer_array_init(&in, "x", 2, d), 0);
+        for (uint64_t i = 0; i < ck_infer_array_numel(&in); i++) /* signs differ per run */
+            in.data[i] = (float)((int64_t)((i * 7 + r * 13) % 11) - 5) * (float)(r + 1);
+        assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), 0);
+        assert_int_equal(out[0].rank, 2);
+        assert_int_equal(out[0].dims[0], batches[r]);
+        for (uint64_t i = 0; i < ck_infer_array_numel(&in); i++)
+            assert_true(out[0].data[i] == (in.data[i] < 0 ? 0.0f : in.data[i]));
+        assert_int_equal(e->nbufs, 2);
+        if (r == 1 || r == 4) /* the same shapes as the run before: the same buffers */
+            for (int b = 0; b < 2; b++)
+                assert_ptr_equal(e->bufs[b].data, kept[b]);
+        if (r == 2) /* smaller: the larger buffers still fit */
+            assert_int_equal(ck_infer_peak_activation_bytes(e), 2 * 2000 * sizeof(float));
+        if (r == 3)
+            peak4 = ck_infer_peak_activation_bytes(e);
+        for (int b = 0; b < 2; b++) {
+            kept[b] = e->bufs[b].data;
+            assert_true(e->bufs[b].held >= batches[r] * 1000);
+        }
+        ck_infer_arrays_free(out, nout);
+        ck_infer_array_release(&in);
+    }
+    assert_int_equal(peak4, 2 * 4000 * sizeof(float));
+    assert_int_equal(ck_infer_peak_activation_bytes(e), peak4); /* batch 1 after 4 keeps them */
+    ck_infer_free(e);
+    ck_model_free(m);
+}
+
+/* The sigmoids' e^x (ck_infer_expf) against exp in double rounded to
+ * float: within 2 ulp over the whole range it covers, NaN kept, and the
+ * clamped ends where the documentation says. */
+static void expf_within_two_ulp(void **state)
+{
+    double worst = 0;
+    for (int64_t i = 0; i <= 2000000; i++) {
+        float x = (float)(-87.3 + 175.6 * (double)i / 2000000.0);
+        float want = (float)exp((double)x), got = ck_infer_expf(x);
+        double ulp = (double)nextafterf(want, INFINITY) - (double)want;
+        double err = fabs((double)got - (double)want) / ulp;
+        if (err > worst)
+            worst = err;
+        if (err > 2.0)
+            fail_msg("expf(%.9g): got %.9g, want %.9g (%.2f ulp)", (double)x, (double)got,
+                     (double)want, err);
+    }
+    print_message("ck_infer_expf: worst %.2f ulp\n", worst);
+    assert_true(isnan(ck_infer_expf(NAN)));
+    assert_true(ck_infer_expf(-1000.0f) > 0 && ck_infer_expf(-1000.0f) < 1.2e-38f);
+    assert_true(ck_infer_expf(-INFINITY) < 1.2e-38f);
+    assert_true(isfinite(ck_infer_expf(1000.0f)) && ck_infer_expf(1000.0f) > 2e38f);
+    assert_true(ck_infer_expf(0.0f) == 1.0f);
+}
+
 static void plan_reuses_dead_buffers(void **state)
 {
     /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
@@ -725,6 +804,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(norms_and_reductions),
     cmocka_unit_test(errors_name_the_node),
     cmocka_unit_test(plan_reuses_dead_buffers),
+    cmocka_unit_test(plan_keeps_buffers_between_runs),
+    cmocka_unit_test(expf_within_two_ulp),
     cmocka_unit_test(batchnorm_folds_into_its_convolution),
     cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
