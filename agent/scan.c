@@ -287,7 +287,6 @@ static void problem(struct scan *s, const char *rel, const char *msg)
     problem_at(s, rel, msg, CK_M_FAILURES_SCAN);
 }
 
-/* A registered checkpoint: has its content changed, or was it deleted? */
 /* Hashes a registered checkpoint again and records what it found, with the
  * fingerprint of the files it hashed when the copies are their sources. */
 static int recheck(struct scan *s, size_t idx, const struct ck_candidate *c)
