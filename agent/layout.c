@@ -322,92 +322,182 @@ int ck_layout_read_build_parameters(const char *dir, char *path, struct ck_buf *
     return 0;
 }
 
-/* Keeps every key someone else put there, the keys of model.build_parameters
- * from the config, and ckptd's own section (sha256 and size of each checkpoint). */
-int ck_layout_build_parameters(const struct ck_layout *l)
+/* ckptd's own section: the sha256, size, file count and source of each
+ * registered checkpoint. Always the file's last key. */
+static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l)
 {
-    char path[PATH_MAX];
-    struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT, cfgb = CK_BUF_INIT;
-    struct ck_yaml_doc doc = {0}, cdoc = {0};
-    struct ck_yaml_out o;
-    int err;
-    yaml_node_t *root = NULL;
-    if ((err = ck_layout_read_build_parameters(l->dir, path, &old, &doc, &root)) < 0)
-        goto out;
-    const char *cfg_yaml = l->cfg->build_parameters_yaml;
-    if (cfg_yaml &&
-        (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
-        goto out;
-    yaml_node_t *croot = cdoc.loaded ? ck_yaml_root(&cdoc) : NULL;
-
-    if ((err = ck_yaml_out_begin(&o, &out)) < 0)
-        goto out;
-    ck_yaml_map_begin(&o);
-    /* existing keys, unless the config or ckptd overrides them */
-    if (root) {
-        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
-             p++) {
-            yaml_node_t *k = ck_yaml_node(&doc, p->key);
-            const char *ks = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
-            bool overridden = !strcmp(ks, "ckptd");
-            if (croot)
-                for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
-                     q < croot->data.mapping.pairs.top; q++) {
-                    yaml_node_t *ck = ck_yaml_node(&cdoc, q->key);
-                    if (ck->type == YAML_SCALAR_NODE &&
-                        !strcmp((const char *)ck->data.scalar.value, ks))
-                        overridden = true;
-                }
-            if (overridden)
-                continue;
-            ck_yaml_copy(&o, &doc, k);
-            ck_yaml_copy(&o, &doc, ck_yaml_node(&doc, p->value));
-        }
-    }
-    if (croot)
-        for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
-             q < croot->data.mapping.pairs.top; q++) {
-            ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->key));
-            ck_yaml_copy(&o, &cdoc, ck_yaml_node(&cdoc, q->value));
-        }
-    ck_yaml_str(&o, "ckptd");
-    ck_yaml_map_begin(&o);
-    ck_yaml_str(&o, "version");
-    ck_yaml_str(&o, CKPTD_VERSION);
-    ck_yaml_str(&o, "checkpoints");
-    ck_yaml_map_begin(&o);
+    ck_yaml_str(o, "ckptd");
+    ck_yaml_map_begin(o);
+    ck_yaml_str(o, "version");
+    ck_yaml_str(o, CKPTD_VERSION);
+    ck_yaml_str(o, "checkpoints");
+    ck_yaml_map_begin(o);
     for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
         char txt[1024];
         struct ck_ckpt_record r;
         const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, sizeof txt);
         if (ck_state_ckpt_get(l->st, ref, &r) < 0)
             continue;
-        ck_yaml_str(&o, ref);
-        ck_yaml_map_begin(&o);
-        ck_yaml_str(&o, "sha256");
-        ck_yaml_str(&o, r.sha256);
-        ck_yaml_str(&o, "size");
-        ck_yaml_int(&o, (int64_t)r.size);
-        ck_yaml_str(&o, "files");
-        ck_yaml_int(&o, r.nfiles);
-        ck_yaml_str(&o, "source");
-        ck_yaml_str(&o, r.source);
-        ck_yaml_map_end(&o);
+        ck_yaml_str(o, ref);
+        ck_yaml_map_begin(o);
+        ck_yaml_str(o, "sha256");
+        ck_yaml_str(o, r.sha256);
+        ck_yaml_str(o, "size");
+        ck_yaml_int(o, (int64_t)r.size);
+        ck_yaml_str(o, "files");
+        ck_yaml_int(o, r.nfiles);
+        ck_yaml_str(o, "source");
+        ck_yaml_str(o, r.source);
+        ck_yaml_map_end(o);
     }
+    ck_yaml_map_end(o);
+    ck_yaml_map_end(o);
+}
+
+/* The whole file from what is there now (root of doc, or NULL) and the
+ * config's keys (croot of cdoc, or NULL), into out. */
+static int emit_whole(const struct ck_layout *l, struct ck_yaml_doc *doc, yaml_node_t *root,
+                      struct ck_yaml_doc *cdoc, yaml_node_t *croot, struct ck_buf *out)
+{
+    struct ck_yaml_out o;
+    int err;
+    if ((err = ck_yaml_out_begin(&o, out)) < 0)
+        return err;
+    ck_yaml_map_begin(&o);
+    /* existing keys, unless the config or ckptd overrides them */
+    if (root) {
+        for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *k = ck_yaml_node(doc, p->key);
+            const char *ks = k->type == YAML_SCALAR_NODE ? (const char *)k->data.scalar.value : "";
+            bool overridden = !strcmp(ks, "ckptd");
+            if (croot)
+                for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
+                     q < croot->data.mapping.pairs.top; q++) {
+                    yaml_node_t *ck = ck_yaml_node(cdoc, q->key);
+                    if (ck->type == YAML_SCALAR_NODE &&
+                        !strcmp((const char *)ck->data.scalar.value, ks))
+                        overridden = true;
+                }
+            if (overridden)
+                continue;
+            ck_yaml_copy(&o, doc, k);
+            ck_yaml_copy(&o, doc, ck_yaml_node(doc, p->value));
+        }
+    }
+    if (croot)
+        for (yaml_node_pair_t *q = croot->data.mapping.pairs.start;
+             q < croot->data.mapping.pairs.top; q++) {
+            ck_yaml_copy(&o, cdoc, ck_yaml_node(cdoc, q->key));
+            ck_yaml_copy(&o, cdoc, ck_yaml_node(cdoc, q->value));
+        }
+    emit_ckptd_section(&o, l);
     ck_yaml_map_end(&o);
+    return ck_yaml_out_end(&o);
+}
+
+/* ckptd's section alone, as a document of its own: in block style its text
+ * is the same as at the end of the whole file. */
+static int emit_tail(const struct ck_layout *l, struct ck_buf *out)
+{
+    struct ck_yaml_out o;
+    int err;
+    if ((err = ck_yaml_out_begin(&o, out)) < 0)
+        return err;
+    ck_yaml_map_begin(&o);
+    emit_ckptd_section(&o, l);
     ck_yaml_map_end(&o);
-    ck_yaml_map_end(&o);
-    if ((err = ck_yaml_out_end(&o)) < 0)
-        goto out;
+    return ck_yaml_out_end(&o);
+}
+
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+void ck_layout_memo_release(struct ck_layout_memo *m)
+{
+    free(m->cfg_yaml);
+    ck_buf_release(&m->head);
+    ck_buf_release(&m->bytes);
+    memset(m, 0, sizeof *m);
+}
+
+/* Keeps every key someone else put there, the keys of model.build_parameters
+ * from the config, and ckptd's own section (sha256 and size of each
+ * checkpoint), last. With a memo that still describes the file, the text
+ * before ckptd's section is reused (see struct ck_layout_memo). */
+int ck_layout_build_parameters(const struct ck_layout *l)
+{
+    char path[PATH_MAX];
+    struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT, tail = CK_BUF_INIT, head = CK_BUF_INIT;
+    struct ck_yaml_doc doc = {0}, cdoc = {0};
+    struct ck_layout_memo *memo = l->memo;
+    const char *cfg_yaml = l->cfg->build_parameters_yaml;
+    struct stat st;
+    int err;
+    if ((err = ck_path_join(path, PATH_MAX, l->dir, "data/build_parameters.yaml")) < 0)
+        return err;
+    /* stat'ed before it is read: a write meanwhile gives the next pass another id */
+    bool exists = stat(path, &st) == 0;
+    struct ck_file_id id = exists ? ck_file_id_of(&st) : (struct ck_file_id){0};
+    if (memo && memo->valid && exists && ck_file_id_equal(&memo->id, &id) &&
+        same_str(memo->cfg_yaml, cfg_yaml)) {
+        /* the file as this process last wrote or read it */
+        head = memo->head, old = memo->bytes;
+        memo->head = (struct ck_buf)CK_BUF_INIT, memo->bytes = (struct ck_buf)CK_BUF_INIT;
+        memo->valid = false;
+        if ((err = emit_tail(l, &tail)) < 0 || (err = ck_buf_append(&out, head.data, head.len)) < 0 ||
+            (err = ck_buf_append(&out, tail.data, tail.len)) < 0)
+            goto out;
+    } else {
+        if (memo)
+            memo->valid = false;
+        yaml_node_t *root = NULL, *croot = NULL;
+        if ((err = ck_layout_read_build_parameters(l->dir, path, &old, &doc, &root)) < 0)
+            goto out;
+        if (cfg_yaml &&
+            (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
+            goto out;
+        croot = cdoc.loaded ? ck_yaml_root(&cdoc) : NULL;
+        if ((err = emit_whole(l, &doc, root, &cdoc, croot, &out)) < 0)
+            goto out;
+        /* the head, when the whole ends with ckptd's section as emitted alone
+         * (checked, not assumed: else no memo, and the next pass reads again) */
+        if (memo && (err = emit_tail(l, &tail)) == 0 && out.len >= tail.len &&
+            !memcmp(out.data + out.len - tail.len, tail.data, tail.len))
+            err = ck_buf_append(&head, out.data, out.len - tail.len);
+        else if (memo && err == 0)
+            memo = NULL;
+        if (err < 0)
+            goto out;
+    }
     /* unchanged: not rewritten (an absent file reads as empty, and out never is) */
-    if (old.len != out.len || memcmp(ck_buf_str(&old), ck_buf_str(&out), out.len))
-        err = ck_write_file_atomic(path, ck_buf_str(&out), out.len, 0644);
+    if (old.len != out.len || memcmp(ck_buf_str(&old), ck_buf_str(&out), out.len)) {
+        if ((err = ck_write_file_atomic_stat(path, ck_buf_str(&out), out.len, 0644, &st)) < 0)
+            goto out;
+        id = ck_file_id_of(&st);
+    }
+    if (memo) {
+        char *c = cfg_yaml ? strdup(cfg_yaml) : NULL;
+        if (!cfg_yaml || c) {
+            free(memo->cfg_yaml);
+            ck_buf_release(&memo->head);
+            ck_buf_release(&memo->bytes);
+            memo->cfg_yaml = c;
+            memo->head = head, memo->bytes = out;
+            head = out = (struct ck_buf)CK_BUF_INIT;
+            memo->id = id;
+            memo->valid = true;
+        }
+    }
 out:
     ck_yaml_release(&doc);
     ck_yaml_release(&cdoc);
     ck_buf_release(&old);
     ck_buf_release(&out);
-    ck_buf_release(&cfgb);
+    ck_buf_release(&tail);
+    ck_buf_release(&head);
     return err;
 }
 

@@ -11,6 +11,7 @@
 #include "agent/config.h"
 #include "agent/state.h"
 #include "common/buf.h"
+#include "common/fsutil.h"
 #include "common/yamlutil.h"
 #include "writers/pmf.h"
 
@@ -19,11 +20,29 @@
 /* metadata.yaml is read whole; a bigger one is refused. */
 #define CK_METADATA_MAX (256u << 20)
 
+/* data/build_parameters.yaml as the last pass left it, kept by a long-lived
+ * caller (the watcher, in its ck_scan_memo). While the file is the one that
+ * pass wrote or read (the same ck_file_id) and the config's
+ * model.build_parameters is the same, the keys before ckptd's own section
+ * are taken from here instead of reading and parsing the file again (at
+ * 10,000 checkpoints it is 1.5 MB of YAML, and its parse was half a new
+ * checkpoint's cost). Anyone else's write (the deploy stage's archives
+ * list, a user) gives a new id, and the file is read again. */
+struct ck_layout_memo {
+    bool valid;
+    struct ck_file_id id;
+    char *cfg_yaml;      /* the model.build_parameters it was made with (NULL: none) */
+    struct ck_buf head;  /* the file's text before `ckptd:` (ckptd's section is last) */
+    struct ck_buf bytes; /* the whole file */
+};
+void ck_layout_memo_release(struct ck_layout_memo *m);
+
 struct ck_layout {
     const char *dir;             /* the model root */
     const struct ck_config *cfg; /* model.* */
     struct ck_state *st;         /* the hash cache and the model id's copy */
     struct ck_pmf_meta *meta;    /* the metadata being built (updated in place) */
+    struct ck_layout_memo *memo; /* NULL: build_parameters.yaml is read each pass */
 };
 
 /* Reads DIR/data/build_parameters.yaml for a rewrite that keeps what others

@@ -634,43 +634,20 @@ static int status_pass(struct scan *s)
 
 /* ---- the pass ---- */
 
-static bool memo_matches(const struct ck_scan_memo *m, const struct stat *st)
-{
-    return m->dev == (uint64_t)st->st_dev && m->ino == (uint64_t)st->st_ino &&
-           m->size == (uint64_t)st->st_size && m->mtime_ns == ck_mtime_ns(st);
-}
-
-static void memo_set(struct ck_scan_memo *m, const struct stat *st)
-{
-    m->dev = (uint64_t)st->st_dev;
-    m->ino = (uint64_t)st->st_ino;
-    m->size = (uint64_t)st->st_size;
-    m->mtime_ns = ck_mtime_ns(st);
-}
-
-/* metadata.yaml written atomically; *st is the new file as written (fstat
- * before the rename: rename does not change what the memo compares). */
-static int write_meta(const char *path, const struct ck_buf *out, struct stat *st)
-{
-    struct ck_atomic_file f;
-    int err = ck_atomic_open(&f, path, 0644);
-    if (err < 0)
-        return err;
-    if ((err = ck_atomic_write(&f, ck_buf_str(out), out->len)) < 0 || fstat(f.fd, st) < 0) {
-        if (err == 0)
-            err = ck_error_os(CK_EIO, "cannot stat '%s'", f.tmp);
-        ck_atomic_abort(&f);
-        return err;
-    }
-    return ck_atomic_commit(&f);
-}
-
-void ck_scan_memo_release(struct ck_scan_memo *m)
+/* The metadata.yaml part of the memo; the build_parameters part stays. */
+static void memo_forget(struct ck_scan_memo *m)
 {
     if (m->valid) {
         ck_pmf_meta_release(&m->meta);
         ck_buf_release(&m->bytes);
     }
+    m->valid = false;
+}
+
+void ck_scan_memo_release(struct ck_scan_memo *m)
+{
+    memo_forget(m);
+    ck_layout_memo_release(&m->build_parameters);
     memset(m, 0, sizeof *m);
 }
 
@@ -689,7 +666,8 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     struct stat mst;
     bool fresh = stat(meta_path, &mst) < 0 && errno == ENOENT;
     struct ck_scan_memo *memo = o->memo;
-    if (memo && memo->valid && !fresh && memo_matches(memo, &mst)) {
+    struct ck_file_id mid = ck_file_id_of(&mst);
+    if (memo && memo->valid && !fresh && ck_file_id_equal(&memo->id, &mid)) {
         /* the file this process wrote last: its parse is in memory */
         s.meta = memo->meta;
         old = memo->bytes;
@@ -698,7 +676,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         memo->bytes = (struct ck_buf)CK_BUF_INIT;
     } else if (!fresh) {
         if (memo)
-            ck_scan_memo_release(memo);
+            memo_forget(memo);
         if ((err = ck_read_file(meta_path, CK_METADATA_MAX, &old)) < 0 ||
             (err = ck_pmf_parse(&s.meta, meta_path, ck_buf_str(&old), old.len)) < 0) {
             ck_buf_release(&old);
@@ -716,7 +694,8 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     in_txn = true;
 
     /* the tree around the checkpoints (agent/layout.h) */
-    struct ck_layout lay = {.dir = o->dir, .cfg = o->cfg, .st = st, .meta = &s.meta};
+    struct ck_layout lay = {.dir = o->dir, .cfg = o->cfg, .st = st, .meta = &s.meta,
+                            .memo = memo ? &memo->build_parameters : NULL};
     if ((err = ck_layout_ensure(&lay)) < 0 || (err = ck_layout_identity(&lay, fresh)) < 0)
         goto out;
     snprintf(res->model_id, sizeof res->model_id, "%s", s.meta.id ? s.meta.id : "");
@@ -751,7 +730,8 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
     if ((err = ck_state_commit(st)) < 0)
         goto out;
     if (fresh || out.len != old.len || memcmp(ck_buf_str(&out), ck_buf_str(&old), out.len)) {
-        if ((err = write_meta(meta_path, &out, &mst)) < 0) {
+        if ((err = ck_write_file_atomic_stat(meta_path, ck_buf_str(&out), out.len, 0644,
+                                             &mst)) < 0) {
             ck_metrics_add(CK_M_FAILURES_METADATA, 1);
             goto out;
         }
@@ -767,7 +747,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
          * the one it read, as stat'ed before reading. Never a stat now: a
          * write by another hand meanwhile would pass for ours and never be
          * read (metrics.failures_and_removals found it under load). */
-        memo_set(memo, &mst);
+        memo->id = ck_file_id_of(&mst);
         memo->meta = s.meta;
         memo->bytes = out;
         ck_pmf_meta_init(&s.meta);

@@ -6,8 +6,10 @@
 #define CK_SCAN_H
 
 #include "agent/config.h"
+#include "agent/layout.h"
 #include "agent/state.h"
 #include "common/buf.h"
+#include "common/fsutil.h"
 #include "writers/pmf.h"
 
 #include <stdbool.h>
@@ -23,10 +25,10 @@ struct ck_candidate; /* agent/discover.h */
  * Anyone else's write (a rename gives a new inode) makes it read again. */
 struct ck_scan_memo {
     bool valid;
-    uint64_t dev, ino, size;
-    int64_t mtime_ns;
+    struct ck_file_id id;
     struct ck_pmf_meta meta;
     struct ck_buf bytes;
+    struct ck_layout_memo build_parameters; /* data/build_parameters.yaml's, the same way */
 };
 void ck_scan_memo_release(struct ck_scan_memo *m);
 

@@ -224,11 +224,19 @@ void ck_atomic_abort(struct ck_atomic_file *f)
 
 int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode)
 {
+    return ck_write_file_atomic_stat(path, data, len, mode, NULL);
+}
+
+int ck_write_file_atomic_stat(const char *path, const void *data, size_t len, mode_t mode,
+                              struct stat *st)
+{
     struct ck_atomic_file f;
     int err = ck_atomic_open(&f, path, mode);
     if (err < 0)
         return err;
-    if ((err = ck_atomic_write(&f, data, len)) < 0) {
+    if ((err = ck_atomic_write(&f, data, len)) < 0 || (st && fstat(f.fd, st) < 0)) {
+        if (err == 0)
+            err = ck_error_os(CK_EIO, "cannot stat '%s'", f.tmp);
         ck_atomic_abort(&f);
         return err;
     }
@@ -442,6 +450,18 @@ int ck_pwrite_all(int fd, const void *buf, uint64_t len, uint64_t off)
 int64_t ck_mtime_ns(const struct stat *st)
 {
     return (int64_t)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec;
+}
+
+struct ck_file_id ck_file_id_of(const struct stat *st)
+{
+    return (struct ck_file_id){(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+                               ck_mtime_ns(st)};
+}
+
+bool ck_file_id_equal(const struct ck_file_id *a, const struct ck_file_id *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns;
 }
 
 bool ck_stat_unchanged(const struct stat *before, const struct stat *after)

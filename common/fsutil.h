@@ -28,6 +28,11 @@ void ck_atomic_abort(struct ck_atomic_file *f);
 
 /* Whole-file helpers on top of the above. */
 int ck_write_file_atomic(const char *path, const void *data, size_t len, mode_t mode);
+struct stat;
+/* The same, and *st (when not NULL) gets the new file's stat as written (an
+ * fstat before the rename, which changes nothing a ck_file_id compares). */
+int ck_write_file_atomic_stat(const char *path, const void *data, size_t len, mode_t mode,
+                              struct stat *st);
 /* Writes all of data to fd (again after EINTR and short writes): 0, or -1
  * with errno set. Sets no error message: usable in a forked helper. */
 int ck_write_all(int fd, const void *data, size_t len);
@@ -88,5 +93,16 @@ int64_t ck_mtime_ns(const struct stat *st);
 /* Whether two stats of one file show the same content as far as a stat can
  * tell: size and mtime (nanoseconds) equal. */
 bool ck_stat_unchanged(const struct stat *before, const struct stat *after);
+
+/* Which file a path named, and which version of it: device, inode, size and
+ * mtime. A file this process wrote and kept in memory (a parse, its bytes)
+ * is known to be unchanged while its id is the same; anyone else's atomic
+ * write gives a new inode. */
+struct ck_file_id {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns;
+};
+struct ck_file_id ck_file_id_of(const struct stat *st);
+bool ck_file_id_equal(const struct ck_file_id *a, const struct ck_file_id *b);
 
 #endif

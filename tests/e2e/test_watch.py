@@ -499,6 +499,41 @@ class WatchCase(TmpDirCase):
         self.assertEqual(sorted(m["model"]["training"]["checkpoints"]),
                          ["sync_epoch_1.pt", "sync_epoch_2.pt", "sync_epoch_3.pt"])
 
+    def test_build_parameters_written_by_another_hand_are_kept(self):
+        # the watcher keeps data/build_parameters.yaml's text between passes
+        # too; keys another hand adds must survive its next pass, and what it
+        # writes must be what a pass from scratch (scan, no memory) writes
+        self.watch()
+        self.sync_point(1)
+        path = os.path.join(self.dir, "data", "build_parameters.yaml")
+        for how, key in (("replaced", "dataset"), ("in place", "notes")):
+            with open(path) as f:
+                text = f.read()
+            text = f"{key}:\n  by: hand {how}\n" + text
+            if how == "replaced":
+                with open(path + ".new", "w") as f:
+                    f.write(text)
+                os.rename(path + ".new", path)
+            else:
+                with open(path, "r+") as f:
+                    f.write(text)
+            self.sync_point(2 if how == "replaced" else 3)
+            with open(path) as f:
+                bp = yaml.safe_load(f)
+            self.assertEqual(bp[key], {"by": f"hand {how}"}, how)
+            self.assertEqual(list(bp)[-1], "ckptd", how)  # ckptd's section stays last
+        self.assertEqual(sorted(bp["ckptd"]["checkpoints"]),
+                         ["sync_epoch_1.pt", "sync_epoch_2.pt", "sync_epoch_3.pt"])
+        self.assertEqual(bp["dataset"], {"by": "hand replaced"})
+        self.w.stop()
+        before = os.stat(path)
+        with open(path, "rb") as f:
+            text = f.read()
+        run("scan", "--min-age", "0", self.dir, check=0)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), text)
+        self.assertEqual(os.stat(path).st_ino, before.st_ino)  # not rewritten
+
     def test_restart_on_an_existing_tree(self):
         self.trainer("--epochs", 2, "--mode", "rename", "--interval", 0)
         run("scan", "--min-age", "0", self.dir, check=0)
