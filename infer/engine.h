@@ -16,6 +16,13 @@ struct ck_value {
     bool graph_output;
     int last_use;     /* the last node reading it; INT32_MAX for graph outputs */
     int buf;          /* the plan's buffer, -1 for none */
+    /* a value the plan computed before the run (shapeval.c): its integers
+     * (a shape value; NULL for a float one) and its float32 copy, which
+     * .data points to; both owned by the plan */
+    bool planned;
+    bool inexact;     /* an integer past 2^24: float32 cannot give it to a kernel */
+    int64_t *ival;
+    float *pdata;
 };
 
 struct ck_enode {
@@ -25,6 +32,11 @@ struct ck_enode {
     bool skip;   /* folded into the node before it (fuse.c): not run */
     enum ck_infer_act act; /* the activation folded into this one's output */
     float act_min, act_max;
+    /* the plan of the last run (shapeval.c) */
+    bool planned;  /* computed before the run: not run */
+    bool has_spec; /* its shape, repeats or slice bounds came from shape values: */
+    struct ck_model_node spec; /* the node with them as parameters, data input only
+                                  (spec.p.ints owned) */
 };
 
 struct ck_buffer {
@@ -65,5 +77,20 @@ int ck_infer_plan(struct ck_infer *e);
  * shapes, nothing allocated for the activations. */
 int ck_infer_plan_shapes(struct ck_infer *e);
 void ck_infer_plan_release(struct ck_infer *e);
+
+/* Shape values (shapeval.c, docs/model.md): node i of the plan, before its
+ * shapes are inferred. Evaluates it when it computes integers from shapes
+ * (*planned set: its outputs' values and shapes are known, it does not
+ * run), or specialises it when its shape, repeats or slice bounds are
+ * inputs (the engine's node then has them as parameters). CK_EFORMAT naming
+ * the node when such an input depends on tensor values, not only on
+ * shapes, or an integer is out of range. */
+int ck_infer_shapeval_plan(struct ck_infer *e, size_t i, bool *planned);
+/* The node the plan runs for node i: the specialised one, or the model's. */
+const struct ck_model_node *ck_infer_node_of(const struct ck_infer *e, size_t i);
+/* Inputs the kernel of node i reads. */
+size_t ck_infer_node_nin(const struct ck_infer *e, size_t i);
+/* Frees what the plan computed for shape values. */
+void ck_infer_shapeval_release(struct ck_infer *e);
 
 #endif

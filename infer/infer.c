@@ -233,8 +233,8 @@ static void node_io_release(struct node_io *io)
 
 static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io *io)
 {
-    const struct ck_model_node *n = &e->m->nodes[i];
-    size_t nin = e->nodes[i].nin;
+    const struct ck_model_node *n = ck_infer_node_of(e, i);
+    size_t nin = ck_infer_node_nin(e, i);
     for (size_t k = 0; k < nin; k++) {
         io->inp[k] = e->values[e->nodes[i].in[k]].data;
         io->ins[k] = e->values[e->nodes[i].in[k]].shape;
@@ -289,7 +289,7 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
         goto out;
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
-        if (e->nodes[i].skip)
+        if (e->nodes[i].skip || e->nodes[i].planned)
             continue;
         double t0 = ck_mono_s();
         if ((err = run_node(e, i, scratch, &io)) < 0)

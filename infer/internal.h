@@ -17,6 +17,9 @@ struct ck_ishape {
 /* Largest element count of one value (2^40 floats = 4 TiB: beyond any real
  * model, small enough that byte sizes never overflow). */
 #define CK_INFER_NUMEL_MAX CK_MODEL_NUMEL_MAX
+/* Largest shape value the plan computes as integers (8 MiB of int64): a
+ * range of a million positions, a causal mask of 1024 x 1024. */
+#define CK_INFER_SHAPEVAL_MAX (INT64_C(1) << 20)
 
 /* numel of s; -1 when over CK_INFER_NUMEL_MAX. */
 int64_t ck_ishape_numel(const struct ck_ishape *s);
@@ -77,6 +80,7 @@ int ck_infer_k_conv_transpose(const struct ck_kcall *k);
 int ck_infer_k_rnn(const struct ck_kcall *k); /* rnn, gru, lstm */
 int ck_infer_k_grid_sample(const struct ck_kcall *k);
 int ck_infer_k_select(const struct ck_kcall *k); /* where ... resize (kernels_select.c) */
+int ck_infer_k_shapeval(const struct ck_kcall *k); /* cast of tensor values (shapeval.c) */
 /* resize: the output extent of axis a for an input extent in, and its scale;
  * false when the parameters do not describe it (kernels_select.c). */
 bool ck_infer_resize_axis(const struct ck_model_node *n, int a, int64_t in, int64_t *out,

@@ -50,6 +50,9 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
     case CK_OP_UNSQUEEZE: case CK_OP_CONCAT: case CK_OP_SPLIT: case CK_OP_SLICE:
     case CK_OP_GATHER: case CK_OP_PAD:
         return ck_infer_k_layout;
+    case CK_OP_SHAPE: case CK_OP_SIZE: case CK_OP_CONSTANT_OF_SHAPE: case CK_OP_RANGE:
+    case CK_OP_CAST:
+        return ck_infer_k_shapeval; /* evaluated by the plan; a cast of tensor values runs */
     default:
         if (op >= CK_OP_WHERE && op <= CK_OP_RESIZE)
             return ck_infer_k_select;

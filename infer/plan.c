@@ -12,8 +12,8 @@
 
 static int node_shapes(struct ck_infer *e, size_t i)
 {
-    const struct ck_model_node *n = &e->m->nodes[i];
-    size_t nin = e->nodes[i].nin;
+    const struct ck_model_node *n = ck_infer_node_of(e, i);
+    size_t nin = ck_infer_node_nin(e, i);
     struct ck_ishape ins[16], outs[16];
     struct ck_ishape *in = nin > 16 ? calloc(nin, sizeof *in) : ins;
     struct ck_ishape *out = n->noutputs > 16 ? calloc(n->noutputs, sizeof *out) : outs;
@@ -22,8 +22,17 @@ static int node_shapes(struct ck_infer *e, size_t i)
         err = ck_error(CK_ENOMEM, "out of memory for the shapes of node '%s'", n->name);
         goto out;
     }
-    for (size_t k = 0; k < nin; k++)
-        in[k] = e->values[e->nodes[i].in[k]].shape;
+    for (size_t k = 0; k < nin; k++) {
+        const struct ck_value *v = &e->values[e->nodes[i].in[k]];
+        if (v->planned && v->inexact) {
+            err = ck_error(CK_EFORMAT,
+                           "node '%s' (%s): input '%s' holds an integer past 2^24, which "
+                           "float32 cannot give the kernel exactly",
+                           n->name, ck_op_name(n->op), v->name);
+            goto out;
+        }
+        in[k] = v->shape;
+    }
     if ((err = ck_infer_node_shapes(n, in, nin, out)) < 0)
         goto out;
     for (size_t k = 0; k < n->noutputs; k++) {
@@ -50,7 +59,8 @@ static void liveness(struct ck_infer *e)
     for (size_t v = 0; v < e->nvalues; v++)
         e->values[v].last_use = e->values[v].graph_output ? INT32_MAX : -1;
     for (size_t i = 0; i < e->m->nnodes; i++)
-        for (size_t k = 0; !e->nodes[i].skip && k < e->nodes[i].nin; k++) {
+        for (size_t k = 0; !e->nodes[i].skip && !e->nodes[i].planned && k < e->nodes[i].nin;
+             k++) {
             struct ck_value *v = &e->values[e->nodes[i].in[k]];
             if (v->last_use != INT32_MAX)
                 v->last_use = (int)i;
@@ -86,7 +96,7 @@ static int assign(struct ck_infer *e)
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
         const struct ck_model_node *n = &e->m->nodes[i];
-        if (e->nodes[i].skip)
+        if (e->nodes[i].skip || e->nodes[i].planned)
             continue;
         for (size_t k = 0; k < n->noutputs; k++) {
             struct ck_value *v = &e->values[e->nodes[i].out[k]];
@@ -103,7 +113,7 @@ static int assign(struct ck_infer *e)
         }
         for (size_t k = 0; k < e->nodes[i].nin; k++) {
             const struct ck_value *v = &e->values[e->nodes[i].in[k]];
-            if (v->kind == CK_VALUE_NODE && v->last_use == (int)i)
+            if (v->kind == CK_VALUE_NODE && v->buf >= 0 && v->last_use == (int)i)
                 busy[v->buf] = false;
         }
         for (size_t k = 0; k < n->noutputs; k++) {
@@ -120,9 +130,15 @@ int ck_infer_plan_shapes(struct ck_infer *e)
 {
     int err;
     ck_infer_plan_release(e);
-    for (size_t i = 0; i < e->m->nnodes; i++)
-        if (!e->nodes[i].skip && (err = node_shapes(e, i)) < 0)
+    for (size_t i = 0; i < e->m->nnodes; i++) {
+        bool planned = false;
+        if (e->nodes[i].skip)
+            continue;
+        if ((err = ck_infer_shapeval_plan(e, i, &planned)) < 0)
             return err;
+        if (!planned && (err = node_shapes(e, i)) < 0)
+            return err;
+    }
     return 0;
 }
 
@@ -150,13 +166,14 @@ int ck_infer_plan(struct ck_infer *e)
             return ck_error(CK_ENOMEM, "out of memory for %lld activation values",
                             (long long)e->bufs[b].cap);
     for (size_t v = 0; v < e->nvalues; v++)
-        if (e->values[v].kind == CK_VALUE_NODE && e->values[v].buf >= 0)
+        if (e->values[v].kind == CK_VALUE_NODE && e->values[v].buf >= 0 && !e->values[v].planned)
             e->values[v].data = e->bufs[e->values[v].buf].data;
     return 0;
 }
 
 void ck_infer_plan_release(struct ck_infer *e)
 {
+    ck_infer_shapeval_release(e);
     for (size_t b = 0; b < e->nbufs; b++)
         free(e->bufs[b].data);
     free(e->bufs);

@@ -777,6 +777,10 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
         return nin < 2 ? BAD("node '%s' (gather): no indices", n->name)
                        : gather(n, &in[0], &in[1], out);
     case CK_OP_PAD: return pad(n, &in[0], out);
+    case CK_OP_CAST: return same(&in[0], out);
+    case CK_OP_SHAPE: case CK_OP_SIZE: case CK_OP_CONSTANT_OF_SHAPE: case CK_OP_RANGE:
+        return BAD("node '%s' (%s): computed from shapes by the plan, not from these inputs",
+                   n->name, ck_op_name(n->op));
     default:
         if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
             return select_shapes(n, in, nin, out);

@@ -153,6 +153,14 @@ enum ck_op {
     CK_OP_RESIZE,      /* (x); p.alpha (cubic's A), p.ints = [mode, coordinates, nearest mode,
                           exclude_outside, then per axis: size, scale's float32 bits (0: the
                           size over the input's)] (docs/model.md, ONNX Resize) */
+    /* shape values (docs/model.md "Shape values"): integers the engine computes
+     * once the run's input shapes are known, before any kernel runs */
+    CK_OP_SHAPE,       /* (x) -> [rank] the dims of x; p.ints = [start, end] (optional, numpy
+                          slice of the dims) */
+    CK_OP_SIZE,        /* (x) -> [] the element count of x */
+    CK_OP_CONSTANT_OF_SHAPE, /* (shape) -> that shape filled with p.scalar; p.ints = [integer] */
+    CK_OP_RANGE,       /* (start, limit, delta) integers -> start + i delta */
+    CK_OP_CAST,        /* (x); p.ints = [to]: 0 float32, 1 integer (rounded toward zero) */
     CK_OP_COUNT
 };
 

@@ -175,12 +175,12 @@ class Select(TmpDirCase):
     def test_refusals_name_the_blocker(self):
         h = self.h
         x = np.ones((2, 3), np.float32)
-        # a Range of a graph input: computed, not folded
+        # a Range of a tensor's values: its length would depend on data, not shapes
         nodes = [h.make_node("ReduceSum", ["x"], ["n"], keepdims=0),
                  self.const("z", np.array(0, np.float32)), self.const("o", np.array(1, np.float32)),
                  h.make_node("Range", ["z", "n", "o"], ["y"])]
         p = self.model("range_dyn", nodes, [("x", x)], [("y", np.zeros(6, np.float32))])
-        self.refused(p, "Range", "only when folding", inputs=[x])
+        self.refused(p, "Range", "depends on tensor values, not only on shapes", inputs=[x])
         # integers past 2^24 a node would take as float32 data
         nodes = [self.const("z", np.array(2 ** 24, np.int64)),
                  self.const("l", np.array(2 ** 24 + 3, np.int64)),
