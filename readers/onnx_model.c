@@ -216,6 +216,12 @@ static int attr_ints(struct cx *c, const struct ck_graph_node *n, const char *ke
 
 /* ---- inputs ---- */
 
+/* A shape value whose elements are not all known here. */
+static bool computed(const struct val *v)
+{
+    return v && v->is_shape && !v->is_const;
+}
+
 static bool has_input(const struct ck_graph_node *n, size_t i)
 {
     return i < n->ninputs && n->inputs[i][0];
@@ -240,10 +246,16 @@ static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int
     int err = 0;
     if ((err = input(c, n, i, &x)) < 0)
         return err;
+    if (computed(x))
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): input '%s' must be a constant: it is computed from "
+                        "shapes, known only at run time",
+                        c->path, n->name, n->op, x->name);
     if (!x->is_const || x->cn > max)
         return ck_error(CK_EUNSUPPORTED,
-                        "'%s': node '%s' (%s): input '%s' is not a constant that can be folded",
-                        c->path, n->name, n->op, x->name);
+                        "'%s': node '%s' (%s): input '%s' is not a constant that can be folded%s",
+                        c->path, n->name, n->op, x->name,
+                        x->is_const ? "" : " (it depends on tensor values, not only on shapes)");
     for (size_t k = 0; k < x->cn; k++)
         if (!ck_dim_from_double(x->c[k], &v[k]))
             return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' holds a value that is not an integer",
@@ -350,11 +362,6 @@ static bool partial_dims(const struct val *v, int64_t *d, bool *known, size_t *c
     }
     *count = v->cn;
     return true;
-}
-
-static bool computed(const struct val *v)
-{
-    return v && v->is_shape && !v->is_const;
 }
 
 /* Output shapes of the ops whose shape, repeats or bounds are shape values
@@ -1979,6 +1986,7 @@ static int map_shapeop(struct cx *c, const struct ck_graph_node *n, const struct
                         c->path, n->name);
     int64_t is_int = tv && tv->is_int;
     mn->p.scalar = tv ? (float)tv->c[0] : 0.0f;
+    mn->p.has_scalar = true; /* the value is a parameter (written as `Scalar`) */
     if (is_int && (fabs(tv->c[0]) > 16777216.0))
         return ck_error(CK_EUNSUPPORTED,
                         "'%s': node '%s' (ConstantOfShape): the integer %.0f is past 2^24",

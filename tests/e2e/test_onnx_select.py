@@ -18,7 +18,9 @@ from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
 MLDEF = os.path.join(os.path.dirname(CKPTD), "mldef")
 
 
-class Select(TmpDirCase):
+class Graphs(TmpDirCase):
+    """Helpers: graphs written with onnx.helper, verified or refused."""
+
     def setUp(self):
         super().setUp()
         self.onnx = tg.need_onnx()
@@ -72,6 +74,9 @@ class Select(TmpDirCase):
         self.assertNotIn("Sanitizer", p.stderr)
         return p.stderr
 
+
+
+class Select(Graphs):
     def test_masks_and_where_match_numpy(self):
         h, f = self.h, np.float32
         rng = np.random.default_rng(3)
@@ -410,6 +415,120 @@ class Select(TmpDirCase):
                 "--tag", "t", timeout=120)
         self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
         self.assertIn("'greater' has no DL4J equivalent", q.stderr)
+
+
+class DynamicShapes(Graphs):
+    """Shape values (docs/model.md): graphs with a dynamic batch whose shape
+    arithmetic (Shape, Gather, Unsqueeze, Concat, Div, Range, ConstantOfShape,
+    a computed Reshape, Expand and Slice) the engine evaluates per run,
+    verified at two batch sizes from ONNX and as an .mldef against numpy; and
+    hostile computed shapes refused naming the node."""
+
+    def dyn_model(self, name, nodes, outputs, inits=()):
+        """One input x ["N", 6] (the batch unknown); outputs [(name, rank)]."""
+        h, TP = self.h, self.TP
+        g = h.make_graph(nodes, name, [h.make_tensor_value_info("x", TP.FLOAT, ["N", 6])],
+                         [h.make_tensor_value_info(n, TP.FLOAT, ["N"] + [None] * (r - 1))
+                          for n, r in outputs],
+                         initializer=[self.nh.from_array(a, n) for n, a in inits])
+        p = os.path.join(self.dir, name + ".onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        return p
+
+    def batch_of(self):
+        """Nodes computing n (a scalar) and nv ([n]) from x's shape."""
+        h = self.h
+        return [h.make_node("Shape", ["x"], ["s"]), self.const("i0", np.array(0, np.int64)),
+                h.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+                self.const("ax0", np.array([0], np.int64)),
+                h.make_node("Unsqueeze", ["n", "ax0"], ["nv"])]
+
+    def test_shape_arithmetic_follows_the_input(self):
+        h = self.h
+        nodes = self.batch_of() + [
+            # y = x.reshape(N, 3, 2) + arange(N)[:, None, None] * (N // 2)
+            self.const("c32", np.array([3, 2], np.int64)),
+            h.make_node("Concat", ["nv", "c32"], ["shape"], axis=0),
+            h.make_node("Reshape", ["x", "shape"], ["xr"]),
+            self.const("zero", np.array(0, np.int64)), self.const("one", np.array(1, np.int64)),
+            self.const("two", np.array(2, np.int64)),
+            h.make_node("Range", ["zero", "n", "one"], ["pos"]),
+            h.make_node("Div", ["n", "two"], ["half"]),
+            h.make_node("Mul", ["pos", "half"], ["posh"]),
+            h.make_node("Cast", ["posh"], ["posf"], to=self.TP.FLOAT),
+            self.const("ax12", np.array([1, 2], np.int64)),
+            h.make_node("Unsqueeze", ["posf", "ax12"], ["pos3"]),
+            h.make_node("Add", ["xr", "pos3"], ["y"]),
+            # z = x[:, 0:N] (a computed end), w = full((N, 2), 0.5) expanded to [N, 3, 2]
+            self.const("st", np.array([0], np.int64)), self.const("ax1", np.array([1], np.int64)),
+            h.make_node("Slice", ["x", "st", "nv", "ax1"], ["z"]),
+            self.const("c2", np.array([2], np.int64)),
+            h.make_node("Concat", ["nv", "c2"], ["s2"], axis=0),
+            h.make_node("ConstantOfShape", ["s2"], ["half2"],
+                        value=self.nh.from_array(np.array([0.5], np.float32), "v")),
+            h.make_node("Unsqueeze", ["half2", "ax1"], ["half3"]),
+            h.make_node("Expand", ["half3", "shape"], ["w"])]
+        p = self.dyn_model("dyn", nodes, [("y", 3), ("z", 2), ("w", 3)])
+        for b in (1, 4):
+            x = np.random.default_rng(b).standard_normal((b, 6)).astype(np.float32)
+            y = x.reshape(b, 3, 2) + (np.arange(b) * (b // 2))[:, None, None]
+            z = x[:, 0:b]
+            w = np.full((b, 3, 2), 0.5, np.float32)
+            with self.subTest(batch=b):
+                self.verify(p, [("x", x)], [("y", y), ("z", z), ("w", w)])
+
+    def failed(self, path, b, *want):
+        x = np.ones((b, 6), np.float32)
+        xi = os.path.join(self.dir, "x.npy")
+        np.save(xi, x)
+        p = run("verify", path, "--inputs", xi, timeout=120)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        for w in want:
+            self.assertIn(w, p.stderr)
+        self.assertNotIn("Sanitizer", p.stderr)
+        return p
+
+    def reshape_to(self, name, tail, op="Reshape"):
+        h = self.h
+        nodes = self.batch_of() + [self.const("tail", np.array(tail, np.int64)),
+                                   h.make_node("Concat", ["nv", "tail"], ["shape"], axis=0),
+                                   h.make_node(op, ["x", "shape"], ["y"], name="computed")]
+        return self.dyn_model(name, nodes, [("y", 1 + len(tail))])
+
+    def test_hostile_computed_shapes_name_the_node(self):
+        h = self.h
+        # a negative computed dim; a product that does not match; a huge dim
+        # (2^41: refused by the shape rules, nothing allocated)
+        self.failed(self.reshape_to("neg", [-5]), 2, "node 'computed' (reshape)", "-5")
+        self.failed(self.reshape_to("mismatch", [4]), 2, "node 'computed' (reshape)",
+                    "has 12 elements")
+        for op, name, ins in (("Reshape", "reshape", ["x", "shape"]),
+                              ("ConstantOfShape", "constant_of_shape", ["shape"])):
+            nodes = self.batch_of() + [
+                self.const("big", np.array([1 << 41], np.int64)),
+                h.make_node("Mul", ["nv", "big"], ["huge"]),  # known only at run time
+                h.make_node("Concat", ["nv", "huge"], ["shape"], axis=0),
+                h.make_node(op, ins, ["y"], name="computed")]
+            self.failed(self.dyn_model("huge" + name, nodes, [("y", 2)]), 2,
+                        f"node 'computed' ({name})", "too large")
+        # a shape computed from the tensor's values, not its shape
+        nodes = [h.make_node("ArgMax", ["x"], ["am"], axis=1, keepdims=0),
+                 h.make_node("Reshape", ["x", "am"], ["y"], name="computed")]
+        self.failed(self.dyn_model("data", nodes, [("y", 2)]), 2, "node 'computed' (Reshape)",
+                    "depends on tensor values")
+        # a Range of a shape divided by zero, an index out of the shape's range
+        nodes = self.batch_of() + [self.const("zero", np.array(0, np.int64)),
+                                   h.make_node("Div", ["n", "zero"], ["q"], name="div0"),
+                                   self.const("one", np.array(1, np.int64)),
+                                   h.make_node("Range", ["zero", "q", "one"], ["r"]),
+                                   h.make_node("Cast", ["r"], ["y"], to=self.TP.FLOAT)]
+        self.failed(self.dyn_model("div0", nodes, [("y", 1)]), 2, "node 'div0' (div)",
+                    "division by zero")
+        nodes = [h.make_node("Shape", ["x"], ["s"]), self.const("i7", np.array(7, np.int64)),
+                 h.make_node("Gather", ["s", "i7"], ["g"], name="g7"),
+                 h.make_node("Cast", ["g"], ["y"], to=self.TP.FLOAT)]
+        self.failed(self.dyn_model("gather7", nodes, [("y", 1)]), 2, "node 'g7' (Gather)",
+                    "out of range")
 
 
 if __name__ == "__main__":
