@@ -60,6 +60,7 @@ struct ck_infer {
     uint64_t peak_bytes;
     double *node_seconds;
     size_t fused; /* nodes folded into another (ck_infer_fuse) */
+    bool plan_stopped; /* the shapes were planned up to a graph input's unbound values */
 };
 
 int ck_infer_value_find(const struct ck_infer *e, const char *name);
@@ -84,7 +85,9 @@ void ck_infer_plan_release(struct ck_infer *e);
  * run), or specialises it when its shape, repeats or slice bounds are
  * inputs (the engine's node then has them as parameters). CK_EFORMAT naming
  * the node when such an input depends on tensor values, not only on
- * shapes, or an integer is out of range. */
+ * shapes, or an integer is out of range. 1 when a parameter is a graph
+ * input whose values are not bound (ck_infer_check_shapes): the check stops
+ * there. */
 int ck_infer_shapeval_plan(struct ck_infer *e, size_t i, bool *planned);
 /* The node the plan runs for node i: the specialised one, or the model's. */
 const struct ck_model_node *ck_infer_node_of(const struct ck_infer *e, size_t i);

@@ -130,12 +130,15 @@ int ck_infer_plan_shapes(struct ck_infer *e)
 {
     int err;
     ck_infer_plan_release(e);
+    e->plan_stopped = false;
     for (size_t i = 0; i < e->m->nnodes; i++) {
         bool planned = false;
         if (e->nodes[i].skip)
             continue;
-        if ((err = ck_infer_shapeval_plan(e, i, &planned)) < 0)
-            return err;
+        if ((err = ck_infer_shapeval_plan(e, i, &planned)) != 0) {
+            e->plan_stopped = err > 0; /* the rest needs the inputs' values */
+            return err < 0 ? err : 0;
+        }
         if (!planned && (err = node_shapes(e, i)) < 0)
             return err;
     }
@@ -147,6 +150,8 @@ int ck_infer_plan(struct ck_infer *e)
     int err;
     if ((err = ck_infer_plan_shapes(e)) < 0)
         return err;
+    if (e->plan_stopped)
+        return ck_error(CK_EFORMAT, "an integer input that gives a shape has no values");
     liveness(e);
     if ((err = assign(e)) < 0)
         return err;

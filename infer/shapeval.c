@@ -43,8 +43,10 @@ size_t ck_infer_node_nin(const struct ck_infer *e, size_t i)
 }
 
 /* Whether value idx has integers known to the plan: a shape value, or a
- * weight of whole numbers (at most CK_INFER_SHAPEVAL_MAX of them). o is
- * filled when it has; an error for no memory. */
+ * weight or a graph input (its values bound by the run: a Reshape's shape, a
+ * Trilu's k given as an input) of whole numbers (at most
+ * CK_INFER_SHAPEVAL_MAX of them). o is filled when it has; an error for no
+ * memory. */
 static int known(const struct ck_infer *e, int idx, struct opnd *o, bool *yes)
 {
     const struct ck_value *v = &e->values[idx];
@@ -56,7 +58,7 @@ static int known(const struct ck_infer *e, int idx, struct opnd *o, bool *yes)
         *yes = v->ival != NULL;
         return 0;
     }
-    if (v->kind != CK_VALUE_WEIGHT || !v->data)
+    if (v->kind == CK_VALUE_NODE || !v->data) /* a weight, or a graph input bound by the run */
         return 0;
     int64_t n = ck_ishape_numel(&v->shape);
     if (n < 0 || n > CK_INFER_SHAPEVAL_MAX)
@@ -187,6 +189,48 @@ static int slice_params(const struct ck_model_node *n, const struct ck_ishape *x
     return 0;
 }
 
+/* trilu's k and resize's sizes or scales from input 1: trilu (x, k) takes
+ * ints [upper, k]; resize (x, sizes or scales) its ints with -1 for what
+ * input 1 gives: a size (an integer) or a scale (a float32, given by its
+ * bits). */
+static int select_params(const struct ck_infer *e, size_t i, const struct opnd *o, int64_t *t,
+                         size_t *nt)
+{
+    const struct ck_model_node *n = &e->m->nodes[i];
+    const struct ck_value *pv = &e->values[e->nodes[i].in[1]];
+    int64_t len = ck_ishape_numel(&o[0].s);
+    if (n->op == CK_OP_TRILU) {
+        if (n->p.nints != 2 || len != 1 || !o[0].v)
+            return BAD("node '%s' (trilu): k is not one integer", n->name);
+        t[0] = n->p.ints[0], t[1] = o[0].v[0];
+        *nt = 2;
+        return 0;
+    }
+    int rank = e->values[e->nodes[i].in[0]].shape.rank;
+    if (n->p.nints != 4 + 2 * (size_t)rank || len != rank)
+        return BAD("node '%s' (resize): %lld sizes or scales for an input of rank %d", n->name,
+                   (long long)len, rank);
+    memcpy(t, n->p.ints, sizeof(int64_t) * n->p.nints);
+    for (int a = 0; a < rank; a++) {
+        if (t[4 + 2 * a] == -1) {
+            if (!o[0].v || o[0].v[a] < 0)
+                return BAD("node '%s' (resize): size %d is not a size", n->name, a);
+            t[4 + 2 * a] = o[0].v[a];
+        }
+        if (t[5 + 2 * a] == -1) {
+            float s = pv->data ? pv->data[a] : 0;
+            uint32_t bits;
+            if (!(s > 0 && s <= 1e6f))
+                return BAD("node '%s' (resize): scale %g of axis %d is out of range", n->name,
+                           (double)s, a);
+            memcpy(&bits, &s, 4);
+            t[5 + 2 * a] = (int64_t)bits;
+        }
+    }
+    *nt = 4 + 2 * (size_t)rank;
+    return 0;
+}
+
 /* Node i's parameters from its inputs 1...: the specialised node. */
 static int specialise(struct ck_infer *e, size_t i, const struct opnd *o, size_t nops)
 {
@@ -197,6 +241,8 @@ static int specialise(struct ck_infer *e, size_t i, const struct opnd *o, size_t
     int err;
     if (n->op == CK_OP_SLICE)
         err = slice_params(n, &e->values[en->in[0]].shape, o, nops, t, &nt);
+    else if (n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE)
+        err = select_params(e, i, o, t, &nt);
     else
         err = as_params(n, n->op == CK_OP_TILE ? "repeats" : "shape", &o[0], CK_INFER_MAX_RANK, t,
                         &nt);
@@ -509,7 +555,15 @@ static int shape_of(struct ck_infer *e, size_t i)
 static bool computed_params(const struct ck_model_node *n)
 {
     return n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
-                              n->op == CK_OP_TILE || n->op == CK_OP_SLICE);
+                              n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
+                              n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
+}
+
+/* Whether resize's scales (floats) are known before the run: a graph
+ * input's (bound), a weight's, or computed by the plan. */
+static bool at_plan(const struct ck_value *v)
+{
+    return v->data && (v->planned || v->kind != CK_VALUE_NODE);
 }
 
 int ck_infer_shapeval_plan(struct ck_infer *e, size_t i, bool *planned)
@@ -537,7 +591,14 @@ int ck_infer_shapeval_plan(struct ck_infer *e, size_t i, bool *planned)
         bool yes = false;
         if ((err = known(e, en->in[k], &o[k], &yes)) < 0)
             goto out;
-        if (!yes && (always || (params && k > 0))) {
+        const struct ck_value *iv = &e->values[en->in[k]];
+        bool scales = n->op == CK_OP_RESIZE && k == 1 && at_plan(iv);
+        if (!yes && !scales && (always || (params && k > 0)) && iv->kind == CK_VALUE_INPUT &&
+            !iv->data) {
+            err = 1; /* a check of the shapes alone: known when a run binds the input */
+            goto out;
+        }
+        if (!yes && !scales && (always || (params && k > 0))) {
             err = BAD("node '%s' (%s): input '%s' depends on tensor values, not only on "
                       "shapes: ckptd computes %s from shapes, before the run",
                       n->name, ck_op_name(n->op), n->inputs[k],

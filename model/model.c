@@ -380,6 +380,8 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     case CK_OP_RESHAPE:
     case CK_OP_EXPAND:
     case CK_OP_TILE:
+    case CK_OP_TRILU:
+    case CK_OP_RESIZE:
         *lo = 1, *hi = 2;
         break;
     case CK_OP_SLICE:

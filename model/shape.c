@@ -862,7 +862,10 @@ static int shape_value_op(const struct ctx *c, const struct ck_model_node *n, st
             return err;
         r = r > x->rank ? r : x->rank;
         break;
-    default: /* tile, slice: the input's rank */
+    case CK_OP_TRILU:
+        *o = *x;
+        return 0;
+    default: /* tile, slice, resize: the input's rank */
         r = x->rank;
         break;
     }
@@ -877,7 +880,8 @@ static bool is_shape_value_op(const struct ck_model_node *n)
     return n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_CAST ||
            n->op == CK_OP_RANGE || n->op == CK_OP_CONSTANT_OF_SHAPE ||
            (n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
-                               n->op == CK_OP_TILE || n->op == CK_OP_SLICE));
+                               n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
+                               n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE));
 }
 
 static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)

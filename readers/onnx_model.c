@@ -37,6 +37,8 @@ struct val {
      * known only when a run's input shapes are (a dynamic batch); c holds
      * the elements known here (NaN for the others) when it is not NULL */
     bool is_shape;
+    bool int_input; /* a graph input of an integer type: its values are bound by a run */
+    bool is_input;  /* a graph input */
     double *c; /* owned: the constant's values (is_const) */
     size_t cn;
 };
@@ -222,6 +224,13 @@ static bool computed(const struct val *v)
     return v && v->is_shape && !v->is_const;
 }
 
+/* A parameter the engine takes when it plans a run: a shape value or an
+ * integer graph input (a Reshape's shape, a Trilu's k given as an input). */
+static bool computed_param(const struct val *v)
+{
+    return computed(v) || (v && v->int_input);
+}
+
 static bool has_input(const struct ck_graph_node *n, size_t i)
 {
     return i < n->ninputs && n->inputs[i][0];
@@ -375,7 +384,7 @@ static int infer_computed(struct cx *c, const struct ck_graph_node *n, const str
     bool kn[RANK_MAX];
     size_t nk = 0;
     int r = x->rank;
-    if (!strcmp(op, "ConstantOfShape") && computed(x)) {
+    if (!strcmp(op, "ConstantOfShape") && computed_param(x)) {
         if (partial_dims(x, k, kn, &nk))
             set_shape(out[0], (int)nk, k);
         return 1;
@@ -392,7 +401,7 @@ static int infer_computed(struct cx *c, const struct ck_graph_node *n, const str
     if (!strcmp(op, "Slice")) {
         bool any = false;
         for (size_t i = 1; i < n->ninputs; i++)
-            any = any || computed(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
+            any = any || computed_param(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
         if (!any)
             return 0;
         memcpy(d, x->dims, sizeof d);
@@ -411,7 +420,7 @@ static int infer_computed(struct cx *c, const struct ck_graph_node *n, const str
     bool reshape = !strcmp(op, "Reshape"), tile = !strcmp(op, "Tile");
     if (!reshape && !tile && strcmp(op, "Expand"))
         return 0;
-    if (!has_input(n, 1) || !computed(w = find(c, n->inputs[1])))
+    if (!has_input(n, 1) || !computed_param(w = find(c, n->inputs[1])))
         return 0;
     if (!partial_dims(w, k, kn, &nk)) {
         if (w->rank == 1 && w->dims[0] >= 0 && w->dims[0] <= RANK_MAX && reshape) {
@@ -1602,7 +1611,7 @@ static int map_reshape(struct cx *c, const struct ck_graph_node *n, const struct
     if (az)
         return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Reshape): allowzero is not supported",
                         c->path, n->name);
-    if (computed(find(c, n->inputs[1]))) /* the engine gives it per run */
+    if (computed_param(find(c, n->inputs[1]))) /* the engine gives it per run */
         return ck_model_node_add_input(mn, n->inputs[1]);
     return set_ints_from_input(c, n, 1, "shape", mn);
 }
@@ -1680,7 +1689,7 @@ static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct r
     (void)row;
     bool any = false;
     for (size_t i = 1; i < n->ninputs; i++)
-        any = any || computed(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
+        any = any || computed_param(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
     if (any) { /* bounds from shapes: (x, starts, ends[, axes[, steps]]) for the engine */
         if (n->ninputs > 4 && has_input(n, 4) && !has_input(n, 3))
             return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Slice): steps without axes",
@@ -1689,7 +1698,7 @@ static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct r
             struct val *v = find(c, n->inputs[i]);
             if (v && v->is_const && !v->is_weight && (err = materialise(c, v)) < 0)
                 return err;
-            if (v && !v->is_const && !v->is_shape && !v->is_weight)
+            if (v && !v->is_const && !computed_param(v) && !v->is_weight)
                 return ck_error(CK_EUNSUPPORTED,
                                 "'%s': node '%s' (Slice): input '%s' depends on tensor values, "
                                 "not only on shapes",
@@ -2518,7 +2527,7 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
     int err = 0;
     if (row->op == CK_OP_EXPAND || row->op == CK_OP_TILE) {
         struct val *x = NULL;
-        if (computed(find(c, n->inputs[1]))) /* the engine gives it per run */
+        if (computed_param(find(c, n->inputs[1]))) /* the engine gives it per run */
             return ck_model_node_add_input(mn, n->inputs[1]);
         if ((err = const_ints(c, n, 1, v, RANK_MAX, &k)) < 0 || (err = input(c, n, 0, &x)) < 0)
             return err;
@@ -2541,6 +2550,12 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
         if ((err = attr_int(c, n, "upper", 1, &at[0])) < 0)
             return err;
         at[1] = 0;
+        if (has_input(n, 1) && computed_param(find(c, n->inputs[1]))) { /* k per run */
+            at[0] = at[0] != 0;
+            if ((err = ck_model_node_set_ints(mn, at, 2)) < 0)
+                return err;
+            return ck_model_node_add_input(mn, n->inputs[1]);
+        }
         if (has_input(n, 1) && ((err = const_ints(c, n, 1, v, 1, &k)) < 0 || k != 1))
             return err < 0 ? err : ck_error(CK_EFORMAT, "'%s': node '%s' (Trilu): k is not a scalar",
                                             c->path, n->name);
@@ -2614,6 +2629,16 @@ static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct 
         return err;
     if (sc && sc->is_const && sc->cn == 0)
         sc = NULL; /* an empty scales: the sizes count */
+    bool late_sc = sc && !sc->is_const && (sc->is_input || computed(sc)) && !sc->is_int;
+    bool late_sz = !sc && sz && computed_param(sz);
+    if ((late_sc || late_sz) && x->rank >= 0 && x->rank <= RANK_MAX) {
+        /* given per run: -1 marks what the input gives (docs/model.md) */
+        for (int i = 0; i < x->rank; i++)
+            v[4 + 2 * i] = late_sz ? -1 : 0, v[5 + 2 * i] = late_sc ? -1 : 0;
+        if ((err = ck_model_node_set_ints(mn, v, 4 + 2 * (size_t)x->rank)) < 0)
+            return err;
+        return ck_model_node_add_input(mn, late_sc ? sc->name : sz->name);
+    }
     struct val *use = sc ? sc : sz;
     if (!use || !use->is_const || (sc && sz && sz->is_const && sz->cn))
         return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): needs one of scales and sizes, "
@@ -2932,7 +2957,8 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
     } else {
         is_int = is_mask = masks; /* a comparison's or a logical op's bool */
         is_int = is_int || row->op == CK_OP_ARGMAX || row->op == CK_OP_ARGMIN; /* indices */
-        for (size_t i = 0; i < n->ninputs; i++) {
+        size_t ndata = row->ndata > 0 ? (size_t)row->ndata : n->ninputs; /* not parameters */
+        for (size_t i = 0; i < ndata && i < n->ninputs; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
             if (x && x->is_int && !x->is_const && !(masks && x->is_mask))
                 return ck_error(CK_EUNSUPPORTED,
@@ -3161,6 +3187,8 @@ static int add_io(struct cx *c, bool output, const char *name)
         set_shape(in, rank, dims);
         in->is_int = is_int_dtype(dtype);
         in->is_mask = dtype == CK_DT_BOOL;
+        in->is_input = true;
+        in->int_input = in->is_int && !in->is_mask;
         for (int i = 0; i < rank && i < RANK_MAX; i++)
             if (dims[i] < 0)
                 in->dims[i] = -1;

@@ -398,7 +398,8 @@ static int refuse_dynamic(const struct ck_model *src, const char *label)
     for (size_t i = 0; i < src->nnodes; i++) {
         const struct ck_model_node *n = &src->nodes[i];
         bool computed = n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
-                                           n->op == CK_OP_TILE || n->op == CK_OP_SLICE);
+                                           n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
+                                           n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
         if (computed || n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_RANGE ||
             n->op == CK_OP_CONSTANT_OF_SHAPE || n->op == CK_OP_CAST)
             return ck_error(CK_EFORMAT,

@@ -477,6 +477,51 @@ class DynamicShapes(Graphs):
             with self.subTest(batch=b):
                 self.verify(p, [("x", x)], [("y", y), ("z", z), ("w", w)])
 
+    def test_parameters_given_as_inputs(self):
+        """A Reshape's shape, a Trilu's k, a Resize's sizes and scales as
+        graph inputs (ONNX's conformance cases write them so): bound by the
+        run, read by the plan; from ONNX and as an .mldef against numpy."""
+        h, TP = self.h, self.TP
+        nodes = [h.make_node("Reshape", ["x", "shape"], ["r"]),
+                 h.make_node("Trilu", ["r", "k"], ["t"], upper=1),
+                 h.make_node("Resize", ["t", "", "", "sizes"], ["y"], mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+                 h.make_node("Resize", ["t", "", "scales"], ["z"], mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+        g = h.make_graph(nodes, "params", [
+            h.make_tensor_value_info("x", TP.FLOAT, [2, 6]),
+            h.make_tensor_value_info("shape", TP.INT64, [3]),
+            h.make_tensor_value_info("k", TP.INT64, []),
+            h.make_tensor_value_info("sizes", TP.INT64, [3]),
+            h.make_tensor_value_info("scales", TP.FLOAT, [3])],
+            [h.make_tensor_value_info("y", TP.FLOAT, None),
+             h.make_tensor_value_info("z", TP.FLOAT, None)])
+        p = os.path.join(self.dir, "params.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        x = np.arange(12, dtype=np.float32).reshape(2, 6) - 5
+        for shape, k in (([2, 3, 2], 0), ([1, 3, 4], -1)):
+            t = np.triu(x.reshape(shape), k)
+            sizes = np.array([shape[0], shape[1] * 2, shape[2]], np.int64)
+            y = t.repeat(2, axis=1)  # nearest, floor, asymmetric: each row twice
+            z = t[:, :, [0] * 3 + [1] * 3] if shape[2] == 2 else t.repeat(1, axis=2)
+            scales = np.array([1, 1, 3 if shape[2] == 2 else 1], np.float32)
+            ins = [("x", x), ("shape", np.array(shape, np.int64)), ("k", np.array(k, np.int64)),
+                   ("sizes", sizes), ("scales", scales)]
+            files = []
+            for i, (_, a) in enumerate(ins):
+                files.append(os.path.join(self.dir, f"p{i}.npy"))
+                np.save(files[-1], a)
+            exp = []
+            for i, a in enumerate((y, z)):
+                exp.append(os.path.join(self.dir, f"e{i}.npy"))
+                np.save(exp[-1], a.astype(np.float32))
+            for target in (p, p[:-5] + ".mldef"):
+                if target.endswith(".mldef"):
+                    run("pack", "--format", "mldef", p, "-o", target, check=0, timeout=120)
+                q = run("verify", target, "--inputs", *files, "--expected", *exp, timeout=120)
+                with self.subTest(shape=shape, target=target):
+                    self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+
     def failed(self, path, b, *want):
         x = np.ones((b, 6), np.float32)
         xi = os.path.join(self.dir, "x.npy")
