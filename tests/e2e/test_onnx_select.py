@@ -476,6 +476,9 @@ class DynamicShapes(Graphs):
             w = np.full((b, 3, 2), 0.5, np.float32)
             with self.subTest(batch=b):
                 self.verify(p, [("x", x)], [("y", y), ("z", z), ("w", w)])
+        # the archive keeps the batch symbolic ([-1, 6]) and its reader checks the rest
+        self.failed(p[:-5] + ".mldef", 2, "input 'x': shape [2, 5] does not match the model's",
+                    width=5)
 
     def test_parameters_given_as_inputs(self):
         """A Reshape's shape, a Trilu's k, a Resize's sizes and scales as
@@ -522,8 +525,8 @@ class DynamicShapes(Graphs):
                 with self.subTest(shape=shape, target=target):
                     self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
 
-    def failed(self, path, b, *want):
-        x = np.ones((b, 6), np.float32)
+    def failed(self, path, b, *want, width=6):
+        x = np.ones((b, width), np.float32)
         xi = os.path.join(self.dir, "x.npy")
         np.save(xi, x)
         p = run("verify", path, "--inputs", xi, timeout=120)
