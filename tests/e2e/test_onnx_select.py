@@ -353,14 +353,17 @@ class Select(Graphs):
         self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
         self.assertIn("resize", q.stderr.lower())
         self.assertNotIn("Sanitizer", q.stderr)
-        # scales as a graph input: the output's shape would depend on values
+        # scales as a graph input: read by the plan from the bound input (issue 35)
         g = h.make_graph([h.make_node("Resize", ["x", "", "s"], ["y"])], "dyn",
                          [h.make_tensor_value_info("x", self.TP.FLOAT, [1, 2, 4, 5]),
                           h.make_tensor_value_info("s", self.TP.FLOAT, [4])],
                          [h.make_tensor_value_info("y", self.TP.FLOAT, [1, 2, 8, 10])])
         p = os.path.join(self.dir, "resize_dyn.onnx")
         self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
-        self.refused(p, "Resize", "as a constant", inputs=[x, np.array([1, 1, 2, 2], f)])
+        sc = np.array([1, 1, 2, 2], f)
+        want = ref.interpolate_nd(x, lambda r: ref.nearest_coeffs(r), scale_factors=sc,
+                                  coordinate_transformation_mode="half_pixel")
+        self.verify(p, [("x", x), ("s", sc)], [("y", want.astype(f))], forms=("onnx",))
 
     def test_einsum_matches_numpy(self):
         """The contractions exporters write (attention's bhqd,bhkd->bhqk,
