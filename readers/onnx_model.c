@@ -1980,7 +1980,7 @@ static int map_shapeop(struct cx *c, const struct ck_graph_node *n, const struct
     }
     for (size_t i = 0; i < n->ninputs; i++) {
         struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
-        if (x && !x->is_const && !x->is_shape)
+        if (x && !x->is_const && !computed_param(x))
             return ck_error(CK_EUNSUPPORTED,
                             "'%s': node '%s' (%s): input '%s' depends on tensor values, not only "
                             "on shapes: ckptd computes %s from shapes, before a run",
