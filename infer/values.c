@@ -236,8 +236,11 @@ void ck_infer_dtypes(struct ck_infer *e)
                 t = n->p.nints == 1 ? ck_op_cast_dtype(n->p.ints[0]) : CK_DT_INVALID;
             else if (is_bool_op(n->op))
                 t = CK_DT_BOOL;
-            else if (n->op == CK_OP_ARGMAX || n->op == CK_OP_ARGMIN || (n->op == CK_OP_TOPK && k == 1))
+            else if (n->op == CK_OP_ARGMAX || n->op == CK_OP_ARGMIN || (n->op == CK_OP_TOPK && k == 1) ||
+                     n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE)
                 t = CK_DT_I64;
+            else if (n->op == CK_OP_CONSTANT_OF_SHAPE) /* p.ints = [integer] */
+                t = n->p.nints >= 1 && n->p.ints[0] == 1 ? CK_DT_I64 : CK_DT_F32;
             e->values[en->out[k]].dtype = t == CK_DT_INVALID ? CK_DT_F32 : t;
         }
     }

@@ -28,7 +28,8 @@ static void weight_typed(struct ck_model *m, const char *name, enum ck_dtype dt,
     memcpy(data, vals, nbytes);
     struct ck_tensor t = {.name = (char *)name, .dtype = dt, .rank = rank, .nbytes = nbytes,
                           .data = data};
-    memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
+    if (rank)
+        memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
     assert_int_equal(ck_tensor_set_add(m->weights, &t, NULL), 0);
 }
 
@@ -576,6 +577,132 @@ static void expf_within_two_ulp(void **state)
     assert_true(ck_infer_expf(0.0f) == 1.0f);
 }
 
+/* Shape values (docs/model.md): x [-1, 6] reshaped to [B, 3, 2] with B read
+ * from x's shape by the plan, at the batch of each run. */
+static struct ck_model *dyn_reshape(const float *tail, size_t ntail)
+{
+    struct ck_model *m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "tail", 1, (int64_t[]){(int64_t)ntail}, tail);
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    struct ck_model_node *n = node(m, CK_OP_UNSQUEEZE, "b", "bv");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_CONCAT, "bv,tail", "shape");
+    node(m, CK_OP_RESHAPE, "x,shape", "y");
+    io(m, true, "y", 3, (int64_t[]){-1, 3, 2});
+    return m;
+}
+
+static void shape_values_follow_the_batch(void **state)
+{
+    float x[18];
+    for (int i = 0; i < 18; i++)
+        x[i] = (float)i;
+    struct ck_model *m = dyn_reshape((float[]){3, 2}, 2);
+    run_check(m, false, 2, (int64_t[]){1, 6}, x, 3, (int64_t[]){1, 3, 2}, x);
+    run_check(m, false, 2, (int64_t[]){3, 6}, x, 3, (int64_t[]){3, 3, 2}, x);
+    ck_model_free(m);
+    /* integer arithmetic on shapes: div truncates (B = 3: 3 / 2 is 1, not
+     * 1.5), a range of positions, cast to float32 data: y = [0, 1 ... B - 1] * (B / 2) */
+    m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "one", 0, NULL, (float[]){1});
+    io(m, false, "x", 2, (int64_t[]){-1, 2});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    struct ck_model_node *n = node(m, CK_OP_DIV, "b", "half");
+    n->p.has_scalar = true;
+    n->p.scalar = 2;
+    node(m, CK_OP_RANGE, "zero,b,one", "pos");
+    node(m, CK_OP_MUL, "pos,half", "scaled");
+    n = node(m, CK_OP_CAST, "scaled", "y"); /* to float32: ONNX's code 1 */
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){1}, 1), 0);
+    io(m, true, "y", 1, (int64_t[]){-1});
+    run_check(m, false, 2, (int64_t[]){3, 2}, x, 1, (int64_t[]){3}, (float[]){0, 1, 2});
+    run_check(m, false, 2, (int64_t[]){5, 2}, x, 1, (int64_t[]){5}, (float[]){0, 2, 4, 6, 8});
+    ck_model_free(m);
+    /* computed slice bounds: x[:, 0:B] of x [-1, 8], and size */
+    m = model_new();
+    weight(m, "zero", 1, (int64_t[]){1}, (float[]){0});
+    weight(m, "ax", 1, (int64_t[]){1}, (float[]){1});
+    io(m, false, "x", 2, (int64_t[]){-1, 8});
+    node(m, CK_OP_SHAPE, "x", "s");
+    n = node(m, CK_OP_SLICE, "s", "b"); /* s[0:1] */
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0, 1, 1}, 3), 0);
+    node(m, CK_OP_SLICE, "x,zero,b,ax", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, -1});
+    run_check(m, false, 2, (int64_t[]){2, 8}, x, 2, (int64_t[]){2, 2},
+              (float[]){0, 1, 8, 9});
+    ck_model_free(m);
+}
+
+static void run_fails(const struct ck_model *m, int rank, const int64_t *dims, const char *want1,
+                      const char *want2)
+{
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", rank, dims), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), CK_EFORMAT);
+    if (!strstr(ck_error_msg(), want1) || !strstr(ck_error_msg(), want2))
+        fail_msg("error '%s' does not say '%s' and '%s'", ck_error_msg(), want1, want2);
+    assert_null(out);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+}
+
+static void shape_values_refuse_hostile(void **state)
+{
+    const int64_t b2[] = {2, 6};
+    /* a computed negative dim, a product that does not match */
+    struct ck_model *m = dyn_reshape((float[]){-5}, 1);
+    run_fails(m, 2, b2, "node 'y' (reshape)", "dimension -5");
+    ck_model_free(m);
+    m = dyn_reshape((float[]){4}, 1);
+    run_fails(m, 2, b2, "node 'y' (reshape)", "has 12 elements");
+    ck_model_free(m);
+    /* a huge computed dim: refused by the shape rules, nothing allocated */
+    m = dyn_reshape((float[]){1099511627776.0f, 1099511627776.0f}, 2);
+    run_fails(m, 2, b2, "node 'y' (reshape)", "too large");
+    ck_model_free(m);
+    /* a shape computed from tensor values */
+    m = model_new();
+    weight(m, "w", 1, (int64_t[]){2}, (float[]){3, 4});
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_RELU, "w", "r");
+    node(m, CK_OP_RESHAPE, "x,r", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, -1});
+    run_fails(m, 2, (int64_t[]){2, 6}, "node 'y' (reshape)", "input 'r' depends on tensor values");
+    ck_model_free(m);
+    /* division by zero, a huge range, a huge constant_of_shape */
+    for (int k = 0; k < 3; k++) {
+        static const char *const want[][2] = {{"node 'q' (div)", "division by zero"},
+                                               {"node 'r' (range)", "over the"},
+                                               {"node 'r' (constant_of_shape)", "too large"}};
+        m = model_new();
+        weight(m, "zero", 0, NULL, (float[]){0});
+        weight(m, "one", 0, NULL, (float[]){1});
+        weight(m, "big", 0, NULL, (float[]){1073741824.0f});
+        io(m, false, "x", 2, (int64_t[]){-1, 6});
+        node(m, CK_OP_SIZE, "x", "n");
+        node(m, k ? CK_OP_MUL : CK_OP_DIV, k ? "n,big" : "n,zero", "q");
+        if (k == 1)
+            node(m, CK_OP_RANGE, "zero,q,one", "r");
+        if (k == 2) {
+            struct ck_model_node *u = node(m, CK_OP_UNSQUEEZE, "q", "qv");
+            assert_int_equal(ck_model_node_set_ints(u, (int64_t[]){0}, 1), 0);
+            node(m, CK_OP_CONCAT, "qv,qv", "dims");
+            node(m, CK_OP_CONSTANT_OF_SHAPE, "dims", "r");
+        }
+        io(m, true, k ? "r" : "q", k ? 1 : 0, (int64_t[]){-1});
+        run_fails(m, 2, b2, want[k][0], want[k][1]);
+        ck_model_free(m);
+    }
+}
+
 static void plan_reuses_dead_buffers(void **state)
 {
     /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
@@ -806,6 +933,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(plan_reuses_dead_buffers),
     cmocka_unit_test(plan_keeps_buffers_between_runs),
     cmocka_unit_test(expf_within_two_ulp),
+    cmocka_unit_test(shape_values_follow_the_batch),
+    cmocka_unit_test(shape_values_refuse_hostile),
     cmocka_unit_test(batchnorm_folds_into_its_convolution),
     cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
