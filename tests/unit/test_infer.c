@@ -703,6 +703,95 @@ static void shape_values_refuse_hostile(void **state)
     }
 }
 
+/* One engine at changing batches: each run plans its shape values again on
+ * top of the buffers kept from the run before (both plans compose); a run
+ * whose kept buffers would pass the memory limit frees and plans them again
+ * and keeps the shape values it computed. */
+static void shape_values_between_kept_runs(void **state)
+{
+    struct ck_model *m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "tail", 1, (int64_t[]){2}, (float[]){3, 2});
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    struct ck_model_node *n = node(m, CK_OP_UNSQUEEZE, "b", "bv");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_CONCAT, "bv,tail", "shape");
+    node(m, CK_OP_RESHAPE, "x,shape", "r");
+    node(m, CK_OP_RELU, "r", "y");
+    io(m, true, "y", 3, (int64_t[]){-1, 3, 2});
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    /* what batch 1 needs, from an engine of its own */
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", 2, (int64_t[]){1, 6}), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), 0);
+    uint64_t act1 = ck_infer_peak_activation_bytes(e), need1 = act1 + ck_infer_weight_bytes(e);
+    assert_true(act1 > 0);
+    ck_infer_arrays_free(out, nout);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    static const int64_t batches[] = {1, 3, 3, 4, 1};
+    for (size_t k = 0; k < sizeof batches / sizeof *batches; k++) {
+        int64_t d[] = {batches[k], 6};
+        if (k == 4) /* the batch-4 buffers kept would pass it: freed, planned again */
+            e->o.max_memory = need1;
+        assert_int_equal(ck_infer_array_init(&in, "x", 2, d), 0);
+        for (uint64_t i = 0; i < ck_infer_array_numel(&in); i++)
+            in.data[i] = (float)((int64_t)((i * 5 + k * 3) % 9) - 4) * (float)(k + 1);
+        if (ck_infer_run(e, &in, 1, &out, &nout) < 0)
+            fail_msg("run %zu (batch %lld): %s", k, (long long)batches[k], ck_error_msg());
+        assert_int_equal(out[0].rank, 3);
+        assert_int_equal(out[0].dims[0], batches[k]);
+        assert_int_equal(out[0].dims[1], 3);
+        assert_int_equal(out[0].dims[2], 2);
+        for (uint64_t i = 0; i < ck_infer_array_numel(&in); i++)
+            assert_true(out[0].data[i] == (in.data[i] < 0 ? 0.0f : in.data[i]));
+        ck_infer_arrays_free(out, nout);
+        ck_infer_array_release(&in);
+    }
+    assert_int_equal(ck_infer_peak_activation_bytes(e), act1);
+    ck_infer_free(e);
+    ck_model_free(m);
+}
+
+/* A cast of shape values takes dtype's parameter (ONNX's code): to an
+ * integer type or bool it stays exact integers, to float16 it is rounded
+ * (2049 to 2048, nearest even); past a narrow type's range it is an error
+ * naming the node. y = cast(size(x)) or cast(shape(x)). */
+static struct ck_model *shape_cast(enum ck_op op, int64_t code)
+{
+    struct ck_model *m = model_new();
+    io(m, false, "x", 2, (int64_t[]){-1, -1});
+    node(m, op, "x", "s");
+    struct ck_model_node *n = node(m, CK_OP_CAST, "s", "y");
+    assert_int_equal(ck_model_node_set_ints(n, &code, 1), 0);
+    io(m, true, "y", op == CK_OP_SIZE ? 0 : 1, (int64_t[]){2});
+    return m;
+}
+
+static void shape_value_casts_follow_the_dtype(void **state)
+{
+    static float x[2 * 2049];
+    struct ck_model *m = shape_cast(CK_OP_SIZE, 10); /* float16 */
+    run_check(m, false, 2, (int64_t[]){1, 2049}, x, 0, NULL, (float[]){2048});
+    run_check(m, false, 2, (int64_t[]){1, 2050}, x, 0, NULL, (float[]){2050});
+    ck_model_free(m);
+    m = shape_cast(CK_OP_SHAPE, 9); /* bool */
+    run_check(m, false, 2, (int64_t[]){3, 0}, x, 1, (int64_t[]){2}, (float[]){1, 0});
+    ck_model_free(m);
+    m = shape_cast(CK_OP_SHAPE, 3); /* int8 */
+    run_check(m, false, 2, (int64_t[]){127, 2}, x, 1, (int64_t[]){2}, (float[]){127, 2});
+    run_fails(m, 2, (int64_t[]){128, 2}, "node 'y' (cast)", "128 is out of the range of int8");
+    ck_model_free(m);
+    m = shape_cast(CK_OP_SHAPE, 7); /* int64 */
+    run_check(m, false, 2, (int64_t[]){128, 2}, x, 1, (int64_t[]){2}, (float[]){128, 2});
+    ck_model_free(m);
+}
+
 static void plan_reuses_dead_buffers(void **state)
 {
     /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
@@ -935,6 +1024,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(expf_within_two_ulp),
     cmocka_unit_test(shape_values_follow_the_batch),
     cmocka_unit_test(shape_values_refuse_hostile),
+    cmocka_unit_test(shape_values_between_kept_runs),
+    cmocka_unit_test(shape_value_casts_follow_the_dtype),
     cmocka_unit_test(batchnorm_folds_into_its_convolution),
     cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
