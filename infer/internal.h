@@ -125,6 +125,9 @@ int ck_infer_k_int(const struct ck_kcall *k);
 /* v rounded to t's precision: float16 and bfloat16 to nearest even, other
  * dtypes unchanged. */
 void ck_infer_round_to(enum ck_dtype t, float *v, int64_t n);
+/* A node whose inputs after the first are its parameters (a reshape's shape,
+ * a slice's bounds...): they say nothing of its values' dtype (shapeval.c). */
+bool ck_infer_params_as_inputs(const struct ck_model_node *n);
 int ck_infer_k_shapeval(const struct ck_kcall *k); /* shape ops the plan did not evaluate: an error (shapeval.c) */
 /* resize: the output extent of axis a for an input extent in, and its scale;
  * false when the parameters do not describe it (kernels_select.c). */

@@ -592,7 +592,7 @@ static int shape_of(struct ck_infer *e, size_t i)
     return store(e, e->nodes[i].out[0], &os, r, NULL);
 }
 
-static bool computed_params(const struct ck_model_node *n)
+bool ck_infer_params_as_inputs(const struct ck_model_node *n)
 {
     return n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
                               n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
@@ -619,7 +619,7 @@ int ck_infer_shapeval_plan(struct ck_infer *e, size_t i, bool *planned)
         *planned = true;
         return 0;
     }
-    bool params = computed_params(n);
+    bool params = ck_infer_params_as_inputs(n);
     bool always = n->op == CK_OP_RANGE || n->op == CK_OP_CONSTANT_OF_SHAPE;
     if (!params && !always && !evaluates(n->op))
         return 0;

@@ -636,6 +636,26 @@ static void shape_values_follow_the_batch(void **state)
     run_check(m, false, 2, (int64_t[]){2, 8}, x, 2, (int64_t[]){2, 2},
               (float[]){0, 1, 8, 9});
     ck_model_free(m);
+    /* a float32 weight expanded to [B, 2] by a computed shape (ViT's class
+     * token) stays float32: the shape's int64 is a parameter, not the data
+     * (the dtype was once taken from it and the add refused 0.5 as no integer) */
+    m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "two", 1, (int64_t[]){1}, (float[]){2});
+    weight(m, "tok", 2, (int64_t[]){1, 2}, (float[]){0.5f, 1.25f});
+    io(m, false, "x", 2, (int64_t[]){-1, 2});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    n = node(m, CK_OP_UNSQUEEZE, "b", "bv");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_CONCAT, "bv,two", "shape");
+    node(m, CK_OP_EXPAND, "tok,shape", "toks");
+    node(m, CK_OP_ADD, "toks,toks", "twice");
+    node(m, CK_OP_ADD, "twice,x", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, 2});
+    run_check(m, false, 2, (int64_t[]){2, 2}, x, 2, (int64_t[]){2, 2},
+              (float[]){1.0f, 3.5f, 3.0f, 5.5f});
+    ck_model_free(m);
 }
 
 static void run_fails(const struct ck_model *m, int rank, const int64_t *dims, const char *want1,
