@@ -166,6 +166,9 @@ static int slice_params(const struct ck_model_node *n, const struct ck_ishape *x
         sp[CK_INFER_MAX_RANK];
     size_t ns = 0, ne = 0, na = 0, np = 0;
     int err, last = -1;
+    if (nops < 2 || nops > 4) /* the archive's node, not ONNX's checked one: hostile */
+        return BAD("node '%s' (slice): %zu inputs after the data, not starts, ends[, axes[, "
+                   "steps]]", n->name, nops);
     if ((err = as_params(n, "starts", &o[0], CK_INFER_MAX_RANK, st, &ns)) < 0 ||
         (err = as_params(n, "ends", &o[1], CK_INFER_MAX_RANK, en, &ne)) < 0 ||
         (nops > 2 && (err = as_params(n, "axes", &o[2], CK_INFER_MAX_RANK, ax, &na)) < 0) ||
