@@ -18,6 +18,13 @@ struct ck_value {
     bool graph_output;
     int last_use;     /* the last node reading it; INT32_MAX for graph outputs */
     int buf;          /* the plan's buffer, -1 for none */
+    /* a value the plan computed before the run (shapeval.c): its integers
+     * (a shape value; NULL for a float one) and its float32 copy, which
+     * .data points to; both owned by the plan */
+    bool planned;
+    bool inexact;     /* an integer past 2^24: float32 cannot give it to a kernel */
+    int64_t *ival;
+    float *pdata;
 };
 
 struct ck_enode {
@@ -27,6 +34,11 @@ struct ck_enode {
     bool skip;   /* folded into the node before it (fuse.c): not run */
     enum ck_infer_act act; /* the activation folded into this one's output */
     float act_min, act_max;
+    /* the plan of the last run (shapeval.c) */
+    bool planned;  /* computed before the run: not run */
+    bool has_spec; /* its shape, repeats or slice bounds came from shape values: */
+    struct ck_model_node spec; /* the node with them as parameters, data input only
+                                  (spec.p.ints owned) */
 };
 
 struct ck_buffer {
@@ -55,6 +67,7 @@ struct ck_infer {
     size_t fused; /* nodes folded into another (ck_infer_fuse) */
     bool dtypes_only; /* values_build: shapes and dtypes of weights, nothing converted */
     struct ck_pool *pool; /* NULL: one thread */
+    bool plan_stopped; /* the shapes were planned up to a graph input's unbound values */
 };
 
 int ck_infer_value_find(const struct ck_infer *e, const char *name);
@@ -80,5 +93,22 @@ int ck_infer_plan(struct ck_infer *e);
 int ck_infer_plan_shapes(struct ck_infer *e);
 /* Frees the buffers and the scratch the plans kept. */
 void ck_infer_plan_release(struct ck_infer *e);
+
+/* Shape values (shapeval.c, docs/model.md): node i of the plan, before its
+ * shapes are inferred. Evaluates it when it computes integers from shapes
+ * (*planned set: its outputs' values and shapes are known, it does not
+ * run), or specialises it when its shape, repeats or slice bounds are
+ * inputs (the engine's node then has them as parameters). CK_EFORMAT naming
+ * the node when such an input depends on tensor values, not only on
+ * shapes, or an integer is out of range. 1 when a parameter is a graph
+ * input whose values are not bound (ck_infer_check_shapes): the check stops
+ * there. */
+int ck_infer_shapeval_plan(struct ck_infer *e, size_t i, bool *planned);
+/* The node the plan runs for node i: the specialised one, or the model's. */
+const struct ck_model_node *ck_infer_node_of(const struct ck_infer *e, size_t i);
+/* Inputs the kernel of node i reads. */
+size_t ck_infer_node_nin(const struct ck_infer *e, size_t i);
+/* Frees what the plan computed for shape values. */
+void ck_infer_shapeval_release(struct ck_infer *e);
 
 #endif

@@ -124,11 +124,29 @@ int ck_infer_check_float32(const struct ck_model *m)
 {
     struct ck_infer e = {.m = m, .dtypes_only = true};
     int err = ck_infer_values_build(&e);
+    /* shape values (docs/model.md): integers computed from shapes, which the
+     * plan evaluates exactly in int64 whatever the archive holds; a node is
+     * one when it is a shape op or all its inputs are weights or shape
+     * values, one of them a shape value */
+    bool *shapeval = err == 0 ? calloc(e.nvalues ? e.nvalues : 1, sizeof *shapeval) : NULL;
+    if (err == 0 && !shapeval)
+        err = ck_error(CK_ENOMEM, "out of memory");
     for (size_t i = 0; err == 0 && i < m->nnodes; i++) {
         const struct ck_model_node *n = &m->nodes[i];
         const struct ck_enode *en = &e.nodes[i];
         if (!n->noutputs)
             continue;
+        bool sv = n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_RANGE ||
+                  n->op == CK_OP_CONSTANT_OF_SHAPE, from = false, rest = true;
+        for (size_t k = 0; !sv && k < en->nin; k++) {
+            from = from || shapeval[en->in[k]];
+            rest = rest && (shapeval[en->in[k]] || e.values[en->in[k]].kind == CK_VALUE_WEIGHT);
+        }
+        if (sv || (from && rest)) {
+            for (size_t k = 0; k < n->noutputs; k++)
+                shapeval[en->out[k]] = true;
+            continue;
+        }
         enum ck_dtype in[16], out = e.values[en->out[0]].dtype;
         size_t nin = en->nin < 16 ? en->nin : 16;
         for (size_t k = 0; k < nin; k++)
@@ -146,6 +164,7 @@ int ck_infer_check_float32(const struct ck_model *m)
                            "values without their dtypes: it would compute in float32",
                            n->name, ck_op_name(n->op), why, ck_dtype_name(out));
     }
+    free(shapeval);
     ck_infer_values_free(&e);
     return err;
 }
@@ -272,8 +291,8 @@ static void node_io_release(struct node_io *io)
 
 static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io *io)
 {
-    const struct ck_model_node *n = &e->m->nodes[i];
-    size_t nin = e->nodes[i].nin;
+    const struct ck_model_node *n = ck_infer_node_of(e, i);
+    size_t nin = ck_infer_node_nin(e, i);
     for (size_t k = 0; k < nin; k++) {
         io->inp[k] = e->values[e->nodes[i].in[k]].data;
         io->ins[k] = e->values[e->nodes[i].in[k]].shape;
@@ -333,7 +352,7 @@ int ck_infer_run(struct ck_infer *e, const struct ck_infer_array *inputs, size_t
         goto out;
     }
     for (size_t i = 0; i < e->m->nnodes; i++) {
-        if (e->nodes[i].skip)
+        if (e->nodes[i].skip || e->nodes[i].planned)
             continue;
         double t0 = ck_mono_s();
         if ((err = run_node(e, i, e->scratch.data, &io)) < 0)

@@ -18,6 +18,9 @@ struct ck_ishape {
 /* Largest element count of one value (2^40 floats = 4 TiB: beyond any real
  * model, small enough that byte sizes never overflow). */
 #define CK_INFER_NUMEL_MAX CK_MODEL_NUMEL_MAX
+/* Largest shape value the plan computes as integers (8 MiB of int64): a
+ * range of a million positions, a causal mask of 1024 x 1024. */
+#define CK_INFER_SHAPEVAL_MAX (INT64_C(1) << 20)
 
 /* numel of s; -1 when over CK_INFER_NUMEL_MAX. */
 int64_t ck_ishape_numel(const struct ck_ishape *s);
@@ -122,6 +125,10 @@ int ck_infer_k_int(const struct ck_kcall *k);
 /* v rounded to t's precision: float16 and bfloat16 to nearest even, other
  * dtypes unchanged. */
 void ck_infer_round_to(enum ck_dtype t, float *v, int64_t n);
+/* A node whose inputs after the first are its parameters (a reshape's shape,
+ * a slice's bounds...): they say nothing of its values' dtype (shapeval.c). */
+bool ck_infer_params_as_inputs(const struct ck_model_node *n);
+int ck_infer_k_shapeval(const struct ck_kcall *k); /* shape ops the plan did not evaluate: an error (shapeval.c) */
 /* resize: the output extent of axis a for an input extent in, and its scale;
  * false when the parameters do not describe it (kernels_select.c). */
 bool ck_infer_resize_axis(const struct ck_model_node *n, int a, int64_t in, int64_t *out,

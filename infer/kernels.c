@@ -58,6 +58,8 @@ static int (*kernel_of(enum ck_op op))(const struct ck_kcall *)
         return ck_infer_k_topk;
     case CK_OP_CAST:
         return ck_infer_k_cast;
+    case CK_OP_SHAPE: case CK_OP_SIZE: case CK_OP_CONSTANT_OF_SHAPE: case CK_OP_RANGE:
+        return ck_infer_k_shapeval; /* evaluated by the plan: an error if one runs */
     default:
         if (op >= CK_OP_WHERE && op <= CK_OP_RESIZE)
             return ck_infer_k_select;

@@ -21,8 +21,8 @@
 
 static int node_shapes(struct ck_infer *e, size_t i)
 {
-    const struct ck_model_node *n = &e->m->nodes[i];
-    size_t nin = e->nodes[i].nin;
+    const struct ck_model_node *n = ck_infer_node_of(e, i);
+    size_t nin = ck_infer_node_nin(e, i);
     struct ck_ishape ins[16], outs[16];
     struct ck_ishape *in = nin > 16 ? calloc(nin, sizeof *in) : ins;
     struct ck_ishape *out = n->noutputs > 16 ? calloc(n->noutputs, sizeof *out) : outs;
@@ -31,8 +31,17 @@ static int node_shapes(struct ck_infer *e, size_t i)
         err = ck_error(CK_ENOMEM, "out of memory for the shapes of node '%s'", n->name);
         goto out;
     }
-    for (size_t k = 0; k < nin; k++)
-        in[k] = e->values[e->nodes[i].in[k]].shape;
+    for (size_t k = 0; k < nin; k++) {
+        const struct ck_value *v = &e->values[e->nodes[i].in[k]];
+        if (v->planned && v->inexact) {
+            err = ck_error(CK_EFORMAT,
+                           "node '%s' (%s): input '%s' holds an integer past 2^24, which "
+                           "float32 cannot give the kernel exactly",
+                           n->name, ck_op_name(n->op), v->name);
+            goto out;
+        }
+        in[k] = v->shape;
+    }
     if ((err = ck_infer_node_shapes(n, in, nin, out)) < 0)
         goto out;
     for (size_t k = 0; k < n->noutputs; k++) {
@@ -59,7 +68,8 @@ static void liveness(struct ck_infer *e)
     for (size_t v = 0; v < e->nvalues; v++)
         e->values[v].last_use = e->values[v].graph_output ? INT32_MAX : -1;
     for (size_t i = 0; i < e->m->nnodes; i++)
-        for (size_t k = 0; !e->nodes[i].skip && k < e->nodes[i].nin; k++) {
+        for (size_t k = 0; !e->nodes[i].skip && !e->nodes[i].planned && k < e->nodes[i].nin;
+             k++) {
             struct ck_value *v = &e->values[e->nodes[i].in[k]];
             if (v->last_use != INT32_MAX)
                 v->last_use = (int)i;
@@ -105,7 +115,7 @@ static int assign(struct ck_infer *e)
         return ck_error(CK_ENOMEM, "out of memory for the plan");
     for (size_t i = 0; i < e->m->nnodes; i++) {
         const struct ck_model_node *n = &e->m->nodes[i];
-        if (e->nodes[i].skip)
+        if (e->nodes[i].skip || e->nodes[i].planned)
             continue;
         for (size_t k = 0; k < n->noutputs; k++) {
             struct ck_value *v = &e->values[e->nodes[i].out[k]];
@@ -122,7 +132,7 @@ static int assign(struct ck_infer *e)
         }
         for (size_t k = 0; k < e->nodes[i].nin; k++) {
             const struct ck_value *v = &e->values[e->nodes[i].in[k]];
-            if (v->kind == CK_VALUE_NODE && v->last_use == (int)i)
+            if (v->kind == CK_VALUE_NODE && v->buf >= 0 && v->last_use == (int)i)
                 busy[v->buf] = false;
         }
         for (size_t k = 0; k < n->noutputs; k++) {
@@ -166,23 +176,37 @@ static int fit(struct ck_buffer *b, int64_t need)
 int ck_infer_plan_shapes(struct ck_infer *e)
 {
     int err;
+    ck_infer_shapeval_release(e); /* the shape values of the run before */
+    e->plan_stopped = false;
     e->scratch_floats = 0;
     for (size_t v = 0; v < e->nvalues; v++)
         if (e->values[v].kind == CK_VALUE_NODE) {
             e->values[v].data = NULL;
             e->values[v].buf = -1;
         }
-    for (size_t i = 0; i < e->m->nnodes; i++)
-        if (!e->nodes[i].skip && (err = node_shapes(e, i)) < 0)
+    for (size_t i = 0; i < e->m->nnodes; i++) {
+        bool planned = false;
+        if (e->nodes[i].skip)
+            continue;
+        if ((err = ck_infer_shapeval_plan(e, i, &planned)) != 0) {
+            e->plan_stopped = err > 0; /* the rest needs the inputs' values */
+            return err < 0 ? err : 0;
+        }
+        if (!planned && (err = node_shapes(e, i)) < 0)
             return err;
+    }
     return 0;
 }
+
+static void release_buffers(struct ck_infer *e);
 
 int ck_infer_plan(struct ck_infer *e)
 {
     int err;
     if ((err = ck_infer_plan_shapes(e)) < 0)
         return err;
+    if (e->plan_stopped)
+        return ck_error(CK_EFORMAT, "an integer input that gives a shape has no values");
     liveness(e);
     if ((err = assign(e)) < 0)
         return err;
@@ -202,7 +226,7 @@ int ck_infer_plan(struct ck_infer *e)
     for (size_t b = e->nbufs; b < e->bufs_cap; b++)
         drop(&e->bufs[b]);
     if (e->o.max_memory && held_after(e) * sizeof(float) + e->weight_bytes > e->o.max_memory) {
-        ck_infer_plan_release(e);
+        release_buffers(e); /* the shape values this plan computed stay */
         if ((err = assign(e)) < 0)
             return err;
     }
@@ -219,12 +243,14 @@ int ck_infer_plan(struct ck_infer *e)
         return err;
     e->peak_bytes = held_after(e) * sizeof(float);
     for (size_t v = 0; v < e->nvalues; v++)
-        if (e->values[v].kind == CK_VALUE_NODE && e->values[v].buf >= 0)
+        if (e->values[v].kind == CK_VALUE_NODE && e->values[v].buf >= 0 && !e->values[v].planned)
             e->values[v].data = e->bufs[e->values[v].buf].data;
     return 0;
 }
 
-void ck_infer_plan_release(struct ck_infer *e)
+/* The activation buffers and the scratch, not the run's shape values (the
+ * plan computed them; ck_infer_shapeval_release frees them). */
+static void release_buffers(struct ck_infer *e)
 {
     for (size_t b = 0; b < e->bufs_cap; b++)
         drop(&e->bufs[b]);
@@ -233,8 +259,14 @@ void ck_infer_plan_release(struct ck_infer *e)
     e->nbufs = e->bufs_cap = 0;
     drop(&e->scratch);
     for (size_t v = 0; v < e->nvalues; v++)
-        if (e->values[v].kind == CK_VALUE_NODE) {
+        if (e->values[v].kind == CK_VALUE_NODE && !e->values[v].planned) {
             e->values[v].data = NULL;
             e->values[v].buf = -1;
         }
+}
+
+void ck_infer_plan_release(struct ck_infer *e)
+{
+    ck_infer_shapeval_release(e);
+    release_buffers(e);
 }

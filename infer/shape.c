@@ -797,6 +797,9 @@ int ck_infer_node_shapes(const struct ck_model_node *n, const struct ck_ishape *
         out[0].d[a] = out[1].d[a] = n->p.ints[0];
         return 0;
     }
+    case CK_OP_SHAPE: case CK_OP_SIZE: case CK_OP_CONSTANT_OF_SHAPE: case CK_OP_RANGE:
+        return BAD("node '%s' (%s): computed from shapes by the plan, not from these inputs",
+                   n->name, ck_op_name(n->op));
     default:
         if (n->op >= CK_OP_WHERE && n->op <= CK_OP_RESIZE)
             return select_shapes(n, in, nin, out);

@@ -225,8 +225,11 @@ void ck_infer_dtypes(struct ck_infer *e)
          * float16), else the first; where's a or b; a gather's table (its
          * indices, often the graph's input, are not what it gives) */
         size_t from = n->op == CK_OP_WHERE && en->nin > 1 ? 1 : 0, pick = from;
-        bool table = n->op == CK_OP_GATHER || n->op == CK_OP_GATHER_ELEMENTS;
-        for (size_t k = en->nin; !table && k-- > from;)
+        /* a computed shape or bound (int64) is not the data: an expand of a
+         * float32 weight by a shape value gives float32 */
+        bool first_only = n->op == CK_OP_GATHER || n->op == CK_OP_GATHER_ELEMENTS ||
+                     ck_infer_params_as_inputs(n);
+        for (size_t k = en->nin; !first_only && k-- > from;)
             if (e->values[en->in[k]].kind != CK_VALUE_WEIGHT)
                 pick = k;
         enum ck_dtype first = en->nin ? e->values[en->in[pick]].dtype : CK_DT_F32;
@@ -236,8 +239,11 @@ void ck_infer_dtypes(struct ck_infer *e)
                 t = n->p.nints == 1 ? ck_op_cast_dtype(n->p.ints[0]) : CK_DT_INVALID;
             else if (is_bool_op(n->op))
                 t = CK_DT_BOOL;
-            else if (n->op == CK_OP_ARGMAX || n->op == CK_OP_ARGMIN || (n->op == CK_OP_TOPK && k == 1))
+            else if (n->op == CK_OP_ARGMAX || n->op == CK_OP_ARGMIN || (n->op == CK_OP_TOPK && k == 1) ||
+                     n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE)
                 t = CK_DT_I64;
+            else if (n->op == CK_OP_CONSTANT_OF_SHAPE) /* p.ints = [integer] */
+                t = n->p.nints >= 1 && n->p.ints[0] == 1 ? CK_DT_I64 : CK_DT_F32;
             e->values[en->out[k]].dtype = t == CK_DT_INVALID ? CK_DT_F32 : t;
         }
     }

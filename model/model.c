@@ -117,6 +117,10 @@ static const char *const op_names[CK_OP_COUNT] = {
     [CK_OP_GATHER_ELEMENTS] = "gather_elements",
     [CK_OP_RESIZE] = "resize",
     [CK_OP_TOPK] = "topk",
+    [CK_OP_SHAPE] = "shape",
+    [CK_OP_SIZE] = "size",
+    [CK_OP_CONSTANT_OF_SHAPE] = "constant_of_shape",
+    [CK_OP_RANGE] = "range",
     [CK_OP_CAST] = "cast",
 };
 
@@ -387,7 +391,19 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
         *lo = *hi = 2;
         break;
     case CK_OP_WHERE:
+    case CK_OP_RANGE:
         *lo = *hi = 3;
+        break;
+    /* a computed shape, repeats or slice bounds as inputs (shape values) */
+    case CK_OP_RESHAPE:
+    case CK_OP_EXPAND:
+    case CK_OP_TILE:
+    case CK_OP_TRILU:
+    case CK_OP_RESIZE:
+        *lo = 1, *hi = 2;
+        break;
+    case CK_OP_SLICE:
+        *lo = 1, *hi = 5;
         break;
     case CK_OP_INSTANCENORM:
         *lo = *hi = 3;

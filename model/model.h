@@ -158,6 +158,13 @@ enum ck_op {
                           index, indices as float32 whole numbers (docs/model.md) */
     CK_OP_CAST,        /* (x); p.ints = [ONNX's TensorProto code of the dtype to cast to]
                           (ck_op_cast_dtype): rounding and range rules in docs/model.md */
+    /* shape values (docs/model.md "Shape values"): integers the engine computes
+     * once the run's input shapes are known, before any kernel runs */
+    CK_OP_SHAPE,       /* (x) -> [rank] the dims of x; p.ints = [start, end] (optional, numpy
+                          slice of the dims) */
+    CK_OP_SIZE,        /* (x) -> [] the element count of x */
+    CK_OP_CONSTANT_OF_SHAPE, /* (shape) -> that shape filled with p.scalar; p.ints = [integer] */
+    CK_OP_RANGE,       /* (start, limit, delta) integers -> start + i delta */
     CK_OP_COUNT
 };
 

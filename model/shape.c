@@ -815,12 +815,83 @@ static int selection(const struct ctx *c, const struct ck_model_node *n, struct 
     }
 }
 
+/* The length of a 1-D shape value given as input k (a computed shape: its
+ * values are known only when the engine plans a run), as the rank it gives. */
+static int computed_rank(const struct ctx *c, size_t k, int *rank)
+{
+    const struct ck_shape *s = &c->in[k]->shape;
+    if (s->rank != 1 || s->dims[0] < 0 || s->dims[0] > CK_TENSOR_MAX_RANK)
+        return fail(c, "the computed shape '%s' %s is not a list of at most %d dimensions",
+                    c->in[k]->name, TXT(s), CK_TENSOR_MAX_RANK);
+    *rank = (int)s->dims[0];
+    return 0;
+}
+
+/* Shape values (docs/model.md): what depends on their values is unknown (-1)
+ * here; the engine computes it when it plans a run. */
+static int shape_value_op(const struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
+{
+    const struct ck_shape *x = &c->in[0]->shape;
+    int r = 0, err;
+    switch (n->op) {
+    case CK_OP_SHAPE: {
+        int64_t st = n->p.nints > 0 ? n->p.ints[0] : 0, en = n->p.nints > 1 ? n->p.ints[1] : x->rank;
+        st = st < 0 ? st + x->rank : st, en = en < 0 ? en + x->rank : en;
+        st = st < 0 ? 0 : st > x->rank ? x->rank : st, en = en < st ? st : en > x->rank ? x->rank : en;
+        o->rank = 1;
+        o->dims[0] = en - st;
+        return 0;
+    }
+    case CK_OP_SIZE:
+        o->rank = 0;
+        return 0;
+    case CK_OP_CAST:
+        *o = *x;
+        return 0;
+    case CK_OP_RANGE:
+        o->rank = 1;
+        o->dims[0] = -1;
+        return 0;
+    case CK_OP_CONSTANT_OF_SHAPE:
+    case CK_OP_RESHAPE:
+        if ((err = computed_rank(c, n->op == CK_OP_RESHAPE ? 1 : 0, &r)) < 0)
+            return err;
+        break;
+    case CK_OP_EXPAND:
+        if ((err = computed_rank(c, 1, &r)) < 0)
+            return err;
+        r = r > x->rank ? r : x->rank;
+        break;
+    case CK_OP_TRILU:
+        *o = *x;
+        return 0;
+    default: /* tile, slice, resize: the input's rank */
+        r = x->rank;
+        break;
+    }
+    o->rank = r;
+    for (int i = 0; i < r; i++)
+        o->dims[i] = -1;
+    return 0;
+}
+
+static bool is_shape_value_op(const struct ck_model_node *n)
+{
+    return n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_CAST ||
+           n->op == CK_OP_RANGE || n->op == CK_OP_CONSTANT_OF_SHAPE ||
+           (n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
+                               n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
+                               n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE));
+}
+
 static int infer(struct ctx *c, const struct ck_model_node *n, struct ck_shape *o)
 {
     const struct ck_shape *x = &c->in[0]->shape;
     int a, err;
     if (!ck_op_is_multi_output(n->op) && n->noutputs != 1)
         return fail(c, "%zu outputs, expected 1", n->noutputs);
+    if (is_shape_value_op(n))
+        return shape_value_op(c, n, o);
     switch (n->op) {
     case CK_OP_DENSE:
         return dense(c, n, o);

@@ -6,8 +6,11 @@
  * into constants here, from shapes propagated through the graph: graph
  * inputs declare theirs, weights have theirs, and every mapped op's output
  * shape follows from its inputs. A Shape of a value whose shape is not
- * static is an error naming the node. Folded constants that a mapped node
- * takes as data become float32 weights. */
+ * static (a dynamic batch or sequence length) becomes a shape node, and the
+ * arithmetic on it nodes the engine evaluates on integers when it plans a
+ * run (docs/model.md "Shape values"); what is known here (the static dims)
+ * still folds. Folded constants that a mapped node takes as data become
+ * float32 weights. */
 #include "readers/onnx.h"
 #include "readers/reader.h"
 
@@ -32,6 +35,12 @@ struct val {
     bool is_mask; /* a bool value: 0 or 1 (a comparison's output, a bool input) */
     bool is_f64;  /* a float64 value (held as float32 by the engine) */
     bool is_half; /* a float16 or bfloat16 value */
+    /* a shape value (docs/model.md): integers computed from shapes that are
+     * known only when a run's input shapes are (a dynamic batch); c holds
+     * the elements known here (NaN for the others) when it is not NULL */
+    bool is_shape;
+    bool int_input; /* a graph input of an integer type: its values are bound by a run */
+    bool is_input;  /* a graph input */
     double *c; /* owned: the constant's values (is_const) */
     size_t cn;
 };
@@ -213,6 +222,19 @@ static int attr_ints(struct cx *c, const struct ck_graph_node *n, const char *ke
 
 /* ---- inputs ---- */
 
+/* A shape value whose elements are not all known here. */
+static bool computed(const struct val *v)
+{
+    return v && v->is_shape && !v->is_const;
+}
+
+/* A parameter the engine takes when it plans a run: a shape value or an
+ * integer graph input (a Reshape's shape, a Trilu's k given as an input). */
+static bool computed_param(const struct val *v)
+{
+    return computed(v) || (v && v->int_input);
+}
+
 static bool has_input(const struct ck_graph_node *n, size_t i)
 {
     return i < n->ninputs && n->inputs[i][0];
@@ -237,10 +259,16 @@ static int const_ints(struct cx *c, const struct ck_graph_node *n, size_t i, int
     int err = 0;
     if ((err = input(c, n, i, &x)) < 0)
         return err;
+    if (computed(x))
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (%s): input '%s' must be a constant: it is computed from "
+                        "shapes, known only at run time",
+                        c->path, n->name, n->op, x->name);
     if (!x->is_const || x->cn > max)
         return ck_error(CK_EUNSUPPORTED,
-                        "'%s': node '%s' (%s): input '%s' is not a constant that can be folded",
-                        c->path, n->name, n->op, x->name);
+                        "'%s': node '%s' (%s): input '%s' is not a constant that can be folded%s",
+                        c->path, n->name, n->op, x->name,
+                        x->is_const ? "" : " (it depends on tensor values, not only on shapes)");
     for (size_t k = 0; k < x->cn; k++)
         if (!ck_dim_from_double(x->c[k], &v[k]))
             return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): input '%s' holds a value that is not an integer",
@@ -318,6 +346,10 @@ static int broadcast(const struct val *a, const struct val *b, struct val *o)
     for (int i = 0; i < r; i++) {
         int ia = i - (r - a->rank), ib = i - (r - b->rank);
         int64_t x = ia >= 0 ? a->dims[ia] : 1, y = ib >= 0 ? b->dims[ib] : 1;
+        if (x < 0 || y < 0) { /* unknown until run time: the other one unless it is 1 */
+            d[i] = x < 0 ? (y == 1 ? -1 : y) : (x == 1 ? -1 : x);
+            continue;
+        }
         if (x != y && x != 1 && y != 1)
             return -1;
         d[i] = x == 1 ? y : x;
@@ -339,6 +371,115 @@ static int64_t conv_dim(int64_t in, int64_t k, int64_t s, int64_t d, int64_t pb,
     return span / s + 1;
 }
 
+/* A shape value's elements as dims: what is known here, -1 (unknown) for
+ * the rest; false when its length is not known or over RANK_MAX. */
+static bool partial_dims(const struct val *v, int64_t *d, bool *known, size_t *count)
+{
+    if (!v->c || v->cn > RANK_MAX)
+        return false;
+    for (size_t i = 0; i < v->cn; i++) {
+        known[i] = ck_dim_from_double(v->c[i], &d[i]);
+        if (!known[i])
+            d[i] = -1;
+    }
+    *count = v->cn;
+    return true;
+}
+
+/* Output shapes of the ops whose shape, repeats or bounds are shape values
+ * (known at run time): what can be known here. 1 when n is one of them. */
+static int infer_computed(struct cx *c, const struct ck_graph_node *n, const struct val *x,
+                          struct val **out)
+{
+    const char *op = n->op;
+    struct val *w = NULL;
+    int64_t d[RANK_MAX], k[RANK_MAX];
+    bool kn[RANK_MAX];
+    size_t nk = 0;
+    int r = x->rank;
+    if (!strcmp(op, "ConstantOfShape") && computed_param(x)) {
+        if (partial_dims(x, k, kn, &nk))
+            set_shape(out[0], (int)nk, k);
+        return 1;
+    }
+    if (!strcmp(op, "Range")) {
+        for (size_t i = 0; i < 3 && i < n->ninputs; i++)
+            if (computed(find(c, n->inputs[i]))) {
+                int64_t len = -1;
+                set_shape(out[0], 1, &len);
+                return 1;
+            }
+        return 0;
+    }
+    if (!strcmp(op, "Slice")) {
+        bool any = false;
+        for (size_t i = 1; i < n->ninputs; i++)
+            any = any || computed_param(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
+        if (!any)
+            return 0;
+        memcpy(d, x->dims, sizeof d);
+        struct val *ax = has_input(n, 3) ? find(c, n->inputs[3]) : NULL;
+        struct val *st = find(c, n->inputs[1]);
+        for (int i = 0; i < r; i++) { /* the axes sliced, when they are constants */
+            bool sliced = !ax && st && st->is_shape && st->c ? (size_t)i < st->cn : !ax;
+            for (size_t j = 0; ax && ax->is_const && j < ax->cn; j++)
+                sliced = sliced || norm_axis((int64_t)ax->c[j], r) == i;
+            if (sliced || (ax && !ax->is_const))
+                d[i] = -1;
+        }
+        set_shape(out[0], r, d);
+        return 1;
+    }
+    bool reshape = !strcmp(op, "Reshape"), tile = !strcmp(op, "Tile");
+    if (!reshape && !tile && strcmp(op, "Expand"))
+        return 0;
+    if (!has_input(n, 1) || !computed_param(w = find(c, n->inputs[1])))
+        return 0;
+    if (!partial_dims(w, k, kn, &nk)) {
+        if (w->rank == 1 && w->dims[0] >= 0 && w->dims[0] <= RANK_MAX && reshape) {
+            nk = (size_t)w->dims[0];
+            for (size_t i = 0; i < nk; i++)
+                d[i] = -1;
+            set_shape(out[0], (int)nk, d);
+        }
+        return 1;
+    }
+    if (tile) {
+        if (nk != (size_t)r)
+            return 1;
+        for (int i = 0; i < r; i++)
+            if (!kn[i] || x->dims[i] < 0 || !ck_dim_mul(x->dims[i], k[i], &d[i]))
+                d[i] = -1;
+        set_shape(out[0], r, d);
+        return 1;
+    }
+    if (!reshape) { /* Expand: numpy broadcasting with what is known */
+        struct val t;
+        t.rank = (int)nk;
+        memcpy(t.dims, k, sizeof k);
+        if (broadcast(x, &t, out[0]) < 0)
+            return ck_error(CK_EFORMAT, "'%s': node '%s' (%s): shapes do not broadcast", c->path,
+                            n->name, op);
+        return 1;
+    }
+    int64_t total = 0, known = 1;
+    int infer_at = -1;
+    bool total_known = ck_dims_prod(x->dims, 0, r, &total), all = true;
+    for (size_t i = 0; i < nk; i++) {
+        d[i] = kn[i] && k[i] == 0 && (int)i < r ? x->dims[i] : k[i];
+        if (kn[i] && k[i] == -1 && infer_at < 0)
+            infer_at = (int)i;
+        else if (d[i] < 0)
+            all = false, d[i] = -1;
+        else if (!ck_dim_mul(known, d[i], &known))
+            return 1;
+    }
+    if (infer_at >= 0)
+        d[infer_at] = all && total_known && known ? total / known : -1;
+    set_shape(out[0], (int)nk, d);
+    return 1;
+}
+
 /* Output shapes of mapped ops from their inputs' shapes; unknown stays -1. */
 static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
 {
@@ -355,6 +496,8 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         return 0;
     memcpy(d, x->dims, sizeof d);
     int r = x->rank;
+    if ((err = infer_computed(c, n, x, out)) != 0)
+        return err < 0 ? err : 0;
     if (!strcmp(op, "Max") || !strcmp(op, "Min") || !strcmp(op, "Sum") || !strcmp(op, "Mean")) {
         struct val acc = *x;
         for (size_t i = 1; i < n->ninputs; i++) {
@@ -592,8 +735,10 @@ static int infer(struct cx *c, const struct ck_graph_node *n, struct val **out)
         for (size_t i = 0; i < n->ninputs; i++) {
             if ((err = input(c, n, i, &w)) < 0)
                 return err;
-            if (w->rank != r || w->dims[axis] < 0 || !ck_dim_add(d[axis], w->dims[axis], &d[axis]))
+            if (w->rank != r)
                 return 0;
+            if (d[axis] >= 0 && (w->dims[axis] < 0 || !ck_dim_add(d[axis], w->dims[axis], &d[axis])))
+                d[axis] = -1; /* known at run time */
         }
         set_shape(out[0], r, d);
         return 0;
@@ -766,6 +911,8 @@ static int set_const(struct val *o, size_t n, bool is_int)
 
 static double binop(const char *op, double a, double b, bool is_int)
 {
+    if (isnan(a) || isnan(b)) /* an element of a shape value not known here */
+        return NAN;
     if (!strcmp(op, "Less") || !strcmp(op, "LessOrEqual"))
         return op[4] ? a <= b : a < b;
     if (!strcmp(op, "Greater") || !strcmp(op, "GreaterOrEqual"))
@@ -896,8 +1043,8 @@ static int fold_constant_attr(struct cx *c, const struct ck_graph_node *n, struc
 }
 
 /* 1 when n's outputs were computed here (no node emitted), 0 when n must be
- * mapped, an error for a Shape that cannot be folded. */
-static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
+ * mapped. Elements of shape values not known here are NaN and stay NaN. */
+static int fold_consts(struct cx *c, const struct ck_graph_node *n, struct val **out)
 {
     struct val *in[3] = {NULL, NULL, NULL};
     const char *op = n->op;
@@ -907,13 +1054,9 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
     if (!strcmp(op, "Shape")) {
         if ((err = input(c, n, 0, &in[0])) < 0)
             return err;
-        bool known = in[0]->rank >= 0;
-        for (int i = 0; known && i < in[0]->rank; i++)
-            known = in[0]->dims[i] >= 0;
-        if (!known)
+        if (in[0]->rank < 0)
             return ck_error(CK_EUNSUPPORTED,
-                            "'%s': node '%s' (Shape): the shape of '%s' is not static, so it "
-                            "cannot be folded",
+                            "'%s': node '%s' (Shape): the rank of '%s' is not known",
                             c->path, n->name, in[0]->name);
         /* opset 15's start and end: a slice of the shape, clamped as numpy's */
         int64_t r = in[0]->rank, st = 0, en = r;
@@ -925,26 +1068,34 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
         en = en < st ? st : en > r ? r : en;
         if ((err = set_const(out[0], (size_t)(en - st), true)) < 0)
             return err;
-        for (int64_t i = st; i < en; i++)
-            out[0]->c[i - st] = (double)in[0]->dims[i];
+        bool known = true;
+        for (int64_t i = st; i < en; i++) {
+            out[0]->c[i - st] = in[0]->dims[i] >= 0 ? (double)in[0]->dims[i] : NAN;
+            known = known && in[0]->dims[i] >= 0;
+        }
         int64_t d = en - st;
         set_shape(out[0], 1, &d);
-        return 1;
+        if (known)
+            return 1;
+        out[0]->is_const = false; /* a shape node: the engine computes it per run */
+        out[0]->is_shape = true;
+        return 0;
     }
     if (!strcmp(op, "Size")) {
         int64_t total = 0;
         if ((err = input(c, n, 0, &in[0])) < 0)
             return err;
-        if (in[0]->rank < 0 || (total = numel(in[0])) < 0)
-            return ck_error(CK_EUNSUPPORTED,
-                            "'%s': node '%s' (Size): the shape of '%s' is not static, so it "
-                            "cannot be folded",
-                            c->path, n->name, in[0]->name);
         if ((err = set_const(out[0], 1, true)) < 0)
             return err;
-        out[0]->c[0] = (double)total;
         set_shape(out[0], 0, NULL);
-        return 1;
+        if (in[0]->rank >= 0 && (total = numel(in[0])) >= 0) {
+            out[0]->c[0] = (double)total;
+            return 1;
+        }
+        out[0]->c[0] = NAN;
+        out[0]->is_const = false; /* a size node: the engine computes it per run */
+        out[0]->is_shape = true;
+        return 0;
     }
     static const char *const foldable[] = {
         "Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",         "Add",
@@ -962,8 +1113,11 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             continue;
         if ((err = input(c, n, i, &x)) < 0)
             return err;
-        if (!x->is_const)
+        if (!x->is_const && !(x->is_shape && x->c))
             return 0;
+        for (size_t k = 0; !x->is_const && !strcmp(op, "Range") && k < x->cn; k++)
+            if (isnan(x->c[k]))
+                return 0; /* a range of a length known at run time: a node */
         if (i < 3)
             in[i] = x;
     }
@@ -1034,7 +1188,7 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             return err < 0 ? err : 0;
         o->is_mask = true;
         for (size_t i = 0; i < total; i++)
-            o->c[i] = a->c[i] == 0;
+            o->c[i] = isnan(a->c[i]) ? NAN : a->c[i] == 0;
         return 1;
     }
     if (!strcmp(op, "Where") && b && in[2]) {
@@ -1044,9 +1198,11 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             return 0;
         if ((err = set_const(o, total, b->is_int && e->is_int)) < 0)
             return err;
-        for (size_t i = 0; i < total; i++)
-            o->c[i] = a->c[a->cn == 1 ? 0 : i] != 0 ? b->c[b->cn == 1 ? 0 : i]
+        for (size_t i = 0; i < total; i++) {
+            double cond = a->c[a->cn == 1 ? 0 : i];
+            o->c[i] = isnan(cond) ? NAN : cond != 0 ? b->c[b->cn == 1 ? 0 : i]
                                                      : e->c[e->cn == 1 ? 0 : i];
+        }
         return 1;
     }
     if (!strcmp(op, "Gather") && b && a->rank <= 1) {
@@ -1057,6 +1213,10 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             return err < 0 ? err : 0;
         for (size_t i = 0; i < total; i++) {
             int64_t k = 0;
+            if (isnan(b->c[i])) {
+                o->c[i] = NAN;
+                continue;
+            }
             if (!ck_dim_from_double(b->c[i], &k) || k < -(int64_t)a->cn)
                 return ck_error(CK_EFORMAT, "'%s': node '%s' (Gather): index out of range", c->path,
                                 n->name);
@@ -1096,6 +1256,85 @@ static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
             o->c[i] = a->c[(size_t)s + i < a->cn ? (size_t)s + i : 0];
         return 1;
     }
+    return 0;
+}
+
+/* Whether n's output is a shape value: integers computed from shapes only
+ * (its inputs shape values or integer constants, one at least a shape
+ * value) by an op the engine evaluates on integers. */
+static bool shape_arith(struct cx *c, const struct ck_graph_node *n)
+{
+    static const char *const ops[] = {
+        "Identity", "Cast",  "Reshape", "Unsqueeze", "Squeeze", "Gather", "Concat",
+        "Add",      "Sub",   "Mul",     "Div",       "Equal",   "Slice",  "Neg",
+        "Expand",   "Where", "Less",    "Greater",   "LessOrEqual", "GreaterOrEqual",
+        "Not",      "Range", "ConstantOfShape", "Abs", "Max", "Min", "Flatten"};
+    bool ok = false, any = false;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0] && !ok; i++)
+        ok = !strcmp(n->op, ops[i]);
+    for (size_t i = 0; ok && i < n->ninputs; i++) {
+        struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
+        if (!x)
+            continue;
+        any = any || computed(x);
+        /* Where's condition is a mask; its values are the integers */
+        ok = computed(x) || (x->is_const && (x->is_int || (!strcmp(n->op, "Where") && !i)));
+    }
+    if (!ok || !any)
+        return false;
+    if (!strcmp(n->op, "Cast")) { /* to an integer type (or bool of a mask) stays one */
+        const char *to = attr(n, "to");
+        enum ck_dtype t = to ? ck_onnx_dtype((uint64_t)strtoull(to, NULL, 10)) : CK_DT_F32;
+        return is_int_dtype(t);
+    }
+    if (!strcmp(n->op, "ConstantOfShape")) {
+        const char *t = attr(n, "value");
+        struct val *tv = t && !strncmp(t, "tensor ", 7) ? find(c, t + 7) : NULL;
+        return tv && tv->is_int;
+    }
+    return true;
+}
+
+/* fold_consts, where shape values (NaN for what is not known here) give a
+ * node unless every element came out known. */
+static int fold(struct cx *c, const struct ck_graph_node *n, struct val **out)
+{
+    int r = fold_consts(c, n, out);
+    bool any = false;
+    for (size_t i = 0; i < n->ninputs; i++)
+        any = any || computed(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
+    if (r < 0 || !any || n->noutputs != 1 || !out[0])
+        return r;
+    struct val *o = out[0];
+    bool arith = shape_arith(c, n);
+    if (o->is_const) {
+        bool complete = true;
+        for (size_t k = 0; k < o->cn && complete; k++)
+            complete = !isnan(o->c[k]);
+        if (complete)
+            return 1; /* every element known: a constant */
+    }
+    if (!arith) { /* data computed from a shape value (a cast to float): a node */
+        if (r == 1) {
+            free(o->c);
+            o->c = NULL;
+            o->cn = 0;
+            o->is_const = false;
+        }
+        return 0;
+    }
+    if (!o->is_const) {
+        free(o->c); /* its elements are not known here */
+        o->c = NULL;
+        o->cn = 0;
+    }
+    o->is_const = false;
+    o->is_shape = true;
+    o->is_int = true;
+    o->is_mask = !strcmp(n->op, "Equal") || !strcmp(n->op, "Less") || !strcmp(n->op, "Greater") ||
+                 !strcmp(n->op, "LessOrEqual") || !strcmp(n->op, "GreaterOrEqual") ||
+                 !strcmp(n->op, "Not") ||
+                 (!strcmp(n->op, "Cast") && find(c, n->inputs[0])->is_mask);
     return 0;
 }
 
@@ -1385,6 +1624,8 @@ static int map_reshape(struct cx *c, const struct ck_graph_node *n, const struct
     if (az)
         return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Reshape): allowzero is not supported",
                         c->path, n->name);
+    if (computed_param(find(c, n->inputs[1]))) /* the engine gives it per run */
+        return ck_model_node_add_input(mn, n->inputs[1]);
     return set_ints_from_input(c, n, 1, "shape", mn);
 }
 
@@ -1459,6 +1700,27 @@ static int map_slice(struct cx *c, const struct ck_graph_node *n, const struct r
     struct val *x = NULL;
     int err, last = -1;
     (void)row;
+    bool any = false;
+    for (size_t i = 1; i < n->ninputs; i++)
+        any = any || computed_param(has_input(n, i) ? find(c, n->inputs[i]) : NULL);
+    if (any) { /* bounds from shapes: (x, starts, ends[, axes[, steps]]) for the engine */
+        if (n->ninputs > 4 && has_input(n, 4) && !has_input(n, 3))
+            return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Slice): steps without axes",
+                            c->path, n->name);
+        for (size_t i = 1; i < n->ninputs && has_input(n, i); i++) {
+            struct val *v = find(c, n->inputs[i]);
+            if (v && v->is_const && !v->is_weight && (err = materialise(c, v)) < 0)
+                return err;
+            if (v && !v->is_const && !computed_param(v) && !v->is_weight)
+                return ck_error(CK_EUNSUPPORTED,
+                                "'%s': node '%s' (Slice): input '%s' depends on tensor values, "
+                                "not only on shapes",
+                                c->path, n->name, v->name);
+            if ((err = ck_model_node_add_input(mn, n->inputs[i])) < 0)
+                return err;
+        }
+        return 0;
+    }
     if ((err = input(c, n, 0, &x)) < 0 || (err = const_ints(c, n, 1, st, RANK_MAX, &ns)) < 0 ||
         (err = const_ints(c, n, 2, en, RANK_MAX, &ne)) < 0 ||
         (has_input(n, 3) && (err = const_ints(c, n, 3, ax, RANK_MAX, &na)) < 0) ||
@@ -1701,6 +1963,13 @@ static int map_cast(struct cx *c, const struct ck_graph_node *n, const struct ro
     (void)row;
     if ((err = attr_int(c, n, "to", 1, &to)) < 0)
         return err;
+    struct val *x = find(c, n->inputs[0]);
+    if (computed(x) && to != 9 && is_int_dtype(ck_onnx_dtype((uint64_t)to)))
+        return 0; /* a shape value stays one: exact in int64 */
+    if (computed(x) && to == 1) { /* a shape value as float32 data */
+        mn->op = CK_OP_CAST;
+        return ck_model_node_set_ints(mn, &to, 1);
+    }
     return cast_to(c, n, to, mn);
 }
 
@@ -1731,6 +2000,46 @@ static int map_einsum(struct cx *c, const struct ck_graph_node *n, const struct 
 static int map_topk(struct cx *c, const struct ck_graph_node *n, const struct row *row,
                     struct ck_model_node *mn);
 static const char *graph_attr(const struct ck_graph *g, const char *prefix, const char *name);
+
+/* Shape's start and end; ConstantOfShape's value; Range's inputs, which must
+ * come from shapes (the engine computes them before the run). */
+static int map_shapeop(struct cx *c, const struct ck_graph_node *n, const struct row *row,
+                       struct ck_model_node *mn)
+{
+    int err = 0;
+    if (row->op == CK_OP_SHAPE) {
+        int64_t se[2] = {0, INT64_MAX};
+        if (!attr(n, "start") && !attr(n, "end"))
+            return 0;
+        if ((err = attr_int(c, n, "start", 0, &se[0])) < 0 ||
+            (err = attr_int(c, n, "end", INT64_MAX, &se[1])) < 0)
+            return err;
+        return ck_model_node_set_ints(mn, se, 2);
+    }
+    for (size_t i = 0; i < n->ninputs; i++) {
+        struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
+        if (x && !x->is_const && !computed_param(x))
+            return ck_error(CK_EUNSUPPORTED,
+                            "'%s': node '%s' (%s): input '%s' depends on tensor values, not only "
+                            "on shapes: ckptd computes %s from shapes, before a run",
+                            c->path, n->name, n->op, x->name, n->op);
+    }
+    if (row->op == CK_OP_RANGE)
+        return 0;
+    const char *t = attr(n, "value");
+    struct val *tv = t && !strncmp(t, "tensor ", 7) ? find(c, t + 7) : NULL;
+    if (t && (!tv || !tv->is_const || tv->cn != 1))
+        return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (ConstantOfShape): the value is not one number",
+                        c->path, n->name);
+    int64_t is_int = tv && tv->is_int;
+    mn->p.scalar = tv ? (float)tv->c[0] : 0.0f;
+    mn->p.has_scalar = true; /* the value is a parameter (written as `Scalar`) */
+    if (is_int && (fabs(tv->c[0]) > 16777216.0))
+        return ck_error(CK_EUNSUPPORTED,
+                        "'%s': node '%s' (ConstantOfShape): the integer %.0f is past 2^24",
+                        c->path, n->name, tv->c[0]);
+    return ck_model_node_set_ints(mn, &is_int, 1);
+}
 
 /* clang-format off */
 static const struct row rows[] = {
@@ -1852,10 +2161,12 @@ static const struct row rows[] = {
     {"TopK",               CK_OP_TOPK,               1, map_topk,     0, {1, 2, 2, 2}},
     /* folded only: the shape arithmetic around Reshape and Slice */
     {"Constant",           CK_OP_INVALID,        0, NULL,          0, {0, 0, 1, 1}},
-    {"Shape",              CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
-    {"Size",               CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
-    {"ConstantOfShape",    CK_OP_INVALID,        0, NULL,          0, {1, 1, 1, 1}},
-    {"Range",              CK_OP_INVALID,        0, NULL,          0, {3, 3, 1, 1}},
+    /* shape values: folded when the shapes are static, else computed by the
+     * engine from the run's input shapes (docs/model.md "Shape values") */
+    {"Shape",              CK_OP_SHAPE,          1, map_shapeop,   0, {1, 1, 1, 1}},
+    {"Size",               CK_OP_SIZE,           1, NULL,          0, {1, 1, 1, 1}},
+    {"ConstantOfShape",    CK_OP_CONSTANT_OF_SHAPE, 1, map_shapeop, 0, {1, 1, 1, 1}},
+    {"Range",              CK_OP_RANGE,          3, map_shapeop,   0, {3, 3, 1, 1}},
 };
 /* clang-format on */
 
@@ -2257,6 +2568,8 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
     int err = 0;
     if (row->op == CK_OP_EXPAND || row->op == CK_OP_TILE) {
         struct val *x = NULL;
+        if (computed_param(find(c, n->inputs[1]))) /* the engine gives it per run */
+            return ck_model_node_add_input(mn, n->inputs[1]);
         if ((err = const_ints(c, n, 1, v, RANK_MAX, &k)) < 0 || (err = input(c, n, 0, &x)) < 0)
             return err;
         if (row->op == CK_OP_TILE && x->rank >= 0 && k != (size_t)x->rank)
@@ -2278,6 +2591,12 @@ static int map_select(struct cx *c, const struct ck_graph_node *n, const struct 
         if ((err = attr_int(c, n, "upper", 1, &at[0])) < 0)
             return err;
         at[1] = 0;
+        if (has_input(n, 1) && computed_param(find(c, n->inputs[1]))) { /* k per run */
+            at[0] = at[0] != 0;
+            if ((err = ck_model_node_set_ints(mn, at, 2)) < 0)
+                return err;
+            return ck_model_node_add_input(mn, n->inputs[1]);
+        }
         if (has_input(n, 1) && ((err = const_ints(c, n, 1, v, 1, &k)) < 0 || k != 1))
             return err < 0 ? err : ck_error(CK_EFORMAT, "'%s': node '%s' (Trilu): k is not a scalar",
                                             c->path, n->name);
@@ -2383,6 +2702,16 @@ static int map_resize(struct cx *c, const struct ck_graph_node *n, const struct 
         return err;
     if (sc && sc->is_const && sc->cn == 0)
         sc = NULL; /* an empty scales: the sizes count */
+    bool late_sc = sc && !sc->is_const && (sc->is_input || computed(sc)) && !sc->is_int;
+    bool late_sz = !sc && sz && computed_param(sz);
+    if ((late_sc || late_sz) && x->rank >= 0 && x->rank <= RANK_MAX) {
+        /* given per run: -1 marks what the input gives (docs/model.md) */
+        for (int i = 0; i < x->rank; i++)
+            v[4 + 2 * i] = late_sz ? -1 : 0, v[5 + 2 * i] = late_sc ? -1 : 0;
+        if ((err = ck_model_node_set_ints(mn, v, 4 + 2 * (size_t)x->rank)) < 0)
+            return err;
+        return ck_model_node_add_input(mn, late_sc ? sc->name : sz->name);
+    }
     struct val *use = sc ? sc : sz;
     if (!use || !use->is_const || (sc && sz && sz->is_const && sz->cn))
         return ck_error(CK_EUNSUPPORTED, "'%s': node '%s' (Resize): needs one of scales and sizes, "
@@ -2703,6 +3032,11 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
 {
     bool is_int = false, is_mask = false;
     bool masks = row->op >= CK_OP_WHERE && row->op <= CK_OP_XOR; /* bool is their type */
+    /* shape values: integers the engine computes exactly (fold set their flags);
+     * the shape of any tensor, a constant or a range of a shape value */
+    if ((n->noutputs == 1 && out[0] && out[0]->is_shape) || row->op == CK_OP_SHAPE ||
+        row->op == CK_OP_SIZE || row->op == CK_OP_CONSTANT_OF_SHAPE || row->op == CK_OP_RANGE)
+        return 0;
     bool is_cast = !strcmp(n->op, "Cast") || !strcmp(n->op, "CastLike");
     bool f64 = false, half = false;
     for (size_t i = 0; i < n->ninputs; i++) {
@@ -2743,8 +3077,10 @@ static int check_integers(struct cx *c, const struct ck_graph_node *n, const str
         /* Pow's type is its base's: an integer exponent of a float is data of a float op */
         size_t ndata = row->op == CK_OP_TOPK || row->op == CK_OP_POW ||
                                row->op == CK_OP_CUMSUM || ck_op_is_reduce(row->op)
-                           ? 1 : n->ninputs;
-        for (size_t i = 0; i < ndata; i++) {
+                           ? 1
+                       : row->ndata > 0 ? (size_t)row->ndata
+                                        : n->ninputs; /* not parameters */
+        for (size_t i = 0; i < ndata && i < n->ninputs; i++) {
             struct val *x = has_input(n, i) ? find(c, n->inputs[i]) : NULL;
             if (x && x->is_int && !x->is_mask && int_ok(row->op))
                 is_int = true; /* an integer op's result, or a comparison's mask */
@@ -2981,6 +3317,8 @@ static int add_io(struct cx *c, bool output, const char *name)
         in->is_mask = dtype == CK_DT_BOOL;
         in->is_f64 = dtype == CK_DT_F64;
         in->is_half = dtype == CK_DT_F16 || dtype == CK_DT_BF16;
+        in->is_input = true;
+        in->int_input = in->is_int && !in->is_mask;
         for (int i = 0; i < rank && i < RANK_MAX; i++)
             if (dims[i] < 0)
                 in->dims[i] = -1;

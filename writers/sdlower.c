@@ -390,6 +390,29 @@ static int lower_node(struct low *l, const struct ck_model_node *n)
     }
 }
 
+/* A graph that computes shapes at run time (a dynamic export's shape
+ * values, docs/model.md) is refused by name: the SameDiff archives ckptd
+ * writes hold static shapes (docs/samediff.md). */
+static int refuse_dynamic(const struct ck_model *src, const char *label)
+{
+    for (size_t i = 0; i < src->nnodes; i++) {
+        const struct ck_model_node *n = &src->nodes[i];
+        bool computed = n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
+                                           n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
+                                           n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
+        /* not cast: it casts activations too (a cast of a shape value
+         * comes after the shape or size it casts, refused first) */
+        if (computed || n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_RANGE ||
+            n->op == CK_OP_CONSTANT_OF_SHAPE)
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s' (%s): the graph computes shapes at run time (a "
+                            "dynamic export): SameDiff archives are written with static shapes "
+                            "only; pack it as .mldef, or export with fixed sizes (docs/samediff.md)",
+                            label, n->name, ck_op_name(n->op));
+    }
+    return 0;
+}
+
 int ck_sdlower_build(const struct ck_model *src, const char *label, struct ck_sdlower *out)
 {
     struct low l = {.src = src, .label = label, .out = out};
@@ -398,6 +421,10 @@ int ck_sdlower_build(const struct ck_model *src, const char *label, struct ck_sd
     memset(out, 0, sizeof *out);
     if (!none)
         return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = refuse_dynamic(src, label)) < 0) {
+        ck_tensor_set_free(none);
+        return err;
+    }
     if ((err = ck_model_new(none, "samediff", &out->m)) < 0)
         return err;
     for (size_t i = 0; i < src->nnodes && err >= 0; i++)

@@ -18,7 +18,9 @@ from ckptd_test import CKPTD, TmpDirCase, run  # noqa: E402
 MLDEF = os.path.join(os.path.dirname(CKPTD), "mldef")
 
 
-class Select(TmpDirCase):
+class Graphs(TmpDirCase):
+    """Helpers: graphs written with onnx.helper, verified or refused."""
+
     def setUp(self):
         super().setUp()
         self.onnx = tg.need_onnx()
@@ -72,6 +74,9 @@ class Select(TmpDirCase):
         self.assertNotIn("Sanitizer", p.stderr)
         return p.stderr
 
+
+
+class Select(Graphs):
     def test_masks_and_where_match_numpy(self):
         h, f = self.h, np.float32
         rng = np.random.default_rng(3)
@@ -175,12 +180,12 @@ class Select(TmpDirCase):
     def test_refusals_name_the_blocker(self):
         h = self.h
         x = np.ones((2, 3), np.float32)
-        # a Range of a graph input: computed, not folded
+        # a Range of a tensor's values: its length would depend on data, not shapes
         nodes = [h.make_node("ReduceSum", ["x"], ["n"], keepdims=0),
                  self.const("z", np.array(0, np.float32)), self.const("o", np.array(1, np.float32)),
                  h.make_node("Range", ["z", "n", "o"], ["y"])]
         p = self.model("range_dyn", nodes, [("x", x)], [("y", np.zeros(6, np.float32))])
-        self.refused(p, "Range", "only when folding", inputs=[x])
+        self.refused(p, "Range", "depends on tensor values, not only on shapes", inputs=[x])
         # integers past 2^24 a node would take as float32 data
         nodes = [self.const("z", np.array(2 ** 24, np.int64)),
                  self.const("l", np.array(2 ** 24 + 3, np.int64)),
@@ -438,14 +443,17 @@ class Select(TmpDirCase):
         self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
         self.assertIn("resize", q.stderr.lower())
         self.assertNotIn("Sanitizer", q.stderr)
-        # scales as a graph input: the output's shape would depend on values
+        # scales as a graph input: read by the plan from the bound input (issue 35)
         g = h.make_graph([h.make_node("Resize", ["x", "", "s"], ["y"])], "dyn",
                          [h.make_tensor_value_info("x", self.TP.FLOAT, [1, 2, 4, 5]),
                           h.make_tensor_value_info("s", self.TP.FLOAT, [4])],
                          [h.make_tensor_value_info("y", self.TP.FLOAT, [1, 2, 8, 10])])
         p = os.path.join(self.dir, "resize_dyn.onnx")
         self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
-        self.refused(p, "Resize", "as a constant", inputs=[x, np.array([1, 1, 2, 2], f)])
+        sc = np.array([1, 1, 2, 2], f)
+        want = ref.interpolate_nd(x, lambda r: ref.nearest_coeffs(r), scale_factors=sc,
+                                  coordinate_transformation_mode="half_pixel")
+        self.verify(p, [("x", x), ("s", sc)], [("y", want.astype(f))], forms=("onnx",))
 
     def test_einsum_matches_numpy(self):
         """The contractions exporters write (attention's bhqd,bhkd->bhqk,
@@ -500,6 +508,168 @@ class Select(TmpDirCase):
                 "--tag", "t", timeout=120)
         self.assertNotEqual(q.returncode, 0, q.stdout + q.stderr)
         self.assertIn("'greater' has no DL4J equivalent", q.stderr)
+
+
+class DynamicShapes(Graphs):
+    """Shape values (docs/model.md): graphs with a dynamic batch whose shape
+    arithmetic (Shape, Gather, Unsqueeze, Concat, Div, Range, ConstantOfShape,
+    a computed Reshape, Expand and Slice) the engine evaluates per run,
+    verified at two batch sizes from ONNX and as an .mldef against numpy; and
+    hostile computed shapes refused naming the node."""
+
+    def dyn_model(self, name, nodes, outputs, inits=()):
+        """One input x ["N", 6] (the batch unknown); outputs [(name, rank)]."""
+        h, TP = self.h, self.TP
+        g = h.make_graph(nodes, name, [h.make_tensor_value_info("x", TP.FLOAT, ["N", 6])],
+                         [h.make_tensor_value_info(n, TP.FLOAT, ["N"] + [None] * (r - 1))
+                          for n, r in outputs],
+                         initializer=[self.nh.from_array(a, n) for n, a in inits])
+        p = os.path.join(self.dir, name + ".onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        return p
+
+    def batch_of(self):
+        """Nodes computing n (a scalar) and nv ([n]) from x's shape."""
+        h = self.h
+        return [h.make_node("Shape", ["x"], ["s"]), self.const("i0", np.array(0, np.int64)),
+                h.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+                self.const("ax0", np.array([0], np.int64)),
+                h.make_node("Unsqueeze", ["n", "ax0"], ["nv"])]
+
+    def test_shape_arithmetic_follows_the_input(self):
+        h = self.h
+        nodes = self.batch_of() + [
+            # y = x.reshape(N, 3, 2) + arange(N)[:, None, None] * (N // 2)
+            self.const("c32", np.array([3, 2], np.int64)),
+            h.make_node("Concat", ["nv", "c32"], ["shape"], axis=0),
+            h.make_node("Reshape", ["x", "shape"], ["xr"]),
+            self.const("zero", np.array(0, np.int64)), self.const("one", np.array(1, np.int64)),
+            self.const("two", np.array(2, np.int64)),
+            h.make_node("Range", ["zero", "n", "one"], ["pos"]),
+            h.make_node("Div", ["n", "two"], ["half"]),
+            h.make_node("Mul", ["pos", "half"], ["posh"]),
+            h.make_node("Cast", ["posh"], ["posf"], to=self.TP.FLOAT),
+            self.const("ax12", np.array([1, 2], np.int64)),
+            h.make_node("Unsqueeze", ["posf", "ax12"], ["pos3"]),
+            h.make_node("Add", ["xr", "pos3"], ["y"]),
+            # z = x[:, 0:N] (a computed end), w = full((N, 2), 0.5) expanded to [N, 3, 2]
+            self.const("st", np.array([0], np.int64)), self.const("ax1", np.array([1], np.int64)),
+            h.make_node("Slice", ["x", "st", "nv", "ax1"], ["z"]),
+            self.const("c2", np.array([2], np.int64)),
+            h.make_node("Concat", ["nv", "c2"], ["s2"], axis=0),
+            h.make_node("ConstantOfShape", ["s2"], ["half2"],
+                        value=self.nh.from_array(np.array([0.5], np.float32), "v")),
+            h.make_node("Unsqueeze", ["half2", "ax1"], ["half3"]),
+            h.make_node("Expand", ["half3", "shape"], ["w"])]
+        p = self.dyn_model("dyn", nodes, [("y", 3), ("z", 2), ("w", 3)])
+        for b in (1, 4):
+            x = np.random.default_rng(b).standard_normal((b, 6)).astype(np.float32)
+            y = x.reshape(b, 3, 2) + (np.arange(b) * (b // 2))[:, None, None]
+            z = x[:, 0:b]
+            w = np.full((b, 3, 2), 0.5, np.float32)
+            with self.subTest(batch=b):
+                self.verify(p, [("x", x)], [("y", y), ("z", z), ("w", w)])
+        # the archive keeps the batch symbolic ([-1, 6]) and its reader checks the rest
+        self.failed(p[:-5] + ".mldef", 2, "input 'x': shape [2, 5] does not match the model's",
+                    width=5)
+
+    def test_parameters_given_as_inputs(self):
+        """A Reshape's shape, a Trilu's k, a Resize's sizes and scales as
+        graph inputs (ONNX's conformance cases write them so): bound by the
+        run, read by the plan; from ONNX and as an .mldef against numpy."""
+        h, TP = self.h, self.TP
+        nodes = [h.make_node("Reshape", ["x", "shape"], ["r"]),
+                 h.make_node("Trilu", ["r", "k"], ["t"], upper=1),
+                 h.make_node("Resize", ["t", "", "", "sizes"], ["y"], mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+                 h.make_node("Resize", ["t", "", "scales"], ["z"], mode="nearest",
+                             coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
+        g = h.make_graph(nodes, "params", [
+            h.make_tensor_value_info("x", TP.FLOAT, [2, 6]),
+            h.make_tensor_value_info("shape", TP.INT64, [3]),
+            h.make_tensor_value_info("k", TP.INT64, []),
+            h.make_tensor_value_info("sizes", TP.INT64, [3]),
+            h.make_tensor_value_info("scales", TP.FLOAT, [3])],
+            [h.make_tensor_value_info("y", TP.FLOAT, None),
+             h.make_tensor_value_info("z", TP.FLOAT, None)])
+        p = os.path.join(self.dir, "params.onnx")
+        self.onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), p)
+        x = np.arange(12, dtype=np.float32).reshape(2, 6) - 5
+        for shape, k in (([2, 3, 2], 0), ([1, 3, 4], -1)):
+            t = np.triu(x.reshape(shape), k)
+            sizes = np.array([shape[0], shape[1] * 2, shape[2]], np.int64)
+            y = t.repeat(2, axis=1)  # nearest, floor, asymmetric: each row twice
+            z = t[:, :, [0] * 3 + [1] * 3] if shape[2] == 2 else t.repeat(1, axis=2)
+            scales = np.array([1, 1, 3 if shape[2] == 2 else 1], np.float32)
+            ins = [("x", x), ("shape", np.array(shape, np.int64)), ("k", np.array(k, np.int64)),
+                   ("sizes", sizes), ("scales", scales)]
+            files = []
+            for i, (_, a) in enumerate(ins):
+                files.append(os.path.join(self.dir, f"p{i}.npy"))
+                np.save(files[-1], a)
+            exp = []
+            for i, a in enumerate((y, z)):
+                exp.append(os.path.join(self.dir, f"e{i}.npy"))
+                np.save(exp[-1], a.astype(np.float32))
+            for target in (p, p[:-5] + ".mldef"):
+                if target.endswith(".mldef"):
+                    run("pack", "--format", "mldef", p, "-o", target, check=0, timeout=120)
+                q = run("verify", target, "--inputs", *files, "--expected", *exp, timeout=120)
+                with self.subTest(shape=shape, target=target):
+                    self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
+
+    def failed(self, path, b, *want, width=6):
+        x = np.ones((b, width), np.float32)
+        xi = os.path.join(self.dir, "x.npy")
+        np.save(xi, x)
+        p = run("verify", path, "--inputs", xi, timeout=120)
+        self.assertNotEqual(p.returncode, 0, p.stdout + p.stderr)
+        for w in want:
+            self.assertIn(w, p.stderr)
+        self.assertNotIn("Sanitizer", p.stderr)
+        return p
+
+    def reshape_to(self, name, tail, op="Reshape"):
+        h = self.h
+        nodes = self.batch_of() + [self.const("tail", np.array(tail, np.int64)),
+                                   h.make_node("Concat", ["nv", "tail"], ["shape"], axis=0),
+                                   h.make_node(op, ["x", "shape"], ["y"], name="computed")]
+        return self.dyn_model(name, nodes, [("y", 1 + len(tail))])
+
+    def test_hostile_computed_shapes_name_the_node(self):
+        h = self.h
+        # a negative computed dim; a product that does not match; a huge dim
+        # (2^41: refused by the shape rules, nothing allocated)
+        self.failed(self.reshape_to("neg", [-5]), 2, "node 'computed' (reshape)", "-5")
+        self.failed(self.reshape_to("mismatch", [4]), 2, "node 'computed' (reshape)",
+                    "has 12 elements")
+        for op, name, ins in (("Reshape", "reshape", ["x", "shape"]),
+                              ("ConstantOfShape", "constant_of_shape", ["shape"])):
+            nodes = self.batch_of() + [
+                self.const("big", np.array([1 << 41], np.int64)),
+                h.make_node("Mul", ["nv", "big"], ["huge"]),  # known only at run time
+                h.make_node("Concat", ["nv", "huge"], ["shape"], axis=0),
+                h.make_node(op, ins, ["y"], name="computed")]
+            self.failed(self.dyn_model("huge" + name, nodes, [("y", 2)]), 2,
+                        f"node 'computed' ({name})", "too large")
+        # a shape computed from the tensor's values, not its shape
+        nodes = [h.make_node("ArgMax", ["x"], ["am"], axis=1, keepdims=0),
+                 h.make_node("Reshape", ["x", "am"], ["y"], name="computed")]
+        self.failed(self.dyn_model("data", nodes, [("y", 2)]), 2, "node 'computed' (Reshape)",
+                    "depends on tensor values")
+        # a Range of a shape divided by zero, an index out of the shape's range
+        nodes = self.batch_of() + [self.const("zero", np.array(0, np.int64)),
+                                   h.make_node("Div", ["n", "zero"], ["q"], name="div0"),
+                                   self.const("one", np.array(1, np.int64)),
+                                   h.make_node("Range", ["zero", "q", "one"], ["r"]),
+                                   h.make_node("Cast", ["r"], ["y"], to=self.TP.FLOAT)]
+        self.failed(self.dyn_model("div0", nodes, [("y", 1)]), 2, "node 'div0' (div)",
+                    "division by zero")
+        nodes = [h.make_node("Shape", ["x"], ["s"]), self.const("i7", np.array(7, np.int64)),
+                 h.make_node("Gather", ["s", "i7"], ["g"], name="g7"),
+                 h.make_node("Cast", ["g"], ["y"], to=self.TP.FLOAT)]
+        self.failed(self.dyn_model("gather7", nodes, [("y", 1)]), 2, "node 'g7' (Gather)",
+                    "out of range")
 
 
 if __name__ == "__main__":

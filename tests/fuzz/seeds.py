@@ -220,6 +220,34 @@ def onnx_seeds(out):
         g = helper.make_graph(nodes, name, ins, outs)
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
         put(out, "onnx", "issue35_" + name, m.SerializeToString())
+    # shape values (issue 30): a dynamic batch's Shape -> Gather -> Unsqueeze ->
+    # Concat -> Reshape, Div, Range of positions, ConstantOfShape, a computed
+    # Slice end and Expand, as torch's dynamic exports write them
+    i64 = lambda k, v: helper.make_node("Constant", [], [k], value=helper.make_tensor(  # noqa: E731
+        k, TensorProto.INT64, [len(v)] if isinstance(v, list) else [],
+        v if isinstance(v, list) else [v]))
+    dyn = [helper.make_node("Shape", ["x"], ["s"]), i64("i0", 0),
+           helper.make_node("Gather", ["s", "i0"], ["n"], axis=0), i64("a0", [0]),
+           helper.make_node("Unsqueeze", ["n", "a0"], ["nv"]), i64("c32", [3, 2]),
+           helper.make_node("Concat", ["nv", "c32"], ["shape"], axis=0),
+           helper.make_node("Reshape", ["x", "shape"], ["xr"]), i64("z", 0), i64("o", 1),
+           i64("two", 2), helper.make_node("Range", ["z", "n", "o"], ["pos"]),
+           helper.make_node("Div", ["n", "two"], ["half"]),
+           helper.make_node("Mul", ["pos", "half"], ["ph"]),
+           helper.make_node("Cast", ["ph"], ["pf"], to=TensorProto.FLOAT), i64("a12", [1, 2]),
+           helper.make_node("Unsqueeze", ["pf", "a12"], ["p3"]),
+           helper.make_node("Add", ["xr", "p3"], ["y"]), i64("st", [0]), i64("a1", [1]),
+           helper.make_node("Slice", ["x", "st", "nv", "a1"], ["zz"]),
+           helper.make_node("ConstantOfShape", ["shape"], ["w"],
+                            value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5])),
+           helper.make_node("Expand", ["w", "shape"], ["we"])]
+    dv = lambda n, r: helper.make_tensor_value_info(n, TensorProto.FLOAT,  # noqa: E731
+                                                    ["N"] + [None] * (r - 1))
+    g = helper.make_graph(dyn, "dyn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     ["N", 6])],
+                          [dv("y", 3), dv("zz", 2), dv("we", 3)])
+    put(out, "onnx", "issue30_dynamic", helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
     try:
         import torch_gen
         models = torch_gen.onnx_models()
@@ -310,10 +338,47 @@ def zip_seeds(out):
     put(out, "zip", "out-of-order", good[:first] + good[cd:eocd] + good[first:cd] + good[eocd:])
 
 
+def graph_i64(v):
+    """fuzz_graph's i64: a byte under 0xf0 is an int8, else 8 bytes follow."""
+    if -128 <= v < 0x70 and (v & 0xff) < 0xf0:
+        return bytes([v & 0xff])
+    return bytes([0xf0]) + (v & (1 << 64) - 1).to_bytes(8, "big")
+
+
+def graph_bytes(inputs, nodes):
+    """fuzz_graph's decoder in reverse: no weights; inputs as dims lists;
+    nodes as (op, [value indices], ints, scalar or None)."""
+    b = bytes([0, len(inputs) - 1])
+    for dims in inputs:
+        b += bytes([len(dims)]) + b"".join(graph_i64(d) for d in dims)
+    b += bytes([len(nodes) - 1])
+    for op, ins, ints, scalar in nodes:
+        b += bytes([op - 1, len(ins)]) + bytes(ins)
+        b += graph_i64(0) * 6 + graph_i64(0) * 4  # kernel, stride, dilation; pads
+        b += bytes([128 if scalar is not None else 0, 0])
+        b += bytes([int(scalar or 0) * 16 & 0xff]) + bytes(4)  # scalar, alpha, eps, min, max
+        b += bytes([len(ints)]) + b"".join(graph_i64(v) for v in ints)
+    return b
+
+
 def graph_seeds(out):
     """fuzz_graph: byte strings its decoder reads as small valid graphs
     (weights, inputs, a chain of ops with their parameters)."""
-    for op in range(1, 109):  # every op up to cast (model/model.h's enum)
+    # shape values (docs/model.md; the op numbers of model/model.h's enum):
+    # x [2, 6] reshaped to shape(x)[0:1] * 6; a range of its size; a
+    # constant_of_shape of its shape, cast; a slice with computed bounds
+    SHAPE, SIZE, COS, RANGE, CAST, SLICE, RESHAPE, MUL = 109, 110, 111, 112, 108, 28, 22, 17
+    F32 = 1  # cast's parameter: ONNX's TensorProto code (ck_op_cast_dtype)
+    put(out, "graph", "shape_reshape", graph_bytes([[-1, 6]], [
+        (SHAPE, [0], [], None), (SLICE, [1], [0, 1, 1], None), (MUL, [2], [], 6),
+        (RESHAPE, [0, 3], [], None)]))
+    put(out, "graph", "shape_range", graph_bytes([[2, 6]], [
+        (SIZE, [0], [], None), (SHAPE, [0], [1, 2], None), (RANGE, [1, 1, 1], [], None),
+        (CAST, [3], [F32], None)]))
+    put(out, "graph", "shape_cos_slice", graph_bytes([[-1, 6]], [
+        (SHAPE, [0], [], None), (COS, [1], [1], None), (CAST, [2], [F32], None),
+        (SLICE, [0, 1, 1], [], None)]))
+    for op in range(1, 113):  # every op up to range (model/model.h's enum)
         # 1 weight [3, 4]; 1 input [1, 4]; 2 nodes: op over (input, weight), then relu
         body = bytes([1, 2, 3, 4, 0, 2, 1, 4, 2, op, 2, 1, 0]) + bytes([1] * 12) + \
             bytes([0] * 4) + bytes([2, 0, 0, 0, 0, 0, 0, 0]) + bytes([9, 2, 1, 1, 0, 0])

@@ -8,9 +8,11 @@ zoo runs in a few minutes under ASan.
 `python3 zoo_gen.py OUTDIR NAME...` writes for every model NAME its exports
 (exports_of): NAME-opsetN-static.onnx and NAME-opsetN-dynamic.onnx (batch,
 and for the transformers the sequence length, as dynamic_axes), NAME-in.npy (batch 2)
-and NAME-out.npy (torch's own output for that input). The dynamic export
-is traced with a batch of 1, so the batch of 2 it is checked with is a
-size the exporter never saw."""
+and NAME-out.npy (torch's own output for that input). Both exports are
+traced with that batch of 2; the dynamic ones are checked with sizes the
+exporter never saw: NAME-in-b1.npy / NAME-out-b1.npy (batch 1) and
+NAME-in-b4.npy / NAME-out-b4.npy (batch 4; a transformer's sequence of 5
+tokens instead of 8)."""
 import math
 import os
 import sys
@@ -182,12 +184,17 @@ def models():
 # Which exports each model gets: every one for the transformers (opset 17
 # exports LayerNormalization where 13 spells it out); the image models, whose
 # export takes most of the zoo's time, opset 13 static and opset 17 dynamic.
+# The image models whose dynamic export computes shapes (the class token's
+# expand, the channel shuffle's reshape) get the dynamic export at both opsets.
 ALL_EXPORTS = ((13, "static"), (13, "dynamic"), (17, "static"), (17, "dynamic"))
 IMAGE_EXPORTS = ((13, "static"), (17, "dynamic"))
+SHAPE_EXPORTS = ((13, "static"), (13, "dynamic"), (17, "dynamic"))
 
 
 def exports_of(name):
-    return ALL_EXPORTS if name in ("bert_small", "gpt_small") else IMAGE_EXPORTS
+    if name in ("bert_small", "gpt_small"):
+        return ALL_EXPORTS
+    return SHAPE_EXPORTS if name in ("vit_tiny", "shufflenet_v2_x0_5") else IMAGE_EXPORTS
 
 
 def export(outdir, names):
@@ -195,21 +202,25 @@ def export(outdir, names):
     zoo = models()
     for name in names:
         module, x, tokens = zoo[name]
-        with torch.no_grad():
-            y = module(x)
-        np.save(os.path.join(outdir, name + "-in.npy"),
-                x.numpy().astype(np.float32))  # token ids as whole floats (docs/model.md gather)
-        np.save(os.path.join(outdir, name + "-out.npy"), y.numpy())
+        g = torch.Generator().manual_seed(3)
+        other = {"": x,
+                 "-b1": x[:1],
+                 "-b4": (torch.randint(0, 50, (4, 5), generator=g) if tokens
+                         else torch.randn((4,) + tuple(x.shape[1:]), generator=g))}
+        for suffix, xi in other.items():
+            with torch.no_grad():
+                yi = module(xi)
+            np.save(os.path.join(outdir, name + "-in" + suffix + ".npy"),
+                    xi.numpy().astype(np.float32))  # token ids as whole floats (docs/model.md gather)
+            np.save(os.path.join(outdir, name + "-out" + suffix + ".npy"), yi.numpy())
         axes = {0: "batch", 1: "seq"} if tokens else {0: "batch"}
         for opset, form in exports_of(name):
             if True:
                 p = os.path.join(outdir, f"{name}-opset{opset}-{form}.onnx")
                 kw = {}
-                example = x
                 if form == "dynamic":
                     kw["dynamic_axes"] = {"input": axes, "output": {0: "batch"}}
-                    example = x[:1]
-                torch.onnx.export(module, (example,), p, opset_version=opset,
+                torch.onnx.export(module, (x,), p, opset_version=opset,
                                   input_names=["input"], output_names=["output"],
                                   do_constant_folding=False,
                                   training=torch.onnx.TrainingMode.EVAL, **kw)

@@ -28,7 +28,8 @@ static void weight_typed(struct ck_model *m, const char *name, enum ck_dtype dt,
     memcpy(data, vals, nbytes);
     struct ck_tensor t = {.name = (char *)name, .dtype = dt, .rank = rank, .nbytes = nbytes,
                           .data = data};
-    memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
+    if (rank)
+        memcpy(t.dims, dims, sizeof(int64_t) * (size_t)rank);
     assert_int_equal(ck_tensor_set_add(m->weights, &t, NULL), 0);
 }
 
@@ -576,6 +577,250 @@ static void expf_within_two_ulp(void **state)
     assert_true(ck_infer_expf(0.0f) == 1.0f);
 }
 
+/* Shape values (docs/model.md): x [-1, 6] reshaped to [B, 3, 2] with B read
+ * from x's shape by the plan, at the batch of each run. */
+static struct ck_model *dyn_reshape(const float *tail, size_t ntail)
+{
+    struct ck_model *m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "tail", 1, (int64_t[]){(int64_t)ntail}, tail);
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    struct ck_model_node *n = node(m, CK_OP_UNSQUEEZE, "b", "bv");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_CONCAT, "bv,tail", "shape");
+    node(m, CK_OP_RESHAPE, "x,shape", "y");
+    io(m, true, "y", 3, (int64_t[]){-1, 3, 2});
+    return m;
+}
+
+static void shape_values_follow_the_batch(void **state)
+{
+    float x[18];
+    for (int i = 0; i < 18; i++)
+        x[i] = (float)i;
+    struct ck_model *m = dyn_reshape((float[]){3, 2}, 2);
+    run_check(m, false, 2, (int64_t[]){1, 6}, x, 3, (int64_t[]){1, 3, 2}, x);
+    run_check(m, false, 2, (int64_t[]){3, 6}, x, 3, (int64_t[]){3, 3, 2}, x);
+    ck_model_free(m);
+    /* integer arithmetic on shapes: div truncates (B = 3: 3 / 2 is 1, not
+     * 1.5), a range of positions, cast to float32 data: y = [0, 1 ... B - 1] * (B / 2) */
+    m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "one", 0, NULL, (float[]){1});
+    io(m, false, "x", 2, (int64_t[]){-1, 2});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    struct ck_model_node *n = node(m, CK_OP_DIV, "b", "half");
+    n->p.has_scalar = true;
+    n->p.scalar = 2;
+    node(m, CK_OP_RANGE, "zero,b,one", "pos");
+    node(m, CK_OP_MUL, "pos,half", "scaled");
+    n = node(m, CK_OP_CAST, "scaled", "y"); /* to float32: ONNX's code 1 */
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){1}, 1), 0);
+    io(m, true, "y", 1, (int64_t[]){-1});
+    run_check(m, false, 2, (int64_t[]){3, 2}, x, 1, (int64_t[]){3}, (float[]){0, 1, 2});
+    run_check(m, false, 2, (int64_t[]){5, 2}, x, 1, (int64_t[]){5}, (float[]){0, 2, 4, 6, 8});
+    ck_model_free(m);
+    /* computed slice bounds: x[:, 0:B] of x [-1, 8], and size */
+    m = model_new();
+    weight(m, "zero", 1, (int64_t[]){1}, (float[]){0});
+    weight(m, "ax", 1, (int64_t[]){1}, (float[]){1});
+    io(m, false, "x", 2, (int64_t[]){-1, 8});
+    node(m, CK_OP_SHAPE, "x", "s");
+    n = node(m, CK_OP_SLICE, "s", "b"); /* s[0:1] */
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0, 1, 1}, 3), 0);
+    node(m, CK_OP_SLICE, "x,zero,b,ax", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, -1});
+    run_check(m, false, 2, (int64_t[]){2, 8}, x, 2, (int64_t[]){2, 2},
+              (float[]){0, 1, 8, 9});
+    ck_model_free(m);
+    /* a float32 weight expanded to [B, 2] by a computed shape (ViT's class
+     * token) stays float32: the shape's int64 is a parameter, not the data
+     * (the dtype was once taken from it and the add refused 0.5 as no integer) */
+    m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "two", 1, (int64_t[]){1}, (float[]){2});
+    weight(m, "tok", 2, (int64_t[]){1, 2}, (float[]){0.5f, 1.25f});
+    io(m, false, "x", 2, (int64_t[]){-1, 2});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    n = node(m, CK_OP_UNSQUEEZE, "b", "bv");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_CONCAT, "bv,two", "shape");
+    node(m, CK_OP_EXPAND, "tok,shape", "toks");
+    node(m, CK_OP_ADD, "toks,toks", "twice");
+    node(m, CK_OP_ADD, "twice,x", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, 2});
+    run_check(m, false, 2, (int64_t[]){2, 2}, x, 2, (int64_t[]){2, 2},
+              (float[]){1.0f, 3.5f, 3.0f, 5.5f});
+    ck_model_free(m);
+}
+
+static void run_fails(const struct ck_model *m, int rank, const int64_t *dims, const char *want1,
+                      const char *want2)
+{
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", rank, dims), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), CK_EFORMAT);
+    if (!strstr(ck_error_msg(), want1) || !strstr(ck_error_msg(), want2))
+        fail_msg("error '%s' does not say '%s' and '%s'", ck_error_msg(), want1, want2);
+    assert_null(out);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+}
+
+static void shape_values_refuse_hostile(void **state)
+{
+    const int64_t b2[] = {2, 6};
+    /* a computed negative dim, a product that does not match */
+    struct ck_model *m = dyn_reshape((float[]){-5}, 1);
+    run_fails(m, 2, b2, "node 'y' (reshape)", "dimension -5");
+    ck_model_free(m);
+    m = dyn_reshape((float[]){4}, 1);
+    run_fails(m, 2, b2, "node 'y' (reshape)", "has 12 elements");
+    ck_model_free(m);
+    /* a huge computed dim: refused by the shape rules, nothing allocated */
+    m = dyn_reshape((float[]){1099511627776.0f, 1099511627776.0f}, 2);
+    run_fails(m, 2, b2, "node 'y' (reshape)", "too large");
+    ck_model_free(m);
+    /* a shape computed from tensor values */
+    m = model_new();
+    weight(m, "w", 1, (int64_t[]){2}, (float[]){3, 4});
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_RELU, "w", "r");
+    node(m, CK_OP_RESHAPE, "x,r", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, -1});
+    run_fails(m, 2, (int64_t[]){2, 6}, "node 'y' (reshape)", "input 'r' depends on tensor values");
+    ck_model_free(m);
+    /* a computed slice with starts and no ends (fuzz_graph: read past the
+     * operands; an archive's node is not checked as ONNX's reader checks) */
+    m = model_new();
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_SLICE, "x,s", "y");
+    io(m, true, "y", 2, (int64_t[]){-1, -1});
+    run_fails(m, 2, b2, "node 'y' (slice)", "1 inputs after the data");
+    ck_model_free(m);
+    /* division by zero, a huge range, a huge constant_of_shape */
+    for (int k = 0; k < 3; k++) {
+        static const char *const want[][2] = {{"node 'q' (div)", "division by zero"},
+                                               {"node 'r' (range)", "over the"},
+                                               {"node 'r' (constant_of_shape)", "too large"}};
+        m = model_new();
+        weight(m, "zero", 0, NULL, (float[]){0});
+        weight(m, "one", 0, NULL, (float[]){1});
+        weight(m, "big", 0, NULL, (float[]){1073741824.0f});
+        io(m, false, "x", 2, (int64_t[]){-1, 6});
+        node(m, CK_OP_SIZE, "x", "n");
+        node(m, k ? CK_OP_MUL : CK_OP_DIV, k ? "n,big" : "n,zero", "q");
+        if (k == 1)
+            node(m, CK_OP_RANGE, "zero,q,one", "r");
+        if (k == 2) {
+            struct ck_model_node *u = node(m, CK_OP_UNSQUEEZE, "q", "qv");
+            assert_int_equal(ck_model_node_set_ints(u, (int64_t[]){0}, 1), 0);
+            node(m, CK_OP_CONCAT, "qv,qv", "dims");
+            node(m, CK_OP_CONSTANT_OF_SHAPE, "dims", "r");
+        }
+        io(m, true, k ? "r" : "q", k ? 1 : 0, (int64_t[]){-1});
+        run_fails(m, 2, b2, want[k][0], want[k][1]);
+        ck_model_free(m);
+    }
+}
+
+/* One engine at changing batches: each run plans its shape values again on
+ * top of the buffers kept from the run before (both plans compose); a run
+ * whose kept buffers would pass the memory limit frees and plans them again
+ * and keeps the shape values it computed. */
+static void shape_values_between_kept_runs(void **state)
+{
+    struct ck_model *m = model_new();
+    weight(m, "zero", 0, NULL, (float[]){0});
+    weight(m, "tail", 1, (int64_t[]){2}, (float[]){3, 2});
+    io(m, false, "x", 2, (int64_t[]){-1, 6});
+    node(m, CK_OP_SHAPE, "x", "s");
+    node(m, CK_OP_GATHER, "s,zero", "b");
+    struct ck_model_node *n = node(m, CK_OP_UNSQUEEZE, "b", "bv");
+    assert_int_equal(ck_model_node_set_ints(n, (int64_t[]){0}, 1), 0);
+    node(m, CK_OP_CONCAT, "bv,tail", "shape");
+    node(m, CK_OP_RESHAPE, "x,shape", "r");
+    node(m, CK_OP_RELU, "r", "y");
+    io(m, true, "y", 3, (int64_t[]){-1, 3, 2});
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    /* what batch 1 needs, from an engine of its own */
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", 2, (int64_t[]){1, 6}), 0);
+    assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), 0);
+    uint64_t act1 = ck_infer_peak_activation_bytes(e), need1 = act1 + ck_infer_weight_bytes(e);
+    assert_true(act1 > 0);
+    ck_infer_arrays_free(out, nout);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+    assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+    static const int64_t batches[] = {1, 3, 3, 4, 1};
+    for (size_t k = 0; k < sizeof batches / sizeof *batches; k++) {
+        int64_t d[] = {batches[k], 6};
+        if (k == 4) /* the batch-4 buffers kept would pass it: freed, planned again */
+            e->o.max_memory = need1;
+        assert_int_equal(ck_infer_array_init(&in, "x", 2, d), 0);
+        for (uint64_t i = 0; i < ck_infer_array_numel(&in); i++)
+            in.data[i] = (float)((int64_t)((i * 5 + k * 3) % 9) - 4) * (float)(k + 1);
+        if (ck_infer_run(e, &in, 1, &out, &nout) < 0)
+            fail_msg("run %zu (batch %lld): %s", k, (long long)batches[k], ck_error_msg());
+        assert_int_equal(out[0].rank, 3);
+        assert_int_equal(out[0].dims[0], batches[k]);
+        assert_int_equal(out[0].dims[1], 3);
+        assert_int_equal(out[0].dims[2], 2);
+        for (uint64_t i = 0; i < ck_infer_array_numel(&in); i++)
+            assert_true(out[0].data[i] == (in.data[i] < 0 ? 0.0f : in.data[i]));
+        ck_infer_arrays_free(out, nout);
+        ck_infer_array_release(&in);
+    }
+    assert_int_equal(ck_infer_peak_activation_bytes(e), act1);
+    ck_infer_free(e);
+    ck_model_free(m);
+}
+
+/* A cast of shape values takes dtype's parameter (ONNX's code): to an
+ * integer type or bool it stays exact integers, to float16 it is rounded
+ * (2049 to 2048, nearest even); past a narrow type's range it is an error
+ * naming the node. y = cast(size(x)) or cast(shape(x)). */
+static struct ck_model *shape_cast(enum ck_op op, int64_t code)
+{
+    struct ck_model *m = model_new();
+    io(m, false, "x", 2, (int64_t[]){-1, -1});
+    node(m, op, "x", "s");
+    struct ck_model_node *n = node(m, CK_OP_CAST, "s", "y");
+    assert_int_equal(ck_model_node_set_ints(n, &code, 1), 0);
+    io(m, true, "y", op == CK_OP_SIZE ? 0 : 1, (int64_t[]){2});
+    return m;
+}
+
+static void shape_value_casts_follow_the_dtype(void **state)
+{
+    static float x[2 * 2049];
+    struct ck_model *m = shape_cast(CK_OP_SIZE, 10); /* float16 */
+    run_check(m, false, 2, (int64_t[]){1, 2049}, x, 0, NULL, (float[]){2048});
+    run_check(m, false, 2, (int64_t[]){1, 2050}, x, 0, NULL, (float[]){2050});
+    ck_model_free(m);
+    m = shape_cast(CK_OP_SHAPE, 9); /* bool */
+    run_check(m, false, 2, (int64_t[]){3, 0}, x, 1, (int64_t[]){2}, (float[]){1, 0});
+    ck_model_free(m);
+    m = shape_cast(CK_OP_SHAPE, 3); /* int8 */
+    run_check(m, false, 2, (int64_t[]){127, 2}, x, 1, (int64_t[]){2}, (float[]){127, 2});
+    run_fails(m, 2, (int64_t[]){128, 2}, "node 'y' (cast)", "128 is out of the range of int8");
+    ck_model_free(m);
+    m = shape_cast(CK_OP_SHAPE, 7); /* int64 */
+    run_check(m, false, 2, (int64_t[]){128, 2}, x, 1, (int64_t[]){2}, (float[]){128, 2});
+    ck_model_free(m);
+}
+
 static void plan_reuses_dead_buffers(void **state)
 {
     /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
@@ -806,6 +1051,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(plan_reuses_dead_buffers),
     cmocka_unit_test(plan_keeps_buffers_between_runs),
     cmocka_unit_test(expf_within_two_ulp),
+    cmocka_unit_test(shape_values_follow_the_batch),
+    cmocka_unit_test(shape_values_refuse_hostile),
+    cmocka_unit_test(shape_values_between_kept_runs),
+    cmocka_unit_test(shape_value_casts_follow_the_dtype),
     cmocka_unit_test(batchnorm_folds_into_its_convolution),
     cmocka_unit_test(activations_fold_into_the_producer),
     cmocka_unit_test(sandbox_reports_by_name),
