@@ -7,6 +7,7 @@
 #include "common/yamlutil.h"
 
 #include <dirent.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -396,12 +397,72 @@ static int emit_whole(const struct ck_layout *l, struct ck_yaml_doc *doc, yaml_n
     return ck_yaml_out_end(&o);
 }
 
+static void buf_empty(struct ck_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+/* A scalar libyaml writes plain and as it is: letters, digits and . _ / -,
+ * not starting with a punctuation mark, read back as a string. */
+static bool simple_plain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 256)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && !(c == '_' || (i > 0 && (c == '.' || c == '/' || c == '-'))))
+            return false;
+    }
+    return ck_yaml_plain_type(s, n) == CK_Y_STR;
+}
+
+/* ckptd's section written directly, when every scalar in it is simple: 1
+ * (out holds it), 0 (not simple: out is empty), or an error. libyaml's
+ * emitter was most of a new checkpoint's cost at 10,000; the text is the
+ * emitter's own, which the caller checks when it takes a memo (the whole
+ * file, emitted by libyaml, must end with it). */
+static int emit_tail_direct(const struct ck_layout *l, struct ck_buf *out)
+{
+    int err = 0;
+    if (l->meta->ncheckpoints == 0 || !simple_plain(CKPTD_VERSION))
+        return 0;
+    if ((err = ck_buf_printf(out, "ckptd:\n  version: %s\n  checkpoints:\n", CKPTD_VERSION)) < 0)
+        return err;
+    size_t n = 0;
+    for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
+        char txt[1024];
+        struct ck_ckpt_record r;
+        const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, sizeof txt);
+        if (ck_state_ckpt_get(l->st, ref, &r) < 0)
+            continue;
+        if (!simple_plain(ref) || !simple_plain(r.sha256) || !simple_plain(r.source)) {
+            buf_empty(out);
+            return 0;
+        }
+        if ((err = ck_buf_printf(out,
+                                 "    %s:\n      sha256: %s\n      size: %" PRIu64
+                                 "\n      files: %d\n      source: %s\n",
+                                 ref, r.sha256, r.size, r.nfiles, r.source)) < 0)
+            return err;
+        n++;
+    }
+    if (n == 0) /* the emitter writes an empty mapping as {} */
+        buf_empty(out);
+    return n ? 1 : 0;
+}
+
 /* ckptd's section alone, as a document of its own: in block style its text
  * is the same as at the end of the whole file. */
 static int emit_tail(const struct ck_layout *l, struct ck_buf *out)
 {
     struct ck_yaml_out o;
-    int err;
+    int err = emit_tail_direct(l, out);
+    if (err != 0)
+        return err < 0 ? err : 0;
     if ((err = ck_yaml_out_begin(&o, out)) < 0)
         return err;
     ck_yaml_map_begin(&o);

@@ -4,6 +4,7 @@ again in WatchPoll with --poll. Metadata is checked by the independent
 validator (tests/lib/pmf_validate.py) and md5s computed here with hashlib.
 Nothing here depends on speed: each wait polls for the expected state with a
 generous timeout."""
+import hashlib
 import json
 import os
 import re
@@ -503,10 +504,23 @@ class WatchCase(TmpDirCase):
         # the watcher keeps data/build_parameters.yaml's text between passes
         # too; keys another hand adds must survive its next pass, and what it
         # writes must be what a pass from scratch (scan, no memory) writes
-        self.watch()
-        self.sync_point(1)
         path = os.path.join(self.dir, "data", "build_parameters.yaml")
-        for how, key in (("replaced", "dataset"), ("in place", "notes")):
+
+        def check(refs, note):
+            with open(path) as f:
+                bp = yaml.safe_load(f)
+            self.assertEqual(list(bp)[-1], "ckptd", note)  # ckptd's section stays last
+            self.assertEqual(sorted(bp["ckptd"]["checkpoints"]), sorted(refs), note)
+            for ref, rec in bp["ckptd"]["checkpoints"].items():
+                with open(os.path.join(self.dir, ref), "rb") as f:
+                    data = f.read()
+                self.assertEqual(rec, {"sha256": hashlib.sha256(data).hexdigest(),
+                                       "size": len(data), "files": 1, "source": ref}, ref)
+            return bp
+
+        self.watch()
+        refs = [self.sync_point(1)]
+        for n, (how, key) in enumerate((("replaced", "dataset"), ("in place", "notes")), 2):
             with open(path) as f:
                 text = f.read()
             text = f"{key}:\n  by: hand {how}\n" + text
@@ -517,14 +531,21 @@ class WatchCase(TmpDirCase):
             else:
                 with open(path, "r+") as f:
                     f.write(text)
-            self.sync_point(2 if how == "replaced" else 3)
-            with open(path) as f:
-                bp = yaml.safe_load(f)
+            refs.append(self.sync_point(n))  # a pass that reads the file again
+            bp = check(refs, how)
             self.assertEqual(bp[key], {"by": f"hand {how}"}, how)
-            self.assertEqual(list(bp)[-1], "ckptd", how)  # ckptd's section stays last
-        self.assertEqual(sorted(bp["ckptd"]["checkpoints"]),
-                         ["sync_epoch_1.pt", "sync_epoch_2.pt", "sync_epoch_3.pt"])
+            refs.append(self.sync_point(n + 2))  # a pass from what it kept
+            bp = check(refs, how)
+            self.assertEqual(bp[key], {"by": f"hand {how}"}, how)
         self.assertEqual(bp["dataset"], {"by": "hand replaced"})
+        # a name outside letters, digits and . _ / - : ckptd's section is then
+        # emitted by libyaml, not written directly (agent/layout.c emit_tail_direct)
+        odd = "v=2_epoch_4.pt"
+        with open(os.path.join(self.dir, odd), "wb") as f:
+            f.write(os.urandom(1000))
+        self.wait_refs([odd])
+        refs += [odd, self.sync_point(9)]
+        check(refs, odd)
         self.w.stop()
         before = os.stat(path)
         with open(path, "rb") as f:
