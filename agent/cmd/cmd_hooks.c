@@ -43,7 +43,8 @@ static const char help[] =
     "  -t, --timeout D       test: the attempt's timeout (default 10s)\n"
     "      --set F=V         emit: an event field (model_name, checkpoint, epoch, ...)\n"
     "  -w, --wait D          deliver: keep delivering for up to D\n" CK_CLI_HELP "\n"
-    "exit: 0 done; 1 test: no 2xx answer, deliver/replay: still pending, emit: not stored;\n"
+    "exit: 0 done; 1 test: no 2xx answer, deliver: still pending or given up, replay: not\n"
+    "accepted, emit: not stored;\n"
     "2 usage or config error\n";
 
 enum { OPT_SET = CK_OPT_FIRST_COMMAND_OPTION };
@@ -224,13 +225,18 @@ static int cmd_deliver(struct opts *o, int argc, char **argv)
     }
     size_t delivered;
     int64_t pending = 0;
+    /* a delivery given up (its retries spent) or an exec hook that failed
+     * during this run: nothing pending, and yet not done */
+    size_t failures = ck_hooks_failures(d.hooks);
     int err = deliver(&d, o->wait, &delivered, &pending);
+    failures = ck_hooks_failures(d.hooks) - failures;
     if (err < 0)
         rc = ck_cli_fail("hooks", err);
     else
-        printf("delivered %zu, pending %lld\n", delivered, (long long)pending);
+        printf("delivered %zu, pending %lld, given up %zu\n", delivered, (long long)pending,
+               failures);
     close_dir(&d);
-    return err < 0 ? rc : pending > 0 ? CK_EXIT_FAILED : CK_EXIT_OK;
+    return err < 0 ? rc : pending > 0 || failures ? CK_EXIT_FAILED : CK_EXIT_OK;
 }
 
 static int cmd_replay(struct opts *o, int argc, char **argv)

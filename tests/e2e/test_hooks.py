@@ -221,8 +221,9 @@ hooks:
         for type_ in ("training.started", "training.finished", "checkpoint.registered"):
             logs += self.emit(type_).stderr  # checkpoint.* is filtered out: never sent
         p = run("hooks", "deliver", self.dir, "--wait", "30s", env=ENV)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("pending 0", p.stdout)
+        # nothing left to try, and yet nothing arrived: not a success
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("delivered 0, pending 0, given up 2", p.stdout)
         logs += p.stderr
         reqs = r.requests()
         # 3 attempts per event (1 + 2 retries), then given up: bounded, not forever
