@@ -323,6 +323,15 @@ int ck_layout_read_build_parameters(const char *dir, char *path, struct ck_buf *
     return 0;
 }
 
+/* Checkpoint i's reference (in txt) and its state record; NULL when the
+ * state has none (it is then left out of ckptd's section). */
+static const char *record_of(const struct ck_layout *l, size_t i, char txt[1024],
+                             struct ck_ckpt_record *r)
+{
+    const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, 1024);
+    return ck_state_ckpt_get(l->st, ref, r) < 0 ? NULL : ref;
+}
+
 /* ckptd's own section: the sha256, size, file count and source of each
  * registered checkpoint. Always the file's last key. */
 static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l)
@@ -336,8 +345,8 @@ static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l)
     for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
         char txt[1024];
         struct ck_ckpt_record r;
-        const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, sizeof txt);
-        if (ck_state_ckpt_get(l->st, ref, &r) < 0)
+        const char *ref = record_of(l, i, txt, &r);
+        if (!ref)
             continue;
         ck_yaml_str(o, ref);
         ck_yaml_map_begin(o);
@@ -436,8 +445,8 @@ static int emit_tail_direct(const struct ck_layout *l, struct ck_buf *out)
     for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
         char txt[1024];
         struct ck_ckpt_record r;
-        const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, sizeof txt);
-        if (ck_state_ckpt_get(l->st, ref, &r) < 0)
+        const char *ref = record_of(l, i, txt, &r);
+        if (!ref)
             continue;
         if (!simple_plain(ref) || !simple_plain(r.sha256) || !simple_plain(r.source)) {
             buf_empty(out);

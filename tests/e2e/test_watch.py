@@ -106,6 +106,19 @@ class Watcher:
         return int(m.group(1))
 
 
+def write_by_another_hand(path, text, how):
+    """Rewrites path as a user or another tool would: "replaced" (a new
+    file renamed over it: a new inode) or "in place" (same inode)."""
+    if how == "replaced":
+        with open(path + ".new", "w") as f:
+            f.write(text)
+        os.rename(path + ".new", path)
+    else:
+        with open(path, "r+") as f:
+            f.write(text)
+            f.truncate()
+
+
 class WatchCase(TmpDirCase):
     FLAGS = []
 
@@ -485,14 +498,7 @@ class WatchCase(TmpDirCase):
                 text = f.read()
             old_name = yaml.safe_load(text)["model"]["name"]
             text = text.replace(f"name: {old_name}\n", f"name: {name}\n", 1)
-            if how == "replaced":
-                with open(path + ".new", "w") as f:
-                    f.write(text)
-                os.rename(path + ".new", path)
-            else:
-                with open(path, "r+") as f:
-                    f.write(text)
-                    f.truncate()
+            write_by_another_hand(path, text, how)
             self.assertEqual(meta(self.dir)["model"]["name"], name)
             self.sync_point(2 if how == "replaced" else 3)
             m = validate_tree(self.dir)
@@ -523,14 +529,7 @@ class WatchCase(TmpDirCase):
         for n, (how, key) in enumerate((("replaced", "dataset"), ("in place", "notes")), 2):
             with open(path) as f:
                 text = f.read()
-            text = f"{key}:\n  by: hand {how}\n" + text
-            if how == "replaced":
-                with open(path + ".new", "w") as f:
-                    f.write(text)
-                os.rename(path + ".new", path)
-            else:
-                with open(path, "r+") as f:
-                    f.write(text)
+            write_by_another_hand(path, f"{key}:\n  by: hand {how}\n" + text, how)
             refs.append(self.sync_point(n))  # a pass that reads the file again
             bp = check(refs, how)
             self.assertEqual(bp[key], {"by": f"hand {how}"}, how)
