@@ -81,6 +81,11 @@ static inline float ck_infer_expf(float x)
  * place: 16 at a time where the CPU has AVX-512F, the same operations in
  * the same order, so the same bits as the scalar loop (kernels_linear.c). */
 void ck_infer_sigmoid_inplace(float *y, int64_t n, bool silu);
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* ck_infer_expf of 16 values (AVX-512F only: after ck_infer_pgemm_available). */
+__attribute__((target("avx512f"))) __m512 ck_infer_expf16(__m512 x);
+#endif
 
 /* One node's kernel call. */
 struct ck_kcall {

@@ -59,7 +59,7 @@ void ck_infer_gemm(bool naive, bool ta, bool tb, int64_t m, int64_t n, int64_t k
  * scalar code rounds it), so the results are the same bits; GCC keeps the
  * scalar loops below scalar (the NaN tests), and the SiLUs of
  * efficientnet_b0 took a third of its time there. */
-__attribute__((target("avx512f"))) static inline __m512 expf16(__m512 x)
+__attribute__((target("avx512f"))) __m512 ck_infer_expf16(__m512 x)
 {
     __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     __m512 c = _mm512_mask_blend_ps(nan, x, _mm512_setzero_ps());
@@ -90,7 +90,7 @@ __attribute__((target("avx512f"))) static int64_t sigmoid16(float *y, int64_t n,
     __m512 one = _mm512_set1_ps(1.0f);
     for (; i + 16 <= n; i += 16) {
         __m512 x = _mm512_loadu_ps(y + i);
-        __m512 e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+        __m512 e = ck_infer_expf16(_mm512_sub_ps(_mm512_setzero_ps(), x));
         __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, e));
         _mm512_storeu_ps(y + i, silu ? _mm512_mul_ps(x, s) : s);
     }
@@ -606,12 +606,59 @@ static inline void dw_eight(const struct dw_row *r, int64_t kh, int64_t kw, int6
 }
 #endif
 
+#if defined(__x86_64__) && defined(__GNUC__)
+/* The columns [lo, hi) at stride 1 or 2, 16 at a time with AVX-512 (the
+ * last ones under a mask, which loads nothing past them): the sums of
+ * dw_eight and of the scalar loop, tap by tap in the same order, product
+ * and sum each rounded, so the same bits. At stride 2 the even floats of
+ * the 2 cnt - 1 the columns read. */
+__attribute__((target("avx512f"))) static void dw_sixteen(const struct dw_row *r, int64_t kh,
+                                                           int64_t kw, int64_t sx, int64_t dx,
+                                                           int64_t x0, int64_t lo, int64_t hi,
+                                                           float *d)
+{
+    const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4,
+                                          2, 0);
+    const __m512 bias = _mm512_set1_ps(r->bias);
+    for (int64_t xx = lo; xx < hi; xx += 16) {
+        int cnt = hi - xx < 16 ? (int)(hi - xx) : 16, span = 2 * cnt - 1;
+        __mmask16 m = (__mmask16)((1u << cnt) - 1);
+        __mmask16 m0 = (__mmask16)(span >= 16 ? 0xffffu : (1u << span) - 1);
+        __mmask16 m1 = (__mmask16)(span <= 16 ? 0u : (1u << (span - 16)) - 1);
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t ki = 0; ki < kh; ki++) {
+            const float *row = r->rows[ki];
+            if (!row)
+                continue;
+            const float *wk = r->wk + ki * kw;
+            for (int64_t kj = 0; kj < kw; kj++) {
+                const float *q = row + x0 + xx * sx + kj * dx;
+                __m512 v;
+                if (sx == 1)
+                    v = _mm512_maskz_loadu_ps(m, q);
+                else
+                    v = _mm512_permutex2var_ps(_mm512_maskz_loadu_ps(m0, q), even,
+                                               _mm512_maskz_loadu_ps(m1, q + 16));
+                acc = _mm512_add_ps(acc, _mm512_mul_ps(_mm512_set1_ps(wk[kj]), v));
+            }
+        }
+        _mm512_mask_storeu_ps(d + xx, m, _mm512_add_ps(acc, bias));
+    }
+}
+#endif
+
 /* The columns [lo, hi) are inside the image for every tap: no test at all. */
 static void dw_inner(const struct dw_row *r, const struct ck_op_params *p, int64_t kh, int64_t kw,
                      int64_t lo, int64_t hi, float *d)
 {
     int64_t sx = p->stride[1], dx = p->dilation[1], x0 = -p->pad[1];
     int64_t xx = lo;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if ((sx == 1 || sx == 2) && ck_infer_pgemm_available()) {
+        dw_sixteen(r, kh, kw, sx, dx, x0, lo, hi, d);
+        return;
+    }
+#endif
 #ifdef __SSE2__
     /* at stride 2 the last load reads one float past the 8th column's: only
      * while that float is a column a later output reads too (hi - 1) */

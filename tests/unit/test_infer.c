@@ -742,6 +742,65 @@ static void pgemm_reads_the_image(void **state)
     }
 }
 
+/* Softmax along contiguous rows (the AVX-512 path where the CPU has it)
+ * against e^(x - max) / sum in double, at lengths around the 16-value
+ * vectors: values over a wide range, rows with -inf entries (an attention
+ * mask; within 1e-30 of 0), with a NaN (the whole row NaN, as the sum is),
+ * and a row of equal values (exactly 1 / len). Within 4e-6
+ * relative: x - max is rounded to float32 first (e^-40 moves by 2e-6). */
+static void softmax_rows_against_double(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 2, 15, 16, 17, 31, 33, 128, 1000};
+    uint32_t seed = 5;
+    for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
+        int64_t len = lens[t], d[] = {4, len};
+        float *x = malloc(sizeof(float) * (size_t)(4 * len));
+        float *want = malloc(sizeof(float) * (size_t)(4 * len));
+        assert_true(x && want);
+        for (int64_t i = 0; i < len; i++) {
+            x[i] = (float)((double)lcg(&seed) / (1 << 24) * 60.0 - 30.0);
+            x[len + i] = i % 5 == 1 ? -INFINITY : (float)(i % 7) - 3.0f;
+            x[2 * len + i] = 0.25f;
+            x[3 * len + i] = i == len / 2 && len > 1 ? NAN : (float)(i % 3);
+        }
+        for (int r = 0; r < 4; r++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t i = 0; i < len; i++)
+                mx = x[r * len + i] > mx ? x[r * len + i] : mx;
+            for (int64_t i = 0; i < len; i++)
+                sum += exp((double)x[r * len + i] - mx);
+            for (int64_t i = 0; i < len; i++)
+                want[r * len + i] = (float)(exp((double)x[r * len + i] - mx) / sum);
+        }
+        struct ck_model_node *n;
+        struct ck_model *m = unary(CK_OP_SOFTMAX, 2, d, &n);
+        io(m, true, "y", 2, d);
+        struct ck_infer *e = NULL;
+        struct ck_infer_array in, *out = NULL;
+        size_t nout = 0;
+        assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+        assert_int_equal(ck_infer_array_init(&in, "x", 2, d), 0);
+        memcpy(in.data, x, sizeof(float) * (size_t)(4 * len));
+        assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), 0);
+        for (int64_t i = 0; i < 4 * len; i++) {
+            float got = out[0].data[i], w = want[i];
+            bool ok = isnan(w) ? isnan(got) : fabsf(got - w) <= 4e-6f * fabsf(w) + 1e-30f;
+            if (!ok)
+                fail_msg("len %lld, row %lld, value %lld: got %.9g, want %.9g", (long long)len,
+                         (long long)(i / len), (long long)(i % len), (double)got, (double)w);
+        }
+        if (len == 16)
+            assert_true(out[0].data[2 * len] == 1.0f / 16);
+        ck_infer_arrays_free(out, nout);
+        ck_infer_array_release(&in);
+        ck_infer_free(e);
+        ck_model_free(m);
+        free(x);
+        free(want);
+    }
+}
+
 /* ck_infer_sigmoid_inplace (16 at a time with AVX-512F) gives the bits of
  * the scalar expression, for every length's tail, on values across expf's
  * clamps, signed zeros, infinities and NaN. */
@@ -1249,6 +1308,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(pgemm_matches_a_double_reference),
     cmocka_unit_test(pgemm_reads_the_image),
     cmocka_unit_test(sigmoid_vector_same_bits),
+    cmocka_unit_test(softmax_rows_against_double),
     cmocka_unit_test(shape_values_follow_the_batch),
     cmocka_unit_test(shape_values_refuse_hostile),
     cmocka_unit_test(shape_values_between_kept_runs),
