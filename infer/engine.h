@@ -39,6 +39,7 @@ struct ck_enode {
     bool has_spec; /* its shape, repeats or slice bounds came from shape values: */
     struct ck_model_node spec; /* the node with them as parameters, data input only
                                   (spec.p.ints owned) */
+    float *wpack; /* conv2d: its weights packed for pgemm.c (owned), NULL: none */
 };
 
 struct ck_buffer {
@@ -83,6 +84,9 @@ void ck_infer_dtypes(struct ck_infer *e);
  * the convolution before it. The model is not changed: the engine's node
  * table is. */
 int ck_infer_fuse(struct ck_infer *e);
+/* Packs each convolution's weights for pgemm.c when the CPU runs it
+ * (after ck_infer_fuse: the folded weights). */
+int ck_infer_prepack(struct ck_infer *e);
 void ck_infer_values_free(struct ck_infer *e);
 
 /* Shapes of every value from the inputs' (already set), then buffers: the

@@ -8,7 +8,9 @@
  *   its input with it (silu) that are its only two readers, runs in that
  *   node's epilogue, after the bias (kernels_linear.c).
  * The folded nodes are then not run; the node before them writes their
- * output. */
+ * output.
+ * Then (ck_infer_prepack) each convolution's weights are packed once for
+ * the products of pgemm.c, where the CPU runs them. */
 #include "infer/engine.h"
 #include "common/error.h"
 
@@ -245,4 +247,34 @@ int ck_infer_fuse(struct ck_infer *e)
     free(r.first);
     free(r.last);
     return err;
+}
+
+int ck_infer_prepack(struct ck_infer *e)
+{
+    if (e->o.naive_gemm || !ck_infer_pgemm_available())
+        return 0;
+    for (size_t i = 0; i < e->m->nnodes; i++) {
+        const struct ck_model_node *n = &e->m->nodes[i];
+        struct ck_enode *en = &e->nodes[i];
+        if (en->skip || n->op != CK_OP_CONV2D || en->nin < 2)
+            continue;
+        const struct ck_value *w = &e->values[en->in[1]];
+        int64_t g = n->p.groups;
+        if (w->kind != CK_VALUE_WEIGHT || !w->data || w->shape.rank != 4 || g < 1 ||
+            w->shape.d[0] % g || ck_infer_conv_is_depthwise(&n->p, &w->shape))
+            continue;
+        int64_t og = w->shape.d[0] / g, kk = w->shape.d[1] * w->shape.d[2] * w->shape.d[3];
+        int64_t per = ck_infer_pgemm_pack_floats(og, kk), total = per * g;
+        if (total <= 0)
+            continue;
+        float *wp = aligned_alloc(64, ((size_t)total * sizeof(float) + 63) / 64 * 64);
+        if (!wp)
+            return ck_error(CK_ENOMEM, "node '%s': out of memory for %lld packed weights",
+                            n->name, (long long)total);
+        for (int64_t gi = 0; gi < g; gi++)
+            ck_infer_pgemm_pack(og, kk, w->data + gi * og * kk, kk, wp + gi * per);
+        en->wpack = wp;
+        e->weight_bytes += sizeof(float) * (uint64_t)total;
+    }
+    return 0;
 }

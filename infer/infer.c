@@ -194,7 +194,7 @@ int ck_infer_new(const struct ck_model *m, const struct ck_infer_options *o, str
     if (o)
         e->o = *o;
     if ((err = ck_infer_values_build(e)) < 0 || (err = ck_infer_fuse(e)) < 0 ||
-        (err = ck_pool_new(e->o.threads, &e->pool)) < 0) {
+        (err = ck_infer_prepack(e)) < 0 || (err = ck_pool_new(e->o.threads, &e->pool)) < 0) {
         ck_infer_free(e);
         return err;
     }
@@ -306,7 +306,7 @@ static int run_node(struct ck_infer *e, size_t i, float *scratch, struct node_io
     const struct ck_enode *en = &e->nodes[i];
     struct ck_kcall k = {n,       io->inp, io->ins,    nin,        io->outp,   io->outs,
                          e->o.naive_gemm, scratch, en->act, en->act_min, en->act_max,
-                         io->indt, io->outdt, e->pool};
+                         io->indt, io->outdt, e->pool, en->wpack};
     int err = ck_infer_kernel(&k);
     /* a float16 (bfloat16) value holds what float16 arithmetic gives: the
      * float32 result rounded once to the dtype */

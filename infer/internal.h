@@ -77,6 +77,16 @@ static inline float ck_infer_expf(float x)
     return x != x ? x : p * scale;
 }
 
+/* y[0, n) = 1 / (1 + ck_infer_expf(-y)) (silu false) or y times that, in
+ * place: 16 at a time where the CPU has AVX-512F, the same operations in
+ * the same order, so the same bits as the scalar loop (kernels_linear.c). */
+void ck_infer_sigmoid_inplace(float *y, int64_t n, bool silu);
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+/* ck_infer_expf of 16 values (AVX-512F only: after ck_infer_pgemm_available). */
+__attribute__((target("avx512f"))) __m512 ck_infer_expf16(__m512 x);
+#endif
+
 /* One node's kernel call. */
 struct ck_kcall {
     const struct ck_model_node *n;
@@ -91,13 +101,23 @@ struct ck_kcall {
     float act_min, act_max;
     const enum ck_dtype *indt, *outdt; /* each input's and output's dtype (values are float32) */
     struct ck_pool *pool; /* the engine's threads (infer/pool.h); NULL: this one only */
+    const float *wpack; /* conv2d: its weights packed at load (pgemm.c), each group's
+                           ck_infer_pgemm_pack_floats(og, kk) apart; NULL: none */
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */
 int64_t ck_infer_scratch_floats(const struct ck_model_node *n, const struct ck_ishape *ins,
                                 const struct ck_ishape *outs);
+/* groups == channels, one input channel per group: kernels_linear.c's
+ * depthwise kernel, not a product. */
+bool ck_infer_conv_is_depthwise(const struct ck_op_params *p, const struct ck_ishape *w);
 int64_t ck_infer_conv_scratch_floats(const struct ck_model_node *n, const struct ck_ishape *ins,
                                      const struct ck_ishape *outs);
+/* A convolution with packed weights (pgemm.c) writes no im2col matrix:
+ * only the results of images gathered into one product. */
+int64_t ck_infer_conv_packed_scratch_floats(const struct ck_model_node *n,
+                                            const struct ck_ishape *ins,
+                                            const struct ck_ishape *outs);
 /* Runs the node; CK_EFORMAT naming node and op for an op the engine does not run. */
 int ck_infer_kernel(const struct ck_kcall *k);
 
@@ -144,6 +164,30 @@ int ck_infer_reduce_axes(const struct ck_model_node *n, int rank, bool *axes);
 int64_t ck_infer_slice_step(int64_t size, int64_t step);
 void ck_infer_slice_axis(int64_t size, int64_t start, int64_t end, int64_t step, int64_t *first,
                          int64_t *count);
+
+/* Products with weights packed at load (pgemm.c): whether this CPU runs
+ * them (AVX-512F), the floats m x k weights take packed, their packing,
+ * and C[m0:m1, n0:n1] = A[m0:m1, :] B[:, n0:n1] from the packed A (m0 a
+ * multiple of CK_PGEMM_MR), C ldc apart.
+ * Each element of C is computed the same way whatever range a call
+ * covers. */
+#define CK_PGEMM_MR 8
+#define CK_PGEMM_NR 32 /* columns of a tile */
+bool ck_infer_pgemm_available(void);
+int64_t ck_infer_pgemm_pack_floats(int64_t m, int64_t k);
+void ck_infer_pgemm_pack(int64_t m, int64_t k, const float *a, int64_t lda, float *ap);
+/* B of a packed product: a matrix [k, n] (x NULL), or a convolution's
+ * im2col matrix read from its input (x: the group's first channel of the
+ * first image; c channels of h x w, images img_stride floats apart; the
+ * columns are the output pixels of the images side by side). */
+struct ck_pgemm_src {
+    const float *b;
+    int64_t ldb;
+    const float *x;
+    int64_t c, h, w, kh, kw, sy, sx, py, px, dy, dx, oh, ow, img_stride;
+};
+void ck_infer_pgemm(const float *ap, int64_t m, int64_t k, const struct ck_pgemm_src *src,
+                    float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 /* OpenBLAS loaded on first use (blas.c); false when it cannot be. */
 bool ck_infer_blas_available(void);

@@ -21,11 +21,58 @@ static void around(const struct ck_ishape *s, int axis, int64_t *outer, int64_t 
     *len = s->d[axis];
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* The softmax of one contiguous row with AVX-512: the largest value (a NaN
+ * is passed over, as the scalar comparison does), e^(x - max) 16 at a time
+ * by ck_infer_expf's polynomial (kernels_linear.c's expf16: within 2 ulp
+ * of libm's expf, which the scalar loop calls), their sum in double in 16
+ * lanes, then the scale. Attention's softmaxes (BERT's, ViT's) spent most
+ * of their time in the call per value and the chain of double additions. */
+__attribute__((target("avx512f"))) static void softmax_row16(const float *x, float *y,
+                                                              int64_t len)
+{
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= len; i += 16)
+        mx = _mm512_max_ps(_mm512_loadu_ps(x + i), mx);
+    if (i < len)
+        mx = _mm512_mask_max_ps(mx, (__mmask16)((1u << (len - i)) - 1),
+                                _mm512_maskz_loadu_ps((__mmask16)((1u << (len - i)) - 1), x + i),
+                                mx);
+    float m = _mm512_reduce_max_ps(mx);
+    __m512 mv = _mm512_set1_ps(m);
+    __m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+    for (i = 0; i < len; i += 16) {
+        __mmask16 k = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+        __m512 e = ck_infer_expf16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), mv));
+        e = _mm512_maskz_mov_ps(k, e);
+        _mm512_mask_storeu_ps(y + i, k, e);
+        s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(e)));
+        s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(
+                                   _mm512_castps_pd(e), 1))));
+    }
+    __m512 inv = _mm512_set1_ps((float)(1.0 / _mm512_reduce_add_pd(_mm512_add_pd(s0, s1))));
+    for (i = 0; i < len; i += 16) {
+        __mmask16 k = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, y + i), inv));
+    }
+}
+#endif
+
 static void softmax(const struct ck_kcall *k, bool log_form)
 {
     int axis = ck_infer_norm_axis(ck_op_axis(&k->n->p, -1), k->ins[0].rank);
     int64_t outer, len, inner;
     around(&k->ins[0], axis, &outer, &len, &inner);
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!log_form && inner == 1 && ck_infer_pgemm_available()) {
+        for (int64_t o = 0; o < outer; o++)
+            softmax_row16(k->in[0] + o * len, k->out[0] + o * len, len);
+        return;
+    }
+#endif
     for (int64_t o = 0; o < outer; o++)
         for (int64_t in = 0; in < inner; in++) {
             const float *x = k->in[0] + o * len * inner + in;

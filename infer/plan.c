@@ -52,7 +52,9 @@ static int node_shapes(struct ck_infer *e, size_t i)
         }
         e->values[e->nodes[i].out[k]].shape = out[k];
     }
-    int64_t s = ck_infer_scratch_floats(n, in, out);
+    int64_t s = n->op == CK_OP_CONV2D && e->nodes[i].wpack
+                    ? ck_infer_conv_packed_scratch_floats(n, in, out)
+                    : ck_infer_scratch_floats(n, in, out);
     if (s > e->scratch_floats)
         e->scratch_floats = s;
 out:

@@ -255,8 +255,10 @@ void ck_infer_values_free(struct ck_infer *e)
         if (e->values[i].owned)
             free(e->values[i].data);
     if (e->nodes)
-        for (size_t i = 0; i < e->m->nnodes; i++)
+        for (size_t i = 0; i < e->m->nnodes; i++) {
             free(e->nodes[i].in);
+            free(e->nodes[i].wpack);
+        }
     free(e->nodes);
     free(e->values);
     free(e->map);

@@ -65,6 +65,48 @@ class Depthwise(Base):
                 self.check(name, conv, self.torch.randn(2, ci, h, w))
 
 
+class PackedProducts(Base):
+    def test_convolutions_around_the_blocks(self):
+        """The convolutions whose weights are packed at load (infer/pgemm.c,
+        on CPUs with AVX-512F; OpenBLAS elsewhere) against torch: output
+        channels off the 8-row panel, outputs off the 16- and 32-column
+        tiles and past the 128-column block, k past the 256 k block (3x3
+        over 40 channels, 1x1 over 300), 1x1 unpadded (no im2col), 1x1 at
+        stride 2 and padded, stride 2, dilation, groups of 3 channels,
+        no bias, an activation in the epilogue, products with fewer
+        columns than rows, and a batch of small images gathered into one
+        product."""
+        nn = self.torch.nn
+        cases = {
+            # name: (in, out, kernel, stride, padding, dilation, groups, bias, N, H, W)
+            "k3_odd": (5, 13, 3, 1, 1, 1, 1, True, 1, 17, 19),
+            "k3_k_past_256": (40, 9, 3, 1, 1, 1, 1, True, 2, 11, 13),
+            "pointwise_k300": (300, 17, 1, 1, 0, 1, 1, True, 1, 7, 5),
+            "pointwise_wide": (6, 70, 1, 1, 0, 1, 1, False, 1, 33, 35),
+            "1x1_stride2": (7, 11, 1, 2, 0, 1, 1, True, 1, 15, 9),
+            "1x1_padded": (4, 5, 1, 1, 1, 1, 1, True, 1, 6, 6),
+            "k3_stride2": (8, 70, 3, 2, 1, 1, 1, True, 1, 29, 31),
+            "k3_dilation2": (6, 17, 3, 1, 2, 2, 1, True, 1, 20, 21),
+            "k5_pad_past": (3, 8, 5, 1, 3, 1, 1, False, 1, 4, 6),
+            "groups3": (9, 15, 3, 1, 1, 1, 3, True, 1, 12, 10),
+            "groups_pointwise": (12, 20, 1, 1, 0, 1, 4, True, 1, 9, 9),
+            "more_rows_than_cols": (64, 100, 3, 1, 1, 1, 1, True, 1, 3, 3),
+            "batch_of_small": (10, 19, 3, 1, 1, 1, 1, True, 5, 4, 5),
+        }
+        for name, (ci, co, k, s, pad, dil, g, bias, nb, h, w) in cases.items():
+            with self.subTest(name):
+                self.torch.manual_seed(len(name) + co)
+                conv = nn.Conv2d(ci, co, k, stride=s, padding=pad, dilation=dil, groups=g,
+                                 bias=bias)
+                self.check(name, conv, self.torch.randn(nb, ci, h, w))
+        with self.subTest("relu_and_silu_epilogues"):
+            self.torch.manual_seed(4)
+            net = nn.Sequential(nn.Conv2d(5, 21, 3, padding=1), nn.ReLU(),
+                                nn.Conv2d(21, 35, 1), nn.SiLU(),
+                                nn.Conv2d(35, 9, 3, stride=2), nn.Sigmoid())
+            self.check("epilogues", net, self.torch.randn(2, 5, 19, 23))
+
+
 class BatchNormFold(Base):
     def bn(self, c):
         """A batch norm whose statistics and affine parameters are far from

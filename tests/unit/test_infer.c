@@ -577,6 +577,266 @@ static void expf_within_two_ulp(void **state)
     assert_true(ck_infer_expf(0.0f) == 1.0f);
 }
 
+/* The products with weights packed at load (pgemm.c) against a double
+ * reference, at sizes around every block edge (rows around the 8-row
+ * panel, columns around the 16- and 32-column tiles and the 128-column
+ * block, k around the 256 k block), with ldb and ldc past n; and every
+ * part of a product (rows at multiples of 8, columns anywhere) the same
+ * bits as the whole, nothing outside the part written. */
+static uint32_t lcg(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return *s >> 8;
+}
+
+static void pgemm_matches_a_double_reference(void **state)
+{
+    (void)state;
+    if (!ck_infer_pgemm_available()) {
+        print_message("no AVX-512F: the packed products are not used on this CPU\n");
+        skip();
+    }
+    static const int64_t sz[][3] = {{1, 1, 1},    {8, 32, 256}, {7, 15, 3},    {9, 17, 257},
+                                    {13, 33, 300}, {16, 16, 1},  {64, 129, 27}, {70, 49, 513},
+                                    {3, 200, 64},  {24, 1, 600}, {100, 9, 72},  {5, 31, 0}};
+    uint32_t seed = 7;
+    for (size_t t = 0; t < sizeof sz / sizeof sz[0]; t++) {
+        int64_t m = sz[t][0], n = sz[t][1], k = sz[t][2], ldb = n + 3, ldc = n + 5;
+        float *a = malloc(sizeof(float) * (size_t)(m * k + 1));
+        float *b = malloc(sizeof(float) * (size_t)(k * ldb + 1));
+        float *ap = malloc(sizeof(float) * (size_t)(ck_infer_pgemm_pack_floats(m, k) + 1));
+        float *c = malloc(sizeof(float) * (size_t)(m * ldc));
+        float *c2 = malloc(sizeof(float) * (size_t)(m * ldc));
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_non_null(ap);
+        assert_non_null(c);
+        assert_non_null(c2);
+        for (int64_t i = 0; i < m * k; i++)
+            a[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 997.0f;
+        for (int64_t i = 0; i < k * ldb; i++)
+            b[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 991.0f;
+        for (int64_t i = 0; i < m * ldc; i++)
+            c[i] = c2[i] = -7.0f; /* sentinels: the columns past n stay */
+        ck_infer_pgemm_pack(m, k, a, k, ap);
+        struct ck_pgemm_src src = {.b = b, .ldb = ldb};
+        ck_infer_pgemm(ap, m, k, &src, c, ldc, 0, m, 0, n);
+        for (int64_t i = 0; i < m; i++) {
+            for (int64_t j = 0; j < n; j++) {
+                double want = 0, mag = 0;
+                for (int64_t p = 0; p < k; p++) {
+                    want += (double)a[i * k + p] * (double)b[p * ldb + j];
+                    mag += fabs((double)a[i * k + p] * (double)b[p * ldb + j]);
+                }
+                double got = c[i * ldc + j];
+                if (fabs(got - want) > 1e-5 * mag + 1e-30)
+                    fail_msg("%lldx%lldx%lld: C[%lld, %lld] = %.9g, want %.9g", (long long)m,
+                             (long long)n, (long long)k, (long long)i, (long long)j, got, want);
+            }
+            for (int64_t j = n; j < ldc; j++)
+                assert_true(c[i * ldc + j] == -7.0f);
+        }
+        /* in parts: rows cut at 8, columns at 5 and 37; a part writes
+         * only its own outputs */
+        int64_t rc[] = {0, m > 8 ? 8 : m, m}, cc[] = {0, n > 5 ? 5 : n, n > 37 ? 37 : n, n};
+        for (int ri = 0; ri < 2; ri++)
+            for (int ci = 0; ci < 3; ci++) {
+                if (rc[ri] == rc[ri + 1] || cc[ci] == cc[ci + 1])
+                    continue;
+                for (int64_t i = 0; i < m * ldc; i++)
+                    c2[i] = -7.0f;
+                ck_infer_pgemm(ap, m, k, &src, c2, ldc, rc[ri], rc[ri + 1], cc[ci], cc[ci + 1]);
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < ldc; j++)
+                        if (i >= rc[ri] && i < rc[ri + 1] && j >= cc[ci] && j < cc[ci + 1])
+                            assert_memory_equal(&c2[i * ldc + j], &c[i * ldc + j], sizeof(float));
+                        else if (c2[i * ldc + j] != -7.0f)
+                            fail_msg("%lldx%lldx%lld: part [%lld, %lld) x [%lld, %lld) wrote "
+                                     "C[%lld, %lld]", (long long)m, (long long)n, (long long)k,
+                                     (long long)rc[ri], (long long)rc[ri + 1], (long long)cc[ci],
+                                     (long long)cc[ci + 1], (long long)i, (long long)j);
+            }
+        free(a);
+        free(b);
+        free(ap);
+        free(c);
+        free(c2);
+    }
+}
+
+/* The packed product reading a convolution's input image (no im2col
+ * matrix) gives the bits of the same product over the im2col matrix built
+ * here by its definition: strides, padding past the kernel, dilation, 1x1
+ * at stride 2, rows narrower and wider than a 32-column tile, several
+ * images side by side, and images further apart than their channels (a
+ * group of a grouped convolution). */
+static void pgemm_reads_the_image(void **state)
+{
+    (void)state;
+    if (!ck_infer_pgemm_available()) {
+        print_message("no AVX-512F: the packed products are not used on this CPU\n");
+        skip();
+    }
+    /* c h w kh kw sy sx py px dy dx images extra_channels m */
+    static const int64_t cs[][14] = {
+        {3, 9, 11, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0, 13}, {2, 40, 37, 3, 3, 2, 2, 1, 1, 1, 1, 1, 0, 8},
+        {4, 7, 5, 5, 3, 1, 3, 4, 2, 1, 1, 2, 0, 9},   {5, 15, 9, 1, 1, 2, 2, 0, 0, 1, 1, 3, 0, 7},
+        {3, 20, 21, 3, 3, 1, 1, 2, 2, 2, 2, 1, 2, 17}, {30, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 4, 5, 16},
+        {1, 3, 2, 7, 7, 1, 1, 3, 3, 1, 1, 2, 1, 3},   {2, 50, 3, 3, 1, 1, 1, 0, 0, 1, 1, 1, 0, 24},
+    };
+    uint32_t seed = 3;
+    for (size_t t = 0; t < sizeof cs / sizeof cs[0]; t++) {
+        const int64_t *q = cs[t];
+        int64_t c = q[0], h = q[1], w = q[2], kh = q[3], kw = q[4], sy = q[5], sx = q[6];
+        int64_t py = q[7], px = q[8], dy = q[9], dx = q[10], imgs = q[11], m = q[13];
+        int64_t img = (c + q[12]) * h * w; /* floats between images */
+        int64_t oh = (h + 2 * py - dy * (kh - 1) - 1) / sy + 1;
+        int64_t ow = (w + 2 * px - dx * (kw - 1) - 1) / sx + 1;
+        int64_t k = c * kh * kw, n = imgs * oh * ow;
+        float *x = malloc(sizeof(float) * (size_t)(imgs * img));
+        float *a = malloc(sizeof(float) * (size_t)(m * k));
+        float *col = malloc(sizeof(float) * (size_t)(k * n));
+        float *ap = malloc(sizeof(float) * (size_t)ck_infer_pgemm_pack_floats(m, k));
+        float *want = malloc(sizeof(float) * (size_t)(m * n));
+        float *got = malloc(sizeof(float) * (size_t)(m * n));
+        assert_true(x && a && col && ap && want && got);
+        for (int64_t i = 0; i < imgs * img; i++)
+            x[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 1000.0f;
+        for (int64_t i = 0; i < m * k; i++)
+            a[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 1000.0f;
+        for (int64_t ci = 0; ci < c; ci++)
+            for (int64_t ki = 0; ki < kh; ki++)
+                for (int64_t kj = 0; kj < kw; kj++)
+                    for (int64_t b = 0; b < imgs; b++)
+                        for (int64_t oy = 0; oy < oh; oy++)
+                            for (int64_t ox = 0; ox < ow; ox++) {
+                                int64_t iy = oy * sy - py + ki * dy, ix = ox * sx - px + kj * dx;
+                                col[((ci * kh + ki) * kw + kj) * n + (b * oh + oy) * ow + ox] =
+                                    iy < 0 || iy >= h || ix < 0 || ix >= w
+                                        ? 0.0f
+                                        : x[b * img + (ci * h + iy) * w + ix];
+                            }
+        ck_infer_pgemm_pack(m, k, a, k, ap);
+        struct ck_pgemm_src mat = {.b = col, .ldb = n};
+        struct ck_pgemm_src im = {.x = x, .c = c, .h = h, .w = w, .kh = kh, .kw = kw, .sy = sy,
+                                  .sx = sx, .py = py, .px = px, .dy = dy, .dx = dx, .oh = oh,
+                                  .ow = ow, .img_stride = img};
+        ck_infer_pgemm(ap, m, k, &mat, want, n, 0, m, 0, n);
+        for (int64_t i = 0; i < m * n; i++)
+            got[i] = -7.0f;
+        /* in two column parts, the second starting inside an output row */
+        int64_t cut = n > 37 ? 37 : n / 2;
+        ck_infer_pgemm(ap, m, k, &im, got, n, 0, m, 0, cut);
+        ck_infer_pgemm(ap, m, k, &im, got, n, 0, m, cut, n);
+        for (int64_t i = 0; i < m * n; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+                fail_msg("case %zu: C[%lld, %lld] = %.9g from the image, %.9g from im2col", t,
+                         (long long)(i / n), (long long)(i % n), (double)got[i],
+                         (double)want[i]);
+        free(x);
+        free(a);
+        free(col);
+        free(ap);
+        free(want);
+        free(got);
+    }
+}
+
+/* Softmax along contiguous rows (the AVX-512 path where the CPU has it)
+ * against e^(x - max) / sum in double, at lengths around the 16-value
+ * vectors: values over a wide range, rows with -inf entries (an attention
+ * mask; within 1e-30 of 0), with a NaN (the whole row NaN, as the sum is),
+ * and a row of equal values (exactly 1 / len). Within 4e-6
+ * relative: x - max is rounded to float32 first (e^-40 moves by 2e-6). */
+static void softmax_rows_against_double(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {1, 2, 15, 16, 17, 31, 33, 128, 1000};
+    uint32_t seed = 5;
+    for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
+        int64_t len = lens[t], d[] = {4, len};
+        float *x = malloc(sizeof(float) * (size_t)(4 * len));
+        float *want = malloc(sizeof(float) * (size_t)(4 * len));
+        assert_true(x && want);
+        for (int64_t i = 0; i < len; i++) {
+            x[i] = (float)((double)lcg(&seed) / (1 << 24) * 60.0 - 30.0);
+            x[len + i] = i % 5 == 1 ? -INFINITY : (float)(i % 7) - 3.0f;
+            x[2 * len + i] = 0.25f;
+            x[3 * len + i] = i == len / 2 && len > 1 ? NAN : (float)(i % 3);
+        }
+        for (int r = 0; r < 4; r++) {
+            double mx = -INFINITY, sum = 0;
+            for (int64_t i = 0; i < len; i++)
+                mx = x[r * len + i] > mx ? x[r * len + i] : mx;
+            for (int64_t i = 0; i < len; i++)
+                sum += exp((double)x[r * len + i] - mx);
+            for (int64_t i = 0; i < len; i++)
+                want[r * len + i] = (float)(exp((double)x[r * len + i] - mx) / sum);
+        }
+        struct ck_model_node *n;
+        struct ck_model *m = unary(CK_OP_SOFTMAX, 2, d, &n);
+        io(m, true, "y", 2, d);
+        struct ck_infer *e = NULL;
+        struct ck_infer_array in, *out = NULL;
+        size_t nout = 0;
+        assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+        assert_int_equal(ck_infer_array_init(&in, "x", 2, d), 0);
+        memcpy(in.data, x, sizeof(float) * (size_t)(4 * len));
+        assert_int_equal(ck_infer_run(e, &in, 1, &out, &nout), 0);
+        for (int64_t i = 0; i < 4 * len; i++) {
+            float got = out[0].data[i], w = want[i];
+            bool ok = isnan(w) ? isnan(got) : fabsf(got - w) <= 4e-6f * fabsf(w) + 1e-30f;
+            if (!ok)
+                fail_msg("len %lld, row %lld, value %lld: got %.9g, want %.9g", (long long)len,
+                         (long long)(i / len), (long long)(i % len), (double)got, (double)w);
+        }
+        if (len == 16)
+            assert_true(out[0].data[2 * len] == 1.0f / 16);
+        ck_infer_arrays_free(out, nout);
+        ck_infer_array_release(&in);
+        ck_infer_free(e);
+        ck_model_free(m);
+        free(x);
+        free(want);
+    }
+}
+
+/* ck_infer_sigmoid_inplace (16 at a time with AVX-512F) gives the bits of
+ * the scalar expression, for every length's tail, on values across expf's
+ * clamps, signed zeros, infinities and NaN. */
+static void sigmoid_vector_same_bits(void **state)
+{
+    (void)state;
+    enum { N = 70003 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    assert_non_null(x);
+    assert_non_null(y);
+    uint32_t seed = 11;
+    for (int i = 0; i < N; i++) {
+        uint32_t r = lcg(&seed);
+        x[i] = i % 3 ? (float)((double)r / (1 << 24) * 240.0 - 120.0)
+                     : (float)((double)r / (1 << 24) * 20.0 - 10.0);
+    }
+    float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 88.3762626647949f, 88.38f, -87.34f,
+                       -87.3365447505531f, 1e-30f, -1e-30f, 100.0f, -104.0f};
+    memcpy(x + 5, special, sizeof special);
+    for (int silu = 0; silu < 2; silu++)
+        for (int64_t n = N; n >= N - 17; n--) {
+            memcpy(y, x, sizeof(float) * N);
+            ck_infer_sigmoid_inplace(y, n, silu);
+            for (int64_t i = 0; i < N; i++) {
+                float s = 1.0f / (1.0f + ck_infer_expf(-x[i]));
+                float want = i >= n ? x[i] : silu ? x[i] * s : s;
+                if (memcmp(&want, &y[i], sizeof want) != 0 && !(isnan(want) && isnan(y[i])))
+                    fail_msg("%s(%.9g) at %lld of %lld: %.9g, the scalar code %.9g",
+                             silu ? "silu" : "sigmoid", (double)x[i], (long long)i, (long long)n,
+                             (double)y[i], (double)want);
+            }
+        }
+    free(x);
+    free(y);
+}
+
 /* Shape values (docs/model.md): x [-1, 6] reshaped to [B, 3, 2] with B read
  * from x's shape by the plan, at the batch of each run. */
 static struct ck_model *dyn_reshape(const float *tail, size_t ntail)
@@ -901,11 +1161,14 @@ static void batchnorm_folds_into_its_convolution(void **state)
         ck_model_free(m);
     }
     /* a float16 W is converted to an owned copy at load: the fold's copy
-     * (W and the bias, 4 floats) replaces it rather than adding to it */
+     * (W and the bias, 4 floats) replaces it rather than adding to it;
+     * where the CPU runs pgemm.c, W is packed too: 2 output channels of
+     * one weight each, one panel of 8 rows (zeros past the 2) */
     struct ck_model *m = conv_bn_model(false, true);
     struct ck_infer *e = NULL;
     assert_int_equal(ck_infer_new(m, NULL, &e), 0);
-    assert_int_equal(ck_infer_weight_bytes(e), 4 * sizeof(float));
+    assert_int_equal(ck_infer_weight_bytes(e),
+                     (4 + (ck_infer_pgemm_available() ? 8 : 0)) * sizeof(float));
     ck_infer_free(e);
     run_check(m, false, 4, xd, x, 4, yd, folded);
     ck_model_free(m);
@@ -1051,6 +1314,10 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(plan_reuses_dead_buffers),
     cmocka_unit_test(plan_keeps_buffers_between_runs),
     cmocka_unit_test(expf_within_two_ulp),
+    cmocka_unit_test(pgemm_matches_a_double_reference),
+    cmocka_unit_test(pgemm_reads_the_image),
+    cmocka_unit_test(sigmoid_vector_same_bits),
+    cmocka_unit_test(softmax_rows_against_double),
     cmocka_unit_test(shape_values_follow_the_batch),
     cmocka_unit_test(shape_values_refuse_hostile),
     cmocka_unit_test(shape_values_between_kept_runs),
