@@ -115,12 +115,24 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
     ck_dirname(dir, sizeof dir, final);
     if ((err = ck_mkdirs(dir, 0755)) < 0)
         return err;
-    snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, ck_basename(final), (long long)x->id);
+    x->same_bytes = false;
+    /* a conditional write may race writers of other machines (a shared
+     * NFS folder) whose job ids are the same: its temporary is unique */
+    if (x->if_absent)
+        snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld-XXXXXX.part", dir, ck_basename(final),
+                 (long long)x->id);
+    else
+        snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, ck_basename(final),
+                 (long long)x->id);
     if ((in = open(x->path, O_RDONLY | O_CLOEXEC)) < 0)
         return ck_error_os(CK_EIO, "cannot open '%s'", x->path);
     posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
-    if ((out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+    out = x->if_absent ? mkostemps(tmp, 5, O_CLOEXEC)
+                       : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0 || (x->if_absent && fchmod(out, 0644) < 0)) {
         err = ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+        if (out < 0)
+            tmp[0] = '\0';
         goto out;
     }
     if ((err = copy(s, x, in, out, tmp, sha)) < 0)
@@ -139,7 +151,23 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
         err = ck_error(CK_EIO, "'%s': the copy at '%s' differs from what was written", x->key, tmp);
         goto out;
     }
-    if (rename(tmp, final) < 0) {
+    if (x->if_absent) {
+        /* link(2) fails when the name is taken, atomically (NFS too) */
+        if (link(tmp, final) < 0) {
+            if (errno != EEXIST) {
+                err = ck_error_os(CK_EIO, "cannot link '%s' to '%s'", tmp, final);
+                goto out;
+            }
+            struct ck_digests there;
+            x->same_bytes = ck_hash_file(final, CK_HASH_SHA256, &there, NULL) == 0 &&
+                            there.size == x->size && strcmp(there.sha256, sha) == 0;
+            ck_error_clear();
+            err = ck_error(CK_EEXIST, "'%s': already exists: not overwritten%s", x->key,
+                           x->same_bytes ? ", and it has the same bytes" : "");
+            goto out;
+        }
+        unlink(tmp);
+    } else if (rename(tmp, final) < 0) {
         err = ck_error_os(CK_EIO, "cannot rename '%s' to '%s'", tmp, final);
         goto out;
     }
@@ -237,6 +265,7 @@ static int file_del(struct ck_store *st, const char *key)
 
 const struct ck_store_ops ck_store_file = {
     .scheme = "file",
+    .if_absent = true,
     .check = file_check,
     .open = file_open,
     .put = file_put,

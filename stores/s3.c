@@ -39,6 +39,7 @@
 
 #define MAX_PARTS 10000
 #define MIN_PART (5u << 20)
+#define S3_SINGLE_PUT_MAX (5ull << 30) /* S3's largest PUT */
 #define PART_IO (1u << 20) /* read size while hashing a part */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -337,6 +338,23 @@ static int verify(struct s3 *s, CURL *h, struct ck_xfer *x, const char *sha256_b
     return err;
 }
 
+/* After a conditional PUT was refused: whether the stored object holds the
+ * bytes that PUT carried (its size, and its checksum or MD5 ETag). */
+static bool stored_same(struct s3 *s, CURL *h, struct ck_xfer *x, const char *sha256_b64,
+                        const char *md5_hex)
+{
+    struct ck_resp resp;
+    char etag[40];
+    bool same = head_stored(s, h, x, sha256_b64, &resp) == 0;
+    if (same && !resp.checksum_sha256[0]) {
+        snprintf(etag, sizeof etag, "\"%s\"", md5_hex);
+        same = strcasecmp(resp.etag, etag) == 0;
+    }
+    ck_resp_release(&resp);
+    ck_error_clear();
+    return same;
+}
+
 static int put_single(struct s3 *s, struct ck_xfer *x)
 {
     struct ck_digests d;
@@ -346,7 +364,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     int err, fd = -1;
     /* the MD5 only for a service not known to keep checksums: for its
      * Content-MD5 and the ETag check (half of the CPU a PUT costs) */
-    bool want_md5 = !atomic_load(&s->server_checks);
+    bool want_md5 = !atomic_load(&s->server_checks) || x->if_absent;
     if ((err = ck_hash_file(x->path, want_md5 ? CK_HASH_BOTH : CK_HASH_SHA256, &d, &st)) < 0)
         return err;
     if (d.size != x->size)
@@ -367,6 +385,8 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
     if (x->orig_sha256)
         hd = add(hd, "x-amz-meta-ckptd-original-sha256", x->orig_sha256);
+    if (x->if_absent) /* signed, like every header libcurl's SigV4 sees */
+        hd = curl_slist_append(hd, "If-None-Match: *");
     if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
         err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
         goto out;
@@ -394,6 +414,12 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
             err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
         else
             err = verify(s, h, x, b64, want_md5 ? d.md5 : NULL);
+    } else if (x->if_absent && err == CK_EREFUSED && resp.status == 412) {
+        ck_error_clear();
+        x->same_bytes = stored_same(s, h, x, b64, d.md5);
+        err = ck_error(CK_EEXIST, "'%s': already exists (HTTP 412 %s): not overwritten%s", x->key,
+                       resp.code[0] ? resp.code : "PreconditionFailed",
+                       x->same_bytes ? ", and it has the same bytes" : "");
     }
     if (err == 0)
         x->parts_sent = 1;
@@ -1159,6 +1185,15 @@ static int s3_put(struct ck_store *st, struct ck_xfer *x)
      * client died (s3rver) needs commit: multipart, where the object appears
      * only at Complete. */
     bool commit_multipart = x->atomic && s->base.spec->commit_multipart;
+    /* a conditional write is one PUT whatever the size: RGW ignores
+     * If-None-Match on CompleteMultipartUpload (docs/multinode.md) */
+    if (x->if_absent) {
+        x->same_bytes = false;
+        if (x->size > S3_SINGLE_PUT_MAX)
+            return ck_error(CK_ESIZE, "'%s': %llu bytes: a conditional write is one PUT, at most "
+                                      "5 GiB", x->key, (unsigned long long)x->size);
+        return put_single(s, x);
+    }
     if ((commit_multipart || x->size >= s->base.net->opts->multipart_threshold) && x->size > 0)
         return put_multipart(s, x);
     return put_single(s, x);
@@ -1243,6 +1278,7 @@ static int s3_del(struct ck_store *st, const char *key)
 const struct ck_store_ops ck_store_s3 = {
     .scheme = "s3",
     .uses_curl = true,
+    .if_absent = true,
     .check = s3_check,
     .open = s3_open,
     .put = s3_put,

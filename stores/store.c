@@ -120,6 +120,9 @@ int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struc
 
 int ck_store_put(struct ck_store *s, struct ck_xfer *x)
 {
+    if (x->if_absent && !s->ops->if_absent)
+        return ck_error(CK_EUNSUPPORTED, "'%s': store '%s' cannot write only if the name is free",
+                        x->key, s->ops->scheme);
     return s->ops->put(s, x);
 }
 

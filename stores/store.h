@@ -109,6 +109,13 @@ struct ck_xfer {
     const char *orig_sha256; /* compress: SHA-256 of the uncompressed original, recorded remotely */
     bool atomic;             /* the object must appear whole or not at all even on servers that
                               * keep a truncated PUT (s3: multipart whatever the size) */
+    /* create only (docs/multinode.md, "The store's conditional write"): the
+     * object is written only if key is free, in one request the server checks
+     * (s3: a single PUT with If-None-Match: *, whatever the size); CK_EEXIST
+     * when the key is taken. A store whose ops lack if_absent refuses it
+     * (CK_EUNSUPPORTED). A server that ignores the condition overwrites: see
+     * the fallback in docs/multinode.md */
+    bool if_absent;
     /* HTTP, SFTP: the file's SHA-256 when the agent knows it for exactly
      * this file (device, inode, size, mtime: known_st), else "" */
     char known_sha256[65];
@@ -142,6 +149,11 @@ struct ck_xfer {
      * copy was read back and hashed; "size" only the stored size could be
      * compared; "none" nothing could be asked (a presigned PUT URL). */
     const char *check;
+    /* if_absent refused (CK_EEXIST): the stored object has the bytes this
+     * transfer would have written (its size and checksum or MD5 ETag): a
+     * writer of the same bytes got there first, or this transfer's own
+     * earlier attempt whose answer was lost */
+    bool same_bytes;
     int parts_sent;    /* parts sent by this call (not counting resumed ones) */
     int parts_resumed; /* parts skipped because an earlier run had them accepted */
 };
@@ -170,6 +182,7 @@ struct ck_remote_obj {
 struct ck_store_ops {
     const char *scheme; /* "s3", "http", "https", "sftp", "file" */
     bool uses_curl;     /* ck_store_open loads libcurl first (lazy/) */
+    bool if_absent;     /* put honours ck_xfer.if_absent */
     /* Checks spec (URL, references) without network or secrets: for config load. */
     int (*check)(const struct ck_store_spec *spec);
     int (*open)(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
