@@ -1,5 +1,5 @@
 /* Which node of a multi-node training this sidecar is (docs/multinode.md):
- * nodes.rank and nodes.count from the config or a flag, else from the
+ * nodes.rank and nodes.count from the config, else from the
  * variables the usual launchers set (SLURM, torchrun/elastic and Kubeflow's
  * PyTorchJob, Kubernetes Indexed Jobs and JobSet, Open MPI and PMI), else a
  * single node (count 1: today's behaviour). Each value says where it came
