@@ -410,6 +410,7 @@ hooks:
   webhooks: [{url: 'http://127.0.0.1:9/h', secret: 'env:SECRET', events: ['checkpoint.*']}]
   exec: [{event: training.finished, command: ['/bin/true', '{checkpoint}'], timeout: 30s}]
 listen: 127.0.0.1:9464
+nodes: {rank: 1, count: 4}
 """)
     put(out, "yaml", "metadata", b"""id: 6c1f1e5e-9f9b-4d6e-8b1e-0f7c2a3b4d5e
 status: running
