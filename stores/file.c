@@ -7,6 +7,7 @@
 #include "stores/net.h"
 #include "stores/store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -199,6 +200,68 @@ static int final_path(struct file_store *s, const char *key, char *out, size_t o
     return err;
 }
 
+/* Whether name is one of put's temporaries (".NAME.ckptd-ID[-XXXXXX].part"). */
+static bool is_temporary(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] == '.' && strstr(name, ".ckptd-") && n > 5 && !strcmp(name + n - 5, ".part");
+}
+
+/* The regular files under path (key: its name under the store's root), put's
+ * temporaries left out, symbolic links not followed, 64 levels at most. */
+static int walk(const char *path, const char *key, int depth, struct ck_remote_list *out)
+{
+    DIR *d = opendir(path);
+    int err = 0;
+    if (!d)
+        return errno == ENOENT ? 0 : ck_error_os(CK_EIO, "cannot list '%s'", path);
+    if (depth > 64) {
+        closedir(d);
+        return ck_error(CK_ESIZE, "'%s': folders more than 64 deep", path);
+    }
+    for (struct dirent *e; err == 0 && (errno = 0, e = readdir(d));) {
+        char sub[8192], subkey[8192];
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || is_temporary(e->d_name))
+            continue;
+        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub ||
+            snprintf(subkey, sizeof subkey, "%s%s%s", key, key[0] ? "/" : "", e->d_name) >=
+                (int)sizeof subkey) {
+            err = ck_error(CK_ESIZE, "'%s': path too long", path);
+            break;
+        }
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT) /* removed meanwhile: not there */
+                err = ck_error_os(CK_EIO, "cannot stat '%s'", sub);
+        } else if (S_ISDIR(st.st_mode)) {
+            err = walk(sub, subkey, depth + 1, out);
+        } else if (S_ISREG(st.st_mode)) {
+            err = ck_remote_list_add(out, subkey, (int64_t)st.st_size, NULL);
+        }
+    }
+    if (err == 0 && errno)
+        err = ck_error_os(CK_EIO, "cannot list '%s'", path);
+    closedir(d);
+    return err;
+}
+
+/* The files under the folder prefix (a missing folder lists nothing). */
+static int file_list(struct ck_store *st, const char *prefix, struct ck_remote_list *out)
+{
+    struct file_store *s = (struct file_store *)st;
+    char path[8192], key[4096];
+    int err;
+    snprintf(key, sizeof key, "%s", prefix);
+    size_t kl = strlen(key);
+    while (kl && key[kl - 1] == '/')
+        key[--kl] = '\0';
+    if (kl && (err = final_path(s, key, path, sizeof path)) < 0)
+        return err;
+    if (!kl)
+        snprintf(path, sizeof path, "%s", s->root);
+    return walk(path, key, 0, out);
+}
+
 static int file_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
 {
     struct file_store *s = (struct file_store *)st;
@@ -269,6 +332,7 @@ const struct ck_store_ops ck_store_file = {
     .check = file_check,
     .open = file_open,
     .put = file_put,
+    .list = file_list,
     .stat = file_stat,
     .get = file_get,
     .del = file_del,

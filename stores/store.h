@@ -113,7 +113,7 @@ struct ck_xfer {
      * object is written only if key is free, in one request the server checks
      * (s3: a single PUT with If-None-Match: *, whatever the size); CK_EEXIST
      * when the key is taken. A store whose ops lack if_absent refuses it
-     * (CK_EUNSUPPORTED). A server that ignores the condition overwrites: see
+     * (CK_ERR, as ck_store_del). A server that ignores the condition overwrites: see
      * the fallback in docs/multinode.md */
     bool if_absent;
     /* HTTP, SFTP: the file's SHA-256 when the agent knows it for exactly
@@ -179,6 +179,30 @@ struct ck_remote_obj {
                    * "" when the store reports none: read it back (ck_store_get) to know */
 };
 
+/* The objects a listing found (ck_store_list), sorted by key. */
+struct ck_remote_entry {
+    char *key;    /* owned; relative to the store's prefix, as put names it */
+    int64_t size; /* bytes stored */
+    char md5[33]; /* the MD5 the store reports (S3: an ETag of that form), or "" */
+};
+struct ck_remote_list {
+    struct ck_remote_entry *v; /* owned */
+    size_t n;
+};
+#define CK_STORE_LIST_MAX 1000000 /* more objects under one prefix is an error */
+void ck_remote_list_release(struct ck_remote_list *l);
+/* Appends an entry (key copied); CK_ESIZE past CK_STORE_LIST_MAX. */
+int ck_remote_list_add(struct ck_remote_list *l, const char *key, int64_t size, const char *md5);
+
+/* One page of an S3 ListObjectsV2 answer: each <Contents> whose Key starts
+ * with strip (the store's prefix and its '/') and whose Size parses is
+ * appended to l with the key after strip; *truncated and next (the
+ * NextContinuationToken, "" when none) say whether a page follows. Hostile
+ * text: entries that do not parse are skipped; a truncated answer without a
+ * token is CK_EFORMAT. */
+int ck_s3_list_objects_parse(const char *body, const char *strip, struct ck_remote_list *l,
+                             bool *truncated, char *next, size_t nextsz);
+
 struct ck_store_ops {
     const char *scheme; /* "s3", "http", "https", "sftp", "file" */
     bool uses_curl;     /* ck_store_open loads libcurl first (lazy/) */
@@ -195,6 +219,10 @@ struct ck_store_ops {
     /* Removes the stored object key (remote retention); gone already is
      * fine. NULL: the store cannot delete (refused at config check). */
     int (*del)(struct ck_store *s, const char *key);
+    /* Every object whose key is under the folder prefix ("" for all; a
+     * trailing '/' is implied), in any order (multi-node: docs/multinode.md). NULL:
+     * the store cannot list (CK_ERR from ck_store_list, as ck_store_del). */
+    int (*list)(struct ck_store *s, const char *prefix, struct ck_remote_list *out);
     void (*free)(struct ck_store *s);
 };
 
@@ -216,6 +244,9 @@ int ck_store_put(struct ck_store *s, struct ck_xfer *x);
  * holds under key, and its bytes. CK_ENOENT: not there. */
 int ck_store_stat(struct ck_store *s, const char *key, struct ck_remote_obj *out);
 int ck_store_get(struct ck_store *s, const char *key, int fd);
+/* The objects under the folder prefix, sorted by key; out is the caller's to
+ * release (ck_remote_list_release), empty on an error. */
+int ck_store_list(struct ck_store *s, const char *prefix, struct ck_remote_list *out);
 /* Remote retention (retention.store): removes key; not there is fine. */
 int ck_store_del(struct ck_store *s, const char *key);
 /* Whether the store of url can delete objects. */

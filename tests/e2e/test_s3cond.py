@@ -65,6 +65,34 @@ class Cond(TmpDirCase):
             self.assertIn("if-none-match", h.get("Authorization", "").lower())
             self.assertNotIn("?", puts[0][1])  # not a part, not an upload id
 
+    def lists(self, n, amp_key="parts/a&b c.yaml"):
+        """ck_store_list through ListObjectsV2 (100 keys a page): n objects and
+        a key with '&' and a space, against awscli's listing."""
+        src = os.path.join(self.dir, "many")
+        os.makedirs(os.path.join(src, "parts"))
+        for i in range(n):
+            with open(os.path.join(src, "parts", f"node-{i:03d}.yaml"), "wb") as f:
+                f.write(b"x" * (i % 7))
+        with open(os.path.join(src, "parts", "a&b c.yaml"), "wb") as f:
+            f.write(b"amp")
+        with open(os.path.join(src, "other.yaml"), "wb") as f:
+            f.write(b"not under parts/")
+        self.s3.aws("s3", "sync", "--no-progress", src, f"s3://{self.s3.bucket}/cond")
+        import json
+        listed = json.loads(self.s3.aws("s3api", "list-objects-v2", "--bucket", self.s3.bucket,
+                                        "--prefix", "cond/parts/", "--output", "json").stdout)
+        want = sorted((o["Key"][len("cond/"):], o["Size"], o["ETag"].strip('"'))
+                      for o in listed["Contents"])
+        self.assertEqual(len(want), n + 1)
+        env = dict(os.environ, **self.s3.env())
+        p = subprocess.run([STORE_PUT, "--list", "--endpoint", self.s3.endpoint,
+                            f"s3://{self.s3.bucket}/cond", "parts"], capture_output=True,
+                           text=True, env=env, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        got = [ln.rsplit(" ", 2) for ln in p.stdout.splitlines()]
+        self.assertEqual([(k, int(z), m) for k, z, m in got], want)
+        self.assertIn(amp_key, [g[0] for g in got])
+
     def a_conflict_409_is_retried(self):
         """AWS answers 409 ConditionalRequestConflict while another conditional
         write of the key is in flight, and says to retry: ckptd does."""
@@ -138,6 +166,9 @@ class Rgw(Cond):
     def test_a_conflict_409_is_retried(self):
         self.a_conflict_409_is_retried()
 
+    def test_lists_across_pages(self):
+        self.lists(230)
+
     def test_eight_racing_writers_one_wins(self):
         got = race(self.dir, f"s3://{self.s3.bucket}/cond", "commits/race.yaml", 8,
                    endpoint=self.s3.endpoint, env=self.s3.env())
@@ -189,6 +220,14 @@ class S3rver(Cond):
 
     def test_a_conflict_409_is_retried(self):
         self.a_conflict_409_is_retried()
+
+    def test_lists_one_page(self):
+        # s3rver 4.0 cannot make a continuation token under Node's OpenSSL 3
+        # (HTTP 500, ERR_OSSL_EVP_UNSUPPORTED: awscli's listing fails alike):
+        # more than one page is RGW's test. And s3rver escapes a key's '&'
+        # twice in a listing: the key stored as 'a&b c.yaml' is listed as
+        # 'a&amp;b c.yaml', by awscli too
+        self.lists(60, amp_key="parts/a&amp;b c.yaml")
 
     def test_racing_writers_all_succeed_on_s3rver(self):
         # the fallback's case: nobody is told "exists". Writers of other bytes
