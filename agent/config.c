@@ -1,4 +1,5 @@
 #include "agent/config.h"
+#include "agent/nodes.h"
 #include "agent/ops.h"
 #include "agent/rules.h"
 #include "common/buf.h"
@@ -64,6 +65,7 @@ static int parse_pack_graph(struct parse_ctx *c, yaml_node_t *n, const char *key
 static int parse_verify_opt(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_verify_inputs(struct parse_ctx *c, yaml_node_t *n, const char *key);
 static int parse_min_free(struct parse_ctx *c, yaml_node_t *n, const char *key);
+static int parse_nodes(struct parse_ctx *c, yaml_node_t *n, const char *key);
 
 #define F(field) offsetof(struct ck_config, field)
 
@@ -205,6 +207,13 @@ static const struct key keys[] = {
     {"retention.interval", T_DURATION, F(retention_interval), NULL,
      "the watcher: how often it checks the free space (min_free) and retries what a failing "
      "store held (default 60s; it also runs after each upload of metadata.yaml)"},
+    {"nodes.rank", T_CUSTOM, 0, parse_nodes,
+     "this node's number, 0 to nodes.count - 1 (default, with several nodes: SLURM_NODEID, "
+     "PET_NODE_RANK, GROUP_RANK, JOB_COMPLETION_INDEX, OMPI_COMM_WORLD_RANK or PMI_RANK; "
+     "docs/multinode.md)"},
+    {"nodes.count", T_CUSTOM, 0, parse_nodes,
+     "nodes of the training, one ckptd each (default: SLURM_NNODES, PET_NNODES, NNODES, "
+     "OMPI_COMM_WORLD_SIZE or PMI_SIZE, else 1: a single node, whose sidecar sees every file)"},
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -289,6 +298,8 @@ void ck_config_init(struct ck_config *cfg)
     cfg->verify_max_memory = 8ull << 30;
     cfg->verify_threads = 1;
     cfg->verify_on_failure = CK_VERIFY_HOLD;
+    cfg->nodes_rank = -1;
+    cfg->nodes_count = -1;
 }
 
 void ck_config_release(struct ck_config *cfg)
@@ -312,6 +323,8 @@ void ck_config_release(struct ck_config *cfg)
     ck_hooks_conf_release(&cfg->hooks);
     free(cfg->listen);
     free(cfg->source);
+    free(cfg->nodes_rank_from);
+    free(cfg->nodes_count_from);
     for (size_t i = 0; i < cfg->n_upload_stores; i++)
         ck_store_spec_release(&cfg->upload_stores[i]);
     free(cfg->upload_stores);
@@ -524,6 +537,28 @@ static int parse_initialisation(struct parse_ctx *c, yaml_node_t *n, const char 
     if (cfg->init_kind == CK_INIT_PMF && !cfg->init_checkpoint)
         return bad(c, n, key, "with 'pmf' needs 'checkpoint'");
     return 0;
+}
+
+/* nodes.rank, nodes.count (agent/nodes.h): a whole number, and where it came
+ * from (the file and line, or the flag) for `ckptd config` */
+static int parse_nodes(struct parse_ctx *c, yaml_node_t *n, const char *key)
+{
+    struct ck_yaml_value v;
+    bool rank = !strcmp(key, "nodes.rank");
+    long long min = rank ? 0 : 1, max = rank ? CK_NODES_MAX - 1 : CK_NODES_MAX;
+    ck_yaml_resolve(n, &v);
+    if (v.type != CK_Y_INT || v.i < min || v.i > max) {
+        char what[96];
+        snprintf(what, sizeof what, "must be a whole number from %lld to %lld", min, max);
+        return bad(c, n, key, what);
+    }
+    char from[512];
+    if (c->flag)
+        snprintf(from, sizeof from, "%s", c->doc->name);
+    else
+        snprintf(from, sizeof from, "'%s' line %d", c->doc->name, ck_yaml_line(n));
+    *(rank ? &c->cfg->nodes_rank : &c->cfg->nodes_count) = v.i;
+    return set_str(rank ? &c->cfg->nodes_rank_from : &c->cfg->nodes_count_from, from);
 }
 
 static int parse_build_parameters(struct parse_ctx *c, yaml_node_t *n, const char *key)

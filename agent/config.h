@@ -113,6 +113,11 @@ struct ck_config {
     /* retention.store: which checkpoints the stores keep (remote retention) */
     int64_t store_keep_last, store_keep_every, store_best_count;
     char *store_best_metric, *store_best_mode;
+
+    /* nodes: this sidecar's node of a multi-node training (agent/nodes.h,
+     * which adds the launchers' variables); -1: not set here */
+    int64_t nodes_rank, nodes_count;
+    char *nodes_rank_from, *nodes_count_from; /* the file and line, or the flag, that set them */
 };
 
 /* Whether any retention key asks for deletions. */

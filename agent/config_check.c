@@ -1,4 +1,5 @@
 #include "agent/config_check.h"
+#include "agent/nodes.h"
 #include "agent/ops.h"
 #include "common/buf.h"
 #include "common/error.h"
@@ -159,6 +160,10 @@ int ck_config_resolve(const struct ck_config *cfg)
                                 "checkpoint file as stored, which such a store does not keep",
                                 i, cfg->upload_stores[i].bundle ? "a bundle" : "compressed files");
     }
+    /* the node identity, with the launchers' variables of this environment */
+    struct ck_nodes nodes;
+    if ((err = ck_nodes_resolve(&nodes, cfg, NULL)) < 0)
+        return err;
     if (cfg->listen) {
         char host[256];
         int port;

@@ -25,6 +25,7 @@ SECTION_TITLES = {
     "pack": "pack: deployment archives of every new checkpoint",
     "verify": "verify: the CPU verification of every archive",
     "retention": "retention: local deletions once stores hold a checked copy",
+    "nodes": "nodes: one sidecar per node of a multi-node training",
 }
 
 # What every key shares: said once in ckptd.yaml(5) and docs/configuration.md.

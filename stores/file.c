@@ -7,6 +7,7 @@
 #include "stores/net.h"
 #include "stores/store.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -115,12 +116,24 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
     ck_dirname(dir, sizeof dir, final);
     if ((err = ck_mkdirs(dir, 0755)) < 0)
         return err;
-    snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, ck_basename(final), (long long)x->id);
+    x->same_bytes = false;
+    /* a conditional write may race writers of other machines (a shared
+     * NFS folder) whose job ids are the same: its temporary is unique */
+    if (x->if_absent)
+        snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld-XXXXXX.part", dir, ck_basename(final),
+                 (long long)x->id);
+    else
+        snprintf(tmp, sizeof tmp, "%s/.%s.ckptd-%lld.part", dir, ck_basename(final),
+                 (long long)x->id);
     if ((in = open(x->path, O_RDONLY | O_CLOEXEC)) < 0)
         return ck_error_os(CK_EIO, "cannot open '%s'", x->path);
     posix_fadvise(in, 0, 0, POSIX_FADV_SEQUENTIAL);
-    if ((out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0) {
+    out = x->if_absent ? mkostemps(tmp, 5, O_CLOEXEC)
+                       : open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0 || (x->if_absent && fchmod(out, 0644) < 0)) {
         err = ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+        if (out < 0)
+            tmp[0] = '\0';
         goto out;
     }
     if ((err = copy(s, x, in, out, tmp, sha)) < 0)
@@ -139,7 +152,23 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
         err = ck_error(CK_EIO, "'%s': the copy at '%s' differs from what was written", x->key, tmp);
         goto out;
     }
-    if (rename(tmp, final) < 0) {
+    if (x->if_absent) {
+        /* link(2) fails when the name is taken, atomically (NFS too) */
+        if (link(tmp, final) < 0) {
+            if (errno != EEXIST) {
+                err = ck_error_os(CK_EIO, "cannot link '%s' to '%s'", tmp, final);
+                goto out;
+            }
+            struct ck_digests there;
+            x->same_bytes = ck_hash_file(final, CK_HASH_SHA256, &there, NULL) == 0 &&
+                            there.size == x->size && strcmp(there.sha256, sha) == 0;
+            ck_error_clear();
+            err = ck_error(CK_EEXIST, "'%s': already exists: not overwritten%s", x->key,
+                           x->same_bytes ? ", and it has the same bytes" : "");
+            goto out;
+        }
+        unlink(tmp);
+    } else if (rename(tmp, final) < 0) {
         err = ck_error_os(CK_EIO, "cannot rename '%s' to '%s'", tmp, final);
         goto out;
     }
@@ -169,6 +198,68 @@ static int final_path(struct file_store *s, const char *key, char *out, size_t o
         out[0] = '/';
     }
     return err;
+}
+
+/* Whether name is one of put's temporaries (".NAME.ckptd-ID[-XXXXXX].part"). */
+static bool is_temporary(const char *name)
+{
+    size_t n = strlen(name);
+    return name[0] == '.' && strstr(name, ".ckptd-") && n > 5 && !strcmp(name + n - 5, ".part");
+}
+
+/* The regular files under path (key: its name under the store's root), put's
+ * temporaries left out, symbolic links not followed, 64 levels at most. */
+static int walk(const char *path, const char *key, int depth, struct ck_remote_list *out)
+{
+    DIR *d = opendir(path);
+    int err = 0;
+    if (!d)
+        return errno == ENOENT ? 0 : ck_error_os(CK_EIO, "cannot list '%s'", path);
+    if (depth > 64) {
+        closedir(d);
+        return ck_error(CK_ESIZE, "'%s': folders more than 64 deep", path);
+    }
+    for (struct dirent *e; err == 0 && (errno = 0, e = readdir(d));) {
+        char sub[8192], subkey[8192];
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || is_temporary(e->d_name))
+            continue;
+        if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub ||
+            snprintf(subkey, sizeof subkey, "%s%s%s", key, key[0] ? "/" : "", e->d_name) >=
+                (int)sizeof subkey) {
+            err = ck_error(CK_ESIZE, "'%s': path too long", path);
+            break;
+        }
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (errno != ENOENT) /* removed meanwhile: not there */
+                err = ck_error_os(CK_EIO, "cannot stat '%s'", sub);
+        } else if (S_ISDIR(st.st_mode)) {
+            err = walk(sub, subkey, depth + 1, out);
+        } else if (S_ISREG(st.st_mode)) {
+            err = ck_remote_list_add(out, subkey, (int64_t)st.st_size, NULL);
+        }
+    }
+    if (err == 0 && errno)
+        err = ck_error_os(CK_EIO, "cannot list '%s'", path);
+    closedir(d);
+    return err;
+}
+
+/* The files under the folder prefix (a missing folder lists nothing). */
+static int file_list(struct ck_store *st, const char *prefix, struct ck_remote_list *out)
+{
+    struct file_store *s = (struct file_store *)st;
+    char path[8192], key[4096];
+    int err;
+    snprintf(key, sizeof key, "%s", prefix);
+    size_t kl = strlen(key);
+    while (kl && key[kl - 1] == '/')
+        key[--kl] = '\0';
+    if (kl && (err = final_path(s, key, path, sizeof path)) < 0)
+        return err;
+    if (!kl)
+        snprintf(path, sizeof path, "%s", s->root);
+    return walk(path, key, 0, out);
 }
 
 static int file_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
@@ -237,9 +328,11 @@ static int file_del(struct ck_store *st, const char *key)
 
 const struct ck_store_ops ck_store_file = {
     .scheme = "file",
+    .if_absent = true,
     .check = file_check,
     .open = file_open,
     .put = file_put,
+    .list = file_list,
     .stat = file_stat,
     .get = file_get,
     .del = file_del,

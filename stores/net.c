@@ -182,6 +182,10 @@ bool ck_net_is_retryable(long status, const char *s3code)
     if (s3code && (!strcmp(s3code, "SlowDown") || !strcmp(s3code, "RequestTimeout") ||
                    !strcmp(s3code, "InternalError") || !strcmp(s3code, "ServiceUnavailable")))
         return true;
+    /* S3's answer to a conditional write while another is in flight on the
+     * same key: "retry" (AWS's words); it is final for neither writer */
+    if (status == 409 && s3code && !strcmp(s3code, "ConditionalRequestConflict"))
+        return true;
     return status == 0 || status == 408 || status == 429 || status >= 500;
 }
 

@@ -39,6 +39,7 @@
 
 #define MAX_PARTS 10000
 #define MIN_PART (5u << 20)
+#define S3_SINGLE_PUT_MAX (5ull << 30) /* S3's largest PUT */
 #define PART_IO (1u << 20) /* read size while hashing a part */
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
@@ -337,6 +338,23 @@ static int verify(struct s3 *s, CURL *h, struct ck_xfer *x, const char *sha256_b
     return err;
 }
 
+/* After a conditional PUT was refused: whether the stored object holds the
+ * bytes that PUT carried (its size, and its checksum or MD5 ETag). */
+static bool stored_same(struct s3 *s, CURL *h, struct ck_xfer *x, const char *sha256_b64,
+                        const char *md5_hex)
+{
+    struct ck_resp resp;
+    char etag[40];
+    bool same = head_stored(s, h, x, sha256_b64, &resp) == 0;
+    if (same && !resp.checksum_sha256[0]) {
+        snprintf(etag, sizeof etag, "\"%s\"", md5_hex);
+        same = strcasecmp(resp.etag, etag) == 0;
+    }
+    ck_resp_release(&resp);
+    ck_error_clear();
+    return same;
+}
+
 static int put_single(struct s3 *s, struct ck_xfer *x)
 {
     struct ck_digests d;
@@ -346,7 +364,7 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     int err, fd = -1;
     /* the MD5 only for a service not known to keep checksums: for its
      * Content-MD5 and the ETag check (half of the CPU a PUT costs) */
-    bool want_md5 = !atomic_load(&s->server_checks);
+    bool want_md5 = !atomic_load(&s->server_checks) || x->if_absent;
     if ((err = ck_hash_file(x->path, want_md5 ? CK_HASH_BOTH : CK_HASH_SHA256, &d, &st)) < 0)
         return err;
     if (d.size != x->size)
@@ -367,6 +385,8 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     hd = curl_slist_append(hd, "Content-Type: application/octet-stream");
     if (x->orig_sha256)
         hd = add(hd, "x-amz-meta-ckptd-original-sha256", x->orig_sha256);
+    if (x->if_absent) /* signed, like every header libcurl's SigV4 sees */
+        hd = curl_slist_append(hd, "If-None-Match: *");
     if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
         err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
         goto out;
@@ -394,6 +414,12 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
             err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
         else
             err = verify(s, h, x, b64, want_md5 ? d.md5 : NULL);
+    } else if (x->if_absent && err == CK_EREFUSED && resp.status == 412) {
+        ck_error_clear();
+        x->same_bytes = stored_same(s, h, x, b64, d.md5);
+        err = ck_error(CK_EEXIST, "'%s': already exists (HTTP 412 %s): not overwritten%s", x->key,
+                       resp.code[0] ? resp.code : "PreconditionFailed",
+                       x->same_bytes ? ", and it has the same bytes" : "");
     }
     if (err == 0)
         x->parts_sent = 1;
@@ -1159,6 +1185,15 @@ static int s3_put(struct ck_store *st, struct ck_xfer *x)
      * client died (s3rver) needs commit: multipart, where the object appears
      * only at Complete. */
     bool commit_multipart = x->atomic && s->base.spec->commit_multipart;
+    /* a conditional write is one PUT whatever the size: RGW ignores
+     * If-None-Match on CompleteMultipartUpload (docs/multinode.md) */
+    if (x->if_absent) {
+        x->same_bytes = false;
+        if (x->size > S3_SINGLE_PUT_MAX)
+            return ck_error(CK_ESIZE, "'%s': %llu bytes: a conditional write is one PUT, at most "
+                                      "5 GiB", x->key, (unsigned long long)x->size);
+        return put_single(s, x);
+    }
     if ((commit_multipart || x->size >= s->base.net->opts->multipart_threshold) && x->size > 0)
         return put_multipart(s, x);
     return put_single(s, x);
@@ -1191,17 +1226,12 @@ static int object_request(struct s3 *s, const char *method, const char *key,
     return err;
 }
 
-/* HEAD: the size, and the ETag as an MD5 when it has the form of one (a
- * single PUT without SSE-KMS; a multipart object's "MD5-N" is not). */
-static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+/* The ETag as an MD5 (lower case hex) when it has the form of one (a single
+ * PUT without SSE-KMS; a multipart object's "MD5-N" is not); "" otherwise. */
+static void etag_md5(const char *e, char md5[33])
 {
-    struct ck_resp resp;
-    int err = object_request((struct s3 *)st, "HEAD", key, NULL, NULL, &resp);
-    if (err == 0 && resp.length < 0)
-        err = ck_error(CK_ENET, "'%s': the store did not say the stored size", key);
-    out->size = resp.length;
-    const char *e = resp.etag;
     size_t el = strlen(e);
+    md5[0] = '\0';
     if (el == 34 && e[0] == '"' && e[33] == '"') {
         e++;
         el = 32;
@@ -1209,12 +1239,125 @@ static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *o
     bool hex = el == 32;
     for (size_t i = 0; hex && i < 32; i++)
         hex = strchr("0123456789abcdefABCDEF", e[i]) != NULL;
-    if (err == 0 && hex) {
-        for (size_t i = 0; i < 32; i++)
-            out->md5[i] = (char)(e[i] >= 'A' && e[i] <= 'F' ? e[i] - 'A' + 'a' : e[i]);
-        out->md5[32] = '\0';
-    }
+    if (!hex)
+        return;
+    for (size_t i = 0; i < 32; i++)
+        md5[i] = (char)(e[i] >= 'A' && e[i] <= 'F' ? e[i] - 'A' + 'a' : e[i]);
+    md5[32] = '\0';
+}
+
+/* HEAD: the size, and the ETag as an MD5 when it has the form of one. */
+static int s3_stat(struct ck_store *st, const char *key, struct ck_remote_obj *out)
+{
+    struct ck_resp resp;
+    int err = object_request((struct s3 *)st, "HEAD", key, NULL, NULL, &resp);
+    if (err == 0 && resp.length < 0)
+        err = ck_error(CK_ENET, "'%s': the store did not say the stored size", key);
+    out->size = resp.length;
+    if (err == 0)
+        etag_md5(resp.etag, out->md5);
     ck_resp_release(&resp);
+    return err;
+}
+
+/* One page of a ListObjectsV2 answer (docs in stores/store.h). */
+int ck_s3_list_objects_parse(const char *body, const char *strip, struct ck_remote_list *l,
+                             bool *truncated, char *next, size_t nextsz)
+{
+    size_t sl = strlen(strip);
+    int err;
+    *truncated = false;
+    next[0] = '\0';
+    for (const char *a = strstr(body, "<Contents>"); a; a = strstr(a, "<Contents>")) {
+        const char *b = strstr(a, "</Contents>");
+        if (!b)
+            break;
+        char blk[8192], key[6144], size[24], etag[80] = "", md5[33];
+        size_t len = (size_t)(b - a);
+        const char *from = a;
+        a = b + 11;
+        if (len >= sizeof blk)
+            continue;
+        memcpy(blk, from, len);
+        blk[len] = '\0';
+        if (!ck_xml_tag(blk, "Key", key, sizeof key) || !ck_xml_tag(blk, "Size", size, sizeof size))
+            continue;
+        char *end;
+        errno = 0;
+        unsigned long long z = strtoull(size, &end, 10);
+        if (*end || !size[0] || size[0] == '-' || errno || z > INT64_MAX)
+            continue;
+        if (strncmp(key, strip, sl) != 0 || !key[sl])
+            continue;
+        ck_xml_tag(blk, "ETag", etag, sizeof etag);
+        etag_md5(etag, md5);
+        if ((err = ck_remote_list_add(l, key + sl, (int64_t)z, md5)) < 0)
+            return err;
+    }
+    char trunc[8] = "";
+    if (ck_xml_tag(body, "IsTruncated", trunc, sizeof trunc) && !strcmp(trunc, "true")) {
+        *truncated = true;
+        if (!ck_xml_tag(body, "NextContinuationToken", next, nextsz) || !next[0])
+            return ck_error(CK_EFORMAT, "a listing says more follows but gives no token for it");
+    }
+    return 0;
+}
+
+/* ListObjectsV2 under the folder prefix, every page: 100 keys a page, so
+ * that a page (keys up to 1024 bytes, entities included) fits the 1 MiB a
+ * response keeps. */
+static int s3_list(struct ck_store *st, const char *prefix, struct ck_remote_list *out)
+{
+    struct s3 *s = (struct s3 *)st;
+    char full[2048], folder[2100], strip[1100], enc[6400], token[1024] = "", enc_tok[3100];
+    char query[10000], url[11000];
+    int err;
+    if ((err = ck_store_join_key(full, sizeof full, s->prefix, prefix)) < 0)
+        return err;
+    size_t fl = strlen(full);
+    snprintf(folder, sizeof folder, "%s%s", full, fl && full[fl - 1] != '/' ? "/" : "");
+    snprintf(strip, sizeof strip, "%s%s", s->prefix, s->prefix[0] ? "/" : "");
+    if ((err = ck_store_encode(enc, sizeof enc, folder, false)) < 0)
+        return err;
+    CURL *h = ck_net_handle(s->base.net);
+    if (!h)
+        return ck_error(CK_ENOMEM, "cannot create a curl handle");
+    /* a server that always says more follows is stopped at the list's maximum */
+    for (int page = 0;; page++) {
+        if (page > CK_STORE_LIST_MAX / 100) {
+            err = ck_error(CK_ESIZE, "'%s': more than %d listing pages", folder,
+                           CK_STORE_LIST_MAX / 100);
+            break;
+        }
+        /* canonical order: continuation-token < list-type < max-keys < prefix */
+        if (token[0] && (err = ck_store_encode(enc_tok, sizeof enc_tok, token, false)) < 0)
+            break;
+        snprintf(query, sizeof query, "%s%s%slist-type=2&max-keys=100&prefix=%s",
+                 token[0] ? "continuation-token=" : "", token[0] ? enc_tok : "",
+                 token[0] ? "&" : "", enc);
+        int n = snprintf(url, sizeof url, "%s/%s?%s", s->endpoint, s->bucket, query);
+        if (n < 0 || (size_t)n >= sizeof url) {
+            err = ck_error(CK_ESIZE, "'%s': the listing URL is too long", prefix);
+            break;
+        }
+        struct curl_slist *hd = base_headers(s, EMPTY_SHA256);
+        struct ck_req r = {.method = "GET", .url = url, .headers = hd, .fd = -1,
+                           .setup = s3_setup, .setup_ctx = s, .what = folder};
+        struct ck_resp resp;
+        ck_resp_init(&resp);
+        err = s3_request(s, h, &r, &resp);
+        curl_slist_free_all(hd);
+        bool more = false;
+        if (err == 0 && resp.body.len >= (1u << 20) - 1)
+            err = ck_error(CK_EFORMAT, "'%s': a listing page over 1 MiB", folder);
+        if (err == 0)
+            err = ck_s3_list_objects_parse(ck_buf_str(&resp.body), strip, out, &more, token,
+                                           sizeof token);
+        ck_resp_release(&resp);
+        if (err < 0 || !more)
+            break;
+    }
+    curl_easy_cleanup(h);
     return err;
 }
 
@@ -1243,11 +1386,13 @@ static int s3_del(struct ck_store *st, const char *key)
 const struct ck_store_ops ck_store_s3 = {
     .scheme = "s3",
     .uses_curl = true,
+    .if_absent = true,
     .check = s3_check,
     .open = s3_open,
     .put = s3_put,
     .stat = s3_stat,
     .get = s3_get,
     .del = s3_del,
+    .list = s3_list,
     .free = s3_free,
 };

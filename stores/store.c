@@ -120,6 +120,9 @@ int ck_store_open(struct ck_store **out, const struct ck_store_spec *spec, struc
 
 int ck_store_put(struct ck_store *s, struct ck_xfer *x)
 {
+    if (x->if_absent && !s->ops->if_absent)
+        return ck_error(CK_ERR, "'%s': store '%s' cannot write only if the name is free",
+                        x->key, s->ops->scheme);
     return s->ops->put(s, x);
 }
 
@@ -128,6 +131,55 @@ int ck_store_del(struct ck_store *s, const char *key)
     if (!s->ops->del)
         return ck_error(CK_ERR, "store '%s' cannot delete objects", s->ops->scheme);
     return s->ops->del(s, key);
+}
+
+void ck_remote_list_release(struct ck_remote_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].key);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+int ck_remote_list_add(struct ck_remote_list *l, const char *key, int64_t size, const char *md5)
+{
+    if (l->n >= CK_STORE_LIST_MAX)
+        return ck_error(CK_ESIZE, "more than %d objects listed", CK_STORE_LIST_MAX);
+    if ((l->n & (l->n - 1)) == 0) { /* 0, 1, 2, 4, ...: grow by doubling */
+        struct ck_remote_entry *v = realloc(l->v, (l->n ? 2 * l->n : 1) * sizeof *v);
+        if (!v)
+            return ck_error(CK_ENOMEM, "out of memory");
+        l->v = v;
+    }
+    struct ck_remote_entry *e = &l->v[l->n];
+    if (!(e->key = strdup(key)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    e->size = size;
+    snprintf(e->md5, sizeof e->md5, "%s", md5 ? md5 : "");
+    l->n++;
+    return 0;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const struct ck_remote_entry *)a)->key,
+                  ((const struct ck_remote_entry *)b)->key);
+}
+
+int ck_store_list(struct ck_store *s, const char *prefix, struct ck_remote_list *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s->ops->list)
+        return ck_error(CK_ERR, "store '%s' cannot list objects", s->ops->scheme);
+    int err = s->ops->list(s, prefix, out);
+    if (err < 0) {
+        ck_remote_list_release(out);
+        return err;
+    }
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_entry);
+    return 0;
 }
 
 bool ck_store_can_delete(const char *url)

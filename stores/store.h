@@ -109,6 +109,13 @@ struct ck_xfer {
     const char *orig_sha256; /* compress: SHA-256 of the uncompressed original, recorded remotely */
     bool atomic;             /* the object must appear whole or not at all even on servers that
                               * keep a truncated PUT (s3: multipart whatever the size) */
+    /* create only (docs/multinode.md, "The store's conditional write"): the
+     * object is written only if key is free, in one request the server checks
+     * (s3: a single PUT with If-None-Match: *, whatever the size); CK_EEXIST
+     * when the key is taken. A store whose ops lack if_absent refuses it
+     * (CK_ERR, as ck_store_del). A server that ignores the condition overwrites: see
+     * the fallback in docs/multinode.md */
+    bool if_absent;
     /* HTTP, SFTP: the file's SHA-256 when the agent knows it for exactly
      * this file (device, inode, size, mtime: known_st), else "" */
     char known_sha256[65];
@@ -142,6 +149,11 @@ struct ck_xfer {
      * copy was read back and hashed; "size" only the stored size could be
      * compared; "none" nothing could be asked (a presigned PUT URL). */
     const char *check;
+    /* if_absent refused (CK_EEXIST): the stored object has the bytes this
+     * transfer would have written (its size and checksum or MD5 ETag): a
+     * writer of the same bytes got there first, or this transfer's own
+     * earlier attempt whose answer was lost */
+    bool same_bytes;
     int parts_sent;    /* parts sent by this call (not counting resumed ones) */
     int parts_resumed; /* parts skipped because an earlier run had them accepted */
 };
@@ -167,9 +179,34 @@ struct ck_remote_obj {
                    * "" when the store reports none: read it back (ck_store_get) to know */
 };
 
+/* The objects a listing found (ck_store_list), sorted by key. */
+struct ck_remote_entry {
+    char *key;    /* owned; relative to the store's prefix, as put names it */
+    int64_t size; /* bytes stored */
+    char md5[33]; /* the MD5 the store reports (S3: an ETag of that form), or "" */
+};
+struct ck_remote_list {
+    struct ck_remote_entry *v; /* owned */
+    size_t n;
+};
+#define CK_STORE_LIST_MAX 1000000 /* more objects under one prefix is an error */
+void ck_remote_list_release(struct ck_remote_list *l);
+/* Appends an entry (key copied); CK_ESIZE past CK_STORE_LIST_MAX. */
+int ck_remote_list_add(struct ck_remote_list *l, const char *key, int64_t size, const char *md5);
+
+/* One page of an S3 ListObjectsV2 answer: each <Contents> whose Key starts
+ * with strip (the store's prefix and its '/') and whose Size parses is
+ * appended to l with the key after strip; *truncated and next (the
+ * NextContinuationToken, "" when none) say whether a page follows. Hostile
+ * text: entries that do not parse are skipped; a truncated answer without a
+ * token is CK_EFORMAT. */
+int ck_s3_list_objects_parse(const char *body, const char *strip, struct ck_remote_list *l,
+                             bool *truncated, char *next, size_t nextsz);
+
 struct ck_store_ops {
     const char *scheme; /* "s3", "http", "https", "sftp", "file" */
     bool uses_curl;     /* ck_store_open loads libcurl first (lazy/) */
+    bool if_absent;     /* put honours ck_xfer.if_absent */
     /* Checks spec (URL, references) without network or secrets: for config load. */
     int (*check)(const struct ck_store_spec *spec);
     int (*open)(struct ck_store **out, const struct ck_store_spec *spec, struct ck_net *net);
@@ -182,6 +219,10 @@ struct ck_store_ops {
     /* Removes the stored object key (remote retention); gone already is
      * fine. NULL: the store cannot delete (refused at config check). */
     int (*del)(struct ck_store *s, const char *key);
+    /* Every object whose key is under the folder prefix ("" for all; a
+     * trailing '/' is implied), in any order (multi-node: docs/multinode.md). NULL:
+     * the store cannot list (CK_ERR from ck_store_list, as ck_store_del). */
+    int (*list)(struct ck_store *s, const char *prefix, struct ck_remote_list *out);
     void (*free)(struct ck_store *s);
 };
 
@@ -203,6 +244,9 @@ int ck_store_put(struct ck_store *s, struct ck_xfer *x);
  * holds under key, and its bytes. CK_ENOENT: not there. */
 int ck_store_stat(struct ck_store *s, const char *key, struct ck_remote_obj *out);
 int ck_store_get(struct ck_store *s, const char *key, int fd);
+/* The objects under the folder prefix, sorted by key; out is the caller's to
+ * release (ck_remote_list_release), empty on an error. */
+int ck_store_list(struct ck_store *s, const char *prefix, struct ck_remote_list *out);
 /* Remote retention (retention.store): removes key; not there is fine. */
 int ck_store_del(struct ck_store *s, const char *key);
 /* Whether the store of url can delete objects. */

@@ -3,6 +3,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/config_check.h"
+#include "agent/nodes.h"
 #include "common/error.h"
 
 #include <stdio.h>
@@ -17,6 +18,8 @@ static const char head[] =
     "and ops against the engine's), the verify files and the listen address are\n"
     "resolved as a start resolves them (values are never printed), and DIR and\n"
     "DIR/.ckptd must be writable: a config that passes starts.\n"
+    "It then prints the node identity (nodes.rank, nodes.count) and where each\n"
+    "value came from: the config, a launcher's variable, or the default.\n"
     "\n";
 
 static const struct ck_opt options[] = {
@@ -54,7 +57,16 @@ int ck_cmd_config(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_fail("config", err);
     }
+    struct ck_nodes nodes;
+    if ((err = ck_nodes_resolve(&nodes, &cfg, NULL)) < 0) { /* resolved above: cannot fail */
+        ck_config_release(&cfg);
+        return ck_cli_fail("config", err);
+    }
     printf("%s: ok\n", cfg.source ? cfg.source : "(no config file: defaults)");
+    printf("nodes.rank: %d (%s)\n", nodes.rank, nodes.rank_from);
+    printf("nodes.count: %d (%s)\n", nodes.count, nodes.count_from);
+    if (nodes.unused[0])
+        printf("nodes: not used: %s\n", nodes.unused);
     ck_config_release(&cfg);
     return CK_EXIT_OK;
 }

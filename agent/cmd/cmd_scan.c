@@ -3,6 +3,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/config_check.h"
+#include "agent/nodes.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
 #include "agent/pipeline.h"
@@ -94,6 +95,9 @@ int ck_cmd_scan(int argc, char **argv)
         return ck_cli_fail("scan", err);
     }
     so.cfg = &cfg;
+    struct ck_nodes nodes;
+    if (ck_nodes_resolve(&nodes, &cfg, NULL) == 0) /* resolved above */
+        ck_nodes_log_start(&nodes);
     /* hooks (issue 6): built before the pass, so that a bad secret stops it early */
     struct ck_hooks *hooks = NULL;
     if ((err = ck_hooks_new(&cfg.hooks, cfg.source ? cfg.source : "(defaults)", &hooks)) < 0) {

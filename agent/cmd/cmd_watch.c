@@ -3,6 +3,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/config_check.h"
+#include "agent/nodes.h"
 #include "agent/dirwait.h"
 #include "agent/scan.h"
 #include "agent/watch.h"
@@ -151,6 +152,9 @@ int ck_cmd_watch(int argc, char **argv)
         printf("%s: ok\n", wo.dir);
         return CK_EXIT_OK;
     }
+    struct ck_nodes nodes;
+    if (ck_nodes_resolve(&nodes, &cfg, NULL) == 0) /* resolved above */
+        ck_nodes_log_start(&nodes);
     int failed;
     int code = ck_watch_run(&wo, &cfg, &failed);
     if (failed < 0)

@@ -2,7 +2,7 @@
  * server or a user's files: the JSON of the container and instance metadata
  * services and IAM Identity Center (its token cache, its portal's answer),
  * the XML of STS and S3 answers (one tag's text, entities
- * decoded; a ListParts page), ISO 8601 expirations, Retry-After, the AWS CLI's INI files
+ * decoded; a ListParts page, a ListObjectsV2 page), ISO 8601 expirations, Retry-After, the AWS CLI's INI files
  * (~/.aws/config and credentials) and the splitting of a credential_process
  * line. An endpoint can be hostile or broken; the
  * input is copied to the heap with its terminator and nothing after it, so
@@ -49,6 +49,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int next = 0;
     (void)ck_s3_list_parts_parse(s, &parts, &nparts, &next);
     free(parts);
+    struct ck_remote_list objs = {0}; /* a ListObjectsV2 page, under a prefix and not */
+    bool more;
+    char token[1024];
+    (void)ck_s3_list_objects_parse(s, "runs/r1/", &objs, &more, token, sizeof token);
+    (void)ck_s3_list_objects_parse(s, "", &objs, &more, small, sizeof small);
+    ck_remote_list_release(&objs);
 
     char path[600];
     snprintf(path, sizeof path, "%s/config", ck_fuzz_dir());

@@ -410,6 +410,7 @@ hooks:
   webhooks: [{url: 'http://127.0.0.1:9/h', secret: 'env:SECRET', events: ['checkpoint.*']}]
   exec: [{event: training.finished, command: ['/bin/true', '{checkpoint}'], timeout: 30s}]
 listen: 127.0.0.1:9464
+nodes: {rank: 1, count: 4}
 """)
     put(out, "yaml", "metadata", b"""id: 6c1f1e5e-9f9b-4d6e-8b1e-0f7c2a3b4d5e
 status: running
@@ -584,6 +585,11 @@ def main(out):
         b"<Size>5242880</Size></Part><Part><PartNumber>2</PartNumber><ETag>\"e4d9\"</ETag>"
         b"<Size>5242880</Size><ChecksumSHA256>47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=</ChecksumSHA256>"
         b"</Part></ListPartsResult>")
+    put(out, "awsresp", "list-objects", b"<ListBucketResult><IsTruncated>true</IsTruncated>"
+        b"<NextContinuationToken>1ue/x+y==</NextContinuationToken><Contents>"
+        b"<Key>runs/r1/parts/s100/node-0-of-4.yaml</Key><ETag>&quot;0cc175b9c0f1b6a831c399e2697726"
+        b"61&quot;</ETag><Size>412</Size></Contents><Contents><Key>runs/r1/a&amp;b</Key>"
+        b"<Size>3</Size></Contents></ListBucketResult>")
     put(out, "awsresp", "ini", b"[default]\nregion = eu-west-1\naws_access_key_id=AKIA\n"
         b"[profile dev]\nendpoint_url = http://127.0.0.1:9000\ns3 =\n  max_concurrent_requests = 4\n"
         b"# comment\n; other\n")

@@ -11,6 +11,7 @@
 #include "stores/uploader.h"
 #include "common/codec.h"
 
+#include <dirent.h>
 #include <sqlite3.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -110,6 +111,10 @@ static void retryable(void **state)
     assert_true(ck_net_is_retryable(0, NULL)); /* no answer: connection failed */
     assert_false(ck_net_is_retryable(404, "NoSuchKey"));
     assert_false(ck_net_is_retryable(400, "InvalidArgument"));
+    /* a conditional write: another in flight is retried, the key taken is final */
+    assert_true(ck_net_is_retryable(409, "ConditionalRequestConflict"));
+    assert_false(ck_net_is_retryable(409, "BucketAlreadyExists"));
+    assert_false(ck_net_is_retryable(412, "PreconditionFailed"));
 }
 
 static void xml(void **state)
@@ -518,6 +523,176 @@ static void uploader_file_store_end_to_end(void **state)
     sqlite3_close(db);
 }
 
+/* One conditional put of text to key of the file store at url. */
+static int put_if_absent(const char *url, const char *dir, const char *text, const char *key,
+                         bool *same)
+{
+    char src[4300];
+    snprintf(src, sizeof src, "%s/src.yaml", dir);
+    write_file(src, text);
+    struct ck_store_spec spec = {0};
+    struct ck_upload_opts o;
+    struct ck_upload_ctl ctl;
+    struct ck_net net;
+    struct ck_store *st = NULL;
+    struct ck_xfer x;
+    memset(&x, 0, sizeof x);
+    x.id = 7;
+    x.path = src;
+    x.key = key;
+    x.size = strlen(text);
+    x.if_absent = true;
+    ck_upload_opts_init(&o);
+    ck_upload_ctl_init(&ctl, 1);
+    assert_int_equal(ck_store_spec_set(&spec, "url", url), 0);
+    assert_int_equal(ck_net_init(&net, &o, &ctl), 0);
+    assert_int_equal(ck_store_open(&st, &spec, &net), 0);
+    int err = ck_store_put(st, &x);
+    *same = x.same_bytes;
+    ck_store_free(st);
+    ck_net_release(&net);
+    ck_store_spec_release(&spec);
+    return err;
+}
+
+/* The file store's conditional write: link(2), refused when the name is
+ * taken (CK_EEXIST, whether the bytes there are the same said), the first
+ * content kept, no temporary left; http cannot, and says so. */
+static void file_store_if_absent(void **state)
+{
+    char dir[4096], url[4200], path[4300], buf[64] = {0};
+    bool same = true;
+    (void)state;
+    ck_test_tmpdir(dir, "ifabsent");
+    snprintf(url, sizeof url, "file://%s/store", dir);
+    assert_int_equal(put_if_absent(url, dir, "parts: 4\n", "commits/s100.yaml", &same), 0);
+    assert_false(same);
+    assert_int_equal(put_if_absent(url, dir, "parts: 3\n", "commits/s100.yaml", &same), CK_EEXIST);
+    assert_false(same);
+    assert_non_null(strstr(ck_error_msg(), "'commits/s100.yaml': already exists"));
+    assert_int_equal(put_if_absent(url, dir, "parts: 4\n", "commits/s100.yaml", &same), CK_EEXIST);
+    assert_true(same);
+    snprintf(path, sizeof path, "%s/store/commits/s100.yaml", dir);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(buf, 1, sizeof buf, f), 9);
+    fclose(f);
+    assert_string_equal(buf, "parts: 4\n");
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0644);
+    assert_int_equal((int)st.st_nlink, 1); /* the temporary is gone */
+    snprintf(path, sizeof path, "%s/store/commits", dir);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.' || strstr(e->d_name, "ckptd") != NULL;
+    closedir(d);
+    assert_int_equal(n, 1);
+    assert_int_equal(put_if_absent("http://127.0.0.1:9/x", dir, "a", "k", &same),
+                     CK_ERR);
+}
+
+/* A ListObjectsV2 page as S3 writes it, and hostile ones: keys outside the
+ * store's prefix, sizes that do not parse, a block too long, entities. */
+static void s3_list_objects_parse(void **state)
+{
+    struct ck_remote_list l = {0};
+    bool more;
+    char next[64];
+    (void)state;
+    const char *page =
+        "<?xml version=\"1.0\"?><ListBucketResult><Name>b</Name><Prefix>runs/r1/c/</Prefix>"
+        "<KeyCount>5</KeyCount><MaxKeys>100</MaxKeys><IsTruncated>true</IsTruncated>"
+        "<NextContinuationToken>1ue/x+y==</NextContinuationToken>"
+        "<Contents><Key>runs/r1/c/a&amp;b.yaml</Key><LastModified>2026-11-28T15:00:00.000Z"
+        "</LastModified><ETag>&quot;0CC175B9C0F1B6A831C399E269772661&quot;</ETag>"
+        "<Size>1</Size></Contents>"
+        "<Contents><Key>runs/r1/c/big.bin</Key><ETag>\"9b2cf535f27731c974343645a3985328-3\""
+        "</ETag><Size>20971520</Size></Contents>"
+        "<Contents><Key>runs/r2/c/other</Key><Size>4</Size></Contents>"      /* not ours */
+        "<Contents><Key>runs/r1/c/neg</Key><Size>-4</Size></Contents>"       /* bad size */
+        "<Contents><Key>runs/r1/c/huge</Key><Size>99999999999999999999</Size></Contents>"
+        "<Contents><Key>runs/r1/</Key><Size>0</Size></Contents>"             /* the prefix */
+        "<Contents><Size>3</Size></Contents>"                                /* no key */
+        "</ListBucketResult>";
+    assert_int_equal(ck_s3_list_objects_parse(page, "runs/r1/", &l, &more, next, sizeof next), 0);
+    assert_int_equal((int)l.n, 2);
+    assert_string_equal(l.v[0].key, "c/a&b.yaml");
+    assert_int_equal(l.v[0].size, 1);
+    assert_string_equal(l.v[0].md5, "0cc175b9c0f1b6a831c399e269772661");
+    assert_string_equal(l.v[1].key, "c/big.bin");
+    assert_int_equal(l.v[1].size, 20971520);
+    assert_string_equal(l.v[1].md5, ""); /* a multipart ETag is no MD5 */
+    assert_true(more);
+    assert_string_equal(next, "1ue/x+y==");
+    ck_remote_list_release(&l);
+    /* the last page; a truncated one without a token is refused */
+    assert_int_equal(ck_s3_list_objects_parse("<ListBucketResult><IsTruncated>false</IsTruncated>"
+                                              "</ListBucketResult>", "", &l, &more, next,
+                                              sizeof next), 0);
+    assert_false(more);
+    assert_int_equal((int)l.n, 0);
+    assert_int_equal(ck_s3_list_objects_parse("<IsTruncated>true</IsTruncated>", "", &l, &more,
+                                              next, sizeof next), CK_EFORMAT);
+    /* an unterminated block and one longer than any real entry are skipped */
+    char *big = malloc(20000);
+    assert_non_null(big);
+    strcpy(big, "<Contents><Key>");
+    memset(big + 15, 'k', 15000);
+    strcpy(big + 15015, "</Key><Size>1</Size></Contents><Contents><Key>x</Key>");
+    assert_int_equal(ck_s3_list_objects_parse(big, "", &l, &more, next, sizeof next), 0);
+    assert_int_equal((int)l.n, 0);
+    free(big);
+}
+
+/* The file store lists the files under a folder, sorted, its temporaries
+ * and symbolic links left out; a missing folder lists nothing. */
+static void file_store_list(void **state)
+{
+    char dir[4096], url[4200], path[4300];
+    bool same;
+    (void)state;
+    ck_test_tmpdir(dir, "filelist");
+    snprintf(url, sizeof url, "file://%s/store", dir);
+    assert_int_equal(put_if_absent(url, dir, "b", "parts/s100/node-1-of-2.yaml", &same), 0);
+    assert_int_equal(put_if_absent(url, dir, "aa", "parts/s100/node-0-of-2.yaml", &same), 0);
+    assert_int_equal(put_if_absent(url, dir, "c", "parts/s200/node-0-of-2.yaml", &same), 0);
+    assert_int_equal(put_if_absent(url, dir, "d", "commits/s100.yaml", &same), 0);
+    snprintf(path, sizeof path, "%s/store/parts/s100/.node-1-of-2.yaml.ckptd-7-abcdef.part", dir);
+    write_file(path, "half");
+    snprintf(path, sizeof path, "%s/store/parts/s100/link", dir);
+    assert_int_equal(symlink("/etc/passwd", path), 0);
+    struct ck_store_spec spec = {0};
+    struct ck_upload_opts o;
+    struct ck_upload_ctl ctl;
+    struct ck_net net;
+    struct ck_store *st = NULL;
+    struct ck_remote_list l;
+    ck_upload_opts_init(&o);
+    ck_upload_ctl_init(&ctl, 1);
+    assert_int_equal(ck_store_spec_set(&spec, "url", url), 0);
+    assert_int_equal(ck_net_init(&net, &o, &ctl), 0);
+    assert_int_equal(ck_store_open(&st, &spec, &net), 0);
+    assert_int_equal(ck_store_list(st, "parts/", &l), 0);
+    assert_int_equal((int)l.n, 3);
+    assert_string_equal(l.v[0].key, "parts/s100/node-0-of-2.yaml");
+    assert_int_equal(l.v[0].size, 2);
+    assert_string_equal(l.v[1].key, "parts/s100/node-1-of-2.yaml");
+    assert_string_equal(l.v[2].key, "parts/s200/node-0-of-2.yaml");
+    ck_remote_list_release(&l);
+    assert_int_equal(ck_store_list(st, "", &l), 0);
+    assert_int_equal((int)l.n, 4);
+    assert_string_equal(l.v[0].key, "commits/s100.yaml");
+    ck_remote_list_release(&l);
+    assert_int_equal(ck_store_list(st, "nothing/here", &l), 0);
+    assert_int_equal((int)l.n, 0);
+    ck_store_free(st);
+    ck_net_release(&net);
+    ck_store_spec_release(&spec);
+}
+
 /* The stores a run gave up (nobody answered there) are skipped by the claim,
  * their jobs left pending; the other stores' jobs are claimed as before. */
 static void queue_claim_skips_given_up_stores(void **state)
@@ -575,5 +750,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(queue_same_bytes_new_mtime_not_requeued),
     cmocka_unit_test(queue_batch_is_one_transaction),
     cmocka_unit_test(uploader_file_store_end_to_end),
+    cmocka_unit_test(file_store_if_absent),
+    cmocka_unit_test(s3_list_objects_parse),
+    cmocka_unit_test(file_store_list),
 };
 CK_TEST_MAIN(tests)
