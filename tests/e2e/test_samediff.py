@@ -991,6 +991,20 @@ class Lowered(TmpDirCase):
         vals = self.run_dl4j(g, params, {"input": x.numpy()})
         np.testing.assert_allclose(vals[wheres[1][4][0]], y, rtol=1e-6, atol=1e-6)
         self.assertTrue(np.isneginf(vals[wheres[0][4][0]]).any())  # the fill kept exactly
+        # a batch not known at pack time: the tiles cannot be said, refused by name
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        gr = h.make_graph([h.make_node("Where", ["m", "input", "z"], ["output"], name="w")], "g",
+                          [h.make_tensor_value_info("input", TP.FLOAT, ["N", 4])],
+                          [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                          initializer=[nh.from_array(np.array([True, False, True, False]), "m"),
+                                       nh.from_array(np.zeros(1, np.float32), "z")])
+        dyn = os.path.join(self.dir, "dyn.onnx")
+        onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 13)]), dyn)
+        p = pack(dyn, os.path.join(self.dir, "dyn.zip"), "--tag", "t", check=1)
+        self.assertIn("node 'w': op 'where' (DL4J's Where takes operands of one shape)",
+                      p.stderr)
+        self.assertIn("[-1, 4]", p.stderr)
 
     def test_pad_paddings_as_input_array(self):
         """ONNX Pad as libnd4j's pad reads it (transforms/pad.cpp): the
