@@ -128,11 +128,24 @@ const struct ck_dl4j_op ck_dl4j_ops[] = {
     {CK_OP_ERF, "erf", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
     {CK_OP_CLIP, "clipbyvalue", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
      {{"clipValueMin", 't', CK_DF_MIN, -INFINITY}, {"clipValueMax", 't', CK_DF_MAX, INFINITY}}},
-    /* DL4J's pad takes (input, paddings[rank, 2], value) and a mode iArg. */
+    /* libnd4j pad (transforms/pad.cpp): (input, paddings [rank, 2] int32 or
+     * int64[, value]), INT_ARG(0) the mode (0 constant), the value from
+     * input 2 when given, else T_ARG(0). The writer gives the paddings as
+     * input 1 (writers/sdlower.c); "paddings" as iArgs after the mode is
+     * what ckptd wrote before, still read. */
     {CK_OP_PAD, "pad", CK_DV_PLAIN, false, SAME_ORDER, 1, 2,
      {{"mode", 'i', CK_DF_CONST, 0},
       {"padValue", 't', CK_DF_SCALAR, 0},
       {"paddings", 'i', CK_DF_INTS, 0}}},
+    /* libnd4j tile (transforms/tile.cpp): the repeats as iArgs when there are
+     * rank of them, else from input 1; nd4j's Tile keeps them in "jaxis". */
+    {CK_OP_TILE, "tile", CK_DV_PLAIN, false, SAME_ORDER, 1, -1,
+     {{"jaxis", 'i', CK_DF_INTS, 0}}},
+    /* libnd4j Where (boolean/where.cpp), three inputs: x and y of one shape,
+     * the condition of theirs; element e is y's where cond.e<bool>(e) is
+     * false, else x's (numpy's where without broadcasting: the writer
+     * broadcasts first, writers/sdlower.c). */
+    {CK_OP_WHERE, "Where", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
     {CK_OP_INVALID, NULL, CK_DV_PLAIN, false, NOIN, -1, -1, {{0}}},
 };
 /* clang-format on */
@@ -181,10 +194,11 @@ int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **ou
 {
     enum ck_dl4j_variant v = variant_of(&n->p);
     const struct ck_dl4j_op *plain = NULL, *exact = NULL;
-    bool has_variants = false;
+    bool has_variants = false, any = false;
     for (const struct ck_dl4j_op *r = ck_dl4j_ops; r->name; r++) {
         if (r->op != n->op || r->read_only || r->variant == CK_DV_DEPTHWISE)
             continue;
+        any = true;
         has_variants |= r->variant != CK_DV_PLAIN;
         if (r->variant == v && !exact)
             exact = r;
@@ -196,7 +210,7 @@ int ck_dl4j_for_node(const struct ck_model_node *n, const struct ck_dl4j_op **ou
     *out = exact ? exact : has_variants ? NULL : plain;
     if (!*out)
         return ck_error(CK_EFORMAT, "node '%s': op '%s'%s has no DL4J equivalent", n->name,
-                        ck_op_name(n->op), v == CK_DV_PLAIN ? "" : " in this form");
+                        ck_op_name(n->op), v == CK_DV_PLAIN || !any ? "" : " in this form");
     return expressible(n, *out);
 }
 

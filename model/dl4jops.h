@@ -79,7 +79,9 @@ struct ck_dl4j_op {
      * list means the same order). */
     int8_t inputs[CK_DL4J_MAX_INPUTS];
     /* When >= 0: DL4J input index that carries p.ints (pad's paddings,
-     * reshape's shape) or p.scalar as a constant array in files DL4J wrote. */
+     * reshape's shape, tile's repeats) or p.scalar as a constant array in
+     * files DL4J wrote. A node written with that input (pad's, from
+     * writers/sdlower.c) has its p.ints there only, not also as arguments. */
     int8_t ints_input, scalar_input;
     struct ck_dl4j_arg args[CK_DL4J_MAX_ARGS]; /* ends at name NULL */
 };

@@ -1397,6 +1397,7 @@ static int map_act(struct cx *c, const struct ck_graph_node *n, const struct row
             return err;
         if (size < 1 || size > (1 << 20))
             return bad_attr(c, n, "size");
+        mn->p.has_scalar = true; /* the bias is a parameter (written as `Scalar`) */
         return ck_model_node_set_ints(mn, &size, 1);
     }
     case CK_OP_SHRINK: /* lambd and bias */

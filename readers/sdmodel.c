@@ -273,7 +273,7 @@ static int const_values(const struct ck_tensor_set *s, const struct ck_nameidx *
 static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *s,
                       const struct ck_nameidx *ix, const struct ck_graph_node *gn,
                       struct ck_model_node *mn, const char **slots, size_t cap, size_t *nslots,
-                      const char *file)
+                      bool *consumed, const char *file)
 {
     int err;
     for (size_t k = 0; k < gn->ninputs; k++) {
@@ -283,11 +283,13 @@ static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *
             const_values(s, ix, gn->inputs[k], vals, CK_MODEL_MAX_INTS, &nv) == 0) {
             if ((err = ck_model_node_set_ints(mn, vals, nv)) < 0)
                 return err;
+            consumed[ck_nameidx_find(ix, gn->inputs[k])->index] = true;
             continue;
         }
         if ((int)k == row->scalar_input && const_values(s, ix, gn->inputs[k], vals, 1, &nv) == 0) {
             const struct ck_tensor *t = &s->tensors[ck_nameidx_find(ix, gn->inputs[k])->index];
             mn->p.scalar = (float)ck_tensor_get_f64(t, 0);
+            consumed[ck_nameidx_find(ix, gn->inputs[k])->index] = true;
             continue;
         }
         size_t slot = row->inputs[0] < 0                              ? k
@@ -304,7 +306,7 @@ static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *
 }
 
 static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const struct ck_nameidx *ix,
-                    const struct ck_graph_node *gn, const char *file)
+                    const struct ck_graph_node *gn, bool *consumed, const char *file)
 {
     const struct ck_dl4j_op *row = ck_dl4j_by_name(gn->op);
     struct ck_model_node *mn;
@@ -324,7 +326,7 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
     size_t nslots = 0;
     if (!slots)
         return ck_error(CK_ENOMEM, "out of memory");
-    err = map_inputs(row, s, ix, gn, mn, slots, cap, &nslots, file);
+    err = map_inputs(row, s, ix, gn, mn, slots, cap, &nslots, consumed, file);
     for (size_t k = 0; k < nslots && err == 0; k++) {
         if (!slots[k])
             err = ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);
@@ -575,12 +577,17 @@ static int build(struct ck_model *m, struct ck_tensor_set *s, const char *file)
     static const int64_t none[1] = {0};
     const struct ck_graph *g = s->graph;
     struct ck_nameidx ix;
-    bool *drop = calloc(s->ntensors + 1, 1);
+    /* consumed: a constant read into a node's parameters (pad's paddings,
+     * reshape's shape, a scalar): it leaves the weights unless a node also
+     * reads it as data */
+    bool *drop = calloc(s->ntensors + 1, 1), *consumed = calloc(s->ntensors + 1, 1);
     int err;
-    if (!drop)
+    if (!drop || !consumed) {
+        free(drop), free(consumed);
         return ck_error(CK_ENOMEM, "out of memory");
+    }
     if ((err = ck_nameidx_tensors(&ix, s)) < 0) {
-        free(drop);
+        free(drop), free(consumed);
         return err;
     }
     for (size_t i = 0; i < g->ninputs && err >= 0; i++) {
@@ -601,12 +608,26 @@ static int build(struct ck_model *m, struct ck_tensor_set *s, const char *file)
         if (row && row->variant == CK_DV_DEPTHWISE)
             err = map_depthwise(&c, &g->nodes[i], row);
         else
-            err = map_node(m, s, &ix, &g->nodes[i], file);
+            err = map_node(m, s, &ix, &g->nodes[i], consumed, file);
         if (err >= 0 && m->nnodes)
             c.canon_of[i] = m->nnodes - 1;
     }
     if (err >= 0)
         err = dequantize(s, &ix, drop);
+    for (size_t i = 0; i < m->nnodes && err >= 0; i++)
+        for (size_t k = 0; k < m->nodes[i].ninputs; k++) {
+            const struct ck_nameidx_entry *e = ck_nameidx_find(&ix, m->nodes[i].inputs[k]);
+            if (e)
+                consumed[e->index] = false;
+        }
+    for (size_t i = 0; i < m->noutputs && err >= 0; i++) {
+        const struct ck_nameidx_entry *e = ck_nameidx_find(&ix, m->outputs[i].name);
+        if (e)
+            consumed[e->index] = false;
+    }
+    for (size_t i = 0; i < s->ntensors; i++)
+        drop[i] = drop[i] || consumed[i];
+    free(consumed);
     ck_nameidx_release(&ix);
     if (c.have_outs)
         ck_nameidx_release(&c.outs);

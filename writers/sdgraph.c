@@ -100,6 +100,8 @@ static int collect(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw)
         err = add_var(g, w[i].t->name, next++, 0);
     for (size_t i = 0; i < m->ninputs && err >= 0; i++)
         err = add_var(g, m->inputs[i].name, next++, 0);
+    for (size_t i = 0; i < nm->weights->ntensors && err >= 0; i++)
+        err = add_var(g, nm->weights->tensors[i].name, next++, 0);
     for (size_t i = 0; i < nm->nnodes && err >= 0; i++)
         for (size_t k = 0; k < nm->nodes[i].noutputs && err >= 0; k++)
             err = add_var(g, nm->nodes[i].outputs[k], (int32_t)i + 1, (int32_t)k);
@@ -121,7 +123,7 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
     uint32_t k = 0;
     int err = 0;
     const struct ck_model *nm = g->nm;
-    int32_t next_scale = (int32_t)(nm->nnodes + 1 + nw + m->ninputs);
+    int32_t next_scale = (int32_t)(nm->nnodes + 1 + nw + m->ninputs + nm->weights->ntensors);
     for (size_t i = 0; i < nw; i++) {
         const struct ck_tensor *t = w[i].t;
         const struct var *v = lookup(g, t->name);
@@ -161,6 +163,16 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
                            variable(g, io->name, v->a, v->b, dt < 0 ? DT_FLOAT : dt, VT_PLACEHOLDER,
                                     io->rank, io->dims, NULL, &err));
     }
+    /* the lowering's own constants (pad's paddings), inline as DL4J's files hold them */
+    for (size_t i = 0; i < nm->weights->ntensors && err >= 0; i++) {
+        const struct ck_tensor *t = &nm->weights->tensors[i];
+        const struct var *v = lookup(g, t->name);
+        ck_fbb_vec_set_off(b, vec, k++,
+                           variable(g, t->name, v->a, v->b, ck_sdarray_dtype(t->dtype),
+                                    VT_CONSTANT, t->rank, t->dims, t, &err));
+    }
+    if (err < 0)
+        return err;
     for (size_t i = 0; i < nm->nnodes; i++)
         for (size_t o = 0; o < nm->nodes[i].noutputs; o++)
             ck_fbb_vec_set_off(b, vec, k++,
@@ -208,7 +220,16 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     double ta[CK_DL4J_MAX_ARGS];
     uint8_t ba[CK_DL4J_MAX_ARGS];
     uint32_t ni = 0, nt = 0, nb = 0, nargs = 0;
-    for (const struct ck_dl4j_arg *a = row->args; a->name; a++, nargs++) {
+    /* p.ints given as a DL4J input (pad's paddings, writers/sdlower.c) are
+     * not written as arguments too */
+    bool ints_in = row->ints_input >= 0 && (size_t)row->ints_input < n->ninputs;
+    const struct ck_dl4j_arg *props[CK_DL4J_MAX_ARGS];
+    for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
+        if (ck_dl4j_arg_is_list(a) && ints_in)
+            continue;
+        props[nargs++] = a;
+    }
+    for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
         double v = ck_dl4j_arg_get(a, &n->p);
         if (ck_dl4j_arg_is_list(a))
             continue; /* after every single value, below */
@@ -221,7 +242,7 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     }
     for (const struct ck_dl4j_arg *a = row->args; a->name; a++) {
         size_t nl;
-        if (!ck_dl4j_arg_is_list(a))
+        if (!ck_dl4j_arg_is_list(a) || ints_in)
             continue;
         if ((err = ck_dl4j_arg_list(a, &n->p, ia + ni, CK_MODEL_MAX_INTS, &nl)) < 0)
             return ck_error_wrap(err, "'%s': node '%s'", g->label, n->name);
@@ -266,7 +287,7 @@ static int write_node(struct gctx *g, size_t idx, uint32_t *out)
     uint32_t pv = ck_fbb_vec_offsets(b, nargs);
     ck_fbb_set_off(b, &t, FN_PROPS, pv);
     for (uint32_t i = 0; i < nargs; i++)
-        ck_fbb_vec_set_off(b, pv, i, property(b, &row->args[i], &n->p));
+        ck_fbb_vec_set_off(b, pv, i, property(b, props[i], &n->p));
     uint32_t iv = ck_fbb_vec_offsets(b, (uint32_t)nin);
     ck_fbb_set_off(b, &t, FN_INPUTPAIRED, iv);
     for (size_t i = 0; i < nin; i++) {

@@ -265,7 +265,9 @@ static int64_t floor_div(int64_t a, int64_t b)
     return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
 }
 
-static int shape_of(struct low *l, const struct ck_model_node *n, int64_t *h, int64_t *w)
+/* The shape of value (computed once for the whole source graph); NULL when
+ * it is not known, with the reason (when inference failed) in l->shapes_why. */
+static const struct ck_shape *value_shape(struct low *l, const char *value)
 {
     if (l->shapes_state == 0) {
         if (ck_model_infer_shapes(l->src, &l->shapes) < 0) {
@@ -275,22 +277,43 @@ static int shape_of(struct low *l, const struct ck_model_node *n, int64_t *h, in
             l->shapes_state = 1;
         }
     }
-    const struct ck_shape *x =
-        l->shapes_state == 1 ? ck_model_shape_of(&l->shapes, n->inputs[0]) : NULL;
-    if (!x || x->rank != 4 || x->dims[2] < 0 || x->dims[3] < 0) {
-        char t[128] = "unknown";
-        if (x)
-            ck_shape_text(x, t, sizeof t);
-        return ck_error(CK_EFORMAT,
-                        "'%s': node '%s': op '%s' with ceil mode or asymmetric padding is lowered "
-                        "for DL4J from its input's height and width, and '%s' is %s%s%s",
-                        l->label, n->name, ck_op_name(n->op), n->inputs[0], t,
-                        l->shapes_state < 0 ? ": " : "", l->shapes_state < 0 ? l->shapes_why : "");
-    }
+    return l->shapes_state == 1 ? ck_model_shape_of(&l->shapes, value) : NULL;
+}
+
+/* CK_EFORMAT: node n is lowered from value's shape (what for), and it is
+ * not known at pack time. */
+static int shape_unknown(const struct low *l, const struct ck_model_node *n, const char *what,
+                         const char *value, const struct ck_shape *s)
+{
+    char t[128] = "unknown";
+    if (s)
+        ck_shape_text(s, t, sizeof t);
+    return ck_error(CK_EFORMAT, "'%s': node '%s': op '%s' %s is lowered for DL4J from the shape "
+                    "of '%s', and it is %s%s%s",
+                    l->label, n->name, ck_op_name(n->op), what, value, t,
+                    l->shapes_state < 0 ? ": " : "", l->shapes_state < 0 ? l->shapes_why : "");
+}
+
+static bool shape_is_known(const struct ck_shape *s)
+{
+    for (int i = 0; s && i < s->rank; i++)
+        if (s->dims[i] < 0)
+            return false;
+    return s != NULL;
+}
+
+static int shape_of(struct low *l, const struct ck_model_node *n, int64_t *h, int64_t *w)
+{
+    const struct ck_shape *x = value_shape(l, n->inputs[0]);
+    if (!x || x->rank != 4 || x->dims[2] < 0 || x->dims[3] < 0)
+        return shape_unknown(l, n, "with ceil mode or asymmetric padding", n->inputs[0], x);
     *h = x->dims[2];
     *w = x->dims[3];
     return 0;
 }
+
+static int emit_pad(struct low *l, const struct ck_model_node *n, const char *name,
+                    const struct ck_op_params *p, const char *x, const char *y);
 
 /* The pool with DL4J's symmetric padding q = p0 + m s on an axis: its
  * windows start at -q + i s, so window m + j is the canonical window j;
@@ -319,7 +342,7 @@ static int lower_pool(struct low *l, const struct ck_model_node *n)
         pp.ints = pads;
         pp.nints = 8;
         if ((err = sub_name(&padded, n, "padded")) < 0 ||
-            (err = emit1(l, padded, CK_OP_PAD, &pp, x, padded)) < 0)
+            (err = emit_pad(l, n, padded, &pp, x, padded)) < 0)
             goto out;
         x = padded;
         size[0] += pad[0] + pad[2];
@@ -370,6 +393,165 @@ out:
     return err;
 }
 
+/* A constant the lowering adds (an int64 array in the written graph, not a
+ * stored weight): name, shape and values copied into the lowered model. */
+static int add_const_i64(struct low *l, const char *name, int rank, const int64_t *dims,
+                         const int64_t *v, size_t n)
+{
+    struct ck_tensor t;
+    void *mem;
+    int err;
+    memset(&t, 0, sizeof t);
+    if ((err = ck_tensor_set_alloc(l->out->m->weights, n * sizeof *v, &mem)) < 0)
+        return err;
+    if (n)
+        memcpy(mem, v, n * sizeof *v);
+    t.name = (char *)name;
+    t.dtype = CK_DT_I64;
+    t.rank = rank;
+    memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+    t.nbytes = n * sizeof *v;
+    t.data = mem;
+    t.role = "constant";
+    return ck_tensor_set_add(l->out->m->weights, &t, NULL);
+}
+
+/* libnd4j's pad (transforms/pad.cpp) reads its paddings from input 1, an
+ * integer array [rank, 2] (no iArg form): the canonical before/after pairs
+ * (axes not listed padded by 0) become that constant, "<node>/paddings";
+ * the mode (0, constant) and the value stay INT_ARG(0) and T_ARG(0). */
+static int emit_pad(struct low *l, const struct ck_model_node *n, const char *name,
+                    const struct ck_op_params *p, const char *x, const char *y)
+{
+    const struct ck_shape *xs = value_shape(l, x);
+    char *cname = NULL;
+    int64_t *pads = NULL;
+    int err;
+    if (!xs)
+        return shape_unknown(l, n, "(its paddings an array [rank, 2])", x, xs);
+    size_t npad = 2 * (size_t)xs->rank;
+    if (p->nints % 2 || p->nints > npad)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': %zu padding values for an input of rank %d",
+                        l->label, n->name, p->nints, xs->rank);
+    if (!(pads = calloc(npad + 1, sizeof *pads)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    memcpy(pads, p->ints, p->nints * sizeof *pads);
+    int64_t dims[2] = {xs->rank, 2};
+    struct ck_op_params q = *p;
+    q.ints = NULL;
+    q.nints = 0;
+    if ((err = sub_name(&cname, n, "paddings")) >= 0 &&
+        (err = add_const_i64(l, cname, 2, dims, pads, npad)) >= 0) {
+        const char *ins[2] = {x, cname};
+        err = emit(l, name, CK_OP_PAD, &q, ins, 2, &y, 1, NULL);
+    }
+    free(pads);
+    free(cname);
+    return err;
+}
+
+static int lower_pad(struct low *l, const struct ck_model_node *n)
+{
+    if (n->ninputs != 1 || n->noutputs != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op '%s' takes one input and one output",
+                        l->label, n->name, ck_op_name(n->op));
+    return emit_pad(l, n, n->name, &n->p, n->inputs[0], n->outputs[0]);
+}
+
+static bool same_shape(const struct ck_shape *a, const struct ck_shape *b)
+{
+    if (a->rank != b->rank)
+        return false;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i])
+            return false;
+    return true;
+}
+
+/* Operand v (shape vs) made out's shape: a reshape to out's rank (leading
+ * 1s) when it has fewer dims, then a tile by out / its dims (libnd4j's
+ * tile, transforms/tile.cpp: the repeats as iArgs, one per axis). The value
+ * that has out's shape into *res (owned by the caller: NULL when v is used
+ * as it is). */
+static int broadcast_operand(struct low *l, const struct ck_model_node *n, const char *role,
+                             const char *v, const struct ck_shape *vs, const struct ck_shape *out,
+                             char **res)
+{
+    int64_t dims[CK_TENSOR_MAX_RANK], reps[CK_TENSOR_MAX_RANK];
+    int lead = out->rank - vs->rank;
+    char *shaped = NULL;
+    int err = 0;
+    *res = NULL;
+    if (same_shape(vs, out))
+        return 0;
+    for (int i = 0; i < out->rank; i++) {
+        dims[i] = i < lead ? 1 : vs->dims[i - lead];
+        if (dims[i] != 1 && dims[i] != out->dims[i])
+            return ck_error(CK_EFORMAT, "'%s': node '%s': operand '%s' does not broadcast",
+                            l->label, n->name, v);
+        reps[i] = dims[i] == out->dims[i] ? 1 : out->dims[i];
+    }
+    struct ck_op_params rp, tp;
+    ck_op_params_init(&rp);
+    ck_op_params_init(&tp);
+    rp.ints = dims;
+    rp.nints = (size_t)out->rank;
+    tp.ints = reps;
+    tp.nints = (size_t)out->rank;
+    const char *in = v;
+    if (lead > 0) {
+        if ((err = sub_name(&shaped, n, "%s_rank%d", role, out->rank)) < 0 ||
+            (err = emit1(l, shaped, CK_OP_RESHAPE, &rp, v, shaped)) < 0)
+            goto out;
+        in = shaped;
+    }
+    if ((err = sub_name(res, n, "%s_broadcast", role)) < 0 ||
+        (err = emit1(l, *res, CK_OP_TILE, &tp, in, *res)) < 0) {
+        free(*res);
+        *res = NULL;
+    }
+out:
+    free(shaped);
+    return err;
+}
+
+/* where(cond, a, b) with numpy broadcasting: libnd4j's Where
+ * (boolean/where.cpp) takes x and y of one shape and a condition of their
+ * shape (element e: y's where cond.e<bool>(e) is false, else x's; a float
+ * condition is true where it is not 0, NaN too): each operand whose shape
+ * is not the output's is broadcast to it first, with exact copies (tile),
+ * never arithmetic (a -inf fill times 0 is NaN). */
+static int lower_where(struct low *l, const struct ck_model_node *n)
+{
+    static const char *const roles[3] = {"cond", "a", "b"};
+    char *bc[3] = {NULL, NULL, NULL};
+    const struct ck_shape *s[3];
+    int err = 0;
+    if (n->ninputs != 3 || n->noutputs != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'where' takes three inputs and one output",
+                        l->label, n->name);
+    const struct ck_shape *out = value_shape(l, n->outputs[0]);
+    if (!shape_is_known(out))
+        return shape_unknown(l, n, "(DL4J's Where takes operands of one shape)", n->outputs[0],
+                             out);
+    for (int k = 0; k < 3; k++)
+        if (!shape_is_known(s[k] = value_shape(l, n->inputs[k])))
+            return shape_unknown(l, n, "(DL4J's Where takes operands of one shape)", n->inputs[k],
+                                 s[k]);
+    for (int k = 0; k < 3 && err >= 0; k++)
+        err = broadcast_operand(l, n, roles[k], n->inputs[k], s[k], out, &bc[k]);
+    if (err >= 0) {
+        const char *ins[3];
+        for (int k = 0; k < 3; k++)
+            ins[k] = bc[k] ? bc[k] : n->inputs[k];
+        err = emit(l, n->name, CK_OP_WHERE, &n->p, ins, 3, (const char *const *)n->outputs, 1,
+                   NULL);
+    }
+    for (int k = 0; k < 3; k++)
+        free(bc[k]);
+    return err;
+}
+
 static int lower_node(struct low *l, const struct ck_model_node *n)
 {
     const struct ck_op_params *p = &n->p;
@@ -385,6 +567,10 @@ static int lower_node(struct low *l, const struct ck_model_node *n)
         return lower_hard(l, n, false);
     case CK_OP_HARD_SWISH:
         return lower_hard(l, n, true);
+    case CK_OP_PAD:
+        return lower_pad(l, n);
+    case CK_OP_WHERE:
+        return lower_where(l, n);
     default:
         return emit_copy(l, n);
     }

@@ -11,7 +11,12 @@
  *   inside the input), then a strided_slice of the windows wanted;
  *   avgpool counting its padding gets an explicit zero pad first;
  * - hard_sigmoid: mul_scalar, add_scalar, clipbyvalue to [0, 1];
- * - hard_swish: x times (div_scalar 6, add_scalar 0.5, clipbyvalue).
+ * - hard_swish: x times (div_scalar 6, add_scalar 0.5, clipbyvalue);
+ * - where with broadcasting: each operand not of the output's shape
+ *   reshaped to its rank and tiled to its shape, then DL4J's Where (which
+ *   takes operands of one shape);
+ * - pad: its paddings a constant int64 array [rank, 2] (input 1, as
+ *   libnd4j's pad reads them), held in the lowered model's weights.
  * What cannot be lowered exactly is refused naming the node and why. */
 #ifndef CK_SDLOWER_H
 #define CK_SDLOWER_H
@@ -21,8 +26,9 @@
 
 struct ck_sdlower {
     /* owned: the nodes as written, in order; their inputs name the source
-     * model's weights, inputs and earlier outputs (its own weights set is
-     * empty) */
+     * model's weights, inputs and earlier outputs, and the constants the
+     * lowering adds (its own weights: pad's paddings), which graph.fb holds
+     * inline as CONSTANT variables */
     struct ck_model *m;
     const struct ck_dl4j_op **rows; /* owned array: rows[i] is m->nodes[i]'s DL4J op */
 };

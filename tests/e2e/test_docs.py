@@ -2,7 +2,9 @@
 wrote list every config key of agent/config.c's table and every command of
 agent/cmd/commands.c's (read from the sources, not from the binary the pages
 were made from); docs/configuration.md and docs/commands.md equal what the
-build generated; every relative link in README.md and docs/*.md resolves."""
+build generated; every canonical op has a row in docs/model.md's and
+docs/mldef.md's op tables; every relative link in README.md and docs/*.md
+resolves."""
 import glob
 import os
 import re
@@ -85,6 +87,21 @@ class Docs(unittest.TestCase):
             text = f.read()
         missing = [k for k in source_keys() if f"| `{k}` |" not in text]
         self.assertEqual(missing, [], "keys of agent/config.c missing from docs/configuration.md")
+
+    def test_every_op_in_the_op_tables(self):
+        """Every canonical op of model/model.c's name table has a row in
+        docs/model.md's op table and in docs/mldef.md's (2.6), named in the
+        row's first cell."""
+        with open(os.path.join(ROOT, "model", "model.c")) as f:
+            ops = [o for o in re.findall(r'\[CK_OP_[A-Z0-9_]+\] = "([a-z0-9_]+)"', f.read())
+                   if o != "invalid"]
+        self.assertGreater(len(ops), 100, ops)
+        for doc in ("model.md", "mldef.md"):
+            with open(os.path.join(ROOT, "docs", doc)) as f:
+                firsts = [ln.split("|")[1] for ln in f.read().splitlines()
+                          if ln.startswith("|") and ln.count("|") > 2]
+            missing = [o for o in ops if not any(f"`{o}`" in c for c in firsts)]
+            self.assertEqual(missing, [], f"ops with no row in docs/{doc}'s op table")
 
     def test_relative_links_resolve(self):
         files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))

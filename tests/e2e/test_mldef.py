@@ -596,6 +596,51 @@ class Pack(TmpDirCase):
         assert_mappable(self, out)
         run("inspect", out, check=0)
 
+    def test_lrn_and_hardmax_params_as_documented(self):
+        """ONNX LRN (a bias other than ONNX's default) and Hardmax packed as
+        .mldef: their Params are the keys docs/mldef.md's op table names
+        (`Alpha`, `Beta`, `Scalar` the bias, `Ints` [size]; `Axis`), and the
+        archive, read back, computes torch's LRN and numpy's one-hot of the
+        first largest value (the bias was not written once: the .mldef
+        computed another LRN)."""
+        import torch
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, TensorProto as TP
+        nodes = [h.make_node("LRN", ["x"], ["n"], name="lrn", alpha=0.3, beta=0.6, bias=2.5,
+                             size=3),
+                 h.make_node("Hardmax", ["n"], ["y"], name="hardmax", axis=1)]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", TP.FLOAT, [2, 5, 3, 2])],
+                         [h.make_tensor_value_info("n", TP.FLOAT, None),
+                          h.make_tensor_value_info("y", TP.FLOAT, None)])
+        src = os.path.join(self.dir, "lrn.onnx")
+        onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), src)
+        out = os.path.join(self.dir, "lrn.mldef")
+        run("pack", "--format", "mldef", src, "-o", out, check=0)
+        with zipfile.ZipFile(out) as z:
+            layers = {x["Name"]: x for x in json.loads(z.read("manifest.json"))["Layers"]}
+        self.assertEqual(layers["lrn"]["Op"], "lrn")
+        self.assertEqual({k: round(v, 6) if isinstance(v, float) else v
+                          for k, v in layers["lrn"]["Params"].items()},
+                         {"Alpha": 0.3, "Beta": 0.6, "Scalar": 2.5, "Ints": [3]})
+        self.assertEqual((layers["hardmax"]["Op"], layers["hardmax"]["Params"]),
+                         ("hardmax", {"Axis": 1}))
+        x = np.random.default_rng(19).standard_normal((2, 5, 3, 2)).astype(np.float32)
+        x[0, 1, 0, 0] = x[0, 3, 0, 0] = 9  # a tie: the first one wins
+        n = torch.nn.functional.local_response_norm(torch.from_numpy(x), 3, alpha=0.3, beta=0.6,
+                                                    k=2.5).numpy()
+        y = (np.arange(5)[None, :, None, None] == n.argmax(1)[:, None]).astype(np.float32)
+        self.assertEqual(y[0, :, 0, 0].tolist(), [0, 1, 0, 0, 0])
+        xi, ni, yi = (os.path.join(self.dir, f) for f in ("x.npy", "n.npy", "y.npy"))
+        np.save(xi, x)
+        for model in (src, out):
+            d = os.path.join(self.dir, os.path.basename(model) + ".out")
+            os.makedirs(d, exist_ok=True)
+            p = run("verify", model, "--inputs", xi, "--save-outputs", d)
+            self.assertEqual(p.returncode, 0, model + p.stdout + p.stderr)
+            np.testing.assert_allclose(np.load(os.path.join(d, "n.npy")), n, rtol=1e-5,
+                                       atol=1e-6, err_msg=model)
+            np.testing.assert_array_equal(np.load(os.path.join(d, "y.npy")), y, err_msg=model)
+
     def test_weight_only_checkpoint_needs_a_graph(self):
         path = os.path.join(self.dir, "w.npy")
         np.save(path, np.zeros(3, np.float32))

@@ -494,10 +494,11 @@ class Select(Graphs):
                            xs, [("y", np.ones((3,), f))])
             self.refused(p, "Einsum", why, inputs=[a for _, a in xs])
 
-    def test_samediff_refuses_where_by_name(self):
-        """DL4J's where_np takes three operands of one shape (no broadcasting):
-        the SameDiff writer names the op instead of writing what DL4J would
-        not run."""
+    def test_samediff_refuses_comparison_by_name(self):
+        """A mask computed at run time: the canonical comparison gives a
+        float32 0/1 mask, DL4J's comparisons bool arrays, so the SameDiff
+        writer names the comparison instead of writing what DL4J would not
+        run (the where after it is lowered, docs/samediff.md)."""
         h = self.h
         x = np.ones((2, 3), np.float32)
         nodes = [h.make_node("Greater", ["x", "z"], ["g"]),

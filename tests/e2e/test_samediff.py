@@ -40,6 +40,27 @@ def pack(src, out, *args, check=0):
     return run("pack", "--format", "samediff", src, "-o", out, *args, check=check)
 
 
+def node_args(graph, name):
+    """A node's positional (iArgs, tArgs): extraInteger and extraParams."""
+    for i in range(graph.NodesLength()):
+        n = graph.Nodes(i)
+        if n.Name().decode() == name:
+            return ([n.ExtraInteger(k) for k in range(n.ExtraIntegerLength())],
+                    [n.ExtraParams(k) for k in range(n.ExtraParamsLength())])
+    raise AssertionError(f"no node {name}")
+
+
+def const_input(graph, node, k):
+    """(VarType, ndarray or None) of input k of node (a graph_nodes tuple):
+    the variable it names and the array held inline in graph.fb."""
+    for i in range(graph.VariablesLength()):
+        v = graph.Variables(i)
+        if (v.Id().First(), v.Id().Second()) == node[3][k]:
+            arr = v.Ndarray()
+            return v.Variabletype(), None if arr is None else sdfb.array_from_fb(arr)
+    raise AssertionError(f"no variable {node[3][k]}")
+
+
 class Pack(TmpDirCase):
     def src(self, name, w):
         p = os.path.join(self.dir, name)
@@ -483,10 +504,26 @@ class Pack(TmpDirCase):
         _, a = sdfb.read_archive(out)
         got = sdfb.graph_nodes(a["t1"]["graph"])
         self.assertEqual([n[0] for n in got], ["pad", "add", "log_softmax"])
-        self.assertEqual(got[0][2]["paddings"], [1, 2])
-        self.assertEqual(got[0][2]["padValue"], [10.0])
+        # written as libnd4j's pad reads it: the paddings a constant input
+        # [rank, 2], the mode INT_ARG(0), the value T_ARG(0)
+        vt, paddings = const_input(a["t1"]["graph"], got[0], 1)
+        self.assertEqual((vt, paddings.dtype.str, paddings.tolist()), (1, ">i8", [[1, 2]]))
+        self.assertEqual(node_args(a["t1"]["graph"], "PadV2"), ([0], [10.0]))
+        self.assertEqual(got[0][2], {"mode": [0], "padValue": [10.0]})
         self.assertEqual(got[2][2]["dimension"], [0])
+        # the constants read into parameters are no weights any more (an
+        # unused weight, "bias", stays one)
+        self.assertEqual(sorted(a["t1"]["params"]), ["bias", "bias9"])
         np.testing.assert_array_equal(a["t1"]["params"]["bias9"], w["bias9"])
+        # both graphs compute what numpy does
+        z = np.concatenate([[10.0], x, [10.0, 10.0]]) + w["bias9"]
+        want = (z - z.max() - np.log(np.exp(z - z.max()).sum())).astype(np.float32)
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), want)
+        for model in (src, out):
+            p = run("verify", model, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+                    os.path.join(self.dir, "y.npy"), "--rtol", "1e-6", "--atol", "1e-6")
+            self.assertEqual(p.returncode, 0, model + p.stdout + p.stderr)
         # the real DL4J file has no placeholder: the canonical model refuses it by name
         p = pack(shared("samediff", "pad_1D.fb"), out, "--tag", "t2", check=1)
         self.assertIn("no graph input", p.stderr)
@@ -844,9 +881,10 @@ class Lowered(TmpDirCase):
         nodes, _, g = self.packed("ap1", src, x, y)
         # the counted padding becomes real zeros, then as without it
         self.assertEqual(nodes[0][0], "pad")
-        self.assertEqual(nodes[0][2]["paddings"], [0, 0, 0, 0, 1, 1, 1, 1])
-        self.assertEqual(nodes[0][2]["padValue"], [0.0])
-        xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        vt, paddings = const_input(g, nodes[0], 1)
+        self.assertEqual((vt, paddings.tolist()), (1, [[0, 0], [0, 0], [1, 1], [1, 1]]))
+        self.assertEqual(node_args(g, nodes[0][1]), ([0], [0.0]))
+        xp = np.pad(x, paddings, constant_values=0.0)
         self.check_pool("ap1", nodes[1:], xp, y, avg=True)
         self.assertEqual(self.int_args(g, nodes[1][1]), [3, 3, 2, 2, 2, 0, 1, 1, 0, 0, 0])
 
@@ -867,6 +905,144 @@ class Lowered(TmpDirCase):
         self.assertEqual(nodes[2][2], {"clipValueMin": [0.0], "clipValueMax": [1.0]})
         self.assertAlmostEqual(nodes[4][2]["scalar"][0], 1 / 6, places=7)  # torch's alpha
         self.assertEqual(nodes[5][2], {"scalar": [0.5]})
+
+    def run_dl4j(self, graph, params, feeds):
+        """The written graph computed with libnd4j's rules for the ops it
+        holds (numpy, not ckptd's engine): reshape (C order), tile
+        (transforms/tile.cpp: the repeats as iArgs, one per axis), Where
+        (boolean/where.cpp: x, y and the condition of one shape, else the
+        op fails; y's element where the condition is 0, else x's) and
+        softmax over its dimension; any other op fails the test. feeds:
+        {placeholder: ndarray}; returns {value name: ndarray}."""
+        vals = dict(feeds)
+        for name, arr in params.items():
+            vals[name] = arr
+        for i in range(graph.VariablesLength()):
+            v = graph.Variables(i)
+            if v.Ndarray() is not None:
+                vals[v.Name().decode()] = sdfb.array_from_fb(v.Ndarray())
+        names = self.ids(graph)
+        for op, name, args, ins, outs in sdfb.graph_nodes(graph):
+            x = [vals[names[i]] for i in ins]
+            iargs, _ = node_args(graph, name)
+            if op == "reshape":
+                y = x[0].reshape(iargs, order="C")
+            elif op == "tile":
+                self.assertEqual(len(iargs), x[0].ndim, name)
+                y = np.tile(x[0], iargs)
+            elif op == "Where":
+                self.assertEqual(len(x), 3, name)
+                self.assertEqual(x[1].shape, x[2].shape, name)
+                self.assertEqual(x[0].shape, x[1].shape, name)
+                y = np.where(x[0].astype(bool), x[1], x[2])
+            elif op == "softmax":
+                d = iargs[0]
+                e = np.exp(x[0] - x[0].max(axis=d, keepdims=True))
+                y = e / e.sum(axis=d, keepdims=True)
+            else:
+                self.fail(f"node {name}: op {op} not computed here")
+            vals[outs[0]] = y
+        return vals
+
+    def test_where_broadcast_with_tile(self):
+        """GPT's causal mask: where(mask [T, T], -inf, scores [N, H, T, T])
+        as torch's masked_fill exports it, and a where whose chosen value is
+        a weight [H, 1, T]: libnd4j's Where takes operands of one shape, so
+        each other operand is reshaped to the output's rank and tiled to its
+        shape (exact copies: the -inf fill is never multiplied)."""
+        import torch
+
+        class Masked(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fill = torch.nn.Parameter(torch.randn(2, 1, 5))
+
+            def forward(self, s):
+                i = torch.arange(s.shape[-1])
+                mask = i.unsqueeze(0) > i.unsqueeze(1)  # key after query
+                a = s.masked_fill(mask, float("-inf")).softmax(-1)
+                return torch.where(mask, self.fill, a)
+
+        torch.manual_seed(17)
+        x = torch.randn(3, 2, 5, 5)
+        src, y = self.torch_module("where", Masked(), x)
+        nodes, params, g = self.packed("where", src, x.numpy(), y)
+        names = self.ids(g)
+        wheres = [n for n in nodes if n[0] == "Where"]
+        self.assertEqual(len(wheres), 2)
+        made = {n[4][0]: n for n in nodes}  # value -> the node that makes it
+        # the mask and the -inf fill broadcast; the scores are the output's shape
+        mask_in, fill_in = (made[names[i]] for i in wheres[0][3][:2])
+        self.assertEqual(names[wheres[0][3][2]], "input")
+        for tiled, shape, reps in ((mask_in, [1, 1, 5, 5], [3, 2, 1, 1]),
+                                   (fill_in, [1, 1, 1, 1], [3, 2, 5, 5])):
+            self.assertEqual((tiled[0], tiled[2]), ("tile", {"jaxis": reps}))
+            self.assertEqual(node_args(g, tiled[1])[0], reps)
+            rs = made[names[tiled[3][0]]]
+            self.assertEqual((rs[0], rs[2]), ("reshape", {"shape": shape}))
+        # the weight [2, 1, 5] as [1, 2, 1, 5] tiled by [3, 1, 5, 1]; the
+        # softmax already [3, 2, 5, 5]
+        mask_in, fill, soft = (made.get(names[i]) for i in wheres[1][3])
+        self.assertEqual(mask_in[0], "tile")
+        self.assertEqual((fill[0], fill[2]), ("tile", {"jaxis": [3, 1, 5, 1]}))
+        self.assertEqual(made[names[fill[3][0]]][2], {"shape": [1, 2, 1, 5]})
+        self.assertEqual(names[made[names[fill[3][0]]][3][0]], "fill")
+        self.assertEqual(soft[0], "softmax")
+        vals = self.run_dl4j(g, params, {"input": x.numpy()})
+        np.testing.assert_allclose(vals[wheres[1][4][0]], y, rtol=1e-6, atol=1e-6)
+        self.assertTrue(np.isneginf(vals[wheres[0][4][0]]).any())  # the fill kept exactly
+        # a batch not known at pack time: the tiles cannot be said, refused by name
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        gr = h.make_graph([h.make_node("Where", ["m", "input", "z"], ["output"], name="w")], "g",
+                          [h.make_tensor_value_info("input", TP.FLOAT, ["N", 4])],
+                          [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                          initializer=[nh.from_array(np.array([True, False, True, False]), "m"),
+                                       nh.from_array(np.zeros(1, np.float32), "z")])
+        dyn = os.path.join(self.dir, "dyn.onnx")
+        onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 13)]), dyn)
+        p = pack(dyn, os.path.join(self.dir, "dyn.zip"), "--tag", "t", check=1)
+        self.assertIn("node 'w': op 'where' (DL4J's Where takes operands of one shape)",
+                      p.stderr)
+        self.assertIn("[-1, 4]", p.stderr)
+
+    def test_pad_paddings_as_input_array(self):
+        """ONNX Pad as libnd4j's pad reads it (transforms/pad.cpp): the
+        paddings a constant int64 input [rank, 2], the mode INT_ARG(0) 0, the
+        value T_ARG(0); the form ckptd wrote before (the paddings as iArgs
+        after the mode) still reads back."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        pads = np.array([0, 1, 2, 0, 1, 0, 3, 2], np.int64)  # ONNX: all begins, all ends
+        inits = [nh.from_array(pads, "pads"), nh.from_array(np.array(1.5, np.float32), "v")]
+        node = h.make_node("Pad", ["input", "pads", "v"], ["output"], name="pad", mode="constant")
+        gr = h.make_graph([node], "g", [h.make_tensor_value_info("input", TP.FLOAT, [2, 3, 4, 2])],
+                          [h.make_tensor_value_info("output", TP.FLOAT, None)], initializer=inits)
+        src = os.path.join(self.dir, "pad.onnx")
+        onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 13)]), src)
+        x = np.random.default_rng(18).standard_normal((2, 3, 4, 2)).astype(np.float32)
+        want = np.pad(x, list(zip(pads[:4], pads[4:])), constant_values=1.5)
+        nodes, params, g = self.packed("pad", src, x, want)
+        self.assertEqual([n[0] for n in nodes], ["pad"])
+        self.assertEqual(nodes[0][2], {"mode": [0], "padValue": [1.5]})
+        self.assertEqual(node_args(g, "pad"), ([0], [1.5]))
+        vt, paddings = const_input(g, nodes[0], 1)
+        self.assertEqual((vt, paddings.dtype.str), (1, ">i8"))
+        self.assertEqual(paddings.tolist(), [[0, 1], [1, 0], [2, 3], [0, 2]])
+        self.assertEqual(const_input(g, nodes[0], 0)[0], 3)  # the placeholder, then the array
+        # libnd4j's constant mode: each axis grown by paddings[axis] filled with the value
+        np.testing.assert_array_equal(np.pad(x, paddings, constant_values=1.5), want)
+        # the form written before: paddings as iArgs and a named list
+        for args in ({"__extraInteger": [0, 0, 1, 1, 0, 2, 3, 0, 2]},
+                     {"mode": ("l", [0]), "padValue": ("d", [1.5]),
+                      "paddings": ("l", [0, 1, 1, 0, 2, 3, 0, 2])}):
+            old = os.path.join(self.dir, "old.fb")
+            if "__extraInteger" in args:
+                args = dict(args, padValue=("d", [1.5]))
+            sdfb.write_graph(old, {}, {"input": [2, 3, 4, 2]},
+                             [("pad", "pad", ["input"], ["out"], args)], ["out"])
+            p = self.verify(old, x, want)
+            self.assertEqual(p.returncode, 0, f"{args}: {p.stdout}{p.stderr}")
 
     def test_dl4j_depthwise_weight_formats_read(self):
         """depthwise_conv2d as DL4J itself may write it: weights stored in

@@ -127,8 +127,6 @@ class Memory(Checker):
 # be refused with an error naming that blocker (never a wrong answer, never a
 # crash, never an unrelated helper node). Every other combination must verify.
 GAPS = {
-    # DL4J's where_np takes three operands of one shape, no broadcasting
-    ("gpt_small", "samediff"): "'where' has no DL4J equivalent",
     # shapes computed at run time (a dynamic batch or sequence length): the
     # SameDiff archives ckptd writes hold static shapes (docs/samediff.md)
     ("gpt_small", "samediff-d"): "computes shapes at run time",

@@ -506,6 +506,23 @@ def samediff_seeds(out):
     sdfb.write_graph(p, {"w": wg}, {"input": [1, 4, 5, 5]}, nodes, ["out"])
     with open(p, "rb") as f:
         put(out, "samediff", "groups_as_slices", f.read())
+    # pad with its paddings a constant input [rank, 2] (libnd4j's form, what
+    # ckptd writes), a where's operands broadcast by reshape + tile (repeats
+    # as iArgs, and as a constant input) into libnd4j's Where
+    consts = {"pads": np.array([[0, 0], [0, 0], [0, 1], [1, 1]], np.int64),
+              "mask": np.triu(np.ones((4, 4), np.float32), 1),
+              "fill": np.full((1, 1, 1, 1), -np.inf, np.float32),
+              "reps": np.array([2, 1, 4, 4], np.int64)}
+    nodes = [("pad", "pad", ["input", "pads"], ["p"],
+              {"__extraInteger": [0], "padValue": ("d", [1.5])}),
+             ("reshape", "mr", ["mask"], ["m4"], {"shape": ("l", [1, 1, 4, 4])}),
+             ("tile", "mt", ["m4"], ["mb"], {"jaxis": ("l", [2, 1, 1, 1])}),
+             ("tile", "ft", ["fill", "reps"], ["fb"], {}),
+             ("Where", "w", ["mb", "fb", "p"], ["out"], {})]
+    p = os.path.join(tmp, "where.fb")
+    sdfb.write_graph(p, consts, {"input": [2, 1, 3, 2]}, nodes, ["out"])
+    with open(p, "rb") as f:
+        put(out, "samediff", "pad_tile_where", f.read())
 
 
 def metrics_seeds(out):
