@@ -215,6 +215,15 @@ class Onnx(Base):
         r = run("inspect", q)
         self.assertEqual(r.returncode, 1)
         self.assertIn("tensor 'w': raw_data of 12 bytes, expected 16", r.stderr)
+        # typed values far fewer than the dims claim (2 GiB of floats): refused
+        # before anything of the claimed size is allocated (fuzz_onnx)
+        bad = h.make_tensor("w", self.TP.FLOAT, [3], [1.0, 2.0, 3.0])
+        bad.dims[:] = [1 << 29]
+        q = self.model([h.make_node("Identity", ["w"], ["y"])], [bad], [],
+                       [self.vi("y", [1 << 29])], name="typed.onnx")
+        r = run("inspect", q)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("tensor 'w': 3 values for 536870912 elements", r.stderr)
 
 
 if __name__ == "__main__":
