@@ -406,13 +406,6 @@ static int emit_whole(const struct ck_layout *l, struct ck_yaml_doc *doc, yaml_n
     return ck_yaml_out_end(&o);
 }
 
-static void buf_empty(struct ck_buf *b)
-{
-    b->len = 0;
-    if (b->data)
-        b->data[0] = '\0';
-}
-
 /* A scalar libyaml writes plain and as it is: letters, digits and . _ / -,
  * not starting with a punctuation mark, read back as a string. */
 static bool simple_plain(const char *s)
@@ -449,7 +442,7 @@ static int emit_tail_direct(const struct ck_layout *l, struct ck_buf *out)
         if (!ref)
             continue;
         if (!simple_plain(ref) || !simple_plain(r.sha256) || !simple_plain(r.source)) {
-            buf_empty(out);
+            ck_buf_reset(out);
             return 0;
         }
         if ((err = ck_buf_printf(out,
@@ -460,7 +453,7 @@ static int emit_tail_direct(const struct ck_layout *l, struct ck_buf *out)
         n++;
     }
     if (n == 0) /* the emitter writes an empty mapping as {} */
-        buf_empty(out);
+        ck_buf_reset(out);
     return n ? 1 : 0;
 }
 
