@@ -499,21 +499,28 @@ static void errors_name_the_node(void **state)
     ck_model_free(m);
 }
 
+/* x [dims] -> relu -> ... -> relu (n of them, r0 .. r{n-1}) -> the output. */
+static struct ck_model *relu_chain(int n, const int64_t dims[2])
+{
+    struct ck_model *m = model_new();
+    io(m, false, "x", 2, dims);
+    char prev[16] = "x", name[16];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "r%d", i);
+        node(m, CK_OP_RELU, prev, name);
+        memcpy(prev, name, sizeof prev);
+    }
+    io(m, true, prev, 2, dims);
+    return m;
+}
+
 /* The buffers of a run are kept for the next one (no page is allocated
  * again at the same shapes), and a run at other input shapes plans again:
  * each run's outputs are its own input's relu, whatever ran before. */
 static void plan_keeps_buffers_between_runs(void **state)
 {
     const int64_t any[] = {-1, 1000};
-    struct ck_model *m = model_new();
-    io(m, false, "x", 2, any);
-    char prev[16] = "x", name[16];
-    for (int i = 0; i < 3; i++) {
-        snprintf(name, sizeof name, "r%d", i);
-        node(m, CK_OP_RELU, prev, name);
-        memcpy(prev, name, sizeof prev);
-    }
-    io(m, true, prev, 2, any);
+    struct ck_model *m = relu_chain(3, any);
     struct ck_infer *e = NULL;
     assert_int_equal(ck_infer_new(m, NULL, &e), 0);
     static const int64_t batches[] = {2, 2, 1, 4, 4, 1};
@@ -1085,15 +1092,7 @@ static void plan_reuses_dead_buffers(void **state)
 {
     /* ten relus over 1000 values: two buffers of 1000 floats, not ten */
     const int64_t d[] = {1, 1000};
-    struct ck_model *m = model_new();
-    io(m, false, "x", 2, d);
-    char prev[16] = "x", name[16];
-    for (int i = 0; i < 10; i++) {
-        snprintf(name, sizeof name, "r%d", i);
-        node(m, CK_OP_RELU, prev, name);
-        memcpy(prev, name, sizeof prev);
-    }
-    io(m, true, prev, 2, d);
+    struct ck_model *m = relu_chain(10, d);
     struct ck_infer *e = NULL;
     struct ck_infer_array in, *out = NULL;
     size_t nout = 0;
