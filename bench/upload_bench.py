@@ -15,7 +15,7 @@ sys.path.insert(0, os.environ["CKPTD_BENCH_LIB"])
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from procstat import cpu_seconds  # noqa: E402
 from same_start import same_start  # noqa: E402
-from servers import FlakyProxy, Nginx, S3Server  # noqa: E402
+from servers import FlakyProxy, Nginx, RgwServer, S3Server  # noqa: E402
 
 ckptd = os.environ["CKPTD_BENCH_BIN"]
 work = os.environ["CKPTD_BENCH_WORK"]
@@ -25,7 +25,7 @@ files_size = int(os.environ["CKPTD_BENCH_FILES_MIB"]) << 20
 MB = 1e6
 seq = [0]
 rclone = shutil.which("rclone")
-# CKPTD_BENCH_ONLY=s3, =webdav or =latency runs one part (bench/upload.sh's usage)
+# CKPTD_BENCH_ONLY=s3, =rgw, =webdav or =latency runs one part (bench/upload.sh's usage)
 only = os.environ.get("CKPTD_BENCH_ONLY", "")
 # rounds of every tool, alternating (this VM's speed moves with the host by
 # up to 2x within the hour)
@@ -51,16 +51,19 @@ def vmhwm(pid):
 
 
 server_pids = []  # the running server's main threads (s3rver's node, nginx's worker)
+server_whole = [False]  # True: every thread of server_pids counts (RGW's processes)
 
 
 def main_thread_cpu():
     """CPU seconds (user + system) of the server's main threads so far: the
     one thread that parses every request (s3rver's event loop, nginx's single
-    worker). Busy for the whole of a run, it sets the pace for every client."""
+    worker). Busy for the whole of a run, it sets the pace for every client.
+    RGW has no such thread (radosgw and the OSD each run many): for it, every
+    thread of both processes, so its share can pass 100% (cores)."""
     total = 0
     for pid in server_pids:
         try:
-            total += cpu_seconds(pid, tid=pid)
+            total += cpu_seconds(pid) if server_whole[0] else cpu_seconds(pid, tid=pid)
         except OSError:
             pass
     return total
@@ -113,15 +116,15 @@ def median(ts):
     return s[len(s) // 2] if len(s) % 2 else (s[len(s) // 2 - 1] + s[len(s) // 2]) / 2
 
 
-def report(server, what, size, res):
+def report(server, what, size, res, busy="server's main thread busy"):
     """Each tool's best and median; the ratios to the fastest peer by both.
     The best of several peers is the minimum of more runs than ckptd's best
     (two peers: twice as many), so on a noisy machine it favours the peers
     even when all run at the server's speed; the median has no such bias."""
-    for name, (ts, rss, cpus, busy) in res.items():
+    for name, (ts, rss, cpus, share) in res.items():
         print(f"{server:7} {what:22} {name:7} best {min(ts):6.2f} s median {median(ts):6.2f} s "
               f"{size / MB / min(ts):5.0f} MB/s peak RSS {rss / 1024:6.1f} MiB; CPU {median(cpus):5.2f} s, "
-              f"server's main thread busy {100 * median(busy):3.0f}% (medians)")
+              f"{busy} {100 * median(share):3.0f}% (medians)")
     peers = {k: v[0] for k, v in res.items() if k != "ckptd"}
     c = res["ckptd"][0]
     fb = min(peers, key=lambda k: min(peers[k]))
@@ -188,6 +191,55 @@ def bench_s3():
             report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt")), src))
 
 
+def bench_rgw():
+    """The same data to Ceph's RADOS Gateway (tests/lib/rgw.sh: mon, mgr, one
+    memstore OSD, radosgw on loopback), a production S3 server, started here
+    for the bench with a RAM store big enough for the largest object. Its
+    busy share is radosgw's and the OSD's CPU over the run (all threads)."""
+    if not shutil.which("radosgw"):
+        print("rgw     skipped: radosgw is not installed (apt-get install radosgw ceph-mon ceph-osd "
+              "ceph-mgr ceph-common uuid-runtime)")
+        return
+    d = os.path.join(work, "rgw")
+    largest = max(file_size, nfiles * files_size)
+    env = dict(os.environ, CK_RGW_MEMSTORE_BYTES=str(largest + (1 << 30)))
+    subprocess.run([os.path.join(os.environ["CKPTD_BENCH_LIB"], "rgw.sh"), "start", d],
+                   env=env, check=True, stdout=subprocess.DEVNULL)
+    try:
+        os.environ["CK_RGW_DIR"] = d
+        rgw = RgwServer(work)
+        with open(os.path.join(d, "pids")) as f:
+            pids = dict(line.split() for line in f)
+        server_pids[:] = [int(v) for k, v in pids.items() if k.startswith(("rgw.", "osd."))]
+        server_whole[0] = True
+        env = dict(os.environ, **rgw.env())
+        renv = rclone_s3_env(env, rgw, rgw.endpoint)
+        conf = os.path.join(d, "ceph.conf")
+
+        def clean():
+            # deleted objects' tails wait for RGW's garbage collector (hours by
+            # default): collect them now, or the RAM store fills up
+            rgw.aws("s3", "rm", "--quiet", "--recursive", f"s3://{rgw.bucket}/")
+            subprocess.run(["radosgw-admin", "-c", conf, "gc", "process", "--include-all"],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        b = rgw.bucket
+        for kind, src, size, what in data:
+            rec = ["--recursive"] if kind == "folder" else []
+            tools = [("ckptd", ckptd_up(src, f"s3://{b}", env, ("--endpoint", rgw.endpoint))),
+                     ("aws", lambda tag: timed(["aws", "--endpoint-url", rgw.endpoint, "s3", "cp",
+                                                "--no-progress", "--only-show-errors", *rec, src,
+                                                f"s3://{b}/{tag}/" + ("" if rec else "x.bin")], env))]
+            if rclone:
+                tools.append(("rclone", lambda tag: timed(
+                    [rclone, "copy", "-q", src, f"s3:{b}/{tag}"], renv)))
+            report("rgw", what, size, best(tools, clean, src), busy="RGW+OSD busy (all threads)")
+    finally:
+        server_whole[0] = False
+        server_pids[:] = []
+        subprocess.run([os.path.join(os.environ["CKPTD_BENCH_LIB"], "rgw.sh"), "stop", d])
+
+
 def bench_webdav():
     with Nginx(work) as web:
         # its one worker (worker_processes 1), the master's child
@@ -243,6 +295,8 @@ def bench_s3_latency():
 
 if only in ("", "s3"):
     bench_s3()
+if only in ("", "rgw"):
+    bench_rgw()
 if only in ("", "webdav"):
     bench_webdav()
 if only in ("", "latency"):

@@ -5,6 +5,8 @@
 #                      ports free on this machine (DIR/endpoint says where),
 #                      and a user whose keys are in DIR/keys
 #   rgw.sh stop DIR    stops exactly the processes start recorded in DIR/pids
+# CK_RGW_MEMSTORE_BYTES sizes the OSD's RAM store (default 1 GiB: the tests'
+# objects are small; bench/upload.sh's GiB-sized runs ask for more)
 # Facts it relies on (../shared/TESTGROUND.md): `auth none` needs
 # `ms mon client mode = crc secure`; memstore keeps objects in RAM (tests keep
 # them small); buckets fail until every placement group is active.
@@ -53,7 +55,7 @@ auth client required = none
 auth supported = none
 ms mon client mode = crc secure
 osd objectstore = memstore
-memstore device bytes = 1073741824
+memstore device bytes = ${CK_RGW_MEMSTORE_BYTES:-1073741824}
 osd pool default size = 1
 osd pool default min size = 1
 osd pool default pg num = 8
