@@ -325,16 +325,18 @@ int ck_layout_read_build_parameters(const char *dir, char *path, struct ck_buf *
 
 /* Checkpoint i's reference (in txt) and its state record; NULL when the
  * state has none (it is then left out of ckptd's section). */
-static const char *record_of(const struct ck_layout *l, size_t i, char txt[1024],
-                             struct ck_ckpt_record *r)
+static const char *record_of(const struct ck_layout *l, const struct ck_ckpt_briefs *recs,
+                             size_t i, char txt[1024], const struct ck_ckpt_brief **r)
 {
     const char *ref = ck_pmf_ref_str(&l->meta->checkpoints[i].ref, txt, 1024);
-    return ck_state_ckpt_get(l->st, ref, r) < 0 ? NULL : ref;
+    *r = ck_ckpt_briefs_find(recs, ref);
+    return *r ? ref : NULL;
 }
 
 /* ckptd's own section: the sha256, size, file count and source of each
  * registered checkpoint. Always the file's last key. */
-static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l)
+static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l,
+                               const struct ck_ckpt_briefs *recs)
 {
     ck_yaml_str(o, "ckptd");
     ck_yaml_map_begin(o);
@@ -344,20 +346,20 @@ static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l)
     ck_yaml_map_begin(o);
     for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
         char txt[1024];
-        struct ck_ckpt_record r;
-        const char *ref = record_of(l, i, txt, &r);
+        const struct ck_ckpt_brief *r;
+        const char *ref = record_of(l, recs, i, txt, &r);
         if (!ref)
             continue;
         ck_yaml_str(o, ref);
         ck_yaml_map_begin(o);
         ck_yaml_str(o, "sha256");
-        ck_yaml_str(o, r.sha256);
+        ck_yaml_str(o, r->sha256);
         ck_yaml_str(o, "size");
-        ck_yaml_int(o, (int64_t)r.size);
+        ck_yaml_int(o, (int64_t)r->size);
         ck_yaml_str(o, "files");
-        ck_yaml_int(o, r.nfiles);
+        ck_yaml_int(o, r->nfiles);
         ck_yaml_str(o, "source");
-        ck_yaml_str(o, r.source);
+        ck_yaml_str(o, r->source);
         ck_yaml_map_end(o);
     }
     ck_yaml_map_end(o);
@@ -366,8 +368,9 @@ static void emit_ckptd_section(struct ck_yaml_out *o, const struct ck_layout *l)
 
 /* The whole file from what is there now (root of doc, or NULL) and the
  * config's keys (croot of cdoc, or NULL), into out. */
-static int emit_whole(const struct ck_layout *l, struct ck_yaml_doc *doc, yaml_node_t *root,
-                      struct ck_yaml_doc *cdoc, yaml_node_t *croot, struct ck_buf *out)
+static int emit_whole(const struct ck_layout *l, const struct ck_ckpt_briefs *recs,
+                      struct ck_yaml_doc *doc, yaml_node_t *root, struct ck_yaml_doc *cdoc,
+                      yaml_node_t *croot, struct ck_buf *out)
 {
     struct ck_yaml_out o;
     int err;
@@ -401,25 +404,9 @@ static int emit_whole(const struct ck_layout *l, struct ck_yaml_doc *doc, yaml_n
             ck_yaml_copy(&o, cdoc, ck_yaml_node(cdoc, q->key));
             ck_yaml_copy(&o, cdoc, ck_yaml_node(cdoc, q->value));
         }
-    emit_ckptd_section(&o, l);
+    emit_ckptd_section(&o, l, recs);
     ck_yaml_map_end(&o);
     return ck_yaml_out_end(&o);
-}
-
-/* A scalar libyaml writes plain and as it is: letters, digits and . _ / -,
- * not starting with a punctuation mark, read back as a string. */
-static bool simple_plain(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 256)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-        if (!alnum && !(c == '_' || (i > 0 && (c == '.' || c == '/' || c == '-'))))
-            return false;
-    }
-    return ck_yaml_plain_type(s, n) == CK_Y_STR;
 }
 
 /* ckptd's section written directly, when every scalar in it is simple: 1
@@ -427,28 +414,30 @@ static bool simple_plain(const char *s)
  * emitter was most of a new checkpoint's cost at 10,000; the text is the
  * emitter's own, which the caller checks when it takes a memo (the whole
  * file, emitted by libyaml, must end with it). */
-static int emit_tail_direct(const struct ck_layout *l, struct ck_buf *out)
+static int emit_tail_direct(const struct ck_layout *l, const struct ck_ckpt_briefs *recs,
+                            struct ck_buf *out)
 {
     int err = 0;
-    if (l->meta->ncheckpoints == 0 || !simple_plain(CKPTD_VERSION))
+    if (l->meta->ncheckpoints == 0 || !ck_yaml_simple_plain(CKPTD_VERSION))
         return 0;
     if ((err = ck_buf_printf(out, "ckptd:\n  version: %s\n  checkpoints:\n", CKPTD_VERSION)) < 0)
         return err;
     size_t n = 0;
     for (size_t i = 0; i < l->meta->ncheckpoints; i++) {
         char txt[1024];
-        struct ck_ckpt_record r;
-        const char *ref = record_of(l, i, txt, &r);
+        const struct ck_ckpt_brief *r;
+        const char *ref = record_of(l, recs, i, txt, &r);
         if (!ref)
             continue;
-        if (!simple_plain(ref) || !simple_plain(r.sha256) || !simple_plain(r.source)) {
+        if (strlen(ref) > 128 || !ck_yaml_simple_plain(ref) || !ck_yaml_simple_plain(r->sha256) ||
+            !ck_yaml_simple_plain(r->source)) {
             ck_buf_reset(out);
             return 0;
         }
         if ((err = ck_buf_printf(out,
                                  "    %s:\n      sha256: %s\n      size: %" PRIu64
                                  "\n      files: %d\n      source: %s\n",
-                                 ref, r.sha256, r.size, r.nfiles, r.source)) < 0)
+                                 ref, r->sha256, r->size, r->nfiles, r->source)) < 0)
             return err;
         n++;
     }
@@ -459,16 +448,17 @@ static int emit_tail_direct(const struct ck_layout *l, struct ck_buf *out)
 
 /* ckptd's section alone, as a document of its own: in block style its text
  * is the same as at the end of the whole file. */
-static int emit_tail(const struct ck_layout *l, struct ck_buf *out)
+static int emit_tail(const struct ck_layout *l, const struct ck_ckpt_briefs *recs,
+                     struct ck_buf *out)
 {
     struct ck_yaml_out o;
-    int err = emit_tail_direct(l, out);
+    int err = emit_tail_direct(l, recs, out);
     if (err != 0)
         return err < 0 ? err : 0;
     if ((err = ck_yaml_out_begin(&o, out)) < 0)
         return err;
     ck_yaml_map_begin(&o);
-    emit_ckptd_section(&o, l);
+    emit_ckptd_section(&o, l, recs);
     ck_yaml_map_end(&o);
     return ck_yaml_out_end(&o);
 }
@@ -497,9 +487,11 @@ int ck_layout_build_parameters(const struct ck_layout *l)
     struct ck_yaml_doc doc = {0}, cdoc = {0};
     struct ck_layout_memo *memo = l->memo;
     const char *cfg_yaml = l->cfg->build_parameters_yaml;
+    struct ck_ckpt_briefs recs = {0};
     struct stat st;
     int err;
-    if ((err = ck_path_join(path, PATH_MAX, l->dir, "data/build_parameters.yaml")) < 0)
+    if ((err = ck_path_join(path, PATH_MAX, l->dir, "data/build_parameters.yaml")) < 0 ||
+        (err = ck_state_ckpt_briefs(l->st, &recs)) < 0)
         return err;
     /* stat'ed before it is read: a write meanwhile gives the next pass another id */
     bool exists = stat(path, &st) == 0;
@@ -510,7 +502,12 @@ int ck_layout_build_parameters(const struct ck_layout *l)
         head = memo->head, old = memo->bytes;
         memo->head = (struct ck_buf)CK_BUF_INIT, memo->bytes = (struct ck_buf)CK_BUF_INIT;
         memo->valid = false;
-        if ((err = emit_tail(l, &tail)) < 0 || (err = ck_buf_append(&out, head.data, head.len)) < 0 ||
+        /* room for the last section and a new checkpoint's lines: a section
+         * of MBs grown by doubling from nothing is copied a dozen times */
+        if ((err = ck_buf_reserve(&tail, old.len - head.len + 4096)) < 0 ||
+            (err = emit_tail(l, &recs, &tail)) < 0 ||
+            (err = ck_buf_reserve(&out, head.len + tail.len)) < 0 ||
+            (err = ck_buf_append(&out, head.data, head.len)) < 0 ||
             (err = ck_buf_append(&out, tail.data, tail.len)) < 0)
             goto out;
     } else {
@@ -523,11 +520,11 @@ int ck_layout_build_parameters(const struct ck_layout *l)
             (err = ck_yaml_load(&cdoc, "model.build_parameters", cfg_yaml, strlen(cfg_yaml))) < 0)
             goto out;
         croot = cdoc.loaded ? ck_yaml_root(&cdoc) : NULL;
-        if ((err = emit_whole(l, &doc, root, &cdoc, croot, &out)) < 0)
+        if ((err = emit_whole(l, &recs, &doc, root, &cdoc, croot, &out)) < 0)
             goto out;
         /* the head, when the whole ends with ckptd's section as emitted alone
          * (checked, not assumed: else no memo, and the next pass reads again) */
-        if (memo && (err = emit_tail(l, &tail)) == 0 && out.len >= tail.len &&
+        if (memo && (err = emit_tail(l, &recs, &tail)) == 0 && out.len >= tail.len &&
             !memcmp(out.data + out.len - tail.len, tail.data, tail.len))
             err = ck_buf_append(&head, out.data, out.len - tail.len);
         else if (memo && err == 0)
@@ -555,6 +552,7 @@ int ck_layout_build_parameters(const struct ck_layout *l)
         }
     }
 out:
+    ck_ckpt_briefs_release(&recs);
     ck_yaml_release(&doc);
     ck_yaml_release(&cdoc);
     ck_buf_release(&old);

@@ -210,7 +210,7 @@ void ck_state_rollback(struct ck_state *s)
 
 /* The statements of this module, prepared on first use and kept. */
 enum { S_HASH_GET, S_HASH_PUT, S_CKPT_PUT, S_CKPT_GET, S_CKPT_DEL, S_CKPT_PRINT, S_META_GET,
-       S_META_SET };
+       S_META_SET, S_CKPT_ALL };
 static const char *const stmt_sql[] = {
     [S_HASH_GET] = "SELECT md5, sha256 FROM hash_cache WHERE dev = ? AND ino = ? AND size = ? "
                    "AND mtime_ns = ?",
@@ -224,7 +224,10 @@ static const char *const stmt_sql[] = {
     [S_CKPT_PRINT] = "UPDATE checkpoints SET fingerprint = ? WHERE ref = ?",
     [S_META_GET] = "SELECT value FROM meta WHERE key = ?",
     [S_META_SET] = "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+    /* BINARY collation: memcmp order, which is strcmp's for text without NULs */
+    [S_CKPT_ALL] = "SELECT ref, source, sha256, size, nfiles FROM checkpoints ORDER BY ref",
 };
+_Static_assert(sizeof stmt_sql / sizeof *stmt_sql == CK_STATE_NSTMT, "one slot per statement");
 
 /* A reset statement ready for binding, or NULL (the message is set). */
 static sqlite3_stmt *stmt(struct ck_state *s, int which)
@@ -341,6 +344,77 @@ int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record
     }
     sqlite3_reset(q);
     return err;
+}
+
+void ck_ckpt_briefs_release(struct ck_ckpt_briefs *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->v[i].ref);
+        free(b->v[i].source);
+    }
+    free(b->v);
+    b->v = NULL;
+    b->n = 0;
+}
+
+int ck_state_ckpt_briefs(struct ck_state *s, struct ck_ckpt_briefs *out)
+{
+    out->v = NULL;
+    out->n = 0;
+    sqlite3_stmt *q = stmt(s, S_CKPT_ALL);
+    if (!q)
+        return CK_EIO;
+    size_t cap = 0;
+    int rc, err = 0;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        if (out->n == cap) {
+            size_t ncap = cap ? cap * 2 : 256;
+            struct ck_ckpt_brief *v = realloc(out->v, ncap * sizeof *v);
+            if (!v) {
+                err = ck_error(CK_ENOMEM, "out of memory reading the checkpoints' records");
+                break;
+            }
+            out->v = v, cap = ncap;
+        }
+        struct ck_ckpt_brief *b = &out->v[out->n];
+        const char *ref = (const char *)sqlite3_column_text(q, 0);
+        const char *src = (const char *)sqlite3_column_text(q, 1);
+        const char *sha = (const char *)sqlite3_column_text(q, 2);
+        b->ref = strdup(ref ? ref : "");
+        b->source = strdup(src ? src : "");
+        if (!b->ref || !b->source) {
+            free(b->ref);
+            free(b->source);
+            err = ck_error(CK_ENOMEM, "out of memory reading the checkpoints' records");
+            break;
+        }
+        snprintf(b->sha256, sizeof b->sha256, "%s", sha ? sha : "");
+        b->size = (uint64_t)sqlite3_column_int64(q, 3);
+        b->nfiles = sqlite3_column_int(q, 4);
+        out->n++;
+    }
+    if (!err && rc != SQLITE_DONE)
+        err = db_fail(s->db, "reading the checkpoints' records");
+    sqlite3_reset(q);
+    if (err < 0)
+        ck_ckpt_briefs_release(out);
+    return err;
+}
+
+const struct ck_ckpt_brief *ck_ckpt_briefs_find(const struct ck_ckpt_briefs *b, const char *ref)
+{
+    size_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(b->v[mid].ref, ref);
+        if (c == 0)
+            return &b->v[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
 }
 
 int ck_state_ckpt_set_fingerprint(struct ck_state *s, const char *ref, uint64_t fingerprint)

@@ -131,6 +131,16 @@ enum ck_yaml_type ck_yaml_plain_type(const char *s, size_t len)
      * running the patterns. */
     if (len > 0 && !strchr("0123456789+-.~<=yYnNtTfFoO", s[0]))
         return CK_Y_STR;
+    /* A digest, an id or a step name that starts with a digit: with a digit
+     * first, a float needs '.', a sexagesimal ':', a timestamp '-', a binary
+     * or hex int "0b"/"0x", and every other int is digits and '_' only. So
+     * without those, a character outside [0-9_] makes it a string (the
+     * patterns were most of the cost of writing a large metadata.yaml). */
+    if (len > 1 && s[0] >= '0' && s[0] <= '9' && s[1] != 'b' && s[1] != 'x' &&
+        !memchr(s, '.', len) && !memchr(s, ':', len) && !memchr(s, '-', len))
+        for (size_t i = 1; i < len; i++)
+            if (!(s[i] >= '0' && s[i] <= '9') && s[i] != '_')
+                return CK_Y_STR;
     pthread_once(&re_once, re_init);
     if (memchr(s, '\0', len) || len > 256)
         return CK_Y_STR;
@@ -148,6 +158,20 @@ enum ck_yaml_type ck_yaml_plain_type(const char *s, size_t len)
     if (matches(RE_TIME, tmp) || matches(RE_OTHER, tmp))
         return CK_Y_OTHER;
     return CK_Y_STR;
+}
+
+bool ck_yaml_simple_plain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 256)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && !(c == '_' || (i > 0 && (c == '.' || c == '/' || c == '-'))))
+            return false;
+    }
+    return ck_yaml_plain_type(s, n) == CK_Y_STR;
 }
 
 void ck_yaml_resolve(const yaml_node_t *n, struct ck_yaml_value *out)

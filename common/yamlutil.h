@@ -52,6 +52,12 @@ struct ck_yaml_value {
 void ck_yaml_resolve(const yaml_node_t *n, struct ck_yaml_value *out);
 /* How a plain (unquoted) scalar with this text would be typed. */
 enum ck_yaml_type ck_yaml_plain_type(const char *s, size_t len);
+/* A scalar libyaml's emitter (as ck_yaml_out sets it up) writes plain and
+ * as it is, so that text can be written without the emitter: 1 to 256
+ * letters, digits and . _ / -, not starting with a punctuation mark, read
+ * back as a string. As a mapping key it must also be at most 128 bytes
+ * (longer keys are written in the "? key" form). */
+bool ck_yaml_simple_plain(const char *s);
 const char *ck_yaml_type_name(enum ck_yaml_type t);
 
 /* Emitting: a thin layer over libyaml's emitter writing into a ck_buf.

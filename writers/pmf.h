@@ -80,6 +80,9 @@ int ck_pmf_parse(struct ck_pmf_meta *m, const char *name, const char *data, size
 int ck_pmf_validate(const struct ck_pmf_meta *m, const char *name);
 /* Writes metadata.yaml text (validates first). */
 int ck_pmf_emit(const struct ck_pmf_meta *m, struct ck_buf *out);
+/* The same text, every scalar through libyaml's emitter (ck_pmf_emit writes
+ * simple checkpoints directly): what tests compare ck_pmf_emit with. */
+int ck_pmf_emit_by_emitter(const struct ck_pmf_meta *m, struct ck_buf *out);
 
 /* Index of ref in m->checkpoints, or -1. */
 ptrdiff_t ck_pmf_find(const struct ck_pmf_meta *m, const struct ck_pmf_ref *ref);

@@ -32,6 +32,12 @@ static void yaml_plain_types(void **state)
         {"~", CK_Y_NULL},       {"null", CK_Y_NULL},    {"", CK_Y_NULL},
         {"2002-12-14", CK_Y_OTHER},                     {"epoch_3.pt", CK_Y_STR},
         {"9d1d08d1fbd1ebc350ccf3c0256b06e9", CK_Y_STR}, {"1234567", CK_Y_INT},
+        /* a digit first (the patterns are skipped for some): as PyYAML's
+         * safe_load types them */
+        {"3fa2e1", CK_Y_STR},   {"09", CK_Y_STR},       {"0b101", CK_Y_INT},
+        {"9+3", CK_Y_STR},      {"7a.5", CK_Y_STR},     {"5_a", CK_Y_STR},
+        {"1E+5", CK_Y_STR},     {"08_1", CK_Y_STR},     {"1__", CK_Y_INT},
+        {"3f-2", CK_Y_STR},     {"0x1f", CK_Y_INT},     {"12:30", CK_Y_INT},
     };
     (void)state;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -283,6 +289,36 @@ static void buf_limit(void **state)
     ck_buf_release(&b);
 }
 
+/* ck_buf_printf formats into the room there is first: what fits, what
+ * needs the buffer grown, and what the limit refuses even when it would fit
+ * the room, leaving the buffer as it was. */
+static void buf_printf_room_growth_and_limit(void **state)
+{
+    (void)state;
+    struct ck_buf b;
+    ck_buf_init(&b, 20);
+    assert_int_equal(ck_buf_reserve(&b, 16), 0); /* room: 64 bytes */
+    assert_int_equal(ck_buf_printf(&b, "%s-%d", "ab", 12), 0);
+    assert_string_equal(ck_buf_str(&b), "ab-12");
+    /* fits the room (64), not the limit (20): refused, the text stays */
+    assert_int_equal(ck_buf_printf(&b, "%s", "0123456789abcdef"), CK_ENOMEM);
+    assert_int_equal(b.len, 5);
+    assert_string_equal(ck_buf_str(&b), "ab-12");
+    assert_int_equal(ck_buf_printf(&b, "%015d", 7), 0); /* exactly the limit */
+    assert_string_equal(ck_buf_str(&b), "ab-12000000000000007");
+    ck_buf_release(&b);
+    /* larger than the room: grown, formatted whole */
+    struct ck_buf g = CK_BUF_INIT;
+    char big[300];
+    memset(big, 'x', sizeof big - 1), big[sizeof big - 1] = '\0';
+    assert_int_equal(ck_buf_printf(&g, "<%s>", "a"), 0);
+    assert_int_equal(ck_buf_printf(&g, "%s|%s", big, big), 0);
+    assert_int_equal(g.len, 3 + 2 * 299 + 1);
+    assert_int_equal(strlen(ck_buf_str(&g)), g.len);
+    assert_memory_equal(g.data + 3 + 299, "|x", 2);
+    ck_buf_release(&g);
+}
+
 /* One JSON log line for msg, as ck_log writes it (time stripped). */
 static void log_json_line(const char *msg, char *out, size_t outsz)
 {
@@ -381,6 +417,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(secrets_from_env_and_0600_file),
     cmocka_unit_test(utf8_checks),
     cmocka_unit_test(buf_limit),
+    cmocka_unit_test(buf_printf_room_growth_and_limit),
 };
 
 CK_TEST_MAIN(tests)

@@ -130,6 +130,48 @@ static void emit_round_trips(void **state)
     ck_buf_release(&out);
 }
 
+/* ck_pmf_emit writes simple checkpoints without libyaml's emitter: its text
+ * must be the emitter's, byte for byte, for every form of reference it takes
+ * directly, and it must leave to the emitter those it cannot write. */
+static void emit_direct_is_the_emitters_text(void **state)
+{
+    (void)state;
+    char k128[129], k129[130];
+    memset(k128, 'k', 128), k128[128] = '\0';
+    memset(k129, 'q', 129), k129[129] = '\0';
+    const char *names[] = {"step_1", "9abc", "ckpt-3.pt", "0b1x", "3f-2", k128,
+                           /* each of these makes the emitter write all: */ "13", k129, "a b",
+                           "1e5.0"};
+    for (size_t extra = 5; extra < sizeof names / sizeof *names; extra++) {
+        struct ck_pmf_meta m;
+        struct ck_buf direct = CK_BUF_INIT, emitter = CK_BUF_INIT;
+        assert_int_equal(ck_pmf_parse(&m, "metadata.yaml", good, strlen(good)), 0);
+        int64_t epoch = 20;
+        for (size_t i = 0; i <= extra; i++) {
+            struct ck_pmf_ref r = {false, 0, (char *)names[i]};
+            char path[300];
+            snprintf(path, sizeof path, "data/checkpoints/%s", names[i]);
+            if (!strcmp(names[i], "a b"))
+                snprintf(path, sizeof path, "data/checkpoints/a b");
+            assert_int_equal(ck_pmf_register(&m, &r, epoch++, path,
+                                             "0123456789abcdef0123456789abcdef", 30.0, 0), 0);
+        }
+        struct ck_pmf_ref neg = {true, -7, NULL}, big = {true, INT64_MAX, NULL};
+        assert_int_equal(ck_pmf_register(&m, &neg, epoch++, "data/checkpoints/n7",
+                                         "9d1d08d1fbd1ebc350ccf3c0256b06e9", 31.0, 0), 0);
+        assert_int_equal(ck_pmf_register(&m, &big, epoch++, "data/checkpoints/big",
+                                         "1234567890123456789012345678901a", 32.0, 0), 0);
+        assert_int_equal(ck_pmf_emit(&m, &direct), 0);
+        assert_int_equal(ck_pmf_emit_by_emitter(&m, &emitter), 0);
+        if (direct.len != emitter.len || memcmp(direct.data, emitter.data, direct.len))
+            fail_msg("with '%s': direct text\n%s\nemitter's\n%s", names[extra],
+                     ck_buf_str(&direct), ck_buf_str(&emitter));
+        ck_pmf_meta_release(&m);
+        ck_buf_release(&direct);
+        ck_buf_release(&emitter);
+    }
+}
+
 static void empty_checkpoints_emit_braces(void **state)
 {
     (void)state;
@@ -227,6 +269,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(parses_good),
     cmocka_unit_test(rejects_what_plums_rejects),
     cmocka_unit_test(checkpoints_null_is_invalid),
+    cmocka_unit_test(emit_direct_is_the_emitters_text),
     cmocka_unit_test(emit_round_trips),
     cmocka_unit_test(empty_checkpoints_emit_braces),
     cmocka_unit_test(transitions),
