@@ -1,4 +1,5 @@
 #include "agent/state.h"
+#include "common/buf.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
@@ -8,6 +9,7 @@
 
 #include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -348,22 +350,20 @@ int ck_state_ckpt_get(struct ck_state *s, const char *ref, struct ck_ckpt_record
 
 void ck_ckpt_briefs_release(struct ck_ckpt_briefs *b)
 {
-    for (size_t i = 0; i < b->n; i++) {
-        free(b->v[i].ref);
-        free(b->v[i].source);
-    }
     free(b->v);
+    free(b->text);
     b->v = NULL;
+    b->text = NULL;
     b->n = 0;
 }
 
 int ck_state_ckpt_briefs(struct ck_state *s, struct ck_ckpt_briefs *out)
 {
-    out->v = NULL;
-    out->n = 0;
+    memset(out, 0, sizeof *out);
     sqlite3_stmt *q = stmt(s, S_CKPT_ALL);
     if (!q)
         return CK_EIO;
+    struct ck_buf text = CK_BUF_INIT;
     size_t cap = 0;
     int rc, err = 0;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -380,14 +380,15 @@ int ck_state_ckpt_briefs(struct ck_state *s, struct ck_ckpt_briefs *out)
         const char *ref = (const char *)sqlite3_column_text(q, 0);
         const char *src = (const char *)sqlite3_column_text(q, 1);
         const char *sha = (const char *)sqlite3_column_text(q, 2);
-        b->ref = strdup(ref ? ref : "");
-        b->source = strdup(src ? src : "");
-        if (!b->ref || !b->source) {
-            free(b->ref);
-            free(b->source);
-            err = ck_error(CK_ENOMEM, "out of memory reading the checkpoints' records");
+        /* offsets until the text stops moving; pointers after the loop */
+        size_t at_ref = text.len;
+        if ((err = ck_buf_append(&text, ref ? ref : "", ref ? strlen(ref) + 1 : 1)) < 0)
             break;
-        }
+        size_t at_src = text.len;
+        if ((err = ck_buf_append(&text, src ? src : "", src ? strlen(src) + 1 : 1)) < 0)
+            break;
+        b->ref = (const char *)(uintptr_t)at_ref;
+        b->source = (const char *)(uintptr_t)at_src;
         snprintf(b->sha256, sizeof b->sha256, "%s", sha ? sha : "");
         b->size = (uint64_t)sqlite3_column_int64(q, 3);
         b->nfiles = sqlite3_column_int(q, 4);
@@ -396,6 +397,13 @@ int ck_state_ckpt_briefs(struct ck_state *s, struct ck_ckpt_briefs *out)
     if (!err && rc != SQLITE_DONE)
         err = db_fail(s->db, "reading the checkpoints' records");
     sqlite3_reset(q);
+    out->text = ck_buf_detach(&text);
+    if (!err && !out->text)
+        err = ck_error(CK_ENOMEM, "out of memory reading the checkpoints' records");
+    for (size_t i = 0; !err && i < out->n; i++) {
+        out->v[i].ref = out->text + (uintptr_t)out->v[i].ref;
+        out->v[i].source = out->text + (uintptr_t)out->v[i].source;
+    }
     if (err < 0)
         ck_ckpt_briefs_release(out);
     return err;

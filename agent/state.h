@@ -80,8 +80,8 @@ int ck_state_ckpt_delete(struct ck_state *s, const char *ref);
  * checkpoint, read in one statement: a file of 10,000 checkpoints written
  * from 10,000 lookups spent a sixth of a new checkpoint's CPU in them. */
 struct ck_ckpt_brief {
-    char *ref;    /* owned, as in ck_ckpt_record */
-    char *source; /* owned */
+    const char *ref;    /* in ck_ckpt_briefs.text, as in ck_ckpt_record */
+    const char *source; /* in ck_ckpt_briefs.text */
     char sha256[65];
     uint64_t size;
     int nfiles;
@@ -89,6 +89,8 @@ struct ck_ckpt_brief {
 struct ck_ckpt_briefs {
     struct ck_ckpt_brief *v; /* sorted by ref (strcmp order) */
     size_t n;
+    char *text; /* every ref and source, one allocation: 20,000 small ones
+                 * freed each pass left the idle watcher's heap in pieces */
 };
 int ck_state_ckpt_briefs(struct ck_state *s, struct ck_ckpt_briefs *out);
 const struct ck_ckpt_brief *ck_ckpt_briefs_find(const struct ck_ckpt_briefs *b, const char *ref);
