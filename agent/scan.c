@@ -433,7 +433,12 @@ static void remove_tree_copy(struct scan *s, const struct ck_ckpt_record *r)
         unlink(path);
 }
 
-static int registered_pass(struct scan *s)
+/* targeted: a pass over the folders the watcher saw change. It looks only
+ * at the registered checkpoints found there (a file rewritten in place, as
+ * Lightning's last.ckpt or a trainer writing over a checkpoint being sent,
+ * is hashed again now, not at the next full pass); deletions are for the full
+ * pass, which sees the whole tree. */
+static int registered_pass(struct scan *s, bool targeted)
 {
     char txt[64];
     int err;
@@ -441,6 +446,8 @@ static int registered_pass(struct scan *s)
         const struct ck_pmf_ref *ref = &s->meta.checkpoints[i].ref;
         const char *name = ck_pmf_ref_str(ref, txt, sizeof txt);
         const struct ck_candidate *c = find_cand(s, name);
+        if (targeted && !c)
+            continue;
         struct ck_ckpt_record r;
         bool have_record = s->o->cfg->mirror_deletes && ck_state_ckpt_get(s->st, name, &r) == 0;
         bool source_gone = false;
@@ -449,7 +456,7 @@ static int registered_pass(struct scan *s)
             source_gone = strncmp(r.source, "data/checkpoints/", 17) &&
                           path_in(s, src, r.source) == 0 && !ck_exists(src);
         }
-        if (s->o->cfg->mirror_deletes && (source_gone || !c)) {
+        if (s->o->cfg->mirror_deletes && !targeted && (source_gone || !c)) {
             ck_info("checkpoint.unregistered", "checkpoint='%s': the training job deleted it", name);
             if (have_record) {
                 remove_tree_copy(s, &r);
@@ -716,7 +723,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)
         problem(&s, d.problems[i].path, d.problems[i].msg);
-    if ((!o->only_dirs && (err = registered_pass(&s)) < 0) || (err = new_pass(&s, &d)) < 0)
+    if ((err = registered_pass(&s, o->only_dirs != NULL)) < 0 || (err = new_pass(&s, &d)) < 0)
         goto out;
     int status_err = status_pass(&s);
     res->new_status = s.meta.status;

@@ -1,0 +1,140 @@
+"""The recovery point of a checkpoint (issue 36): how often its bytes are
+read between its close and its copy in a store, and what happens to a file
+rewritten while it is sent.
+
+- A checkpoint rewritten in place while its upload reads it (the store's copy
+  would hold mixed bytes): the upload is refused or taken again, and in the
+  end the store's copy, the local metadata.yaml and the store's metadata.yaml
+  all say the final bytes; never a record whose MD5 is not the stored bytes'.
+
+Digests are recomputed here with hashlib; the stored objects are read from
+the servers' own files (s3rver's object file, nginx's root).
+"""
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, md5_file, run, write_old  # noqa: E402
+from servers import Nginx, S3Server  # noqa: E402
+
+MiB = 1 << 20
+
+
+def registered_md5(meta_path, ref):
+    """The md5 metadata.yaml at meta_path records for ref, or None."""
+    import yaml
+    try:
+        with open(meta_path) as f:
+            meta = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError):
+        return None
+    cps = (((meta or {}).get("model") or {}).get("training") or {}).get("checkpoints") or {}
+    return (cps.get(ref) or {}).get("hash")
+
+
+def s3_object(s3, key):
+    """s3rver's file of the object key (its bytes as stored)."""
+    d, b = os.path.split(key)
+    return os.path.join(s3.dir, s3.bucket, d, b + "._S3rver_object")
+
+
+class Rpo(TmpDirCase):
+    def write_config(self, train, store, extra=""):
+        os.makedirs(train, exist_ok=True)
+        with open(os.path.join(train, "ckptd.yaml"), "w") as f:
+            f.write("upload:\n  retries: 2\n  retry_base: 100ms\n" + extra + "  stores:\n    - " +
+                    "\n      ".join(f"{k}: {v}" for k, v in store.items()) + "\n")
+
+    def rewritten_while_sent(self, store, stored, env=None, extra=""):
+        """A watcher sends a 6 MiB checkpoint at 2 MiB/s; a second into the
+        transfer the trainer rewrites it in place with other bytes of the
+        same size. In the end the stored copy and both metadata.yaml files
+        name the final bytes."""
+        train = os.path.join(self.dir, "train")
+        self.write_config(train, store, "  max_rate: 2MiB\n" + extra)
+        first, final = os.urandom(6 * MiB), os.urandom(6 * MiB)
+        log_path = os.path.join(self.dir, "watch.log")
+        e = dict(os.environ, **(env or {}))
+        with open(log_path, "w") as lf:
+            w = subprocess.Popen([CKPTD, "watch", train, "--settle", "0"], stdout=lf,
+                                 stderr=subprocess.STDOUT, env=e)
+        try:
+            def log():
+                with open(log_path) as f:
+                    return f.read()
+
+            def wait(pred, what, timeout=60):
+                end = time.monotonic() + timeout
+                while time.monotonic() < end:
+                    if pred():
+                        return
+                    if w.poll() is not None:
+                        self.fail(f"watch exited {w.returncode}:\n{log()}")
+                    time.sleep(0.05)
+                self.fail(f"{what} within {timeout} s:\n{log()}")
+
+            wait(lambda: "watch.started" in log(), "watch.started")
+            ckpt = os.path.join(train, "epoch_1.pt")
+            with open(ckpt, "wb") as f:
+                f.write(first)
+            key = "data/checkpoints/epoch_1.pt"
+            wait(lambda: re.search(r'upload\.start: [^\n]*key="' + re.escape(key), log()),
+                 "the checkpoint's upload")
+            time.sleep(1.0)  # 2 of its 6 MiB sent
+            with open(ckpt, "r+b") as f:  # in place: the tree's hard link is this file
+                f.write(final)
+            want = hashlib.md5(final).hexdigest()
+            local_meta = os.path.join(train, "metadata.yaml")
+
+            whole = (hashlib.md5(first).hexdigest(), want)
+            seen = set()  # the stored copy's MD5 each time it was looked at
+
+            def settled():
+                obj = stored(key)
+                try:
+                    got = md5_file(obj)
+                except OSError:
+                    return False
+                seen.add(got)
+                return (got == want and registered_md5(local_meta, "epoch_1.pt") == want and
+                        registered_md5(stored("metadata.yaml"), "epoch_1.pt") == want)
+            wait(settled, "the final bytes stored and recorded in both metadata.yaml", 90)
+            # the stored copy was never a mix of the two (a file store's copy
+            # is renamed into place whole: whatever is there was complete)
+            self.assertLessEqual(seen, set(whole), log())
+            text = log()
+            # the first send was refused or taken again, never recorded as it was
+            self.assertRegex(text, r"changed while it was uploaded|changed since it was queued|"
+                                   r"the data differ|checkpoint\.changed")
+        finally:
+            w.terminate()
+            w.wait(60)
+        # every md5 the local metadata.yaml ever recorded for it was of whole bytes
+        for m in re.findall(r"checkpoint\.(?:registered|changed)[^\n]*?md5[= ](?:\w+ -> )?(\w{32})",
+                            text):
+            self.assertIn(m, whole, text)
+
+    def test_a_checkpoint_rewritten_while_sent_to_s3_is_never_recorded_mixed(self):
+        with S3Server(self.dir) as s3:
+            self.rewritten_while_sent(
+                {"url": "s3://ckpt/r", "endpoint": s3.endpoint},
+                lambda key: s3_object(s3, "r/" + key), env=s3.env())
+
+    def test_a_checkpoint_rewritten_while_sent_to_a_file_store_is_never_recorded_mixed(self):
+        store = os.path.join(self.dir, "nfs")
+        self.rewritten_while_sent({"url": "file://" + store},
+                                  lambda key: os.path.join(store, key))
+
+    def test_a_checkpoint_rewritten_while_sent_to_webdav_is_never_recorded_mixed(self):
+        with Nginx(self.dir) as web:
+            self.rewritten_while_sent({"url": web.url + "/r"},
+                                      lambda key: os.path.join(web.root, "r", key))
+
+
+if __name__ == "__main__":
+    unittest.main()
