@@ -858,7 +858,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->hash_unknown = r->opts->sha256_always;
     if (j->kind == CK_JOB_FILE && stat(x->path, &x->known_st) == 0) {
         db_lock(r);
-        ck_queue_known_sha256(r->db, &x->known_st, x->known_sha256);
+        ck_queue_known_digests(r->db, &x->known_st, x->known_sha256, x->known_md5);
         db_unlock(r);
     }
     snprintf(x->upload_id, sizeof x->upload_id, "%s", j->upload_id);

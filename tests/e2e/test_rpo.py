@@ -2,6 +2,11 @@
 read between its close and its copy in a store, and what happens to a file
 rewritten while it is sent.
 
+- An S3 single PUT signs the body's SHA-256 and sends its Content-MD5 before
+  the body: it needs both digests before it reads the file to send it. The
+  sidecar's registration took both from one read of that very file (device,
+  inode, size, mtime): the PUT sends those, and the service's ETag (the MD5 of
+  what it stored) is compared with them.
 - A checkpoint rewritten in place while its upload reads it (the store's copy
   would hold mixed bytes): the upload is refused or taken again, and in the
   end the store's copy, the local metadata.yaml and the store's metadata.yaml
@@ -49,6 +54,30 @@ class Rpo(TmpDirCase):
         with open(os.path.join(train, "ckptd.yaml"), "w") as f:
             f.write("upload:\n  retries: 2\n  retry_base: 100ms\n" + extra + "  stores:\n    - " +
                     "\n      ".join(f"{k}: {v}" for k, v in store.items()) + "\n")
+
+    def test_s3_single_put_sends_the_digests_registration_took(self):
+        """Registered checkpoints go as single PUTs with the digests their
+        registration took (no read of the file for them); a file the
+        registration did not hash (data/build_parameters.yaml, which ckptd
+        writes) is hashed by the PUT."""
+        train = os.path.join(self.dir, "train")
+        data = {e: os.urandom(3 * MiB + e) for e in (1, 2)}
+        for e, b in data.items():
+            write_old(os.path.join(train, f"epoch_{e}.pt"), b)
+        with S3Server(self.dir) as s3:
+            self.write_config(train, {"url": "s3://ckpt/r", "endpoint": s3.endpoint})
+            p = run("scan", "-v", train, env=s3.env(), check=0)
+            for e, b in data.items():
+                key = f"data/checkpoints/epoch_{e}.pt"
+                self.assertIn(f'upload.digests_known: key="{key}"', p.stderr)
+                # the service's bytes and its ETag are those of the file
+                with open(s3_object(s3, "r/" + key), "rb") as f:
+                    self.assertEqual(f.read(), b)
+                self.assertEqual(registered_md5(os.path.join(train, "metadata.yaml"),
+                                                f"epoch_{e}.pt"), hashlib.md5(b).hexdigest())
+            self.assertRegex(p.stderr, r'upload\.done: [^\n]*key="data/build_parameters\.yaml"')
+            self.assertNotIn('upload.digests_known: key="data/build_parameters.yaml"', p.stderr)
+            self.assertNotIn('upload.digests_known: key="metadata.yaml"', p.stderr)
 
     def rewritten_while_sent(self, store, stored, env=None, extra=""):
         """A watcher sends a 6 MiB checkpoint at 2 MiB/s; a second into the
