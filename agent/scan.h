@@ -46,7 +46,8 @@ struct ck_scan_opts {
     void *admit_arg;
     /* A targeted pass (the watcher, between full passes): looks for new
      * checkpoints only in these folders (relative to dir, "" for dir; not
-     * below them) and does not re-check registered ones. NULL: everything. */
+     * below them), re-checks only the registered file checkpoints found
+     * there and unregisters nothing. NULL: everything. */
     char *const *only_dirs;
     size_t nonly_dirs;
     struct ck_scan_memo *memo;    /* NULL: metadata.yaml is read each pass */
