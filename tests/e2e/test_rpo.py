@@ -79,11 +79,12 @@ class Rpo(TmpDirCase):
             self.assertNotIn('upload.digests_known: key="data/build_parameters.yaml"', p.stderr)
             self.assertNotIn('upload.digests_known: key="metadata.yaml"', p.stderr)
 
-    def rewritten_while_sent(self, store, stored, env=None, extra=""):
+    def rewritten_while_sent(self, store, stored, env=None, extra="", atomic=True):
         """A watcher sends a 6 MiB checkpoint at 2 MiB/s; a second into the
         transfer the trainer rewrites it in place with other bytes of the
         same size. In the end the stored copy and both metadata.yaml files
-        name the final bytes."""
+        name the final bytes; with atomic (a store whose final name only
+        ever holds a whole upload), the stored copy was never a mix."""
         train = os.path.join(self.dir, "train")
         self.write_config(train, store, "  max_rate: 2MiB\n" + extra)
         first, final = os.urandom(6 * MiB), os.urandom(6 * MiB)
@@ -133,9 +134,10 @@ class Rpo(TmpDirCase):
                 return (got == want and registered_md5(local_meta, "epoch_1.pt") == want and
                         registered_md5(stored("metadata.yaml"), "epoch_1.pt") == want)
             wait(settled, "the final bytes stored and recorded in both metadata.yaml", 90)
-            # the stored copy was never a mix of the two (a file store's copy
-            # is renamed into place whole: whatever is there was complete)
-            self.assertLessEqual(seen, set(whole), log())
+            # the stored copy was never a mix of the two: the file store and
+            # WebDAV put an upload in place only once it is whole and checked
+            if atomic:
+                self.assertLessEqual(seen, set(whole), log())
             text = log()
             # the first send was refused or taken again, never recorded as it was
             self.assertRegex(text, r"changed while it was uploaded|changed since it was queued|"
@@ -150,9 +152,12 @@ class Rpo(TmpDirCase):
 
     def test_a_checkpoint_rewritten_while_sent_to_s3_is_never_recorded_mixed(self):
         with S3Server(self.dir) as s3:
+            # s3rver writes a PUT's body into the object's file as it comes
+            # and checks no signed SHA-256 (S3 refuses such a body): a mix
+            # can be seen there until the upload that found it is sent again
             self.rewritten_while_sent(
                 {"url": "s3://ckpt/r", "endpoint": s3.endpoint},
-                lambda key: s3_object(s3, "r/" + key), env=s3.env())
+                lambda key: s3_object(s3, "r/" + key), env=s3.env(), atomic=False)
 
     def test_a_checkpoint_rewritten_while_sent_to_a_file_store_is_never_recorded_mixed(self):
         store = os.path.join(self.dir, "nfs")
