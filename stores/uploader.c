@@ -38,6 +38,13 @@ int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, con
     return enqueue_file_as(db, store, path, key, phase, NULL, NULL, added);
 }
 
+int ck_uploader_enqueue_checkpoint(sqlite3 *db, const struct ck_store_spec *store,
+                                   const char *path, const char *key, const char *ckpt,
+                                   bool *added)
+{
+    return enqueue_file_as(db, store, path, key, 0, NULL, ckpt, added);
+}
+
 static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const char *path,
                            const char *key, int phase, const struct stat *known, const char *ckpt,
                            bool *added)

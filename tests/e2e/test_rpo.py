@@ -150,6 +150,76 @@ class Rpo(TmpDirCase):
                             text):
             self.assertIn(m, whole, text)
 
+    def sent_beside_hashing(self, store, stored, env=None, verbose=False):
+        """A watcher and one 8 MiB checkpoint at 4 MiB/s: returns its log
+        (text) once the store's metadata.yaml names the checkpoint's MD5, the
+        stored copy and metadata.yaml checked."""
+        train = os.path.join(self.dir, "train")
+        self.write_config(train, store, "  max_rate: 4MiB\n")
+        data = os.urandom(8 * MiB)
+        want = hashlib.md5(data).hexdigest()
+        log_path = os.path.join(self.dir, "watch.log")
+        with open(log_path, "w") as lf:
+            w = subprocess.Popen([CKPTD, "watch", *(["-v"] if verbose else []), train, "--settle",
+                                  "0"], stdout=lf, stderr=subprocess.STDOUT,
+                                 env=dict(os.environ, **(env or {})))
+        try:
+            def log():
+                with open(log_path) as f:
+                    return f.read()
+            end = time.monotonic() + 30
+            while "watch.started" not in log() and time.monotonic() < end:
+                time.sleep(0.05)
+            with open(os.path.join(train, "epoch_1.pt"), "wb") as f:
+                f.write(data)
+            end = time.monotonic() + 60
+            while registered_md5(stored("metadata.yaml"), "epoch_1.pt") != want:
+                self.assertLess(time.monotonic(), end, log())
+                self.assertIsNone(w.poll(), log())
+                time.sleep(0.05)
+        finally:
+            w.terminate()
+            w.wait(60)
+        text = log()
+        self.assertEqual(registered_md5(os.path.join(train, "metadata.yaml"), "epoch_1.pt"), want)
+        self.assertEqual(md5_file(stored("data/checkpoints/epoch_1.pt")), want)
+        done = re.findall(r'upload\.done: [^\n]*key="([^"]+)"', text)
+        # metadata.yaml naming it went after the checkpoint's bytes
+        self.assertLess(done.index("data/checkpoints/epoch_1.pt"),
+                        len(done) - 1 - done[::-1].index("metadata.yaml"), text)
+        return text
+
+    @staticmethod
+    def at(text, pattern):
+        m = re.search(pattern, text)
+        return m.start() if m else None
+
+    def test_a_checkpoint_goes_to_webdav_while_it_is_hashed(self):
+        """The upload of a new checkpoint starts before its registration:
+        the watcher hashes it from the page cache while the helper sends it,
+        then registers it; metadata.yaml still goes after the bytes."""
+        with Nginx(self.dir) as web:
+            text = self.sent_beside_hashing({"url": web.url + "/r"},
+                                            lambda key: os.path.join(web.root, "r", key))
+        start = self.at(text, r'upload\.start: [^\n]*key="data/checkpoints/epoch_1\.pt"')
+        reg = self.at(text, r"checkpoint\.registered: checkpoint='epoch_1\.pt'")
+        self.assertIsNotNone(start, text)
+        self.assertIsNotNone(reg, text)
+        self.assertLess(start, reg, text)
+
+    def test_a_checkpoint_for_an_s3_single_put_is_registered_first(self):
+        """A single PUT needs both digests before its body: the checkpoint
+        is registered (hashed) first and the PUT takes those digests."""
+        with S3Server(self.dir) as s3:
+            text = self.sent_beside_hashing({"url": "s3://ckpt/r", "endpoint": s3.endpoint},
+                                            lambda key: s3_object(s3, "r/" + key), env=s3.env(),
+                                            verbose=True)
+        start = self.at(text, r'upload\.start: [^\n]*key="data/checkpoints/epoch_1\.pt"')
+        reg = self.at(text, r"checkpoint\.registered: checkpoint='epoch_1\.pt'")
+        self.assertIsNotNone(start, text)
+        self.assertLess(reg, start, text)
+        self.assertIn('upload.digests_known: key="data/checkpoints/epoch_1.pt"', text)
+
     def test_a_checkpoint_rewritten_while_sent_to_s3_is_never_recorded_mixed(self):
         with S3Server(self.dir) as s3:
             # s3rver writes a PUT's body into the object's file as it comes
