@@ -9,6 +9,7 @@
 #include "common/metrics.h"
 #include "common/syncset.h"
 #include "common/yamlutil.h"
+#include "stores/uploader.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -433,7 +434,12 @@ static void remove_tree_copy(struct scan *s, const struct ck_ckpt_record *r)
         unlink(path);
 }
 
-static int registered_pass(struct scan *s)
+/* targeted: a pass over the folders the watcher saw change. It looks only
+ * at the registered checkpoints found there (a file rewritten in place, as
+ * Lightning's last.ckpt or a trainer writing over a checkpoint being sent,
+ * is hashed again now, not at the next full pass); deletions are for the full
+ * pass, which sees the whole tree. */
+static int registered_pass(struct scan *s, bool targeted)
 {
     char txt[64];
     int err;
@@ -441,6 +447,8 @@ static int registered_pass(struct scan *s)
         const struct ck_pmf_ref *ref = &s->meta.checkpoints[i].ref;
         const char *name = ck_pmf_ref_str(ref, txt, sizeof txt);
         const struct ck_candidate *c = find_cand(s, name);
+        if (targeted && !c)
+            continue;
         struct ck_ckpt_record r;
         bool have_record = s->o->cfg->mirror_deletes && ck_state_ckpt_get(s->st, name, &r) == 0;
         bool source_gone = false;
@@ -449,7 +457,7 @@ static int registered_pass(struct scan *s)
             source_gone = strncmp(r.source, "data/checkpoints/", 17) &&
                           path_in(s, src, r.source) == 0 && !ck_exists(src);
         }
-        if (s->o->cfg->mirror_deletes && (source_gone || !c)) {
+        if (s->o->cfg->mirror_deletes && !targeted && (source_gone || !c)) {
             ck_info("checkpoint.unregistered", "checkpoint='%s': the training job deleted it", name);
             if (have_record) {
                 remove_tree_copy(s, &r);
@@ -507,6 +515,49 @@ static void log_registered(const struct ck_pmf_ref *ref, const struct todo *t, c
                 "checkpoint='%s': the file (%s) records epoch %lld step %lld, the name says otherwise; "
                 "the file's are registered",
                 c->ref, t->file.source, (long long)t->epoch, (long long)t->step);
+}
+
+/* send_first (agent/scan.h): 1 when the placed file checkpoint c was queued
+ * for the stores before its hashing (it waits), 0 when it is to be hashed
+ * and registered now: its digests are known, a store bundles the tree, an
+ * S3 store sends it as one PUT (which needs both digests before its body:
+ * the registration's serve it, stores/s3.c), or every store has this very
+ * file queued or sent already (a pass after the one that queued it). */
+static int send_first(struct scan *s, const struct ck_candidate *c)
+{
+    const struct ck_config *cfg = s->o->cfg;
+    char rel[PATH_MAX], path[PATH_MAX], root[PATH_MAX], full[PATH_MAX];
+    struct ck_hash_entry h;
+    struct stat st;
+    if (!s->o->send_first || c->kind != CK_CAND_FILE || cfg->n_upload_stores == 0)
+        return 0;
+    if (tree_rel(c, c->files[0], rel, sizeof rel) < 0 || path_in(s, path, rel) < 0 ||
+        stat(path, &st) < 0 || ck_state_hash_lookup(s->st, &st, &h) || !realpath(s->o->dir, root) ||
+        ck_path_join(full, sizeof full, root, rel) < 0) {
+        ck_error_clear();
+        return 0;
+    }
+    for (size_t i = 0; i < cfg->n_upload_stores; i++) {
+        const struct ck_store_spec *sp = &cfg->upload_stores[i];
+        if (sp->bundle || (!strncmp(sp->url, "s3://", 5) && !sp->compress &&
+                           (uint64_t)st.st_size < cfg->upload.multipart_threshold))
+            return 0;
+    }
+    bool any = false;
+    for (size_t i = 0; i < cfg->n_upload_stores; i++) {
+        bool added;
+        int err = ck_uploader_enqueue_checkpoint(s->st->db, &cfg->upload_stores[i], full, rel,
+                                                 c->ref, &added);
+        if (err < 0)
+            return err;
+        any = any || added;
+    }
+    if (!any)
+        return 0;
+    ck_debug("checkpoint.sent_first", "checkpoint='%s' path=%s: queued for the stores before its "
+             "hashing", c->ref, rel);
+    return ck_strlist_add(&s->res->sent_first, path) < 0 ? ck_error(CK_ENOMEM, "out of memory")
+                                                          : 1;
 }
 
 static int new_pass(struct scan *s, const struct ck_discovery *d)
@@ -567,6 +618,10 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
         enum ck_metric stage = CK_M_FAILURES_SCAN;
         bool linked;
         int e = place(s, c, false, &linked);
+        if (e == 0 && (e = send_first(s, c)) == 1) {
+            s->res->waiting++;
+            continue;
+        }
         if (e == 0) {
             stage = CK_M_FAILURES_HASH;
             e = hash_candidate(s, c, pmf_rel, &h, &total);
@@ -716,7 +771,7 @@ int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_sca
         goto out;
     for (size_t i = 0; i < d.nproblems; i++)
         problem(&s, d.problems[i].path, d.problems[i].msg);
-    if ((!o->only_dirs && (err = registered_pass(&s)) < 0) || (err = new_pass(&s, &d)) < 0)
+    if ((err = registered_pass(&s, o->only_dirs != NULL)) < 0 || (err = new_pass(&s, &d)) < 0)
         goto out;
     int status_err = status_pass(&s);
     res->new_status = s.meta.status;
@@ -772,6 +827,7 @@ void ck_scan_result_release(struct ck_scan_result *r)
     for (size_t i = 0; i < r->nregistered; i++)
         free(r->registered[i]);
     free(r->registered);
+    ck_strlist_release(&r->sent_first);
     memset(r, 0, sizeof *r);
 }
 

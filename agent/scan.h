@@ -10,6 +10,7 @@
 #include "agent/state.h"
 #include "common/buf.h"
 #include "common/fsutil.h"
+#include "common/strlist.h"
 #include "writers/pmf.h"
 
 #include <stdbool.h>
@@ -46,10 +47,19 @@ struct ck_scan_opts {
     void *admit_arg;
     /* A targeted pass (the watcher, between full passes): looks for new
      * checkpoints only in these folders (relative to dir, "" for dir; not
-     * below them) and does not re-check registered ones. NULL: everything. */
+     * below them), re-checks only the registered file checkpoints found
+     * there and unregisters nothing. NULL: everything. */
     char *const *only_dirs;
     size_t nonly_dirs;
     struct ck_scan_memo *memo;    /* NULL: metadata.yaml is read each pass */
+    /* The watcher with upload.stores (none a bundle): a new file checkpoint
+     * whose digests are not known yet is placed in the tree and queued for
+     * every store, not hashed nor registered: its path goes to
+     * res->sent_first and it stays waiting. The caller starts the upload,
+     * hashes the file beside it (ck_state_hash_file) and runs a pass
+     * without send_first, which registers it with those digests; the
+     * upload queue's tables must exist (ck_queue_init). */
+    bool send_first;
 };
 
 struct ck_scan_result {
@@ -60,6 +70,7 @@ struct ck_scan_result {
     size_t waiting;               /* seen but not complete or not settled yet */
     size_t problems;              /* could not be taken: logged as errors */
     bool metadata_written;
+    struct ck_strlist sent_first; /* send_first: the tree paths queued before their hashing */
     enum ck_pmf_status old_status, new_status;
     char model_id[64];
     char model_name[256];

@@ -72,6 +72,7 @@ struct watcher {
     bool announced_start;   /* agent.started was emitted: agent.stopping follows */
     /* the network work runs in helper processes (agent/sender.h) */
     struct ck_upload_worker *up; /* upload.stores */
+    bool queue_ready;            /* the upload queue's tables exist (send_first) */
     struct ck_hook_worker *hw;   /* exec hooks, webhook deliveries */
     struct ck_retention_worker *ret; /* retention.*: the stores' copies checked */
     struct ck_loop_handler *retention_t;
@@ -313,7 +314,16 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .only_dirs = targeted ? (sc.list ? sc.list : (char *[]){""}) : NULL,
         .nonly_dirs = targeted ? sc.n : 0,
         .memo = &w->memo,
+        /* a new checkpoint's upload runs beside its hashing, not after it */
+        .send_first = !final && w->up && w->handover_until <= 0 && w->cfg.n_upload_stores > 0,
     };
+    if (so.send_first && !w->queue_ready) {
+        if (ck_queue_init(w->st.db) == 0)
+            w->queue_ready = true;
+        else
+            so.send_first = false;
+        ck_error_clear();
+    }
     struct ck_scan_result res = {0};
     double t0 = ck_mono_s();
     /* the pass and what it hands on: events, pack, verify, a kick to the upload helper */
@@ -322,6 +332,23 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .queue_tree_now = final && w->up};
     int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
+    if (err >= 0 && res.sent_first.n) {
+        /* queued before they were hashed (agent/scan.h): their upload starts
+         * now, in its helper, while this process takes their digests from
+         * the page cache; the pass after registers them with those */
+        ck_upload_worker_kick(w->up);
+        ck_upload_worker_pump(w->up, 0);
+        for (size_t i = 0; i < res.sent_first.n; i++) {
+            struct ck_hash_entry h;
+            if (ck_state_hash_file(&w->st, res.sent_first.items[i], &h, NULL) < 0)
+                ck_error_clear(); /* the pass hashes it again and says why */
+        }
+        forget_registered(w, &res);
+        ck_scan_result_release(&res);
+        so.send_first = false;
+        err = ck_pipeline_pass(&pl, &so, &res);
+        w->passes++;
+    }
     if (pl.events_err < 0 && !w->ended) {
         /* an event that cannot be stored is lost unless a restart announces
          * it: stop with a failure, never 0 (systemd and Kubernetes restart) */

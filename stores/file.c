@@ -1,6 +1,7 @@
 /* file:///path: a mounted disk (NFS, a local volume). Copy to a temporary
- * name beside the final one while hashing what is read, fsync, read the copy
- * back and compare its SHA-256, rename into place, fsync the folder. */
+ * name beside the final one while hashing what is read (the source's size
+ * and mtime the same after as before), fsync, read the copy back and compare
+ * its SHA-256, rename into place, fsync the folder. */
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
@@ -136,8 +137,19 @@ static int file_put(struct ck_store *st, struct ck_xfer *x)
             tmp[0] = '\0';
         goto out;
     }
+    struct stat before, after;
+    if (fstat(in, &before) < 0) {
+        err = ck_error_os(CK_EIO, "cannot stat '%s'", x->path);
+        goto out;
+    }
     if ((err = copy(s, x, in, out, tmp, sha)) < 0)
         goto out;
+    /* a file written meanwhile would leave a copy of mixed bytes, its
+     * read-back agreeing with the mix: never renamed into place */
+    if (fstat(in, &after) < 0 || !ck_stat_unchanged(&before, &after)) {
+        err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
+        goto out;
+    }
     ck_xfer_body_sent(x); /* the fsync and the read-back are its tail */
     if (fsync(out) < 0) {
         err = ck_error_os(CK_EIO, "cannot fsync '%s'", tmp);

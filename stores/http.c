@@ -213,6 +213,18 @@ static int http_put(struct ck_store *st, struct ck_xfer *x)
     if ((err = put_body(s, h, x, src.fd, move ? tmp : final, hd)) < 0)
         goto out;
     ck_xfer_body_sent(x);
+    /* a file written while it was read left a mix of its bytes in the
+     * temporary: never moved into place */
+    if (move && (err = ck_source_check_unchanged(&src, x)) < 0) {
+        static const long gone[] = {404, 0};
+        struct ck_resp resp;
+        ck_resp_init(&resp);
+        int derr = request(s, h, "DELETE", tmp, NULL, x->key, &resp, gone);
+        ck_resp_release(&resp);
+        if (derr < 0) /* the first error is the one to report */
+            err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
+        goto out;
+    }
     if (move) {
         static const long ok[] = {0};
         struct ck_resp resp;

@@ -410,14 +410,15 @@ fail:
     return err;
 }
 
-bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65])
+bool ck_queue_known_digests(sqlite3 *db, const struct stat *st, char sha256[65], char md5[33])
 {
     sqlite3_stmt *q;
     bool hit = false;
-    out[0] = '\0';
+    sha256[0] = '\0';
+    md5[0] = '\0';
     /* no table (a queue of its own): unknown, not an error */
     if (sqlite3_prepare_v2(db,
-                           "SELECT sha256 FROM hash_cache WHERE dev = ?1 AND ino = ?2 AND"
+                           "SELECT sha256, md5 FROM hash_cache WHERE dev = ?1 AND ino = ?2 AND"
                            " size = ?3 AND mtime_ns = ?4",
                            -1, &q, NULL) != SQLITE_OK)
         return false;
@@ -427,9 +428,13 @@ bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65])
     sqlite3_bind_int64(q, 4, ck_mtime_ns(st));
     if (sqlite3_step(q) == SQLITE_ROW) {
         const unsigned char *t = sqlite3_column_text(q, 0);
+        const unsigned char *m = sqlite3_column_text(q, 1);
         if (t && strlen((const char *)t) == 64) {
-            memcpy(out, t, 65);
+            memcpy(sha256, t, 65);
             hit = true;
+            /* the MD5 only beside its SHA-256: one row, one read of one file */
+            if (m && strlen((const char *)m) == 32)
+                memcpy(md5, m, 33);
         }
     }
     sqlite3_finalize(q);

@@ -85,11 +85,12 @@ int ck_queue_add_as(sqlite3 *db, int64_t store_id, const char *src, const char *
  * and returns err. */
 int ck_queue_batch_begin(sqlite3 *db);
 int ck_queue_batch_end(sqlite3 *db, int err);
-/* The SHA-256 the agent's hash cache (agent/state.c's hash_cache table, in
- * the same database) holds for exactly the file st describes (device, inode,
- * size, mtime), into out; false when there is none or no such table (a
- * queue folder of `ckptd upload` alone). */
-bool ck_queue_known_sha256(sqlite3 *db, const struct stat *st, char out[65]);
+/* The SHA-256 and MD5 the agent's hash cache (agent/state.c's hash_cache
+ * table, in the same database) holds for exactly the file st describes
+ * (device, inode, size, mtime), into sha256 and md5 (md5 "" when the row has
+ * none); false, both "", when there is none or no such table (a queue folder
+ * of `ckptd upload` alone). */
+bool ck_queue_known_digests(sqlite3 *db, const struct stat *st, char sha256[65], char md5[33]);
 /* Claims the next runnable job (pending, not blocked by the metadata-last
  * rule, next_try reached) and marks it running. CK_ENOENT when none. */
 int ck_queue_claim(sqlite3 *db, struct ck_job *job);

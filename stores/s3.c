@@ -365,17 +365,45 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
     /* the MD5 only for a service not known to keep checksums: for its
      * Content-MD5 and the ETag check (half of the CPU a PUT costs) */
     bool want_md5 = !atomic_load(&s->server_checks) || x->if_absent;
-    if ((err = ck_hash_file(x->path, want_md5 ? CK_HASH_BOTH : CK_HASH_SHA256, &d, &st)) < 0)
-        return err;
-    if (d.size != x->size)
-        return ck_error(CK_ECHANGED, "'%s' has %llu bytes, %llu when it was queued", x->path,
-                        (unsigned long long)d.size, (unsigned long long)x->size);
+    struct curl_slist *hd = NULL;
+    if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0)
+        return ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+    if (fstat(fd, &st) < 0) {
+        err = ck_error_os(CK_EIO, "cannot stat '%s'", x->path);
+        goto out;
+    }
+    if (ck_source_known_for(x, &st) && (!want_md5 || x->known_md5[0])) {
+        /* the registration read this very file (device, inode, size, mtime)
+         * for both digests: the body is read once more, to send it, and the
+         * service checks it against the signed SHA-256 and the Content-MD5 */
+        memset(&d, 0, sizeof d);
+        memcpy(d.sha256, x->known_sha256, sizeof d.sha256);
+        memcpy(d.md5, x->known_md5, sizeof d.md5);
+        d.size = (uint64_t)st.st_size;
+        ck_debug("upload.digests_known", "key=\"%s\": the digests its registration took, not read "
+                 "again", x->key);
+    } else {
+        struct stat opened = st;
+        if ((err = ck_hash_file(x->path, want_md5 ? CK_HASH_BOTH : CK_HASH_SHA256, &d, &st)) < 0)
+            goto out;
+        /* what was hashed is the file open here, unchanged since */
+        if (opened.st_dev != st.st_dev || opened.st_ino != st.st_ino ||
+            !ck_stat_unchanged(&opened, &st)) {
+            err = ck_error(CK_ECHANGED, "'%s' changed while it was hashed", x->path);
+            goto out;
+        }
+    }
+    if (d.size != x->size) {
+        err = ck_error(CK_ECHANGED, "'%s' has %llu bytes, %llu when it was queued", x->path,
+                       (unsigned long long)d.size, (unsigned long long)x->size);
+        goto out;
+    }
     memcpy(x->sha256, d.sha256, sizeof x->sha256);
     if ((err = object_url(s, x->key, NULL, url, sizeof url)) < 0)
-        return err;
+        goto out;
     ck_codec_unhex(bin, 32, d.sha256);
     ck_codec_base64(b64, bin, 32);
-    struct curl_slist *hd = base_headers(s, d.sha256);
+    hd = base_headers(s, d.sha256);
     hd = add(hd, "x-amz-checksum-sha256", b64);
     if (want_md5) {
         ck_codec_unhex(bin, 16, d.md5);
@@ -387,10 +415,6 @@ static int put_single(struct s3 *s, struct ck_xfer *x)
         hd = add(hd, "x-amz-meta-ckptd-original-sha256", x->orig_sha256);
     if (x->if_absent) /* signed, like every header libcurl's SigV4 sees */
         hd = curl_slist_append(hd, "If-None-Match: *");
-    if ((fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
-        err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
-        goto out;
-    }
     struct ck_req r = {.method = "PUT",
                        .url = url,
                        .headers = hd,

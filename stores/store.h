@@ -116,9 +116,12 @@ struct ck_xfer {
      * (CK_ERR, as ck_store_del). A server that ignores the condition overwrites: see
      * the fallback in docs/multinode.md */
     bool if_absent;
-    /* HTTP, SFTP: the file's SHA-256 when the agent knows it for exactly
-     * this file (device, inode, size, mtime: known_st), else "" */
+    /* the file's SHA-256 when the agent knows it for exactly this file
+     * (device, inode, size, mtime: known_st; its registration read it),
+     * else "": HTTP and SFTP record it, an S3 single PUT signs and sends it
+     * (and known_md5, its Content-MD5) instead of reading the file for them */
     char known_sha256[65];
+    char known_md5[33]; /* "" when not known */
     struct stat known_st;
     bool hash_unknown; /* hash the file when known_sha256 does not apply */
     /* resume state (multipart): owned by the caller */

@@ -38,6 +38,13 @@ int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, con
     return enqueue_file_as(db, store, path, key, phase, NULL, NULL, added);
 }
 
+int ck_uploader_enqueue_checkpoint(sqlite3 *db, const struct ck_store_spec *store,
+                                   const char *path, const char *key, const char *ckpt,
+                                   bool *added)
+{
+    return enqueue_file_as(db, store, path, key, 0, NULL, ckpt, added);
+}
+
 static int enqueue_file_as(sqlite3 *db, const struct ck_store_spec *store, const char *path,
                            const char *key, int phase, const struct stat *known, const char *ckpt,
                            bool *added)
@@ -858,7 +865,7 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->hash_unknown = r->opts->sha256_always;
     if (j->kind == CK_JOB_FILE && stat(x->path, &x->known_st) == 0) {
         db_lock(r);
-        ck_queue_known_sha256(r->db, &x->known_st, x->known_sha256);
+        ck_queue_known_digests(r->db, &x->known_st, x->known_sha256, x->known_md5);
         db_unlock(r);
     }
     snprintf(x->upload_id, sizeof x->upload_id, "%s", j->upload_id);

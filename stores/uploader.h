@@ -18,6 +18,11 @@
 /* Queues one local file for every store as key (phase 1 = send last). */
 int ck_uploader_enqueue_file(sqlite3 *db, const struct ck_store_spec *store, const char *path,
                              const char *key, int phase, bool *added);
+/* The same for a data file (phase 0) that is, or is about to be, the
+ * checkpoint ckpt's file in the tree: its upload events name ckpt. */
+int ck_uploader_enqueue_checkpoint(sqlite3 *db, const struct ck_store_spec *store,
+                                   const char *path, const char *key, const char *ckpt,
+                                   bool *added);
 
 /* Queues a PMF tree (or part of it) for every store: the files named in
  * changed (paths relative to root; NULL: every file under root), then

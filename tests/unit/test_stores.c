@@ -5,6 +5,7 @@
 #include "tests/unit/test_main.h"
 
 #include "common/error.h"
+#include "common/fsutil.h"
 #include "stores/net.h"
 #include "stores/queue.h"
 #include "stores/store.h"
@@ -733,6 +734,66 @@ static void queue_claim_skips_given_up_stores(void **state)
     sqlite3_close(db);
 }
 
+/* The digests the agent's hash cache holds for exactly one file (device,
+ * inode, size, mtime): what an S3 single PUT sends instead of reading the
+ * file for them (issue 36). */
+static void queue_known_digests(void **state)
+{
+    char dir[4096], a[4200], sql[512], sha[65], md5[33];
+    static const char *md5_abc = "900150983cd24fb0d6963f7d28e17f72"; /* RFC 1321 */
+    static const char *sha_abc =
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"; /* FIPS 180-2 */
+    struct stat st, other;
+    (void)state;
+    sqlite3 *db = open_db(dir);
+    snprintf(a, sizeof a, "%s/a.bin", dir);
+    write_file(a, "abc");
+    assert_int_equal(stat(a, &st), 0);
+    /* a queue of its own (ckptd upload): no hash cache, nothing known */
+    assert_false(ck_queue_known_digests(db, &st, sha, md5));
+    assert_string_equal(sha, "");
+    assert_string_equal(md5, "");
+    /* the agent's table (agent/state.c) with its row for this very file */
+    assert_int_equal(sqlite3_exec(db,
+                                  "CREATE TABLE hash_cache (dev INTEGER NOT NULL, ino INTEGER NOT"
+                                  " NULL, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, md5"
+                                  " TEXT NOT NULL, sha256 TEXT NOT NULL DEFAULT '', PRIMARY KEY"
+                                  " (dev, ino))",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    snprintf(sql, sizeof sql, "INSERT INTO hash_cache VALUES (%lld, %lld, 3, %lld, '%s', '%s')",
+             (long long)st.st_dev, (long long)st.st_ino, (long long)ck_mtime_ns(&st), md5_abc,
+             sha_abc);
+    assert_int_equal(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    assert_true(ck_queue_known_digests(db, &st, sha, md5));
+    assert_string_equal(sha, sha_abc);
+    assert_string_equal(md5, md5_abc);
+    /* another mtime, inode or size: another file as far as the cache knows */
+    other = st;
+    other.st_mtim.tv_nsec = (other.st_mtim.tv_nsec + 1) % 1000000000;
+    assert_false(ck_queue_known_digests(db, &other, sha, md5));
+    assert_string_equal(md5, "");
+    other = st;
+    other.st_ino++;
+    assert_false(ck_queue_known_digests(db, &other, sha, md5));
+    other = st;
+    other.st_size = 4;
+    assert_false(ck_queue_known_digests(db, &other, sha, md5));
+    /* an MD5 that is not one: the SHA-256 alone */
+    assert_int_equal(sqlite3_exec(db, "UPDATE hash_cache SET md5 = 'x'", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_true(ck_queue_known_digests(db, &st, sha, md5));
+    assert_string_equal(sha, sha_abc);
+    assert_string_equal(md5, "");
+    /* no SHA-256 (a row from before sha256 was taken): nothing known */
+    assert_int_equal(sqlite3_exec(db, "UPDATE hash_cache SET md5 = '900150983cd24fb0d6963f7d28e17f72'"
+                                      ", sha256 = ''", NULL, NULL, NULL),
+                     SQLITE_OK);
+    assert_false(ck_queue_known_digests(db, &st, sha, md5));
+    assert_string_equal(md5, "");
+    sqlite3_close(db);
+}
+
 static const struct CMUnitTest tests[] = {
     cmocka_unit_test(key_encoding),
     cmocka_unit_test(join_and_redact),
@@ -753,5 +814,6 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(file_store_if_absent),
     cmocka_unit_test(s3_list_objects_parse),
     cmocka_unit_test(file_store_list),
+    cmocka_unit_test(queue_known_digests),
 };
 CK_TEST_MAIN(tests)
