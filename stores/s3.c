@@ -565,6 +565,10 @@ struct mp {
     struct s3 *s;
     struct ck_xfer *x;
     int fd;
+    /* the file when this run opened it: every part sent must be of it. A
+     * part checked only against itself (its stat before and after its own
+     * send) let a rewrite between two parts make an object of two versions */
+    struct stat start;
     int nparts;
     unsigned char *done; /* per part (index number-1): 1 when accepted */
     pthread_mutex_t mu;
@@ -670,7 +674,8 @@ static int send_part(struct mp *m, CURL *h, int idx, unsigned char *buf)
         else if (resp.checksum_sha256[0])
             atomic_store(&s->server_checks, true); /* later parts need no MD5 */
     }
-    if (err == 0 && (fstat(m->fd, &after) < 0 || !ck_stat_unchanged(&before, &after)))
+    if (err == 0 && (fstat(m->fd, &after) < 0 || !ck_stat_unchanged(&before, &after) ||
+                     !ck_stat_unchanged(&m->start, &after)))
         err = ck_error(CK_ECHANGED, "'%s' changed while it was uploaded", x->path);
     ck_resp_release(&resp);
     curl_slist_free_all(hd);
@@ -1106,6 +1111,18 @@ static int put_multipart(struct s3 *s, struct ck_xfer *x)
             atomic_fetch_add(&x->sent, x->parts[i].size);
         if ((m.fd = open(x->path, O_RDONLY | O_CLOEXEC)) < 0) {
             err = ck_error_os(CK_EIO, "cannot open '%s'", x->path);
+            break;
+        }
+        if (fstat(m.fd, &m.start) < 0) {
+            err = ck_error_os(CK_EIO, "cannot stat '%s'", x->path);
+            break;
+        }
+        /* parts an earlier run sent are of the file as queued (the queue
+         * starts over when its size or mtime changed since): this run's
+         * must be of the same, or the object would mix the two */
+        if (kept && ((uint64_t)m.start.st_size != x->size ||
+                     (x->mtime_ns && ck_mtime_ns(&m.start) != x->mtime_ns))) {
+            err = ck_error(CK_ECHANGED, "'%s' changed since it was queued", x->path);
             break;
         }
         /* an upload an earlier run began: the service's list of its parts,

@@ -106,6 +106,7 @@ struct ck_xfer {
     const char *path;        /* local file (borrowed) */
     const char *key;         /* remote name under the store's prefix, '/'-separated, not encoded */
     uint64_t size;           /* the file's size when queued */
+    int64_t mtime_ns;        /* its mtime when queued (ns; 0: not known) */
     const char *orig_sha256; /* compress: SHA-256 of the uncompressed original, recorded remotely */
     bool atomic;             /* the object must appear whole or not at all even on servers that
                               * keep a truncated PUT (s3: multipart whatever the size) */

@@ -860,6 +860,8 @@ static int run_job(struct run *r, struct ck_job *j, struct progress *pg, struct 
     x->path = snap[0] ? snap : j->kind == CK_JOB_FILE ? j->src : j->spool;
     x->key = j->key;
     x->size = j->size;
+    /* the queued mtime is of the source itself, not of a snapshot or spool copy */
+    x->mtime_ns = !snap[0] && j->kind == CK_JOB_FILE ? j->mtime_ns : 0;
     x->orig_sha256 = j->orig_sha256[0] ? j->orig_sha256 : NULL;
     x->atomic = j->phase == 1;
     x->hash_unknown = r->opts->sha256_always;

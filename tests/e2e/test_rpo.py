@@ -151,12 +151,15 @@ class Rpo(TmpDirCase):
             self.assertIn(m, whole, text)
 
     def sent_beside_hashing(self, store, stored, env=None, verbose=False):
-        """A watcher and one 8 MiB checkpoint at 4 MiB/s: returns its log
-        (text) once the store's metadata.yaml names the checkpoint's MD5, the
-        stored copy and metadata.yaml checked."""
+        """A watcher and a 16 MiB checkpoint (epoch_2) at 4 MiB/s, after a
+        small one (epoch_1) whose pass also queued the rest of the tree (so
+        epoch_2's upload has nothing ahead of it in the queue): returns the
+        log from epoch_2's close (text) once the store's metadata.yaml names
+        its MD5, the stored copy and metadata.yaml checked."""
         train = os.path.join(self.dir, "train")
         self.write_config(train, store, "  max_rate: 4MiB\n")
-        data = os.urandom(8 * MiB)
+        first = os.urandom(MiB)
+        data = os.urandom(16 * MiB)
         want = hashlib.md5(data).hexdigest()
         log_path = os.path.join(self.dir, "watch.log")
         with open(log_path, "w") as lf:
@@ -170,22 +173,30 @@ class Rpo(TmpDirCase):
             end = time.monotonic() + 30
             while "watch.started" not in log() and time.monotonic() < end:
                 time.sleep(0.05)
+
+            def stored_md5(name, md5):
+                end = time.monotonic() + 60
+                while registered_md5(stored("metadata.yaml"), name) != md5:
+                    self.assertLess(time.monotonic(), end, log())
+                    self.assertIsNone(w.poll(), log())
+                    time.sleep(0.05)
             with open(os.path.join(train, "epoch_1.pt"), "wb") as f:
+                f.write(first)
+            stored_md5("epoch_1.pt", hashlib.md5(first).hexdigest())
+            time.sleep(0.5)  # the queue drained
+            since = len(log())
+            with open(os.path.join(train, "epoch_2.pt"), "wb") as f:
                 f.write(data)
-            end = time.monotonic() + 60
-            while registered_md5(stored("metadata.yaml"), "epoch_1.pt") != want:
-                self.assertLess(time.monotonic(), end, log())
-                self.assertIsNone(w.poll(), log())
-                time.sleep(0.05)
+            stored_md5("epoch_2.pt", want)
         finally:
             w.terminate()
             w.wait(60)
-        text = log()
-        self.assertEqual(registered_md5(os.path.join(train, "metadata.yaml"), "epoch_1.pt"), want)
-        self.assertEqual(md5_file(stored("data/checkpoints/epoch_1.pt")), want)
+        text = log()[since:]
+        self.assertEqual(registered_md5(os.path.join(train, "metadata.yaml"), "epoch_2.pt"), want)
+        self.assertEqual(md5_file(stored("data/checkpoints/epoch_2.pt")), want)
         done = re.findall(r'upload\.done: [^\n]*key="([^"]+)"', text)
         # metadata.yaml naming it went after the checkpoint's bytes
-        self.assertLess(done.index("data/checkpoints/epoch_1.pt"),
+        self.assertLess(done.index("data/checkpoints/epoch_2.pt"),
                         len(done) - 1 - done[::-1].index("metadata.yaml"), text)
         return text
 
@@ -201,8 +212,8 @@ class Rpo(TmpDirCase):
         with Nginx(self.dir) as web:
             text = self.sent_beside_hashing({"url": web.url + "/r"},
                                             lambda key: os.path.join(web.root, "r", key))
-        start = self.at(text, r'upload\.start: [^\n]*key="data/checkpoints/epoch_1\.pt"')
-        reg = self.at(text, r"checkpoint\.registered: checkpoint='epoch_1\.pt'")
+        start = self.at(text, r'upload\.start: [^\n]*key="data/checkpoints/epoch_2\.pt"')
+        reg = self.at(text, r"checkpoint\.registered: checkpoint='epoch_2\.pt'")
         self.assertIsNotNone(start, text)
         self.assertIsNotNone(reg, text)
         self.assertLess(start, reg, text)
@@ -214,11 +225,11 @@ class Rpo(TmpDirCase):
             text = self.sent_beside_hashing({"url": "s3://ckpt/r", "endpoint": s3.endpoint},
                                             lambda key: s3_object(s3, "r/" + key), env=s3.env(),
                                             verbose=True)
-        start = self.at(text, r'upload\.start: [^\n]*key="data/checkpoints/epoch_1\.pt"')
-        reg = self.at(text, r"checkpoint\.registered: checkpoint='epoch_1\.pt'")
+        start = self.at(text, r'upload\.start: [^\n]*key="data/checkpoints/epoch_2\.pt"')
+        reg = self.at(text, r"checkpoint\.registered: checkpoint='epoch_2\.pt'")
         self.assertIsNotNone(start, text)
         self.assertLess(reg, start, text)
-        self.assertIn('upload.digests_known: key="data/checkpoints/epoch_1.pt"', text)
+        self.assertIn('upload.digests_known: key="data/checkpoints/epoch_2.pt"', text)
 
     def test_a_checkpoint_rewritten_while_sent_to_s3_is_never_recorded_mixed(self):
         with S3Server(self.dir) as s3:
