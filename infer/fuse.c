@@ -9,8 +9,9 @@
  *   node's epilogue, after the bias (kernels_linear.c).
  * The folded nodes are then not run; the node before them writes their
  * output.
- * Then (ck_infer_prepack) each convolution's weights are packed once for
- * the products of pgemm.c, where the CPU runs them. */
+ * Then (ck_infer_prepack) the weights of each convolution, dense layer and
+ * matmul by a constant matrix are packed once for the products of pgemm.c,
+ * where the CPU runs them. */
 #include "infer/engine.h"
 #include "common/error.h"
 
@@ -249,32 +250,160 @@ int ck_infer_fuse(struct ck_infer *e)
     return err;
 }
 
+/* Node i computes on integers (kernels_int.c): it never reads a packed weight. */
+static bool integers(const struct ck_infer *e, size_t i)
+{
+    const struct ck_enode *en = &e->nodes[i];
+    enum ck_dtype in[16];
+    size_t nin = en->nin < 16 ? en->nin : 16;
+    for (size_t k = 0; k < nin; k++)
+        in[k] = e->values[en->in[k]].dtype;
+    return ck_infer_int_node(&e->m->nodes[i], in, nin, e->values[en->out[0]].dtype);
+}
+
+/* Weight wv of node i packed for pgemm.c, NULL when it is not packed
+ * (*err set on failure): a convolution's (not depthwise) by output
+ * channels; a dense layer's, and a matmul's constant right side, by
+ * columns (trans: wv is [n, k], the matrix the node multiplies by is its
+ * transpose). */
+static float *pack_weight(struct ck_infer *e, size_t i, int wv, bool trans, int *err)
+{
+    const struct ck_model_node *n = &e->m->nodes[i];
+    const struct ck_value *w = &e->values[wv];
+    *err = 0;
+    if (w->kind != CK_VALUE_WEIGHT || !w->data || integers(e, i))
+        return NULL;
+    int64_t total, g = n->p.groups, og = 0, kk = 0, k = 0, cols = 0;
+    if (n->op == CK_OP_CONV2D) {
+        if (w->shape.rank != 4 || g < 1 || w->shape.d[0] % g ||
+            ck_infer_conv_is_depthwise(&n->p, &w->shape))
+            return NULL;
+        og = w->shape.d[0] / g, kk = w->shape.d[1] * w->shape.d[2] * w->shape.d[3];
+        total = ck_infer_pgemm_pack_floats(og, kk) * g;
+    } else {
+        /* dense: W [in, out...] or [out, in]; matmul: B [k, n] beside a
+         * matrix or a batch of them (a vector B is a batched product) */
+        if (w->shape.rank < 2 || (trans && w->shape.rank != 2) ||
+            (n->op == CK_OP_MATMUL && (w->shape.rank != 2 || e->nodes[i].nin != 2)))
+            return NULL;
+        k = trans ? w->shape.d[1] : w->shape.d[0];
+        cols = k ? ck_ishape_numel(&w->shape) / k : 0;
+        total = ck_infer_pgemm_packb_floats(k, cols);
+    }
+    if (total <= 0)
+        return NULL;
+    float *wp = aligned_alloc(64, ((size_t)total * sizeof(float) + 63) / 64 * 64);
+    if (!wp) {
+        *err = ck_error(CK_ENOMEM, "node '%s': out of memory for %lld packed weights", n->name,
+                        (long long)total);
+        return NULL;
+    }
+    if (n->op == CK_OP_CONV2D) {
+        int64_t per = ck_infer_pgemm_pack_floats(og, kk);
+        for (int64_t gi = 0; gi < g; gi++)
+            ck_infer_pgemm_pack(og, kk, w->data + gi * og * kk, kk, wp + gi * per);
+    } else {
+        ck_infer_pgemm_packb(k, cols, w->data, trans ? k : cols, trans, wp);
+    }
+    e->weight_bytes += sizeof(float) * (uint64_t)total;
+    return wp;
+}
+
+/* The weight whose transpose matmul node i multiplies by, -1 for none:
+ * torch exports a Linear on a sequence as MatMul(x, Transpose(W)) (W [out,
+ * in], perm [1, 0]); *t is the transpose node, whose output this matmul
+ * alone reads. */
+static int transposed_weight(const struct ck_infer *e, const struct readers *r,
+                             const int *producer, size_t i, size_t *t)
+{
+    int v = e->nodes[i].in[1], p = producer[v];
+    if (p < 0 || e->values[v].graph_output || r->count[v] != 1)
+        return -1;
+    const struct ck_model_node *tm = &e->m->nodes[p];
+    const struct ck_enode *tn = &e->nodes[p];
+    if (tm->op != CK_OP_TRANSPOSE || tn->skip || tn->nin != 1 || tm->noutputs != 1 ||
+        tn->in[0] == v)
+        return -1;
+    int w = tn->in[0];
+    if (e->values[w].kind != CK_VALUE_WEIGHT || e->values[w].shape.rank != 2 ||
+        !(tm->p.nints == 0 || (tm->p.nints == 2 && tm->p.ints[0] == 1 && tm->p.ints[1] == 0)))
+        return -1;
+    *t = (size_t)p;
+    return w;
+}
+
+/* A value of shape s and dtype dt that holds no data (the packed copy is
+ * what the node reads): the right side of a matmul whose transpose is no
+ * longer computed. */
+static int shape_only_value(struct ck_infer *e, const char *name, const struct ck_ishape *s,
+                            enum ck_dtype dt)
+{
+    int v = value_new(e, name, s, 0);
+    if (v < 0)
+        return v;
+    free(e->values[v].data);
+    e->values[v].data = NULL;
+    e->values[v].owned = false;
+    e->values[v].dtype = dt;
+    return v;
+}
+
+/* Node i's weight packed (its wpack set), the weight's own copy released
+ * when the node was its one reader. */
+static int pack_node(struct ck_infer *e, const struct readers *r, const int *producer, size_t i)
+{
+    const struct ck_model_node *n = &e->m->nodes[i];
+    struct ck_enode *en = &e->nodes[i];
+    int err = 0;
+    if (en->skip || en->nin < 2 ||
+        (n->op != CK_OP_CONV2D && n->op != CK_OP_DENSE && n->op != CK_OP_MATMUL))
+        return 0;
+    size_t t = 0;
+    int tw = n->op == CK_OP_MATMUL ? transposed_weight(e, r, producer, i, &t) : -1;
+    if (tw >= 0) {
+        if (!(en->wpack = pack_weight(e, i, tw, true, &err)))
+            return err;
+        /* the transpose is not run: the matmul's right side is a value of
+         * its shape with no data, and W's copy goes as for any packed weight */
+        struct ck_ishape s = {2, {e->values[tw].shape.d[1], e->values[tw].shape.d[0]}};
+        int v = shape_only_value(e, e->values[en->in[1]].name, &s, e->values[tw].dtype);
+        if (v < 0)
+            return v;
+        en->in[1] = v;
+        e->nodes[t].skip = true;
+        e->fused++;
+        weight_release(e, r, tw);
+        return 0;
+    }
+    en->wpack = pack_weight(e, i, en->in[1], n->op == CK_OP_DENSE && n->p.trans_w, &err);
+    /* the kernel reads the packed copy only: the weight's own copy (or its
+     * pages of a mapped file) is released when this node was its one
+     * reader, so the packed copy replaces it rather than doubling the
+     * weights' memory */
+    if (en->wpack)
+        weight_release(e, r, en->in[1]);
+    return err;
+}
+
 int ck_infer_prepack(struct ck_infer *e)
 {
     if (e->o.naive_gemm || !ck_infer_pgemm_available())
         return 0;
-    for (size_t i = 0; i < e->m->nnodes; i++) {
-        const struct ck_model_node *n = &e->m->nodes[i];
-        struct ck_enode *en = &e->nodes[i];
-        if (en->skip || n->op != CK_OP_CONV2D || en->nin < 2)
-            continue;
-        const struct ck_value *w = &e->values[en->in[1]];
-        int64_t g = n->p.groups;
-        if (w->kind != CK_VALUE_WEIGHT || !w->data || w->shape.rank != 4 || g < 1 ||
-            w->shape.d[0] % g || ck_infer_conv_is_depthwise(&n->p, &w->shape))
-            continue;
-        int64_t og = w->shape.d[0] / g, kk = w->shape.d[1] * w->shape.d[2] * w->shape.d[3];
-        int64_t per = ck_infer_pgemm_pack_floats(og, kk), total = per * g;
-        if (total <= 0)
-            continue;
-        float *wp = aligned_alloc(64, ((size_t)total * sizeof(float) + 63) / 64 * 64);
-        if (!wp)
-            return ck_error(CK_ENOMEM, "node '%s': out of memory for %lld packed weights",
-                            n->name, (long long)total);
-        for (int64_t gi = 0; gi < g; gi++)
-            ck_infer_pgemm_pack(og, kk, w->data + gi * og * kk, kk, wp + gi * per);
-        en->wpack = wp;
-        e->weight_bytes += sizeof(float) * (uint64_t)total;
-    }
-    return 0;
+    struct readers r = {0};
+    int err = readers_build(e, &r);
+    int *producer = malloc(sizeof(int) * (e->nvalues + 1));
+    if (err == 0 && !producer)
+        err = ck_error(CK_ENOMEM, "out of memory for the node table's producers");
+    for (size_t v = 0; err == 0 && v < e->nvalues; v++)
+        producer[v] = -1;
+    for (size_t i = 0; err == 0 && i < e->m->nnodes; i++)
+        for (size_t k = 0; !e->nodes[i].skip && k < e->m->nodes[i].noutputs; k++)
+            producer[e->nodes[i].out[k]] = (int)i;
+    for (size_t i = 0; err == 0 && i < e->m->nnodes; i++)
+        err = pack_node(e, &r, producer, i);
+    free(producer);
+    free(r.count);
+    free(r.first);
+    free(r.last);
+    return err;
 }

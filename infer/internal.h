@@ -102,7 +102,9 @@ struct ck_kcall {
     const enum ck_dtype *indt, *outdt; /* each input's and output's dtype (values are float32) */
     struct ck_pool *pool; /* the engine's threads (infer/pool.h); NULL: this one only */
     const float *wpack; /* conv2d: its weights packed at load (pgemm.c), each group's
-                           ck_infer_pgemm_pack_floats(og, kk) apart; NULL: none */
+                           ck_infer_pgemm_pack_floats(og, kk) apart; dense, and matmul
+                           by a constant matrix: the weight packed by
+                           ck_infer_pgemm_packb; NULL: none */
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */
@@ -188,6 +190,17 @@ struct ck_pgemm_src {
 };
 void ck_infer_pgemm(const float *ap, int64_t m, int64_t k, const struct ck_pgemm_src *src,
                     float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+/* Dense layers (a weight on the right): the floats a [k, n] weight takes
+ * packed, its packing (b [k, n] ldb apart, or with trans b [n, k]: ONNX
+ * Gemm's transB, torch's Linear), and C[m0:m1, n0:n1] = A[m0:m1, :] B[:,
+ * n0:n1] from the packed B, A [m, k] lda apart (n0 a multiple of
+ * CK_PGEMM_NR; m0 anywhere). Each element of C is computed the same way
+ * whatever range a call covers. */
+int64_t ck_infer_pgemm_packb_floats(int64_t k, int64_t n);
+void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                          float *bp);
+void ck_infer_pgemm_dense(const float *a, int64_t lda, const float *bp, int64_t k, int64_t n,
+                          float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 /* OpenBLAS loaded on first use (blas.c); false when it cannot be. */
 bool ck_infer_blas_available(void);

@@ -185,12 +185,63 @@ static void dense_rows(void *arg, int64_t r0, int64_t r1)
     epilogue(k, y, (r1 - r0) * out);
 }
 
+/* A dense product from its weights packed at load (pgemm.c): y [rows, out]
+ * = x [rows, in] times the packed W, then the bias and the epilogue (bias
+ * NULL: none; the epilogue only for dense, act none for matmul). Cut by
+ * rows, or by columns (at tile edges) when the rows are fewer than the
+ * columns: each output is computed the same way in either cut. */
+struct pdense_job {
+    const struct ck_kcall *k;
+    const float *x, *bias;
+    float *y;
+    int64_t rows, in, out;
+};
+
+static void pdense_rows(void *arg, int64_t r0, int64_t r1)
+{
+    const struct pdense_job *j = arg;
+    float *y = j->y + r0 * j->out;
+    ck_infer_pgemm_dense(j->x, j->in, j->k->wpack, j->in, j->out, j->y, j->out, r0, r1, 0,
+                         j->out);
+    if (j->bias)
+        add_bias_rows(y, r1 - r0, j->out, j->bias);
+    epilogue(j->k, y, (r1 - r0) * j->out);
+}
+
+static void pdense_cols(void *arg, int64_t c0, int64_t c1)
+{
+    const struct pdense_job *j = arg;
+    ck_infer_pgemm_dense(j->x, j->in, j->k->wpack, j->in, j->out, j->y, j->out, 0, j->rows, c0,
+                         c1);
+    for (int64_t i = 0; i < j->rows; i++) {
+        float *y = j->y + i * j->out + c0;
+        if (j->bias)
+            for (int64_t c = 0; c < c1 - c0; c++)
+                y[c] += j->bias[c0 + c];
+        epilogue(j->k, y, c1 - c0);
+    }
+}
+
+static void packed_dense(const struct ck_kcall *k, const float *bias, int64_t rows, int64_t in,
+                         int64_t out)
+{
+    struct pdense_job j = {k, k->in[0], bias, k->out[0], rows, in, out};
+    if (rows >= out)
+        ck_pool_for(k->pool, rows, CK_PGEMM_MR, pdense_rows, &j);
+    else
+        ck_pool_for(k->pool, out, CK_PGEMM_NR, pdense_cols, &j);
+}
+
 static int dense(const struct ck_kcall *k)
 {
     const struct ck_ishape *w = &k->ins[1];
     int64_t in = k->n->p.trans_w ? w->d[1] : w->d[0];
     int64_t out = ck_ishape_numel(w) / (in ? in : 1);
     int64_t rows = in ? ck_ishape_numel(&k->ins[0]) / in : 0;
+    if (k->wpack) {
+        packed_dense(k, k->nin > 2 ? k->in[2] : NULL, rows, in, out);
+        return 0;
+    }
     struct dense_job j = {k, in, out};
     ck_pool_for(k->pool, rows, GEMM_ROWS, dense_rows, &j);
     return 0;
@@ -253,7 +304,11 @@ static int matmul(const struct ck_kcall *k)
         accb *= db;
         batches *= bd[i];
     }
-    (void)o;
+    if (k->wpack && k->ins[1].rank == 2) { /* a constant [kk, n]: one dense product */
+        int64_t rows = n ? ck_ishape_numel(o) / n : 0;
+        packed_dense(k, NULL, rows, kk, n);
+        return 0;
+    }
     struct matmul_job j = {k, br, m, n, kk, bd, sa, sb};
     if (batches > 1 || !k->pool)
         ck_pool_for(k->pool, batches, 1, matmul_batches, &j);

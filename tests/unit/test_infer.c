@@ -671,6 +671,233 @@ static void pgemm_matches_a_double_reference(void **state)
     }
 }
 
+/* Dense products from a weight packed at load (pgemm.c's packb and
+ * pgemm_dense) against a double reference: M, N, K of 1, 7, 33 and sizes
+ * around the 8-row panel, the 64-row block, the 16- and 32-column tiles and
+ * the 256 k block, B as [k, n] and transposed ([n, k]: Gemm's transB), lda
+ * and ldc past the matrices; and every part of the product (rows cut
+ * anywhere, columns at tile edges) the same bits as the whole, nothing
+ * outside the part written. */
+static void pgemm_dense_matches_a_double_reference(void **state)
+{
+    (void)state;
+    if (!ck_infer_pgemm_available()) {
+        print_message("no AVX-512F: the packed products are not used on this CPU\n");
+        skip();
+    }
+    static const int64_t sz[][3] = {{1, 1, 1},    {7, 7, 7},    {33, 33, 33},  {1, 33, 7},
+                                    {33, 1, 1},   {7, 1, 33},   {8, 32, 256},  {9, 17, 257},
+                                    {65, 31, 300}, {130, 70, 513}, {64, 64, 64}, {3, 100, 0},
+                                    {1, 1000, 512}};
+    uint32_t seed = 11;
+    for (size_t t = 0; t < sizeof sz / sizeof sz[0]; t++)
+        for (int trans = 0; trans < 2; trans++) {
+            int64_t m = sz[t][0], n = sz[t][1], k = sz[t][2], lda = k + 2, ldc = n + 5;
+            int64_t ldb = trans ? k + 1 : n + 3, brows = trans ? n : k;
+            float *a = malloc(sizeof(float) * (size_t)(m * lda + 1));
+            float *b = malloc(sizeof(float) * (size_t)(brows * ldb + 1));
+            float *bp = aligned_alloc(64, sizeof(float) *
+                                              (size_t)(ck_infer_pgemm_packb_floats(k, n) + 16));
+            float *c = malloc(sizeof(float) * (size_t)(m * ldc));
+            float *c2 = malloc(sizeof(float) * (size_t)(m * ldc));
+            assert_true(a && b && bp && c && c2);
+            for (int64_t i = 0; i < m * lda; i++)
+                a[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 997.0f;
+            for (int64_t i = 0; i < brows * ldb; i++)
+                b[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 991.0f;
+            for (int64_t i = 0; i < m * ldc; i++)
+                c[i] = c2[i] = -7.0f;
+            ck_infer_pgemm_packb(k, n, b, ldb, trans, bp);
+            ck_infer_pgemm_dense(a, lda, bp, k, n, c, ldc, 0, m, 0, n);
+            for (int64_t i = 0; i < m; i++) {
+                for (int64_t j = 0; j < n; j++) {
+                    double want = 0, mag = 0;
+                    for (int64_t p = 0; p < k; p++) {
+                        double bv = trans ? b[j * ldb + p] : b[p * ldb + j];
+                        want += (double)a[i * lda + p] * bv;
+                        mag += fabs((double)a[i * lda + p] * bv);
+                    }
+                    double got = c[i * ldc + j];
+                    if (fabs(got - want) > 1e-5 * mag + 1e-30)
+                        fail_msg("%lldx%lldx%lld%s: C[%lld, %lld] = %.9g, want %.9g",
+                                 (long long)m, (long long)n, (long long)k, trans ? " (B^T)" : "",
+                                 (long long)i, (long long)j, got, want);
+                }
+                for (int64_t j = n; j < ldc; j++)
+                    assert_true(c[i * ldc + j] == -7.0f);
+            }
+            int64_t rc[] = {0, m > 3 ? 3 : m, m > 70 ? 70 : m, m};
+            int64_t cc[] = {0, n > 32 ? 32 : n, n > 64 ? 64 : n, n};
+            for (int ri = 0; ri < 3; ri++)
+                for (int ci = 0; ci < 3; ci++) {
+                    if (rc[ri] == rc[ri + 1] || cc[ci] == cc[ci + 1])
+                        continue;
+                    for (int64_t i = 0; i < m * ldc; i++)
+                        c2[i] = -7.0f;
+                    ck_infer_pgemm_dense(a, lda, bp, k, n, c2, ldc, rc[ri], rc[ri + 1], cc[ci],
+                                         cc[ci + 1]);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < ldc; j++)
+                            if (i >= rc[ri] && i < rc[ri + 1] && j >= cc[ci] && j < cc[ci + 1])
+                                assert_memory_equal(&c2[i * ldc + j], &c[i * ldc + j],
+                                                    sizeof(float));
+                            else if (c2[i * ldc + j] != -7.0f)
+                                fail_msg("%lldx%lldx%lld: part [%lld, %lld) x [%lld, %lld) "
+                                         "wrote C[%lld, %lld]", (long long)m, (long long)n,
+                                         (long long)k, (long long)rc[ri], (long long)rc[ri + 1],
+                                         (long long)cc[ci], (long long)cc[ci + 1], (long long)i,
+                                         (long long)j);
+                }
+            free(a);
+            free(b);
+            free(bp);
+            free(c);
+            free(c2);
+        }
+}
+
+/* Runs m (input "x" of xd, output of od) with the given threads; the output
+ * in a new array of numel floats. */
+static float *run_threads(const struct ck_model *m, int threads, int rank, const int64_t *xd,
+                          const float *x, uint64_t numel)
+{
+    struct ck_infer_options o = {.threads = threads};
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, &o, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", rank, xd), 0);
+    memcpy(in.data, x, sizeof(float) * ck_infer_array_numel(&in));
+    if (ck_infer_run(e, &in, 1, &out, &nout) < 0)
+        fail_msg("run failed: %s", ck_error_msg());
+    assert_int_equal(nout, 1);
+    assert_int_equal(ck_infer_array_numel(&out[0]), numel);
+    float *y = malloc(sizeof(float) * (size_t)numel);
+    assert_non_null(y);
+    memcpy(y, out[0].data, sizeof(float) * (size_t)numel);
+    ck_infer_arrays_free(out, nout);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+    return y;
+}
+
+/* Dense layers and matmuls by a constant matrix through the engine, where
+ * their weights are packed at load: a dense layer with a bias broadcast
+ * over the rows, W [in, out] and [out, in] (trans_w), x of 3 dims; a matmul
+ * of a batch [2, m, k] by a constant [k, n], and by the transpose of a
+ * constant [n, k] (torch's export of a Linear on a sequence: the transpose
+ * is folded, not run). Each against a naive reference computed here in
+ * double, the same bits at 1 and 4 threads, and the packed copy counted in
+ * the weight bytes (so the packed path ran). */
+static void dense_packed_against_naive(void **state)
+{
+    (void)state;
+    static const int64_t sz[][3] = {{1, 1, 1}, {7, 7, 7},   {33, 33, 33}, {1, 1000, 33},
+                                    {7, 33, 1}, {33, 1, 7}, {70, 65, 300}, {130, 40, 64}};
+    uint32_t seed = 5;
+    for (size_t t = 0; t < sizeof sz / sizeof sz[0]; t++)
+        for (int kind = 0; kind < 4; kind++) { /* dense [in, out], [out, in], matmul, of W^T */
+            int64_t rows = sz[t][0], out = sz[t][1], in = sz[t][2];
+            int64_t b0 = kind >= 2 ? 2 : 1, m = kind >= 2 ? (rows + 1) / 2 : rows;
+            rows = b0 * m;
+            float *w = malloc(sizeof(float) * (size_t)(in * out));
+            float *bias = malloc(sizeof(float) * (size_t)out);
+            float *x = malloc(sizeof(float) * (size_t)(rows * in));
+            assert_true(w && bias && x);
+            for (int64_t i = 0; i < in * out; i++)
+                w[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 997.0f;
+            for (int64_t i = 0; i < out; i++)
+                bias[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 97.0f;
+            for (int64_t i = 0; i < rows * in; i++)
+                x[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 991.0f;
+            struct ck_model *md = model_new();
+            bool wt = kind == 1 || kind == 3; /* W [out, in] */
+            int64_t wd[2] = {wt ? out : in, wt ? in : out}, bd[1] = {out};
+            int64_t xd[3] = {b0, m, in}, od[3] = {b0, m, out};
+            weight(md, "W", 2, wd, w);
+            io(md, false, "x", 3, xd);
+            if (kind < 2) {
+                weight(md, "b", 1, bd, bias);
+                struct ck_model_node *n = node(md, CK_OP_DENSE, "x,W,b", "y");
+                n->p.trans_w = kind == 1;
+                n->p.axis = 2; /* x [1, rows, in]: rows of in features */
+            } else if (kind == 2) {
+                node(md, CK_OP_MATMUL, "x,W", "y");
+            } else {
+                static const int64_t perm[] = {1, 0};
+                struct ck_model_node *tr = node(md, CK_OP_TRANSPOSE, "W", "Wt");
+                assert_int_equal(ck_model_node_set_ints(tr, perm, 2), 0);
+                node(md, CK_OP_MATMUL, "x,Wt", "y");
+            }
+            io(md, true, "y", 3, od);
+            struct ck_infer *e = NULL;
+            assert_int_equal(ck_infer_new(md, NULL, &e), 0);
+            uint64_t packed = ck_infer_pgemm_available()
+                                  ? (uint64_t)ck_infer_pgemm_packb_floats(in, out) * sizeof(float)
+                                  : 0;
+            assert_int_equal(ck_infer_weight_bytes(e), packed);
+            assert_int_equal(ck_infer_fused_nodes(e), kind == 3 && packed ? 1 : 0);
+            ck_infer_free(e);
+            float *y1 = run_threads(md, 1, 3, xd, x, (uint64_t)(rows * out));
+            float *y4 = run_threads(md, 4, 3, xd, x, (uint64_t)(rows * out));
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < out; j++) {
+                    double want = kind < 2 ? bias[j] : 0, mag = fabs(want);
+                    for (int64_t p = 0; p < in; p++) {
+                        double wv = wt ? w[j * in + p] : w[p * out + j];
+                        want += (double)x[i * in + p] * wv;
+                        mag += fabs((double)x[i * in + p] * wv);
+                    }
+                    double got = y1[i * out + j];
+                    if (fabs(got - want) > 1e-5 * mag + 1e-30)
+                        fail_msg("%s %lldx%lldx%lld: y[%lld, %lld] = %.9g, want %.9g",
+                                 kind == 3 ? "matmul W^T" : kind == 2 ? "matmul"
+                                                        : kind ? "dense [out, in]" : "dense",
+                                 (long long)rows, (long long)out, (long long)in, (long long)i,
+                                 (long long)j, got, want);
+                }
+            assert_memory_equal(y1, y4, sizeof(float) * (size_t)(rows * out));
+            free(y1);
+            free(y4);
+            ck_model_free(md);
+            free(w);
+            free(bias);
+            free(x);
+        }
+}
+
+/* A packed weight replaces the engine's own copy of it: a float16 W [2, 3]
+ * (converted to an owned copy of 6 floats at load) read by one dense layer
+ * is freed once packed (one panel of 32 columns, 2 k: 64 floats); read by
+ * two, each has its packed copy and the converted one stays. Both compute
+ * y = [1, 2] W = [9, 12, 15]. */
+static void packed_weight_replaces_its_copy(void **state)
+{
+    (void)state;
+    static const uint16_t f16[] = {0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600};
+    static const float x[] = {1, 2}, want[] = {9, 12, 15}, want2[] = {18, 24, 30};
+    bool packs = ck_infer_pgemm_available();
+    for (int shared = 0; shared < 2; shared++) {
+        struct ck_model *m = model_new();
+        int64_t wd[] = {2, 3}, od[] = {1, 3};
+        weight_typed(m, "W", CK_DT_F16, 2, wd, f16, sizeof f16);
+        io(m, false, "x", 2, (int64_t[]){-1, 2});
+        node(m, CK_OP_DENSE, "x,W", shared ? "h" : "y");
+        if (shared) {
+            node(m, CK_OP_DENSE, "x,W", "h2");
+            node(m, CK_OP_ADD, "h,h2", "y");
+        }
+        io(m, true, "y", 2, od);
+        struct ck_infer *e = NULL;
+        assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+        uint64_t want_bytes = !packs ? 6 : shared ? 6 + 2 * 64 : 64;
+        assert_int_equal(ck_infer_weight_bytes(e), want_bytes * sizeof(float));
+        ck_infer_free(e);
+        run_check(m, false, 2, d12, x, 2, od, shared ? want2 : want);
+        ck_model_free(m);
+    }
+}
+
 /* The packed product reading a convolution's input image (no im2col
  * matrix) gives the bits of the same product over the im2col matrix built
  * here by its definition: strides, padding past the kernel, dilation, 1x1
@@ -1162,12 +1389,13 @@ static void batchnorm_folds_into_its_convolution(void **state)
     /* a float16 W is converted to an owned copy at load: the fold's copy
      * (W and the bias, 4 floats) replaces it rather than adding to it;
      * where the CPU runs pgemm.c, W is packed too: 2 output channels of
-     * one weight each, one panel of 8 rows (zeros past the 2) */
+     * one weight each, one panel of 8 rows (zeros past the 2), and the
+     * folded W (2 floats), read by nothing else, freed once packed */
     struct ck_model *m = conv_bn_model(false, true);
     struct ck_infer *e = NULL;
     assert_int_equal(ck_infer_new(m, NULL, &e), 0);
     assert_int_equal(ck_infer_weight_bytes(e),
-                     (4 + (ck_infer_pgemm_available() ? 8 : 0)) * sizeof(float));
+                     (ck_infer_pgemm_available() ? 2 + 8 : 4) * sizeof(float));
     ck_infer_free(e);
     run_check(m, false, 4, xd, x, 4, yd, folded);
     ck_model_free(m);
@@ -1315,6 +1543,9 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(expf_within_two_ulp),
     cmocka_unit_test(pgemm_matches_a_double_reference),
     cmocka_unit_test(pgemm_reads_the_image),
+    cmocka_unit_test(pgemm_dense_matches_a_double_reference),
+    cmocka_unit_test(dense_packed_against_naive),
+    cmocka_unit_test(packed_weight_replaces_its_copy),
     cmocka_unit_test(sigmoid_vector_same_bits),
     cmocka_unit_test(softmax_rows_against_double),
     cmocka_unit_test(shape_values_follow_the_batch),
