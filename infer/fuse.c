@@ -261,12 +261,29 @@ static bool integers(const struct ck_infer *e, size_t i)
     return ck_infer_int_node(&e->m->nodes[i], in, nin, e->values[en->out[0]].dtype);
 }
 
+/* The pages of n floats at p, a part of weight w already packed: its own
+ * copy's (they read as zeros from then on) or a mapped file's. */
+static void drop_part(const struct ck_infer *e, const struct ck_value *w, const float *p,
+                      int64_t n)
+{
+    if (w->owned)
+        ck_tensor_drop_range(p, sizeof(float) * (uint64_t)n);
+    else
+        ck_tensor_set_drop_pages(e->m->weights, p, sizeof(float) * (uint64_t)n);
+}
+
+/* Weight v goes once its node has it packed: read by that node alone. */
+static bool goes_after_packing(const struct ck_infer *e, const struct readers *r, int v)
+{
+    return r->count[v] == 1 && !e->values[v].graph_output && e->values[v].data;
+}
+
 /* Weight wv of node i packed for pgemm.c, NULL when it is not packed
  * (*err set on failure): a convolution's (not depthwise) by output
  * channels; a dense layer's, and a matmul's constant right side, by
  * columns (trans: wv is [n, k], the matrix the node multiplies by is its
  * transpose). */
-static float *pack_weight(struct ck_infer *e, size_t i, int wv, bool trans, int *err)
+static float *pack_weight(struct ck_infer *e, size_t i, int wv, bool trans, bool drop, int *err)
 {
     const struct ck_model_node *n = &e->m->nodes[i];
     const struct ck_value *w = &e->values[wv];
@@ -298,12 +315,40 @@ static float *pack_weight(struct ck_infer *e, size_t i, int wv, bool trans, int 
                         (long long)total);
         return NULL;
     }
+    /* in parts of about 1 MiB of the weight, each part's pages let go once
+     * packed when the weight goes after (drop): one weight of 64 MiB is not
+     * held twice while it is packed */
+    const int64_t part = INT64_C(1) << 18; /* floats */
     if (n->op == CK_OP_CONV2D) {
         int64_t per = ck_infer_pgemm_pack_floats(og, kk);
+        int64_t rows = part / (kk ? kk : 1) / CK_PGEMM_MR * CK_PGEMM_MR;
+        rows = rows < CK_PGEMM_MR ? CK_PGEMM_MR : rows;
         for (int64_t gi = 0; gi < g; gi++)
-            ck_infer_pgemm_pack(og, kk, w->data + gi * og * kk, kk, wp + gi * per);
-    } else {
-        ck_infer_pgemm_packb(k, cols, w->data, trans ? k : cols, trans, wp);
+            for (int64_t r0 = 0; r0 < og; r0 += rows) {
+                int64_t cnt = og - r0 < rows ? og - r0 : rows;
+                const float *src = w->data + (gi * og + r0) * kk;
+                ck_infer_pgemm_pack(cnt, kk, src, kk, wp + gi * per + r0 * kk);
+                if (drop)
+                    drop_part(e, w, src, cnt * kk);
+            }
+    } else if (trans) { /* W [cols, k]: panels of 32 of its rows */
+        int64_t rows = part / (k ? k : 1) / CK_PGEMM_NR * CK_PGEMM_NR;
+        rows = rows < CK_PGEMM_NR ? CK_PGEMM_NR : rows;
+        for (int64_t r0 = 0; r0 < cols; r0 += rows) {
+            int64_t cnt = cols - r0 < rows ? cols - r0 : rows;
+            ck_infer_pgemm_packb(k, cnt, w->data + r0 * k, k, true, wp + r0 * k);
+            if (drop)
+                drop_part(e, w, w->data + r0 * k, cnt * k);
+        }
+    } else { /* W [k, cols]: its rows [k0, k1) into every panel */
+        int64_t rows = part / (cols ? cols : 1);
+        rows = rows < 1 ? 1 : rows;
+        for (int64_t k0 = 0; k0 < k; k0 += rows) {
+            int64_t k1 = k - k0 < rows ? k : k0 + rows;
+            ck_infer_pgemm_packb_rows(k, cols, w->data, cols, false, k0, k1, wp);
+            if (drop)
+                drop_part(e, w, w->data + k0 * cols, (k1 - k0) * cols);
+        }
     }
     e->weight_bytes += sizeof(float) * (uint64_t)total;
     return wp;
@@ -361,7 +406,7 @@ static int pack_node(struct ck_infer *e, const struct readers *r, const int *pro
     size_t t = 0;
     int tw = n->op == CK_OP_MATMUL ? transposed_weight(e, r, producer, i, &t) : -1;
     if (tw >= 0) {
-        if (!(en->wpack = pack_weight(e, i, tw, true, &err)))
+        if (!(en->wpack = pack_weight(e, i, tw, true, goes_after_packing(e, r, tw), &err)))
             return err;
         /* the transpose is not run: the matmul's right side is a value of
          * its shape with no data, and W's copy goes as for any packed weight */
@@ -375,7 +420,8 @@ static int pack_node(struct ck_infer *e, const struct readers *r, const int *pro
         weight_release(e, r, tw);
         return 0;
     }
-    en->wpack = pack_weight(e, i, en->in[1], n->op == CK_OP_DENSE && n->p.trans_w, &err);
+    en->wpack = pack_weight(e, i, en->in[1], n->op == CK_OP_DENSE && n->p.trans_w,
+                            goes_after_packing(e, r, en->in[1]), &err);
     /* the kernel reads the packed copy only: the weight's own copy (or its
      * pages of a mapped file) is released when this node was its one
      * reader, so the packed copy replaces it rather than doubling the

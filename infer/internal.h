@@ -199,6 +199,9 @@ void ck_infer_pgemm(const float *ap, int64_t m, int64_t k, const struct ck_pgemm
 int64_t ck_infer_pgemm_packb_floats(int64_t k, int64_t n);
 void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
                           float *bp);
+/* The rows [k0, k1) of the packed B only (the same floats packb writes there). */
+void ck_infer_pgemm_packb_rows(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                               int64_t k0, int64_t k1, float *bp);
 void ck_infer_pgemm_dense(const float *a, int64_t lda, const float *bp, int64_t k, int64_t n,
                           float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 

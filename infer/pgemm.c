@@ -78,12 +78,12 @@ int64_t ck_infer_pgemm_packb_floats(int64_t k, int64_t n)
     return (n + CK_PGEMM_NR - 1) / CK_PGEMM_NR * CK_PGEMM_NR * k;
 }
 
-void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
-                          float *bp)
+void ck_infer_pgemm_packb_rows(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                               int64_t k0, int64_t k1, float *bp)
 {
     int64_t panels = (n + CK_PGEMM_NR - 1) / CK_PGEMM_NR;
     for (int64_t p = 0; p < panels; p++)
-        for (int64_t kk = 0; kk < k; kk++)
+        for (int64_t kk = k0; kk < k1; kk++)
             for (int64_t c = 0; c < CK_PGEMM_NR; c++) {
                 int64_t col = p * CK_PGEMM_NR + c;
                 float v = 0.0f;
@@ -91,6 +91,12 @@ void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, boo
                     v = trans ? b[col * ldb + kk] : b[kk * ldb + col];
                 bp[(p * k + kk) * CK_PGEMM_NR + c] = v;
             }
+}
+
+void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                          float *bp)
+{
+    ck_infer_pgemm_packb_rows(k, n, b, ldb, trans, 0, k, bp);
 }
 
 #ifdef PG_X86
