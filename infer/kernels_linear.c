@@ -82,6 +82,53 @@ __attribute__((target("avx512f"))) __m512 ck_infer_expf16(__m512 x)
     return _mm512_mask_blend_ps(nan, _mm512_mul_ps(p, _mm512_castsi512_ps(bits)), x);
 }
 
+/* ck_infer_erff of 16 values: the scalar code's operations in its order. */
+__attribute__((target("avx512f"))) static __m512 erf16(__m512 x)
+{
+    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+    __m512i xb = _mm512_castps_si512(x);
+    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, xb));
+    a = _mm512_min_ps(a, _mm512_set1_ps(4.0f)); /* a < 4 ? a : 4, NaN too */
+    __m512 t = _mm512_mul_ps(a, a);
+    static const float pc[] = {-8.010336314e-04f, 5.188343115e-03f, -2.685382031e-02f,
+                               1.128358543e-01f,  -3.761262596e-01f, 1.128379107e+00f};
+    static const float rc[] = {-6.356790436e-06f, 1.501139377e-05f,  -5.373251042e-05f,
+                               2.116935793e-04f,  -7.387534715e-04f, 2.466992708e-03f,
+                               -7.999495603e-03f, 2.493792586e-02f,  -7.434757799e-02f,
+                               2.108063698e-01f};
+    __m512 p = _mm512_set1_ps(7.854361320e-05f);
+    for (int i = 0; i < 6; i++)
+        p = _mm512_add_ps(_mm512_mul_ps(p, t), _mm512_set1_ps(pc[i]));
+    __m512 small = _mm512_mul_ps(a, p), u = _mm512_sub_ps(a, _mm512_set1_ps(2.5f));
+    __m512 r = _mm512_set1_ps(1.553693778e-06f);
+    for (int i = 0; i < 10; i++)
+        r = _mm512_add_ps(_mm512_mul_ps(r, u), _mm512_set1_ps(rc[i]));
+    __m512 negt = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(t), sign));
+    __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(ck_infer_expf16(negt), r));
+    __mmask16 lt1 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_LT_OQ);
+    __m512 y = _mm512_mask_blend_ps(lt1, big, small);
+    y = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), _mm512_and_si512(xb, sign)));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+/* y = erf(x) or gelu(x) over the first n - n % 16 values; returns how many
+ * it did. */
+__attribute__((target("avx512f"))) static int64_t erf16_array(const float *x, float *y,
+                                                               int64_t n, bool gelu)
+{
+    int64_t i = 0;
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    const __m512 c = _mm512_set1_ps((float)M_SQRT1_2);
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 r = gelu ? _mm512_mul_ps(_mm512_mul_ps(half, v),
+                                        _mm512_add_ps(one, erf16(_mm512_mul_ps(v, c))))
+                        : erf16(v);
+        _mm512_storeu_ps(y + i, r);
+    }
+    return i;
+}
+
 /* y = sigmoid(y) (silu false) or y sigmoid(y) over the first n - n % 16
  * values; returns how many it did. */
 __attribute__((target("avx512f"))) static int64_t sigmoid16(float *y, int64_t n, bool silu)
@@ -113,6 +160,21 @@ void ck_infer_sigmoid_inplace(float *y, int64_t n, bool silu)
             y[i] = 1.0f / (1.0f + ck_infer_expf(-y[i]));
 }
 
+void ck_infer_erf_array(const float *x, float *y, int64_t n, bool gelu)
+{
+    int64_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ck_infer_pgemm_available())
+        i = erf16_array(x, y, n, gelu);
+#endif
+    if (gelu)
+        for (; i < n; i++)
+            y[i] = 0.5f * x[i] * (1.0f + ck_infer_erff(x[i] * (float)M_SQRT1_2));
+    else
+        for (; i < n; i++)
+            y[i] = ck_infer_erff(x[i]);
+}
+
 /* The activation folded into the node (fuse.c) over n outputs, in place:
  * the expressions of kernels_elementwise.c's kernels, so a folded
  * activation computes what the separate node did. */
@@ -136,8 +198,7 @@ static void epilogue(const struct ck_kcall *k, float *y, int64_t n)
         ck_infer_sigmoid_inplace(y, n, true);
         return;
     case CK_ACT_GELU:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = 0.5f * y[i] * (1.0f + erff(y[i] * (float)M_SQRT1_2));
+        ck_infer_erf_array(y, y, n, true);
         return;
     case CK_ACT_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {

@@ -671,6 +671,90 @@ static void pgemm_matches_a_double_reference(void **state)
     }
 }
 
+/* ck_infer_erff against libm's erff over a dense sweep: every 61st float
+ * bit pattern from 0 to infinity (35 million values: each binade, the
+ * subnormals, the clamp at 4 and beyond), with either sign, and a grid of
+ * 4 million points of [-5, 5]; within 4 ulp of erff's result (the ulp
+ * below it: erf's values just under 1 are 2^-24 apart); NaN, the
+ * infinities and the zeros exactly as erff. */
+static void erf_check(float x, double *worst, float *at)
+{
+    float want = erff(x), got = ck_infer_erff(x);
+    if (isnan(want) || want == 0.0f || isinf(x)) {
+        if (memcmp(&want, &got, sizeof want) != 0 && !(isnan(want) && isnan(got)))
+            fail_msg("erf(%.9g): got %.9g, erff %.9g", (double)x, (double)got, (double)want);
+        return;
+    }
+    float aw = fabsf(want);
+    double ulp = (double)aw - (double)nextafterf(aw, 0.0f);
+    double err = fabs((double)got - (double)want) / ulp;
+    if (err > *worst) {
+        *worst = err;
+        *at = x;
+    }
+    if (!(err <= 4.0))
+        fail_msg("erf(%.9g): got %.9g, erff %.9g (%.2f ulp)", (double)x, (double)got,
+                 (double)want, err);
+}
+
+static void erf_within_four_ulp_of_libm(void **state)
+{
+    (void)state;
+    double worst = 0;
+    float at = 0;
+    for (uint32_t b = 0; b < 0x7f800000u; b += 61) {
+        float x;
+        memcpy(&x, &b, sizeof x);
+        erf_check(x, &worst, &at);
+        erf_check(-x, &worst, &at);
+    }
+    for (int64_t i = 0; i <= 4000000; i++)
+        erf_check((float)(-5.0 + 10.0 * (double)i / 4000000.0), &worst, &at);
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 4.0f, -4.0f, 1.0f, -1.0f,
+                             3.92f, 1e-45f, -1e-45f, 1e-38f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        erf_check(special[i], &worst, &at);
+    assert_true(signbit(ck_infer_erff(-0.0f)) && ck_infer_erff(INFINITY) == 1.0f);
+    print_message("ck_infer_erff: worst %.2f ulp at %.9g\n", worst, (double)at);
+}
+
+/* ck_infer_erf_array (16 at a time with AVX-512F) gives the scalar
+ * ck_infer_erff's bits, for erf and for GELU, in place and not, at every
+ * length around the vector's 16 (the scalar tail). */
+static void erf_vector_same_bits(void **state)
+{
+    (void)state;
+    enum { N = 50021 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    assert_true(x && y);
+    uint32_t seed = 3;
+    for (int i = 0; i < N; i++)
+        x[i] = (float)((double)lcg(&seed) / (1 << 24) * (i % 2 ? 12.0 : 60.0) -
+                       (i % 2 ? 6.0 : 30.0));
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 4.0f, -4.0f, 1.0f,
+                             -1.0f, 0.99999994f, 1e-40f, -3.9f, 2.5f};
+    memcpy(x + 7, special, sizeof special);
+    for (int gelu = 0; gelu < 2; gelu++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            for (int64_t n = N; n >= N - 17; n--) {
+                for (int i = 0; i < N; i++)
+                    y[i] = inplace ? x[i] : -7.0f;
+                ck_infer_erf_array(inplace ? y : x, y, n, gelu);
+                for (int64_t i = 0; i < N; i++) {
+                    float want = i >= n ? (inplace ? x[i] : -7.0f)
+                                 : gelu ? 0.5f * x[i] *
+                                              (1.0f + ck_infer_erff(x[i] * (float)M_SQRT1_2))
+                                        : ck_infer_erff(x[i]);
+                    if (memcmp(&want, &y[i], sizeof want) != 0 && !(isnan(want) && isnan(y[i])))
+                        fail_msg("%s(%.9g) at %lld of %lld: %.9g, the scalar code %.9g",
+                                 gelu ? "gelu" : "erf", (double)x[i], (long long)i,
+                                 (long long)n, (double)y[i], (double)want);
+                }
+            }
+    free(x);
+    free(y);
+}
+
 /* Dense products from a weight packed at load (pgemm.c's packb and
  * pgemm_dense) against a double reference: M, N, K of 1, 7, 33 and sizes
  * around the 8-row panel, the 64-row block, the 16- and 32-column tiles and
@@ -1557,6 +1641,8 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(dense_packed_against_naive),
     cmocka_unit_test(packed_weight_replaces_its_copy),
     cmocka_unit_test(sigmoid_vector_same_bits),
+    cmocka_unit_test(erf_within_four_ulp_of_libm),
+    cmocka_unit_test(erf_vector_same_bits),
     cmocka_unit_test(softmax_rows_against_double),
     cmocka_unit_test(shape_values_follow_the_batch),
     cmocka_unit_test(shape_values_refuse_hostile),
