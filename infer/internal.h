@@ -85,7 +85,7 @@ static inline float ck_infer_expf(float x)
  * |x| < 1: x P(x^2), P of degree 6; up to 4: 1 - e^(-x^2) R(|x| - 2.5), R
  * of degree 10 (erfc(x) e^(x^2) is smooth there), e^ by ck_infer_expf;
  * both fitted to erf in double (weighted least squares towards the
- * minimax) and rounded to float32. Past 4 erf is +-1 in float32 (|x| is
+ * minimax) and rounded to float32 by scripts/erf_fit.py. Past 4 erf is +-1 in float32 (|x| is
  * clamped there); the sign is x's; NaN gives NaN. */
 static inline float ck_infer_erff(float x)
 {
