@@ -306,6 +306,11 @@ static float *pack_weight(struct ck_infer *e, size_t i, int wv, bool trans, bool
         k = trans ? w->shape.d[1] : w->shape.d[0];
         cols = k ? ck_ishape_numel(&w->shape) / k : 0;
         total = ck_infer_pgemm_packb_floats(k, cols);
+        /* a few columns padded to a 32-column panel: up to 32 times the
+         * weight, for a product memory-bound anyway (a hostile [2^28, 1]
+         * weight would take 32 GiB); such a layer stays with OpenBLAS */
+        if (total > 2 * k * cols)
+            return NULL;
     }
     if (total <= 0)
         return NULL;

@@ -924,8 +924,11 @@ static void dense_packed_against_naive(void **state)
             io(md, true, "y", 3, od);
             struct ck_infer *e = NULL;
             assert_int_equal(ck_infer_new(md, NULL, &e), 0);
-            uint64_t packed = ck_infer_pgemm_available()
-                                  ? (uint64_t)ck_infer_pgemm_packb_floats(in, out) * sizeof(float)
+            /* packed unless padding its columns to 32 would more than
+             * double it (out 1 and 7) */
+            int64_t pf = ck_infer_pgemm_packb_floats(in, out);
+            uint64_t packed = ck_infer_pgemm_available() && pf <= 2 * in * out
+                                  ? (uint64_t)pf * sizeof(float)
                                   : 0;
             /* the packed copy replaces the converted one */
             assert_int_equal(ck_infer_weight_bytes(e),
@@ -960,20 +963,27 @@ static void dense_packed_against_naive(void **state)
         }
 }
 
-/* A packed weight replaces the engine's own copy of it: a float16 W [2, 3]
- * (converted to an owned copy of 6 floats at load) read by one dense layer
+/* A packed weight replaces the engine's own copy of it: a float16 W [2, 32]
+ * (converted to an owned copy of 64 floats at load) read by one dense layer
  * is freed once packed (one panel of 32 columns, 2 k: 64 floats); read by
- * two, each has its packed copy and the converted one stays. Both compute
- * y = [1, 2] W = [9, 12, 15]. */
+ * two, each has its packed copy and the converted one stays. W's rows are
+ * all 1 and all 2: y = [1, 2] W = 5 in every column, 10 for the two. */
 static void packed_weight_replaces_its_copy(void **state)
 {
     (void)state;
-    static const uint16_t f16[] = {0x3C00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600};
-    static const float x[] = {1, 2}, want[] = {9, 12, 15}, want2[] = {18, 24, 30};
+    uint16_t f16[64];
+    float want[32], want2[32];
+    for (int j = 0; j < 32; j++) {
+        f16[j] = 0x3C00;      /* 1 */
+        f16[32 + j] = 0x4000; /* 2 */
+        want[j] = 5;
+        want2[j] = 10;
+    }
+    static const float x[] = {1, 2};
     bool packs = ck_infer_pgemm_available();
     for (int shared = 0; shared < 2; shared++) {
         struct ck_model *m = model_new();
-        int64_t wd[] = {2, 3}, od[] = {1, 3};
+        int64_t wd[] = {2, 32}, od[] = {1, 32};
         weight_typed(m, "W", CK_DT_F16, 2, wd, f16, sizeof f16);
         io(m, false, "x", 2, (int64_t[]){-1, 2});
         node(m, CK_OP_DENSE, "x,W", shared ? "h" : "y");
@@ -984,7 +994,7 @@ static void packed_weight_replaces_its_copy(void **state)
         io(m, true, "y", 2, od);
         struct ck_infer *e = NULL;
         assert_int_equal(ck_infer_new(m, NULL, &e), 0);
-        uint64_t want_bytes = !packs ? 6 : shared ? 6 + 2 * 64 : 64;
+        uint64_t want_bytes = !packs ? 64 : shared ? 64 + 2 * 64 : 64;
         assert_int_equal(ck_infer_weight_bytes(e), want_bytes * sizeof(float));
         ck_infer_free(e);
         run_check(m, false, 2, d12, x, 2, od, shared ? want2 : want);
