@@ -39,7 +39,8 @@ struct ck_enode {
     bool has_spec; /* its shape, repeats or slice bounds came from shape values: */
     struct ck_model_node spec; /* the node with them as parameters, data input only
                                   (spec.p.ints owned) */
-    float *wpack; /* conv2d: its weights packed for pgemm.c (owned), NULL: none */
+    float *wpack; /* conv2d, dense, matmul by a constant matrix: its weights packed
+                     for pgemm.c (owned), NULL: none */
 };
 
 struct ck_buffer {

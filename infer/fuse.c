@@ -9,8 +9,9 @@
  *   node's epilogue, after the bias (kernels_linear.c).
  * The folded nodes are then not run; the node before them writes their
  * output.
- * Then (ck_infer_prepack) each convolution's weights are packed once for
- * the products of pgemm.c, where the CPU runs them. */
+ * Then (ck_infer_prepack) the weights of each convolution, dense layer and
+ * matmul by a constant matrix are packed once for the products of pgemm.c,
+ * where the CPU runs them. */
 #include "infer/engine.h"
 #include "common/error.h"
 
@@ -249,32 +250,211 @@ int ck_infer_fuse(struct ck_infer *e)
     return err;
 }
 
+/* Node i computes on integers (kernels_int.c): it never reads a packed weight. */
+static bool integers(const struct ck_infer *e, size_t i)
+{
+    const struct ck_enode *en = &e->nodes[i];
+    enum ck_dtype in[16];
+    size_t nin = en->nin < 16 ? en->nin : 16;
+    for (size_t k = 0; k < nin; k++)
+        in[k] = e->values[en->in[k]].dtype;
+    return ck_infer_int_node(&e->m->nodes[i], in, nin, e->values[en->out[0]].dtype);
+}
+
+/* The pages of n floats at p, a part of weight w already packed: its own
+ * copy's (they read as zeros from then on) or a mapped file's. */
+static void drop_part(const struct ck_infer *e, const struct ck_value *w, const float *p,
+                      int64_t n)
+{
+    if (w->owned)
+        ck_tensor_drop_range(p, sizeof(float) * (uint64_t)n);
+    else
+        ck_tensor_set_drop_pages(e->m->weights, p, sizeof(float) * (uint64_t)n);
+}
+
+/* Weight v goes once its node has it packed: read by that node alone. */
+static bool goes_after_packing(const struct ck_infer *e, const struct readers *r, int v)
+{
+    return r->count[v] == 1 && !e->values[v].graph_output && e->values[v].data;
+}
+
+/* Weight wv of node i packed for pgemm.c, NULL when it is not packed
+ * (*err set on failure): a convolution's (not depthwise) by output
+ * channels; a dense layer's, and a matmul's constant right side, by
+ * columns (trans: wv is [n, k], the matrix the node multiplies by is its
+ * transpose). */
+static float *pack_weight(struct ck_infer *e, size_t i, int wv, bool trans, bool drop, int *err)
+{
+    const struct ck_model_node *n = &e->m->nodes[i];
+    const struct ck_value *w = &e->values[wv];
+    *err = 0;
+    if (w->kind != CK_VALUE_WEIGHT || !w->data || integers(e, i))
+        return NULL;
+    int64_t total, g = n->p.groups, og = 0, kk = 0, k = 0, cols = 0;
+    if (n->op == CK_OP_CONV2D) {
+        if (w->shape.rank != 4 || g < 1 || w->shape.d[0] % g ||
+            ck_infer_conv_is_depthwise(&n->p, &w->shape))
+            return NULL;
+        og = w->shape.d[0] / g, kk = w->shape.d[1] * w->shape.d[2] * w->shape.d[3];
+        total = ck_infer_pgemm_pack_floats(og, kk) * g;
+    } else {
+        /* dense: W [in, out...] or [out, in]; matmul: B [k, n] beside a
+         * matrix or a batch of them (a vector B is a batched product) */
+        if (w->shape.rank < 2 || (trans && w->shape.rank != 2) ||
+            (n->op == CK_OP_MATMUL && (w->shape.rank != 2 || e->nodes[i].nin != 2)))
+            return NULL;
+        k = trans ? w->shape.d[1] : w->shape.d[0];
+        cols = k ? ck_ishape_numel(&w->shape) / k : 0;
+        total = ck_infer_pgemm_packb_floats(k, cols);
+        /* a few columns padded to a 32-column panel: up to 32 times the
+         * weight, for a product memory-bound anyway (a hostile [2^28, 1]
+         * weight would take 32 GiB); such a layer stays with OpenBLAS */
+        if (total > 2 * k * cols)
+            return NULL;
+    }
+    if (total <= 0)
+        return NULL;
+    float *wp = aligned_alloc(64, ((size_t)total * sizeof(float) + 63) / 64 * 64);
+    if (!wp) {
+        *err = ck_error(CK_ENOMEM, "node '%s': out of memory for %lld packed weights", n->name,
+                        (long long)total);
+        return NULL;
+    }
+    /* in parts of about 1 MiB of the weight, each part's pages let go once
+     * packed when the weight goes after (drop): one weight of 64 MiB is not
+     * held twice while it is packed */
+    const int64_t part = INT64_C(1) << 18; /* floats */
+    if (n->op == CK_OP_CONV2D) {
+        int64_t per = ck_infer_pgemm_pack_floats(og, kk);
+        int64_t rows = part / (kk ? kk : 1) / CK_PGEMM_MR * CK_PGEMM_MR;
+        rows = rows < CK_PGEMM_MR ? CK_PGEMM_MR : rows;
+        for (int64_t gi = 0; gi < g; gi++)
+            for (int64_t r0 = 0; r0 < og; r0 += rows) {
+                int64_t cnt = og - r0 < rows ? og - r0 : rows;
+                const float *src = w->data + (gi * og + r0) * kk;
+                ck_infer_pgemm_pack(cnt, kk, src, kk, wp + gi * per + r0 * kk);
+                if (drop)
+                    drop_part(e, w, src, cnt * kk);
+            }
+    } else if (trans) { /* W [cols, k]: panels of 32 of its rows */
+        int64_t rows = part / (k ? k : 1) / CK_PGEMM_NR * CK_PGEMM_NR;
+        rows = rows < CK_PGEMM_NR ? CK_PGEMM_NR : rows;
+        for (int64_t r0 = 0; r0 < cols; r0 += rows) {
+            int64_t cnt = cols - r0 < rows ? cols - r0 : rows;
+            ck_infer_pgemm_packb(k, cnt, w->data + r0 * k, k, true, wp + r0 * k);
+            if (drop)
+                drop_part(e, w, w->data + r0 * k, cnt * k);
+        }
+    } else { /* W [k, cols]: its rows [k0, k1) into every panel */
+        int64_t rows = part / (cols ? cols : 1);
+        rows = rows < 1 ? 1 : rows;
+        for (int64_t k0 = 0; k0 < k; k0 += rows) {
+            int64_t k1 = k - k0 < rows ? k : k0 + rows;
+            ck_infer_pgemm_packb_rows(k, cols, w->data, cols, false, k0, k1, wp);
+            if (drop)
+                drop_part(e, w, w->data + k0 * cols, (k1 - k0) * cols);
+        }
+    }
+    e->weight_bytes += sizeof(float) * (uint64_t)total;
+    return wp;
+}
+
+/* The weight whose transpose matmul node i multiplies by, -1 for none:
+ * torch exports a Linear on a sequence as MatMul(x, Transpose(W)) (W [out,
+ * in], perm [1, 0]); *t is the transpose node, whose output this matmul
+ * alone reads. */
+static int transposed_weight(const struct ck_infer *e, const struct readers *r,
+                             const int *producer, size_t i, size_t *t)
+{
+    int v = e->nodes[i].in[1], p = producer[v];
+    if (p < 0 || e->values[v].graph_output || r->count[v] != 1)
+        return -1;
+    const struct ck_model_node *tm = &e->m->nodes[p];
+    const struct ck_enode *tn = &e->nodes[p];
+    if (tm->op != CK_OP_TRANSPOSE || tn->skip || tn->nin != 1 || tm->noutputs != 1 ||
+        tn->in[0] == v)
+        return -1;
+    int w = tn->in[0];
+    if (e->values[w].kind != CK_VALUE_WEIGHT || e->values[w].shape.rank != 2 ||
+        !(tm->p.nints == 0 || (tm->p.nints == 2 && tm->p.ints[0] == 1 && tm->p.ints[1] == 0)))
+        return -1;
+    *t = (size_t)p;
+    return w;
+}
+
+/* A value of shape s and dtype dt that holds no data (the packed copy is
+ * what the node reads): the right side of a matmul whose transpose is no
+ * longer computed. */
+static int shape_only_value(struct ck_infer *e, const char *name, const struct ck_ishape *s,
+                            enum ck_dtype dt)
+{
+    int v = value_new(e, name, s, 0);
+    if (v < 0)
+        return v;
+    free(e->values[v].data);
+    e->values[v].data = NULL;
+    e->values[v].owned = false;
+    e->values[v].dtype = dt;
+    return v;
+}
+
+/* Node i's weight packed (its wpack set), the weight's own copy released
+ * when the node was its one reader. */
+static int pack_node(struct ck_infer *e, const struct readers *r, const int *producer, size_t i)
+{
+    const struct ck_model_node *n = &e->m->nodes[i];
+    struct ck_enode *en = &e->nodes[i];
+    int err = 0;
+    if (en->skip || en->nin < 2 ||
+        (n->op != CK_OP_CONV2D && n->op != CK_OP_DENSE && n->op != CK_OP_MATMUL))
+        return 0;
+    size_t t = 0;
+    int tw = n->op == CK_OP_MATMUL ? transposed_weight(e, r, producer, i, &t) : -1;
+    if (tw >= 0) {
+        if (!(en->wpack = pack_weight(e, i, tw, true, goes_after_packing(e, r, tw), &err)))
+            return err;
+        /* the transpose is not run: the matmul's right side is a value of
+         * its shape with no data, and W's copy goes as for any packed weight */
+        struct ck_ishape s = {2, {e->values[tw].shape.d[1], e->values[tw].shape.d[0]}};
+        int v = shape_only_value(e, e->values[en->in[1]].name, &s, e->values[tw].dtype);
+        if (v < 0)
+            return v;
+        en->in[1] = v;
+        e->nodes[t].skip = true;
+        e->fused++;
+        weight_release(e, r, tw);
+        return 0;
+    }
+    en->wpack = pack_weight(e, i, en->in[1], n->op == CK_OP_DENSE && n->p.trans_w,
+                            goes_after_packing(e, r, en->in[1]), &err);
+    /* the kernel reads the packed copy only: the weight's own copy (or its
+     * pages of a mapped file) is released when this node was its one
+     * reader, so the packed copy replaces it rather than doubling the
+     * weights' memory */
+    if (en->wpack)
+        weight_release(e, r, en->in[1]);
+    return err;
+}
+
 int ck_infer_prepack(struct ck_infer *e)
 {
     if (e->o.naive_gemm || !ck_infer_pgemm_available())
         return 0;
-    for (size_t i = 0; i < e->m->nnodes; i++) {
-        const struct ck_model_node *n = &e->m->nodes[i];
-        struct ck_enode *en = &e->nodes[i];
-        if (en->skip || n->op != CK_OP_CONV2D || en->nin < 2)
-            continue;
-        const struct ck_value *w = &e->values[en->in[1]];
-        int64_t g = n->p.groups;
-        if (w->kind != CK_VALUE_WEIGHT || !w->data || w->shape.rank != 4 || g < 1 ||
-            w->shape.d[0] % g || ck_infer_conv_is_depthwise(&n->p, &w->shape))
-            continue;
-        int64_t og = w->shape.d[0] / g, kk = w->shape.d[1] * w->shape.d[2] * w->shape.d[3];
-        int64_t per = ck_infer_pgemm_pack_floats(og, kk), total = per * g;
-        if (total <= 0)
-            continue;
-        float *wp = aligned_alloc(64, ((size_t)total * sizeof(float) + 63) / 64 * 64);
-        if (!wp)
-            return ck_error(CK_ENOMEM, "node '%s': out of memory for %lld packed weights",
-                            n->name, (long long)total);
-        for (int64_t gi = 0; gi < g; gi++)
-            ck_infer_pgemm_pack(og, kk, w->data + gi * og * kk, kk, wp + gi * per);
-        en->wpack = wp;
-        e->weight_bytes += sizeof(float) * (uint64_t)total;
-    }
-    return 0;
+    struct readers r = {0};
+    int err = readers_build(e, &r);
+    int *producer = malloc(sizeof(int) * (e->nvalues + 1));
+    if (err == 0 && !producer)
+        err = ck_error(CK_ENOMEM, "out of memory for the node table's producers");
+    for (size_t v = 0; err == 0 && v < e->nvalues; v++)
+        producer[v] = -1;
+    for (size_t i = 0; err == 0 && i < e->m->nnodes; i++)
+        for (size_t k = 0; !e->nodes[i].skip && k < e->m->nodes[i].noutputs; k++)
+            producer[e->nodes[i].out[k]] = (int)i;
+    for (size_t i = 0; err == 0 && i < e->m->nnodes; i++)
+        err = pack_node(e, &r, producer, i);
+    free(producer);
+    free(r.count);
+    free(r.first);
+    free(r.last);
+    return err;
 }

@@ -5,6 +5,7 @@
 
 #include "infer/infer.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -77,6 +78,50 @@ static inline float ck_infer_expf(float x)
     return x != x ? x : p * scale;
 }
 
+/* erf(x) in float32 within 4 ulp of libm's erff (test_infer.c's
+ * erf_within_four_ulp_of_libm sweeps every 61st float and a fine grid of
+ * [-5, 5]), without a branch, so it runs 16 at a time (ck_infer_erf_array):
+ * GELU's libm erff, a call per value, was a fifth of a transformer's time.
+ * |x| < 1: x P(x^2), P of degree 6; up to 4: 1 - e^(-x^2) R(|x| - 2.5), R
+ * of degree 10 (erfc(x) e^(x^2) is smooth there), e^ by ck_infer_expf;
+ * both fitted to erf in double (weighted least squares towards the
+ * minimax) and rounded to float32 by scripts/erf_fit.py. Past 4 erf is +-1 in float32 (|x| is
+ * clamped there); the sign is x's; NaN gives NaN. */
+static inline float ck_infer_erff(float x)
+{
+    float a = fabsf(x);
+    a = a < 4.0f ? a : 4.0f; /* NaN: 4, and NaN again at the end */
+    float t = a * a;
+    float p = 7.854361320e-05f;
+    p = p * t + -8.010336314e-04f;
+    p = p * t + 5.188343115e-03f;
+    p = p * t + -2.685382031e-02f;
+    p = p * t + 1.128358543e-01f;
+    p = p * t + -3.761262596e-01f;
+    p = p * t + 1.128379107e+00f;
+    float small = a * p, u = a - 2.5f;
+    float r = 1.553693778e-06f;
+    r = r * u + -6.356790436e-06f;
+    r = r * u + 1.501139377e-05f;
+    r = r * u + -5.373251042e-05f;
+    r = r * u + 2.116935793e-04f;
+    r = r * u + -7.387534715e-04f;
+    r = r * u + 2.466992708e-03f;
+    r = r * u + -7.999495603e-03f;
+    r = r * u + 2.493792586e-02f;
+    r = r * u + -7.434757799e-02f;
+    r = r * u + 2.108063698e-01f;
+    float big = 1.0f - ck_infer_expf(-t) * r;
+    float y = copysignf(a < 1.0f ? small : big, x);
+    return x != x ? x : y;
+}
+
+/* y[0, n) = erf(x) (gelu false) or GELU's 0.5 x (1 + erf(x / sqrt 2)),
+ * ck_infer_erff's: 16 at a time where the CPU has AVX-512F, the same
+ * operations in the same order, so the same bits as the scalar loop
+ * (kernels_linear.c). y may be x. */
+void ck_infer_erf_array(const float *x, float *y, int64_t n, bool gelu);
+
 /* y[0, n) = 1 / (1 + ck_infer_expf(-y)) (silu false) or y times that, in
  * place: 16 at a time where the CPU has AVX-512F, the same operations in
  * the same order, so the same bits as the scalar loop (kernels_linear.c). */
@@ -102,7 +147,9 @@ struct ck_kcall {
     const enum ck_dtype *indt, *outdt; /* each input's and output's dtype (values are float32) */
     struct ck_pool *pool; /* the engine's threads (infer/pool.h); NULL: this one only */
     const float *wpack; /* conv2d: its weights packed at load (pgemm.c), each group's
-                           ck_infer_pgemm_pack_floats(og, kk) apart; NULL: none */
+                           ck_infer_pgemm_pack_floats(og, kk) apart; dense, and matmul
+                           by a constant matrix: the weight packed by
+                           ck_infer_pgemm_packb; NULL: none */
 };
 
 /* Floats of scratch the node's kernel needs (conv2d's im2col). */
@@ -188,6 +235,20 @@ struct ck_pgemm_src {
 };
 void ck_infer_pgemm(const float *ap, int64_t m, int64_t k, const struct ck_pgemm_src *src,
                     float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
+/* Dense layers (a weight on the right): the floats a [k, n] weight takes
+ * packed, its packing (b [k, n] ldb apart, or with trans b [n, k]: ONNX
+ * Gemm's transB, torch's Linear), and C[m0:m1, n0:n1] = A[m0:m1, :] B[:,
+ * n0:n1] from the packed B, A [m, k] lda apart (n0 a multiple of
+ * CK_PGEMM_NR; m0 anywhere). Each element of C is computed the same way
+ * whatever range a call covers. */
+int64_t ck_infer_pgemm_packb_floats(int64_t k, int64_t n);
+void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                          float *bp);
+/* The rows [k0, k1) of the packed B only (the same floats packb writes there). */
+void ck_infer_pgemm_packb_rows(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                               int64_t k0, int64_t k1, float *bp);
+void ck_infer_pgemm_dense(const float *a, int64_t lda, const float *bp, int64_t k, int64_t n,
+                          float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1);
 
 /* OpenBLAS loaded on first use (blas.c); false when it cannot be. */
 bool ck_infer_blas_available(void);

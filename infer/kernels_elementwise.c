@@ -23,11 +23,6 @@ static inline float fast_tanh(float x)
     return copysignf(t / (t + 2.0f), x);
 }
 
-static float gelu_erf(float x)
-{
-    return 0.5f * x * (1.0f + erff(x * (float)M_SQRT1_2));
-}
-
 static float gelu_tanh(float x)
 {
     const float c = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -66,8 +61,11 @@ static void unary_part(void *arg, int64_t lo, int64_t hi)
             y[i] = fast_tanh(x[i]);
         break;
     case CK_OP_GELU:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = p->approx_tanh ? gelu_tanh(x[i]) : gelu_erf(x[i]);
+        if (!p->approx_tanh)
+            ck_infer_erf_array(x, y, n, true);
+        else
+            for (int64_t i = 0; i < n; i++)
+                y[i] = gelu_tanh(x[i]);
         break;
     case CK_OP_SQRT:
         for (int64_t i = 0; i < n; i++)
@@ -86,8 +84,7 @@ static void unary_part(void *arg, int64_t lo, int64_t hi)
             y[i] = -x[i];
         break;
     case CK_OP_ERF:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = erff(x[i]);
+        ck_infer_erf_array(x, y, n, false);
         break;
     case CK_OP_CLIP:
         for (int64_t i = 0; i < n; i++)

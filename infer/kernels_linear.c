@@ -82,6 +82,53 @@ __attribute__((target("avx512f"))) __m512 ck_infer_expf16(__m512 x)
     return _mm512_mask_blend_ps(nan, _mm512_mul_ps(p, _mm512_castsi512_ps(bits)), x);
 }
 
+/* ck_infer_erff of 16 values: the scalar code's operations in its order. */
+__attribute__((target("avx512f"))) static __m512 erf16(__m512 x)
+{
+    const __m512i sign = _mm512_set1_epi32(INT32_MIN);
+    __m512i xb = _mm512_castps_si512(x);
+    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, xb));
+    a = _mm512_min_ps(a, _mm512_set1_ps(4.0f)); /* a < 4 ? a : 4, NaN too */
+    __m512 t = _mm512_mul_ps(a, a);
+    static const float pc[] = {-8.010336314e-04f, 5.188343115e-03f, -2.685382031e-02f,
+                               1.128358543e-01f,  -3.761262596e-01f, 1.128379107e+00f};
+    static const float rc[] = {-6.356790436e-06f, 1.501139377e-05f,  -5.373251042e-05f,
+                               2.116935793e-04f,  -7.387534715e-04f, 2.466992708e-03f,
+                               -7.999495603e-03f, 2.493792586e-02f,  -7.434757799e-02f,
+                               2.108063698e-01f};
+    __m512 p = _mm512_set1_ps(7.854361320e-05f);
+    for (int i = 0; i < 6; i++)
+        p = _mm512_add_ps(_mm512_mul_ps(p, t), _mm512_set1_ps(pc[i]));
+    __m512 small = _mm512_mul_ps(a, p), u = _mm512_sub_ps(a, _mm512_set1_ps(2.5f));
+    __m512 r = _mm512_set1_ps(1.553693778e-06f);
+    for (int i = 0; i < 10; i++)
+        r = _mm512_add_ps(_mm512_mul_ps(r, u), _mm512_set1_ps(rc[i]));
+    __m512 negt = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(t), sign));
+    __m512 big = _mm512_sub_ps(_mm512_set1_ps(1.0f), _mm512_mul_ps(ck_infer_expf16(negt), r));
+    __mmask16 lt1 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.0f), _CMP_LT_OQ);
+    __m512 y = _mm512_mask_blend_ps(lt1, big, small);
+    y = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(y), _mm512_and_si512(xb, sign)));
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+/* y = erf(x) or gelu(x) over the first n - n % 16 values; returns how many
+ * it did. */
+__attribute__((target("avx512f"))) static int64_t erf16_array(const float *x, float *y,
+                                                               int64_t n, bool gelu)
+{
+    int64_t i = 0;
+    const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+    const __m512 c = _mm512_set1_ps((float)M_SQRT1_2);
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        __m512 r = gelu ? _mm512_mul_ps(_mm512_mul_ps(half, v),
+                                        _mm512_add_ps(one, erf16(_mm512_mul_ps(v, c))))
+                        : erf16(v);
+        _mm512_storeu_ps(y + i, r);
+    }
+    return i;
+}
+
 /* y = sigmoid(y) (silu false) or y sigmoid(y) over the first n - n % 16
  * values; returns how many it did. */
 __attribute__((target("avx512f"))) static int64_t sigmoid16(float *y, int64_t n, bool silu)
@@ -113,6 +160,21 @@ void ck_infer_sigmoid_inplace(float *y, int64_t n, bool silu)
             y[i] = 1.0f / (1.0f + ck_infer_expf(-y[i]));
 }
 
+void ck_infer_erf_array(const float *x, float *y, int64_t n, bool gelu)
+{
+    int64_t i = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ck_infer_pgemm_available())
+        i = erf16_array(x, y, n, gelu);
+#endif
+    if (gelu)
+        for (; i < n; i++)
+            y[i] = 0.5f * x[i] * (1.0f + ck_infer_erff(x[i] * (float)M_SQRT1_2));
+    else
+        for (; i < n; i++)
+            y[i] = ck_infer_erff(x[i]);
+}
+
 /* The activation folded into the node (fuse.c) over n outputs, in place:
  * the expressions of kernels_elementwise.c's kernels, so a folded
  * activation computes what the separate node did. */
@@ -136,8 +198,7 @@ static void epilogue(const struct ck_kcall *k, float *y, int64_t n)
         ck_infer_sigmoid_inplace(y, n, true);
         return;
     case CK_ACT_GELU:
-        for (int64_t i = 0; i < n; i++)
-            y[i] = 0.5f * y[i] * (1.0f + erff(y[i] * (float)M_SQRT1_2));
+        ck_infer_erf_array(y, y, n, true);
         return;
     case CK_ACT_GELU_TANH:
         for (int64_t i = 0; i < n; i++) {
@@ -185,12 +246,63 @@ static void dense_rows(void *arg, int64_t r0, int64_t r1)
     epilogue(k, y, (r1 - r0) * out);
 }
 
+/* A dense product from its weights packed at load (pgemm.c): y [rows, out]
+ * = x [rows, in] times the packed W, then the bias and the epilogue (bias
+ * NULL: none; the epilogue only for dense, act none for matmul). Cut by
+ * rows, or by columns (at tile edges) when the rows are fewer than the
+ * columns: each output is computed the same way in either cut. */
+struct pdense_job {
+    const struct ck_kcall *k;
+    const float *x, *bias;
+    float *y;
+    int64_t rows, in, out;
+};
+
+static void pdense_rows(void *arg, int64_t r0, int64_t r1)
+{
+    const struct pdense_job *j = arg;
+    float *y = j->y + r0 * j->out;
+    ck_infer_pgemm_dense(j->x, j->in, j->k->wpack, j->in, j->out, j->y, j->out, r0, r1, 0,
+                         j->out);
+    if (j->bias)
+        add_bias_rows(y, r1 - r0, j->out, j->bias);
+    epilogue(j->k, y, (r1 - r0) * j->out);
+}
+
+static void pdense_cols(void *arg, int64_t c0, int64_t c1)
+{
+    const struct pdense_job *j = arg;
+    ck_infer_pgemm_dense(j->x, j->in, j->k->wpack, j->in, j->out, j->y, j->out, 0, j->rows, c0,
+                         c1);
+    for (int64_t i = 0; i < j->rows; i++) {
+        float *y = j->y + i * j->out + c0;
+        if (j->bias)
+            for (int64_t c = 0; c < c1 - c0; c++)
+                y[c] += j->bias[c0 + c];
+        epilogue(j->k, y, c1 - c0);
+    }
+}
+
+static void packed_dense(const struct ck_kcall *k, const float *bias, int64_t rows, int64_t in,
+                         int64_t out)
+{
+    struct pdense_job j = {k, k->in[0], bias, k->out[0], rows, in, out};
+    if (rows >= out)
+        ck_pool_for(k->pool, rows, CK_PGEMM_MR, pdense_rows, &j);
+    else
+        ck_pool_for(k->pool, out, CK_PGEMM_NR, pdense_cols, &j);
+}
+
 static int dense(const struct ck_kcall *k)
 {
     const struct ck_ishape *w = &k->ins[1];
     int64_t in = k->n->p.trans_w ? w->d[1] : w->d[0];
     int64_t out = ck_ishape_numel(w) / (in ? in : 1);
     int64_t rows = in ? ck_ishape_numel(&k->ins[0]) / in : 0;
+    if (k->wpack) {
+        packed_dense(k, k->nin > 2 ? k->in[2] : NULL, rows, in, out);
+        return 0;
+    }
     struct dense_job j = {k, in, out};
     ck_pool_for(k->pool, rows, GEMM_ROWS, dense_rows, &j);
     return 0;
@@ -253,7 +365,11 @@ static int matmul(const struct ck_kcall *k)
         accb *= db;
         batches *= bd[i];
     }
-    (void)o;
+    if (k->wpack && k->ins[1].rank == 2) { /* a constant [kk, n]: one dense product */
+        int64_t rows = n ? ck_ishape_numel(o) / n : 0;
+        packed_dense(k, NULL, rows, kk, n);
+        return 0;
+    }
     struct matmul_job j = {k, br, m, n, kk, bd, sa, sb};
     if (batches > 1 || !k->pool)
         ck_pool_for(k->pool, batches, 1, matmul_batches, &j);

@@ -19,6 +19,14 @@
  * whatever part of C a call computes (rows or columns, tile edges), so the
  * engine's threads can cut the product anywhere and give the same output.
  *
+ * Dense layers (Gemm, a MatMul by a constant matrix or by its transpose)
+ * have their weight on the right: there B is packed at load, in panels of
+ * PG_NR columns over the whole k ([panel][k][PG_NR], columns past n zero),
+ * and each call packs blocks of PG_MC rows of A (the activations) by k
+ * block into panels of PG_MR, then runs the same micro-kernels: the same
+ * one chain of FMAs per k block, so the same bits whatever rows or tile
+ * columns a call covers.
+ *
  * Only where the CPU has AVX-512F (checked at run time; the binary is built
  * for x86-64's baseline): elsewhere ck_infer_pgemm_available() is false and
  * the convolution goes through OpenBLAS as before. */
@@ -33,6 +41,7 @@
 
 #define PG_KC 256
 #define PG_NC 128
+#define PG_MC 64 /* rows of A a dense product packs at a time (64 KiB at PG_KC) */
 
 bool ck_infer_pgemm_available(void)
 {
@@ -62,6 +71,32 @@ void ck_infer_pgemm_pack(int64_t m, int64_t k, const float *a, int64_t lda, floa
                 int64_t row = p * CK_PGEMM_MR + r;
                 ap[(p * k + kk) * CK_PGEMM_MR + r] = row < m ? a[row * lda + kk] : 0.0f;
             }
+}
+
+int64_t ck_infer_pgemm_packb_floats(int64_t k, int64_t n)
+{
+    return (n + CK_PGEMM_NR - 1) / CK_PGEMM_NR * CK_PGEMM_NR * k;
+}
+
+void ck_infer_pgemm_packb_rows(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                               int64_t k0, int64_t k1, float *bp)
+{
+    int64_t panels = (n + CK_PGEMM_NR - 1) / CK_PGEMM_NR;
+    for (int64_t p = 0; p < panels; p++)
+        for (int64_t kk = k0; kk < k1; kk++)
+            for (int64_t c = 0; c < CK_PGEMM_NR; c++) {
+                int64_t col = p * CK_PGEMM_NR + c;
+                float v = 0.0f;
+                if (col < n)
+                    v = trans ? b[col * ldb + kk] : b[kk * ldb + col];
+                bp[(p * k + kk) * CK_PGEMM_NR + c] = v;
+            }
+}
+
+void ck_infer_pgemm_packb(int64_t k, int64_t n, const float *b, int64_t ldb, bool trans,
+                          float *bp)
+{
+    ck_infer_pgemm_packb_rows(k, n, b, ldb, trans, 0, k, bp);
 }
 
 #ifdef PG_X86
@@ -242,7 +277,63 @@ void ck_infer_pgemm(const float *ap, int64_t m, int64_t k, const struct ck_pgemm
         }
     }
 }
+/* Rows [i0, i0 + mc) of A (lda apart), k in [k0, k0 + kc), into panels of
+ * PG_MR rows ([panel][kc][PG_MR], rows past mc zero). */
+static void pack_rows(const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t k0,
+                      int64_t kc, float *ap)
+{
+    for (int64_t r0 = 0; r0 < mc; r0 += CK_PGEMM_MR) {
+        float *d = ap + r0 * kc;
+        int rows = mc - r0 < CK_PGEMM_MR ? (int)(mc - r0) : CK_PGEMM_MR;
+        for (int r = 0; r < rows; r++) {
+            const float *src = a + (i0 + r0 + r) * lda + k0;
+            for (int64_t p = 0; p < kc; p++)
+                d[p * CK_PGEMM_MR + r] = src[p];
+        }
+        for (int r = rows; r < CK_PGEMM_MR; r++)
+            for (int64_t p = 0; p < kc; p++)
+                d[p * CK_PGEMM_MR + r] = 0.0f;
+    }
+}
+
+void ck_infer_pgemm_dense(const float *a, int64_t lda, const float *bp, int64_t k, int64_t n,
+                          float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    _Alignas(64) float ap[PG_MC * PG_KC];
+    if (n1 > n)
+        n1 = n;
+    if (k == 0) {
+        for (int64_t i = m0; i < m1; i++)
+            memset(c + i * ldc + n0, 0, sizeof(float) * (size_t)(n1 - n0));
+        return;
+    }
+    for (int64_t ic = m0; ic < m1; ic += PG_MC) {
+        int64_t mc = m1 - ic < PG_MC ? m1 - ic : PG_MC;
+        for (int64_t pc = 0; pc < k; pc += PG_KC) {
+            int64_t kc = k - pc < PG_KC ? k - pc : PG_KC;
+            pack_rows(a, lda, ic, mc, pc, kc, ap);
+            for (int64_t j = n0; j < n1; j += PG_NR) {
+                int cols = n1 - j < PG_NR ? (int)(n1 - j) : PG_NR;
+                const float *bb = bp + (j / PG_NR * k + pc) * PG_NR;
+                for (int64_t i = 0; i < mc; i += CK_PGEMM_MR) {
+                    int rows = mc - i < CK_PGEMM_MR ? (int)(mc - i) : CK_PGEMM_MR;
+                    float *cc = c + (ic + i) * ldc + j;
+                    if (cols > 16)
+                        kernel2(kc, ap + i * kc, bb, cc, ldc, rows, cols, pc > 0);
+                    else
+                        kernel1(kc, ap + i * kc, bb, cc, ldc, rows, cols, pc > 0);
+                }
+            }
+        }
+    }
+}
 #else
+void ck_infer_pgemm_dense(const float *a, int64_t lda, const float *bp, int64_t k, int64_t n,
+                          float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
+{
+    (void)a, (void)lda, (void)bp, (void)k, (void)n, (void)c, (void)ldc, (void)m0, (void)m1,
+        (void)n0, (void)n1;
+}
 void ck_infer_pgemm(const float *ap, int64_t m, int64_t k, const struct ck_pgemm_src *src,
                     float *c, int64_t ldc, int64_t m0, int64_t m1, int64_t n0, int64_t n1)
 {

@@ -671,6 +671,337 @@ static void pgemm_matches_a_double_reference(void **state)
     }
 }
 
+/* ck_infer_erff against libm's erff over a dense sweep: every 61st float
+ * bit pattern from 0 to infinity (35 million values: each binade, the
+ * subnormals, the clamp at 4 and beyond), with either sign, and a grid of
+ * 4 million points of [-5, 5]; within 4 ulp of erff's result (the ulp
+ * below it: erf's values just under 1 are 2^-24 apart); NaN, the
+ * infinities and the zeros exactly as erff. */
+static void erf_check(float x, double *worst, float *at)
+{
+    float want = erff(x), got = ck_infer_erff(x);
+    if (isnan(want) || want == 0.0f || isinf(x)) {
+        if (memcmp(&want, &got, sizeof want) != 0 && !(isnan(want) && isnan(got)))
+            fail_msg("erf(%.9g): got %.9g, erff %.9g", (double)x, (double)got, (double)want);
+        return;
+    }
+    float aw = fabsf(want);
+    double ulp = (double)aw - (double)nextafterf(aw, 0.0f);
+    double err = fabs((double)got - (double)want) / ulp;
+    if (err > *worst) {
+        *worst = err;
+        *at = x;
+    }
+    if (!(err <= 4.0))
+        fail_msg("erf(%.9g): got %.9g, erff %.9g (%.2f ulp)", (double)x, (double)got,
+                 (double)want, err);
+}
+
+static void erf_within_four_ulp_of_libm(void **state)
+{
+    (void)state;
+    double worst = 0;
+    float at = 0;
+    for (uint32_t b = 0; b < 0x7f800000u; b += 61) {
+        float x;
+        memcpy(&x, &b, sizeof x);
+        erf_check(x, &worst, &at);
+        erf_check(-x, &worst, &at);
+    }
+    for (int64_t i = 0; i <= 4000000; i++)
+        erf_check((float)(-5.0 + 10.0 * (double)i / 4000000.0), &worst, &at);
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 4.0f, -4.0f, 1.0f, -1.0f,
+                             3.92f, 1e-45f, -1e-45f, 1e-38f};
+    for (size_t i = 0; i < sizeof special / sizeof special[0]; i++)
+        erf_check(special[i], &worst, &at);
+    assert_true(signbit(ck_infer_erff(-0.0f)) && ck_infer_erff(INFINITY) == 1.0f);
+    print_message("ck_infer_erff: worst %.2f ulp at %.9g\n", worst, (double)at);
+}
+
+/* ck_infer_erf_array (16 at a time with AVX-512F) gives the scalar
+ * ck_infer_erff's bits, for erf and for GELU, in place and not, at every
+ * length around the vector's 16 (the scalar tail). */
+static void erf_vector_same_bits(void **state)
+{
+    (void)state;
+    enum { N = 50021 };
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    assert_true(x && y);
+    uint32_t seed = 3;
+    for (int i = 0; i < N; i++)
+        x[i] = (float)((double)lcg(&seed) / (1 << 24) * (i % 2 ? 12.0 : 60.0) -
+                       (i % 2 ? 6.0 : 30.0));
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 4.0f, -4.0f, 1.0f,
+                             -1.0f, 0.99999994f, 1e-40f, -3.9f, 2.5f};
+    memcpy(x + 7, special, sizeof special);
+    for (int gelu = 0; gelu < 2; gelu++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            for (int64_t n = N; n >= N - 17; n--) {
+                for (int i = 0; i < N; i++)
+                    y[i] = inplace ? x[i] : -7.0f;
+                ck_infer_erf_array(inplace ? y : x, y, n, gelu);
+                for (int64_t i = 0; i < N; i++) {
+                    float want = i >= n ? (inplace ? x[i] : -7.0f)
+                                 : gelu ? 0.5f * x[i] *
+                                              (1.0f + ck_infer_erff(x[i] * (float)M_SQRT1_2))
+                                        : ck_infer_erff(x[i]);
+                    if (memcmp(&want, &y[i], sizeof want) != 0 && !(isnan(want) && isnan(y[i])))
+                        fail_msg("%s(%.9g) at %lld of %lld: %.9g, the scalar code %.9g",
+                                 gelu ? "gelu" : "erf", (double)x[i], (long long)i,
+                                 (long long)n, (double)y[i], (double)want);
+                }
+            }
+    free(x);
+    free(y);
+}
+
+/* Dense products from a weight packed at load (pgemm.c's packb and
+ * pgemm_dense) against a double reference: M, N, K of 1, 7, 33 and sizes
+ * around the 8-row panel, the 64-row block, the 16- and 32-column tiles and
+ * the 256 k block, B as [k, n] and transposed ([n, k]: Gemm's transB), lda
+ * and ldc past the matrices; and every part of the product (rows cut
+ * anywhere, columns at tile edges) the same bits as the whole, nothing
+ * outside the part written. */
+static void pgemm_dense_matches_a_double_reference(void **state)
+{
+    (void)state;
+    if (!ck_infer_pgemm_available()) {
+        print_message("no AVX-512F: the packed products are not used on this CPU\n");
+        skip();
+    }
+    static const int64_t sz[][3] = {{1, 1, 1},    {7, 7, 7},    {33, 33, 33},  {1, 33, 7},
+                                    {33, 1, 1},   {7, 1, 33},   {8, 32, 256},  {9, 17, 257},
+                                    {65, 31, 300}, {130, 70, 513}, {64, 64, 64}, {3, 100, 0},
+                                    {1, 1000, 512}};
+    uint32_t seed = 11;
+    for (size_t t = 0; t < sizeof sz / sizeof sz[0]; t++)
+        for (int trans = 0; trans < 2; trans++) {
+            int64_t m = sz[t][0], n = sz[t][1], k = sz[t][2], lda = k + 2, ldc = n + 5;
+            int64_t ldb = trans ? k + 1 : n + 3, brows = trans ? n : k;
+            float *a = malloc(sizeof(float) * (size_t)(m * lda + 1));
+            float *b = malloc(sizeof(float) * (size_t)(brows * ldb + 1));
+            float *bp = aligned_alloc(64, sizeof(float) *
+                                              (size_t)(ck_infer_pgemm_packb_floats(k, n) + 16));
+            float *c = malloc(sizeof(float) * (size_t)(m * ldc));
+            float *c2 = malloc(sizeof(float) * (size_t)(m * ldc));
+            assert_true(a && b && bp && c && c2);
+            for (int64_t i = 0; i < m * lda; i++)
+                a[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 997.0f;
+            for (int64_t i = 0; i < brows * ldb; i++)
+                b[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 991.0f;
+            for (int64_t i = 0; i < m * ldc; i++)
+                c[i] = c2[i] = -7.0f;
+            ck_infer_pgemm_packb(k, n, b, ldb, trans, bp);
+            ck_infer_pgemm_dense(a, lda, bp, k, n, c, ldc, 0, m, 0, n);
+            for (int64_t i = 0; i < m; i++) {
+                for (int64_t j = 0; j < n; j++) {
+                    double want = 0, mag = 0;
+                    for (int64_t p = 0; p < k; p++) {
+                        double bv = trans ? b[j * ldb + p] : b[p * ldb + j];
+                        want += (double)a[i * lda + p] * bv;
+                        mag += fabs((double)a[i * lda + p] * bv);
+                    }
+                    double got = c[i * ldc + j];
+                    if (fabs(got - want) > 1e-5 * mag + 1e-30)
+                        fail_msg("%lldx%lldx%lld%s: C[%lld, %lld] = %.9g, want %.9g",
+                                 (long long)m, (long long)n, (long long)k, trans ? " (B^T)" : "",
+                                 (long long)i, (long long)j, got, want);
+                }
+                for (int64_t j = n; j < ldc; j++)
+                    assert_true(c[i * ldc + j] == -7.0f);
+            }
+            int64_t rc[] = {0, m > 3 ? 3 : m, m > 70 ? 70 : m, m};
+            int64_t cc[] = {0, n > 32 ? 32 : n, n > 64 ? 64 : n, n};
+            for (int ri = 0; ri < 3; ri++)
+                for (int ci = 0; ci < 3; ci++) {
+                    if (rc[ri] == rc[ri + 1] || cc[ci] == cc[ci + 1])
+                        continue;
+                    for (int64_t i = 0; i < m * ldc; i++)
+                        c2[i] = -7.0f;
+                    ck_infer_pgemm_dense(a, lda, bp, k, n, c2, ldc, rc[ri], rc[ri + 1], cc[ci],
+                                         cc[ci + 1]);
+                    for (int64_t i = 0; i < m; i++)
+                        for (int64_t j = 0; j < ldc; j++)
+                            if (i >= rc[ri] && i < rc[ri + 1] && j >= cc[ci] && j < cc[ci + 1])
+                                assert_memory_equal(&c2[i * ldc + j], &c[i * ldc + j],
+                                                    sizeof(float));
+                            else if (c2[i * ldc + j] != -7.0f)
+                                fail_msg("%lldx%lldx%lld: part [%lld, %lld) x [%lld, %lld) "
+                                         "wrote C[%lld, %lld]", (long long)m, (long long)n,
+                                         (long long)k, (long long)rc[ri], (long long)rc[ri + 1],
+                                         (long long)cc[ci], (long long)cc[ci + 1], (long long)i,
+                                         (long long)j);
+                }
+            free(a);
+            free(b);
+            free(bp);
+            free(c);
+            free(c2);
+        }
+}
+
+/* Runs m (input "x" of xd, output of od) with the given threads; the output
+ * in a new array of numel floats. */
+static float *run_threads(const struct ck_model *m, int threads, int rank, const int64_t *xd,
+                          const float *x, uint64_t numel)
+{
+    struct ck_infer_options o = {.threads = threads};
+    struct ck_infer *e = NULL;
+    struct ck_infer_array in, *out = NULL;
+    size_t nout = 0;
+    assert_int_equal(ck_infer_new(m, &o, &e), 0);
+    assert_int_equal(ck_infer_array_init(&in, "x", rank, xd), 0);
+    memcpy(in.data, x, sizeof(float) * ck_infer_array_numel(&in));
+    if (ck_infer_run(e, &in, 1, &out, &nout) < 0)
+        fail_msg("run failed: %s", ck_error_msg());
+    assert_int_equal(nout, 1);
+    assert_int_equal(ck_infer_array_numel(&out[0]), numel);
+    float *y = malloc(sizeof(float) * (size_t)numel);
+    assert_non_null(y);
+    memcpy(y, out[0].data, sizeof(float) * (size_t)numel);
+    ck_infer_arrays_free(out, nout);
+    ck_infer_array_release(&in);
+    ck_infer_free(e);
+    return y;
+}
+
+/* Dense layers and matmuls by a constant matrix through the engine, where
+ * their weights are packed at load: a dense layer with a bias broadcast
+ * over the rows, W [in, out] and [out, in] (trans_w), x of 3 dims; a matmul
+ * of a batch [2, m, k] by a constant [k, n], and by the transpose of a
+ * constant [n, k] (torch's export of a Linear on a sequence: the transpose
+ * is folded, not run). Each against a naive reference computed here in
+ * double, the same bits at 1 and 4 threads, and the packed copy counted in
+ * the weight bytes (so the packed path ran) in place of the converted one. */
+static void dense_packed_against_naive(void **state)
+{
+    (void)state;
+    static const int64_t sz[][3] = {{1, 1, 1},     {7, 7, 7},     {33, 33, 33},
+                                    {1, 1000, 33}, {7, 33, 1},    {33, 1, 7},
+                                    {70, 65, 300}, {130, 40, 64}, {3, 600, 700}};
+    uint32_t seed = 5;
+    for (size_t t = 0; t < sizeof sz / sizeof sz[0]; t++)
+        for (int kind = 0; kind < 4; kind++) { /* dense [in, out], [out, in], matmul, of W^T */
+            int64_t rows = sz[t][0], out = sz[t][1], in = sz[t][2];
+            int64_t b0 = kind >= 2 ? 2 : 1, m = kind >= 2 ? (rows + 1) / 2 : rows;
+            rows = b0 * m;
+            float *w = malloc(sizeof(float) * (size_t)(in * out));
+            float *bias = malloc(sizeof(float) * (size_t)out);
+            float *x = malloc(sizeof(float) * (size_t)(rows * in));
+            assert_true(w && bias && x);
+            for (int64_t i = 0; i < in * out; i++)
+                w[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 997.0f;
+            for (int64_t i = 0; i < out; i++)
+                bias[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 97.0f;
+            for (int64_t i = 0; i < rows * in; i++)
+                x[i] = (float)((int)(lcg(&seed) % 2001) - 1000) / 991.0f;
+            struct ck_model *md = model_new();
+            bool wt = kind == 1 || kind == 3; /* W [out, in] */
+            int64_t wd[2] = {wt ? out : in, wt ? in : out}, bd[1] = {out};
+            int64_t xd[3] = {b0, m, in}, od[3] = {b0, m, out};
+            /* float64: converted to an owned float32 copy at load, which
+             * packing lets go of part by part (600 x 700 is 2 parts) */
+            double *w64 = malloc(sizeof(double) * (size_t)(in * out));
+            assert_non_null(w64);
+            for (int64_t i = 0; i < in * out; i++)
+                w64[i] = w[i];
+            weight_typed(md, "W", CK_DT_F64, 2, wd, w64, sizeof(double) * (size_t)(in * out));
+            free(w64);
+            io(md, false, "x", 3, xd);
+            if (kind < 2) {
+                weight(md, "b", 1, bd, bias);
+                struct ck_model_node *n = node(md, CK_OP_DENSE, "x,W,b", "y");
+                n->p.trans_w = kind == 1;
+                n->p.axis = 2; /* x [1, rows, in]: rows of in features */
+            } else if (kind == 2) {
+                node(md, CK_OP_MATMUL, "x,W", "y");
+            } else {
+                static const int64_t perm[] = {1, 0};
+                struct ck_model_node *tr = node(md, CK_OP_TRANSPOSE, "W", "Wt");
+                assert_int_equal(ck_model_node_set_ints(tr, perm, 2), 0);
+                node(md, CK_OP_MATMUL, "x,Wt", "y");
+            }
+            io(md, true, "y", 3, od);
+            struct ck_infer *e = NULL;
+            assert_int_equal(ck_infer_new(md, NULL, &e), 0);
+            /* packed unless padding its columns to 32 would more than
+             * double it (out 1 and 7) */
+            int64_t pf = ck_infer_pgemm_packb_floats(in, out);
+            uint64_t packed = ck_infer_pgemm_available() && pf <= 2 * in * out
+                                  ? (uint64_t)pf * sizeof(float)
+                                  : 0;
+            /* the packed copy replaces the converted one */
+            assert_int_equal(ck_infer_weight_bytes(e),
+                             packed ? packed : (uint64_t)(in * out) * sizeof(float));
+            assert_int_equal(ck_infer_fused_nodes(e), kind == 3 && packed ? 1 : 0);
+            ck_infer_free(e);
+            float *y1 = run_threads(md, 1, 3, xd, x, (uint64_t)(rows * out));
+            float *y4 = run_threads(md, 4, 3, xd, x, (uint64_t)(rows * out));
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < out; j++) {
+                    double want = kind < 2 ? bias[j] : 0, mag = fabs(want);
+                    for (int64_t p = 0; p < in; p++) {
+                        double wv = wt ? w[j * in + p] : w[p * out + j];
+                        want += (double)x[i * in + p] * wv;
+                        mag += fabs((double)x[i * in + p] * wv);
+                    }
+                    double got = y1[i * out + j];
+                    if (fabs(got - want) > 1e-5 * mag + 1e-30)
+                        fail_msg("%s %lldx%lldx%lld: y[%lld, %lld] = %.9g, want %.9g",
+                                 kind == 3 ? "matmul W^T" : kind == 2 ? "matmul"
+                                                        : kind ? "dense [out, in]" : "dense",
+                                 (long long)rows, (long long)out, (long long)in, (long long)i,
+                                 (long long)j, got, want);
+                }
+            assert_memory_equal(y1, y4, sizeof(float) * (size_t)(rows * out));
+            free(y1);
+            free(y4);
+            ck_model_free(md);
+            free(w);
+            free(bias);
+            free(x);
+        }
+}
+
+/* A packed weight replaces the engine's own copy of it: a float16 W [2, 32]
+ * (converted to an owned copy of 64 floats at load) read by one dense layer
+ * is freed once packed (one panel of 32 columns, 2 k: 64 floats); read by
+ * two, each has its packed copy and the converted one stays. W's rows are
+ * all 1 and all 2: y = [1, 2] W = 5 in every column, 10 for the two. */
+static void packed_weight_replaces_its_copy(void **state)
+{
+    (void)state;
+    uint16_t f16[64];
+    float want[32], want2[32];
+    for (int j = 0; j < 32; j++) {
+        f16[j] = 0x3C00;      /* 1 */
+        f16[32 + j] = 0x4000; /* 2 */
+        want[j] = 5;
+        want2[j] = 10;
+    }
+    static const float x[] = {1, 2};
+    bool packs = ck_infer_pgemm_available();
+    for (int shared = 0; shared < 2; shared++) {
+        struct ck_model *m = model_new();
+        int64_t wd[] = {2, 32}, od[] = {1, 32};
+        weight_typed(m, "W", CK_DT_F16, 2, wd, f16, sizeof f16);
+        io(m, false, "x", 2, (int64_t[]){-1, 2});
+        node(m, CK_OP_DENSE, "x,W", shared ? "h" : "y");
+        if (shared) {
+            node(m, CK_OP_DENSE, "x,W", "h2");
+            node(m, CK_OP_ADD, "h,h2", "y");
+        }
+        io(m, true, "y", 2, od);
+        struct ck_infer *e = NULL;
+        assert_int_equal(ck_infer_new(m, NULL, &e), 0);
+        uint64_t want_bytes = !packs ? 64 : shared ? 64 + 2 * 64 : 64;
+        assert_int_equal(ck_infer_weight_bytes(e), want_bytes * sizeof(float));
+        ck_infer_free(e);
+        run_check(m, false, 2, d12, x, 2, od, shared ? want2 : want);
+        ck_model_free(m);
+    }
+}
+
 /* The packed product reading a convolution's input image (no im2col
  * matrix) gives the bits of the same product over the im2col matrix built
  * here by its definition: strides, padding past the kernel, dilation, 1x1
@@ -1162,12 +1493,13 @@ static void batchnorm_folds_into_its_convolution(void **state)
     /* a float16 W is converted to an owned copy at load: the fold's copy
      * (W and the bias, 4 floats) replaces it rather than adding to it;
      * where the CPU runs pgemm.c, W is packed too: 2 output channels of
-     * one weight each, one panel of 8 rows (zeros past the 2) */
+     * one weight each, one panel of 8 rows (zeros past the 2), and the
+     * folded W (2 floats), read by nothing else, freed once packed */
     struct ck_model *m = conv_bn_model(false, true);
     struct ck_infer *e = NULL;
     assert_int_equal(ck_infer_new(m, NULL, &e), 0);
     assert_int_equal(ck_infer_weight_bytes(e),
-                     (4 + (ck_infer_pgemm_available() ? 8 : 0)) * sizeof(float));
+                     (ck_infer_pgemm_available() ? 2 + 8 : 4) * sizeof(float));
     ck_infer_free(e);
     run_check(m, false, 4, xd, x, 4, yd, folded);
     ck_model_free(m);
@@ -1315,7 +1647,12 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(expf_within_two_ulp),
     cmocka_unit_test(pgemm_matches_a_double_reference),
     cmocka_unit_test(pgemm_reads_the_image),
+    cmocka_unit_test(pgemm_dense_matches_a_double_reference),
+    cmocka_unit_test(dense_packed_against_naive),
+    cmocka_unit_test(packed_weight_replaces_its_copy),
     cmocka_unit_test(sigmoid_vector_same_bits),
+    cmocka_unit_test(erf_within_four_ulp_of_libm),
+    cmocka_unit_test(erf_vector_same_bits),
     cmocka_unit_test(softmax_rows_against_double),
     cmocka_unit_test(shape_values_follow_the_batch),
     cmocka_unit_test(shape_values_refuse_hostile),
