@@ -461,8 +461,9 @@ static void store_failed(struct run *u, const char *what, const char *ckpt)
     u->r->failed++;
 }
 
-/* The ranks of count whose manifests the listing of the step's parts shows. */
-static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave)
+/* The ranks of count whose manifests the listing of the step's parts shows,
+ * and the MD5 the store reports for this node's own ("" when none). */
+static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave, char own_md5[33])
 {
     char prefix[PATH_MAX];
     struct ck_remote_list l = {0};
@@ -470,6 +471,8 @@ static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave)
     snprintf(prefix, sizeof prefix, PARTS_DIR "/%s", ckpt);
     int err = ck_store_list(u->store, prefix, &l);
     *nhave = 0;
+    own_md5[0] = '\0';
+    memset(have, 0, (size_t)count * sizeof *have);
     for (size_t i = 0; err == 0 && i < l.n; i++) {
         const char *name = ck_basename(l.v[i].key);
         int rank, n, used = 0;
@@ -480,12 +483,21 @@ static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave)
             if (!strcmp(canon, name) && !have[rank]) {
                 have[rank] = true;
                 (*nhave)++;
+                if (rank == u->r->nodes->rank)
+                    memcpy(own_md5, l.v[i].md5, 33);
             }
         }
     }
     ck_remote_list_release(&l);
     return err;
 }
+
+/* A manifest or record that does not parse is read again, a little later:
+ * a store that ignores the condition (s3rver) truncates an object another
+ * node is writing again with the same bytes, and a read meanwhile sees it
+ * short. */
+#define READ_TRIES 4
+#define READ_WAIT_US 250000
 
 /* Every file of the record is stored with its size (one listing). */
 static int check_stored(struct run *u, const struct ck_nodecommit *c, char *missing,
@@ -528,8 +540,17 @@ static int read_parts(struct run *u, const char *ckpt, struct ck_nodepart *parts
         char key[PATH_MAX];
         struct ck_buf b = CK_BUF_INIT;
         part_key(key, sizeof key, ckpt, i, count);
-        if ((err = get_bytes(u, key, &b)) == 0 &&
-            (err = ck_nodepart_parse(&parts[i], key, ck_buf_str(&b), b.len)) == 0 &&
+        for (int t = 0; t < READ_TRIES; t++) {
+            if (t > 0) {
+                ck_error_clear();
+                ck_buf_reset(&b);
+                usleep(READ_WAIT_US);
+            }
+            if ((err = get_bytes(u, key, &b)) == 0 &&
+                (err = ck_nodepart_parse(&parts[i], key, ck_buf_str(&b), b.len)) != CK_EFORMAT)
+                break;
+        }
+        if (err == 0 &&
             (parts[i].rank != i || parts[i].count != count || strcmp(parts[i].checkpoint, ckpt)))
             err = ck_error(CK_EFORMAT, "'%s' says node %d of %d, checkpoint '%s'", key,
                            parts[i].rank, parts[i].count, parts[i].checkpoint);
@@ -687,8 +708,18 @@ static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_b
         return ck_error(CK_ENOMEM, "out of memory");
     for (size_t i = 0; i < l->n && err == 0; i++) {
         struct ck_buf b = CK_BUF_INIT;
-        if ((err = get_bytes(u, l->v[i].key, &b)) == 0 &&
-            (err = ck_nodecommit_parse(&recs[n], l->v[i].key, ck_buf_str(&b), b.len)) == 0) {
+        for (int t = 0; t < READ_TRIES; t++) {
+            if (t > 0) {
+                ck_error_clear();
+                ck_buf_reset(&b);
+                usleep(READ_WAIT_US);
+            }
+            if ((err = get_bytes(u, l->v[i].key, &b)) == 0 &&
+                (err = ck_nodecommit_parse(&recs[n], l->v[i].key, ck_buf_str(&b), b.len)) !=
+                    CK_EFORMAT)
+                break;
+        }
+        if (err == 0) {
             char want[PATH_MAX];
             snprintf(want, sizeof want, COMMITS_DIR "/%s.yaml", recs[n].checkpoint);
             if (strcmp(want, l->v[i].key) || !ref_is_key_safe(recs[n].checkpoint))
@@ -815,34 +846,57 @@ static void one_step(struct run *u, struct local *l, bool rank0_ready, bool *hav
         u->r->waiting++;
         return;
     }
-    bool same = false;
-    part_key(key, sizeof key, p->checkpoint, p->rank, p->count);
-    if ((err = ck_nodepart_emit(p, &b)) == 0)
-        err = put_bytes(u, key, &b, true, false, &same);
-    ck_buf_release(&b);
-    if (err == CK_EEXIST && !same) {
-        ck_err("nodes.part_conflict", "store=\"%s\" checkpoint='%s': '%s' exists with another "
-               "part of this node (its files changed after it was announced): the first stays",
-               u->url, p->checkpoint, key);
-        ck_error_clear();
-        u->r->refused++;
-        return;
-    }
-    if (err == 0) {
-        ck_info("nodes.part_written", "store=\"%s\" checkpoint='%s' key=\"%s\" files=%zu", u->url,
-                p->checkpoint, key, p->nfiles);
-        u->r->parts_written++;
-    } else if (err == CK_EEXIST) {
-        ck_error_clear();
-    } else {
-        store_failed(u, "writing the part manifest", p->checkpoint);
-        return;
-    }
-    memset(have, 0, (size_t)p->count * sizeof *have);
-    if ((err = listed_ranks(u, p->checkpoint, have, &nhave)) < 0) {
+    /* one listing: the other parts, and whether this node's is there already */
+    char own[33], mine[33];
+    if ((err = listed_ranks(u, p->checkpoint, have, &nhave, own)) < 0 ||
+        (err = ck_nodepart_emit(p, &b)) < 0) {
+        ck_buf_release(&b);
         store_failed(u, "listing the parts", p->checkpoint);
         return;
     }
+    md5_of(&b, mine);
+    part_key(key, sizeof key, p->checkpoint, p->rank, p->count);
+    /* written when absent, or when the store reports no MD5 to compare (the
+     * conditional write then says whether the stored one has these bytes);
+     * listed with another MD5: another part of this node, never replaced
+     * (not even on a store that ignores the condition) */
+    if (have[p->rank] && own[0] && strcmp(own, mine)) {
+        err = CK_EEXIST;
+        ck_err("nodes.part_conflict", "store=\"%s\" checkpoint='%s': '%s' exists with "
+               "another part of this node (its files changed after it was announced): the "
+               "first stays", u->url, p->checkpoint, key);
+        ck_buf_release(&b);
+        u->r->refused++;
+        return;
+    }
+    if (!have[p->rank] || !own[0]) {
+        bool same = false;
+        err = put_bytes(u, key, &b, true, false, &same);
+        if (err == CK_EEXIST && !same) {
+            ck_err("nodes.part_conflict", "store=\"%s\" checkpoint='%s': '%s' exists with "
+                   "another part of this node (its files changed after it was announced): the "
+                   "first stays", u->url, p->checkpoint, key);
+            ck_error_clear();
+            ck_buf_release(&b);
+            u->r->refused++;
+            return;
+        }
+        if (err == 0) {
+            ck_info("nodes.part_written", "store=\"%s\" checkpoint='%s' key=\"%s\" files=%zu",
+                    u->url, p->checkpoint, key, p->nfiles);
+            u->r->parts_written++;
+        } else if (err == CK_EEXIST) {
+            ck_error_clear();
+        } else {
+            ck_buf_release(&b);
+            store_failed(u, "writing the part manifest", p->checkpoint);
+            return;
+        }
+        if (!have[p->rank])
+            nhave++;
+        have[p->rank] = true;
+    }
+    ck_buf_release(&b);
     if (nhave < p->count) {
         log_waiting(u, p->checkpoint, have);
         return;
