@@ -627,8 +627,8 @@ static void commit(struct run *u, const char *ckpt)
     for (size_t i = 0; i < c.nfiles; i++)
         bytes += c.files[i].size;
     ck_info("nodes.committed", "store=\"%s\" checkpoint='%s' nodes=%d files=%zu bytes=%llu "
-            "created=%s", u->url, ckpt, count, c.nfiles, (unsigned long long)bytes,
-            created ? "yes" : "no (the same record was there)");
+            "created=%s%s", u->url, ckpt, count, c.nfiles, (unsigned long long)bytes,
+            created ? "yes" : "no", created ? "" : ": the record was there with these bytes");
     u->r->committed++;
 out:
     for (int i = 0; parts && i < count; i++)
