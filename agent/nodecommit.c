@@ -564,7 +564,7 @@ static int read_parts(struct run *u, const char *ckpt, struct ck_nodepart *parts
 static void commit(struct run *u, const char *ckpt)
 {
     int count = u->r->nodes->count, err;
-    char key[PATH_MAX], missing[1024];
+    char key[PATH_MAX], missing[PATH_MAX + 256];
     struct ck_nodepart *parts = calloc((size_t)count, sizeof *parts);
     char(*md5s)[33] = calloc((size_t)count, sizeof *md5s);
     struct ck_nodecommit c = {0};

@@ -375,7 +375,7 @@ static int get_files(struct pctx *c, yaml_node_t *seq, bool sha, struct ck_nodef
     *out = v;
     for (size_t i = 0; i < n; i++) {
         yaml_node_t *item = ck_yaml_node(c->doc, seq->data.sequence.items.start[i]), *f[4];
-        int64_t size;
+        int64_t size = 0;
         int err;
         if ((err = keys(c, item, "files[]", fk, sha ? 4 : 3, f)) < 0 ||
             (err = get_str(c, f[0], "path", 4095, &v[i].path)) < 0)
