@@ -174,20 +174,27 @@ def rclone_s3_env(env, s3, endpoint):
     return renv
 
 
+def s3_tools(kind, src, bucket, endpoint, env, renv):
+    """ckptd, aws-cli and (when installed) rclone sending src to an S3
+    server's bucket: a file under each run's tag, a folder as that prefix."""
+    rec = ["--recursive"] if kind == "folder" else []
+    tools = [("ckptd", ckptd_up(src, f"s3://{bucket}", env, ("--endpoint", endpoint))),
+             ("aws", lambda tag: timed(["aws", "--endpoint-url", endpoint, "s3", "cp",
+                                        "--no-progress", "--only-show-errors", *rec, src,
+                                        f"s3://{bucket}/{tag}/" + ("" if rec else "x.bin")], env))]
+    if rclone:
+        tools.append(("rclone", lambda tag: timed([rclone, "copy", "-q", src,
+                                                   f"s3:{bucket}/{tag}"], renv)))
+    return tools
+
+
 def bench_s3():
     with S3Server(work) as s3:
         server_pids[:] = [s3.proc.pid]
         env = dict(os.environ, **s3.env())
         renv = rclone_s3_env(env, s3, s3.endpoint)
         for kind, src, size, what in data:
-            rec = ["--recursive"] if kind == "folder" else []
-            tools = [("ckptd", ckptd_up(src, "s3://ckpt", env, ("--endpoint", s3.endpoint))),
-                     ("aws", lambda tag: timed(["aws", "--endpoint-url", s3.endpoint, "s3", "cp",
-                                                "--no-progress", "--only-show-errors", *rec, src,
-                                                f"s3://ckpt/{tag}/" + ("" if rec else "x.bin")], env))]
-            if rclone:
-                tools.append(("rclone", lambda tag: timed(
-                    [rclone, "copy", "-q", src, f"s3:ckpt/{tag}"], renv)))
+            tools = s3_tools(kind, src, "ckpt", s3.endpoint, env, renv)
             report("s3rver", what, size, best(tools, wipe(os.path.join(s3.dir, "ckpt")), src))
 
 
@@ -225,14 +232,7 @@ def bench_rgw():
 
         b = rgw.bucket
         for kind, src, size, what in data:
-            rec = ["--recursive"] if kind == "folder" else []
-            tools = [("ckptd", ckptd_up(src, f"s3://{b}", env, ("--endpoint", rgw.endpoint))),
-                     ("aws", lambda tag: timed(["aws", "--endpoint-url", rgw.endpoint, "s3", "cp",
-                                                "--no-progress", "--only-show-errors", *rec, src,
-                                                f"s3://{b}/{tag}/" + ("" if rec else "x.bin")], env))]
-            if rclone:
-                tools.append(("rclone", lambda tag: timed(
-                    [rclone, "copy", "-q", src, f"s3:{b}/{tag}"], renv)))
+            tools = s3_tools(kind, src, b, rgw.endpoint, env, renv)
             report("rgw", what, size, best(tools, clean, src), busy="RGW+OSD busy (all threads)")
     finally:
         server_whole[0] = False
