@@ -346,7 +346,15 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         forget_registered(w, &res);
         ck_scan_result_release(&res);
         so.send_first = false;
+        /* The tree (metadata.yaml naming them, build_parameters.yaml) joins
+         * the queue now, from here: the helper's round, busy sending them,
+         * would list the tree only once it ends, so metadata.yaml would wait
+         * for a whole round and the queue would not show it. Queued now, the
+         * round's free workers take it, metadata.yaml as soon as the
+         * checkpoints' bytes are in (the queue's phases). */
+        pl.queue_tree_now = true;
         err = ck_pipeline_pass(&pl, &so, &res);
+        pl.queue_tree_now = final && w->up;
         w->passes++;
     }
     if (pl.events_err < 0 && !w->ended) {

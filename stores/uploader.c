@@ -462,6 +462,7 @@ struct run {
      * run: a file's tail (MOVE, HEAD, fsync, the queue's bookkeeping) runs
      * beside the next file's body. */
     int bodies_free;
+    int64_t depth_at; /* ck_mono_ms of the last ckptd_upload_queue_depth */
 };
 
 static void db_lock(struct run *r)
@@ -1020,6 +1021,21 @@ static void queue_depth(sqlite3 *db)
         ck_metrics_set(CK_M_UPLOAD_QUEUE_DEPTH, counts[CK_JOB_PENDING] + counts[CK_JOB_RUNNING]);
 }
 
+/* The same while a long transfer runs: the watcher queues jobs beside the
+ * round (a checkpoint's metadata.yaml, the next checkpoint), and a gauge set
+ * only when a job starts or ends would not show them for the length of the
+ * transfer. Once a second at most: the count is a query. Holds mu. */
+#define QUEUE_DEPTH_REFRESH_MS 1000
+
+static void queue_depth_refresh(struct run *r)
+{
+    int64_t now = ck_mono_ms();
+    if (now - r->depth_at < QUEUE_DEPTH_REFRESH_MS)
+        return;
+    r->depth_at = now;
+    queue_depth(r->db);
+}
+
 /* One of upload.transfers workers: claims a job, runs it, again. A worker
  * that finds nothing to claim while others still run waits for one of them
  * to end (a finished data job may free the metadata job); it leaves when no
@@ -1046,6 +1062,7 @@ static void *worker_main(void *arg)
         }
         if (r->bodies_free == 0) {
             /* every body slot is taken: woken when one is given back */
+            queue_depth_refresh(r);
             wait_a_little(r);
             continue;
         }
@@ -1056,6 +1073,7 @@ static void *worker_main(void *arg)
         if (err == CK_ENOENT) {
             if (r->active > 0) {
                 /* woken when a job ends; the timeout rechecks stop */
+                queue_depth_refresh(r);
                 wait_a_little(r);
                 continue;
             }

@@ -332,8 +332,9 @@ class Metrics(TmpDirCase):
             tree = os.path.join(self.dir, "run")
             os.makedirs(tree)
             with open(os.path.join(tree, "ckptd.yaml"), "w") as f:
-                f.write(f"upload:\n  max_rate: 200KiB\n  stores:\n    - url: {web.url}/r\n"
-                        + dead_hook)
+                # one transfer: what is queued behind the one being sent waits for it
+                f.write(f"upload:\n  max_rate: 200KiB\n  transfers: 1\n"
+                        f"  stores:\n    - url: {web.url}/r\n" + dead_hook)
             w = Watch(self, tree, env)
             meta = os.path.join(web.root, "r", "metadata.yaml")
 
@@ -347,15 +348,27 @@ class Metrics(TmpDirCase):
             w.until(self, "an empty queue after the first checkpoint", lambda m: (
                 self.assertEqual(m["ckptd_upload_queue_depth"], 0), self.assertTrue(names("epoch_1"))))
             # the second takes seconds at this cap, and no other job of its round
-            # ends before it: meanwhile it and metadata.yaml are the queue
-            write_old(os.path.join(tree, "epoch_2.pt"), os.urandom(1500000))
-            w.until(self, "upload jobs while the checkpoint is sent",
-                    lambda m: self.assertGreaterEqual(m["ckptd_upload_queue_depth"], 2))
+            # ends before it: meanwhile it and metadata.yaml naming it (queued
+            # when it is registered, while it is sent) are the queue
+            write_old(os.path.join(tree, "epoch_2.pt"), os.urandom(2500000))
+            seen = {}
+
+            def at_least_two(m):
+                self.assertGreaterEqual(m["ckptd_upload_queue_depth"], 2)
+                seen["depth"] = m["ckptd_upload_queue_depth"]
+            w.until(self, "upload jobs while the checkpoint is sent", at_least_two)
             self.assertFalse(names("epoch_2"))
-            w.until(self, "an empty queue once it landed", lambda m: (
+            # a third checkpoint queued behind the transfer: the gauge shows it
+            # while the second is still being sent, not when that transfer ends
+            write_old(os.path.join(tree, "epoch_3.pt"), os.urandom(1000))
+            w.until(self, "the third checkpoint's job while the second is sent",
+                    lambda m: self.assertGreater(m["ckptd_upload_queue_depth"], seen["depth"]))
+            self.assertFalse(names("epoch_2"), "the second checkpoint landed before the "
+                             "gauge showed the third: the transfer was too short to tell")
+            w.until(self, "an empty queue once they landed", lambda m: (
                 self.assertEqual(m["ckptd_upload_queue_depth"], 0),
-                self.assertEqual(m["ckptd_hook_outbox_depth"], 2),
-                self.assertTrue(names("epoch_2"))))
+                self.assertEqual(m["ckptd_hook_outbox_depth"], 3),
+                self.assertTrue(names("epoch_3"))))
         # the textfile: what is left when the scan ends (a store nobody answers at)
         tree2 = os.path.join(self.dir, "cron")
         write_old(os.path.join(tree2, "epoch_1.pt"), os.urandom(1000))
