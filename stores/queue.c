@@ -33,7 +33,27 @@ static const char schema_sql[] =
     "CREATE TABLE IF NOT EXISTS upload_parts("
     "  job INTEGER NOT NULL REFERENCES upload_jobs(id) ON DELETE CASCADE,"
     "  number INTEGER NOT NULL, size INTEGER NOT NULL, etag TEXT NOT NULL,"
-    "  sha256_b64 TEXT NOT NULL, md5 TEXT NOT NULL, PRIMARY KEY(job, number));";
+    "  sha256_b64 TEXT NOT NULL, md5 TEXT NOT NULL, PRIMARY KEY(job, number));"
+    /* Multipart uploads begun and given up before completion (the file
+     * changed or went, the job was replaced or pruned): the service keeps and
+     * bills their parts until they are aborted, which the next upload round
+     * does (stores/uploader.c). Triggers, so that no path that drops an
+     * upload id can forget one; a done job's id is of a completed upload and
+     * is not one. Added without a schema version: an older ckptd ignores the
+     * table and its triggers go on filling it. */
+    "CREATE TABLE IF NOT EXISTS upload_abandoned("
+    "  id INTEGER PRIMARY KEY, store INTEGER NOT NULL, key TEXT NOT NULL,"
+    "  upload_id TEXT NOT NULL, created REAL NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
+    "  UNIQUE(store, key, upload_id));"
+    "CREATE TRIGGER IF NOT EXISTS upload_abandoned_on_change AFTER UPDATE OF upload_id"
+    "  ON upload_jobs WHEN OLD.upload_id <> '' AND NEW.upload_id IS NOT OLD.upload_id"
+    "  AND OLD.state <> 2 AND NEW.state <> 2 BEGIN"
+    "  INSERT OR IGNORE INTO upload_abandoned(store, key, upload_id, created)"
+    "  VALUES(OLD.store, OLD.key, OLD.upload_id, (julianday('now') - 2440587.5) * 86400.0); END;"
+    "CREATE TRIGGER IF NOT EXISTS upload_abandoned_on_delete AFTER DELETE ON upload_jobs"
+    "  WHEN OLD.upload_id <> '' AND OLD.state <> 2 BEGIN"
+    "  INSERT OR IGNORE INTO upload_abandoned(store, key, upload_id, created)"
+    "  VALUES(OLD.store, OLD.key, OLD.upload_id, (julianday('now') - 2440587.5) * 86400.0); END;";
 
 static double now_s(void)
 {
@@ -718,13 +738,21 @@ int ck_queue_gone(sqlite3 *db, int64_t id, const char *msg)
 {
     sqlite3_stmt *st;
     int err;
-    if ((err = prep(db, "UPDATE upload_jobs SET state=4, error=?2, updated=?3 WHERE id=?1", &st)) <
-        0)
+    /* the multipart upload it began is given up (upload_abandoned's
+     * trigger): a file that comes back is another file, sent anew */
+    if ((err = prep(db,
+                    "UPDATE upload_jobs SET state=4, error=?2, updated=?3, upload_id='',"
+                    " part_size=0 WHERE id=?1",
+                    &st)) < 0)
         return err;
     sqlite3_bind_int64(st, 1, id);
     bind_text(st, 2, msg);
     sqlite3_bind_double(st, 3, now_s());
-    return run(db, st, "recording a removed source");
+    if ((err = run(db, st, "recording a removed source")) < 0)
+        return err;
+    char sql[96];
+    snprintf(sql, sizeof sql, "DELETE FROM upload_parts WHERE job = %lld", (long long)id);
+    return exec(db, sql, "recording a removed source");
 }
 
 int ck_queue_recover(sqlite3 *db)
@@ -833,4 +861,69 @@ int ck_queue_redo(sqlite3 *db, int64_t store_id, const char *key, bool *redone)
     }
     *redone = sqlite3_changes(db) > 0;
     return 0;
+}
+
+int ck_queue_abandoned(sqlite3 *db, size_t max, struct ck_abandoned **out, size_t *n)
+{
+    sqlite3_stmt *st;
+    int err;
+    *out = NULL;
+    *n = 0;
+    if ((err = prep(db, "SELECT id, store, key, upload_id, attempts FROM upload_abandoned"
+                        " ORDER BY id LIMIT ?1", &st)) < 0)
+        return err;
+    sqlite3_bind_int64(st, 1, (int64_t)max);
+    struct ck_abandoned *v = NULL;
+    size_t nv = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct ck_abandoned *g = realloc(v, (nv + 1) * sizeof *v);
+        if (!g) {
+            err = ck_error(CK_ENOMEM, "out of memory");
+            break;
+        }
+        v = g;
+        struct ck_abandoned *a = &v[nv];
+        a->id = sqlite3_column_int64(st, 0);
+        a->store_id = sqlite3_column_int64(st, 1);
+        a->key = col_dup(st, 2);
+        a->upload_id = col_dup(st, 3);
+        a->attempts = sqlite3_column_int(st, 4);
+        nv++;
+        if (!a->key || !a->upload_id) {
+            err = ck_error(CK_ENOMEM, "out of memory");
+            break;
+        }
+    }
+    if (err == 0 && rc != SQLITE_DONE)
+        err = db_err(db, "reading the abandoned uploads");
+    sqlite3_finalize(st);
+    if (err < 0) {
+        ck_queue_abandoned_release(v, nv);
+        return err;
+    }
+    *out = v;
+    *n = nv;
+    return 0;
+}
+
+int ck_queue_abandoned_settle(sqlite3 *db, int64_t id, bool forget)
+{
+    sqlite3_stmt *st;
+    int err = prep(db, forget ? "DELETE FROM upload_abandoned WHERE id = ?1"
+                              : "UPDATE upload_abandoned SET attempts = attempts + 1 WHERE id = ?1",
+                   &st);
+    if (err < 0)
+        return err;
+    sqlite3_bind_int64(st, 1, id);
+    return run(db, st, "recording an abandoned upload");
+}
+
+void ck_queue_abandoned_release(struct ck_abandoned *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].key);
+        free(v[i].upload_id);
+    }
+    free(v);
 }

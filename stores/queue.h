@@ -139,4 +139,19 @@ int ck_queue_each(sqlite3 *db, int (*fn)(const struct ck_job *j, void *ctx), voi
 /* Removes done jobs older than age seconds (and their parts). */
 int ck_queue_prune(sqlite3 *db, double age);
 
+/* A multipart upload begun and given up before it completed (the queue's
+ * triggers record one whenever a job that is not done drops or loses its
+ * upload id): to abort in the store, then forget. */
+struct ck_abandoned {
+    int64_t id, store_id;
+    char *key;       /* owned: the job's key (the store adds its prefix) */
+    char *upload_id; /* owned */
+    int attempts;    /* aborts tried and failed */
+};
+/* The oldest max of them; *out is the caller's (ck_queue_abandoned_release). */
+int ck_queue_abandoned(sqlite3 *db, size_t max, struct ck_abandoned **out, size_t *n);
+/* forget: aborted (or given up): removed; else one more failed attempt counted. */
+int ck_queue_abandoned_settle(sqlite3 *db, int64_t id, bool forget);
+void ck_queue_abandoned_release(struct ck_abandoned *v, size_t n);
+
 #endif

@@ -1243,13 +1243,13 @@ static int s3_put(struct ck_store *st, struct ck_xfer *x)
 /* One bodiless request on an object (HEAD, GET into sink, DELETE): resp is
  * the caller's, initialised here, to release. A 404 is CK_ENOENT naming the
  * key. */
-static int object_request(struct s3 *s, const char *method, const char *key,
-                          int (*sink)(void *, const void *, size_t), void *sink_ctx,
-                          struct ck_resp *resp)
+static int object_request_q(struct s3 *s, const char *method, const char *key, const char *query,
+                            int (*sink)(void *, const void *, size_t), void *sink_ctx,
+                            struct ck_resp *resp)
 {
     char url[8192];
     ck_resp_init(resp);
-    int err = object_url(s, key, NULL, url, sizeof url);
+    int err = object_url(s, key, query, url, sizeof url);
     if (err < 0)
         return err;
     CURL *h = ck_net_handle(s->base.net);
@@ -1265,6 +1265,13 @@ static int object_request(struct s3 *s, const char *method, const char *key,
     if (err < 0 && resp->status == 404)
         err = ck_error(CK_ENOENT, "'%s': the store does not have it (HTTP 404)", key);
     return err;
+}
+
+static int object_request(struct s3 *s, const char *method, const char *key,
+                          int (*sink)(void *, const void *, size_t), void *sink_ctx,
+                          struct ck_resp *resp)
+{
+    return object_request_q(s, method, key, NULL, sink, sink_ctx, resp);
 }
 
 /* The ETag as an MD5 (lower case hex) when it has the form of one (a single
@@ -1424,6 +1431,27 @@ static int s3_del(struct ck_store *st, const char *key)
     return err;
 }
 
+/* AbortMultipartUpload: the parts of an upload ckptd will not complete
+ * (its file changed or went, its job was replaced) are kept, and billed, by
+ * the service until it is aborted or a lifecycle rule expires it. NoSuchUpload
+ * (404) is done already. */
+static int s3_abort_upload(struct ck_store *st, const char *key, const char *upload_id)
+{
+    char enc_id[600], query[720];
+    int err = ck_store_encode(enc_id, sizeof enc_id, upload_id, false);
+    if (err < 0)
+        return err;
+    snprintf(query, sizeof query, "uploadId=%s", enc_id);
+    struct ck_resp resp;
+    err = object_request_q((struct s3 *)st, "DELETE", key, query, NULL, NULL, &resp);
+    if (err == CK_ENOENT) {
+        ck_error_clear();
+        err = 0;
+    }
+    ck_resp_release(&resp);
+    return err;
+}
+
 const struct ck_store_ops ck_store_s3 = {
     .scheme = "s3",
     .uses_curl = true,
@@ -1434,6 +1462,7 @@ const struct ck_store_ops ck_store_s3 = {
     .stat = s3_stat,
     .get = s3_get,
     .del = s3_del,
+    .abort_upload = s3_abort_upload,
     .list = s3_list,
     .free = s3_free,
 };

@@ -133,6 +133,11 @@ int ck_store_del(struct ck_store *s, const char *key)
     return s->ops->del(s, key);
 }
 
+int ck_store_abort_upload(struct ck_store *s, const char *key, const char *upload_id)
+{
+    return s->ops->abort_upload ? s->ops->abort_upload(s, key, upload_id) : 0;
+}
+
 void ck_remote_list_release(struct ck_remote_list *l)
 {
     for (size_t i = 0; i < l->n; i++)

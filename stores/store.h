@@ -223,6 +223,9 @@ struct ck_store_ops {
     /* Removes the stored object key (remote retention); gone already is
      * fine. NULL: the store cannot delete (refused at config check). */
     int (*del)(struct ck_store *s, const char *key);
+    /* Gives up the multipart upload upload_id of key (its parts are freed);
+     * gone already is fine. NULL: the store makes no multipart uploads. */
+    int (*abort_upload)(struct ck_store *s, const char *key, const char *upload_id);
     /* Every object whose key is under the folder prefix ("" for all; a
      * trailing '/' is implied), in any order (multi-node: docs/multinode.md). NULL:
      * the store cannot list (CK_ERR from ck_store_list, as ck_store_del). */
@@ -253,6 +256,8 @@ int ck_store_get(struct ck_store *s, const char *key, int fd);
 int ck_store_list(struct ck_store *s, const char *prefix, struct ck_remote_list *out);
 /* Remote retention (retention.store): removes key; not there is fine. */
 int ck_store_del(struct ck_store *s, const char *key);
+/* ops->abort_upload; 0 for a store that makes no multipart uploads. */
+int ck_store_abort_upload(struct ck_store *s, const char *key, const char *upload_id);
 /* Whether the store of url can delete objects. */
 bool ck_store_can_delete(const char *url);
 /* A ck_req sink (stores/net.h) that writes to the fd in ctx (an int *),

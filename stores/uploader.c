@@ -1116,6 +1116,55 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* The multipart uploads the queue gave up (stores/queue.h, ck_abandoned)
+ * are aborted in their stores once the round's jobs are done: a service keeps
+ * and bills the parts of an upload nobody completes. A store that fails keeps
+ * the record for a later round; after ABORT_ATTEMPTS_MAX rounds the upload is
+ * left to the service's lifecycle rules, said with its id. No worker runs. */
+#define ABORT_ATTEMPTS_MAX 10
+#define ABORT_PER_ROUND 256
+
+static void abort_abandoned(struct run *r)
+{
+    struct ck_abandoned *v;
+    size_t n;
+    if (ck_queue_abandoned(r->db, ABORT_PER_ROUND, &v, &n) < 0) {
+        ck_warn("upload.abort_failed", "%s", ck_error_msg());
+        ck_error_clear();
+        return;
+    }
+    for (size_t i = 0; i < n && !ck_upload_ctl_stopping(r->ctl); i++) {
+        struct ck_store *store = NULL;
+        char where[512] = "";
+        int err = get_store(r, v[i].store_id, &store);
+        for (size_t k = 0; k < r->nstores; k++)
+            if (r->stores[k]->id == v[i].store_id && r->stores[k]->spec.url)
+                ck_store_url_redact(where, sizeof where, r->stores[k]->spec.url);
+        if (err == 0)
+            err = ck_store_abort_upload(store, v[i].key, v[i].upload_id);
+        bool forget = err == 0 || v[i].attempts + 1 >= ABORT_ATTEMPTS_MAX;
+        if (err == 0)
+            ck_info("upload.multipart_aborted",
+                    "store=\"%s\" key=\"%s\" upload_id=\"%s\": given up before it completed "
+                    "(its file changed or went); its parts are freed in the store",
+                    where, v[i].key, v[i].upload_id);
+        else
+            ck_warn("upload.abort_failed", "store=\"%s\" key=\"%s\" upload_id=\"%s\" attempt=%d: %s%s",
+                    where, v[i].key, v[i].upload_id, v[i].attempts + 1, ck_error_msg(),
+                    forget ? ": given up; the store keeps its parts until they are aborted "
+                             "by hand (aws s3api abort-multipart-upload) or a lifecycle rule "
+                             "expires them"
+                           : ": tried again in a later round");
+        ck_error_clear();
+        if (ck_queue_abandoned_settle(r->db, v[i].id, forget) < 0) {
+            ck_warn("upload.abort_failed", "%s", ck_error_msg());
+            ck_error_clear();
+            break;
+        }
+    }
+    ck_queue_abandoned_release(v, n);
+}
+
 int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *spool_dir,
                     struct ck_upload_ctl *ctl, const struct ck_uploader_run_opts *ro,
                     struct ck_upload_report *rep)
@@ -1166,6 +1215,8 @@ int ck_uploader_run(sqlite3 *db, const struct ck_upload_opts *opts, const char *
     }
     if (err == 0 && r.fatal < 0)
         err = ck_error(r.fatal, "%s", r.fatal_msg);
+    if (err == 0)
+        abort_abandoned(&r);
     if (pt_started) {
         pthread_mutex_lock(&pg.mu);
         pg.quit = true;

@@ -477,6 +477,49 @@ class Rgw(S3):
         self.s3.get("lag/big.bin", got)
         self.assertEqual(sha256(got), sha256(big))
 
+    def kill_during_multipart(self, big, prefix, parts):
+        """Starts `ckptd upload` of big (5 MiB parts, slowly), kill -9 once
+        RGW holds `parts` of its parts: an upload begun, not completed."""
+        key = prefix + os.path.basename(big)
+        proc = subprocess.Popen(
+            [CKPTD, "upload", "--state", self.state, "--endpoint", self.s3.endpoint,
+             "--multipart-threshold", "5MiB", "--part-size", "5MiB", "--concurrency", "1",
+             "--max-rate", "6MiB", big, f"s3://{self.s3.bucket}/{prefix}"],
+            env=dict(os.environ, **self.env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(self.s3.parts_put(key)) < parts:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        begun = self.s3.uploads_in_progress()
+        self.assertEqual([k for k, _ in begun], [key])
+        return begun[0][1]
+
+    def test_an_upload_given_up_is_aborted_in_the_store(self):
+        """A multipart upload that will never be completed is aborted, not
+        left for RGW to keep (and a service to bill): its file changed after a
+        kill -9 (the queue starts it over), or went before it was sent again."""
+        big = make(os.path.join(self.dir, "big.bin"), 20 * MiB, 11)
+        old_id = self.kill_during_multipart(big, "changed/", 1)
+        with open(big, "ab") as f:
+            f.write(b"more bytes")
+        p = self.upload(big, f"s3://{self.s3.bucket}/changed/", "--multipart-threshold", "5MiB",
+                        "--part-size", "5MiB")
+        self.assertIn(f'upload.multipart_aborted: store="s3://{self.s3.bucket}/changed/" '
+                      f'key="big.bin" upload_id="{old_id}"', p.stderr)
+        self.assertEqual(self.s3.uploads_in_progress(), [], p.stderr)
+        got = os.path.join(self.dir, "got")
+        self.s3.get("changed/big.bin", got)
+        self.assertEqual(sha256(got), sha256(big))
+        # the file removed before the queue sends it again: gone, and aborted
+        gone = make(os.path.join(self.dir, "gone.bin"), 20 * MiB, 12)
+        self.kill_during_multipart(gone, "gone/", 1)
+        os.unlink(gone)
+        p = run("queue", "run", "--state", self.state, env=self.env, check=None, timeout=120)
+        self.assertEqual(self.s3.uploads_in_progress(), [], p.stderr)
+        self.assertIn("upload.multipart_aborted", p.stderr)
+        self.assertEqual(queue(self.state)[-1]["state"], "gone")
+
     def test_a_server_part_with_other_bytes_is_sent_again(self):
         """A part the server holds whose bytes are not the file's (the file
         was rewritten after the kill): listed, compared, and sent again."""

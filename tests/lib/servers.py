@@ -15,6 +15,7 @@ import base64
 import hashlib
 import http.client
 import http.server
+import json
 import os
 import secrets
 import shutil
@@ -276,6 +277,14 @@ class RgwServer:
             if method == "PUT" and m and status == 200 and (want is None or obj == want):
                 out.append(int(m.group(1)))
         return out
+
+    def uploads_in_progress(self):
+        """(key, upload id) of every multipart upload RGW holds unfinished
+        in the test's bucket (ListMultipartUploads, through aws-cli)."""
+        p = self.aws("s3api", "list-multipart-uploads", "--bucket", self.bucket,
+                     "--output", "json")
+        doc = json.loads(p.stdout) if p.stdout.strip() else {}
+        return sorted((u["Key"], u["UploadId"]) for u in doc.get("Uploads") or [])
 
     def stop(self):
         self.aws("s3", "rb", "--force", f"s3://{self.bucket}", check=False)

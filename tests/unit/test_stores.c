@@ -196,6 +196,79 @@ static int64_t store_row(sqlite3 *db, const char *url)
     return id;
 }
 
+/* Every path that gives up a multipart upload id of a job not done records
+ * it for an abort; a done job's id (a completed upload) never. */
+static size_t abandoned_ids(sqlite3 *db, char out[][16], size_t max)
+{
+    struct ck_abandoned *v;
+    size_t n;
+    assert_int_equal(ck_queue_abandoned(db, 100, &v, &n), 0);
+    for (size_t i = 0; i < n && i < max; i++)
+        snprintf(out[i], 16, "%s", v[i].upload_id);
+    ck_queue_abandoned_release(v, n);
+    return n;
+}
+
+static void queue_records_abandoned_uploads(void **state)
+{
+    (void)state;
+    char dir[4096], a[4200], b[4200], c[4200], ids[8][16];
+    sqlite3 *db = open_db(dir);
+    snprintf(a, sizeof a, "%s/a.bin", dir);
+    snprintf(b, sizeof b, "%s/b.bin", dir);
+    snprintf(c, sizeof c, "%s/c.bin", dir);
+    write_file(a, "aaaa");
+    write_file(b, "bbbb");
+    write_file(c, "cccc");
+    int64_t sid = store_row(db, "s3://bkt/p"), ja, jb, jc;
+    bool added;
+    assert_int_equal(ck_queue_add(db, sid, a, "a.bin", 0, CK_JOB_FILE, &ja, &added), 0);
+    assert_int_equal(ck_queue_add(db, sid, b, "b.bin", 0, CK_JOB_FILE, &jb, &added), 0);
+    assert_int_equal(ck_queue_add(db, sid, c, "c.bin", 0, CK_JOB_FILE, &jc, &added), 0);
+    /* begun, then the file changed: the source reset drops the id */
+    assert_int_equal(ck_queue_set_upload(db, ja, "UPA", 5u << 20), 0);
+    assert_int_equal(abandoned_ids(db, ids, 8), 0);
+    assert_int_equal(ck_queue_reset_source(db, ja, 5, 1), 0);
+    assert_int_equal(abandoned_ids(db, ids, 8), 1);
+    assert_string_equal(ids[0], "UPA");
+    /* a new upload of the same job, completed: its id stays off the list,
+     * and so does a done job sent again (the store lost it) */
+    assert_int_equal(ck_queue_set_upload(db, ja, "UPA2", 5u << 20), 0);
+    assert_int_equal(ck_queue_done(db, ja, "", "md5"), 0);
+    bool redone;
+    assert_int_equal(ck_queue_redo(db, sid, "a.bin", &redone), 0);
+    assert_true(redone);
+    assert_int_equal(abandoned_ids(db, ids, 8), 1);
+    /* a pending job replaced by another file under its key: deleted with its id */
+    assert_int_equal(ck_queue_set_upload(db, jb, "UPB", 5u << 20), 0);
+    write_file(b, "bbbbbbbb");
+    int64_t jb2;
+    assert_int_equal(ck_queue_add(db, sid, b, "b.bin", 0, CK_JOB_FILE, &jb2, &added), 0);
+    assert_true(jb2 != jb);
+    assert_int_equal(abandoned_ids(db, ids, 8), 2);
+    assert_string_equal(ids[1], "UPB");
+    /* a gone job pruned with its id */
+    assert_int_equal(ck_queue_set_upload(db, jc, "UPC", 5u << 20), 0);
+    assert_int_equal(ck_queue_gone(db, jc, "removed"), 0);
+    assert_int_equal(ck_queue_prune(db, -10), 0);
+    assert_int_equal(abandoned_ids(db, ids, 8), 3);
+    assert_string_equal(ids[2], "UPC");
+    /* settled: a failed abort counted, an aborted one forgotten */
+    struct ck_abandoned *v;
+    size_t n;
+    assert_int_equal(ck_queue_abandoned(db, 100, &v, &n), 0);
+    assert_int_equal(ck_queue_abandoned_settle(db, v[0].id, false), 0);
+    assert_int_equal(ck_queue_abandoned_settle(db, v[1].id, true), 0);
+    ck_queue_abandoned_release(v, n);
+    assert_int_equal(ck_queue_abandoned(db, 100, &v, &n), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(v[0].upload_id, "UPA");
+    assert_int_equal(v[0].attempts, 1);
+    assert_string_equal(v[1].upload_id, "UPC");
+    ck_queue_abandoned_release(v, n);
+    sqlite3_close(db);
+}
+
 static void queue_transitions(void **state)
 {
     char dir[4096], a[4200], meta[4200];
@@ -804,6 +877,7 @@ static const struct CMUnitTest tests[] = {
     cmocka_unit_test(xml),
     cmocka_unit_test(spec_checks),
     cmocka_unit_test(queue_transitions),
+    cmocka_unit_test(queue_records_abandoned_uploads),
     cmocka_unit_test(queue_claim_skips_given_up_stores),
     cmocka_unit_test(queue_metadata_after_new_data),
     cmocka_unit_test(queue_newer_schema_refused),
