@@ -7,7 +7,8 @@
 # uploads the tree and the archives that passed to a local "remote" store
 # (file://, metadata.yaml last), and ends the training as finished when the
 # job exits 0. Then the tree is checked with an independent PMF validator, a
-# checkpoint is read back, and the last archive is validated and run again.
+# checkpoint is read back, and the last archive is validated and run again
+# against the known-good outputs the sidecar recorded in it.
 # Usage: scripts/demo.sh [DEMO_DIR]   (installs what is missing on Debian 12)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +39,7 @@ pack:
       - {op: softmax}
 verify:
   timeout: 30s
+  record: true   # a passing run's inputs and outputs go into the archive: its known-good outputs
 YAML
 
 # the job's own training configuration, there before it starts (as with most jobs)
@@ -69,7 +71,7 @@ echo
 echo "== mldef -i $archive (every rule of docs/mldef.md)"
 "$build/agent/mldef" -i "$archive"
 echo
-echo "== ckptd verify $archive (the engine, in its sandbox)"
+echo "== ckptd verify $archive (the engine, in its sandbox: the known-good outputs the sidecar recorded in it, computed again)"
 "$ckptd" verify "$archive"
 echo
 echo "demo folder: $demo"
