@@ -310,18 +310,40 @@ static void resize_taps(const struct ck_model_node *n, int64_t xr, int64_t in, i
         t->at[i] = 0, t->w[i] = 0;
 }
 
+/* One axis's taps map every index to itself with weight 1 (scale 1 and a
+ * coordinate mode that keeps the grid): that axis's pass is a copy. */
+static bool taps_identity(const struct taps *t, int64_t len, int ntaps)
+{
+    for (int64_t i = 0; i < len; i++) {
+        if (t[i].at[0] != i || t[i].w[0] != 1)
+            return false;
+        for (int j = 1; j < ntaps; j++)
+            if (t[i].w[j] != 0)
+                return false;
+    }
+    return true;
+}
+
+/* Resize is a product of one-axis interpolations (nearest, linear and cubic
+ * alike, exclude_outside renormalising each axis's taps), so it runs as one
+ * pass per axis that changes: each output of a pass is at most 4 taps of the
+ * pass before. The axes that shrink go first, so no pass holds more than the
+ * larger of the input and the output. Summing every output over the product
+ * of its axes' taps cost 4^rank taps per output: a 307-byte model (rank 8,
+ * cubic) kept the engine busy for minutes (found by fuzz_onnx). Each pass
+ * sums in double; a tap of weight 0 is not read, as before (a NaN there does
+ * not reach the output). */
 static int resize(const struct ck_kcall *k)
 {
     const struct ck_ishape *x = &k->ins[0], *o = &k->outs[0];
     int r = x->rank, ntaps = k->n->p.ints[0] == RS_CUBIC ? 4 : k->n->p.ints[0] == RS_LINEAR ? 2 : 1;
-    int64_t total = 0, start[CK_INFER_MAX_RANK], st[CK_INFER_MAX_RANK], acc = 1;
-    int64_t n = ck_ishape_numel(o);
+    int64_t total = 0, start[CK_INFER_MAX_RANK];
+    int64_t n = ck_ishape_numel(o), nin = ck_ishape_numel(x);
     if (n == 0)
         return 0;
-    for (int a = r - 1; a >= 0; a--) {
-        st[a] = acc;
-        acc *= x->d[a];
-    }
+    if (nin == 0)
+        return ck_error(CK_EFORMAT, "node '%s' (resize): an empty input cannot be resized to %lld "
+                                    "elements", k->n->name, (long long)n);
     for (int a = 0; a < r; a++) {
         start[a] = total;
         total += o->d[a];
@@ -330,6 +352,8 @@ static int resize(const struct ck_kcall *k)
     if (!tab)
         return ck_error(CK_ENOMEM, "node '%s' (resize): out of memory for %lld taps",
                         k->n->name, (long long)total);
+    /* the axes to pass over: those that shrink first, then those that grow */
+    int axes[CK_INFER_MAX_RANK], npass = 0;
     for (int a = 0; a < r; a++) {
         int64_t dummy = 0;
         double scale = 1;
@@ -337,31 +361,65 @@ static int resize(const struct ck_kcall *k)
         for (int64_t i = 0; i < o->d[a]; i++)
             resize_taps(k->n, i, x->d[a], o->d[a], scale, &tab[start[a] + i]);
     }
-    int64_t idx[CK_INFER_MAX_RANK] = {0}, combos = 1;
-    for (int a = 0; a < r; a++)
-        combos *= ntaps;
-    for (int64_t i = 0; i < n; i++) {
-        double sum = 0;
-        for (int64_t c = 0; c < combos; c++) {
-            int64_t rest = c, off = 0;
-            double w = 1;
-            for (int a = 0; a < r && w != 0; a++) {
-                const struct taps *t = &tab[start[a] + idx[a]];
-                int j = (int)(rest % ntaps);
-                rest /= ntaps;
-                w *= t->w[j];
-                off += t->at[j] * st[a];
-            }
-            if (w != 0)
-                sum += w * k->in[0][off];
-        }
-        k->out[0][i] = (float)sum;
-        for (int a = r - 1; a >= 0; a--) {
-            if (++idx[a] < o->d[a])
-                break;
-            idx[a] = 0;
-        }
+    for (int grow = 0; grow < 2; grow++)
+        for (int a = 0; a < r; a++)
+            if ((o->d[a] > x->d[a]) == (grow == 1) &&
+                !(o->d[a] == x->d[a] && taps_identity(&tab[start[a]], o->d[a], ntaps)))
+                axes[npass++] = a;
+    if (npass == 0) { /* every axis kept as it is */
+        memcpy(k->out[0], k->in[0], (size_t)n * sizeof(float));
+        free(tab);
+        return 0;
     }
+    /* the largest tensor a pass before the last leaves */
+    int64_t cur[CK_INFER_MAX_RANK], most = 0, size = nin;
+    memcpy(cur, x->d, sizeof(int64_t) * (size_t)r);
+    for (int p = 0; p + 1 < npass; p++) {
+        int a = axes[p];
+        size = size / cur[a] * o->d[a];
+        cur[a] = o->d[a];
+        if (size > most)
+            most = size;
+    }
+    float *buf[2] = {NULL, NULL};
+    if (most && (!(buf[0] = malloc((size_t)most * sizeof(float))) ||
+                 (npass > 2 && !(buf[1] = malloc((size_t)most * sizeof(float)))))) {
+        free(buf[0]);
+        free(tab);
+        return ck_error(CK_ENOMEM, "node '%s' (resize): out of memory for %lld intermediate values",
+                        k->n->name, (long long)most);
+    }
+    memcpy(cur, x->d, sizeof(int64_t) * (size_t)r);
+    const float *src = k->in[0];
+    for (int p = 0; p < npass; p++) {
+        int a = axes[p];
+        float *dst = p + 1 == npass ? k->out[0] : buf[p % 2];
+        int64_t outer = 1, inner = 1, lin = cur[a], lout = o->d[a];
+        for (int b = 0; b < a; b++)
+            outer *= cur[b];
+        for (int b = a + 1; b < r; b++)
+            inner *= cur[b];
+        const struct taps *ta = &tab[start[a]];
+        for (int64_t ob = 0; ob < outer; ob++) {
+            const float *sb = src + ob * lin * inner;
+            float *db = dst + ob * lout * inner;
+            for (int64_t i = 0; i < lout; i++) {
+                const struct taps *t = &ta[i];
+                float *d = db + i * inner;
+                for (int64_t q = 0; q < inner; q++) {
+                    double sum = 0;
+                    for (int j = 0; j < ntaps; j++)
+                        if (t->w[j] != 0)
+                            sum += t->w[j] * sb[t->at[j] * inner + q];
+                    d[q] = (float)sum;
+                }
+            }
+        }
+        cur[a] = lout;
+        src = dst;
+    }
+    free(buf[0]);
+    free(buf[1]);
     free(tab);
     return 0;
 }

@@ -428,6 +428,26 @@ class Select(Graphs):
             outs.append((f"y{i}", want.astype(f)))
         path = self.model("resize", nodes, [("x", x)], outs)
         self.verify(path, [("x", x)], outs)
+        # every axis of a rank-5 input changed, some shrinking and some
+        # growing (one pass per axis: infer/kernels_select.c), and a rank-8
+        # cubic resize: 4^8 taps per output summed whole took minutes, the
+        # passes take 4 per axis (a 307-byte model from fuzz_onnx did this)
+        x5 = np.random.default_rng(9).standard_normal((3, 4, 2, 5, 3)).astype(f)
+        for mode, coeffs, sc in (("cubic", ref.cubic_coeffs, [0.7, 1.5, 2, 0.4, 1.7]),
+                                 ("linear", ref.linear_coeffs, [2, 0.5, 1.5, 0.6, 1])):
+            want = ref.interpolate_nd(x5, coeffs, scale_factors=np.array(sc, f),
+                                      coordinate_transformation_mode="half_pixel")
+            p = self.model("resize5" + mode, [self.const("s", np.array(sc, f)),
+                                              h.make_node("Resize", ["x", "", "s"], ["y"],
+                                                          mode=mode)],
+                           [("x", x5)], [("y", want.astype(f))])
+            self.verify(p, [("x", x5)], [("y", want.astype(f))], forms=("onnx",))
+        x8 = np.random.default_rng(10).standard_normal((2,) * 8).astype(f)
+        p = self.model("resize8", [self.const("s", np.full(8, 2, f)),
+                                   h.make_node("Resize", ["x", "", "s"], ["y"], mode="cubic")],
+                       [("x", x8)], [("y", np.zeros((4,) * 8, f))])
+        q = run("verify", p, "--timeout", "60", timeout=120)
+        self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
         # what ckptd does not compute is refused by name
         for attrs, want in ((dict(coordinate_transformation_mode="tf_crop_and_resize"),
                              "tf_crop_and_resize"), (dict(mode="area"), "'area'")):
