@@ -4,6 +4,7 @@
  * lost bias, a truncated data file) is caught before it is shipped. */
 #include "agent/cmd/cli.h"
 #include "agent/cmd/commands.h"
+#include "agent/config.h"
 #include "agent/mldefrec.h"
 #include "agent/npyio.h"
 #include "agent/sdrec.h"
@@ -23,7 +24,7 @@
 static const char help[] =
     "usage: ckptd verify MODEL [--inputs FILE...] [--expected FILE...] [--graph FILE]\n"
     "                   [--weights PREFIX]\n"
-    "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout S]\n"
+    "                   [--atol X] [--rtol Y] [--save-outputs DIR] [--timeout D]\n"
     "                   [--max-memory BYTES] [--threads N] [--tag TAG]\n"
     "                   [--record [--sign-key file:KEY]]\n"
     "\n"
@@ -55,7 +56,8 @@ static const char help[] =
     "                        model's tensors: state_dict, model, ema, ... or a dotted\n"
     "                        prefix (default: found; docs/model.md)\n"
     "      --save-outputs DIR  write each output as DIR/NAME.npy (its declared dtype)\n"
-    "      --timeout S       CPU seconds the engine may use (default 300)\n"
+    "      --timeout D       CPU time the engine may use: seconds or a duration (90s, 5m;\n"
+    "                        default 300)\n"
     "      --max-memory N    bytes the engine's process may map (K, M, G suffixes;\n"
     "                        default 8G; 0: no limit)\n"
     "      --threads N       threads computing the products, convolutions and large\n"
@@ -240,8 +242,12 @@ static int parse(int argc, char **argv, struct ck_cli *cli, struct opts *o)
             o->save = optarg;
             break;
         case OPT_TIMEOUT:
-            if (parse_double(optarg, &o->timeout) < 0)
-                return ck_cli_usage_error("verify", "--timeout takes seconds, not '%s'", optarg);
+            /* a duration as the config's verify.timeout (plain: seconds) */
+            if (ck_parse_duration(optarg, &o->timeout) < 0 || !(o->timeout > 0)) {
+                ck_error_clear();
+                return ck_cli_usage_error("verify", "--timeout takes a duration (300, 90s, 5m), "
+                                          "not '%s'", optarg);
+            }
             break;
         case OPT_MAXMEM:
             if (parse_bytes(optarg, &o->max_memory) < 0)

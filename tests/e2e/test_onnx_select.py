@@ -446,7 +446,7 @@ class Select(Graphs):
         p = self.model("resize8", [self.const("s", np.full(8, 2, f)),
                                    h.make_node("Resize", ["x", "", "s"], ["y"], mode="cubic")],
                        [("x", x8)], [("y", np.zeros((4,) * 8, f))])
-        q = run("verify", p, "--timeout", "60", timeout=120)
+        q = run("verify", p, "--timeout", "60s", timeout=120)  # as the config writes it
         self.assertEqual(q.returncode, 0, q.stdout + q.stderr)
         # what ckptd does not compute is refused by name
         for attrs, want in ((dict(coordinate_transformation_mode="tf_crop_and_resize"),
