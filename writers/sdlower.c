@@ -557,9 +557,11 @@ static int lower_where(struct low *l, const struct ck_model_node *n)
 /* The most time steps (T times the directions) unrolled into one graph:
  * each step is about 18 DL4J ops. */
 #define RNN_MAX_STEPS 4096
-/* The most values of one direction's state [batch, H]: an absent initial
- * state is written as zeros of that size. */
+/* The most values of one direction's state [batch, H]. */
 #define RNN_MAX_STATE (INT64_C(1) << 26)
+/* The largest hidden size: an absent initial state is written as zeros
+ * [1, H] (broadcast over the batch by the first step's add and multiply). */
+#define RNN_MAX_HIDDEN (INT64_C(1) << 22)
 
 struct rec {
     struct low *l;
@@ -688,7 +690,7 @@ static const char *rconcat(struct rec *r, const char *out, const char *const *in
     return rop(r, out, CK_OP_CONCAT, &p, ins, nin);
 }
 
-/* A float32 zeros constant of these dims (an absent bias or initial state). */
+/* A float32 zeros constant of these dims (an absent initial state). */
 static const char *rzeros(struct rec *r, const char *name, int rank, const int64_t *dims)
 {
     struct ck_tensor t;
@@ -740,7 +742,8 @@ static void rnn_direction(struct rec *r, int kind, int64_t d, bool rev, const in
                           const char **hl, const char **cl)
 {
     int64_t T = tnih[0], N = tnih[1], I = tnih[2], H = tnih[3], G = kind, GH = G * H;
-    int64_t wdims[2] = {GH, I}, rdims[2] = {GH, H}, bdims[1] = {GH}, sdims[2] = {N, H};
+    int64_t wdims[2] = {GH, I}, rdims[2] = {GH, H}, bdims[1] = {GH}, sdims[2] = {N, H},
+            zdims[2] = {1, H};
     int64_t xpdims[3] = {T, N, GH}, stepdims[2] = {N, GH}, ydims[4] = {1, 1, N, H};
     const char *w = rpermute(
         r, rn(r, "d%" PRId64 "/W_t", d),
@@ -769,14 +772,14 @@ static void rnn_direction(struct rec *r, int kind, int64_t d, bool rev, const in
                      rslice(r, rn(r, "d%" PRId64 "/h_init_slice", d), in[4], 0, d, d + 1), 2,
                      sdims);
     else
-        h = rzeros(r, rn(r, "d%" PRId64 "/h_zero", d), 2, sdims);
+        h = rzeros(r, rn(r, "d%" PRId64 "/h_zero", d), 2, zdims);
     if (kind == 4) {
         if (in[5])
             c = rreshape(r, rn(r, "d%" PRId64 "/c_init", d),
                          rslice(r, rn(r, "d%" PRId64 "/c_init_slice", d), in[5], 0, d, d + 1), 2,
                          sdims);
         else
-            c = rzeros(r, rn(r, "d%" PRId64 "/c_zero", d), 2, sdims);
+            c = rzeros(r, rn(r, "d%" PRId64 "/c_zero", d), 2, zdims);
     }
     struct ck_op_params one_minus;
     ck_op_params_init(&one_minus);
@@ -874,8 +877,9 @@ static int lower_recurrent(struct low *l, const struct ck_model_node *n)
     int64_t T = xs->dims[0], N = xs->dims[1], I = xs->dims[2], D = dir == 2 ? 2 : 1, G = kind;
     if (T < 1 || N < 1 || I < 1 || T > RNN_MAX_STEPS / D)
         return rnn_refuse(l, n, "with an empty sequence or more steps than ckptd unrolls (4096)");
-    if (N > RNN_MAX_STATE / H)
-        return rnn_refuse(l, n, "with a state of more than 2^26 values (batch times hidden size)");
+    if (N > RNN_MAX_STATE / H || H > RNN_MAX_HIDDEN)
+        return rnn_refuse(l, n, "with a state of more than 2^26 values (batch times hidden size) "
+                                "or a hidden size past 2^22");
     int64_t want[6][3] = {{0}, {D, G * H, I}, {D, G * H, H}, {D, 2 * G * H}, {D, N, H}, {D, N, H}};
     int rank[6] = {3, 3, 3, 2, 3, 3};
     for (int b = 1; b < 6; b++) {

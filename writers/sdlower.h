@@ -22,7 +22,7 @@
  * - rnn, gru (linear_before_reset), lstm: unrolled over the sequence known
  *   at pack time, per step matmul, add, strided_slice of the gates,
  *   sigmoid, tanh, multiply, rsub_scalar; Y, Y_h, Y_c by reshape and
- *   concat; absent initial states as float32 zeros constants.
+ *   concat; absent initial states as float32 zeros [1, H].
  * What cannot be lowered exactly is refused naming the node and why. */
 #ifndef CK_SDLOWER_H
 #define CK_SDLOWER_H
