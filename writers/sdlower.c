@@ -435,7 +435,8 @@ static int emit_pad(struct low *l, const struct ck_model_node *n, const char *na
                         l->label, n->name, p->nints, xs->rank);
     if (!(pads = calloc(npad + 1, sizeof *pads)))
         return ck_error(CK_ENOMEM, "out of memory");
-    memcpy(pads, p->ints, p->nints * sizeof *pads);
+    if (p->nints) /* a pad of no values: p->ints is NULL (fuzz_graph) */
+        memcpy(pads, p->ints, p->nints * sizeof *pads);
     int64_t dims[2] = {xs->rank, 2};
     struct ck_op_params q = *p;
     q.ints = NULL;
