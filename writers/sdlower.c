@@ -435,7 +435,8 @@ static int emit_pad(struct low *l, const struct ck_model_node *n, const char *na
                         l->label, n->name, p->nints, xs->rank);
     if (!(pads = calloc(npad + 1, sizeof *pads)))
         return ck_error(CK_ENOMEM, "out of memory");
-    memcpy(pads, p->ints, p->nints * sizeof *pads);
+    if (p->nints) /* a pad of no values: p->ints is NULL (fuzz_graph) */
+        memcpy(pads, p->ints, p->nints * sizeof *pads);
     int64_t dims[2] = {xs->rank, 2};
     struct ck_op_params q = *p;
     q.ints = NULL;
@@ -552,6 +553,411 @@ static int lower_where(struct low *l, const struct ck_model_node *n)
     return err;
 }
 
+/* ---- rnn, gru, lstm: unrolled over the sequence known at pack time ---- */
+
+/* The most time steps (T times the directions) unrolled into one graph:
+ * each step is about 18 DL4J ops. */
+#define RNN_MAX_STEPS 4096
+/* The most values of one direction's state [batch, H]. */
+#define RNN_MAX_STATE (INT64_C(1) << 26)
+/* The largest hidden size: an absent initial state is written as zeros
+ * [1, H] (broadcast over the batch by the first step's add and multiply). */
+#define RNN_MAX_HIDDEN (INT64_C(1) << 22)
+
+struct rec {
+    struct low *l;
+    const struct ck_model_node *n;
+    char **names; /* owned: every sub-value's name, freed at the end */
+    size_t nnames, cap;
+    int err;
+};
+
+/* "<node>/<what>", owned by r; NULL (r->err set) on failure or after one. */
+static const char *rn(struct rec *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *rn(struct rec *r, const char *fmt, ...)
+{
+    char what[64], *s;
+    va_list ap;
+    if (r->err < 0)
+        return NULL;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (r->nnames == r->cap) {
+        size_t cap = r->cap ? 2 * r->cap : 256;
+        char **v = realloc(r->names, cap * sizeof *v);
+        if (!v) {
+            r->err = ck_error(CK_ENOMEM, "out of memory");
+            return NULL;
+        }
+        r->names = v;
+        r->cap = cap;
+    }
+    if (asprintf(&s, "%s/%s", r->n->name, what) < 0) {
+        r->err = ck_error(CK_ENOMEM, "out of memory");
+        return NULL;
+    }
+    r->names[r->nnames++] = s;
+    return s;
+}
+
+/* A node named out (its one output out too) of op on ins; out, or NULL. */
+static const char *rop(struct rec *r, const char *out, enum ck_op op, const struct ck_op_params *p,
+                       const char *const *ins, size_t nin)
+{
+    struct ck_op_params plain;
+    if (r->err < 0 || !out)
+        return NULL;
+    for (size_t i = 0; i < nin; i++)
+        if (!ins[i])
+            return NULL;
+    if (!p) {
+        ck_op_params_init(&plain);
+        p = &plain;
+    }
+    if ((r->err = emit(r->l, out, op, p, ins, nin, &out, 1, NULL)) < 0)
+        return NULL;
+    return out;
+}
+
+static const char *rop1(struct rec *r, const char *out, enum ck_op op, const char *x)
+{
+    return rop(r, out, op, NULL, &x, 1);
+}
+
+static const char *rop2(struct rec *r, const char *out, enum ck_op op, const char *a, const char *b)
+{
+    const char *ins[2] = {a, b};
+    return rop(r, out, op, NULL, ins, 2);
+}
+
+/* x[..., start:end] on axis (the axes before it whole; strided_slice). */
+static const char *rslice(struct rec *r, const char *out, const char *x, int axis, int64_t start,
+                          int64_t end)
+{
+    int64_t ints[9];
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    for (int a = 0; a < axis; a++) {
+        ints[3 * a] = 0;
+        ints[3 * a + 1] = OPEN_END;
+        ints[3 * a + 2] = 1;
+    }
+    ints[3 * axis] = start;
+    ints[3 * axis + 1] = end;
+    ints[3 * axis + 2] = 1;
+    p.ints = ints;
+    p.nints = 3 * (size_t)axis + 3;
+    return rop(r, out, CK_OP_SLICE, &p, &x, 1);
+}
+
+static const char *rreshape(struct rec *r, const char *out, const char *x, int rank,
+                            const int64_t *dims)
+{
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    p.ints = (int64_t *)dims;
+    p.nints = (size_t)rank;
+    return rop(r, out, CK_OP_RESHAPE, &p, &x, 1);
+}
+
+/* x [M, K] times W^T (W [GH, K] permuted to [K, GH] once) plus b [GH]
+ * when given: libnd4j's matmul (blas/matmul.cpp, iArgs transX, transY,
+ * transZ all 0) and the broadcastable add. Not xw_plus_b: libnd4j's reads
+ * its transposes from INT_ARG(0..2) (docs/samediff.md). */
+static const char *rlinear(struct rec *r, const char *out, const char *prod, const char *x,
+                           const char *wt, const char *b)
+{
+    const char *y = rop2(r, b ? prod : out, CK_OP_MATMUL, x, wt);
+    return b ? rop2(r, out, CK_OP_ADD, y, b) : y;
+}
+
+static const char *rpermute(struct rec *r, const char *out, const char *x)
+{
+    static const int64_t swap[2] = {1, 0};
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    p.ints = (int64_t *)swap;
+    p.nints = 2;
+    return rop(r, out, CK_OP_TRANSPOSE, &p, &x, 1);
+}
+
+static const char *rconcat(struct rec *r, const char *out, const char *const *ins, size_t nin,
+                           int64_t axis)
+{
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    p.axis = axis;
+    return rop(r, out, CK_OP_CONCAT, &p, ins, nin);
+}
+
+/* A float32 zeros constant of these dims (an absent initial state). */
+static const char *rzeros(struct rec *r, const char *name, int rank, const int64_t *dims)
+{
+    struct ck_tensor t;
+    void *mem;
+    size_t n = 1;
+    if (r->err < 0 || !name)
+        return NULL;
+    for (int i = 0; i < rank; i++)
+        n *= (size_t)dims[i];
+    memset(&t, 0, sizeof t);
+    if ((r->err = ck_tensor_set_alloc(r->l->out->m->weights, n * sizeof(float), &mem)) < 0)
+        return NULL;
+    memset(mem, 0, n * sizeof(float));
+    t.name = (char *)name;
+    t.dtype = CK_DT_F32;
+    t.rank = rank;
+    memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+    t.nbytes = n * sizeof(float);
+    t.data = mem;
+    t.role = "constant";
+    if ((r->err = ck_tensor_set_add(r->l->out->m->weights, &t, NULL)) < 0)
+        return NULL;
+    return name;
+}
+
+static int rnn_refuse(const struct low *l, const struct ck_model_node *n, const char *why)
+{
+    return ck_error(CK_EUNSUPPORTED,
+                    "'%s': node '%s': op '%s' %s: ckptd writes it for DL4J unrolled over a "
+                    "sequence known at pack time (docs/samediff.md)",
+                    l->label, n->name, ck_op_name(n->op), why);
+}
+
+/* Input k's shape must be exactly want (rank dims); the reason when not. */
+static bool exact_shape(const struct ck_shape *s, int rank, const int64_t *want)
+{
+    if (!s || s->rank != rank)
+        return false;
+    for (int i = 0; i < rank; i++)
+        if (s->dims[i] != want[i])
+            return false;
+    return true;
+}
+
+/* One direction d of the node over every step; its h at each step t into
+ * ys[t], its last h (and c) into *hl, *cl. */
+static void rnn_direction(struct rec *r, int kind, int64_t d, bool rev, const int64_t *tnih,
+                          const char *xrows, const char *const *in, const char **ys,
+                          const char **hl, const char **cl)
+{
+    int64_t T = tnih[0], N = tnih[1], I = tnih[2], H = tnih[3], G = kind, GH = G * H;
+    int64_t wdims[2] = {GH, I}, rdims[2] = {GH, H}, bdims[1] = {GH}, sdims[2] = {N, H},
+            zdims[2] = {1, H};
+    int64_t xpdims[3] = {T, N, GH}, stepdims[2] = {N, GH}, ydims[4] = {1, 1, N, H};
+    const char *w = rpermute(
+        r, rn(r, "d%" PRId64 "/W_t", d),
+        rreshape(r, rn(r, "d%" PRId64 "/W", d),
+                 rslice(r, rn(r, "d%" PRId64 "/W_slice", d), in[1], 0, d, d + 1), 2, wdims));
+    const char *rr = rpermute(
+        r, rn(r, "d%" PRId64 "/R_t", d),
+        rreshape(r, rn(r, "d%" PRId64 "/R", d),
+                 rslice(r, rn(r, "d%" PRId64 "/R_slice", d), in[2], 0, d, d + 1), 2, rdims));
+    const char *wb = NULL, *rb = NULL;
+    if (in[3]) {
+        const char *bd = rslice(r, rn(r, "d%" PRId64 "/B_slice", d), in[3], 0, d, d + 1);
+        wb = rreshape(r, rn(r, "d%" PRId64 "/Wb", d),
+                      rslice(r, rn(r, "d%" PRId64 "/Wb_slice", d), bd, 1, 0, GH), 1, bdims);
+        rb = rreshape(r, rn(r, "d%" PRId64 "/Rb", d),
+                      rslice(r, rn(r, "d%" PRId64 "/Rb_slice", d), bd, 1, GH, 2 * GH), 1, bdims);
+    }
+    /* every step's input projection at once: [T N, I] x W^T + Wb */
+    const char *xp = rreshape(r, rn(r, "d%" PRId64 "/x_proj", d),
+                              rlinear(r, rn(r, "d%" PRId64 "/x_proj_rows", d),
+                                      rn(r, "d%" PRId64 "/x_proj_prod", d), xrows, w, wb),
+                              3, xpdims);
+    const char *h, *c = NULL;
+    if (in[4])
+        h = rreshape(r, rn(r, "d%" PRId64 "/h_init", d),
+                     rslice(r, rn(r, "d%" PRId64 "/h_init_slice", d), in[4], 0, d, d + 1), 2,
+                     sdims);
+    else
+        h = rzeros(r, rn(r, "d%" PRId64 "/h_zero", d), 2, zdims);
+    if (kind == 4) {
+        if (in[5])
+            c = rreshape(r, rn(r, "d%" PRId64 "/c_init", d),
+                         rslice(r, rn(r, "d%" PRId64 "/c_init_slice", d), in[5], 0, d, d + 1), 2,
+                         sdims);
+        else
+            c = rzeros(r, rn(r, "d%" PRId64 "/c_zero", d), 2, zdims);
+    }
+    struct ck_op_params one_minus;
+    ck_op_params_init(&one_minus);
+    one_minus.has_scalar = one_minus.scalar_first = true;
+    one_minus.scalar = 1.0f;
+    for (int64_t i = 0; i < T && r->err >= 0; i++) {
+        int64_t t = rev ? T - 1 - i : i;
+#define S(what) rn(r, "d%" PRId64 "/t%" PRId64 "/" what, d, t)
+        const char *xt = rreshape(r, S("x"), rslice(r, S("x_slice"), xp, 0, t, t + 1), 2, stepdims);
+        const char *ht = rlinear(r, S("h_proj"), S("h_prod"), h, rr, rb);
+        if (kind == 1) {
+            h = rop1(r, S("h"), CK_OP_TANH, rop2(r, S("sum"), CK_OP_ADD, xt, ht));
+        } else if (kind == 4) {
+            /* ONNX's gate order: i, o, f, c */
+            const char *a = rop2(r, S("sum"), CK_OP_ADD, xt, ht);
+            const char *gi = rop1(r, S("i"), CK_OP_SIGMOID, rslice(r, S("i_in"), a, 1, 0, H));
+            const char *go = rop1(r, S("o"), CK_OP_SIGMOID, rslice(r, S("o_in"), a, 1, H, 2 * H));
+            const char *gf =
+                rop1(r, S("f"), CK_OP_SIGMOID, rslice(r, S("f_in"), a, 1, 2 * H, 3 * H));
+            const char *gc = rop1(r, S("g"), CK_OP_TANH, rslice(r, S("g_in"), a, 1, 3 * H, 4 * H));
+            c = rop2(r, S("c"), CK_OP_ADD, rop2(r, S("f_c"), CK_OP_MUL, gf, c),
+                     rop2(r, S("i_g"), CK_OP_MUL, gi, gc));
+            h = rop2(r, S("h"), CK_OP_MUL, go, rop1(r, S("c_tanh"), CK_OP_TANH, c));
+        } else {
+            /* ONNX's gate order z, r, h; linear_before_reset: the reset gate
+             * times (h R_h^T + Rb_h), as torch's GRU */
+            const char *z = rop1(r, S("z"), CK_OP_SIGMOID,
+                                 rop2(r, S("z_in"), CK_OP_ADD, rslice(r, S("z_x"), xt, 1, 0, H),
+                                      rslice(r, S("z_h"), ht, 1, 0, H)));
+            const char *g = rop1(r, S("r"), CK_OP_SIGMOID,
+                                 rop2(r, S("r_in"), CK_OP_ADD, rslice(r, S("r_x"), xt, 1, H, 2 * H),
+                                      rslice(r, S("r_h"), ht, 1, H, 2 * H)));
+            const char *hh = rop1(
+                r, S("n"), CK_OP_TANH,
+                rop2(r, S("n_in"), CK_OP_ADD, rslice(r, S("n_x"), xt, 1, 2 * H, 3 * H),
+                     rop2(r, S("n_h"), CK_OP_MUL, g, rslice(r, S("n_hr"), ht, 1, 2 * H, 3 * H))));
+            const char *zc = rop(r, S("1_z"), CK_OP_SUB, &one_minus, &z, 1);
+            h = rop2(r, S("h"), CK_OP_ADD, rop2(r, S("1_z_n"), CK_OP_MUL, zc, hh),
+                     rop2(r, S("z_hprev"), CK_OP_MUL, z, h));
+        }
+        ys[t] = rreshape(r, S("y"), h, 4, ydims);
+#undef S
+    }
+    int64_t ldims[3] = {1, N, H};
+    *hl = rreshape(r, rn(r, "d%" PRId64 "/h_last", d), h, 3, ldims);
+    if (kind == 4)
+        *cl = rreshape(r, rn(r, "d%" PRId64 "/c_last", d), c, 3, ldims);
+}
+
+/* rnn, gru and lstm (ONNX's, docs/model.md) as the DL4J ops of one step,
+ * unrolled: per direction the weights sliced and transposed once and every
+ * step's input projection taken in one matmul, then per step the recurrent
+ * projection, the gates (strided_slice, sigmoid, tanh, multiply, add) and
+ * the new state; Y the steps' h concatenated, Y_h (and Y_c) the last. X's
+ * [T, batch, I] must be known at pack time. */
+static int lower_recurrent(struct low *l, const struct ck_model_node *n)
+{
+    const struct ck_op_params *p = &n->p;
+    int kind = n->op == CK_OP_RNN ? 1 : n->op == CK_OP_GRU ? 3 : 4;
+    struct rec r = {.l = l, .n = n};
+    const char *in[7] = {NULL};
+    const char **ys = NULL;
+    if (p->nints != 5 || n->ninputs < 3 || n->noutputs < 1 || n->noutputs > (kind == 4 ? 3u : 2u))
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op '%s' needs X, W, R and its parameters",
+                        l->label, n->name, ck_op_name(n->op));
+    int64_t dir = p->ints[0], H = p->ints[1], mask = p->ints[2];
+    if (dir < 0 || dir > 2 || H < 1 || H > (INT64_C(1) << 24) || mask < 0 || mask > 15 ||
+        ((mask & 12) && kind != 4))
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op '%s' parameters out of range", l->label,
+                        n->name, ck_op_name(n->op));
+    if (p->ints[3] != 0)
+        return rnn_refuse(l, n, "with layout 1 (batch first)");
+    if (mask & 8)
+        return rnn_refuse(l, n, "with peepholes");
+    if (kind == 3 && !p->ints[4])
+        return rnn_refuse(l, n, "without linear_before_reset (torch's GRU has it)");
+    size_t k = 3;
+    in[0] = n->inputs[0], in[1] = n->inputs[1], in[2] = n->inputs[2];
+    for (int b = 0; b < 3; b++)
+        if (mask & (1 << b)) {
+            if (k >= n->ninputs)
+                break;
+            in[3 + b] = n->inputs[k++];
+        }
+    if (k != n->ninputs)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op '%s': %zu inputs, its parameters name %zu",
+                        l->label, n->name, ck_op_name(n->op), n->ninputs, k);
+    for (int b = 0; b < 6; b++)
+        if (in[b] && !in[b][0])
+            return ck_error(CK_EFORMAT, "'%s': node '%s': op '%s': an input without a name",
+                            l->label, n->name, ck_op_name(n->op));
+    const struct ck_shape *xs = value_shape(l, in[0]);
+    if (!shape_is_known(xs) || xs->rank != 3)
+        return shape_unknown(l, n, "(unrolled over its steps)", in[0], xs);
+    int64_t T = xs->dims[0], N = xs->dims[1], I = xs->dims[2], D = dir == 2 ? 2 : 1, G = kind;
+    if (T < 1 || N < 1 || I < 1 || T > RNN_MAX_STEPS / D)
+        return rnn_refuse(l, n, "with an empty sequence or more steps than ckptd unrolls (4096)");
+    if (N > RNN_MAX_STATE / H || H > RNN_MAX_HIDDEN)
+        return rnn_refuse(l, n, "with a state of more than 2^26 values (batch times hidden size) "
+                                "or a hidden size past 2^22");
+    int64_t want[6][3] = {{0}, {D, G * H, I}, {D, G * H, H}, {D, 2 * G * H}, {D, N, H}, {D, N, H}};
+    int rank[6] = {3, 3, 3, 2, 3, 3};
+    for (int b = 1; b < 6; b++) {
+        if (!in[b])
+            continue;
+        const struct ck_shape *s = value_shape(l, in[b]);
+        if (!exact_shape(s, rank[b], want[b])) {
+            char t[128] = "unknown";
+            if (s)
+                ck_shape_text(s, t, sizeof t);
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s': op '%s': input '%s' is %s, not the shape the op "
+                            "needs",
+                            l->label, n->name, ck_op_name(n->op), in[b], t);
+        }
+    }
+    if (!(ys = calloc((size_t)(T * D), sizeof *ys)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    int64_t rows[2] = {T * N, I}, tnih[4] = {T, N, I, H};
+    const char *xrows = rreshape(&r, rn(&r, "x_rows"), in[0], 2, rows);
+    const char *hl[2] = {NULL, NULL}, *cl[2] = {NULL, NULL};
+    for (int64_t d = 0; d < D && r.err >= 0; d++)
+        rnn_direction(&r, kind, d, dir == 1 || d == 1, tnih, xrows, in, ys + d * T, &hl[d], &cl[d]);
+    /* Y [T, D, N, H]: per step the directions on axis 1, the steps on axis 0 */
+    const char **steps = calloc((size_t)T, sizeof *steps);
+    if (!steps && r.err >= 0)
+        r.err = ck_error(CK_ENOMEM, "out of memory");
+    for (int64_t t = 0; steps && t < T && r.err >= 0; t++) {
+        const char *pair[2] = {ys[t], D == 2 ? ys[T + t] : NULL};
+        steps[t] = D == 2 ? rconcat(&r, rn(&r, "t%" PRId64 "/y", t), pair, 2, 1) : ys[t];
+    }
+    const char *outs[3] = {n->outputs[0], n->noutputs > 1 ? n->outputs[1] : "",
+                           n->noutputs > 2 ? n->outputs[2] : ""};
+    if (steps && r.err >= 0 && outs[0][0])
+        (void)(T > 1 ? rconcat(&r, outs[0], steps, (size_t)T, 0)
+                     : rop1(&r, outs[0], CK_OP_IDENTITY, steps[0]));
+    for (int o = 1; o < 3 && r.err >= 0; o++) {
+        const char **last = o == 1 ? hl : cl;
+        if (!outs[o][0] || (o == 2 && kind != 4))
+            continue;
+        (void)(D == 2 ? rconcat(&r, outs[o], last, 2, 0)
+                      : rop1(&r, outs[o], CK_OP_IDENTITY, last[0]));
+    }
+    int err = r.err;
+    free(steps);
+    free(ys);
+    for (size_t i = 0; i < r.nnames; i++)
+        free(r.names[i]);
+    free(r.names);
+    return err;
+}
+
+/* expand with a constant shape (torch's zero initial states of an RNN, a
+ * slice of a constant that the ONNX reader leaves as a node): the
+ * broadcast said as reshape and tile from the shapes known at pack time,
+ * then an identity to the node's output. */
+static int lower_expand(struct low *l, const struct ck_model_node *n)
+{
+    char *bc = NULL;
+    int err;
+    if (n->ninputs != 1 || n->noutputs != 1)
+        return emit_copy(l, n); /* a computed shape: refused (refuse_dynamic) or by its row */
+    const struct ck_shape *out = value_shape(l, n->outputs[0]), *xs = value_shape(l, n->inputs[0]);
+    if (!shape_is_known(out) || !shape_is_known(xs))
+        return shape_unknown(l, n, "(as reshape and tile)",
+                             shape_is_known(out) ? n->inputs[0] : n->outputs[0],
+                             shape_is_known(out) ? xs : out);
+    if ((err = broadcast_operand(l, n, "x", n->inputs[0], xs, out, &bc)) < 0)
+        return err;
+    struct ck_op_params p;
+    ck_op_params_init(&p);
+    const char *src = bc ? bc : n->inputs[0];
+    err = emit(l, n->name, CK_OP_IDENTITY, &p, &src, 1, (const char *const *)n->outputs, 1, NULL);
+    free(bc);
+    return err;
+}
+
 static int lower_node(struct low *l, const struct ck_model_node *n)
 {
     const struct ck_op_params *p = &n->p;
@@ -571,6 +977,12 @@ static int lower_node(struct low *l, const struct ck_model_node *n)
         return lower_pad(l, n);
     case CK_OP_WHERE:
         return lower_where(l, n);
+    case CK_OP_RNN:
+    case CK_OP_GRU:
+    case CK_OP_LSTM:
+        return lower_recurrent(l, n);
+    case CK_OP_EXPAND:
+        return lower_expand(l, n);
     default:
         return emit_copy(l, n);
     }

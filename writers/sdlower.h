@@ -17,6 +17,12 @@
  *   takes operands of one shape);
  * - pad: its paddings a constant int64 array [rank, 2] (input 1, as
  *   libnd4j's pad reads them), held in the lowered model's weights.
+ * - expand to a constant shape: reshape and tile (as where's operands),
+ *   then identity;
+ * - rnn, gru (linear_before_reset), lstm: unrolled over the sequence known
+ *   at pack time, per step matmul, add, strided_slice of the gates,
+ *   sigmoid, tanh, multiply, rsub_scalar; Y, Y_h, Y_c by reshape and
+ *   concat; absent initial states as float32 zeros [1, H].
  * What cannot be lowered exactly is refused naming the node and why. */
 #ifndef CK_SDLOWER_H
 #define CK_SDLOWER_H

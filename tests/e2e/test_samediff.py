@@ -911,9 +911,13 @@ class Lowered(TmpDirCase):
         holds (numpy, not ckptd's engine): reshape (C order), tile
         (transforms/tile.cpp: the repeats as iArgs, one per axis), Where
         (boolean/where.cpp: x, y and the condition of one shape, else the
-        op fails; y's element where the condition is 0, else x's) and
-        softmax over its dimension; any other op fails the test. feeds:
-        {placeholder: ndarray}; returns {value name: ndarray}."""
+        op fails; y's element where the condition is 0, else x's), softmax
+        over its dimension, and the ops of an unrolled recurrent layer:
+        strided_slice (its masks and lists), permute (permuteDims), matmul
+        (blas/matmul.cpp: iArgs transX, transY, transZ, here all 0), the
+        broadcastable add and multiply, sigmoid, tanh, concat (its dimension
+        an iArg), rsub_scalar (T_ARG(0) - x) and identity; any other op fails
+        the test. feeds: {placeholder: ndarray}; returns {value name: ndarray}."""
         vals = dict(feeds)
         for name, arr in params.items():
             vals[name] = arr
@@ -924,7 +928,7 @@ class Lowered(TmpDirCase):
         names = self.ids(graph)
         for op, name, args, ins, outs in sdfb.graph_nodes(graph):
             x = [vals[names[i]] for i in ins]
-            iargs, _ = node_args(graph, name)
+            iargs, targs = node_args(graph, name)
             if op == "reshape":
                 y = x[0].reshape(iargs, order="C")
             elif op == "tile":
@@ -939,6 +943,24 @@ class Lowered(TmpDirCase):
                 d = iargs[0]
                 e = np.exp(x[0] - x[0].max(axis=d, keepdims=True))
                 y = e / e.sum(axis=d, keepdims=True)
+            elif op == "strided_slice":
+                y = dl4j_strided_slice(x[0], args)
+            elif op == "permute":
+                y = x[0].transpose(iargs)
+            elif op == "matmul":
+                self.assertEqual(iargs, [0, 0, 0], name)
+                y = x[0].astype(np.float64) @ x[1]
+            elif op in ("add", "multiply"):
+                self.assertEqual(len(x), 2, name)
+                y = x[0] + x[1] if op == "add" else x[0] * x[1]
+            elif op in ("sigmoid", "tanh"):
+                y = 1 / (1 + np.exp(-x[0])) if op == "sigmoid" else np.tanh(x[0])
+            elif op == "concat":
+                y = np.concatenate(x, axis=iargs[0])
+            elif op == "rsub_scalar":
+                y = targs[0] - x[0]
+            elif op == "identity":
+                y = x[0]
             else:
                 self.fail(f"node {name}: op {op} not computed here")
             vals[outs[0]] = y
@@ -1043,6 +1065,186 @@ class Lowered(TmpDirCase):
                              [("pad", "pad", ["input"], ["out"], args)], ["out"])
             p = self.verify(old, x, want)
             self.assertEqual(p.returncode, 0, f"{args}: {p.stdout}{p.stderr}")
+
+    def onnx_recurrent(self, name, op, x, inits, attrs, outputs=("Y", "Y_h", "Y_c")):
+        """An ONNX graph of one RNN/GRU/LSTM node on input X (a static
+        [T, batch, I]) with inits {input name: array} (absent ones ""):
+        its path."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"]
+        order = order[:8 if op == "LSTM" else 6]
+        ins = [k if k == "X" or k in inits else "" for k in order]
+        while ins[-1] == "":
+            ins.pop()
+        node = h.make_node(op, ins, list(outputs), name="rec", **attrs)
+        gr = h.make_graph([node], "g", [h.make_tensor_value_info("X", TP.FLOAT, list(x.shape))],
+                          [h.make_tensor_value_info(o, TP.FLOAT, None) for o in outputs],
+                          initializer=[nh.from_array(v, k) for k, v in inits.items()])
+        src = os.path.join(self.dir, name + ".onnx")
+        onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 14)]), src)
+        return src
+
+    def test_recurrent_unrolled_as_dl4j_ops(self):
+        """ONNX's LSTM, GRU (linear_before_reset, torch's) and RNN, one
+        direction or both, with and without biases and initial states,
+        written as the DL4J ops of one step unrolled over the sequence
+        (strided_slice, permute, matmul, add, sigmoid, tanh, multiply,
+        rsub_scalar, reshape, concat): read back by ckptd and computed by
+        libnd4j's rules in numpy, Y, Y_h and Y_c are ONNX's (the formulas of
+        its operator spec, in numpy here)."""
+        rng = np.random.default_rng(31)
+        T, N, I, H = 4, 3, 5, 2
+
+        def sig(v):
+            return 1 / (1 + np.exp(-v))
+
+        def onnx_ref(op, x, inits, direction, lbr=0):
+            """ONNX's RNN/GRU/LSTM (default activations) in float64."""
+            G = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+            D = 2 if direction == "bidirectional" else 1
+            W, R = inits["W"], inits["R"]
+            B = inits.get("B", np.zeros((D, 2 * G * H), np.float32))
+            h0 = inits.get("initial_h", np.zeros((D, N, H), np.float32))
+            c0 = inits.get("initial_c", np.zeros((D, N, H), np.float32))
+            Y = np.zeros((T, D, N, H))
+            Yh, Yc = np.zeros((D, N, H)), np.zeros((D, N, H))
+            for d in range(D):
+                h, c = h0[d].astype(np.float64), c0[d].astype(np.float64)
+                Wb, Rb = B[d, :G * H], B[d, G * H:]
+                rev = direction == "reverse" or d == 1
+                for t in (reversed(range(T)) if rev else range(T)):
+                    xw = x[t] @ W[d].T.astype(np.float64) + Wb
+                    if op == "RNN":
+                        h = np.tanh(xw + h @ R[d].T + Rb)
+                    elif op == "LSTM":
+                        g = xw + h @ R[d].T + Rb
+                        i, o, f, cc = (g[:, k * H:(k + 1) * H] for k in range(4))
+                        c = sig(f) * c + sig(i) * np.tanh(cc)
+                        h = sig(o) * np.tanh(c)
+                    else:
+                        hr = h @ R[d].T
+                        z = sig(xw[:, :H] + hr[:, :H] + Rb[:H])
+                        r = sig(xw[:, H:2 * H] + hr[:, H:2 * H] + Rb[H:2 * H])
+                        if lbr:
+                            n = np.tanh(xw[:, 2 * H:] + r * (hr[:, 2 * H:] + Rb[2 * H:]))
+                        else:
+                            n = np.tanh(xw[:, 2 * H:] + (r * h) @ R[d, 2 * H:].T + Rb[2 * H:])
+                        h = (1 - z) * n + z * h
+                    Y[t, d] = h
+                Yh[d], Yc[d] = h, c
+            return {"Y": Y, "Y_h": Yh, "Y_c": Yc}
+
+        def weights(op, D, bias=True, init_h=False, init_c=False):
+            G = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+            w = {"W": rng.standard_normal((D, G * H, I)), "R": rng.standard_normal((D, G * H, H))}
+            if bias:
+                w["B"] = rng.standard_normal((D, 2 * G * H))
+            if init_h:
+                w["initial_h"] = rng.standard_normal((D, N, H))
+            if init_c:
+                w["initial_c"] = rng.standard_normal((D, N, H))
+            return {k: (0.7 * v).astype(np.float32) for k, v in w.items()}
+
+        cases = [("lstm_both", "LSTM", "bidirectional", weights("LSTM", 2, True, True, True), {}),
+                 ("lstm_rev_bare", "LSTM", "reverse", weights("LSTM", 1, False), {}),
+                 ("gru_both", "GRU", "bidirectional", weights("GRU", 2, True, True),
+                  {"linear_before_reset": 1}),
+                 ("gru_fwd", "GRU", "forward", weights("GRU", 1, True), {"linear_before_reset": 1}),
+                 ("rnn_rev", "RNN", "reverse", weights("RNN", 1, True, True), {}),
+                 ("rnn_both_bare", "RNN", "bidirectional", weights("RNN", 2, False), {})]
+        x = rng.standard_normal((T, N, I)).astype(np.float32)
+        allowed = {"strided_slice", "reshape", "permute", "matmul", "add", "multiply", "sigmoid",
+                   "tanh", "rsub_scalar", "concat", "identity"}
+        for name, op, direction, inits, extra in cases:
+            with self.subTest(name):
+                outs = ("Y", "Y_h", "Y_c") if op == "LSTM" else ("Y", "Y_h")
+                src = self.onnx_recurrent(name, op, x, inits,
+                                          dict(hidden_size=H, direction=direction, **extra), outs)
+                want = onnx_ref(op, x.astype(np.float64), inits, direction,
+                                extra.get("linear_before_reset", 0))
+                out = os.path.join(self.dir, name + ".zip")
+                pack(src, out, "--tag", "t", check=0)
+                saved = os.path.join(self.dir, name + ".out")
+                os.makedirs(saved, exist_ok=True)
+                np.save(os.path.join(self.dir, "x.npy"), x)
+                p = run("verify", out, "--inputs", os.path.join(self.dir, "x.npy"),
+                        "--save-outputs", saved, timeout=120)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                _, a = sdfb.read_archive(out)
+                g, params = a["t"]["graph"], a["t"]["params"]
+                ops = {n[0] for n in sdfb.graph_nodes(g)}
+                self.assertLessEqual(ops, allowed, name)
+                vals = self.run_dl4j(g, params, {"X": x})
+                for o in outs:
+                    got = np.load(os.path.join(saved, o + ".npy"))
+                    np.testing.assert_allclose(got, want[o], rtol=1e-5, atol=1e-5,
+                                               err_msg=f"{name} {o}: ckptd's reader")
+                    np.testing.assert_allclose(vals[o], want[o], rtol=1e-5, atol=1e-5,
+                                               err_msg=f"{name} {o}: libnd4j's rules")
+
+    def test_recurrent_refusals_name_the_node(self):
+        """What the unrolled form does not say is refused naming the node and
+        the op before anything is written (exit 4): LSTM peepholes, GRU
+        without linear_before_reset, layout 1; a sequence whose length is not
+        known at pack time names the node and the value (exit 1, as the other
+        lowerings' unknown shapes)."""
+        rng = np.random.default_rng(32)
+        T, N, I, H = 3, 2, 4, 2
+        x = rng.standard_normal((T, N, I)).astype(np.float32)
+
+        def w(*shape):
+            return rng.standard_normal(shape).astype(np.float32)
+
+        cases = [("peep", "LSTM", {"W": w(1, 8, I), "R": w(1, 8, H), "P": w(1, 6)}, {},
+                  "op 'lstm' with peepholes"),
+                 ("lbr0", "GRU", {"W": w(1, 6, I), "R": w(1, 6, H)}, {},
+                  "op 'gru' without linear_before_reset"),
+                 ("layout1", "RNN", {"W": w(1, 2, I), "R": w(1, 2, H)}, {"layout": 1},
+                  "op 'rnn' with layout 1")]
+        for name, op, inits, extra, needle in cases:
+            with self.subTest(name):
+                src = self.onnx_recurrent(name, op, x if not extra else x.transpose(1, 0, 2),
+                                          inits, dict(hidden_size=H, **extra), ("Y",))
+                out = os.path.join(self.dir, name + ".zip")
+                p = pack(src, out, "--tag", "t", check=4)
+                self.assertIn(f"node 'rec': {needle}", p.stderr)
+                self.assertFalse(os.path.exists(out), name)
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        gr = h.make_graph([h.make_node("RNN", ["X", "W", "R"], ["Y"], name="rec", hidden_size=H)],
+                          "g", [h.make_tensor_value_info("X", TP.FLOAT, ["T", N, I])],
+                          [h.make_tensor_value_info("Y", TP.FLOAT, None)],
+                          initializer=[nh.from_array(w(1, H, I), "W"),
+                                       nh.from_array(w(1, H, H), "R")])
+        dyn = os.path.join(self.dir, "dyn.onnx")
+        onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 14)]), dyn)
+        p = pack(dyn, os.path.join(self.dir, "dyn.zip"), "--tag", "t", check=1)
+        self.assertIn("node 'rec': op 'rnn' (unrolled over its steps)", p.stderr)
+        self.assertIn("[-1, 2, 4]", p.stderr)
+
+    def test_expand_of_constant_shape_as_reshape_and_tile(self):
+        """ONNX Expand to a constant shape of a value that does not fold
+        (torch's zero initial states of an RNN are a Slice of a constant):
+        libnd4j has no numpy broadcast_to of an iArg shape, so the operand
+        is reshaped to the output's rank and tiled to its shape, then an
+        identity gives the node's output."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        node = h.make_node("Expand", ["input", "shape"], ["output"], name="ex")
+        gr = h.make_graph([node], "g", [h.make_tensor_value_info("input", TP.FLOAT, [3, 1])],
+                          [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                          initializer=[nh.from_array(np.array([2, 3, 4], np.int64), "shape")])
+        src = os.path.join(self.dir, "expand.onnx")
+        onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 13)]), src)
+        x = np.random.default_rng(33).standard_normal((3, 1)).astype(np.float32)
+        want = np.broadcast_to(x, (2, 3, 4))
+        nodes, params, g = self.packed("expand", src, x, want)
+        self.assertEqual([n[0] for n in nodes], ["reshape", "tile", "identity"])
+        self.assertEqual(nodes[0][2], {"shape": [1, 3, 1]})
+        self.assertEqual(nodes[1][2], {"jaxis": [2, 1, 4]})
+        vals = self.run_dl4j(g, params, {"input": x})
+        np.testing.assert_array_equal(vals["output"], want)
 
     def test_dl4j_depthwise_weight_formats_read(self):
         """depthwise_conv2d as DL4J itself may write it: weights stored in

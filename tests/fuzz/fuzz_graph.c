@@ -5,9 +5,13 @@
  * permutations, scalars) come from the bytes. The structural check, the
  * canonical shape rules and the engine (its shape inference, plan and
  * kernels, under a 64 MiB limit) must each refuse what they cannot run with
- * an error: never read or write out of bounds, never overflow. */
+ * an error: never read or write out of bounds, never overflow. A graph
+ * whose shapes infer is also lowered for the SameDiff writer
+ * (writers/sdlower.h: grouped convolutions, pools, where, pad, expand, the
+ * unrolled rnn, gru and lstm), which refuses or lowers, nothing else. */
 #include "fuzz_common.h"
 #include "model/model.h"
+#include "writers/sdlower.h"
 
 struct bytes {
     const uint8_t *p;
@@ -164,8 +168,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         goto out;
     if (ck_model_check(m) == 0) {
         struct ck_model_shapes sh;
-        if (ck_model_infer_shapes(m, &sh) == 0)
+        if (ck_model_infer_shapes(m, &sh) == 0) {
+            struct ck_sdlower low;
             ck_model_shapes_release(&sh);
+            if (ck_sdlower_build(m, "fuzz", &low) == 0)
+                ck_sdlower_release(&low);
+            ck_error_clear();
+        }
         ck_fuzz_run_model(m);
     }
 out:

@@ -11,8 +11,8 @@ and for the transformers the sequence length, as dynamic_axes), NAME-in.npy (bat
 and NAME-out.npy (torch's own output for that input). Both exports are
 traced with that batch of 2; the dynamic ones are checked with sizes the
 exporter never saw: NAME-in-b1.npy / NAME-out-b1.npy (batch 1) and
-NAME-in-b4.npy / NAME-out-b4.npy (batch 4; a transformer's sequence of 5
-tokens instead of 8)."""
+NAME-in-b4.npy / NAME-out-b4.npy (batch 4; a transformer's or a recurrent
+network's sequence of 5 steps instead of 8)."""
 import math
 import os
 import sys
@@ -132,8 +132,28 @@ def _convnext_block(torch):
     return Net
 
 
+def _recurrent(torch, cell):
+    """torch's LSTM, GRU or RNN as users build them: 2 layers, both
+    directions, batch first; the output sequence of the last layer (both
+    directions' h at every step, so every step of both layers shows)."""
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = cell(input_size=6, hidden_size=8, num_layers=2, bidirectional=True,
+                            batch_first=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    return Net()
+
+
+# kinds of input: images [N, 3, 32, 32], token ids [N, 8], sequences [N, 8, 6]
+IMAGE, TOKENS, SEQUENCE = "image", "tokens", "sequence"
+
+
 def models():
-    """{name: (module in eval mode, example input batch of 2, is_tokens)}"""
+    """{name: (module in eval mode, example input batch of 2, kind of input)}"""
     import torch
     import torchvision.models as tv
     nn = torch.nn
@@ -141,7 +161,7 @@ def models():
 
     def image(name, make):
         torch.manual_seed(len(out) + 1)
-        out[name] = (_perturb(make(), torch).eval(), torch.randn(2, 3, 32, 32), False)
+        out[name] = (_perturb(make(), torch).eval(), torch.randn(2, 3, 32, 32), IMAGE)
 
     def vgg():
         m = tv.vgg11(num_classes=10)
@@ -177,13 +197,17 @@ def models():
     Bert, Gpt = _transformers(torch)
     for name, cls in (("bert_small", Bert), ("gpt_small", Gpt)):
         torch.manual_seed(len(out) + 1)
-        out[name] = (cls().eval(), torch.randint(0, 50, (2, 8)), True)
+        out[name] = (cls().eval(), torch.randint(0, 50, (2, 8)), TOKENS)
+    for name, cell in (("lstm", nn.LSTM), ("gru", nn.GRU), ("rnn", nn.RNN)):
+        torch.manual_seed(len(out) + 1)
+        out[name] = (_recurrent(torch, cell).eval(), torch.randn(2, 8, 6), SEQUENCE)
     return out
 
 
 # Which exports each model gets: every one for the transformers (opset 17
 # exports LayerNormalization where 13 spells it out); the image models, whose
-# export takes most of the zoo's time, opset 13 static and opset 17 dynamic.
+# export takes most of the zoo's time, opset 13 static and opset 17 dynamic;
+# the recurrent networks (small and quick) every one, as the transformers.
 # The image models whose dynamic export computes shapes (the class token's
 # expand, the channel shuffle's reshape) get the dynamic export at both opsets.
 ALL_EXPORTS = ((13, "static"), (13, "dynamic"), (17, "static"), (17, "dynamic"))
@@ -192,7 +216,7 @@ SHAPE_EXPORTS = ((13, "static"), (13, "dynamic"), (17, "dynamic"))
 
 
 def exports_of(name):
-    if name in ("bert_small", "gpt_small"):
+    if name in ("bert_small", "gpt_small", "lstm", "gru", "rnn"):
         return ALL_EXPORTS
     return SHAPE_EXPORTS if name in ("vit_tiny", "shufflenet_v2_x0_5") else IMAGE_EXPORTS
 
@@ -201,25 +225,26 @@ def export(outdir, names):
     import torch
     zoo = models()
     for name in names:
-        module, x, tokens = zoo[name]
+        module, x, kind = zoo[name]
         g = torch.Generator().manual_seed(3)
-        other = {"": x,
-                 "-b1": x[:1],
-                 "-b4": (torch.randint(0, 50, (4, 5), generator=g) if tokens
-                         else torch.randn((4,) + tuple(x.shape[1:]), generator=g))}
+        b4 = {TOKENS: lambda: torch.randint(0, 50, (4, 5), generator=g),
+              SEQUENCE: lambda: torch.randn((4, 5) + tuple(x.shape[2:]), generator=g),
+              IMAGE: lambda: torch.randn((4,) + tuple(x.shape[1:]), generator=g)}[kind]()
+        other = {"": x, "-b1": x[:1], "-b4": b4}
         for suffix, xi in other.items():
             with torch.no_grad():
                 yi = module(xi)
             np.save(os.path.join(outdir, name + "-in" + suffix + ".npy"),
                     xi.numpy().astype(np.float32))  # token ids as whole floats (docs/model.md gather)
             np.save(os.path.join(outdir, name + "-out" + suffix + ".npy"), yi.numpy())
-        axes = {0: "batch", 1: "seq"} if tokens else {0: "batch"}
+        axes = {0: "batch"} if kind == IMAGE else {0: "batch", 1: "seq"}
+        out_axes = {0: "batch", 1: "seq"} if kind == SEQUENCE else {0: "batch"}
         for opset, form in exports_of(name):
             if True:
                 p = os.path.join(outdir, f"{name}-opset{opset}-{form}.onnx")
                 kw = {}
                 if form == "dynamic":
-                    kw["dynamic_axes"] = {"input": axes, "output": {0: "batch"}}
+                    kw["dynamic_axes"] = {"input": axes, "output": out_axes}
                 torch.onnx.export(module, (x,), p, opset_version=opset,
                                   input_names=["input"], output_names=["output"],
                                   do_constant_folding=False,
