@@ -958,6 +958,84 @@ static int lower_expand(struct low *l, const struct ck_model_node *n)
     return err;
 }
 
+/* dense as every libnd4j computes it: x (flattened from the node's axis to
+ * [rows, K] by a reshape when it is not already) times W ([in, out]; torch's
+ * [out, in] permuted first), plus the bias, by matmul (blas/matmul.cpp:
+ * iArgs transX, transY, transZ, all 0) and add, then reshaped to the
+ * node's output. Not xw_plus_b: its iArgs mean different things across
+ * libnd4j's versions (INT_ARG(0) = 1 transposes the weights in one and x in
+ * a later one, whose INT_ARG(1) transposes the weights), and it takes x of
+ * rank 2 only (docs/samediff.md). The leading dims of x other than the
+ * first must be known at pack time when they are flattened. */
+static int lower_dense(struct low *l, const struct ck_model_node *n)
+{
+    if (n->ninputs < 2 || n->ninputs > 3 || n->noutputs != 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'dense' needs x, a weight and at most a "
+                        "bias", l->label, n->name);
+    const struct ck_shape *xs = value_shape(l, n->inputs[0]), *ws = value_shape(l, n->inputs[1]);
+    if (!xs || !shape_is_known(ws) || ws->rank < 2 || (n->p.trans_w && ws->rank != 2))
+        return shape_unknown(l, n, "(as matmul and add)", xs ? n->inputs[1] : n->inputs[0],
+                             xs ? ws : xs);
+    int axis = (int)ck_op_axis(&n->p, 1);
+    if (axis < 0)
+        axis += xs->rank;
+    if (axis < 1 || axis > xs->rank || xs->rank > CK_TENSOR_MAX_RANK - 1)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'dense' with axis %d of an input of rank "
+                        "%d has no DL4J form", l->label, n->name, axis, xs->rank);
+    /* K: the features, known; the leading dims: all but the first known */
+    int64_t k = 1, wout = 1;
+    for (int i = axis; i < xs->rank; i++) {
+        if (xs->dims[i] < 0 || xs->dims[i] > DL4J_INT_MAX || k > DL4J_INT_MAX / (xs->dims[i] ? xs->dims[i] : 1))
+            return shape_unknown(l, n, "(as matmul and add)", n->inputs[0], xs);
+        k *= xs->dims[i];
+    }
+    for (int i = 1; i < axis; i++)
+        if (xs->dims[i] < 0)
+            return shape_unknown(l, n, "(as matmul and add)", n->inputs[0], xs);
+    int wr = ws->rank;
+    for (int i = n->p.trans_w ? 0 : 1; i < (n->p.trans_w ? 1 : wr); i++)
+        wout *= ws->dims[i];
+    bool flat_in = !(axis == 1 && xs->rank == 2), flat_out = flat_in || (!n->p.trans_w && wr > 2);
+    struct rec r = {.l = l, .n = n};
+    const char *x = n->inputs[0], *w = n->inputs[1];
+    if (flat_in) {
+        int64_t d[2] = {-1, k}; /* the rows: the batch, known or not */
+        x = rreshape(&r, rn(&r, "x_rows"), x, 2, d);
+    }
+    if (n->p.trans_w)
+        w = rpermute(&r, rn(&r, "weight_in_out"), w);
+    else if (wr > 2) {
+        int64_t d[2] = {ws->dims[0], wout};
+        w = rreshape(&r, rn(&r, "weight_in_out"), w, 2, d);
+    }
+    const char *b = n->ninputs > 2 ? n->inputs[2] : NULL;
+    const struct ck_shape *bs = b ? value_shape(l, b) : NULL;
+    if (b && flat_out && !(bs && bs->rank == 1 && bs->dims[0] == wout)) {
+        int64_t d[1] = {wout};
+        b = rreshape(&r, rn(&r, "bias_row"), b, 1, d);
+    }
+    const char *y = flat_out ? rn(&r, "rows") : n->outputs[0];
+    rlinear(&r, y, rn(&r, "product"), x, w, b);
+    if (flat_out) {
+        int64_t d[CK_TENSOR_MAX_RANK];
+        int rank = 0;
+        d[rank++] = -1; /* the rows: the batch, known or not */
+        for (int i = 1; i < axis; i++)
+            d[rank++] = xs->dims[i];
+        if (n->p.trans_w || wr == 2)
+            d[rank++] = wout;
+        else
+            for (int i = 1; i < wr && rank < CK_TENSOR_MAX_RANK; i++)
+                d[rank++] = ws->dims[i];
+        rreshape(&r, n->outputs[0], y, rank, d);
+    }
+    int err = r.err;
+    for (size_t i = 0; i < r.nnames; i++)
+        free(r.names[i]);
+    free(r.names);
+    return err;
+}
+
 static int lower_node(struct low *l, const struct ck_model_node *n)
 {
     const struct ck_op_params *p = &n->p;
@@ -983,6 +1061,8 @@ static int lower_node(struct low *l, const struct ck_model_node *n)
         return lower_recurrent(l, n);
     case CK_OP_EXPAND:
         return lower_expand(l, n);
+    case CK_OP_DENSE:
+        return lower_dense(l, n);
     default:
         return emit_copy(l, n);
     }

@@ -117,9 +117,15 @@ class Pack(TmpDirCase):
         _, a = sdfb.read_archive(out)
         g = a["ep1"]["graph"]
         nodes = sdfb.graph_nodes(g)
-        self.assertEqual([n[0] for n in nodes], ["matmul", "add", "relu", "xw_plus_b", "softmax"])
-        self.assertEqual(nodes[4][2], {"dimension": [-1]})
-        self.assertEqual(nodes[3][2]["transposeW"], [False])
+        # the dense layer as libnd4j's matmul (no transposes: the iArgs
+        # transX, transY, transZ its blas/matmul.cpp reads) and add, not
+        # xw_plus_b, whose iArgs mean other things in other libnd4j versions
+        self.assertEqual([n[0] for n in nodes],
+                         ["matmul", "add", "relu", "matmul", "add", "softmax"])
+        self.assertEqual(nodes[5][2], {"dimension": [-1]})
+        self.assertEqual(nodes[3][2], {"transX": [0], "transY": [0], "transZ": [0]})
+        self.assertEqual([g.Nodes(3).ExtraInteger(i) for i in range(g.Nodes(3).ExtraIntegerLength())],
+                         [0, 0, 0])
         v = sdfb.graph_variables(g)
         self.assertEqual(v["input"].Variabletype(), 3)
         self.assertEqual([v["input"].Shape(i) for i in range(2)], [-1, 4])
@@ -131,7 +137,8 @@ class Pack(TmpDirCase):
         self.assertEqual([ids[(g.Outputs(i).First(), g.Outputs(i).Second())]
                           for i in range(g.OutputsLength())], ["out"])
         # node inputs point at the right variables
-        self.assertEqual([ids[p] for p in nodes[3][3]], ["relu1", "W2", "b2"])
+        self.assertEqual([ids[p] for p in nodes[3][3]], ["relu1", "W2"])
+        self.assertEqual([ids[p] for p in nodes[4][3]][1:], ["b2"])
         # every params file is a FlatArray as Java writes it: full shape info, BE
         with zipfile.ZipFile(out) as z:
             for n in z.namelist():
@@ -562,7 +569,10 @@ class Pack(TmpDirCase):
             np.testing.assert_allclose(q * scale, t["values"], atol=scale / 2 + 1e-7)
         ops = [n[0] for n in sdfb.graph_nodes(a[tags[0]]["graph"])]
         self.assertEqual(ops, ["mul_scalar", "conv2d", "maxpool2d", "relu", "conv2d", "maxpool2d",
-                               "relu", "xw_plus_b", "relu", "xw_plus_b"])
+                               # the first affine flattens the pooled [N, C, H, W]
+                               # (reshapes around matmul and add), the second has rows
+                               "relu", "reshape", "matmul", "add", "reshape", "relu",
+                               "matmul", "add"])
 
     def test_real_dl4j_files_read(self):
         files = sorted(glob.glob(os.path.join(shared("samediff"), "*.fb")))

@@ -606,7 +606,8 @@ static struct ck_model *tiny_model(float wscale)
     assert_int_equal(ck_model_add_node(m, "act", CK_OP_RELU, &n), 0);
     assert_int_equal(ck_model_node_add_input(n, "h"), 0);
     assert_int_equal(ck_model_node_add_output(n, "y"), 0);
-    assert_int_equal(ck_model_add_io(m, true, "y", CK_DT_F32, 2, dims), 0);
+    int64_t ydims[2] = {-1, 3}; /* x [-1, 2] times W [2, 3] */
+    assert_int_equal(ck_model_add_io(m, true, "y", CK_DT_F32, 2, ydims), 0);
     return m;
 }
 
