@@ -892,7 +892,18 @@ static void one_step(struct run *u, struct local *l, bool rank0_ready, bool *hav
             store_failed(u, "writing the part manifest", p->checkpoint);
             return;
         }
-        if (!have[p->rank])
+        /* The listing above ran before this write: another node writing its
+         * manifest meanwhile was not in it, and that node's listing may have
+         * run before this write too; both would wait, and nobody commit.
+         * Listed again now that this node's manifest is stored, the node
+         * whose listing starts last sees every manifest stored before it:
+         * every node's (docs/multinode.md, "What the protocol relies on"). */
+        if ((err = listed_ranks(u, p->checkpoint, have, &nhave, own)) < 0) {
+            ck_buf_release(&b);
+            store_failed(u, "listing the parts again", p->checkpoint);
+            return;
+        }
+        if (!have[p->rank]) /* a listing that lags: this node's is stored */
             nhave++;
         have[p->rank] = true;
     }
