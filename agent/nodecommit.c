@@ -448,6 +448,72 @@ static void md5_of(const struct ck_buf *b, char out[33])
     memcpy(out, d.md5, 33);
 }
 
+/* A manifest or record that does not parse is read again, a little later:
+ * a store that ignores the condition (s3rver) truncates an object another
+ * node is writing again with the same bytes, and a read meanwhile sees it
+ * short. */
+#define READ_TRIES 4
+#define READ_WAIT_US 250000
+
+/* Whether the store holds want as key, read back (again a little later
+ * while it holds something else: another writer's PUT of the same bytes
+ * half-done). 0 with *equal set or not (the store's whole bytes differ),
+ * or the last read's error. */
+static int read_back(struct run *u, const char *key, const struct ck_buf *want, bool *equal)
+{
+    struct ck_buf got = CK_BUF_INIT;
+    int err = 0;
+    *equal = false;
+    for (int t = 0; t < READ_TRIES && !*equal; t++) {
+        if (t > 0) {
+            ck_error_clear();
+            usleep(READ_WAIT_US);
+        }
+        ck_buf_reset(&got);
+        if ((err = get_bytes(u, key, &got)) == 0)
+            *equal = got.len == want->len && !memcmp(ck_buf_str(&got), ck_buf_str(want), got.len);
+    }
+    ck_buf_release(&got);
+    return *equal ? 0 : err;
+}
+
+/* Puts b as key, an object every writer writes with the same bytes (a
+ * commit record, a .md5sums), and makes sure the store holds them: 0 when
+ * it does (*created: this PUT wrote it, for a conditional write),
+ * CK_EEXIST when it holds other bytes, else the write's error. A store
+ * that ignores the condition and keeps an object as it arrives (s3rver)
+ * lets two committers' PUTs of the same bytes meet: the check after one
+ * PUT then sees the other half-done and fails, though the object ends with
+ * these bytes; what the store holds then decides, read back. */
+static int put_same(struct run *u, const char *key, const struct ck_buf *b, bool if_absent,
+                    bool *created)
+{
+    bool same = false, equal;
+    char why[1024];
+    *created = false;
+    int err = put_bytes(u, key, b, if_absent, false, &same);
+    if (err == 0) {
+        *created = true;
+        return 0;
+    }
+    if (err == CK_EEXIST && same) {
+        ck_error_clear();
+        return 0;
+    }
+    snprintf(why, sizeof why, "%s", ck_error_msg());
+    ck_error_clear();
+    int e = read_back(u, key, b, &equal);
+    if (equal) {
+        ck_info("nodes.write_checked", "store=\"%s\" key=\"%s\": %s; read back: the store "
+                "holds these bytes", u->url, key, why);
+        return 0;
+    }
+    ck_error_clear();
+    if (e == 0)
+        return ck_error(CK_EEXIST, "%s; read back: the store holds other bytes", why);
+    return ck_error(err, "%s", why);
+}
+
 static void part_key(char *out, size_t outsz, const char *ckpt, int rank, int count)
 {
     snprintf(out, outsz, PARTS_DIR "/%s/node-%d-of-%d.yaml", ckpt, rank, count);
@@ -491,13 +557,6 @@ static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave,
     ck_remote_list_release(&l);
     return err;
 }
-
-/* A manifest or record that does not parse is read again, a little later:
- * a store that ignores the condition (s3rver) truncates an object another
- * node is writing again with the same bytes, and a read meanwhile sees it
- * short. */
-#define READ_TRIES 4
-#define READ_WAIT_US 250000
 
 /* Every file of the record is stored with its size (one listing). */
 static int check_stored(struct run *u, const struct ck_nodecommit *c, char *missing,
@@ -599,27 +658,25 @@ static void commit(struct run *u, const char *ckpt)
         u->r->refused++;
         goto out;
     }
-    bool same = false, created = true;
+    bool created = false, sums_created;
     snprintf(key, sizeof key, COMMITS_DIR "/%s.yaml", ckpt);
-    if ((err = ck_nodecommit_emit(&c, &rec)) < 0 ||
-        ((err = put_bytes(u, key, &rec, true, false, &same)) < 0 && err != CK_EEXIST)) {
+    if ((err = ck_nodecommit_emit(&c, &rec)) == 0)
+        err = put_same(u, key, &rec, true, &created);
+    if (err == CK_EEXIST) {
+        ck_err("nodes.commit_differs",
+               "store=\"%s\" checkpoint='%s': '%s' exists with other bytes than these parts "
+               "make: left as it is (%s)", u->url, ckpt, key, ck_error_msg());
+        ck_error_clear();
+        u->r->refused++;
+        goto out;
+    }
+    if (err < 0) {
         store_failed(u, "writing the commit record", ckpt);
         goto out;
     }
-    if (err == CK_EEXIST) {
-        ck_error_clear();
-        created = false;
-        if (!same) {
-            ck_err("nodes.commit_differs",
-                   "store=\"%s\" checkpoint='%s': '%s' exists with other bytes than these parts "
-                   "make: left as it is", u->url, ckpt, key);
-            u->r->refused++;
-            goto out;
-        }
-    }
     snprintf(key, sizeof key, CKPT_DIR "/%s.md5sums", ckpt);
     if ((err = ck_nodecommit_md5sums(&c, &sums)) < 0 ||
-        (err = put_bytes(u, key, &sums, false, false, NULL)) < 0) {
+        (err = put_same(u, key, &sums, false, &sums_created)) < 0) {
         store_failed(u, "writing the .md5sums", ckpt);
         goto out;
     }
@@ -743,8 +800,9 @@ static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_b
             int e = ck_store_stat(u->store, key, &o);
             if (e == CK_ENOENT || (e == 0 && (o.size != (int64_t)sums.len ||
                                               (o.md5[0] && strcmp(o.md5, md5))))) {
+                bool wrote;
                 ck_error_clear();
-                err = put_bytes(u, key, &sums, false, false, NULL);
+                err = put_same(u, key, &sums, false, &wrote);
             } else {
                 err = e;
             }
