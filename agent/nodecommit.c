@@ -45,6 +45,7 @@ struct run {
     struct ck_store *store;
     char url[1024];
     size_t si;
+    struct ck_strlist done; /* the steps this run committed on this store */
 };
 
 static void run_release(struct run *u)
@@ -686,6 +687,10 @@ static void commit(struct run *u, const char *ckpt)
     ck_info("nodes.committed", "store=\"%s\" checkpoint='%s' nodes=%d files=%zu bytes=%llu "
             "created=%s%s", u->url, ckpt, count, c.nfiles, (unsigned long long)bytes,
             created ? "yes" : "no", created ? "" : ": the record was there with these bytes");
+    if (ck_strlist_add(&u->done, ckpt) < 0) {
+        store_failed(u, "committing", ckpt);
+        goto out;
+    }
     u->r->committed++;
 out:
     for (int i = 0; parts && i < count; i++)
@@ -832,43 +837,6 @@ static bool same_keys(const struct ck_remote_list *a, const struct ck_remote_lis
     return true;
 }
 
-/* metadata.yaml from every record: written when its bytes differ from the
- * store's, then the records listed again; written again if one appeared. */
-static void refresh_meta(struct run *u)
-{
-    struct ck_remote_list l = {0}, again = {0};
-    int err = list_records(u, &l);
-    for (int round = 0; err == 0 && l.n > 0 && round < MAX_META_ROUNDS; round++) {
-        struct ck_buf meta = CK_BUF_INIT, old = CK_BUF_INIT;
-        if ((err = build_meta(u, &l, &meta)) < 0) {
-            ck_buf_release(&meta);
-            break;
-        }
-        int e = get_bytes(u, "metadata.yaml", &old);
-        bool same = e == 0 && old.len == meta.len && !memcmp(ck_buf_str(&old), ck_buf_str(&meta),
-                                                             meta.len);
-        ck_error_clear();
-        if (!same && (err = put_bytes(u, "metadata.yaml", &meta, false, true, NULL)) == 0)
-            ck_info("nodes.metadata_written", "store=\"%s\" checkpoints=%zu", u->url, l.n);
-        ck_buf_release(&meta);
-        ck_buf_release(&old);
-        if (err < 0 || (err = list_records(u, &again)) < 0)
-            break;
-        bool done = same_keys(&l, &again);
-        ck_remote_list_release(&l);
-        l = again;
-        again = (struct ck_remote_list){0};
-        if (done)
-            break;
-    }
-    if (err < 0)
-        store_failed(u, "writing metadata.yaml", "*");
-    ck_remote_list_release(&l);
-    ck_remote_list_release(&again);
-}
-
-/* ---- one store ---- */
-
 static bool has_record(const struct ck_remote_list *recs, const char *ckpt)
 {
     char key[PATH_MAX];
@@ -878,6 +846,102 @@ static bool has_record(const struct ck_remote_list *recs, const char *ckpt)
             return true;
     return false;
 }
+
+/* Whether the listing l shows the record of every step this node
+ * committed on this store in this run. */
+static bool lists_done(const struct run *u, const struct ck_remote_list *l)
+{
+    for (size_t i = 0; i < u->done.n; i++)
+        if (!has_record(l, u->done.items[i]))
+            return false;
+    return true;
+}
+
+/* metadata.yaml from every record, and read back: done once the store's
+ * file has the bytes computed from a listing of the records that shows
+ * every record this node committed. Written when its bytes differ, then
+ * the records listed again (one that appeared meanwhile: computed and
+ * written again) and the file read back; at most MAX_META_ROUNDS rounds.
+ * A committer that reports success has read its steps in the store's
+ * metadata.yaml (docs/multinode.md). */
+static void refresh_meta(struct run *u)
+{
+    struct ck_remote_list l = {0}, again = {0};
+    struct ck_buf meta = CK_BUF_INIT, old = CK_BUF_INIT;
+    bool built = false, wrote = false, ok = false;
+    int err = list_records(u, &l), writes = 0;
+    for (int round = 0; err == 0 && round < MAX_META_ROUNDS; round++) {
+        if (round > 0) {
+            if ((err = list_records(u, &again)) < 0)
+                break;
+            if (!same_keys(&l, &again))
+                built = false;
+            ck_remote_list_release(&l);
+            l = again;
+            again = (struct ck_remote_list){0};
+        }
+        if (l.n == 0 && u->done.n == 0) {
+            ok = true; /* no record: the nodes write no metadata.yaml */
+            break;
+        }
+        if (!lists_done(u, &l)) { /* a listing behind this node's own records */
+            usleep(READ_WAIT_US);
+            continue;
+        }
+        if (!built) {
+            ck_buf_reset(&meta);
+            if ((err = build_meta(u, &l, &meta)) < 0)
+                break;
+            built = true;
+        }
+        /* the store's file: once written by this node, read back as another
+         * writer's PUT of it may be half-done (s3rver) */
+        bool equal = false;
+        if (wrote) {
+            read_back(u, "metadata.yaml", &meta, &equal);
+        } else {
+            ck_buf_reset(&old);
+            equal = get_bytes(u, "metadata.yaml", &old) == 0 && old.len == meta.len &&
+                    !memcmp(ck_buf_str(&old), ck_buf_str(&meta), meta.len);
+        }
+        ck_error_clear();
+        if (equal) {
+            ok = true;
+            break;
+        }
+        if ((err = put_bytes(u, "metadata.yaml", &meta, false, true, NULL)) == 0) {
+            ck_info("nodes.metadata_written", "store=\"%s\" checkpoints=%zu", u->url, l.n);
+        } else {
+            /* the check after the PUT may have met another writer's PUT: the
+             * store's bytes decide */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", ck_error_msg());
+            ck_error_clear();
+            read_back(u, "metadata.yaml", &meta, &equal);
+            ck_error_clear();
+            if (!equal) {
+                err = ck_error(err, "%s", why);
+                break;
+            }
+            err = 0;
+        }
+        wrote = true;
+        writes++;
+    }
+    if (err == 0 && !ok)
+        err = ck_error(CK_ECHANGED, "the store's metadata.yaml did not hold the file computed "
+                       "from its %zu record(s) after %d round(s) (%d write(s))%s", l.n,
+                       MAX_META_ROUNDS, writes, lists_done(u, &l) ? "" : "; the listing of "
+                       "the records does not show every record this node committed");
+    if (err < 0)
+        store_failed(u, "writing metadata.yaml", "*");
+    ck_buf_release(&meta);
+    ck_buf_release(&old);
+    ck_remote_list_release(&l);
+    ck_remote_list_release(&again);
+}
+
+/* ---- one store ---- */
 
 static void log_waiting(struct run *u, const char *ckpt, const bool *have)
 {
@@ -1007,6 +1071,7 @@ static void one_store(struct run *u, struct ck_net *net)
             one_step(u, &u->v[i], rank0_ready, have);
     refresh_meta(u);
 out:
+    ck_strlist_release(&u->done);
     free(have);
     ck_remote_list_release(&recs);
     ck_store_free(u->store);
