@@ -202,6 +202,22 @@ class Nodes:
         for s in STEPS:
             self.assertIn(f"checkpoint='global_step{s}' nodes=4", logs)
 
+    def test_every_node_at_once_commits_every_step(self):
+        # the four scans start together on an empty store: each lists the
+        # parts again after writing its own manifest, so the one whose
+        # listing starts last sees all four and commits; every scan that
+        # exits 0 read the store's metadata.yaml back with its steps
+        files = self.make_nodes()
+        self.configure("together")
+        racers = [self.scan(r, wait=False) for r in range(NODES)]
+        outs = [p.communicate(timeout=120) for p in racers]
+        for p, (out, err) in zip(racers, outs):
+            self.assertEqual(p.returncode, 0, err)
+        self.check_committed("together", files, STEPS)
+        logs = "".join(err for _, err in outs)
+        for s in STEPS:
+            self.assertIn(f"checkpoint='global_step{s}' nodes=4", logs)
+
     def test_a_conflicting_part_is_not_committed_and_said_so(self):
         # nodes 1 and 2 both hold step 200's mp_rank_00_model_states.pt, with other bytes
         shared = "global_step200/mp_rank_00_model_states.pt"
