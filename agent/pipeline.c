@@ -1,4 +1,6 @@
 #include "agent/pipeline.h"
+#include "agent/nodecommit.h"
+#include "agent/nodes.h"
 #include "agent/notify.h"
 #include "agent/upload_round.h"
 #include "agent/upload_worker.h"
@@ -145,6 +147,24 @@ static void upload_foreground(struct ck_pipeline *p)
     p->upload_err = ck_upload_round_foreground(p->st->db, &r, &p->upload);
 }
 
+/* upload for a node of several: its part, then the commits (agent/nodecommit.h) */
+static void upload_node_part(struct ck_pipeline *p)
+{
+    struct ck_noderound r = {
+        .cfg = p->cfg,
+        .dir = p->dir,
+        .st = p->st,
+        .nodes = p->nodes,
+        .run = {.wait_retries = true, .on_job = upload_job_ended, .on_job_arg = p},
+    };
+    p->uploaded = true;
+    if ((p->upload_err = ck_noderound_run(&r)) == 0)
+        p->upload_err = r.upload_err;
+    p->upload = r.upload;
+    p->nodes_refused = r.refused;
+    p->nodes_failed = r.failed;
+}
+
 int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
                      struct ck_scan_result *res)
 {
@@ -166,7 +186,11 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
      * run left queued goes too; what is registered is complete even when
      * another checkpoint had a problem. The helper: when the tree changed
      * (data first, metadata.yaml last: the queue's order). */
-    if (!p->uploads) {
+    if (!p->uploads && p->nodes && ck_nodes_is_multi(p->nodes)) {
+        /* no retention for a node of several (refused at the start: ck_noderound_check) */
+        if (err == 0)
+            upload_node_part(p);
+    } else if (!p->uploads) {
         if (err == 0 && p->cfg->n_upload_stores > 0)
             upload_foreground(p);
         /* retention: the stores are checked again, whatever the round said */
@@ -202,6 +226,11 @@ int ck_pipeline_failed(const struct ck_pipeline *p)
         WHY("%s%zu hook delivery(ies) given up", why[0] ? ", " : "", hooks);
     if (p->retention_err < 0)
         WHY("%sthe retention stage failed", why[0] ? ", " : "");
+    if (p->nodes_refused)
+        WHY("%s%zu step(s) not committed across nodes", why[0] ? ", " : "", p->nodes_refused);
+    if (p->nodes_failed)
+        WHY("%s%zu store operation(s) of the commit failed", why[0] ? ", " : "",
+            p->nodes_failed);
 #undef WHY
     return why[0] ? ck_error(CK_ERR, "%s (see the log)", why) : 0;
 }

@@ -28,6 +28,7 @@
 #include <stddef.h>
 
 struct ck_upload_worker;
+struct ck_nodes;
 
 struct ck_pipeline {
     const struct ck_config *cfg; /* borrowed */
@@ -37,6 +38,11 @@ struct ck_pipeline {
     /* The upload stage: NULL runs it here until the queue is empty; else the
      * watcher's helper gets a kick when metadata.yaml changed. */
     struct ck_upload_worker *uploads;
+    /* A node of several (agent/nodes.h, count > 1) in the foreground: the
+     * upload stage sends this node's part of each step and commits complete
+     * steps in the store (agent/nodecommit.h) instead of the tree; NULL or a
+     * single node: the tree, as before. */
+    const struct ck_nodes *nodes;
     /* With a helper: the tree is queued here, in this pass, not by the
      * helper's next round. A watcher's final pass sets it: a hand-over may
      * end before the helper lists the tree again, and what is left behind
@@ -51,6 +57,9 @@ struct ck_pipeline {
     bool uploaded;
     int upload_err;
     struct ck_upload_report upload;
+    /* A node of several: steps not committed for a conflict or a missing
+     * object, and store operations that failed (each logged) */
+    size_t nodes_refused, nodes_failed;
     /* What the pack and verify stages could not do (each logged where it
      * happened): checkpoints a format could not be packed for, archives or
      * tags that failed verification (held back or uploaded marked). A

@@ -3,6 +3,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/config_check.h"
+#include "agent/nodecommit.h"
 #include "agent/nodes.h"
 #include "agent/lock.h"
 #include "agent/notify.h"
@@ -96,8 +97,12 @@ int ck_cmd_scan(int argc, char **argv)
     }
     so.cfg = &cfg;
     struct ck_nodes nodes;
-    if (ck_nodes_resolve(&nodes, &cfg, NULL) == 0) /* resolved above */
-        ck_nodes_log_start(&nodes);
+    if ((err = ck_nodes_resolve(&nodes, &cfg, NULL)) < 0 || /* resolved above */
+        (err = ck_noderound_check(&cfg, &nodes)) < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("scan", err);
+    }
+    ck_nodes_log_start(&nodes, true);
     /* hooks (issue 6): built before the pass, so that a bad secret stops it early */
     struct ck_hooks *hooks = NULL;
     if ((err = ck_hooks_new(&cfg.hooks, cfg.source ? cfg.source : "(defaults)", &hooks)) < 0) {
@@ -138,7 +143,8 @@ int ck_cmd_scan(int argc, char **argv)
     }
     /* the pass and what it hands on (agent/pipeline.h): events, pack, verify,
      * and the uploads, run here until the queue is empty (SIGTERM: upload.grace) */
-    struct ck_pipeline pl = {.cfg = &cfg, .dir = so.dir, .st = &st, .hooks = hooks};
+    struct ck_pipeline pl = {.cfg = &cfg, .dir = so.dir, .st = &st, .hooks = hooks,
+                             .nodes = &nodes};
     err = ck_pipeline_pass(&pl, &so, &res);
     if (err == 0 && pl.events_err < 0) /* logged; the next run announces it */
         err = ck_error(CK_ERR, "an event of this pass could not be stored (see the log)");

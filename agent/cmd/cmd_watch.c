@@ -154,7 +154,7 @@ int ck_cmd_watch(int argc, char **argv)
     }
     struct ck_nodes nodes;
     if (ck_nodes_resolve(&nodes, &cfg, NULL) == 0) /* resolved above */
-        ck_nodes_log_start(&nodes);
+        ck_nodes_log_start(&nodes, false);
     int failed;
     int code = ck_watch_run(&wo, &cfg, &failed);
     if (failed < 0)

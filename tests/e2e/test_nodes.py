@@ -137,7 +137,7 @@ class Identity(TmpDirCase):
                 for w in words:
                     self.assertIn(w, p.stderr)
 
-    def test_count_one_scans_as_before_and_several_say_what_is_not_built(self):
+    def test_count_one_scans_as_before_and_several_upload_only_their_part(self):
         store = os.path.join(self.dir, "store")
         write_old(os.path.join(self.train, "epoch_1.pt"), b"weights one")
         write_old(os.path.join(self.train, "epoch_2.pt"), b"weights two")
@@ -149,13 +149,50 @@ class Identity(TmpDirCase):
                         for d, _, fs in os.walk(store) for f in fs)
         self.assertIn("data/checkpoints/epoch_2.pt", stored)
         self.assertEqual(stored[-1], "metadata.yaml")
-        # a node of several: the start says the commit across nodes is not
-        # built (its pass is a single node's, as before)
+        with open(os.path.join(store, "metadata.yaml"), "rb") as f:
+            meta = f.read()
+        # a node of several: its part and its manifest, never its own
+        # metadata.yaml over the store's (tests/e2e/test_nodes_commit.py
+        # commits across nodes)
+        write_old(os.path.join(self.train, "epoch_3.pt"), b"weights three")
         p = ckptd("scan", self.train, env={"SLURM_NODEID": "1", "SLURM_NNODES": "2"})
         self.assertEqual(p.returncode, 0, p.stderr)
-        self.assertIn("nodes.not_committed_across_nodes", p.stderr)
-        self.assertIn('rank=1 count=2 rank_from="SLURM_NODEID=1"', p.stderr)
+        self.assertIn('nodes.start: rank=1 count=2 rank_from="SLURM_NODEID=1"', p.stderr)
+        self.assertIn("checkpoint='epoch_3.pt' missing_ranks=0", p.stderr)
+        with open(os.path.join(store, "data/checkpoints/epoch_3.pt"), "rb") as f:
+            self.assertEqual(f.read(), b"weights three")
+        self.assertTrue(os.path.exists(os.path.join(store, ".ckptd/parts/epoch_3.pt/node-1-of-2.yaml")))
+        with open(os.path.join(store, "metadata.yaml"), "rb") as f:
+            self.assertEqual(f.read(), meta)
+        # the watcher does not commit across nodes yet, and says so at its start
+        e = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+        e.update(SLURM_NODEID="1", SLURM_NNODES="2")
+        w = subprocess.Popen([CKPTD, "watch", self.train], env=e, text=True,
+                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+        try:
+            line = w.stderr.readline()
+            while line and "nodes." not in line:
+                line = w.stderr.readline()
+        finally:
+            w.terminate()
+            w.communicate(timeout=60)
+        self.assertIn("nodes.not_committed_across_nodes", line)
+        self.assertIn("the watcher does not commit across nodes yet", line)
 
+    def test_a_node_of_several_needs_a_store_that_lists_and_writes_if_absent(self):
+        for text, words in (("", ["needs upload.stores"]),
+                            ("upload:\n  stores:\n    - url: https://example.com/x\n",
+                             ["upload.stores[0] cannot list", "supported: s3, file"]),
+                            ("upload:\n  stores:\n    - url: file:///tmp/x\n      compress: zstd\n",
+                             ["upload.stores[0] sends compressed files"])):
+            with self.subTest(config=text):
+                self.config(text)
+                for args in (("scan", self.train), ("scan", "-n", self.train)):
+                    p = ckptd(*args, env={"SLURM_NODEID": "1", "SLURM_NNODES": "2"})
+                    self.assertEqual(p.returncode, 2, p.stderr)
+                    self.assertIn("nodes.count 2 (SLURM_NNODES=2)", p.stderr)
+                    for w in words:
+                        self.assertIn(w, p.stderr)
 
 if __name__ == "__main__":
     unittest.main()

@@ -425,6 +425,41 @@ checkpoints:
   - {epoch: 2, path: data/checkpoints/epoch_2.pt, md5: 0cc175b9c0f1b6a831c399e269772661,
      ref: {name: epoch_2.pt, type: checkpoint}}
 """)
+    # a multi-node part manifest and commit record as ckptd writes them (agent/nodeparts.h)
+    put(out, "yaml", "node-part", b"""format: ckptd-part/1
+checkpoint: global_step100
+step: 100
+epoch: 100
+node:
+  rank: 0
+  count: 2
+training: running
+settled: 1795889742.013000
+files:
+- path: global_step100/zero_pp_rank_0_mp_rank_00_optim_states.pt
+  size: 1000
+  md5: c0101aa154f8e0f51fc985ad22dc7910
+  sha256: d11c2302fe815058b848db8468bd9f3eb056e7944c679ceb47f7280b31b0876e
+""")
+    put(out, "yaml", "node-commit", b"""format: ckptd-commit/1
+checkpoint: global_step100
+step: 100
+epoch: 100
+nodes: 2
+settled: 1795889742.013000
+parts:
+- rank: 0
+  md5: 9066010d5264ae8395b6b1392d2c7208
+- rank: 1
+  md5: 9b3f00f7ebb2bf189870840e438e3a1e
+files:
+- path: global_step100/zero_pp_rank_0_mp_rank_00_optim_states.pt
+  size: 1000
+  md5: c0101aa154f8e0f51fc985ad22dc7910
+- path: global_step100/zero_pp_rank_1_mp_rank_00_optim_states.pt
+  size: 1000
+  md5: cab7b2c9bf7e5166bc123d75fe4e5060
+""")
 
 
 def requests_seeds(out):

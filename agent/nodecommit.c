@@ -1,0 +1,1149 @@
+#include "agent/nodecommit.h"
+#include "agent/layout.h"
+#include "agent/nodeparts.h"
+#include "agent/rules.h"
+#include "agent/upload_round.h"
+#include "common/error.h"
+#include "common/fsutil.h"
+#include "common/hash.h"
+#include "common/log.h"
+#include "stores/net.h"
+#include "stores/pmftree.h"
+#include "stores/queue.h"
+#include "writers/pmf.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MODEL_KEY ".ckptd/model.yaml"
+#define PARTS_DIR ".ckptd/parts"
+#define COMMITS_DIR ".ckptd/commits"
+#define CKPT_DIR "data/checkpoints"
+#define MAX_META_ROUNDS 5 /* metadata.yaml written again when a record appeared meanwhile */
+
+/* One step this node holds a part of, and its upload jobs per store. */
+struct local {
+    struct ck_nodepart part;
+    int64_t **jobs; /* [store][file]: queue job ids */
+};
+
+struct run {
+    struct ck_noderound *r;
+    struct local *v;
+    size_t n;
+    int64_t **extra; /* rank 0: [store][i] the tree around the parts, the model record */
+    size_t nextra;
+    struct ck_strlist extra_src, extra_key;
+    /* per store, while it is being worked on */
+    struct ck_store *store;
+    char url[1024];
+    size_t si;
+    struct ck_strlist done; /* the steps this run committed on this store */
+};
+
+static void run_release(struct run *u)
+{
+    size_t ns = u->r->cfg->n_upload_stores;
+    for (size_t i = 0; i < u->n; i++) {
+        ck_nodepart_release(&u->v[i].part);
+        for (size_t s = 0; u->v[i].jobs && s < ns; s++)
+            free(u->v[i].jobs[s]);
+        free(u->v[i].jobs);
+    }
+    free(u->v);
+    for (size_t s = 0; u->extra && s < ns; s++)
+        free(u->extra[s]);
+    free(u->extra);
+    ck_strlist_release(&u->extra_src);
+    ck_strlist_release(&u->extra_key);
+}
+
+static int src_of(const struct run *u, const char *path, char *out, size_t outsz)
+{
+    int n = snprintf(out, outsz, "%s/" CKPT_DIR "/%s", u->r->dir, path);
+    return n < 0 || (size_t)n >= outsz ? ck_error(CK_ESIZE, "path too long: '%s'", path) : 0;
+}
+
+/* ---- this node's parts, from its own metadata.yaml ---- */
+
+static int add_file(struct run *u, struct ck_nodepart *p, const char *path)
+{
+    char src[PATH_MAX];
+    struct ck_hash_entry h;
+    uint64_t size;
+    int err;
+    if (!ck_nodefile_path_is_valid(path))
+        return ck_error(CK_EFORMAT, "checkpoint '%s': '%s' cannot be a part's path",
+                        p->checkpoint, path);
+    struct ck_nodefile *v = realloc(p->files, (p->nfiles + 1) * sizeof *v);
+    if (!v)
+        return ck_error(CK_ENOMEM, "out of memory");
+    p->files = v;
+    if ((err = src_of(u, path, src, sizeof src)) < 0 ||
+        (err = ck_state_hash_file(u->r->st, src, &h, &size)) < 0)
+        return err;
+    struct ck_nodefile *f = &p->files[p->nfiles];
+    memset(f, 0, sizeof *f);
+    if (!(f->path = strdup(path)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    f->size = size;
+    memcpy(f->md5, h.md5, 33);
+    memcpy(f->sha256, h.sha256, 65);
+    p->nfiles++;
+    return 0;
+}
+
+/* The files of a registered checkpoint: its .md5sums lines (a folder or a
+ * set), else its one file. */
+static int part_files(struct run *u, struct ck_nodepart *p, const char *tree_path)
+{
+    char full[PATH_MAX];
+    size_t tl = strlen(tree_path);
+    int err;
+    if (strncmp(tree_path, CKPT_DIR "/", sizeof CKPT_DIR))
+        return ck_error(CK_EFORMAT, "checkpoint '%s': its path '%s' is not under " CKPT_DIR "/",
+                        p->checkpoint, tree_path);
+    if (tl < 8 || strcmp(tree_path + tl - 8, ".md5sums"))
+        return add_file(u, p, tree_path + sizeof CKPT_DIR);
+    struct ck_buf text = CK_BUF_INIT;
+    if ((err = ck_path_join(full, sizeof full, u->r->dir, tree_path)) < 0 ||
+        (err = ck_read_file(full, 64u << 20, &text)) < 0)
+        return err;
+    const char *s = ck_buf_str(&text), *end = s + text.len;
+    while (err == 0 && s < end) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+        char path[4096];
+        if (n < 35 || s[32] != ' ' || s[33] != ' ' || n - 34 >= sizeof path)
+            err = ck_error(CK_EFORMAT, "'%s': a line is not 'MD5  PATH'", full);
+        else {
+            memcpy(path, s + 34, n - 34);
+            path[n - 34] = '\0';
+            err = add_file(u, p, path);
+        }
+        s += n + 1;
+    }
+    ck_buf_release(&text);
+    return err;
+}
+
+static int load_part(struct run *u, const struct ck_pmf_checkpoint *cp, struct ck_nodepart *p)
+{
+    char txt[64], full[PATH_MAX];
+    const struct ck_nodes *nodes = u->r->nodes;
+    struct stat st;
+    int err;
+    memset(p, 0, sizeof *p);
+    if (!(p->checkpoint = strdup(ck_pmf_ref_str(&cp->ref, txt, sizeof txt))))
+        return ck_error(CK_ENOMEM, "out of memory");
+    p->epoch = cp->epoch;
+    p->rank = nodes->rank;
+    p->count = nodes->count;
+    /* the step as the checkpoint's name says it (its source's name) */
+    struct ck_ckpt_record rec;
+    struct ck_name_captures cap;
+    size_t tl = strlen(cp->path);
+    bool folder = tl > 8 && !strcmp(cp->path + tl - 8, ".md5sums");
+    if (ck_state_ckpt_get(u->r->st, p->checkpoint, &rec) == 0 &&
+        ck_rules_match(&u->r->cfg->ckpt, ck_basename(rec.source), rec.source, folder, &cap) &&
+        cap.has_step) {
+        p->has_step = true;
+        p->step = cap.step;
+    }
+    ck_error_clear();
+    /* settled: when the node registered it (its PMF file's time), to the millisecond */
+    if ((err = ck_path_join(full, sizeof full, u->r->dir, cp->path)) < 0)
+        return err;
+    if (stat(full, &st) < 0)
+        return ck_error_os(CK_EIO, "cannot stat '%s'", full);
+    p->settled = round((double)st.st_mtim.tv_sec * 1000.0 + st.st_mtim.tv_nsec / 1e6) / 1000.0;
+    if ((err = part_files(u, p, cp->path)) < 0)
+        return err;
+    return ck_nodepart_sort(p);
+}
+
+static bool ref_is_key_safe(const char *ref)
+{
+    return ck_nodefile_path_is_valid(ref) && !strchr(ref, '/');
+}
+
+static int load_parts(struct run *u, const struct ck_pmf_meta *m)
+{
+    if (!(u->v = calloc(m->ncheckpoints ? m->ncheckpoints : 1, sizeof *u->v)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m->ncheckpoints; i++) {
+        struct local *l = &u->v[u->n];
+        int err = load_part(u, &m->checkpoints[i], &l->part);
+        if (err == 0 && !ref_is_key_safe(l->part.checkpoint))
+            err = ck_error(CK_EFORMAT, "its name cannot be a store key");
+        if (err < 0) {
+            ck_err("nodes.part_unreadable", "checkpoint='%s': %s: not uploaded as a part",
+                   m->checkpoints[i].path, ck_error_msg());
+            u->r->refused++;
+            ck_nodepart_release(&l->part);
+            continue;
+        }
+        u->n++;
+    }
+    return 0;
+}
+
+/* ---- rank 0: the tree around the parts ---- */
+
+static int extra_add(struct run *u, const char *src, const char *key)
+{
+    int err = ck_strlist_add(&u->extra_src, src);
+    return err < 0 ? err : ck_strlist_add(&u->extra_key, key);
+}
+
+static int extra_walk(struct run *u, const char *rel, int depth)
+{
+    char full[PATH_MAX], sub[PATH_MAX];
+    int err = 0;
+    if (depth > 16)
+        return ck_error(CK_ESIZE, "'%s': folders nested too deep", rel);
+    if ((err = ck_path_join(full, sizeof full, u->r->dir, rel)) < 0)
+        return err;
+    DIR *d = opendir(full);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while (err == 0 && (e = readdir(d))) {
+        struct stat st;
+        if (e->d_name[0] == '.' ||
+            (err = ck_path_join(sub, sizeof sub, rel, e->d_name)) < 0 ||
+            (err = ck_path_join(full, sizeof full, u->r->dir, sub)) < 0 || lstat(full, &st) < 0)
+            continue;
+        if (S_ISDIR(st.st_mode))
+            err = extra_walk(u, sub, depth + 1);
+        else if (S_ISREG(st.st_mode))
+            err = extra_add(u, full, sub);
+    }
+    closedir(d);
+    return err;
+}
+
+/* A file of the state folder, written when its bytes changed. */
+static int state_file(struct run *u, const char *name, const char *data, size_t len, char *path,
+                      size_t pathsz)
+{
+    struct ck_buf old = CK_BUF_INIT;
+    char dir[PATH_MAX];
+    int err;
+    if ((err = ck_path_join(dir, sizeof dir, u->r->st->dir, "nodes")) < 0 ||
+        (err = ck_mkdirs(dir, 0700)) < 0 || (err = ck_path_join(path, pathsz, dir, name)) < 0)
+        return err;
+    bool same = ck_read_file(path, CK_METADATA_MAX, &old) == 0 && old.len == len &&
+                !memcmp(ck_buf_str(&old), data, len);
+    ck_error_clear();
+    ck_buf_release(&old);
+    return same ? 0 : ck_write_file_atomic(path, data, len, 0644);
+}
+
+/* data/build_parameters.yaml for the store: the keys before ckptd's section
+ * (the section lists this node's checkpoints only, which the store's tree is not) */
+static int build_parameters(struct run *u)
+{
+    char full[PATH_MAX], path[PATH_MAX];
+    struct ck_buf text = CK_BUF_INIT;
+    int err;
+    if ((err = ck_path_join(full, sizeof full, u->r->dir, "data/build_parameters.yaml")) < 0 ||
+        (err = ck_read_file(full, CK_METADATA_MAX, &text)) < 0)
+        return err;
+    const char *s = ck_buf_str(&text);
+    size_t len = text.len;
+    const char *sec = !strncmp(s, "ckptd:", 6) ? s : strstr(s, "\nckptd:");
+    if (sec)
+        len = (size_t)(sec - s) + (sec != s);
+    if (len == 0)
+        s = "{}\n", len = 3;
+    err = state_file(u, "build_parameters.yaml", s, len, path, sizeof path);
+    ck_buf_release(&text);
+    return err < 0 ? err : extra_add(u, path, "data/build_parameters.yaml");
+}
+
+static int rank0_extras(struct run *u, const struct ck_pmf_meta *m)
+{
+    char full[PATH_MAX], path[PATH_MAX];
+    struct ck_buf text = CK_BUF_INIT;
+    int err;
+    if (m->config_path && (err = ck_path_join(full, sizeof full, u->r->dir, m->config_path)) == 0 &&
+        ck_exists(full) && (err = extra_add(u, full, m->config_path)) < 0)
+        return err;
+    /* an empty data/initialisation/ would not survive the trip (stores/pmftree.h) */
+    bool wrote;
+    if ((err = ck_pmftree_mark_empty_init(u->r->dir, &wrote)) < 0 ||
+        (err = extra_walk(u, "data/initialisation", 0)) < 0 || (err = build_parameters(u)) < 0)
+        return err;
+    /* the model record: this node's metadata.yaml, whose identity, configuration
+     * and initialisation the store's metadata.yaml takes */
+    if ((err = ck_path_join(full, sizeof full, u->r->dir, "metadata.yaml")) < 0 ||
+        (err = ck_read_file(full, CK_METADATA_MAX, &text)) < 0)
+        return err;
+    err = state_file(u, "model.yaml", ck_buf_str(&text), text.len, path, sizeof path);
+    ck_buf_release(&text);
+    return err < 0 ? err : extra_add(u, path, MODEL_KEY);
+}
+
+/* ---- the queue ---- */
+
+static int queue_one(struct run *u, int64_t sid, const char *src, const char *key,
+                     const char *ckpt, int64_t *id)
+{
+    bool added;
+    int err = ck_queue_add(u->r->st->db, sid, src, key, 0, CK_JOB_FILE, id, &added);
+    if (err == 0 && added && ckpt)
+        err = ck_queue_set_checkpoint(u->r->st->db, *id, ckpt);
+    if (err == 0 && added)
+        ck_info("upload.queued", "job=%lld key=\"%s\" phase=0%s%s%s", (long long)*id, key,
+                ckpt ? " checkpoint='" : "", ckpt ? ckpt : "", ckpt ? "'" : "");
+    return err;
+}
+
+static int queue_store(struct run *u, size_t s)
+{
+    const struct ck_store_spec *spec = &u->r->cfg->upload_stores[s];
+    sqlite3 *db = u->r->st->db;
+    char key[PATH_MAX];
+    int64_t sid;
+    int err;
+    if ((err = ck_queue_store_put(db, spec, &sid)) < 0)
+        return err;
+    if (!(u->extra[s] = calloc(u->nextra ? u->nextra : 1, sizeof **u->extra)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < u->nextra && err == 0; i++)
+        err = queue_one(u, sid, u->extra_src.items[i], u->extra_key.items[i], NULL,
+                        &u->extra[s][i]);
+    for (size_t i = 0; i < u->n && err == 0; i++) {
+        struct local *l = &u->v[i];
+        if (!(l->jobs[s] = calloc(l->part.nfiles ? l->part.nfiles : 1, sizeof *l->jobs[s])))
+            return ck_error(CK_ENOMEM, "out of memory");
+        for (size_t j = 0; j < l->part.nfiles && err == 0; j++) {
+            char src[PATH_MAX];
+            snprintf(key, sizeof key, CKPT_DIR "/%s", l->part.files[j].path);
+            if ((err = src_of(u, l->part.files[j].path, src, sizeof src)) == 0)
+                err = queue_one(u, sid, src, key, l->part.checkpoint, &l->jobs[s][j]);
+        }
+    }
+    return err;
+}
+
+static int queue_all(struct run *u)
+{
+    size_t ns = u->r->cfg->n_upload_stores;
+    sqlite3 *db = u->r->st->db;
+    int err;
+    u->nextra = u->extra_src.n;
+    if (!(u->extra = calloc(ns, sizeof *u->extra)))
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < u->n; i++)
+        if (!(u->v[i].jobs = calloc(ns, sizeof *u->v[i].jobs)))
+            return ck_error(CK_ENOMEM, "out of memory");
+    if ((err = ck_queue_init(db)) < 0 || (err = ck_queue_batch_begin(db)) < 0)
+        return err;
+    for (size_t s = 0; s < ns && err == 0; s++)
+        err = queue_store(u, s);
+    return ck_queue_batch_end(db, err);
+}
+
+/* Whether every job of ids is done (stored and checked). */
+static bool all_done(sqlite3 *db, const int64_t *ids, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct ck_job j;
+        if (ck_queue_get(db, ids[i], &j) < 0) {
+            ck_error_clear();
+            return false;
+        }
+        bool done = j.state == CK_JOB_DONE;
+        ck_job_release(&j);
+        if (!done)
+            return false;
+    }
+    return true;
+}
+
+/* ---- the store ---- */
+
+static int no_upload(void *ctx, const char *id, uint64_t ps)
+{
+    (void)ctx, (void)id, (void)ps;
+    return 0;
+}
+
+static int no_part(void *ctx, const struct ck_part *p)
+{
+    (void)ctx, (void)p;
+    return 0;
+}
+
+/* Puts bytes as key (through a file of the state folder: a store sends files). */
+static int put_bytes(struct run *u, const char *key, const struct ck_buf *b, bool if_absent,
+                     bool atomic, bool *same_bytes)
+{
+    char tmp[PATH_MAX];
+    int err;
+    if ((err = ck_path_join(tmp, sizeof tmp, u->r->st->dir, "nodes-put-XXXXXX")) < 0)
+        return err;
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+    if (write(fd, ck_buf_str(b), b->len) != (ssize_t)b->len || fsync(fd) < 0)
+        err = ck_error_os(CK_EIO, "cannot write '%s'", tmp);
+    close(fd);
+    if (err == 0) {
+        struct ck_xfer x;
+        memset(&x, 0, sizeof x);
+        /* temporary names on the store carry the id: unique per node and process */
+        x.id = ((int64_t)u->r->nodes->rank << 32) | (int64_t)getpid();
+        x.path = tmp;
+        x.key = key;
+        x.size = b->len;
+        x.atomic = atomic;
+        x.if_absent = if_absent;
+        x.hash_unknown = true;
+        x.save_upload = no_upload;
+        x.save_part = no_part;
+        err = ck_store_put(u->store, &x);
+        if (same_bytes)
+            *same_bytes = x.same_bytes;
+    }
+    unlink(tmp);
+    return err;
+}
+
+static int get_bytes(struct run *u, const char *key, struct ck_buf *out)
+{
+    char tmp[PATH_MAX];
+    int err;
+    if ((err = ck_path_join(tmp, sizeof tmp, u->r->st->dir, "nodes-get-XXXXXX")) < 0)
+        return err;
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return ck_error_os(CK_EIO, "cannot create '%s'", tmp);
+    err = ck_store_get(u->store, key, fd);
+    close(fd);
+    if (err == 0)
+        err = ck_read_file(tmp, CK_METADATA_MAX, out);
+    unlink(tmp);
+    return err;
+}
+
+static void md5_of(const struct ck_buf *b, char out[33])
+{
+    struct ck_digests d;
+    struct ck_hash_ctx *h = ck_hash_ctx_new(CK_HASH_MD5);
+    out[0] = '\0';
+    if (!h)
+        return;
+    ck_hash_ctx_update(h, ck_buf_str(b), b->len);
+    ck_hash_ctx_final(h, &d);
+    ck_hash_ctx_free(h);
+    memcpy(out, d.md5, 33);
+}
+
+/* A manifest or record that does not parse is read again, a little later:
+ * a store that ignores the condition (s3rver) truncates an object another
+ * node is writing again with the same bytes, and a read meanwhile sees it
+ * short. */
+#define READ_TRIES 4
+#define READ_WAIT_US 250000
+
+/* Whether the store holds want as key, read back (again a little later
+ * while it holds something else: another writer's PUT of the same bytes
+ * half-done). 0 with *equal set or not (the store's whole bytes differ),
+ * or the last read's error. */
+static int read_back(struct run *u, const char *key, const struct ck_buf *want, bool *equal)
+{
+    struct ck_buf got = CK_BUF_INIT;
+    int err = 0;
+    *equal = false;
+    for (int t = 0; t < READ_TRIES && !*equal; t++) {
+        if (t > 0) {
+            ck_error_clear();
+            usleep(READ_WAIT_US);
+        }
+        ck_buf_reset(&got);
+        if ((err = get_bytes(u, key, &got)) == 0)
+            *equal = got.len == want->len && !memcmp(ck_buf_str(&got), ck_buf_str(want), got.len);
+    }
+    ck_buf_release(&got);
+    return *equal ? 0 : err;
+}
+
+/* Puts b as key, an object every writer writes with the same bytes (a
+ * commit record, a .md5sums), and makes sure the store holds them: 0 when
+ * it does (*created: this PUT wrote it, for a conditional write),
+ * CK_EEXIST when it holds other bytes, else the write's error. A store
+ * that ignores the condition and keeps an object as it arrives (s3rver)
+ * lets two committers' PUTs of the same bytes meet: the check after one
+ * PUT then sees the other half-done and fails, though the object ends with
+ * these bytes; what the store holds then decides, read back. */
+static int put_same(struct run *u, const char *key, const struct ck_buf *b, bool if_absent,
+                    bool *created)
+{
+    bool same = false, equal;
+    char why[1024];
+    *created = false;
+    int err = put_bytes(u, key, b, if_absent, false, &same);
+    if (err == 0) {
+        *created = true;
+        return 0;
+    }
+    if (err == CK_EEXIST && same) {
+        ck_error_clear();
+        return 0;
+    }
+    snprintf(why, sizeof why, "%s", ck_error_msg());
+    ck_error_clear();
+    int e = read_back(u, key, b, &equal);
+    if (equal) {
+        ck_info("nodes.write_checked", "store=\"%s\" key=\"%s\": %s; read back: the store "
+                "holds these bytes", u->url, key, why);
+        return 0;
+    }
+    ck_error_clear();
+    if (e == 0)
+        return ck_error(CK_EEXIST, "%s; read back: the store holds other bytes", why);
+    return ck_error(err, "%s", why);
+}
+
+static void part_key(char *out, size_t outsz, const char *ckpt, int rank, int count)
+{
+    snprintf(out, outsz, PARTS_DIR "/%s/node-%d-of-%d.yaml", ckpt, rank, count);
+}
+
+static void store_failed(struct run *u, const char *what, const char *ckpt)
+{
+    ck_err("nodes.store_failed", "store=\"%s\" checkpoint='%s': %s: %s", u->url, ckpt, what,
+           ck_error_msg());
+    ck_error_clear();
+    u->r->failed++;
+}
+
+/* The ranks of count whose manifests the listing of the step's parts shows,
+ * and the MD5 the store reports for this node's own ("" when none). */
+static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave, char own_md5[33])
+{
+    char prefix[PATH_MAX];
+    struct ck_remote_list l = {0};
+    int count = u->r->nodes->count;
+    snprintf(prefix, sizeof prefix, PARTS_DIR "/%s", ckpt);
+    int err = ck_store_list(u->store, prefix, &l);
+    *nhave = 0;
+    own_md5[0] = '\0';
+    memset(have, 0, (size_t)count * sizeof *have);
+    for (size_t i = 0; err == 0 && i < l.n; i++) {
+        const char *name = ck_basename(l.v[i].key);
+        int rank, n, used = 0;
+        if (sscanf(name, "node-%d-of-%d.yaml%n", &rank, &n, &used) == 2 &&
+            used == (int)strlen(name) && n == count && rank >= 0 && rank < count) {
+            char canon[128];
+            snprintf(canon, sizeof canon, "node-%d-of-%d.yaml", rank, n);
+            if (!strcmp(canon, name) && !have[rank]) {
+                have[rank] = true;
+                (*nhave)++;
+                if (rank == u->r->nodes->rank)
+                    memcpy(own_md5, l.v[i].md5, 33);
+            }
+        }
+    }
+    ck_remote_list_release(&l);
+    return err;
+}
+
+/* Every file of the record is stored with its size (one listing). */
+static int check_stored(struct run *u, const struct ck_nodecommit *c, char *missing,
+                        size_t missingsz)
+{
+    char prefix[PATH_MAX];
+    size_t cl = strlen(c->checkpoint);
+    bool under = true;
+    for (size_t i = 0; i < c->nfiles && under; i++)
+        under = !strncmp(c->files[i].path, c->checkpoint, cl) && c->files[i].path[cl] == '/';
+    snprintf(prefix, sizeof prefix, under ? CKPT_DIR "/%s" : CKPT_DIR, c->checkpoint);
+    struct ck_remote_list l = {0};
+    int err = ck_store_list(u->store, prefix, &l);
+    missing[0] = '\0';
+    size_t j = 0;
+    for (size_t i = 0; err == 0 && i < c->nfiles && !missing[0]; i++) {
+        char key[PATH_MAX];
+        snprintf(key, sizeof key, CKPT_DIR "/%s", c->files[i].path);
+        while (j < l.n && strcmp(l.v[j].key, key) < 0)
+            j++;
+        if (j == l.n || strcmp(l.v[j].key, key))
+            snprintf(missing, missingsz, "'%s' is not stored", key);
+        else if ((uint64_t)l.v[j].size != c->files[i].size)
+            snprintf(missing, missingsz, "'%s' is stored with %lld bytes, its part says %llu",
+                     key, (long long)l.v[j].size, (unsigned long long)c->files[i].size);
+        else if (l.v[j].md5[0] && strcmp(l.v[j].md5, c->files[i].md5))
+            snprintf(missing, missingsz, "'%s' is stored with md5 %s, its part says %s", key,
+                     l.v[j].md5, c->files[i].md5);
+    }
+    ck_remote_list_release(&l);
+    return err;
+}
+
+/* Reads the count manifests of ckpt into parts (and their bytes' MD5s). */
+static int read_parts(struct run *u, const char *ckpt, struct ck_nodepart *parts,
+                      char (*md5s)[33])
+{
+    int count = u->r->nodes->count, err = 0;
+    for (int i = 0; i < count && err == 0; i++) {
+        char key[PATH_MAX];
+        struct ck_buf b = CK_BUF_INIT;
+        part_key(key, sizeof key, ckpt, i, count);
+        for (int t = 0; t < READ_TRIES; t++) {
+            if (t > 0) {
+                ck_error_clear();
+                ck_buf_reset(&b);
+                usleep(READ_WAIT_US);
+            }
+            if ((err = get_bytes(u, key, &b)) == 0 &&
+                (err = ck_nodepart_parse(&parts[i], key, ck_buf_str(&b), b.len)) != CK_EFORMAT)
+                break;
+        }
+        if (err == 0 &&
+            (parts[i].rank != i || parts[i].count != count || strcmp(parts[i].checkpoint, ckpt)))
+            err = ck_error(CK_EFORMAT, "'%s' says node %d of %d, checkpoint '%s'", key,
+                           parts[i].rank, parts[i].count, parts[i].checkpoint);
+        md5_of(&b, md5s[i]);
+        ck_buf_release(&b);
+    }
+    return err;
+}
+
+/* The commit of one step whose parts are all listed. */
+static void commit(struct run *u, const char *ckpt)
+{
+    int count = u->r->nodes->count, err;
+    char key[PATH_MAX], missing[PATH_MAX + 256];
+    struct ck_nodepart *parts = calloc((size_t)count, sizeof *parts);
+    char(*md5s)[33] = calloc((size_t)count, sizeof *md5s);
+    struct ck_nodecommit c = {0};
+    struct ck_buf rec = CK_BUF_INIT, sums = CK_BUF_INIT;
+    if (!parts || !md5s) {
+        ck_error(CK_ENOMEM, "out of memory");
+        store_failed(u, "committing", ckpt);
+        goto out;
+    }
+    if ((err = read_parts(u, ckpt, parts, md5s)) < 0) {
+        ck_err("nodes.commit_refused", "store=\"%s\" checkpoint='%s': %s: not committed", u->url,
+               ckpt, ck_error_msg());
+        ck_error_clear();
+        u->r->refused++;
+        goto out;
+    }
+    if ((err = ck_nodecommit_build(&c, parts, (size_t)count, (const char(*)[33])md5s)) ==
+        CK_EEXIST) {
+        ck_err("nodes.part_conflict", "store=\"%s\" checkpoint='%s': %s: not committed", u->url,
+               ckpt, ck_error_msg());
+        ck_error_clear();
+        u->r->refused++;
+        goto out;
+    }
+    if (err < 0 || (err = check_stored(u, &c, missing, sizeof missing)) < 0) {
+        store_failed(u, "checking the parts' objects", ckpt);
+        goto out;
+    }
+    if (missing[0]) {
+        ck_err("nodes.commit_refused", "store=\"%s\" checkpoint='%s': %s: not committed", u->url,
+               ckpt, missing);
+        u->r->refused++;
+        goto out;
+    }
+    bool created = false, sums_created;
+    snprintf(key, sizeof key, COMMITS_DIR "/%s.yaml", ckpt);
+    if ((err = ck_nodecommit_emit(&c, &rec)) == 0)
+        err = put_same(u, key, &rec, true, &created);
+    if (err == CK_EEXIST) {
+        ck_err("nodes.commit_differs",
+               "store=\"%s\" checkpoint='%s': '%s' exists with other bytes than these parts "
+               "make: left as it is (%s)", u->url, ckpt, key, ck_error_msg());
+        ck_error_clear();
+        u->r->refused++;
+        goto out;
+    }
+    if (err < 0) {
+        store_failed(u, "writing the commit record", ckpt);
+        goto out;
+    }
+    snprintf(key, sizeof key, CKPT_DIR "/%s.md5sums", ckpt);
+    if ((err = ck_nodecommit_md5sums(&c, &sums)) < 0 ||
+        (err = put_same(u, key, &sums, false, &sums_created)) < 0) {
+        store_failed(u, "writing the .md5sums", ckpt);
+        goto out;
+    }
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < c.nfiles; i++)
+        bytes += c.files[i].size;
+    ck_info("nodes.committed", "store=\"%s\" checkpoint='%s' nodes=%d files=%zu bytes=%llu "
+            "created=%s%s", u->url, ckpt, count, c.nfiles, (unsigned long long)bytes,
+            created ? "yes" : "no", created ? "" : ": the record was there with these bytes");
+    if (ck_strlist_add(&u->done, ckpt) < 0) {
+        store_failed(u, "committing", ckpt);
+        goto out;
+    }
+    u->r->committed++;
+out:
+    for (int i = 0; parts && i < count; i++)
+        ck_nodepart_release(&parts[i]);
+    free(parts);
+    free(md5s);
+    ck_nodecommit_release(&c);
+    ck_buf_release(&rec);
+    ck_buf_release(&sums);
+}
+
+/* ---- metadata.yaml from the records ---- */
+
+static int cmp_rec(const void *a, const void *b)
+{
+    const struct ck_nodecommit *x = a, *y = b;
+    if (x->epoch != y->epoch)
+        return x->epoch < y->epoch ? -1 : 1;
+    if (x->has_step && y->has_step && x->step != y->step)
+        return x->step < y->step ? -1 : 1;
+    return strcmp(x->checkpoint, y->checkpoint);
+}
+
+/* The record keys a listing of the commits folder shows, sorted. */
+static int list_records(struct run *u, struct ck_remote_list *l)
+{
+    int err = ck_store_list(u->store, COMMITS_DIR, l);
+    size_t kept = 0;
+    for (size_t i = 0; err == 0 && i < l->n; i++) {
+        const char *k = l->v[i].key, *name = ck_basename(k);
+        size_t nl = strlen(name);
+        if (nl > 5 && !strcmp(name + nl - 5, ".yaml") && ck_basename(k) - k == sizeof COMMITS_DIR)
+            l->v[kept++] = l->v[i];
+        else
+            free(l->v[i].key);
+    }
+    if (err == 0)
+        l->n = kept;
+    return err;
+}
+
+/* The model record's identity, configuration and initialisation, with no
+ * checkpoint and pending status: the base every writer starts from. */
+static int model_base(struct run *u, struct ck_pmf_meta *m)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    int err = get_bytes(u, MODEL_KEY, &b);
+    if (err == 0)
+        err = ck_pmf_parse(m, MODEL_KEY, ck_buf_str(&b), b.len);
+    ck_buf_release(&b);
+    if (err < 0)
+        return err;
+    for (size_t i = 0; i < m->ncheckpoints; i++) {
+        ck_pmf_ref_release(&m->checkpoints[i].ref);
+        free(m->checkpoints[i].path);
+    }
+    m->ncheckpoints = 0;
+    if (m->has_latest)
+        ck_pmf_ref_release(&m->latest);
+    m->has_latest = false;
+    m->status = CK_PMF_PENDING;
+    m->start_time.set = m->latest_time.set = m->end_time.set = false;
+    m->start_epoch.set = m->latest_epoch.set = m->end_epoch.set = false;
+    return 0;
+}
+
+/* Builds metadata.yaml from the records in l (their .md5sums written when
+ * missing), into out; *nrec the records it lists. */
+static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_buf *out)
+{
+    struct ck_nodecommit *recs = calloc(l->n ? l->n : 1, sizeof *recs);
+    struct ck_pmf_meta m;
+    size_t n = 0;
+    int err = 0;
+    ck_pmf_meta_init(&m);
+    if (!recs)
+        return ck_error(CK_ENOMEM, "out of memory");
+    for (size_t i = 0; i < l->n && err == 0; i++) {
+        struct ck_buf b = CK_BUF_INIT;
+        for (int t = 0; t < READ_TRIES; t++) {
+            if (t > 0) {
+                ck_error_clear();
+                ck_buf_reset(&b);
+                usleep(READ_WAIT_US);
+            }
+            if ((err = get_bytes(u, l->v[i].key, &b)) == 0 &&
+                (err = ck_nodecommit_parse(&recs[n], l->v[i].key, ck_buf_str(&b), b.len)) !=
+                    CK_EFORMAT)
+                break;
+        }
+        if (err == 0) {
+            char want[PATH_MAX];
+            snprintf(want, sizeof want, COMMITS_DIR "/%s.yaml", recs[n].checkpoint);
+            if (strcmp(want, l->v[i].key) || !ref_is_key_safe(recs[n].checkpoint))
+                err = ck_error(CK_EFORMAT, "'%s' is the record of '%s'", l->v[i].key,
+                               recs[n].checkpoint);
+            n += err == 0;
+        }
+        ck_buf_release(&b);
+    }
+    if (err == 0)
+        err = model_base(u, &m);
+    qsort(recs, n, sizeof *recs, cmp_rec);
+    for (size_t i = 0; i < n && err == 0; i++) {
+        /* the .md5sums first: metadata.yaml names it (a committer may have died before it) */
+        struct ck_buf sums = CK_BUF_INIT;
+        struct ck_remote_obj o;
+        char key[PATH_MAX], md5[33];
+        snprintf(key, sizeof key, CKPT_DIR "/%s.md5sums", recs[i].checkpoint);
+        if ((err = ck_nodecommit_md5sums(&recs[i], &sums)) == 0) {
+            md5_of(&sums, md5);
+            int e = ck_store_stat(u->store, key, &o);
+            if (e == CK_ENOENT || (e == 0 && (o.size != (int64_t)sums.len ||
+                                              (o.md5[0] && strcmp(o.md5, md5))))) {
+                bool wrote;
+                ck_error_clear();
+                err = put_same(u, key, &sums, false, &wrote);
+            } else {
+                err = e;
+            }
+        }
+        ck_buf_release(&sums);
+        struct ck_pmf_ref ref = {false, 0, recs[i].checkpoint};
+        if (err == 0)
+            err = ck_pmf_register(&m, &ref, recs[i].epoch, key, md5, recs[i].settled,
+                                  recs[i].epoch);
+    }
+    if (err == 0)
+        err = ck_pmf_emit(&m, out);
+    for (size_t i = 0; i < n; i++)
+        ck_nodecommit_release(&recs[i]);
+    free(recs);
+    ck_pmf_meta_release(&m);
+    return err;
+}
+
+static bool same_keys(const struct ck_remote_list *a, const struct ck_remote_list *b)
+{
+    if (a->n != b->n)
+        return false;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->v[i].key, b->v[i].key))
+            return false;
+    return true;
+}
+
+static bool has_record(const struct ck_remote_list *recs, const char *ckpt)
+{
+    char key[PATH_MAX];
+    snprintf(key, sizeof key, COMMITS_DIR "/%s.yaml", ckpt);
+    for (size_t i = 0; i < recs->n; i++)
+        if (!strcmp(recs->v[i].key, key))
+            return true;
+    return false;
+}
+
+/* Whether the listing l shows the record of every step this node
+ * committed on this store in this run. */
+static bool lists_done(const struct run *u, const struct ck_remote_list *l)
+{
+    for (size_t i = 0; i < u->done.n; i++)
+        if (!has_record(l, u->done.items[i]))
+            return false;
+    return true;
+}
+
+/* metadata.yaml from every record, and read back: done once the store's
+ * file has the bytes computed from a listing of the records that shows
+ * every record this node committed. Written when its bytes differ, then
+ * the records listed again (one that appeared meanwhile: computed and
+ * written again) and the file read back; at most MAX_META_ROUNDS rounds.
+ * A committer that reports success has read its steps in the store's
+ * metadata.yaml (docs/multinode.md). */
+static void refresh_meta(struct run *u)
+{
+    struct ck_remote_list l = {0}, again = {0};
+    struct ck_buf meta = CK_BUF_INIT, old = CK_BUF_INIT;
+    bool built = false, wrote = false, ok = false;
+    int err = list_records(u, &l), writes = 0;
+    for (int round = 0; err == 0 && round < MAX_META_ROUNDS; round++) {
+        if (round > 0) {
+            if ((err = list_records(u, &again)) < 0)
+                break;
+            if (!same_keys(&l, &again))
+                built = false;
+            ck_remote_list_release(&l);
+            l = again;
+            again = (struct ck_remote_list){0};
+        }
+        if (l.n == 0 && u->done.n == 0) {
+            ok = true; /* no record: the nodes write no metadata.yaml */
+            break;
+        }
+        if (!lists_done(u, &l)) { /* a listing behind this node's own records */
+            usleep(READ_WAIT_US);
+            continue;
+        }
+        if (!built) {
+            ck_buf_reset(&meta);
+            if ((err = build_meta(u, &l, &meta)) < 0)
+                break;
+            built = true;
+        }
+        /* the store's file: once written by this node, read back as another
+         * writer's PUT of it may be half-done (s3rver) */
+        bool equal = false;
+        if (wrote) {
+            read_back(u, "metadata.yaml", &meta, &equal);
+        } else {
+            ck_buf_reset(&old);
+            equal = get_bytes(u, "metadata.yaml", &old) == 0 && old.len == meta.len &&
+                    !memcmp(ck_buf_str(&old), ck_buf_str(&meta), meta.len);
+        }
+        ck_error_clear();
+        if (equal) {
+            ok = true;
+            break;
+        }
+        if ((err = put_bytes(u, "metadata.yaml", &meta, false, true, NULL)) == 0) {
+            ck_info("nodes.metadata_written", "store=\"%s\" checkpoints=%zu", u->url, l.n);
+        } else {
+            /* the check after the PUT may have met another writer's PUT: the
+             * store's bytes decide */
+            char why[1024];
+            snprintf(why, sizeof why, "%s", ck_error_msg());
+            ck_error_clear();
+            read_back(u, "metadata.yaml", &meta, &equal);
+            ck_error_clear();
+            if (!equal) {
+                err = ck_error(err, "%s", why);
+                break;
+            }
+            err = 0;
+        }
+        wrote = true;
+        writes++;
+    }
+    if (err == 0 && !ok)
+        err = ck_error(CK_ECHANGED, "the store's metadata.yaml did not hold the file computed "
+                       "from its %zu record(s) after %d round(s) (%d write(s))%s", l.n,
+                       MAX_META_ROUNDS, writes, lists_done(u, &l) ? "" : "; the listing of "
+                       "the records does not show every record this node committed");
+    if (err < 0)
+        store_failed(u, "writing metadata.yaml", "*");
+    ck_buf_release(&meta);
+    ck_buf_release(&old);
+    ck_remote_list_release(&l);
+    ck_remote_list_release(&again);
+}
+
+/* ---- one store ---- */
+
+static void log_waiting(struct run *u, const char *ckpt, const bool *have)
+{
+    char ranks[512] = "";
+    for (int i = 0; i < u->r->nodes->count && strlen(ranks) < sizeof ranks - 16; i++)
+        if (!have[i])
+            snprintf(ranks + strlen(ranks), sizeof ranks - strlen(ranks), "%s%d",
+                     ranks[0] ? "," : "", i);
+    ck_info("nodes.waiting", "store=\"%s\" checkpoint='%s' missing_ranks=%s", u->url, ckpt, ranks);
+    u->r->waiting++;
+}
+
+/* This node's part of one step: its manifest once its files are in, then the commit when the
+ * set is complete. */
+static void one_step(struct run *u, struct local *l, bool rank0_ready, bool *have)
+{
+    const struct ck_nodepart *p = &l->part;
+    char key[PATH_MAX];
+    struct ck_buf b = CK_BUF_INIT;
+    int err, nhave;
+    if (!rank0_ready || !all_done(u->r->st->db, l->jobs[u->si], p->nfiles)) {
+        ck_info("nodes.part_not_stored", "store=\"%s\" checkpoint='%s': this node's files are "
+                "not all stored yet: its part manifest waits", u->url, p->checkpoint);
+        u->r->waiting++;
+        return;
+    }
+    /* one listing: the other parts, and whether this node's is there already */
+    char own[33], mine[33];
+    if ((err = listed_ranks(u, p->checkpoint, have, &nhave, own)) < 0 ||
+        (err = ck_nodepart_emit(p, &b)) < 0) {
+        ck_buf_release(&b);
+        store_failed(u, "listing the parts", p->checkpoint);
+        return;
+    }
+    md5_of(&b, mine);
+    part_key(key, sizeof key, p->checkpoint, p->rank, p->count);
+    /* written when absent, or when the store reports no MD5 to compare (the
+     * conditional write then says whether the stored one has these bytes);
+     * listed with another MD5: another part of this node, never replaced
+     * (not even on a store that ignores the condition) */
+    if (have[p->rank] && own[0] && strcmp(own, mine)) {
+        err = CK_EEXIST;
+        ck_err("nodes.part_conflict", "store=\"%s\" checkpoint='%s': '%s' exists with "
+               "another part of this node (its files changed after it was announced): the "
+               "first stays", u->url, p->checkpoint, key);
+        ck_buf_release(&b);
+        u->r->refused++;
+        return;
+    }
+    if (!have[p->rank] || !own[0]) {
+        bool same = false;
+        err = put_bytes(u, key, &b, true, false, &same);
+        if (err == CK_EEXIST && !same) {
+            ck_err("nodes.part_conflict", "store=\"%s\" checkpoint='%s': '%s' exists with "
+                   "another part of this node (its files changed after it was announced): the "
+                   "first stays", u->url, p->checkpoint, key);
+            ck_error_clear();
+            ck_buf_release(&b);
+            u->r->refused++;
+            return;
+        }
+        if (err == 0) {
+            ck_info("nodes.part_written", "store=\"%s\" checkpoint='%s' key=\"%s\" files=%zu",
+                    u->url, p->checkpoint, key, p->nfiles);
+            u->r->parts_written++;
+        } else if (err == CK_EEXIST) {
+            ck_error_clear();
+        } else {
+            ck_buf_release(&b);
+            store_failed(u, "writing the part manifest", p->checkpoint);
+            return;
+        }
+        /* The listing above ran before this write: another node writing its
+         * manifest meanwhile was not in it, and that node's listing may have
+         * run before this write too; both would wait, and nobody commit.
+         * Listed again now that this node's manifest is stored, the node
+         * whose listing starts last sees every manifest stored before it:
+         * every node's (docs/multinode.md, "What the protocol relies on"). */
+        if ((err = listed_ranks(u, p->checkpoint, have, &nhave, own)) < 0) {
+            ck_buf_release(&b);
+            store_failed(u, "listing the parts again", p->checkpoint);
+            return;
+        }
+        if (!have[p->rank]) /* a listing that lags: this node's is stored */
+            nhave++;
+        have[p->rank] = true;
+    }
+    ck_buf_release(&b);
+    if (nhave < p->count) {
+        log_waiting(u, p->checkpoint, have);
+        return;
+    }
+    /* the record may have appeared since the listing of the records */
+    char rkey[PATH_MAX];
+    struct ck_remote_obj o;
+    snprintf(rkey, sizeof rkey, COMMITS_DIR "/%s.yaml", p->checkpoint);
+    if ((err = ck_store_stat(u->store, rkey, &o)) == 0)
+        return;
+    if (err != CK_ENOENT) {
+        store_failed(u, "looking for the commit record", p->checkpoint);
+        return;
+    }
+    ck_error_clear();
+    commit(u, p->checkpoint);
+}
+
+static void one_store(struct run *u, struct ck_net *net)
+{
+    const struct ck_store_spec *spec = &u->r->cfg->upload_stores[u->si];
+    struct ck_remote_list recs = {0};
+    ck_store_url_redact(u->url, sizeof u->url, spec->url);
+    if (ck_store_open(&u->store, spec, net) < 0) {
+        store_failed(u, "opening the store", "*");
+        return;
+    }
+    bool *have = calloc((size_t)u->r->nodes->count, sizeof *have);
+    if (!have || list_records(u, &recs) < 0) {
+        if (!have)
+            ck_error(CK_ENOMEM, "out of memory");
+        store_failed(u, "listing the commit records", "*");
+        goto out;
+    }
+    bool rank0_ready = u->r->nodes->rank != 0 || all_done(u->r->st->db, u->extra[u->si],
+                                                          u->nextra);
+    for (size_t i = 0; i < u->n; i++)
+        if (!has_record(&recs, u->v[i].part.checkpoint))
+            one_step(u, &u->v[i], rank0_ready, have);
+    refresh_meta(u);
+out:
+    ck_strlist_release(&u->done);
+    free(have);
+    ck_remote_list_release(&recs);
+    ck_store_free(u->store);
+    u->store = NULL;
+}
+
+int ck_noderound_check(const struct ck_config *cfg, const struct ck_nodes *nodes)
+{
+    if (!ck_nodes_is_multi(nodes))
+        return 0;
+    if (!cfg->n_upload_stores)
+        return ck_error(CK_ECONFIG, "nodes.count %d (%s): a node of several needs upload.stores, "
+                        "where the nodes' parts meet", nodes->count, nodes->count_from);
+    for (size_t i = 0; i < cfg->n_upload_stores; i++) {
+        const struct ck_store_spec *s = &cfg->upload_stores[i];
+        const struct ck_store_ops *ops = ck_store_ops_find(s->url);
+        if (!ops || !ops->if_absent || !ops->list)
+            return ck_error(CK_ECONFIG, "nodes.count %d (%s): upload.stores[%zu] cannot list "
+                            "objects and write only if a name is free (supported: s3, file)",
+                            nodes->count, nodes->count_from, i);
+        if (s->compress || s->bundle)
+            return ck_error(CK_ECONFIG, "nodes.count %d (%s): upload.stores[%zu] sends %s: the "
+                            "nodes' parts are stored as files", nodes->count, nodes->count_from,
+                            i, s->bundle ? "a bundle" : "compressed files");
+    }
+    if (cfg->pack_formats.n)
+        return ck_error(CK_ECONFIG, "nodes.count %d (%s): pack.formats is not built for a node "
+                        "of several (each node holds only its part of a step)", nodes->count,
+                        nodes->count_from);
+    if (ck_config_has_retention(cfg))
+        return ck_error(CK_ECONFIG, "nodes.count %d (%s): retention is not built for a node of "
+                        "several", nodes->count, nodes->count_from);
+    return 0;
+}
+
+int ck_noderound_run(struct ck_noderound *r)
+{
+    struct run u = {.r = r};
+    struct ck_pmf_meta m;
+    char meta[PATH_MAX], spool[PATH_MAX];
+    int err;
+    r->parts_written = r->committed = r->waiting = r->refused = r->failed = 0;
+    memset(&r->upload, 0, sizeof r->upload);
+    ck_pmf_meta_init(&m);
+    if ((err = ck_path_join(meta, sizeof meta, r->dir, "metadata.yaml")) < 0 ||
+        (err = ck_path_join(spool, sizeof spool, r->st->dir, "spool")) < 0)
+        return err;
+    if (!ck_exists(meta))
+        return 0; /* nothing registered yet */
+    if ((err = ck_layout_read_meta(meta, &m)) < 0)
+        return err;
+    if ((err = load_parts(&u, &m)) < 0 || (r->nodes->rank == 0 && (err = rank0_extras(&u, &m)) < 0) ||
+        (err = queue_all(&u)) < 0)
+        goto out;
+    /* the queue, as every upload runs (agent/upload_round.h): root NULL, the
+     * jobs above and what an earlier run left */
+    struct ck_upload_round round = {.cfg = r->cfg, .root = NULL, .spool = spool, .run = r->run};
+    r->upload_err = ck_upload_round_foreground(r->st->db, &round, &r->upload);
+    if (r->upload_err < 0) {
+        ck_err("nodes.upload_failed", "%s", ck_error_msg());
+        ck_error_clear();
+    }
+    struct ck_upload_ctl ctl;
+    struct ck_net net;
+    ck_upload_ctl_init(&ctl, r->cfg->upload.grace);
+    if ((err = ck_net_init(&net, &r->cfg->upload, &ctl)) < 0)
+        goto out;
+    for (u.si = 0; u.si < r->cfg->n_upload_stores; u.si++)
+        one_store(&u, &net);
+    ck_net_release(&net);
+out:
+    run_release(&u);
+    ck_pmf_meta_release(&m);
+    return err;
+}

@@ -1,0 +1,58 @@
+/* The upload stage of a node of several (nodes.count > 1), for `ckptd scan`
+ * (docs/multinode.md, "What is built today"). In place of the single
+ * node's tree upload:
+ *
+ *   1. the node's part of each step it registered (its files, under their
+ *      final keys data/checkpoints/...; rank 0 also the tree around them:
+ *      the configuration, data/initialisation/, data/build_parameters.yaml
+ *      without ckptd's per-checkpoint section, and its metadata.yaml as the
+ *      model record .ckptd/model.yaml) goes through the durable queue;
+ *   2. once each of a step's files is stored and checked, its part manifest
+ *      .ckptd/parts/STEP/node-R-of-N.yaml is written if absent (never
+ *      replaced: another part for the same step is a conflict);
+ *   3. one listing of the step's parts; when all N are there and no commit
+ *      record exists, the node commits: every manifest read, no path listed
+ *      twice with other content, every object stored with its size (one
+ *      listing), then .ckptd/commits/STEP.yaml if absent, STEP.md5sums, and
+ *      metadata.yaml derived from every commit record and the model record.
+ *
+ * A node never uploads its own metadata.yaml as the store's. */
+#ifndef CK_NODECOMMIT_H
+#define CK_NODECOMMIT_H
+
+#include "agent/config.h"
+#include "agent/nodes.h"
+#include "agent/state.h"
+#include "stores/uploader.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ck_noderound {
+    const struct ck_config *cfg; /* borrowed */
+    const char *dir;             /* the model root (this node's folder) */
+    struct ck_state *st;         /* open, DIR's lock held */
+    const struct ck_nodes *nodes;
+    struct ck_uploader_run_opts run; /* the queue run's callbacks (upload events) */
+    /* out */
+    int upload_err;                  /* the queue run itself */
+    struct ck_upload_report upload;  /* what the queue run did */
+    size_t parts_written;  /* manifests this run wrote */
+    size_t committed;      /* records this run created (or found already written with its bytes) */
+    size_t waiting;        /* steps of this node waiting for its own uploads or other nodes' parts */
+    size_t refused;        /* steps not committed for a conflict or a missing object (logged) */
+    size_t failed;         /* store operations that failed (logged): run again */
+};
+
+/* What a node of several needs of the config, checked at the start of a
+ * scan (and by scan -n): upload.stores, each able to list and to write only
+ * if a name is free (s3, file), none compressed or bundled; no pack formats
+ * and no retention (not built for several nodes). CK_ECONFIG naming the key. */
+int ck_noderound_check(const struct ck_config *cfg, const struct ck_nodes *nodes);
+
+/* Runs the stage for every store. 0 when it ran (the counters say what
+ * happened, each problem logged); an error when it could not start (the
+ * local metadata.yaml, the queue). */
+int ck_noderound_run(struct ck_noderound *r);
+
+#endif

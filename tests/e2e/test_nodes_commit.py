@@ -1,0 +1,320 @@
+"""Multi-node training (issue 34, docs/multinode.md): `ckptd scan` on each of
+4 nodes of one machine (one folder each, DeepSpeed-like zero_pp_rank_R
+shards of the same steps), one shared store. A step enters the store's
+metadata.yaml only once every node's part is in; its .md5sums then covers
+every node's shards; the store's tree is valid PMF (tests/lib/pmf_validate.py,
+written from the reference validator's rules, not ckptd's parser).
+
+Expected values come from the test's own files (hashlib) and PyYAML, never
+from ckptd's output."""
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from ckptd_test import CKPTD, TmpDirCase, write_old  # noqa: E402
+from pmf_validate import Invalid, validate_tree  # noqa: E402
+from servers import RgwServer, S3Server  # noqa: E402
+
+LAUNCHER_VARS = ("SLURM_NODEID", "SLURM_NNODES", "PET_NODE_RANK", "PET_NNODES", "GROUP_RANK",
+                 "NNODES", "JOB_COMPLETION_INDEX", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS")
+NODES = 4
+STEPS = (100, 200, 300)
+
+
+def md5(data):
+    return hashlib.md5(data).hexdigest()
+
+
+class Nodes:
+    """Four node folders and a shared store, as a mixin over a store kind:
+    the subclass sets store_config(prefix) and fetch_tree(prefix, dest)."""
+
+    def make_nodes(self, steps_of=None, extra=None):
+        """Node r's folder holds its shards of each step in steps_of(r)
+        (default: every step) and DeepSpeed's 'latest' (node-local storage:
+        each node's local rank 0 writes it). Returns {step: {path: bytes}}
+        of every file written, paths relative to data/checkpoints."""
+        self.nodes = []
+        files = {}
+        for r in range(NODES):
+            d = os.path.join(self.dir, f"node{r}")
+            os.makedirs(d)
+            self.nodes.append(d)
+            steps = steps_of(r) if steps_of else STEPS
+            for s in steps:
+                for kind in ("optim_states", "model_states"):
+                    rel = f"global_step{s}/zero_pp_rank_{r}_mp_rank_00_{kind}.pt"
+                    data = os.urandom(1000 + 97 * r + s) + f"{r}/{s}/{kind}".encode()
+                    write_old(os.path.join(d, rel), data)
+                    files.setdefault(s, {})[rel] = data
+            for rel, data in (extra(r) if extra else {}).items():
+                write_old(os.path.join(d, rel), data)
+            write_old(os.path.join(d, "latest"), f"global_step{max(steps)}".encode())
+        return files
+
+    def configure(self, prefix):
+        for d in self.nodes:
+            with open(os.path.join(d, "ckptd.yaml"), "w") as f:
+                f.write(self.store_config(prefix))
+
+    def scan(self, rank, wait=True):
+        env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+        env.update(self.store_env())
+        env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(NODES))
+        p = subprocess.Popen([CKPTD, "scan", self.nodes[rank]], env=env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if not wait:
+            return p
+        out, err = p.communicate(timeout=120)
+        return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+    def tree(self, prefix):
+        dest = os.path.join(self.dir, "fetched-" + prefix.replace("/", "-"))
+        shutil.rmtree(dest, ignore_errors=True)
+        self.fetch_tree(prefix, dest)
+        return dest
+
+    def listed(self, prefix):
+        """The steps the store's metadata.yaml lists ({} when it has none)."""
+        text = self.fetch_meta(prefix)
+        if text is None:
+            return {}
+        return yaml.safe_load(text)["model"]["training"]["checkpoints"]
+
+    def check_committed(self, prefix, files, steps):
+        """The store's tree lists exactly steps, each once, with every node's
+        shards in its .md5sums, and passes the PMF validator."""
+        t = self.tree(prefix)
+        try:
+            meta = validate_tree(t)
+        except Invalid as e:
+            self.fail(f"the store's tree is not valid PMF: {e}")
+        ckpts = meta["model"]["training"]["checkpoints"]
+        self.assertEqual(sorted(ckpts), sorted(f"global_step{s}" for s in steps))
+        for s in steps:
+            c = ckpts[f"global_step{s}"]
+            self.assertEqual(c["path"], f"data/checkpoints/global_step{s}.md5sums")
+            with open(os.path.join(t, c["path"]), "rb") as f:
+                sums = f.read()
+            self.assertEqual(md5(sums), c["hash"])
+            want = "".join(f"{md5(files[s][p])}  {p}\n" for p in sorted(files[s]))
+            self.assertEqual(sums.decode(), want)
+            ranks = {re.search(r"zero_pp_rank_(\d+)_", p).group(1) for p in files[s]}
+            self.assertEqual(len(ranks), NODES)  # every node's shards are in it
+            for p, data in files[s].items():  # and the objects are those bytes
+                with open(os.path.join(t, "data", "checkpoints", p), "rb") as f:
+                    self.assertEqual(f.read(), data)
+        return t
+
+    def records(self, prefix):
+        """{step: the commit record's bytes} as the store holds them."""
+        t = self.tree(prefix)
+        out = {}
+        for s in STEPS:
+            path = os.path.join(t, ".ckptd", "commits", f"global_step{s}.yaml")
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    out[s] = f.read()
+        return out
+
+    # ---- the cases ----
+
+    def test_a_step_is_listed_only_once_every_node_is_in_whatever_the_order(self):
+        files = self.make_nodes()
+        for n, order in enumerate(((0, 1, 2, 3), (3, 2, 1, 0), (2, 0, 3, 1))):
+            with self.subTest(order=order):
+                prefix = f"order{n}"
+                self.configure(prefix)
+                for i, r in enumerate(order):
+                    p = self.scan(r)
+                    self.assertEqual(p.returncode, 0, p.stderr)
+                    self.assertIn(f"nodes.part_written", p.stderr)
+                    if i < NODES - 1:
+                        self.assertEqual(self.listed(prefix), {}, f"after nodes {order[:i + 1]}")
+                        self.assertNotIn("nodes.committed", p.stderr)
+                        self.assertIn("nodes.waiting", p.stderr)
+                    else:
+                        self.assertEqual(p.stderr.count("nodes.committed"), len(STEPS), p.stderr)
+                t = self.check_committed(prefix, files, STEPS)
+                # a later scan of any node changes nothing in the store
+                before = self.objects(prefix)
+                p = self.scan(order[0])
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.assertNotIn("nodes.committed", p.stderr)
+                self.assertNotIn("nodes.metadata_written", p.stderr)
+                self.assertEqual(before, self.objects(prefix))
+        # the records are the same bytes whichever node committed (3, 0, then 1)
+        recs = self.records("order0")
+        self.assertEqual(sorted(recs), list(STEPS))
+        self.assertEqual(recs, self.records("order1"))
+        self.assertEqual(recs, self.records("order2"))
+        rec = yaml.safe_load(recs[100])
+        self.assertEqual([(f["path"], f["size"], f["md5"]) for f in rec["files"]],
+                         [(p, len(files[100][p]), md5(files[100][p]))
+                          for p in sorted(files[100])])
+        t = self.tree("order0")
+        for part in rec["parts"]:
+            with open(os.path.join(t, ".ckptd", "parts", "global_step100",
+                                   f"node-{part['rank']}-of-{NODES}.yaml"), "rb") as f:
+                self.assertEqual(md5(f.read()), part["md5"])
+
+    def test_a_step_missing_a_part_is_never_listed(self):
+        # node 3 never writes step 300: 100 and 200 are committed, 300 never
+        files = self.make_nodes(steps_of=lambda r: STEPS if r != 3 else STEPS[:2])
+        self.configure("partial")
+        for r in (3, 1, 0, 2):
+            p = self.scan(r)
+            self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("checkpoint='global_step300' missing_ranks=3", p.stderr)
+        files[300] = {}
+        self.check_committed("partial", files, STEPS[:2])
+        for r in range(NODES):
+            self.assertEqual(self.scan(r).returncode, 0)
+        self.assertNotIn("global_step300", self.listed("partial"))
+
+    def test_two_nodes_committing_at_once_both_succeed_with_the_same_record(self):
+        files = self.make_nodes()
+        self.configure("alone")
+        for r in (0, 1, 2, 3):  # the reference: node 3 commits alone
+            self.assertEqual(self.scan(r).returncode, 0)
+        self.configure("race")
+        for r in (0, 1):
+            self.assertEqual(self.scan(r).returncode, 0)
+        racers = [self.scan(r, wait=False) for r in (2, 3)]
+        outs = [p.communicate(timeout=120) for p in racers]
+        for p, (out, err) in zip(racers, outs):
+            self.assertEqual(p.returncode, 0, err)
+        self.check_committed("race", files, STEPS)
+        alone = self.records("alone")
+        self.assertEqual(sorted(alone), list(STEPS))
+        self.assertEqual(self.records("race"), alone)
+        # every step was committed by at least one of them; a step both
+        # committed says which one found the record there
+        logs = "".join(err for _, err in outs)
+        for s in STEPS:
+            self.assertIn(f"checkpoint='global_step{s}' nodes=4", logs)
+
+    def test_every_node_at_once_commits_every_step(self):
+        # the four scans start together on an empty store: each lists the
+        # parts again after writing its own manifest, so the one whose
+        # listing starts last sees all four and commits; every scan that
+        # exits 0 read the store's metadata.yaml back with its steps
+        files = self.make_nodes()
+        self.configure("together")
+        racers = [self.scan(r, wait=False) for r in range(NODES)]
+        outs = [p.communicate(timeout=120) for p in racers]
+        for p, (out, err) in zip(racers, outs):
+            self.assertEqual(p.returncode, 0, err)
+        self.check_committed("together", files, STEPS)
+        logs = "".join(err for _, err in outs)
+        for s in STEPS:
+            self.assertIn(f"checkpoint='global_step{s}' nodes=4", logs)
+
+    def test_a_conflicting_part_is_not_committed_and_said_so(self):
+        # nodes 1 and 2 both hold step 200's mp_rank_00_model_states.pt, with other bytes
+        shared = "global_step200/mp_rank_00_model_states.pt"
+        files = self.make_nodes(extra=lambda r: {shared: f"node {r}".encode()} if r in (1, 2)
+                                else {})
+        self.configure("conflict")
+        for r in (0, 1, 2):
+            self.assertEqual(self.scan(r).returncode, 0)
+        p = self.scan(3)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("nodes.part_conflict", p.stderr)
+        self.assertIn(f"'{shared}' is listed by node 1", p.stderr)
+        self.assertIn("and by node 2", p.stderr)
+        self.assertIn("step(s) not committed across nodes", p.stderr)
+        # the other steps are committed; 200 is not listed and has no record
+        self.check_committed("conflict", files, (100, 300))
+        self.assertEqual(sorted(self.records("conflict")), [100, 300])
+
+
+class FileStore(Nodes, TmpDirCase):
+
+    def store_config(self, prefix):
+        return f"upload:\n  stores:\n    - url: file://{self.dir}/store/{prefix}\n"
+
+    def store_env(self):
+        return {}
+
+    def fetch_tree(self, prefix, dest):
+        src = os.path.join(self.dir, "store", prefix)
+        if os.path.isdir(src):
+            shutil.copytree(src, dest)
+        else:
+            os.makedirs(dest)
+
+    def fetch_meta(self, prefix):
+        try:
+            with open(os.path.join(self.dir, "store", prefix, "metadata.yaml")) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def objects(self, prefix):
+        """{key: (size, mtime)} of every stored object."""
+        top = os.path.join(self.dir, "store", prefix)
+        return {os.path.relpath(os.path.join(dp, f), top):
+                (os.stat(os.path.join(dp, f)).st_size, os.stat(os.path.join(dp, f)).st_mtime_ns)
+                for dp, _, fs in os.walk(top) for f in fs}
+
+
+class S3(Nodes):
+
+    def store_config(self, prefix):
+        return (f"upload:\n  stores:\n    - url: s3://{self.s3.bucket}/{prefix}\n"
+                f"      endpoint: {self.s3.endpoint}\n")
+
+    def store_env(self):
+        return self.s3.env()
+
+    def fetch_tree(self, prefix, dest):
+        os.makedirs(dest)
+        self.s3.aws("s3", "cp", "--recursive", "--no-progress",
+                    f"s3://{self.s3.bucket}/{prefix}/", dest)
+
+    def fetch_meta(self, prefix):
+        dest = os.path.join(self.dir, "meta.yaml")
+        p = self.s3.aws("s3", "cp", "--no-progress", f"s3://{self.s3.bucket}/{prefix}/metadata.yaml",
+                        dest, check=False)
+        if p.returncode != 0:
+            self.assertIn("404", p.stderr)
+            return None
+        with open(dest) as f:
+            return f.read()
+
+    def objects(self, prefix):
+        """{key: (size, ETag, LastModified)} of every stored object."""
+        import json
+        p = self.s3.aws("s3api", "list-objects-v2", "--bucket", self.s3.bucket, "--prefix",
+                        prefix + "/", "--output", "json")
+        return {o["Key"]: (o["Size"], o["ETag"], o["LastModified"])
+                for o in json.loads(p.stdout or "{}").get("Contents", [])}
+
+
+class S3rverStore(S3, TmpDirCase):
+
+    def setUp(self):
+        super().setUp()
+        self.s3 = S3Server(self.dir)
+        self.addCleanup(self.s3.stop)
+
+
+class RgwStore(S3, TmpDirCase):
+
+    def setUp(self):
+        super().setUp()
+        self.s3 = RgwServer(self.dir)
+        self.addCleanup(self.s3.stop)
+
+
+if __name__ == "__main__":
+    unittest.main()
