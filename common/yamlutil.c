@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <regex.h>
 #include <search.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +408,16 @@ yaml_node_t *ck_yaml_node(struct ck_yaml_doc *d, int id)
 int ck_yaml_line(const yaml_node_t *n)
 {
     return (int)n->start_mark.line + 1;
+}
+
+int ck_yaml_error_at(const char *name, const yaml_node_t *n, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ck_error(CK_EFORMAT, "'%s' line %d: %s", name, n ? ck_yaml_line(n) : 1, msg);
 }
 
 /* ---- emitting ---- */

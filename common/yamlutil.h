@@ -31,6 +31,10 @@ yaml_node_t *ck_yaml_root(struct ck_yaml_doc *d);
 yaml_node_t *ck_yaml_node(struct ck_yaml_doc *d, int id);
 /* 1-based line of a node. */
 int ck_yaml_line(const yaml_node_t *n);
+/* CK_EFORMAT "'NAME' line L: message" for a document's node n (line 1 when
+ * NULL): what a parser of a YAML file says of a node it refuses. */
+int ck_yaml_error_at(const char *name, const yaml_node_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 enum ck_yaml_type {
     CK_Y_NULL, CK_Y_BOOL, CK_Y_INT, CK_Y_FLOAT, CK_Y_STR,

@@ -124,17 +124,7 @@ struct pctx {
     const char *name;
 };
 
-static int fail(struct pctx *c, const yaml_node_t *n, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail(struct pctx *c, const yaml_node_t *n, const char *fmt, ...)
-{
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    return ck_error(CK_EFORMAT, "'%s' line %d: %s", c->name, n ? ck_yaml_line(n) : 1, msg);
-}
+#define fail(c, n, ...) ck_yaml_error_at((c)->name, (n), __VA_ARGS__)
 
 /* Checks that map holds exactly the keys in names (each a string key, no
  * duplicates) and fills vals[i] with the value node of names[i]. */
