@@ -183,11 +183,13 @@ int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len)
     return 0;
 }
 
-int ck_atomic_commit(struct ck_atomic_file *f)
+/* Closes, renames into place and, when sync, fsyncs the bytes first and the
+ * folder after: the one way both commits finish a file. */
+static int atomic_finish(struct ck_atomic_file *f, bool sync)
 {
     char dir[4096];
     int err = 0;
-    if (fsync(f->fd) < 0) {
+    if (sync && fsync(f->fd) < 0) {
         err = ck_error_os(CK_EIO, "cannot fsync '%s'", f->path);
         goto out;
     }
@@ -203,11 +205,23 @@ int ck_atomic_commit(struct ck_atomic_file *f)
     }
     free(f->tmp);
     f->tmp = NULL;
-    ck_dirname(dir, sizeof dir, f->path);
-    err = ck_fsync_dir(dir);
+    if (sync) {
+        ck_dirname(dir, sizeof dir, f->path);
+        err = ck_fsync_dir(dir);
+    }
 out:
     ck_atomic_abort(f);
     return err;
+}
+
+int ck_atomic_commit(struct ck_atomic_file *f)
+{
+    return atomic_finish(f, true);
+}
+
+int ck_atomic_commit_nosync(struct ck_atomic_file *f)
+{
+    return atomic_finish(f, false);
 }
 
 void ck_atomic_abort(struct ck_atomic_file *f)

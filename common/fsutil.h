@@ -23,6 +23,10 @@ int ck_atomic_open(struct ck_atomic_file *f, const char *path, mode_t mode);
 int ck_atomic_write(struct ck_atomic_file *f, const void *data, size_t len);
 /* fsync, rename into place, fsync the folder; releases f in every case. */
 int ck_atomic_commit(struct ck_atomic_file *f);
+/* The same without either fsync, for a caller that makes a whole set durable
+ * at once (common/syncset.h): a crash may leave the old file, never a torn
+ * name once the set's flush returned. */
+int ck_atomic_commit_nosync(struct ck_atomic_file *f);
 /* Removes the temporary; accepts a file that was never opened or already done. */
 void ck_atomic_abort(struct ck_atomic_file *f);
 

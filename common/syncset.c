@@ -41,9 +41,9 @@ int ck_syncset_add_dir(struct ck_syncset *s, const char *dir, bool *had)
     return err;
 }
 
-static int fsync_path(const char *path, bool dir)
+static int fsync_file(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : 0));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ck_error_os(CK_EIO, "cannot open '%s' to fsync it", path);
     int rc = fsync(fd);
@@ -67,9 +67,9 @@ int ck_syncset_flush(struct ck_syncset *s, const char *fs_path)
     } else {
         /* files first: a folder's fsync then makes durable names of durable bytes */
         for (size_t i = 0; i < s->nfiles && err == 0; i++)
-            err = fsync_path(s->files[i], false);
+            err = fsync_file(s->files[i]);
         for (size_t i = 0; i < s->ndirs && err == 0; i++)
-            err = fsync_path(s->dirs[i], true);
+            err = ck_fsync_dir(s->dirs[i]);
     }
     ck_syncset_release(s);
     return err;
@@ -93,21 +93,9 @@ int ck_write_file_replace_nosync(const char *path, const void *data, size_t len,
     int err = ck_atomic_open(&f, path, (mode_t)mode);
     if (err < 0)
         return err;
-    if ((err = ck_atomic_write(&f, data, len)) < 0)
-        goto out;
-    if (close(f.fd) < 0) {
-        f.fd = -1;
-        err = ck_error_os(CK_EIO, "cannot write '%s'", path);
-        goto out;
+    if ((err = ck_atomic_write(&f, data, len)) < 0) {
+        ck_atomic_abort(&f);
+        return err;
     }
-    f.fd = -1;
-    if (rename(f.tmp, f.path) < 0) {
-        err = ck_error_os(CK_EIO, "cannot rename '%s' to '%s'", f.tmp, f.path);
-        goto out;
-    }
-    free(f.tmp);
-    f.tmp = NULL;
-out:
-    ck_atomic_abort(&f);
-    return err;
+    return ck_atomic_commit_nosync(&f);
 }
