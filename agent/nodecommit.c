@@ -7,6 +7,7 @@
 #include "common/fsutil.h"
 #include "common/hash.h"
 #include "common/log.h"
+#include "common/metrics.h"
 #include "stores/net.h"
 #include "stores/pmftree.h"
 #include "stores/queue.h"
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MODEL_KEY ".ckptd/model.yaml"
@@ -27,6 +29,16 @@
 #define COMMITS_DIR ".ckptd/commits"
 #define CKPT_DIR "data/checkpoints"
 #define MAX_META_ROUNDS 5 /* metadata.yaml written again when a record appeared meanwhile */
+
+/* A step this run committed on the store being worked on (its event comes
+ * once the store's metadata.yaml lists it). */
+struct done {
+    char *checkpoint; /* owned */
+    bool created;     /* this run wrote the record (else it found it with these bytes) */
+    int64_t epoch;
+    size_t files;
+    uint64_t bytes;
+};
 
 /* One step this node holds a part of, and its upload jobs per store. */
 struct local {
@@ -46,6 +58,9 @@ struct run {
     char url[1024];
     size_t si;
     struct ck_strlist done; /* the steps this run committed on this store */
+    struct done *commits;   /* the same, with what their event says */
+    size_t ncommits;
+    struct ck_buf waiting;  /* CK_NODES_WAITING_KEY's text, every store */
 };
 
 static void run_release(struct run *u)
@@ -63,6 +78,16 @@ static void run_release(struct run *u)
     free(u->extra);
     ck_strlist_release(&u->extra_src);
     ck_strlist_release(&u->extra_key);
+    ck_buf_release(&u->waiting);
+}
+
+static void commits_release(struct run *u)
+{
+    for (size_t i = 0; i < u->ncommits; i++)
+        free(u->commits[i].checkpoint);
+    free(u->commits);
+    u->commits = NULL;
+    u->ncommits = 0;
 }
 
 static int src_of(const struct run *u, const char *path, char *out, size_t outsz)
@@ -687,11 +712,21 @@ static void commit(struct run *u, const char *ckpt)
     ck_info("nodes.committed", "store=\"%s\" checkpoint='%s' nodes=%d files=%zu bytes=%llu "
             "created=%s%s", u->url, ckpt, count, c.nfiles, (unsigned long long)bytes,
             created ? "yes" : "no", created ? "" : ": the record was there with these bytes");
-    if (ck_strlist_add(&u->done, ckpt) < 0) {
+    struct done *grown = realloc(u->commits, (u->ncommits + 1) * sizeof *grown);
+    char *name = grown ? strdup(ckpt) : NULL;
+    if (grown)
+        u->commits = grown;
+    if (!name || ck_strlist_add(&u->done, ckpt) < 0) {
+        free(name);
+        if (!name)
+            ck_error(CK_ENOMEM, "out of memory");
         store_failed(u, "committing", ckpt);
         goto out;
     }
+    u->commits[u->ncommits++] = (struct done){name, created, c.epoch, c.nfiles, bytes};
     u->r->committed++;
+    if (created)
+        ck_metrics_add(CK_M_NODES_STEPS_COMMITTED, 1);
 out:
     for (int i = 0; parts && i < count; i++)
         ck_nodepart_release(&parts[i]);
@@ -943,15 +978,38 @@ static void refresh_meta(struct run *u)
 
 /* ---- one store ---- */
 
-static void log_waiting(struct run *u, const char *ckpt, const bool *have)
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A step whose part is in and that waits for other nodes': logged, left for
+ * `ckptd status`, counted in the gauge, and its next look scheduled. */
+static void log_waiting(struct run *u, const struct ck_nodepart *p, const bool *have)
 {
     char ranks[512] = "";
-    for (int i = 0; i < u->r->nodes->count && strlen(ranks) < sizeof ranks - 16; i++)
-        if (!have[i])
+    size_t missing = 0;
+    for (int i = 0; i < u->r->nodes->count; i++) {
+        if (have[i])
+            continue;
+        missing++;
+        if (strlen(ranks) < sizeof ranks - 16)
             snprintf(ranks + strlen(ranks), sizeof ranks - strlen(ranks), "%s%d",
                      ranks[0] ? "," : "", i);
-    ck_info("nodes.waiting", "store=\"%s\" checkpoint='%s' missing_ranks=%s", u->url, ckpt, ranks);
+    }
+    ck_info("nodes.waiting", "store=\"%s\" checkpoint='%s' missing_ranks=%s", u->url,
+            p->checkpoint, ranks);
+    ck_buf_printf(&u->waiting, "%s\t%s\t%s\n", p->checkpoint, ranks, u->url);
     u->r->waiting++;
+    u->r->parts_missing += missing;
+    /* waited w seconds since this node settled its part: look again after w
+     * (1 s to the cap), so the looks double their spacing as the wait grows */
+    double look = wall_s() - p->settled;
+    look = look < 1.0 ? 1.0 : look > CK_NODES_LOOK_MAX_S ? CK_NODES_LOOK_MAX_S : look;
+    if (u->r->next_look < 0 || look < u->r->next_look)
+        u->r->next_look = look;
 }
 
 /* This node's part of one step: its manifest once its files are in, then the commit when the
@@ -1031,7 +1089,7 @@ static void one_step(struct run *u, struct local *l, bool rank0_ready, bool *hav
     }
     ck_buf_release(&b);
     if (nhave < p->count) {
-        log_waiting(u, p->checkpoint, have);
+        log_waiting(u, p, have);
         return;
     }
     /* the record may have appeared since the listing of the records */
@@ -1070,7 +1128,20 @@ static void one_store(struct run *u, struct ck_net *net)
         if (!has_record(&recs, u->v[i].part.checkpoint))
             one_step(u, &u->v[i], rank0_ready, have);
     refresh_meta(u);
+    /* checkpoint.committed: once per step, by the node that created its
+     * record (a store that ignores If-None-Match may let two create it) */
+    for (size_t i = 0; u->r->on_commit && i < u->ncommits; i++) {
+        const struct done *d = &u->commits[i];
+        char rkey[PATH_MAX];
+        if (!d->created)
+            continue;
+        snprintf(rkey, sizeof rkey, COMMITS_DIR "/%s.yaml", d->checkpoint);
+        struct ck_node_commit ev = {u->url, d->checkpoint, rkey, d->epoch,
+                                    u->r->nodes->count, d->files, d->bytes};
+        u->r->on_commit(u->r->on_commit_arg, &ev);
+    }
 out:
+    commits_release(u);
     ck_strlist_release(&u->done);
     free(have);
     ck_remote_list_release(&recs);
@@ -1114,6 +1185,8 @@ int ck_noderound_run(struct ck_noderound *r)
     char meta[PATH_MAX], spool[PATH_MAX];
     int err;
     r->parts_written = r->committed = r->waiting = r->refused = r->failed = 0;
+    r->parts_missing = 0;
+    r->next_look = -1;
     memset(&r->upload, 0, sizeof r->upload);
     ck_pmf_meta_init(&m);
     if ((err = ck_path_join(meta, sizeof meta, r->dir, "metadata.yaml")) < 0 ||
@@ -1128,8 +1201,10 @@ int ck_noderound_run(struct ck_noderound *r)
         goto out;
     /* the queue, as every upload runs (agent/upload_round.h): root NULL, the
      * jobs above and what an earlier run left */
-    struct ck_upload_round round = {.cfg = r->cfg, .root = NULL, .spool = spool, .run = r->run};
-    r->upload_err = ck_upload_round_foreground(r->st->db, &round, &r->upload);
+    struct ck_upload_round round = {.cfg = r->cfg, .root = NULL, .spool = spool, .run = r->run,
+                                    .quiet_when_idle = r->ctl != NULL};
+    r->upload_err = r->ctl ? ck_upload_round_run(r->st->db, &round, r->ctl, &r->upload)
+                           : ck_upload_round_foreground(r->st->db, &round, &r->upload);
     if (r->upload_err < 0) {
         ck_err("nodes.upload_failed", "%s", ck_error_msg());
         ck_error_clear();
@@ -1137,11 +1212,19 @@ int ck_noderound_run(struct ck_noderound *r)
     struct ck_upload_ctl ctl;
     struct ck_net net;
     ck_upload_ctl_init(&ctl, r->cfg->upload.grace);
-    if ((err = ck_net_init(&net, &r->cfg->upload, &ctl)) < 0)
+    if ((err = ck_net_init(&net, &r->cfg->upload, r->ctl ? r->ctl : &ctl)) < 0)
         goto out;
     for (u.si = 0; u.si < r->cfg->n_upload_stores; u.si++)
         one_store(&u, &net);
     ck_net_release(&net);
+    /* what the steps wait for: the gauge, and the state for `ckptd status`
+     * (a store that could not be listed leaves its steps out: not known) */
+    ck_metrics_set(CK_M_NODES_PARTS_MISSING, (int64_t)r->parts_missing);
+    if (ck_state_set(r->st, CK_NODES_WAITING_KEY, ck_buf_str(&u.waiting)) < 0) {
+        ck_warn("nodes.status_lost", "the steps waiting for other nodes are not kept for "
+                "`ckptd status`: %s", ck_error_msg());
+        ck_error_clear();
+    }
 out:
     run_release(&u);
     ck_pmf_meta_release(&m);

@@ -27,6 +27,20 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+/* A step this run committed: it created the commit record (or, on a store
+ * that ignores conditional writes, wrote it; docs/multinode.md). */
+struct ck_node_commit {
+    const char *store_url; /* redacted */
+    const char *checkpoint;
+    const char *record_key; /* .ckptd/commits/STEP.yaml */
+    int64_t epoch;          /* rank 0's part's, -1 when none */
+    int nodes;
+    size_t files;
+    uint64_t bytes; /* every node's shards */
+};
+typedef void (*ck_node_commit_fn)(void *arg, const struct ck_node_commit *c);
 
 struct ck_noderound {
     const struct ck_config *cfg; /* borrowed */
@@ -34,6 +48,12 @@ struct ck_noderound {
     struct ck_state *st;         /* open, DIR's lock held */
     const struct ck_nodes *nodes;
     struct ck_uploader_run_opts run; /* the queue run's callbacks (upload events) */
+    /* NULL: the queue runs in the foreground of a command (SIGTERM stops it,
+     * ck_upload_round_foreground); else the watcher's helper's stop switch */
+    struct ck_upload_ctl *ctl;
+    /* each step this run committed, after the store's metadata.yaml was written */
+    ck_node_commit_fn on_commit;
+    void *on_commit_arg;
     /* out */
     int upload_err;                  /* the queue run itself */
     struct ck_upload_report upload;  /* what the queue run did */
@@ -42,7 +62,24 @@ struct ck_noderound {
     size_t waiting;        /* steps of this node waiting for its own uploads or other nodes' parts */
     size_t refused;        /* steps not committed for a conflict or a missing object (logged) */
     size_t failed;         /* store operations that failed (logged): run again */
+    /* parts of other nodes the waiting steps lack, summed over the stores
+     * (the ckptd_nodes_parts_missing gauge) */
+    size_t parts_missing;
+    /* when to look for them again (the watcher): seconds, or -1 when no step
+     * waits for another node. The wait grows with the time the step has
+     * waited since this node settled its part, from 1 s to
+     * CK_NODES_LOOK_MAX_S: a backoff that needs no memory across the
+     * helper's rounds. */
+    double next_look;
 };
+
+/* The longest wait between two looks for another node's part. */
+#define CK_NODES_LOOK_MAX_S 60.0
+
+/* The state key where a round leaves the steps waiting for other nodes'
+ * parts, for `ckptd status`: a line per step and store,
+ * "CHECKPOINT<TAB>MISSING_RANKS<TAB>STORE_URL" (ranks comma-separated). */
+#define CK_NODES_WAITING_KEY "nodes_waiting"
 
 /* What a node of several needs of the config, checked at the start of a
  * scan (and by scan -n): upload.stores, each able to list and to write only

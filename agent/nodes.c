@@ -203,22 +203,11 @@ int ck_nodes_resolve(struct ck_nodes *out, const struct ck_config *cfg, ck_nodes
     return 0;
 }
 
-void ck_nodes_log_start(const struct ck_nodes *n, bool commits)
+void ck_nodes_log_start(const struct ck_nodes *n)
 {
     if (!ck_nodes_is_multi(n))
         return;
-    if (commits) {
-        ck_info("nodes.start", "rank=%d count=%d rank_from=\"%s\" count_from=\"%s\": this node "
-                "uploads its part of each step; a step enters the store's metadata.yaml once "
-                "every node's part is there", n->rank, n->count, n->rank_from, n->count_from);
-        return;
-    }
-    /* the watcher's part upload and commit (docs/multinode.md) are not built
-     * yet: say so rather than let a node of several pass for one */
-    ck_warn("nodes.not_committed_across_nodes",
-            "rank=%d count=%d rank_from=\"%s\" count_from=\"%s\": the watcher does not commit "
-            "across nodes yet (`ckptd scan` does); this node registers and uploads what its folder "
-            "holds as a single node does (set nodes.count: 1 when one sidecar sees every file, as "
-            "on a shared filesystem)",
-            n->rank, n->count, n->rank_from, n->count_from);
+    ck_info("nodes.start", "rank=%d count=%d rank_from=\"%s\" count_from=\"%s\": this node "
+            "uploads its part of each step; a step enters the store's metadata.yaml once "
+            "every node's part is there", n->rank, n->count, n->rank_from, n->count_from);
 }

@@ -34,11 +34,10 @@ typedef const char *(*ck_nodes_getenv_fn)(const char *name);
  * range of nodes, or MPI ranks that count processes rather than nodes. */
 int ck_nodes_resolve(struct ck_nodes *out, const struct ck_config *cfg, ck_nodes_getenv_fn env);
 
-/* Logs the identity of a node of several at a start (nothing for a single
- * node: its log is as before): nodes.start for `ckptd scan`, which commits
- * across nodes (commits true); the watcher, which does not yet, warns
- * nodes.not_committed_across_nodes. */
-void ck_nodes_log_start(const struct ck_nodes *n, bool commits);
+/* Logs the identity of a node of several at a start of `ckptd scan` or
+ * `ckptd watch` (nodes.start; nothing for a single node: its log is as
+ * before). */
+void ck_nodes_log_start(const struct ck_nodes *n);
 
 /* Whether this sidecar is one of several nodes. */
 static inline bool ck_nodes_is_multi(const struct ck_nodes *n)

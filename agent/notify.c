@@ -375,6 +375,38 @@ void ck_notify_upload(struct ck_hooks *h, struct ck_state *st, const char *dir,
     emit_for_model(h, st, dir, o->ok ? CK_EV_UPLOAD_COMPLETED : CK_EV_UPLOAD_FAILED, o);
 }
 
+void ck_notify_committed(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                         const struct ck_node_commit *c)
+{
+    struct saved_error e;
+    struct ck_event ev;
+    char *id = NULL, path[PATH_MAX], msg[128];
+    if (!h)
+        return;
+    save_error(&e);
+    int err = ck_event_init(&ev, CK_EV_CHECKPOINT_COMMITTED);
+    if (err == 0) {
+        ck_state_get(st, "model_id", &id);
+        /* the step as the store's metadata.yaml lists it */
+        snprintf(path, sizeof path, "data/checkpoints/%s.md5sums", c->checkpoint);
+        snprintf(msg, sizeof msg, "committed across %d nodes, %zu files", c->nodes, c->files);
+        ev.dir = dir;
+        ev.model_id = id;
+        ev.checkpoint = c->checkpoint;
+        ev.epoch = c->epoch;
+        ev.path = path;
+        ev.size = (int64_t)c->bytes;
+        ev.store = c->store_url;
+        ev.remote_url = c->record_key;
+        ev.message = msg;
+        err = ck_hooks_emit(h, st->db, &ev);
+    }
+    if (err < 0)
+        ck_err("hooks.emit", "%s", ck_error_msg());
+    free(id);
+    restore_error(&e);
+}
+
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)
 {
     struct saved_error e;

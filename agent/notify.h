@@ -7,6 +7,7 @@
 #ifndef CK_NOTIFY_H
 #define CK_NOTIFY_H
 
+#include "agent/nodecommit.h"
 #include "agent/scan.h"
 #include "agent/state.h"
 #include "hooks/hooks.h"
@@ -28,6 +29,10 @@ void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
 /* Emits upload.completed or upload.failed for one job of the upload queue. */
 void ck_notify_upload(struct ck_hooks *h, struct ck_state *st, const char *dir,
                       const struct ck_upload_outcome *o);
+/* Emits checkpoint.committed for a step of several nodes that this node
+ * committed in a store (agent/nodecommit.h). */
+void ck_notify_committed(struct ck_hooks *h, struct ck_state *st, const char *dir,
+                         const struct ck_node_commit *c);
 /* Waits for the exec hooks, then delivers due webhooks for at most
  * budget_s seconds; logs (does not return) delivery problems. */
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s);

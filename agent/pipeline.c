@@ -91,7 +91,8 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
     /* The tree first, so that the archives go after the checkpoint data and
      * before metadata.yaml (the queue runs by phase, then order; the round
      * queues the tree again and finds it queued). */
-    if (err == 0 && (a->n || p->queue_tree_now)) {
+    if (err == 0 && (a->n || (p->queue_tree_now && !(p->nodes && ck_nodes_is_multi(p->nodes))))) {
+        /* (a node of several never sends the tree: its round queues its part) */
         char root[PATH_MAX];
         int q = 0;
         if (!realpath(p->dir, root))
@@ -147,6 +148,12 @@ static void upload_foreground(struct ck_pipeline *p)
     p->upload_err = ck_upload_round_foreground(p->st->db, &r, &p->upload);
 }
 
+static void node_committed(void *arg, const struct ck_node_commit *c)
+{
+    struct ck_pipeline *p = arg;
+    ck_notify_committed(p->hooks, p->st, p->dir, c);
+}
+
 /* upload for a node of several: its part, then the commits (agent/nodecommit.h) */
 static void upload_node_part(struct ck_pipeline *p)
 {
@@ -156,6 +163,8 @@ static void upload_node_part(struct ck_pipeline *p)
         .st = p->st,
         .nodes = p->nodes,
         .run = {.wait_retries = true, .on_job = upload_job_ended, .on_job_arg = p},
+        .on_commit = node_committed,
+        .on_commit_arg = p,
     };
     p->uploaded = true;
     if ((p->upload_err = ck_noderound_run(&r)) == 0)

@@ -19,13 +19,16 @@
 #define RETRY_LOOK_S 5
 /* Fields of an outcome record, NUL-separated, in this order. */
 #define OUTCOME_FIELDS 10
+/* A commit record starts with this field (an outcome's first is "0" or "1"). */
+#define COMMIT_TAG "commit"
+#define COMMIT_FIELDS 8
 
 struct ck_upload_worker {
     const struct ck_config *cfg;
     char root[PATH_MAX], db_path[PATH_MAX], spool[PATH_MAX];
     struct ck_sender *sender;
-    ck_upload_outcome_fn on_outcome;
-    void *arg;
+    struct ck_upload_worker_calls calls;
+    struct ck_nodes nodes; /* count 1: a single node */
     struct ck_upload_ctl ctl; /* the helper's copy is the one that matters */
 };
 
@@ -49,10 +52,60 @@ static void send_outcome(void *arg, const struct ck_upload_outcome *o)
     ck_buf_release(&b);
 }
 
+/* tag, store_url, checkpoint, record_key, epoch, nodes, files, bytes */
+static void send_commit(void *arg, const struct ck_node_commit *c)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    (void)arg;
+    ck_buf_printf(&b, COMMIT_TAG "%c%s%c%s%c%s%c%" PRId64 "%c%d%c%zu%c%" PRIu64, 0, c->store_url,
+                  0, c->checkpoint, 0, c->record_key, 0, c->epoch, 0, c->nodes, 0, c->files, 0,
+                  c->bytes);
+    if (ck_sender_send(b.data, b.len) < 0)
+        ck_warn("nodes.event_lost", "checkpoint='%s': the watcher is not reading: its "
+                "checkpoint.committed is not emitted", c->checkpoint);
+    ck_buf_release(&b);
+}
+
+/* A node of several: its part and the commits (agent/nodecommit.h), on the
+ * helper's own connection. The next round comes when the queue wants a
+ * retry, or when the steps waiting for other nodes should look again. */
+static double node_round(struct ck_upload_worker *w)
+{
+    struct ck_state st = {0};
+    int err = ck_state_open(&st, w->root);
+    if (err < 0) {
+        ck_err("upload.queue_failed", "%s", ck_error_msg());
+        return RETRY_LOOK_S;
+    }
+    struct ck_noderound r = {
+        .cfg = w->cfg,
+        .dir = w->root,
+        .st = &st,
+        .nodes = &w->nodes,
+        .run = {.wait_retries = false, .on_job = send_outcome},
+        .ctl = &w->ctl,
+        .on_commit = send_commit,
+    };
+    err = ck_noderound_run(&r);
+    ck_state_close(&st);
+    if (err < 0) {
+        ck_err("upload.queue_failed", "%s", ck_error_msg());
+        return RETRY_LOOK_S;
+    }
+    if (r.upload.stopped)
+        return -1;
+    double next = r.next_look;
+    if ((r.upload.left > 0 || r.failed > 0) && (next < 0 || next > RETRY_LOOK_S))
+        next = RETRY_LOOK_S;
+    return next;
+}
+
 /* One round of the upload stage (agent/upload_round.h) in the helper. */
 static double round_main(void *arg)
 {
     struct ck_upload_worker *w = arg;
+    if (ck_nodes_is_multi(&w->nodes))
+        return node_round(w);
     struct ck_upload_report rep = {0};
     struct ck_upload_round r = {
         .cfg = w->cfg,
@@ -81,11 +134,46 @@ static void round_stop(void *arg)
 
 /* ---- in the watcher ---- */
 
+/* A record's NUL-separated fields (data is NUL-terminated at len). */
+static size_t split_fields(const char *data, size_t len, const char **f, size_t max)
+{
+    size_t n = 0, pos = 0;
+    while (n < max && pos <= len) {
+        f[n++] = data + pos;
+        const char *z = memchr(data + pos, '\0', len - pos);
+        if (!z)
+            break;
+        pos = (size_t)(z - data) + 1;
+    }
+    return n;
+}
+
+static void on_commit_record(struct ck_upload_worker *w, const char *data, size_t len)
+{
+    const char *f[COMMIT_FIELDS];
+    if (split_fields(data, len, f, COMMIT_FIELDS) != COMMIT_FIELDS) {
+        ck_warn("nodes.event_lost", "a commit record of %zu bytes from the helper cannot be "
+                "read", len);
+        return;
+    }
+    struct ck_node_commit c = {
+        .store_url = f[1],
+        .checkpoint = f[2],
+        .record_key = f[3],
+        .epoch = strtoll(f[4], NULL, 10),
+        .nodes = atoi(f[5]),
+        .files = (size_t)strtoull(f[6], NULL, 10),
+        .bytes = strtoull(f[7], NULL, 10),
+    };
+    if (w->calls.on_commit)
+        w->calls.on_commit(w->calls.arg, &c);
+}
+
 static void on_record(void *arg, const char *data, size_t len)
 {
     struct ck_upload_worker *w = arg;
     const char *f[OUTCOME_FIELDS];
-    size_t n = 0, pos = 0;
+    size_t n;
     char *copy = malloc(len + 1); /* the last field needs its terminator */
     if (!copy) {
         ck_warn("upload.outcome_lost", "out of memory");
@@ -94,13 +182,12 @@ static void on_record(void *arg, const char *data, size_t len)
     memcpy(copy, data, len);
     copy[len] = '\0';
     data = copy;
-    while (n < OUTCOME_FIELDS && pos <= len) {
-        f[n++] = data + pos;
-        const char *z = memchr(data + pos, '\0', len - pos);
-        if (!z)
-            break;
-        pos = (size_t)(z - data) + 1;
+    if (len > sizeof COMMIT_TAG && !memcmp(data, COMMIT_TAG, sizeof COMMIT_TAG)) {
+        on_commit_record(w, data, len);
+        free(copy);
+        return;
     }
+    n = split_fields(data, len, f, OUTCOME_FIELDS);
     if (n != OUTCOME_FIELDS) {
         ck_warn("upload.outcome_lost", "a record of %zu bytes from the helper cannot be read", len);
         free(copy);
@@ -117,14 +204,14 @@ static void on_record(void *arg, const char *data, size_t len)
         .check = f[7][0] ? f[7] : NULL,
         .error = f[8][0] == '1' ? f[9] : NULL,
     };
-    if (w->on_outcome)
-        w->on_outcome(w->arg, &o);
+    if (w->calls.on_outcome)
+        w->calls.on_outcome(w->calls.arg, &o);
     free(copy);
 }
 
 int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config *cfg,
                            const char *dir, struct ck_state *st, struct ck_loop *loop,
-                           ck_upload_outcome_fn on_outcome, void *arg)
+                           const struct ck_nodes *nodes, const struct ck_upload_worker_calls *calls)
 {
     struct ck_upload_worker *w = calloc(1, sizeof *w);
     int err;
@@ -132,8 +219,11 @@ int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config
     if (!w)
         return ck_error(CK_ENOMEM, "out of memory");
     w->cfg = cfg;
-    w->on_outcome = on_outcome;
-    w->arg = arg;
+    w->calls = *calls;
+    if (nodes)
+        w->nodes = *nodes;
+    else
+        w->nodes.count = 1;
     if (!realpath(dir, w->root))
         snprintf(w->root, sizeof w->root, "%s", dir);
     if ((err = ck_state_db_path(st, w->db_path, sizeof w->db_path)) < 0 ||

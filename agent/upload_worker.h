@@ -8,6 +8,8 @@
 
 #include "agent/config.h"
 #include "agent/loop.h"
+#include "agent/nodecommit.h"
+#include "agent/nodes.h"
 #include "agent/state.h"
 #include "stores/uploader.h"
 
@@ -17,12 +19,22 @@ struct ck_upload_worker;
 
 typedef void (*ck_upload_outcome_fn)(void *arg, const struct ck_upload_outcome *o);
 
+/* What the worker tells the watcher, on the loop's thread. */
+struct ck_upload_worker_calls {
+    ck_upload_outcome_fn on_outcome; /* a job ended */
+    ck_node_commit_fn on_commit;     /* a node of several committed a step */
+    void *arg;
+};
+
 /* For cfg's upload.stores (cfg must outlive the worker). dir is the PMF
  * root, st the watcher's state (its connection is closed around each fork).
- * Nothing runs until the first kick. */
+ * nodes: a node of several (count > 1) sends its part of each step and
+ * commits complete steps (agent/nodecommit.h) in place of the tree, and
+ * looks again for the parts its steps wait for (1 s to 60 s apart); NULL or
+ * a single node: the tree. Nothing runs until the first kick. */
 int ck_upload_worker_start(struct ck_upload_worker **out, const struct ck_config *cfg,
                            const char *dir, struct ck_state *st, struct ck_loop *loop,
-                           ck_upload_outcome_fn on_outcome, void *arg);
+                           const struct ck_nodes *nodes, const struct ck_upload_worker_calls *calls);
 /* The tree changed: queue what is new (metadata.yaml last) and send it. */
 void ck_upload_worker_kick(struct ck_upload_worker *w);
 /* Nothing left to do now: no round running or wanted (failures waiting for

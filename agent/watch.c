@@ -107,6 +107,11 @@ struct watcher {
 
 /* ---- config ---- */
 
+static bool multi_node(const struct watcher *w)
+{
+    return w->o->nodes && ck_nodes_is_multi(w->o->nodes);
+}
+
 int ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
 {
     return ck_config_apply(cfg, o->overrides, o->noverrides);
@@ -315,7 +320,8 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .nonly_dirs = targeted ? sc.n : 0,
         .memo = &w->memo,
         /* a new checkpoint's upload runs beside its hashing, not after it */
-        .send_first = !final && w->up && w->handover_until <= 0 && w->cfg.n_upload_stores > 0,
+        .send_first = !final && w->up && w->handover_until <= 0 && w->cfg.n_upload_stores > 0 &&
+                      !multi_node(w),
     };
     if (so.send_first && !w->queue_ready) {
         if (ck_queue_init(w->st.db) == 0)
@@ -329,7 +335,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
     /* the pass and what it hands on: events, pack, verify, a kick to the upload helper */
     struct ck_pipeline pl = {
         .cfg = &w->cfg, .dir = w->o->dir, .st = &w->st, .hooks = w->hooks, .uploads = w->up,
-        .queue_tree_now = final && w->up};
+        .nodes = w->o->nodes, .queue_tree_now = final && w->up};
     int err = ck_pipeline_pass(&pl, &so, &res);
     w->passes++;
     if (err >= 0 && res.sent_first.n) {
@@ -638,11 +644,20 @@ static void emit_upload(void *arg, const struct ck_upload_outcome *o)
         ck_retention_worker_kick(w->ret);
 }
 
+/* On the loop's thread: the helper committed a step of several nodes. */
+static void emit_committed(void *arg, const struct ck_node_commit *c)
+{
+    struct watcher *w = arg;
+    ck_notify_committed(w->hooks, &w->st, w->o->dir, c);
+}
+
 static int uploads_start(struct watcher *w)
 {
     if (w->cfg.n_upload_stores == 0)
         return 0;
-    return ck_upload_worker_start(&w->up, &w->cfg, w->o->dir, &w->st, w->loop, emit_upload, w);
+    const struct ck_upload_worker_calls calls = {emit_upload, emit_committed, w};
+    return ck_upload_worker_start(&w->up, &w->cfg, w->o->dir, &w->st, w->loop, w->o->nodes,
+                                  &calls);
 }
 
 /* The config the helper was forked with is about to change: stop it quickly
@@ -779,6 +794,15 @@ static void reload(struct watcher *w)
     }
     if (err == 0)
         err = ck_config_resolve(&fresh); /* hooks, secrets, listen: as a start checks */
+    if (err == 0 && w->o->nodes) /* what a node of several needs, as a start checks */
+        err = ck_noderound_check(&fresh, w->o->nodes);
+    struct ck_nodes again;
+    if (err == 0 && w->o->nodes && ck_nodes_resolve(&again, &fresh, NULL) == 0 &&
+        (again.rank != w->o->nodes->rank || again.count != w->o->nodes->count))
+        ck_warn("config.restart_needed", "nodes.rank %d and nodes.count %d change at the next "
+                "start (running as node %d of %d)", again.rank, again.count, w->o->nodes->rank,
+                w->o->nodes->count);
+    ck_error_clear();
     if (err < 0) {
         ck_err("config.reload_failed", "%s; keeping the running config", ck_error_msg());
         ck_config_release(&fresh);

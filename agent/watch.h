@@ -20,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+struct ck_nodes;
+
 struct ck_watch_opts {
     const char *dir;
     const char *config_path;  /* --config, or NULL: DIR/ckptd.yaml when present */
@@ -30,6 +32,9 @@ struct ck_watch_opts {
     const struct ck_config_override *overrides;
     size_t noverrides;
     char *const *command;     /* NULL-terminated argv of the training command, or NULL */
+    /* which node of a multi-node training this is (agent/nodes.h), resolved
+     * at the start and kept across reloads; NULL: a single node */
+    const struct ck_nodes *nodes;
 };
 
 /* Flags over a freshly loaded config. */

@@ -61,6 +61,9 @@ static const struct def defs[CK_M__COUNT] = {
     [CK_M_FAILURES_VERIFY] = {"failures_total", COUNTER, "stage=\"verify\"", NULL},
     [CK_M_FAILURES_UPLOAD] = {"failures_total", COUNTER, "stage=\"upload\"", NULL},
     [CK_M_FAILURES_HOOK] = {"failures_total", COUNTER, "stage=\"hook\"", NULL},
+    [CK_M_NODES_STEPS_COMMITTED] = {"nodes_steps_committed_total", COUNTER, NULL,
+                                    "Steps of a multi-node training this node committed in a "
+                                    "store (created their commit record)."},
     [CK_M_UPLOAD_QUEUE_DEPTH] = {"upload_queue_depth", GAUGE, NULL,
                                  "Upload jobs waiting or running."},
     [CK_M_HOOK_OUTBOX_DEPTH] = {"hook_outbox_depth", GAUGE, NULL,
@@ -73,6 +76,9 @@ static const struct def defs[CK_M__COUNT] = {
     [CK_M_DISK_FREE_BYTES] = {"disk_free_bytes", GAUGE, NULL,
                               "Bytes free on the training folder's filesystem, as retention "
                               "last saw it."},
+    [CK_M_NODES_PARTS_MISSING] = {"nodes_parts_missing", GAUGE, NULL,
+                                  "Other nodes' parts that this node's uncommitted steps wait "
+                                  "for, summed over the stores, as the last round listed them."},
     [CK_M_NEWEST_REMOTE_CHECKPOINT_TIME] =
         {"newest_remote_checkpoint_timestamp_seconds", GAUGE, NULL,
          "Unix time of the newest checkpoint safely stored remotely (0: none yet)."},

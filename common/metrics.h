@@ -46,6 +46,7 @@ enum ck_metric {
     CK_M_FAILURES_VERIFY,          /* ckptd_failures_total{stage="verify"} */
     CK_M_FAILURES_UPLOAD,          /* ckptd_failures_total{stage="upload"} */
     CK_M_FAILURES_HOOK,            /* ckptd_failures_total{stage="hook"} */
+    CK_M_NODES_STEPS_COMMITTED,    /* ckptd_nodes_steps_committed_total: records this node created */
     /* gauges (set to a value) */
     CK_M_UPLOAD_QUEUE_DEPTH,     /* ckptd_upload_queue_depth: jobs waiting or running */
     CK_M_HOOK_OUTBOX_DEPTH,      /* ckptd_hook_outbox_depth: webhook deliveries pending */
@@ -53,6 +54,7 @@ enum ck_metric {
     CK_M_CHECKPOINTS,            /* ckptd_checkpoints: registered in metadata.yaml now */
     CK_M_NEWEST_CHECKPOINT_TIME, /* ckptd_newest_checkpoint_timestamp_seconds (unix) */
     CK_M_DISK_FREE_BYTES,        /* ckptd_disk_free_bytes: free on DIR's filesystem (retention) */
+    CK_M_NODES_PARTS_MISSING,    /* ckptd_nodes_parts_missing: other nodes' parts the waiting steps lack */
     /* unix time of the newest checkpoint whose upload (metadata included)
      * completed; /metrics also shows its age in
      * ckptd_newest_remote_checkpoint_age_seconds, computed when scraped (a

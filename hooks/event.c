@@ -24,6 +24,7 @@ static const char *const type_names[CK_EV__COUNT] = {
     [CK_EV_AGENT_STARTED] = "agent.started",
     [CK_EV_AGENT_STOPPING] = "agent.stopping",
     [CK_EV_HOOK_TEST] = "hook.test",
+    [CK_EV_CHECKPOINT_COMMITTED] = "checkpoint.committed",
 };
 
 const char *ck_event_type_name(enum ck_event_type t)

@@ -27,6 +27,7 @@ enum ck_event_type {
     CK_EV_AGENT_STARTED,         /* agent.started */
     CK_EV_AGENT_STOPPING,        /* agent.stopping */
     CK_EV_HOOK_TEST,             /* hook.test: `ckptd hooks test` */
+    CK_EV_CHECKPOINT_COMMITTED,  /* checkpoint.committed: a step of several nodes, by its committer */
     CK_EV__COUNT
 };
 

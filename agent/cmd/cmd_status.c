@@ -5,6 +5,7 @@
 #include "agent/config.h"
 #include "agent/control.h"
 #include "agent/lock.h"
+#include "agent/nodecommit.h"
 #include "agent/pipeline.h"
 #include "agent/scan.h"
 #include "agent/state.h"
@@ -159,6 +160,44 @@ static int load_retained(const char *dir, struct ck_retained **rows, size_t *n)
     return err;
 }
 
+/* A node of several: the steps its last round left waiting for other
+ * nodes' parts (agent/nodecommit.h, CK_NODES_WAITING_KEY), "" when none. */
+static int load_waiting(const char *dir, char **text)
+{
+    char path[PATH_MAX];
+    struct ck_state s = {0};
+    *text = NULL;
+    if (ck_path_join(path, sizeof path, dir, ".ckptd/state.db") < 0 || !ck_exists(path))
+        return 0;
+    int err = ck_state_open_db(path, &s.db);
+    if (err == 0)
+        err = ck_state_get(&s, CK_NODES_WAITING_KEY, text);
+    ck_state_close(&s);
+    return err;
+}
+
+/* One line of the waiting list: CHECKPOINT, MISSING_RANKS, STORE (tab-separated). */
+struct waiting_line {
+    const char *f[3];
+    int len[3];
+};
+
+static const char *next_waiting(const char *s, struct waiting_line *w)
+{
+    if (!s || !*s)
+        return NULL;
+    const char *nl = strchr(s, '\n');
+    const char *end = nl ? nl : s + strlen(s);
+    for (int i = 0; i < 3; i++) {
+        const char *tab = i < 2 ? memchr(s, '\t', (size_t)(end - s)) : NULL;
+        const char *e = tab ? tab : end;
+        w->f[i] = s;
+        w->len[i] = (int)(e - s);
+        s = tab ? tab + 1 : end;
+    }
+    return nl ? nl + 1 : end;
+}
+
 /* "a,b" from the one-per-line list of stores */
 static void stores_text(const char *lines, char *out, size_t outsz)
 {
@@ -197,6 +236,12 @@ static int show(const char *dir, bool json)
         if (exists)
             ck_pmf_meta_release(&m);
         return err;
+    }
+    char *waiting = NULL;
+    struct waiting_line wl;
+    if (load_waiting(dir, &waiting) < 0) { /* not worth failing the status for */
+        ck_warn("status.nodes_unknown", "%s", ck_error_msg());
+        ck_error_clear();
     }
     char where[2048];
     const char *status = exists ? ck_pmf_status_name(m.status) : "none";
@@ -256,6 +301,26 @@ static int show(const char *dir, bool json)
             ck_json_end_object(&j);
         }
         ck_json_end_array(&j);
+        /* a node of several: the steps waiting for other nodes' parts */
+        ck_json_key(&j, "nodes_waiting");
+        ck_json_begin_array(&j);
+        for (const char *s = waiting; (s = next_waiting(s, &wl));) {
+            ck_json_begin_object(&j);
+            ck_json_key(&j, "checkpoint");
+            ck_json_strn(&j, wl.f[0], (size_t)wl.len[0]);
+            ck_json_key(&j, "missing_ranks");
+            ck_json_begin_array(&j);
+            for (const char *r = wl.f[1]; r < wl.f[1] + wl.len[1];) {
+                ck_json_int(&j, strtoll(r, NULL, 10));
+                const char *comma = memchr(r, ',', (size_t)(wl.f[1] + wl.len[1] - r));
+                r = comma ? comma + 1 : wl.f[1] + wl.len[1];
+            }
+            ck_json_end_array(&j);
+            ck_json_key(&j, "store");
+            ck_json_strn(&j, wl.f[2], (size_t)wl.len[2]);
+            ck_json_end_object(&j);
+        }
+        ck_json_end_array(&j);
         ck_json_end_object(&j);
         printf("%s\n", ck_buf_str(&o));
         ck_buf_release(&o);
@@ -275,6 +340,10 @@ static int show(const char *dir, bool json)
             printf("running (pid %ld)\n", holder);
         else
             printf(holder < 0 ? "running\n" : "none\n");
+        /* a node of several: what its last round found missing */
+        for (const char *s = waiting; (s = next_waiting(s, &wl));)
+            printf("waiting:      %.*s for the parts of nodes %.*s (%.*s)\n", wl.len[0], wl.f[0],
+                   wl.len[1], wl.f[1], wl.len[2], wl.f[2]);
         /* once retention deleted some: where each one is */
         if (nrows)
             printf("where:\n");
@@ -297,6 +366,7 @@ static int show(const char *dir, bool json)
     if (exists)
         ck_pmf_meta_release(&m);
     ck_retained_list_free(rows, nrows);
+    free(waiting);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "agent/cmd/commands.h"
 #include "agent/config.h"
 #include "agent/config_check.h"
+#include "agent/nodecommit.h"
 #include "agent/nodes.h"
 #include "agent/dirwait.h"
 #include "agent/scan.h"
@@ -142,6 +143,14 @@ int ck_cmd_watch(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_fail("watch", err);
     }
+    /* which node this is: a node of several needs stores that list and write
+     * only if a name is free (exit 2 when not, -n too) */
+    struct ck_nodes nodes;
+    if ((err = ck_nodes_resolve(&nodes, &cfg, NULL)) < 0 ||
+        (err = ck_noderound_check(&cfg, &nodes)) < 0) {
+        ck_config_release(&cfg);
+        return ck_cli_fail("watch", err);
+    }
     if (check) {
         /* No lock: checking a config must work beside the running watcher. */
         struct ck_scan_opts so = {.dir = wo.dir, .cfg = &cfg, .end_status = -1, .min_age = -1};
@@ -152,9 +161,8 @@ int ck_cmd_watch(int argc, char **argv)
         printf("%s: ok\n", wo.dir);
         return CK_EXIT_OK;
     }
-    struct ck_nodes nodes;
-    if (ck_nodes_resolve(&nodes, &cfg, NULL) == 0) /* resolved above */
-        ck_nodes_log_start(&nodes, false);
+    ck_nodes_log_start(&nodes);
+    wo.nodes = &nodes;
     int failed;
     int code = ck_watch_run(&wo, &cfg, &failed);
     if (failed < 0)

@@ -164,7 +164,8 @@ class Identity(TmpDirCase):
         self.assertTrue(os.path.exists(os.path.join(store, ".ckptd/parts/epoch_3.pt/node-1-of-2.yaml")))
         with open(os.path.join(store, "metadata.yaml"), "rb") as f:
             self.assertEqual(f.read(), meta)
-        # the watcher does not commit across nodes yet, and says so at its start
+        # the watcher says which node it is at its start, as scan does
+        # (tests/e2e/test_nodes_commit.py's Watchers commit across nodes)
         e = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
         e.update(SLURM_NODEID="1", SLURM_NNODES="2")
         w = subprocess.Popen([CKPTD, "watch", self.train], env=e, text=True,
@@ -176,8 +177,7 @@ class Identity(TmpDirCase):
         finally:
             w.terminate()
             w.communicate(timeout=60)
-        self.assertIn("nodes.not_committed_across_nodes", line)
-        self.assertIn("the watcher does not commit across nodes yet", line)
+        self.assertIn('nodes.start: rank=1 count=2 rank_from="SLURM_NODEID=1"', line)
 
     def test_a_node_of_several_needs_a_store_that_lists_and_writes_if_absent(self):
         for text, words in (("", ["needs upload.stores"]),
@@ -187,7 +187,8 @@ class Identity(TmpDirCase):
                              ["upload.stores[0] sends compressed files"])):
             with self.subTest(config=text):
                 self.config(text)
-                for args in (("scan", self.train), ("scan", "-n", self.train)):
+                for args in (("scan", self.train), ("scan", "-n", self.train),
+                             ("watch", self.train), ("watch", "-n", self.train)):
                     p = ckptd(*args, env={"SLURM_NODEID": "1", "SLURM_NNODES": "2"})
                     self.assertEqual(p.returncode, 2, p.stderr)
                     self.assertIn("nodes.count 2 (SLURM_NNODES=2)", p.stderr)

@@ -8,12 +8,17 @@ written from the reference validator's rules, not ckptd's parser).
 Expected values come from the test's own files (hashlib) and PyYAML, never
 from ckptd's output."""
 import hashlib
+import json
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 import unittest
+import urllib.request
 
 import yaml
 
@@ -60,10 +65,10 @@ class Nodes:
             write_old(os.path.join(d, "latest"), f"global_step{max(steps)}".encode())
         return files
 
-    def configure(self, prefix):
+    def configure(self, prefix, hooks=""):
         for d in self.nodes:
             with open(os.path.join(d, "ckptd.yaml"), "w") as f:
-                f.write(self.store_config(prefix))
+                f.write(self.store_config(prefix) + hooks)
 
     def scan(self, rank, wait=True):
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
@@ -237,7 +242,144 @@ class Nodes:
         self.assertEqual(sorted(self.records("conflict")), [100, 300])
 
 
-class FileStore(Nodes, TmpDirCase):
+class Watcher:
+    """`ckptd watch --listen` of one node folder, its log in a file."""
+
+    def __init__(self, case, rank):
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            self.port = so.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+        env.update(case.store_env())
+        env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(NODES))
+        self.log = open(os.path.join(case.dir, f"watch-{rank}.log"), "w+")
+        self.p = subprocess.Popen([CKPTD, "watch", "--listen", f"127.0.0.1:{self.port}",
+                                   case.nodes[rank]], env=env, stdout=self.log,
+                                  stderr=subprocess.STDOUT)
+        case.addCleanup(self.stop)
+
+    def gauge(self, name):
+        """The sample's value on /metrics, None when it cannot be read."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None
+        m = re.search(rf"^{name} (\S+)$", text, re.M)
+        return float(m.group(1)) if m else None
+
+    def text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        """SIGTERM; the exit code."""
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+            try:
+                self.p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.p.kill()
+                self.p.wait()
+        if not self.log.closed:
+            self.log.close()
+        return self.p.returncode
+
+
+class Watchers:
+    """`ckptd watch` on each node instead of `ckptd scan`: each uploads its
+    part as its folder gets it, the node that completes a step commits it,
+    the others find the commit when they look again (1 s to 60 s apart)."""
+
+    WAIT = 120
+
+    def until(self, what, check, watchers):
+        end = time.monotonic() + self.WAIT
+        while time.monotonic() < end:
+            got = check()
+            if got:
+                return got
+            for w in watchers:
+                self.assertIsNone(w.p.poll(), f"a watcher exited while waiting for {what}:\n"
+                                  + w.text()[-4000:])
+            time.sleep(0.25)
+        self.fail(f"never {what}:\n" + "\n----\n".join(w.text()[-3000:] for w in watchers))
+
+    def status(self, rank):
+        p = subprocess.run([CKPTD, "status", "--json", self.nodes[rank]], capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return json.loads(p.stdout)
+
+    def committed_lines(self):
+        path = os.path.join(self.dir, "committed.txt")
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return f.read().split()
+
+    def test_watchers_commit_each_step_once_the_last_node_is_in(self):
+        files = self.make_nodes()
+        prefix = "watch"
+        self.configure(prefix, hooks=(
+            "hooks:\n  exec:\n    - event: checkpoint.committed\n"
+            f"      command: \"echo $CKPTD_CHECKPOINT >> {self.dir}/committed.txt\"\n"))
+        ws = [Watcher(self, r) for r in range(NODES - 1)]
+        # nodes 0-2 upload their parts and wait for node 3's
+        def parts_in():
+            keys = {k[len(prefix) + 1:] if k.startswith(prefix + "/") else k
+                    for k in self.objects(prefix)}  # S3's keys carry the prefix
+            return all(f".ckptd/parts/global_step{s}/node-{r}-of-{NODES}.yaml" in keys
+                       for s in STEPS for r in range(NODES - 1))
+        self.until("the parts of nodes 0-2 stored", parts_in, ws)
+        self.until("node 0 showing what it waits for", lambda: sorted(
+            (x["checkpoint"], x["missing_ranks"]) for x in self.status(0)["nodes_waiting"]) ==
+            [(f"global_step{s}", [3]) for s in STEPS], ws)
+        self.until("ckptd_nodes_parts_missing at 3 on node 1",
+                   lambda: ws[1].gauge("ckptd_nodes_parts_missing") == 3, ws)
+        self.assertEqual(self.listed(prefix), {})
+        self.assertEqual(self.committed_lines(), [])
+        for w in ws:
+            self.assertNotIn("nodes.committed", w.text())
+        # node 3 comes: the step set is complete, listed once, every shard in
+        ws.append(Watcher(self, NODES - 1))
+        self.until("every step listed", lambda: sorted(self.listed(prefix)) ==
+                   sorted(f"global_step{s}" for s in STEPS), ws)
+        self.check_committed(prefix, files, STEPS)
+        # checkpoint.committed once per step, by its committer (a store that
+        # ignores If-None-Match may let two nodes both create a record)
+        self.until("a checkpoint.committed per step", lambda: sorted(set(
+            self.committed_lines())) == sorted(f"global_step{s}" for s in STEPS), ws)
+        if self.honours_if_none_match:
+            time.sleep(2)  # a second event would come from another node's look
+            self.assertEqual(sorted(self.committed_lines()),
+                             sorted(f"global_step{s}" for s in STEPS))
+        # the records created, counted where they were created
+        created = [w.gauge("ckptd_nodes_steps_committed_total") for w in ws]
+        if self.honours_if_none_match:
+            self.assertEqual(sum(created), len(STEPS), created)
+        else:
+            self.assertGreaterEqual(sum(created), len(STEPS), created)
+        # the nodes that waited look again, find the commits, stop waiting
+        for r in range(NODES - 1):
+            self.until(f"node {r} waiting for nothing", lambda: self.status(r)["nodes_waiting"]
+                       == [] and ws[r].gauge("ckptd_nodes_parts_missing") == 0, ws)
+        # a new step while they run: committed by whichever node completes it
+        for r in range(NODES):
+            rel = f"global_step400/zero_pp_rank_{r}_mp_rank_00_model_states.pt"
+            data = os.urandom(3000 + r)
+            write_old(os.path.join(self.nodes[r], rel), data, age=0)
+            files.setdefault(400, {})[rel] = data
+            write_old(os.path.join(self.nodes[r], "latest"), b"global_step400", age=0)
+        self.until("step 400 listed", lambda: "global_step400" in self.listed(prefix), ws)
+        self.check_committed(prefix, files, STEPS + (400,))
+        for w in ws:
+            self.assertEqual(w.stop(), 0)
+
+
+class FileStore(Nodes, Watchers, TmpDirCase):
+    honours_if_none_match = True
 
     def store_config(self, prefix):
         return f"upload:\n  stores:\n    - url: file://{self.dir}/store/{prefix}\n"
@@ -300,7 +442,8 @@ class S3(Nodes):
                 for o in json.loads(p.stdout or "{}").get("Contents", [])}
 
 
-class S3rverStore(S3, TmpDirCase):
+class S3rverStore(S3, Watchers, TmpDirCase):
+    honours_if_none_match = False
 
     def setUp(self):
         super().setUp()
@@ -308,7 +451,8 @@ class S3rverStore(S3, TmpDirCase):
         self.addCleanup(self.s3.stop)
 
 
-class RgwStore(S3, TmpDirCase):
+class RgwStore(S3, Watchers, TmpDirCase):
+    honours_if_none_match = True
 
     def setUp(self):
         super().setUp()
