@@ -27,6 +27,8 @@
 #define MODEL_KEY ".ckptd/model.yaml"
 #define PARTS_DIR ".ckptd/parts"
 #define COMMITS_DIR ".ckptd/commits"
+#define STATUS_DIR ".ckptd/nodes"
+#define STATUS_MAX 256 /* a node's status record: two short lines */
 #define CKPT_DIR "data/checkpoints"
 #define MAX_META_ROUNDS 5 /* metadata.yaml written again when a record appeared meanwhile */
 
@@ -61,6 +63,9 @@ struct run {
     struct done *commits;   /* the same, with what their event says */
     size_t ncommits;
     struct ck_buf waiting;  /* CK_NODES_WAITING_KEY's text, every store */
+    /* this node's training status (its own metadata.yaml) and when it ended */
+    enum ck_pmf_status local_status;
+    double local_end;
 };
 
 static void run_release(struct run *u)
@@ -737,6 +742,116 @@ out:
     ck_buf_release(&sums);
 }
 
+/* ---- the training status across nodes ---- */
+
+/* A node's status record, .ckptd/nodes/node-R-of-N.yaml: written by a node
+ * whose training failed, and by rank 0 once its training finished and each
+ * of its steps is committed in the store. Its bytes come from the node's own
+ * metadata.yaml (the status and its end time), so a rewrite writes the same. */
+static void status_key(char *out, size_t outsz, int rank, int count)
+{
+    snprintf(out, outsz, STATUS_DIR "/node-%d-of-%d.yaml", rank, count);
+}
+
+static void status_emit(struct ck_buf *b, enum ck_pmf_status st, double when)
+{
+    ck_buf_printf(b, "training: %s\ntime: %.3f\n", ck_pmf_status_name(st), when);
+}
+
+/* Parses a record (hostile: it comes back from a shared store): exactly the
+ * two lines status_emit writes, finished or failed, a time that is a finite
+ * non-negative number. */
+static int status_parse(const char *key, const char *data, size_t len, enum ck_pmf_status *st,
+                        double *when)
+{
+    char word[16], rest[2];
+    double t = 0;
+    int used = 0;
+    if (len > STATUS_MAX || memchr(data, '\0', len))
+        return ck_error(CK_EFORMAT, "'%s': not a node's status record", key);
+    char text[STATUS_MAX + 1];
+    memcpy(text, data, len);
+    text[len] = '\0';
+    if (sscanf(text, "training: %15[a-z]\ntime: %lf\n%n%1s", word, &t, &used, rest) != 2 ||
+        used != (int)len || !isfinite(t) || t < 0 ||
+        (strcmp(word, "finished") && strcmp(word, "failed")))
+        return ck_error(CK_EFORMAT, "'%s': not a node's status record (training: finished or "
+                        "failed, then time:)", key);
+    *st = strcmp(word, "failed") ? CK_PMF_FINISHED : CK_PMF_FAILED;
+    *when = t;
+    return 0;
+}
+
+/* This node's record, when its status says the store's training should
+ * end: failed at once; finished (rank 0 only) once none of its steps waits
+ * in this store (pending). Written when the store does not hold these bytes. */
+static void node_status(struct run *u, bool pending)
+{
+    const struct ck_nodes *n = u->r->nodes;
+    bool failed = u->local_status == CK_PMF_FAILED;
+    if (!failed && !(n->rank == 0 && u->local_status == CK_PMF_FINISHED && !pending))
+        return;
+    char key[PATH_MAX];
+    struct ck_buf want = CK_BUF_INIT, have = CK_BUF_INIT;
+    status_key(key, sizeof key, n->rank, n->count);
+    status_emit(&want, u->local_status, u->local_end);
+    int err = get_bytes(u, key, &have);
+    if (err == 0 && have.len == want.len && !memcmp(ck_buf_str(&have), ck_buf_str(&want), want.len))
+        goto out;
+    ck_error_clear();
+    if ((err = put_bytes(u, key, &want, false, true, NULL)) < 0) {
+        store_failed(u, "writing this node's training status", "*");
+        goto out;
+    }
+    ck_info("nodes.status_written", "store=\"%s\" key=\"%s\" status=%s", u->url, key,
+            ck_pmf_status_name(u->local_status));
+out:
+    ck_buf_release(&want);
+    ck_buf_release(&have);
+}
+
+/* The store's training status from the nodes' records: failed when any
+ * node's says so (at the earliest failure), finished when rank 0's does;
+ * else running. A record that does not parse is left out, and said. */
+static int store_status(struct run *u, enum ck_pmf_status *st, double *when)
+{
+    struct ck_remote_list l = {0};
+    int count = u->r->nodes->count;
+    *st = CK_PMF_RUNNING;
+    *when = 0;
+    int err = ck_store_list(u->store, STATUS_DIR, &l);
+    for (size_t i = 0; err == 0 && i < l.n; i++) {
+        const char *name = ck_basename(l.v[i].key);
+        char canon[128];
+        int rank, cnt, used = 0;
+        if (sscanf(name, "node-%d-of-%d.yaml%n", &rank, &cnt, &used) != 2 ||
+            used != (int)strlen(name) || cnt != count || rank < 0 || rank >= count)
+            continue;
+        snprintf(canon, sizeof canon, "node-%d-of-%d.yaml", rank, cnt);
+        if (strcmp(canon, name))
+            continue;
+        struct ck_buf b = CK_BUF_INIT;
+        enum ck_pmf_status s = CK_PMF_RUNNING;
+        double t = 0;
+        if ((err = get_bytes(u, l.v[i].key, &b)) == 0 &&
+            status_parse(l.v[i].key, ck_buf_str(&b), b.len, &s, &t) < 0) {
+            ck_warn("nodes.status_unreadable", "store=\"%s\" %s: left out", u->url,
+                    ck_error_msg());
+            ck_error_clear();
+        } else if (err == 0 && s == CK_PMF_FAILED) {
+            if (*st != CK_PMF_FAILED || t < *when)
+                *when = t;
+            *st = CK_PMF_FAILED;
+        } else if (err == 0 && rank == 0 && *st == CK_PMF_RUNNING) {
+            *st = CK_PMF_FINISHED;
+            *when = t;
+        }
+        ck_buf_release(&b);
+    }
+    ck_remote_list_release(&l);
+    return err;
+}
+
 /* ---- metadata.yaml from the records ---- */
 
 static int cmp_rec(const void *a, const void *b)
@@ -853,6 +968,12 @@ static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_b
             err = ck_pmf_register(&m, &ref, recs[i].epoch, key, md5, recs[i].settled,
                                   recs[i].epoch);
     }
+    /* the training's status from the nodes' records, once a step is listed
+     * (PMF: pending cannot become finished) */
+    enum ck_pmf_status st = CK_PMF_RUNNING;
+    double when = 0;
+    if (err == 0 && n > 0 && (err = store_status(u, &st, &when)) == 0 && st != CK_PMF_RUNNING)
+        err = ck_pmf_set_status(&m, st, when);
     if (err == 0)
         err = ck_pmf_emit(&m, out);
     for (size_t i = 0; i < n; i++)
@@ -1124,9 +1245,13 @@ static void one_store(struct run *u, struct ck_net *net)
     }
     bool rank0_ready = u->r->nodes->rank != 0 || all_done(u->r->st->db, u->extra[u->si],
                                                           u->nextra);
+    size_t before = u->r->waiting + u->r->refused + u->r->failed;
     for (size_t i = 0; i < u->n; i++)
         if (!has_record(&recs, u->v[i].part.checkpoint))
             one_step(u, &u->v[i], rank0_ready, have);
+    /* a step of this node not committed in this store keeps rank 0's
+     * training from finishing there */
+    node_status(u, u->r->waiting + u->r->refused + u->r->failed != before);
     refresh_meta(u);
     /* checkpoint.committed: once per step, by the node that created its
      * record (a store that ignores If-None-Match may let two create it) */
@@ -1196,6 +1321,8 @@ int ck_noderound_run(struct ck_noderound *r)
         return 0; /* nothing registered yet */
     if ((err = ck_layout_read_meta(meta, &m)) < 0)
         return err;
+    u.local_status = m.status;
+    u.local_end = m.end_time.set ? m.end_time.v : wall_s();
     if ((err = load_parts(&u, &m)) < 0 || (r->nodes->rank == 0 && (err = rank0_extras(&u, &m)) < 0) ||
         (err = queue_all(&u)) < 0)
         goto out;

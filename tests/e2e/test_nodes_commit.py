@@ -70,11 +70,11 @@ class Nodes:
             with open(os.path.join(d, "ckptd.yaml"), "w") as f:
                 f.write(self.store_config(prefix) + hooks)
 
-    def scan(self, rank, wait=True):
+    def scan(self, rank, wait=True, flags=()):
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
         env.update(self.store_env())
         env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(NODES))
-        p = subprocess.Popen([CKPTD, "scan", self.nodes[rank]], env=env, text=True,
+        p = subprocess.Popen([CKPTD, "scan", *flags, self.nodes[rank]], env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if not wait:
             return p
@@ -222,6 +222,56 @@ class Nodes:
         logs = "".join(err for _, err in outs)
         for s in STEPS:
             self.assertIn(f"checkpoint='global_step{s}' nodes=4", logs)
+
+    def store_status(self, prefix):
+        text = self.fetch_meta(prefix)
+        return yaml.safe_load(text)["model"]["training"]["status"] if text else None
+
+    def test_training_status_across_nodes(self):
+        files = self.make_nodes()
+        # a node other than rank 0 finished: the store's training is not
+        self.configure("other")
+        for r in (1, 2, 3):
+            self.assertEqual(self.scan(r, flags=["--finished"] if r == 2 else []).returncode, 0)
+        self.assertEqual(self.scan(0).returncode, 0)
+        self.assertEqual(self.store_status("other"), "running")
+        # finished: rank 0's training finished, and every step of its is committed
+        self.configure("finish")
+        for r in (1, 2):
+            self.assertEqual(self.scan(r).returncode, 0)
+        p = self.scan(0, flags=["--finished"])  # before node 3: nothing is committed
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("nodes.status_written", p.stderr)
+        p = self.scan(3)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.store_status("finish"), "running")  # rank 0 has not said so here
+        p = self.scan(0)  # its steps are committed now: its finished status goes
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("nodes.status_written", p.stderr)
+        self.assertEqual(self.store_status("finish"), "finished")
+        self.check_committed("finish", files, STEPS)  # valid PMF: finished, with its end
+        # failed: any node's training failed, whoever writes metadata.yaml next
+        self.configure("fail")
+        for r in (0, 1, 2, 3):
+            self.assertEqual(self.scan(r).returncode, 0)
+        self.assertEqual(self.store_status("fail"), "running")  # node 0 came before the commit
+        self.assertEqual(self.scan(0).returncode, 0)
+        self.assertEqual(self.store_status("fail"), "finished")  # and says so on its next scan
+        shutil.rmtree(os.path.join(self.nodes[1], ".ckptd"))  # node 1 starts again
+        os.remove(os.path.join(self.nodes[1], "metadata.yaml"))
+        p = self.scan(1, flags=["--failed"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(self.store_status("fail"), "failed")
+        t = self.check_committed("fail", files, STEPS)
+        with open(os.path.join(t, "metadata.yaml")) as f:
+            training = yaml.safe_load(f)["model"]["training"]
+        self.assertEqual(training["end_epoch"], training["latest_epoch"])
+        # a status record that is not one is left out, said, and changes nothing
+        self.put_object("fail", ".ckptd/nodes/node-3-of-4.yaml", b"training: failed\nrm -rf /\n")
+        p = self.scan(3)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("nodes.status_unreadable", p.stderr)
+        self.assertEqual(self.store_status("fail"), "failed")
 
     def test_a_conflicting_part_is_not_committed_and_said_so(self):
         # nodes 1 and 2 both hold step 200's mp_rank_00_model_states.pt, with other bytes
@@ -401,6 +451,12 @@ class FileStore(Nodes, Watchers, TmpDirCase):
         except FileNotFoundError:
             return None
 
+    def put_object(self, prefix, key, data):
+        path = os.path.join(self.dir, "store", prefix, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
     def objects(self, prefix):
         """{key: (size, mtime)} of every stored object."""
         top = os.path.join(self.dir, "store", prefix)
@@ -432,6 +488,12 @@ class S3(Nodes):
             return None
         with open(dest) as f:
             return f.read()
+
+    def put_object(self, prefix, key, data):
+        path = os.path.join(self.dir, "object")
+        with open(path, "wb") as f:
+            f.write(data)
+        self.s3.aws("s3", "cp", "--no-progress", path, f"s3://{self.s3.bucket}/{prefix}/{key}")
 
     def objects(self, prefix):
         """{key: (size, ETag, LastModified)} of every stored object."""
