@@ -797,12 +797,14 @@ static void reload(struct watcher *w)
     if (err == 0 && w->o->nodes) /* what a node of several needs, as a start checks */
         err = ck_noderound_check(&fresh, w->o->nodes);
     struct ck_nodes again;
-    if (err == 0 && w->o->nodes && ck_nodes_resolve(&again, &fresh, NULL) == 0 &&
-        (again.rank != w->o->nodes->rank || again.count != w->o->nodes->count))
-        ck_warn("config.restart_needed", "nodes.rank %d and nodes.count %d change at the next "
-                "start (running as node %d of %d)", again.rank, again.count, w->o->nodes->rank,
-                w->o->nodes->count);
-    ck_error_clear();
+    if (err == 0 && w->o->nodes) {
+        if (ck_nodes_resolve(&again, &fresh, NULL) == 0 &&
+            (again.rank != w->o->nodes->rank || again.count != w->o->nodes->count))
+            ck_warn("config.restart_needed", "nodes.rank %d and nodes.count %d change at the "
+                    "next start (running as node %d of %d)", again.rank, again.count,
+                    w->o->nodes->rank, w->o->nodes->count);
+        ck_error_clear(); /* an identity that does not resolve now: the start's stays */
+    }
     if (err < 0) {
         ck_err("config.reload_failed", "%s; keeping the running config", ck_error_msg());
         ck_config_release(&fresh);
