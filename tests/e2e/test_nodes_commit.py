@@ -10,6 +10,7 @@ from ckptd's output."""
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -97,7 +98,7 @@ class Nodes:
     def check_committed(self, prefix, files, steps):
         """The store's tree lists exactly steps, each once, with every node's
         shards in its .md5sums, and passes the PMF validator."""
-        t = self.tree(prefix)
+        t = self.readable_tree(prefix)
         try:
             meta = validate_tree(t)
         except Invalid as e:
@@ -302,7 +303,8 @@ class Watcher:
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
         env.update(case.store_env())
         env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(NODES))
-        self.log = open(os.path.join(case.dir, f"watch-{rank}.log"), "w+")
+        self.log_path = os.path.join(case.dir, f"watch-{rank}.log")
+        self.log = open(self.log_path, "a+")  # a restarted node's log goes on
         self.p = subprocess.Popen([CKPTD, "watch", "--listen", f"127.0.0.1:{self.port}",
                                    case.nodes[rank]], env=env, stdout=self.log,
                                   stderr=subprocess.STDOUT)
@@ -319,9 +321,10 @@ class Watcher:
         return float(m.group(1)) if m else None
 
     def text(self):
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
+        if not self.log.closed:
+            self.log.flush()
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
 
     def stop(self):
         """SIGTERM; the exit code."""
@@ -428,8 +431,108 @@ class Watchers:
             self.assertEqual(w.stop(), 0)
 
 
-class FileStore(Nodes, Watchers, TmpDirCase):
+class Faults(Watchers):
+    """kill -9 of the nodes' watchers at random instants while steps keep
+    coming: after every kill the store's tree is valid PMF, lists no step
+    without every node's shards, and still lists every step it listed before;
+    once the kills stop, every step is committed."""
+
+    def consistent(self, prefix, seen):
+        """Checks the store's tree now; returns the steps it lists."""
+        text = self.fetch_meta(prefix)
+        if text is None:
+            self.assertEqual(seen, set(), "metadata.yaml went away")
+            return set()
+        t = self.readable_tree(prefix)
+        try:
+            meta = validate_tree(t)
+        except Invalid as e:
+            self.fail(f"the store's tree is not valid PMF: {e}")
+        listed = set(meta["model"]["training"]["checkpoints"])
+        self.assertEqual(seen - listed, set(), "committed steps no longer listed")
+        for ref in listed - seen:  # each newly listed step: every node's shards, whole
+            with open(os.path.join(t, "data", "checkpoints", f"{ref}.md5sums")) as f:
+                lines = [ln.split("  ", 1) for ln in f.read().splitlines()]
+            ranks = set()
+            for digest, rel in lines:
+                path = os.path.join(t, "data", "checkpoints", rel)
+                self.assertTrue(os.path.isfile(path), f"{ref} listed, {rel} not stored")
+                with open(path, "rb") as f:
+                    self.assertEqual(md5(f.read()), digest, f"{ref}: {rel}")
+                ranks.add(re.search(r"zero_pp_rank_(\d+)_", rel).group(1))
+            self.assertEqual(len(ranks), NODES, f"{ref} listed without every node: {lines}")
+        return listed
+
+    def test_kill_9_rounds_never_list_an_incomplete_step_nor_lose_one(self):
+        rng = random.Random(34)
+        self.make_nodes()
+        prefix = "faults"
+        self.configure(prefix)
+        ws = [Watcher(self, r) for r in range(NODES)]
+        seen, step, kills, checks, locked = set(), max(STEPS), 0, 0, 0
+        written = [f"global_step{s}" for s in STEPS]
+
+        def write_step():
+            nonlocal step
+            step += 1
+            for r in rng.sample(range(NODES), NODES):  # the nodes in any order
+                rel = f"global_step{step}/zero_pp_rank_{r}_mp_rank_00_model_states.pt"
+                data = os.urandom(500 + rng.randrange(3000))
+                write_old(os.path.join(self.nodes[r], rel), data, age=0)
+                write_old(os.path.join(self.nodes[r], "latest"),
+                          f"global_step{step}".encode(), age=0)
+            written.append(f"global_step{step}")
+
+        while kills < self.KILLS:
+            if rng.random() < 0.3:
+                write_step()
+            r = rng.randrange(NODES)
+            time.sleep(rng.uniform(0.02, 0.4))  # any instant of its work
+            w = ws[r]
+            if w.p.poll() is None:
+                w.p.kill()
+                w.p.wait()
+                kills += 1
+            elif w.p.returncode == 3:  # 3: the killed one's helper still held the lock
+                locked += 1
+            else:
+                self.fail(f"node {r}'s watcher exited {w.p.returncode}:\n{w.text()[-4000:]}")
+            w.log.close()
+            ws[r] = Watcher(self, r)
+            if kills % self.CHECK_EVERY == 0:
+                seen |= self.consistent(prefix, seen)
+                checks += 1
+        # the kills stop: every node's watcher runs (a restart may meet the
+        # lock of the killed one's helper, as a supervisor's would)
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            dead = [r for r in range(NODES) if ws[r].p.poll() is not None]
+            if not dead:
+                break
+            for r in dead:
+                self.assertEqual(ws[r].p.returncode, 3, ws[r].text()[-4000:])
+                ws[r].log.close()
+                ws[r] = Watcher(self, r)
+            time.sleep(1)
+        self.until("every step written listed", lambda: set(self.listed(prefix)) >=
+                   set(written), ws)
+        seen = self.consistent(prefix, seen)
+        self.assertEqual(seen, set(written))
+        # and the check would have seen a step listed without a node's shard
+        broken = self.broken_copy(prefix, "broken")
+        if broken:
+            with self.assertRaisesRegex(AssertionError, "listed, .*zero_pp_rank_2_.* not stored"):
+                self.consistent(broken, set())
+        print(f"{kills} kills, {len(written)} steps, {checks} checks of the store's tree, "
+              f"{locked} restarts that met the lock", file=sys.stderr)
+        self.assertGreaterEqual(checks, self.KILLS // self.CHECK_EVERY)
+        for w in ws:
+            self.assertEqual(w.stop(), 0, w.text()[-4000:])
+
+
+class FileStore(Nodes, Faults, TmpDirCase):
     honours_if_none_match = True
+    KILLS, CHECK_EVERY = 200, 1
 
     def store_config(self, prefix):
         return f"upload:\n  stores:\n    - url: file://{self.dir}/store/{prefix}\n"
@@ -450,6 +553,24 @@ class FileStore(Nodes, Watchers, TmpDirCase):
                 return f.read()
         except FileNotFoundError:
             return None
+
+    def readable_tree(self, prefix):
+        """The store's tree, read where it is (the nodes keep writing)."""
+        return os.path.join(self.dir, "store", prefix)
+
+    def broken_copy(self, prefix, name):
+        """A copy of the store's tree as name, with one listed step's shard
+        missing (for checking the checks); None where not made."""
+        top = os.path.join(self.dir, "store")
+        shutil.copytree(os.path.join(top, prefix), os.path.join(top, name),
+                        ignore=shutil.ignore_patterns(".*.part"))
+        with open(os.path.join(top, name, "metadata.yaml")) as f:
+            c = next(iter(yaml.safe_load(f)["model"]["training"]["checkpoints"].values()))
+        with open(os.path.join(top, name, c["path"])) as f:
+            shard = next(ln.split("  ", 1)[1] for ln in f.read().splitlines()
+                         if "zero_pp_rank_2_" in ln)
+        os.remove(os.path.join(top, name, "data", "checkpoints", shard))
+        return name
 
     def put_object(self, prefix, key, data):
         path = os.path.join(self.dir, "store", prefix, key)
@@ -489,6 +610,12 @@ class S3(Nodes):
         with open(dest) as f:
             return f.read()
 
+    def readable_tree(self, prefix):
+        return self.tree(prefix)
+
+    def broken_copy(self, prefix, name):
+        return None  # the checks are the file store's
+
     def put_object(self, prefix, key, data):
         path = os.path.join(self.dir, "object")
         with open(path, "wb") as f:
@@ -504,8 +631,9 @@ class S3(Nodes):
                 for o in json.loads(p.stdout or "{}").get("Contents", [])}
 
 
-class S3rverStore(S3, Watchers, TmpDirCase):
+class S3rverStore(S3, Faults, TmpDirCase):
     honours_if_none_match = False
+    KILLS, CHECK_EVERY = 60, 10
 
     def setUp(self):
         super().setUp()
@@ -513,8 +641,9 @@ class S3rverStore(S3, Watchers, TmpDirCase):
         self.addCleanup(self.s3.stop)
 
 
-class RgwStore(S3, Watchers, TmpDirCase):
+class RgwStore(S3, Faults, TmpDirCase):
     honours_if_none_match = True
+    KILLS, CHECK_EVERY = 60, 10
 
     def setUp(self):
         super().setUp()
