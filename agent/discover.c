@@ -339,7 +339,8 @@ static int take_folder(struct walk *w, int parent_fd, const char *rel, const cha
         marker = true; /* our own copy is only made once the source was complete */
     c->complete = !broken && (marker || deepspeed_latest_names(parent_fd, name, &cap) ||
                               megatron_tracker_covers(parent_fd, &cap) ||
-                              (w->rules->folder_markers.n == 0 && c->nfiles > 0));
+                              ((w->rules->folder_markers.n == 0 || w->rules->markers_optional) &&
+                               c->nfiles > 0));
     return err;
 }
 

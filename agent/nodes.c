@@ -203,6 +203,11 @@ int ck_nodes_resolve(struct ck_nodes *out, const struct ck_config *cfg, ck_nodes
     return 0;
 }
 
+void ck_nodes_apply(struct ck_config *cfg, const struct ck_nodes *n)
+{
+    cfg->ckpt.markers_optional = n->count > 1 && n->rank != 0;
+}
+
 void ck_nodes_log_start(const struct ck_nodes *n)
 {
     if (!ck_nodes_is_multi(n))

@@ -39,6 +39,10 @@ int ck_nodes_resolve(struct ck_nodes *out, const struct ck_config *cfg, ck_nodes
  * before). */
 void ck_nodes_log_start(const struct ck_nodes *n);
 
+/* What being node n changes in cfg: a node of several other than rank 0
+ * takes a folder checkpoint without its marker (ckpt.markers_optional). */
+void ck_nodes_apply(struct ck_config *cfg, const struct ck_nodes *n);
+
 /* Whether this sidecar is one of several nodes. */
 static inline bool ck_nodes_is_multi(const struct ck_nodes *n)
 {

@@ -20,6 +20,11 @@ struct ck_ckpt_rules {
     struct ck_strlist patterns;       /* name patterns with {epoch} / {step} */
     struct ck_strlist ignore;         /* temporary names, never registered (globs) */
     struct ck_strlist folder_markers; /* a folder checkpoint is complete once one exists */
+    /* A node of several other than rank 0 (agent/nodes.h): a folder is
+     * complete once its files settle with no writer, marker or not; the
+     * step's markers (DCP's .metadata, HF's trainer_state.json, DeepSpeed's
+     * latest) are written by rank 0 only and come with its part. */
+    bool markers_optional;
 };
 
 struct ck_name_captures {

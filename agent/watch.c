@@ -804,6 +804,7 @@ static void reload(struct watcher *w)
                     "next start (running as node %d of %d)", again.rank, again.count,
                     w->o->nodes->rank, w->o->nodes->count);
         ck_error_clear(); /* an identity that does not resolve now: the start's stays */
+        ck_nodes_apply(&fresh, w->o->nodes);
     }
     if (err < 0) {
         ck_err("config.reload_failed", "%s; keeping the running config", ck_error_msg());

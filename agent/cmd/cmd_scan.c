@@ -102,6 +102,7 @@ int ck_cmd_scan(int argc, char **argv)
         ck_config_release(&cfg);
         return ck_cli_fail("scan", err);
     }
+    ck_nodes_apply(&cfg, &nodes);
     ck_nodes_log_start(&nodes);
     /* hooks (issue 6): built before the pass, so that a bad secret stops it early */
     struct ck_hooks *hooks = NULL;

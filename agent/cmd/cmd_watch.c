@@ -161,6 +161,7 @@ int ck_cmd_watch(int argc, char **argv)
         printf("%s: ok\n", wo.dir);
         return CK_EXIT_OK;
     }
+    ck_nodes_apply(&cfg, &nodes);
     ck_nodes_log_start(&nodes);
     wo.nodes = &nodes;
     int failed;

@@ -224,6 +224,43 @@ class Nodes:
         for s in STEPS:
             self.assertIn(f"checkpoint='global_step{s}' nodes=4", logs)
 
+    def test_a_node_part_needs_no_marker_the_step_waits_for_rank_0s(self):
+        # torch DCP: every rank writes __R_0.distcp, rank 0 alone .metadata
+        # once the save is over: nodes 1-3 have no marker of their own
+        self.nodes, files = [], {}
+        for r in range(NODES):
+            d = os.path.join(self.dir, f"dcp{r}")
+            self.nodes.append(d)
+            for s in (100, 200):
+                rel = f"step_{s}/__{r}_0.distcp"
+                data = os.urandom(800 + r) + f"{r}/{s}".encode()
+                write_old(os.path.join(d, rel), data)
+                files.setdefault(s, {})[rel] = data
+        self.configure("dcp")
+        for r in (1, 2, 3):
+            p = self.scan(r)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("checkpoint='step_100' missing_ranks=0", p.stderr)
+        p = self.scan(0)  # no .metadata yet: rank 0's part is not complete
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("nodes.part_written", p.stderr)
+        self.assertEqual(self.listed("dcp"), {})
+        for s in (100, 200):
+            rel = f"step_{s}/.metadata"
+            data = f"dcp metadata of step {s}".encode()
+            write_old(os.path.join(self.nodes[0], rel), data)
+            files[s][rel] = data
+        p = self.scan(0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.count("nodes.committed"), 2, p.stderr)
+        t = self.tree("dcp")
+        meta = validate_tree(t)
+        self.assertEqual(sorted(meta["model"]["training"]["checkpoints"]), ["step_100", "step_200"])
+        for s in (100, 200):
+            with open(os.path.join(t, "data", "checkpoints", f"step_{s}.md5sums")) as f:
+                self.assertEqual(f.read(), "".join(f"{md5(files[s][p])}  {p}\n"
+                                                   for p in sorted(files[s])))
+
     def store_status(self, prefix):
         text = self.fetch_meta(prefix)
         return yaml.safe_load(text)["model"]["training"]["status"] if text else None
