@@ -43,6 +43,8 @@ class Nodes:
     """Four node folders and a shared store, as a mixin over a store kind:
     the subclass sets store_config(prefix) and fetch_tree(prefix, dest)."""
 
+    count = NODES  # the watchers' cases run with 16 too
+
     def make_nodes(self, steps_of=None, extra=None):
         """Node r's folder holds its shards of each step in steps_of(r)
         (default: every step) and DeepSpeed's 'latest' (node-local storage:
@@ -50,7 +52,7 @@ class Nodes:
         of every file written, paths relative to data/checkpoints."""
         self.nodes = []
         files = {}
-        for r in range(NODES):
+        for r in range(self.count):
             d = os.path.join(self.dir, f"node{r}")
             os.makedirs(d)
             self.nodes.append(d)
@@ -74,7 +76,7 @@ class Nodes:
     def scan(self, rank, wait=True, flags=()):
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
         env.update(self.store_env())
-        env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(NODES))
+        env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(self.count))
         p = subprocess.Popen([CKPTD, "scan", *flags, self.nodes[rank]], env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         if not wait:
@@ -114,7 +116,7 @@ class Nodes:
             want = "".join(f"{md5(files[s][p])}  {p}\n" for p in sorted(files[s]))
             self.assertEqual(sums.decode(), want)
             ranks = {re.search(r"zero_pp_rank_(\d+)_", p).group(1) for p in files[s]}
-            self.assertEqual(len(ranks), NODES)  # every node's shards are in it
+            self.assertEqual(len(ranks), self.count)  # every node's shards are in it
             for p, data in files[s].items():  # and the objects are those bytes
                 with open(os.path.join(t, "data", "checkpoints", p), "rb") as f:
                     self.assertEqual(f.read(), data)
@@ -339,7 +341,7 @@ class Watcher:
             self.port = so.getsockname()[1]
         env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
         env.update(case.store_env())
-        env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(NODES))
+        env.update(SLURM_NODEID=str(rank), SLURM_NNODES=str(case.count))
         self.log_path = os.path.join(case.dir, f"watch-{rank}.log")
         self.log = open(self.log_path, "a+")  # a restarted node's log goes on
         self.p = subprocess.Popen([CKPTD, "watch", "--listen", f"127.0.0.1:{self.port}",
@@ -410,30 +412,37 @@ class Watchers:
             return f.read().split()
 
     def test_watchers_commit_each_step_once_the_last_node_is_in(self):
+        self.watchers_commit()
+
+    def test_sixteen_watchers_commit_each_step_once_the_last_node_is_in(self):
+        self.count = 16
+        self.watchers_commit()
+
+    def watchers_commit(self):
         files = self.make_nodes()
         prefix = "watch"
         self.configure(prefix, hooks=(
             "hooks:\n  exec:\n    - event: checkpoint.committed\n"
             f"      command: \"echo $CKPTD_CHECKPOINT >> {self.dir}/committed.txt\"\n"))
-        ws = [Watcher(self, r) for r in range(NODES - 1)]
-        # nodes 0-2 upload their parts and wait for node 3's
+        ws = [Watcher(self, r) for r in range(self.count - 1)]
+        # every node but the last uploads its parts and waits for the last one's
         def parts_in():
             keys = {k[len(prefix) + 1:] if k.startswith(prefix + "/") else k
                     for k in self.objects(prefix)}  # S3's keys carry the prefix
-            return all(f".ckptd/parts/global_step{s}/node-{r}-of-{NODES}.yaml" in keys
-                       for s in STEPS for r in range(NODES - 1))
-        self.until("the parts of nodes 0-2 stored", parts_in, ws)
+            return all(f".ckptd/parts/global_step{s}/node-{r}-of-{self.count}.yaml" in keys
+                       for s in STEPS for r in range(self.count - 1))
+        self.until("the parts of every node but the last stored", parts_in, ws)
         self.until("node 0 showing what it waits for", lambda: sorted(
             (x["checkpoint"], x["missing_ranks"]) for x in self.status(0)["nodes_waiting"]) ==
-            [(f"global_step{s}", [3]) for s in STEPS], ws)
-        self.until("ckptd_nodes_parts_missing at 3 on node 1",
+            [(f"global_step{s}", [self.count - 1]) for s in STEPS], ws)
+        self.until("ckptd_nodes_parts_missing at 3 (a part of each step) on node 1",
                    lambda: ws[1].gauge("ckptd_nodes_parts_missing") == 3, ws)
         self.assertEqual(self.listed(prefix), {})
         self.assertEqual(self.committed_lines(), [])
         for w in ws:
             self.assertNotIn("nodes.committed", w.text())
-        # node 3 comes: the step set is complete, listed once, every shard in
-        ws.append(Watcher(self, NODES - 1))
+        # the last node comes: the step set is complete, listed once, every shard in
+        ws.append(Watcher(self, self.count - 1))
         self.until("every step listed", lambda: sorted(self.listed(prefix)) ==
                    sorted(f"global_step{s}" for s in STEPS), ws)
         self.check_committed(prefix, files, STEPS)
@@ -452,11 +461,11 @@ class Watchers:
         else:
             self.assertGreaterEqual(sum(created), len(STEPS), created)
         # the nodes that waited look again, find the commits, stop waiting
-        for r in range(NODES - 1):
+        for r in range(self.count - 1):
             self.until(f"node {r} waiting for nothing", lambda: self.status(r)["nodes_waiting"]
                        == [] and ws[r].gauge("ckptd_nodes_parts_missing") == 0, ws)
         # a new step while they run: committed by whichever node completes it
-        for r in range(NODES):
+        for r in range(self.count):
             rel = f"global_step400/zero_pp_rank_{r}_mp_rank_00_model_states.pt"
             data = os.urandom(3000 + r)
             write_old(os.path.join(self.nodes[r], rel), data, age=0)
@@ -616,11 +625,17 @@ class FileStore(Nodes, Faults, TmpDirCase):
             f.write(data)
 
     def objects(self, prefix):
-        """{key: (size, mtime)} of every stored object."""
+        """{key: (size, mtime)} of every stored object (the store's own
+        temporaries left out: a running node renames them away)."""
         top = os.path.join(self.dir, "store", prefix)
-        return {os.path.relpath(os.path.join(dp, f), top):
-                (os.stat(os.path.join(dp, f)).st_size, os.stat(os.path.join(dp, f)).st_mtime_ns)
-                for dp, _, fs in os.walk(top) for f in fs}
+        out = {}
+        for dp, _, fs in os.walk(top):
+            for f in fs:
+                if f.startswith(".") and f.endswith(".part"):
+                    continue
+                st = os.stat(os.path.join(dp, f))
+                out[os.path.relpath(os.path.join(dp, f), top)] = (st.st_size, st.st_mtime_ns)
+        return out
 
 
 class S3(Nodes):
