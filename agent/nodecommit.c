@@ -852,6 +852,64 @@ static int store_status(struct run *u, enum ck_pmf_status *st, double *when)
     return err;
 }
 
+/* ---- rank 0 restarted with an empty disk ---- */
+
+/* Rank 0's folder starts a new local tree (an empty disk, a new machine),
+ * with a model id of its own, while the store holds the run's model record:
+ * the store's identity stays. Rank 0 takes the model id (and the name, unless
+ * the config sets one) of the first store's record into its own
+ * metadata.yaml and state, before its model record goes: the store's
+ * metadata.yaml keeps naming the run it has named. A store that cannot be
+ * read is left for the next round (this one's record is not sent). */
+static int adopt_identity(struct run *u, struct ck_net *net, const char *meta_path,
+                          struct ck_pmf_meta *local)
+{
+    struct ck_pmf_meta rec;
+    struct ck_buf b = CK_BUF_INIT, out = CK_BUF_INIT;
+    char url[1024];
+    ck_pmf_meta_init(&rec);
+    ck_store_url_redact(url, sizeof url, u->r->cfg->upload_stores[0].url);
+    int err = ck_store_open(&u->store, &u->r->cfg->upload_stores[0], net);
+    if (err == 0 && (err = get_bytes(u, MODEL_KEY, &b)) == CK_ENOENT) {
+        ck_error_clear(); /* the run's first record is this node's */
+        err = 0;
+        goto out;
+    }
+    if (err == 0)
+        err = ck_pmf_parse(&rec, MODEL_KEY, ck_buf_str(&b), b.len);
+    if (err < 0 || !rec.id || !strcmp(rec.id, local->id))
+        goto out;
+    ck_info("nodes.identity_adopted", "store=\"%s\" model_id=%s was=%s: this node's tree is new; "
+            "the run's model record in the store names the model", url, rec.id, local->id);
+    char *id = strdup(rec.id), *name = rec.name && !u->r->cfg->model_name ? strdup(rec.name)
+                                                                          : NULL;
+    if (!id || (rec.name && !u->r->cfg->model_name && !name)) {
+        free(id);
+        free(name);
+        err = ck_error(CK_ENOMEM, "out of memory");
+        goto out;
+    }
+    free(local->id);
+    local->id = id;
+    if (name) {
+        free(local->name);
+        local->name = name;
+    }
+    if ((err = ck_pmf_emit(local, &out)) == 0 &&
+        (err = ck_write_file_atomic(meta_path, ck_buf_str(&out), out.len, 0644)) == 0)
+        err = ck_state_set(u->r->st, "model_id", local->id);
+out:
+    if (err < 0)
+        ck_err("nodes.identity_unknown", "store=\"%s\": %s: the model record waits", url,
+               ck_error_msg());
+    ck_store_free(u->store);
+    u->store = NULL;
+    ck_pmf_meta_release(&rec);
+    ck_buf_release(&b);
+    ck_buf_release(&out);
+    return err;
+}
+
 /* ---- metadata.yaml from the records ---- */
 
 static int cmp_rec(const void *a, const void *b)
@@ -1323,6 +1381,29 @@ int ck_noderound_run(struct ck_noderound *r)
         return err;
     u.local_status = m.status;
     u.local_end = m.end_time.set ? m.end_time.v : wall_s();
+    struct ck_upload_ctl ctl;
+    struct ck_net net;
+    bool net_up = false;
+    ck_upload_ctl_init(&ctl, r->cfg->upload.grace);
+    if ((err = ck_net_init(&net, &r->cfg->upload, r->ctl ? r->ctl : &ctl)) < 0)
+        goto out;
+    net_up = true;
+    /* rank 0: the store's identity first (once per local tree: the state
+     * says when it was checked) */
+    char *checked = NULL;
+    bool adopt = r->nodes->rank == 0 && ck_state_get(r->st, "nodes_identity_checked", &checked) == 0 &&
+                 (!checked || strcmp(checked, m.id));
+    free(checked);
+    ck_error_clear();
+    if (adopt) {
+        if (adopt_identity(&u, &net, meta, &m) < 0) {
+            ck_error_clear();
+            r->failed++;
+            goto out; /* its model record must not go with another identity */
+        }
+        if (ck_state_set(r->st, "nodes_identity_checked", m.id) < 0)
+            ck_error_clear();
+    }
     if ((err = load_parts(&u, &m)) < 0 || (r->nodes->rank == 0 && (err = rank0_extras(&u, &m)) < 0) ||
         (err = queue_all(&u)) < 0)
         goto out;
@@ -1336,14 +1417,8 @@ int ck_noderound_run(struct ck_noderound *r)
         ck_err("nodes.upload_failed", "%s", ck_error_msg());
         ck_error_clear();
     }
-    struct ck_upload_ctl ctl;
-    struct ck_net net;
-    ck_upload_ctl_init(&ctl, r->cfg->upload.grace);
-    if ((err = ck_net_init(&net, &r->cfg->upload, r->ctl ? r->ctl : &ctl)) < 0)
-        goto out;
     for (u.si = 0; u.si < r->cfg->n_upload_stores; u.si++)
         one_store(&u, &net);
-    ck_net_release(&net);
     /* what the steps wait for: the gauge, and the state for `ckptd status`
      * (a store that could not be listed leaves its steps out: not known) */
     ck_metrics_set(CK_M_NODES_PARTS_MISSING, (int64_t)r->parts_missing);
@@ -1353,6 +1428,8 @@ int ck_noderound_run(struct ck_noderound *r)
         ck_error_clear();
     }
 out:
+    if (net_up)
+        ck_net_release(&net);
     run_release(&u);
     ck_pmf_meta_release(&m);
     return err;

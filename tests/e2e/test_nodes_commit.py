@@ -263,6 +263,48 @@ class Nodes:
                 self.assertEqual(f.read(), "".join(f"{md5(files[s][p])}  {p}\n"
                                                    for p in sorted(files[s])))
 
+    def test_a_node_restarted_with_an_empty_disk_resumes_from_the_store(self):
+        files = self.make_nodes()
+        self.configure("wiped")
+        for r in range(NODES):
+            self.assertEqual(self.scan(r).returncode, 0)
+        before = yaml.safe_load(self.fetch_meta("wiped"))["model"]
+        # nodes 0 and 2 lose their disks: state, tree and shards; the job
+        # resumes and every node writes step 400
+        for r in (0, 2):
+            shutil.rmtree(self.nodes[r])
+            os.makedirs(self.nodes[r])
+        self.configure("wiped")
+        for r in range(NODES):
+            for kind in ("optim_states", "model_states"):
+                rel = f"global_step400/zero_pp_rank_{r}_mp_rank_00_{kind}.pt"
+                data = os.urandom(1500 + r) + f"{r}/400/{kind}".encode()
+                write_old(os.path.join(self.nodes[r], rel), data)
+                files.setdefault(400, {})[rel] = data
+            write_old(os.path.join(self.nodes[r], "latest"), b"global_step400")
+        for r in (3, 2, 1):
+            p = self.scan(r)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertNotIn("nodes.part_conflict", p.stderr)
+        p = self.scan(0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(f"nodes.identity_adopted: store=", p.stderr)
+        self.assertIn(f"model_id={before['id']}", p.stderr)
+        self.assertIn("checkpoint='global_step400' nodes=4", p.stderr)
+        # the store's tree: the same model, every step, old and new
+        t = self.check_committed("wiped", files, STEPS + (400,))
+        with open(os.path.join(t, "metadata.yaml")) as f:
+            after = yaml.safe_load(f)["model"]
+        self.assertEqual((after["id"], after["name"]), (before["id"], before["name"]))
+        self.assertEqual(after["training"]["start_epoch"], before["training"]["start_epoch"])
+        # and node 0's own tree names it too; its next scan adopts nothing
+        with open(os.path.join(self.nodes[0], "metadata.yaml")) as f:
+            self.assertEqual(yaml.safe_load(f)["model"]["id"], before["id"])
+        p = self.scan(0)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("nodes.identity_adopted", p.stderr)
+        self.assertNotIn("nodes.committed", p.stderr)
+
     def store_status(self, prefix):
         text = self.fetch_meta(prefix)
         return yaml.safe_load(text)["model"]["training"]["status"] if text else None
