@@ -9,20 +9,26 @@ For each node count N: N node folders (DeepSpeed-like zero_pp_rank_R shards,
 two of BYTES per node and step, STEPS steps), one shared store prefix;
 `ckptd scan` runs on node 0, 1, ... N-1 in turn (SLURM_NODEID/SLURM_NNODES),
 so the last one completes every step's set and commits it. Reported:
-  - the store requests of the whole run (RGW's access log, this bucket only),
+  - the store requests of the whole run (RGW's access log, this bucket only:
+    its objects' requests and its listings),
     per step and per node and step: the goal is O(N) per step, so the last
     column stays flat as N grows (O(N^2) would double it with N);
   - the requests of the last node's scan alone (it lists the parts, checks
     every manifest and writes the commit: O(N) of its own), per step;
   - the wall time of the last node's scan (its own part's upload, then the
     commit of every step) and the same node's scan when it commits nothing
-    (every step already committed): the commit's share is their difference.
+    (every step already committed): the commit's share is their difference;
+  - the time from the last node's part manifest to the step's commit (its
+    log's nodes.part_written and nodes.committed of the step), the longest
+    over the steps: what a reader of the store waits once the last part is in.
 Each run's store tree is checked: every step listed once, with every node's
 shards. Numbers are counts (exact) and wall seconds (one run, loopback; the
 machine may be shared).
 """
+import datetime
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -94,6 +100,19 @@ def check_store(rgw, work, prefix, n, steps):
                 raise SystemExit(f"{n} nodes: step {s}'s .md5sums does not match its hash")
 
 
+def part_to_commit(log):
+    """The longest time over the steps from this node's nodes.part_written to
+    the step's nodes.committed, from the log's own timestamps."""
+    def at(event):
+        out = {}
+        for m in re.finditer(rf"^(\S+Z) \w+\s+{event}: .*?checkpoint='([^']+)'", log, re.M):
+            t = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ")
+            out[m.group(2)] = t.timestamp()
+        return out
+    written, committed = at("nodes.part_written"), at("nodes.committed")
+    return max(committed[c] - written[c] for c in committed)
+
+
 def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
@@ -116,7 +135,8 @@ def main():
         print(f"RGW on loopback; {nsteps} steps, 2 shards of {size} bytes per node and step; "
               "ckptd scan on each node in turn, the last one commits")
         print(f"{'nodes':>5} {'requests':>8} {'per step':>8} {'per node-step':>13} "
-              f"{'last scan req/step':>18} {'last scan s':>11} {'nothing to commit s':>19}")
+              f"{'last scan req/step':>18} {'last scan s':>11} {'nothing to commit s':>19} "
+              f"{'part to commit s':>16}")
         for n in counts:
             work = os.path.join(top, f"n{n}")
             os.makedirs(work)
@@ -129,16 +149,17 @@ def main():
                             f"      endpoint: {rgw.endpoint}\n")
             for r in range(n - 1):
                 scan(ckptd, dirs[r], r, n, env)
-            before = len(rgw._access_log())
+            before = len(rgw.requests())
             last, err = scan(ckptd, dirs[n - 1], n - 1, n, env)
-            total = len(rgw._access_log())
+            total = len(rgw.requests())
             if err.count("nodes.committed") != nsteps:
                 raise SystemExit(f"{n} nodes: the last scan committed "
                                  f"{err.count('nodes.committed')} of {nsteps} steps\n{err[-3000:]}")
             again, _ = scan(ckptd, dirs[n - 1], n - 1, n, env)
             check_store(rgw, work, "run", n, steps)
             print(f"{n:>5} {total:>8} {total / nsteps:>8.1f} {total / nsteps / n:>13.2f} "
-                  f"{(total - before) / nsteps:>18.1f} {last:>11.2f} {again:>19.2f}")
+                  f"{(total - before) / nsteps:>18.1f} {last:>11.2f} {again:>19.2f} "
+                  f"{part_to_commit(err):>16.3f}")
             rgw.stop()
     finally:
         if started:

@@ -193,6 +193,18 @@ class S3Server(_Process):
         import re
         return [int(n) for n in re.findall(r"Stored part (\d+) of \w+ in bucket", self._log())]
 
+    def requests(self):
+        """Every request RGW logged on this test's bucket, its objects'
+        (/bucket/key) and the bucket's own (/bucket?list-type=2...: the
+        listings): (method, path, status)."""
+        import re
+        with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
+            text = f.read()
+        b = urllib.parse.quote(f"/{self.bucket}")
+        return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
+            r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
+            if m.group(2).startswith(b + "/") or m.group(2).startswith(b + "?")]
+
     def stored_order(self):
         """Keys of the objects stored (PUT or CompleteMultipartUpload), in order."""
         import re
@@ -250,6 +262,18 @@ class RgwServer:
         return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
             r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
             if m.group(2).startswith(prefix)]
+
+    def requests(self):
+        """Every request RGW logged on this test's bucket, its objects'
+        (/bucket/key) and the bucket's own (/bucket?list-type=2...: the
+        listings): (method, path, status)."""
+        import re
+        with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
+            text = f.read()
+        b = urllib.parse.quote(f"/{self.bucket}")
+        return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
+            r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
+            if m.group(2).startswith(b + "/") or m.group(2).startswith(b + "?")]
 
     def stored_order(self):
         """Keys of the objects stored (a PUT without a query, or a
