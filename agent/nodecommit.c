@@ -5,6 +5,7 @@
 #include "agent/upload_round.h"
 #include "common/error.h"
 #include "common/fsutil.h"
+#include "common/syncset.h"
 #include "common/hash.h"
 #include "common/log.h"
 #include "common/metrics.h"
@@ -940,6 +941,80 @@ static int list_records(struct run *u, struct ck_remote_list *l)
     return err;
 }
 
+/* ---- what this node has read of the store, kept ----
+ *
+ * A commit record is created once and never changed (a conditional create;
+ * where the condition is ignored, the same bytes), and a step's .md5sums,
+ * once stored, stays. So a round reads only the records it has not read
+ * before, and looks for a .md5sums only once: without this a round costs a
+ * GET and a HEAD per committed step, and a run of S steps S^2 requests.
+ * The cache is DIR/.ckptd/nodes/store-H/ (H: the store's URL's MD5, 12 hex
+ * digits): NAME.yaml, a record as read, used when the listing reports its
+ * MD5 and the copy has it (a store that reports none, the file store, is
+ * read each time: it is local); NAME.md5sums-ok, the MD5 of the .md5sums
+ * this node found stored or wrote. A cache that cannot be written costs
+ * requests, not correctness (the store's bytes decide). */
+static int cache_file(struct run *u, const char *name, const char *suffix, char *out,
+                      size_t outsz)
+{
+    char hex[33], dir[PATH_MAX];
+    const char *url = u->r->cfg->upload_stores[u->si].url;
+    struct ck_buf ub = {(char *)url, strlen(url), 0, 0}; /* borrowed, read only */
+    md5_of(&ub, hex);
+    hex[12] = '\0';
+    int n = snprintf(dir, sizeof dir, "%s/nodes/store-%s", u->r->st->dir, hex);
+    if (n < 0 || (size_t)n >= sizeof dir)
+        return ck_error(CK_ESIZE, "path too long: '%s'", u->r->st->dir);
+    int err = ck_mkdirs(dir, 0700);
+    if (err == 0 && ((n = snprintf(out, outsz, "%s/%s%s", dir, name, suffix)) < 0 ||
+                     (size_t)n >= outsz))
+        err = ck_error(CK_ESIZE, "path too long: '%s'", name);
+    return err;
+}
+
+/* A record as the listing entry e names it: the cached copy when it has the
+ * listed MD5, else the store's (kept when it has it). */
+static int get_record(struct run *u, const struct ck_remote_entry *e, struct ck_buf *out)
+{
+    char path[PATH_MAX], md5[33];
+    bool cacheable = e->md5[0] && cache_file(u, ck_basename(e->key), "", path, sizeof path) == 0;
+    ck_error_clear();
+    if (cacheable && ck_read_file(path, CK_NODEPART_MAX, out) == 0) {
+        md5_of(out, md5);
+        if (!strcmp(md5, e->md5))
+            return 0;
+    }
+    ck_error_clear();
+    ck_buf_reset(out);
+    int err = get_bytes(u, e->key, out);
+    if (err == 0 && cacheable) {
+        md5_of(out, md5);
+        if (!strcmp(md5, e->md5) &&
+            ck_write_file_replace_nosync(path, ck_buf_str(out), out->len, 0600) < 0)
+            ck_error_clear();
+    }
+    return err;
+}
+
+/* Whether this node found the step's .md5sums stored with these bytes before. */
+static bool sums_known(struct run *u, const char *ckpt, const char md5[33])
+{
+    char path[PATH_MAX], have[40];
+    bool yes = cache_file(u, ckpt, ".md5sums-ok", path, sizeof path) == 0 &&
+               ck_read_small_at(AT_FDCWD, path, true, have, sizeof have) == 32 &&
+               !strcmp(have, md5);
+    ck_error_clear();
+    return yes;
+}
+
+static void sums_stored(struct run *u, const char *ckpt, const char md5[33])
+{
+    char path[PATH_MAX];
+    if (cache_file(u, ckpt, ".md5sums-ok", path, sizeof path) < 0 ||
+        ck_write_file_replace_nosync(path, md5, 32, 0600) < 0)
+        ck_error_clear();
+}
+
 /* The model record's identity, configuration and initialisation, with no
  * checkpoint and pending status: the base every writer starts from. */
 static int model_base(struct run *u, struct ck_pmf_meta *m)
@@ -984,7 +1059,7 @@ static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_b
                 ck_buf_reset(&b);
                 usleep(READ_WAIT_US);
             }
-            if ((err = get_bytes(u, l->v[i].key, &b)) == 0 &&
+            if ((err = get_record(u, &l->v[i], &b)) == 0 &&
                 (err = ck_nodecommit_parse(&recs[n], l->v[i].key, ck_buf_str(&b), b.len)) !=
                     CK_EFORMAT)
                 break;
@@ -1008,8 +1083,8 @@ static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_b
         struct ck_remote_obj o;
         char key[PATH_MAX], md5[33];
         snprintf(key, sizeof key, CKPT_DIR "/%s.md5sums", recs[i].checkpoint);
-        if ((err = ck_nodecommit_md5sums(&recs[i], &sums)) == 0) {
-            md5_of(&sums, md5);
+        if ((err = ck_nodecommit_md5sums(&recs[i], &sums)) == 0 &&
+            (md5_of(&sums, md5), !sums_known(u, recs[i].checkpoint, md5))) {
             int e = ck_store_stat(u->store, key, &o);
             if (e == CK_ENOENT || (e == 0 && (o.size != (int64_t)sums.len ||
                                               (o.md5[0] && strcmp(o.md5, md5))))) {
@@ -1019,6 +1094,8 @@ static int build_meta(struct run *u, const struct ck_remote_list *l, struct ck_b
             } else {
                 err = e;
             }
+            if (err == 0)
+                sums_stored(u, recs[i].checkpoint, md5);
         }
         ck_buf_release(&sums);
         struct ck_pmf_ref ref = {false, 0, recs[i].checkpoint};

@@ -744,6 +744,31 @@ class RgwStore(S3, Faults, TmpDirCase):
         self.s3 = RgwServer(self.dir)
         self.addCleanup(self.s3.stop)
 
+    def test_a_round_reads_each_commit_record_once(self):
+        # RGW's access log counts the requests: a scan after the commits
+        # reads no record and looks for no .md5sums again (each node keeps
+        # what it read); metadata.yaml is still computed and compared
+        self.make_nodes()
+        self.configure("once")
+        for r in range(NODES):
+            self.assertEqual(self.scan(r).returncode, 0)
+        def reads():
+            return [(m, p) for m, p, _ in self.s3.requests()
+                    if (m == "GET" and "/.ckptd/commits/" in p) or
+                    (m == "HEAD" and p.endswith(".md5sums"))]
+        before = reads()
+        self.assertTrue(before)  # the first reads happened
+        for r in range(NODES):
+            self.assertEqual(self.scan(r).returncode, 0)
+        self.assertEqual(reads()[len(before):], [])
+        # a record whose copy a node lost is read again, and the tree is the same
+        cache = os.path.join(self.nodes[1], ".ckptd", "nodes")
+        shutil.rmtree(cache)
+        p = self.scan(1)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("nodes.metadata_written", p.stderr)
+        self.assertEqual(len([m for m, q in reads()[len(before):] if m == "GET"]), len(STEPS))
+
 
 if __name__ == "__main__":
     unittest.main()
