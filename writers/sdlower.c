@@ -1004,11 +1004,21 @@ static void step(struct low *l, struct names *k, const char *y, enum ck_op op,
 /* The int64 vector [rank] of value v's dims as computed in the graph
  * (libnd4j's shape_of), led by 1s to rank out_rank (a concat with a
  * constant of 1s): numpy's alignment of shapes on the right. */
+static const char *dims_lead(struct low *l, struct names *k, const struct ck_model_node *n,
+                             const char *s, int rank, int out_rank, int i);
+
 static const char *dims_of(struct low *l, struct names *k, const struct ck_model_node *n,
                            const char *v, int rank, int out_rank, int i)
 {
     const char *s = nm(k, n, "dims", i);
     step(l, k, s, CK_OP_SHAPE, NULL, &v, 1);
+    return dims_lead(l, k, n, s, rank, out_rank, i);
+}
+
+/* The shape vector s of rank values led by 1s to out_rank values. */
+static const char *dims_lead(struct low *l, struct names *k, const struct ck_model_node *n,
+                             const char *s, int rank, int out_rank, int i)
+{
     if (rank >= out_rank || k->err < 0)
         return s;
     int64_t ones[CK_TENSOR_MAX_RANK], d[1] = {out_rank - rank};
@@ -1061,14 +1071,24 @@ static int lower_expand_computed(struct low *l, const struct ck_model_node *n)
     const char *s = NULL;
     if (n->ninputs == 2) {
         const struct ck_shape *ss = value_shape(l, n->inputs[1]);
-        if (!ss || ss->rank != 1 || ss->dims[0] < 0 || ss->dims[0] != out->rank)
+        if (!ss || ss->rank != 1 || ss->dims[0] < 0 || ss->dims[0] > out->rank)
             return shape_unknown(l, n, "(the length of its shape)", n->inputs[1], ss);
-        s = n->inputs[1];
+        /* a shape shorter than x's rank: led by 1s, as numpy aligns them */
+        s = ss->dims[0] == out->rank ? n->inputs[1]
+                                     : dims_lead(l, &k, n, n->inputs[1], (int)ss->dims[0],
+                                                 out->rank, 1);
     } else {
-        int64_t d[1] = {out->rank};
+        /* the constant led by 1s to the result's rank, one constant: a
+         * concat of constants would be no shape value */
+        int64_t d[1] = {out->rank}, v[CK_TENSOR_MAX_RANK];
+        int lead = out->rank - (int)n->p.nints;
+        if (lead < 0)
+            return shape_unknown(l, n, "(the length of its shape)", n->outputs[0], out);
+        for (int i = 0; i < out->rank; i++)
+            v[i] = i < lead ? 1 : n->p.ints[i - lead];
         s = nm(&k, n, "shape", -1);
         if (k.err >= 0)
-            k.err = add_const_i64(l, s, 1, d, n->p.ints, n->p.nints);
+            k.err = add_const_i64(l, s, 1, d, v, (size_t)out->rank);
     }
     const char *x = dims_of(l, &k, n, n->inputs[0], xs->rank, out->rank, 0);
     const char *t = dims_max(l, &k, n, x, s, 0);
@@ -1118,6 +1138,9 @@ static int lower_slice_computed(struct low *l, const struct ck_model_node *n)
     const struct ck_shape *xs = value_shape(l, n->inputs[0]);
     const struct ck_shape *ss = n->ninputs > 1 ? value_shape(l, n->inputs[1]) : NULL;
     int64_t pos[CK_TENSOR_MAX_RANK];
+    if (n->ninputs < 3)
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'slice' with %zu inputs (x, starts, "
+                        "ends[, axes[, steps]])", l->label, n->name, n->ninputs);
     if (!xs || !ss || ss->rank != 1 || ss->dims[0] < 1 || ss->dims[0] > xs->rank ||
         n->noutputs != 1)
         return shape_unknown(l, n, "(with computed bounds: x's rank and the count of axes)",

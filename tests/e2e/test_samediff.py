@@ -1160,6 +1160,64 @@ class Lowered(TmpDirCase):
             p = self.verify_arrays(os.path.join(self.dir, "dyn.zip"), x, np.where(m, x, 0))
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
+    def test_expand_of_computed_shape_as_broadcast_to(self):
+        """ONNX Expand where a dim is not known at pack time: x [N, 1, 3] by
+        the shape of a second input y [M, 3] (computed, shorter than x's
+        rank) and by a constant [4, 3]. Written as shape_of x, the shape led
+        by 1s (concat with a constant; the constant one padded whole),
+        maximum, broadcast_to (docs/samediff.md); computed with libnd4j's
+        rules (broadcast_to refuses a dim of x that is neither the target's
+        nor 1) and through ckptd's reader, numpy's broadcast at sizes the
+        graph never saw."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        four = np.arange(12, dtype=np.float32).reshape(4, 3)
+        cases = {
+            "computed": ([h.make_node("Shape", ["y"], ["s"], name="sh"),
+                          h.make_node("Expand", ["x", "s"], ["e"], name="ex"),
+                          h.make_node("Add", ["e", "y"], ["output"], name="add")],
+                         [("x", ["N", 1, 3]), ("y", ["M", 3])], []),
+            "constant": ([h.make_node("Shape", ["z"], ["s"], name="sh"),
+                          h.make_node("Expand", ["x", "s"], ["e"], name="ex"),
+                          h.make_node("Add", ["e", "z"], ["output"], name="add")],
+                         [("x", ["N", 1, 3])], [nh.from_array(four, "z")]),
+        }
+        for case, (nodes, ins, inits) in cases.items():
+            with self.subTest(case=case):
+                g = h.make_graph(nodes, "g", [h.make_tensor_value_info(k, TP.FLOAT, d)
+                                              for k, d in ins],
+                                 [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                                 initializer=inits)
+                src = os.path.join(self.dir, case + ".onnx")
+                onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), src)
+                out = os.path.join(self.dir, case + ".zip")
+                pack(src, out, "--tag", "t", check=0)
+                _, a = sdfb.read_archive(out)
+                gr, params = a["t"]["graph"], a["t"]["params"]
+                made = {n[1]: n for n in sdfb.graph_nodes(gr)}
+                self.assertEqual(made["ex"][0], "broadcast_to")
+                ops = [n[0] for n in made.values()]
+                self.assertIn("maximum", ops)
+                self.assertNotIn("tile", ops)
+                for n, m in ((1, 4), (3, 4), (2, 6)):
+                    if case == "constant" and m != 4:
+                        continue
+                    rng = np.random.default_rng(n + m)
+                    feeds = {"x": rng.standard_normal((n, 1, 3)).astype(np.float32)}
+                    if case == "computed":
+                        feeds["y"] = rng.standard_normal((m, 3)).astype(np.float32)
+                    want = feeds["x"] + feeds.get("y", four)
+                    vals = self.run_dl4j(gr, params, feeds)
+                    np.testing.assert_allclose(vals["output"], want, rtol=0, atol=0)
+                    args = []
+                    for k in feeds:
+                        np.save(os.path.join(self.dir, k + ".npy"), feeds[k])
+                        args += ["--inputs", os.path.join(self.dir, k + ".npy")]
+                    np.save(os.path.join(self.dir, "want.npy"), want)
+                    p = run("verify", out, *args, "--expected", os.path.join(self.dir, "want.npy"),
+                            "--rtol", "0", "--atol", "0", timeout=120)
+                    self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
     def test_pad_paddings_as_input_array(self):
         """ONNX Pad as libnd4j's pad reads it (transforms/pad.cpp): the
         paddings a constant int64 input [rank, 2], the mode INT_ARG(0) 0, the
