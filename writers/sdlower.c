@@ -724,8 +724,7 @@ static const char *rzeros(struct rec *r, const char *name, int rank, const int64
     t.name = (char *)name;
     t.dtype = CK_DT_F32;
     t.rank = rank;
-    if (rank) /* a scalar: dims NULL */
-        memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+    memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
     t.nbytes = n * sizeof(float);
     t.data = mem;
     t.role = "constant";
