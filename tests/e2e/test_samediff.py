@@ -759,6 +759,32 @@ class RoundTrip(TmpDirCase):
             vals = Lowered.run_dl4j(self, g, a["t"]["params"], {"input": x.numpy()})
             np.testing.assert_allclose(vals["output"], y, rtol=1e-5, atol=1e-5)
 
+    def test_dynamic_trilu_k_refused_by_name(self):
+        """A Trilu whose k is computed from a dynamic dim (no libnd4j op
+        read here takes k as an input): refused naming the node, exit 1,
+        nothing written; the same graph verifies from ONNX."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        nodes = [h.make_node("Shape", ["input"], ["s"], name="sh"),
+                 h.make_node("Gather", ["s", "zero"], ["n"], name="n", axis=0),
+                 h.make_node("Sub", ["n", "two"], ["k"], name="k"),
+                 h.make_node("Trilu", ["input", "k"], ["output"], name="tri", upper=1)]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("input", TP.FLOAT, ["N", 5])],
+                         [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                         initializer=[nh.from_array(np.array(0, np.int64), "zero"),
+                                      nh.from_array(np.array(2, np.int64), "two")])
+        src = os.path.join(self.dir, "tri.onnx")
+        onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 14)]), src)
+        x = np.arange(20, dtype=np.float32).reshape(4, 5) + 1
+        p = self.verify(src, x, np.triu(x, 4 - 2))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        out = os.path.join(self.dir, "tri.zip")
+        p = pack(src, out, "--tag", "t", check=1)
+        self.assertIn(f"'{out}: tag 't'': node 'tri' (trilu): its k is computed at run time (a "
+                      "dynamic export), and ckptd writes no DL4J form of that; pack it as "
+                      ".mldef, or export with fixed sizes (docs/samediff.md)", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
     def test_dynamic_recurrent_refused_by_name(self):
         """The recurrent layers are unrolled over the sequence known at pack
         time: a dynamic export's sequence is not, so pack names the layer
