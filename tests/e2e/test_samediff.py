@@ -785,6 +785,36 @@ class RoundTrip(TmpDirCase):
                       ".mldef, or export with fixed sizes (docs/samediff.md)", p.stderr)
         self.assertFalse(os.path.exists(out))
 
+    def test_strided_slice_input_form_read(self):
+        """libnd4j's strided_slice with begin, end and strides as inputs 1-3
+        (tensor/strided_slice.cpp: the five masks the only iArgs), as a DL4J
+        graph says it: read as the canonical slice (x, starts, ends); the
+        end here computed by shape_of, the begin a constant. Strides other
+        than 1s, or a mask with the inputs, are refused by name."""
+        def graph(path, strides, masks):
+            sdfb.write_graph(
+                path, {"begin": np.array([0, 1], np.int64), "four": np.array([4], np.int64),
+                       "strides": np.array(strides, np.int64)},
+                {"input": [-1, 6]},
+                [("shape_of", "dims", ["input"], ["d"], {}),
+                 ("strided_slice", "rows", ["d"], ["n"], {"__extraInteger": [0, 0, 0, 0, 0,
+                                                                              0, 1, 1]}),
+                 ("concat", "end", ["n", "four"], ["e"], {"__extraInteger": [0]}),
+                 ("strided_slice", "cut", ["input", "begin", "e", "strides"], ["output"],
+                  {"__extraInteger": masks})], ["output"])
+        ok = os.path.join(self.dir, "ok.fb")
+        graph(ok, [1, 1], [0, 0, 0, 0, 0])
+        for n in (1, 3):
+            x = np.arange(6 * n, dtype=np.float32).reshape(n, 6)
+            p = self.verify(ok, x, x[:, 1:4])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        for strides, masks in (([1, 2], [0, 0, 0, 0, 0]), ([1, 1], [0, 0, 2, 0, 0])):
+            bad = os.path.join(self.dir, "bad.fb")
+            graph(bad, strides, masks)
+            p = run("verify", bad, "--inputs", os.path.join(self.dir, "x.npy"))
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("node 'cut': strided_slice", p.stderr)
+
     def test_dynamic_recurrent_refused_by_name(self):
         """The recurrent layers are unrolled over the sequence known at pack
         time: a dynamic export's sequence is not, so pack names the layer
