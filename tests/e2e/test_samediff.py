@@ -755,7 +755,6 @@ class RoundTrip(TmpDirCase):
             # the written graph computed with libnd4j's rules (numpy, not
             # ckptd's engine): int64 indices, shapes and bounds where DL4J
             # reads them, torch's answer
-            self.ids = lambda graph: Lowered.ids(self, graph)
             vals = Lowered.run_dl4j(self, g, a["t"]["params"], {"input": x.numpy()})
             np.testing.assert_allclose(vals["output"], y, rtol=1e-5, atol=1e-5)
 
@@ -1099,7 +1098,7 @@ class Lowered(TmpDirCase):
             v = graph.Variables(i)
             if v.Ndarray() is not None:
                 vals[v.Name().decode()] = sdfb.array_from_fb(v.Ndarray())
-        names = self.ids(graph)
+        names = Lowered.ids(self, graph)
         for op, name, args, ins, outs in sdfb.graph_nodes(graph):
             x = [vals[names[i]] for i in ins]
             iargs, targs = node_args(graph, name)
