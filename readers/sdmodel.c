@@ -191,8 +191,10 @@ static int slice_finish(struct slice_args *sl, struct ck_model_node *mn,
     int64_t t[3 * MAX_VALUES];
     int err;
     if (sl->n[0] == 0 && (sl->begin_mask || sl->end_mask)) /* the input form: masks of what? */
-        return ck_error(CK_EFORMAT, "'%s': node '%s': strided_slice masks without bounds in its "
-                        "arguments are not supported", file, gn->name);
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': strided_slice masks without bounds in its "
+                        "arguments are not supported",
+                        file, gn->name);
     if (sl->n[0] != sl->n[1] || sl->n[0] != sl->n[2])
         return ck_error(CK_EFORMAT, "'%s': node '%s': %d begins, %d ends and %d strides", file,
                         gn->name, sl->n[0], sl->n[1], sl->n[2]);
@@ -243,8 +245,9 @@ static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn
             } else if (a->field == CK_DF_CAST_TO) {
                 int64_t code = n >= 1 ? ck_dl4j_onnx_of_dtype(v[0].i) : -1;
                 if (code < 0) {
-                    err = ck_error(CK_EFORMAT, "'%s': node '%s': cast to DataType %" PRId64
-                                   " is not supported", file, gn->name, n >= 1 ? v[0].i : -1);
+                    err = ck_error(CK_EFORMAT,
+                                   "'%s': node '%s': cast to DataType %" PRId64 " is not supported",
+                                   file, gn->name, n >= 1 ? v[0].i : -1);
                     goto out;
                 }
                 if ((err = ck_model_node_set_ints(mn, &code, 1)) < 0)

@@ -119,9 +119,9 @@ static int collect(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw)
 
 static bool params_as_inputs(const struct ck_model_node *n)
 {
-    return n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
-                              n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
-                              n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
+    return n->ninputs > 1 &&
+           (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND || n->op == CK_OP_TILE ||
+            n->op == CK_OP_SLICE || n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
 }
 
 /* Every node output's canonical dtype, by the rule the engine tags values
@@ -176,9 +176,8 @@ static void value_dtypes(struct gctx *g, const struct ck_sdgraph_weight *w, size
  * FLOAT throughout). */
 static int declared_dtype(const struct var *v)
 {
-    int dt = v && (ck_dtype_is_int(v->dtype) || v->dtype == CK_DT_BOOL)
-                 ? ck_sdarray_dtype(v->dtype)
-                 : -1;
+    int dt = v && (ck_dtype_is_int(v->dtype) || v->dtype == CK_DT_BOOL) ? ck_sdarray_dtype(v->dtype)
+                                                                        : -1;
     return dt < 0 ? DT_FLOAT : dt;
 }
 

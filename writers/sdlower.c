@@ -1065,17 +1065,16 @@ static int lower_expand_computed(struct low *l, const struct ck_model_node *n)
     struct names k = {0};
     const struct ck_shape *xs = value_shape(l, n->inputs[0]), *out = value_shape(l, n->outputs[0]);
     if (!xs || !out)
-        return shape_unknown(l, n, "(its rank)", xs ? n->outputs[0] : n->inputs[0],
-                             xs ? out : xs);
+        return shape_unknown(l, n, "(its rank)", xs ? n->outputs[0] : n->inputs[0], xs ? out : xs);
     const char *s = NULL;
     if (n->ninputs == 2) {
         const struct ck_shape *ss = value_shape(l, n->inputs[1]);
         if (!ss || ss->rank != 1 || ss->dims[0] < 0 || ss->dims[0] > out->rank)
             return shape_unknown(l, n, "(the length of its shape)", n->inputs[1], ss);
         /* a shape shorter than x's rank: led by 1s, as numpy aligns them */
-        s = ss->dims[0] == out->rank ? n->inputs[1]
-                                     : dims_lead(l, &k, n, n->inputs[1], (int)ss->dims[0],
-                                                 out->rank, 1);
+        s = ss->dims[0] == out->rank
+                ? n->inputs[1]
+                : dims_lead(l, &k, n, n->inputs[1], (int)ss->dims[0], out->rank, 1);
     } else {
         /* the constant led by 1s to the result's rank, one constant: a
          * concat of constants would be no shape value */
@@ -1095,8 +1094,8 @@ static int lower_expand_computed(struct low *l, const struct ck_model_node *n)
         const char *ins[2] = {n->inputs[0], t};
         struct ck_op_params p;
         ck_op_params_init(&p);
-        k.err = emit(l, n->name, CK_OP_EXPAND, &p, ins, 2, (const char *const *)n->outputs, 1,
-                     NULL);
+        k.err =
+            emit(l, n->name, CK_OP_EXPAND, &p, ins, 2, (const char *const *)n->outputs, 1, NULL);
     }
     return names_free(&k);
 }
@@ -1118,8 +1117,8 @@ static int lower_where_computed(struct low *l, const struct ck_model_node *n,
         broadcast_to(l, &k, b[i], n->inputs[i], t);
     }
     if (k.err >= 0)
-        k.err = emit(l, n->name, CK_OP_WHERE, &n->p, b, 3, (const char *const *)n->outputs, 1,
-                     NULL);
+        k.err =
+            emit(l, n->name, CK_OP_WHERE, &n->p, b, 3, (const char *const *)n->outputs, 1, NULL);
     return names_free(&k);
 }
 
@@ -1138,8 +1137,10 @@ static int lower_slice_computed(struct low *l, const struct ck_model_node *n)
     const struct ck_shape *ss = n->ninputs > 1 ? value_shape(l, n->inputs[1]) : NULL;
     int64_t pos[CK_TENSOR_MAX_RANK];
     if (n->ninputs < 3)
-        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'slice' with %zu inputs (x, starts, "
-                        "ends[, axes[, steps]])", l->label, n->name, n->ninputs);
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': op 'slice' with %zu inputs (x, starts, "
+                        "ends[, axes[, steps]])",
+                        l->label, n->name, n->ninputs);
     if (!xs || !ss || ss->rank != 1 || ss->dims[0] < 1 || ss->dims[0] > xs->rank ||
         n->noutputs != 1)
         return shape_unknown(l, n, "(with computed bounds: x's rank and the count of axes)",
@@ -1152,15 +1153,17 @@ static int lower_slice_computed(struct low *l, const struct ck_model_node *n)
     for (int j = 0; j < na; j++) {
         int64_t a = j, step = 1;
         if ((n->ninputs > 3 && (!at || ck_tensor_get_i64(at, (uint64_t)j, &a) < 0)) ||
-            (n->ninputs > 4 && (!st || ck_tensor_get_i64(st, (uint64_t)j, &step) < 0)) ||
-            step != 1)
-            return refuse(l, n, "computed bounds and axes or steps that are not constants, "
-                                "or a step other than 1");
+            (n->ninputs > 4 && (!st || ck_tensor_get_i64(st, (uint64_t)j, &step) < 0)) || step != 1)
+            return refuse(l, n,
+                          "computed bounds and axes or steps that are not constants, "
+                          "or a step other than 1");
         if (a < 0)
             a += xs->rank;
         if (a < 0 || a >= xs->rank || pos[a] >= 0)
-            return ck_error(CK_EFORMAT, "'%s': node '%s': slice axis %" PRId64 " out of range "
-                            "or repeated", l->label, n->name, a);
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s': slice axis %" PRId64 " out of range "
+                            "or repeated",
+                            l->label, n->name, a);
         pos[a] = j;
         last = a > last ? (int)a : last;
     }
@@ -1177,8 +1180,8 @@ static int lower_slice_computed(struct low *l, const struct ck_model_node *n)
          * axis not sliced) or a computed value; a vector of constants only
          * is one constant (a concat of weights is no shape value) */
         for (int d = 0; d <= last; d++) {
-            bool c = pos[d] >= 0 ? w && ck_tensor_get_i64(w, (uint64_t)pos[d], &cv[d]) == 0
-                                 : !which;
+            bool c =
+                pos[d] >= 0 ? w && ck_tensor_get_i64(w, (uint64_t)pos[d], &cv[d]) == 0 : !which;
             if (pos[d] < 0 && !which)
                 cv[d] = 0;
             if (!c)
@@ -1465,8 +1468,8 @@ static bool whole_weight(const struct ck_model *m, const char *v)
 
 static bool is_compare(enum ck_op op)
 {
-    return op == CK_OP_EQUAL || op == CK_OP_LESS || op == CK_OP_GREATER ||
-           op == CK_OP_LESS_EQUAL || op == CK_OP_GREATER_EQUAL;
+    return op == CK_OP_EQUAL || op == CK_OP_LESS || op == CK_OP_GREATER || op == CK_OP_LESS_EQUAL ||
+           op == CK_OP_GREATER_EQUAL;
 }
 
 /* A set of value names (borrowed), open addressing: the source's shape
