@@ -4,6 +4,7 @@
 #include "model/shape.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1271,9 +1272,16 @@ static int lower_fill(struct low *l, const struct ck_model_node *n)
     if (n->ninputs != 1 || n->noutputs != 1)
         return emit_copy(l, n);
     bool integer = n->p.nints >= 1 && n->p.ints[0] == 1;
+    /* the integer form's value an int64 (as the engine's plan wants it,
+     * infer/shapeval.c): a whole number under 2^62 (fuzz_graph: -1.6e35
+     * converted to a long) */
+    if (integer && !(fabsf(n->p.scalar) < 0x1p62f && n->p.scalar == truncf(n->p.scalar)))
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'constant_of_shape' with the integer "
+                        "value %g: not a whole number under 2^62", l->label, n->name,
+                        (double)n->p.scalar);
     struct names k = {0};
     const char *v = nm(&k, n, "value", -1);
-    int64_t iv = (int64_t)n->p.scalar;
+    int64_t iv = integer ? (int64_t)n->p.scalar : 0;
     float fv = n->p.scalar;
     if (k.err >= 0)
         k.err = add_const(l, v, integer ? CK_DT_I64 : CK_DT_F32, 0, NULL,
