@@ -545,8 +545,11 @@ static int evaluate(struct ck_infer *e, size_t i, const struct opnd *o, size_t n
                 return BAD("node '%s' (range): integer overflow", n->name);
             }
     } else if (n->op == CK_OP_CONSTANT_OF_SHAPE) {
+        /* the float form's values are p.scalar (below), which need not fit
+         * an int64 (fuzz_graph: -1.6e35 converted to a long); the integer
+         * form's was checked above */
         for (int64_t k = 0; k < total; k++)
-            r[k] = (int64_t)n->p.scalar;
+            r[k] = as_float ? 0 : (int64_t)n->p.scalar;
     } else if ((err = eval_values(n, o, nops, &os, r)) < 0) {
         free(r);
         return err;

@@ -146,6 +146,42 @@ const struct ck_dl4j_op ck_dl4j_ops[] = {
      * false, else x's (numpy's where without broadcasting: the writer
      * broadcasts first, writers/sdlower.c). */
     {CK_OP_WHERE, "Where", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    /* Shape values (docs/model.md, docs/samediff.md "Shape values"): the
+     * integers a dynamic export computes from its inputs' shapes, written
+     * as libnd4j's own ops on int64 arrays (graph.fb declares them INT64).
+     * shape_of (shape/shape.cpp, synonym "shape"): x's dims as an int64
+     * vector; size (shape/size.cpp): x's length as a scalar. */
+    {CK_OP_SHAPE, "shape_of", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_SHAPE, "shape", CK_DV_PLAIN, true, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_SIZE, "size", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    /* range (parity_ops/range.cpp): inputs start, limit, delta; with
+     * integer inputs the output has input 0's dtype */
+    {CK_OP_RANGE, "range", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    /* fill (parity_ops/fill.cpp): input 0 the shape, the value from input 1
+     * when given (assigned: its dtype), else T_ARG(0); the writer gives
+     * both (writers/sdlower.c) */
+    {CK_OP_CONSTANT_OF_SHAPE, "fill", CK_DV_PLAIN, false, SAME_ORDER, -1, 1,
+     {{"value", 't', CK_DF_SCALAR, 0}}},
+    /* broadcast_to (shape/broadcast_to.cpp): (x, shape), each dim of x equal
+     * to the shape's or 1; the writer gives it a shape that agrees (the
+     * larger of x's dims and the canonical expand's, writers/sdlower.c) */
+    {CK_OP_EXPAND, "broadcast_to", CK_DV_PLAIN, false, SAME_ORDER, 1, -1, {{0}}},
+    /* cast (datatypes/cast.cpp): INT_ARG(0) the target DataType, graph.fb's
+     * DType codes (5 FLOAT, 10 INT64, 1 BOOL, ...); the canonical cast's
+     * ONNX code is translated both ways (CK_DF_CAST_TO) */
+    {CK_OP_CAST, "cast", CK_DV_PLAIN, false, SAME_ORDER, -1, -1,
+     {{"dtype", 'i', CK_DF_CAST_TO, 5}}},
+    /* maximum, minimum (broadcastable/maximum.cpp, minimum.cpp) */
+    {CK_OP_MAX, "maximum", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_MIN, "minimum", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    /* the comparisons (broadcastable/equals.cpp, less.cpp, greater.cpp,
+     * less_equal.cpp, greater_equal.cpp): written only on shape values
+     * (writers/sdlower.c refuses a comparison of tensor values) */
+    {CK_OP_EQUAL, "equals", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_LESS, "less", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_GREATER, "greater", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_LESS_EQUAL, "less_equal", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
+    {CK_OP_GREATER_EQUAL, "greater_equal", CK_DV_PLAIN, false, SAME_ORDER, -1, -1, {{0}}},
     {CK_OP_INVALID, NULL, CK_DV_PLAIN, false, NOIN, -1, -1, {{0}}},
 };
 /* clang-format on */
@@ -184,6 +220,10 @@ static int expressible(const struct ck_model_node *n, const struct ck_dl4j_op *r
         else if (p->ceil_mode)
             why = "ceil mode";
     }
+    if (r->op == CK_OP_SHAPE && p->nints)
+        why = "a start or end"; /* writers/sdlower.c slices shape_of's output */
+    if (r->op == CK_OP_CAST && (p->nints != 1 || ck_dl4j_dtype_of_onnx(p->ints[0]) < 0))
+        why = "a target type libnd4j has no DataType for";
     if (why)
         return ck_error(CK_EFORMAT, "node '%s': op '%s' with %s has no DL4J equivalent", n->name,
                         ck_op_name(n->op), why);
@@ -322,6 +362,8 @@ double ck_dl4j_arg_get(const struct ck_dl4j_arg *a, const struct ck_op_params *p
         return p->min;
     case CK_DF_MAX:
         return p->max;
+    case CK_DF_CAST_TO:
+        return p->nints == 1 ? (double)ck_dl4j_dtype_of_onnx(p->ints[0]) : a->def;
     case CK_DF_BEGIN_MASK:
         return (double)slice_mask(p, false);
     case CK_DF_END_MASK:
@@ -352,6 +394,7 @@ bool ck_dl4j_arg_is_int(const struct ck_dl4j_arg *a)
     case CK_DF_BEGINS:
     case CK_DF_ENDS:
     case CK_DF_STRIDES:
+    case CK_DF_CAST_TO:
         return true;
     default:
         return false;
@@ -419,10 +462,46 @@ void ck_dl4j_arg_set(const struct ck_dl4j_arg *a, struct ck_op_params *p, int64_
     }
 }
 
+/* ONNX's TensorProto codes and libnd4j's DataType (graph.fb's DType, the
+ * codes writers/sdarray.c writes arrays with) of each type both know. */
+static const struct {
+    int8_t onnx, dl4j;
+} cast_codes[] = {
+    {1, 5},   /* float32: FLOAT */
+    {10, 3},  /* float16: HALF */
+    {16, 17}, /* bfloat16: BFLOAT16 */
+    {11, 6},  /* float64: DOUBLE */
+    {3, 7},   /* int8 */
+    {5, 8},   /* int16 */
+    {6, 9},   /* int32 */
+    {7, 10},  /* int64: INT64 (nd4j's LONG) */
+    {2, 11},  /* uint8 */
+    {4, 12},  /* uint16 */
+    {12, 13}, /* uint32 */
+    {13, 14}, /* uint64 */
+    {9, 1},   /* bool: BOOL */
+};
+
+int64_t ck_dl4j_dtype_of_onnx(int64_t onnx)
+{
+    for (size_t i = 0; i < sizeof cast_codes / sizeof cast_codes[0]; i++)
+        if (cast_codes[i].onnx == onnx)
+            return cast_codes[i].dl4j;
+    return -1;
+}
+
+int64_t ck_dl4j_onnx_of_dtype(int64_t dl4j)
+{
+    for (size_t i = 0; i < sizeof cast_codes / sizeof cast_codes[0]; i++)
+        if (cast_codes[i].dl4j == dl4j)
+            return cast_codes[i].onnx;
+    return -1;
+}
+
 void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p)
 {
-    p->has_scalar =
-        row->variant == CK_DV_SCALAR || row->variant == CK_DV_RSCALAR || (row->op == CK_OP_PAD);
+    p->has_scalar = row->variant == CK_DV_SCALAR || row->variant == CK_DV_RSCALAR ||
+                    row->op == CK_OP_PAD || row->op == CK_OP_CONSTANT_OF_SHAPE;
     p->scalar_first = row->variant == CK_DV_RSCALAR;
     p->approx_tanh = row->variant == CK_DV_APPROX;
 }

@@ -45,6 +45,9 @@ enum ck_dl4j_field {
     CK_DF_BEGINS,     /* list: every axis' start */
     CK_DF_ENDS,       /* list: every axis' end */
     CK_DF_STRIDES,    /* list: every axis' step */
+    /* cast: p.ints[0], ONNX's TensorProto code, said as libnd4j's DataType
+     * (graph.fb's DType); read back into p.ints = [ONNX code] */
+    CK_DF_CAST_TO,
 };
 
 /* Which flags of ck_op_params select a row (the same DL4J op cannot carry them). */
@@ -117,6 +120,11 @@ int ck_dl4j_arg_list(const struct ck_dl4j_arg *a, const struct ck_op_params *p, 
  * CK_EFORMAT for a zero step. */
 int ck_dl4j_slice_triples(int64_t begin_mask, int64_t end_mask, const int64_t *begins,
                           const int64_t *ends, const int64_t *strides, size_t n, int64_t *out);
+/* cast's target both ways: ONNX's TensorProto code (the canonical cast's
+ * p.ints[0]) to libnd4j's DataType code (graph.fb's DType: 5 FLOAT, 10
+ * INT64, 1 BOOL, ...) and back; -1 for a code with no counterpart. */
+int64_t ck_dl4j_dtype_of_onnx(int64_t onnx);
+int64_t ck_dl4j_onnx_of_dtype(int64_t dl4j);
 /* Sets the row's variant flags on p. */
 void ck_dl4j_apply_variant(const struct ck_dl4j_op *row, struct ck_op_params *p);
 /* Canonical input index of DL4J input k, or -1 when the row has no such input. */

@@ -190,6 +190,11 @@ static int slice_finish(struct slice_args *sl, struct ck_model_node *mn,
 {
     int64_t t[3 * MAX_VALUES];
     int err;
+    if (sl->n[0] == 0 && (sl->begin_mask || sl->end_mask)) /* the input form: masks of what? */
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': strided_slice masks without bounds in its "
+                        "arguments are not supported",
+                        file, gn->name);
     if (sl->n[0] != sl->n[1] || sl->n[0] != sl->n[2])
         return ck_error(CK_EFORMAT, "'%s': node '%s': %d begins, %d ends and %d strides", file,
                         gn->name, sl->n[0], sl->n[1], sl->n[2]);
@@ -237,6 +242,16 @@ static int set_args(const struct ck_dl4j_op *row, const struct ck_graph_node *gn
                     iv[k] = v[k].i;
                 if (n > 0 && (err = ck_model_node_set_ints(mn, iv, (size_t)n)) < 0)
                     goto out;
+            } else if (a->field == CK_DF_CAST_TO) {
+                int64_t code = n >= 1 ? ck_dl4j_onnx_of_dtype(v[0].i) : -1;
+                if (code < 0) {
+                    err = ck_error(CK_EFORMAT,
+                                   "'%s': node '%s': cast to DataType %" PRId64 " is not supported",
+                                   file, gn->name, n >= 1 ? v[0].i : -1);
+                    goto out;
+                }
+                if ((err = ck_model_node_set_ints(mn, &code, 1)) < 0)
+                    goto out;
             } else if (n >= 1 && a->field != CK_DF_CONST) {
                 ck_dl4j_arg_set(a, &mn->p, v[0].i, v[0].d);
             } else if (n >= 1 && consts) {
@@ -268,6 +283,19 @@ static int const_values(const struct ck_tensor_set *s, const struct ck_nameidx *
     return 0;
 }
 
+/* Whether name is a stored array of one number (pad's or fill's value: any
+ * real, -inf too). */
+static bool const_scalar(const struct ck_tensor_set *s, const struct ck_nameidx *ix,
+                         const char *name)
+{
+    const struct ck_nameidx_entry *e = ck_nameidx_find(ix, name);
+    uint64_t numel;
+    const struct ck_tensor *t = e ? &s->tensors[e->index] : NULL;
+    return t && t->data && ck_tensor_numel(t, &numel) == 0 && numel == 1 &&
+           ck_dtype_size(t->dtype) > 0 && t->nbytes >= ck_dtype_size(t->dtype) &&
+           t->dtype != CK_DT_BOOL && t->dtype != CK_DT_QI8 && t->dtype != CK_DT_QI16;
+}
+
 /* The node's DL4J inputs into canonical slots (constants that carry
  * parameters taken into mn's parameters instead). */
 static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *s,
@@ -286,10 +314,17 @@ static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *
             consumed[ck_nameidx_find(ix, gn->inputs[k])->index] = true;
             continue;
         }
-        if ((int)k == row->scalar_input && const_values(s, ix, gn->inputs[k], vals, 1, &nv) == 0) {
+        if ((int)k == row->scalar_input && const_scalar(s, ix, gn->inputs[k])) {
             const struct ck_tensor *t = &s->tensors[ck_nameidx_find(ix, gn->inputs[k])->index];
             mn->p.scalar = (float)ck_tensor_get_f64(t, 0);
             consumed[ck_nameidx_find(ix, gn->inputs[k])->index] = true;
+            if (row->op == CK_OP_CONSTANT_OF_SHAPE) {
+                /* fill's output has its value's dtype: an integer value
+                 * makes the canonical integer constant_of_shape */
+                int64_t is_int = ck_dtype_is_int(t->dtype);
+                if ((err = ck_model_node_set_ints(mn, &is_int, 1)) < 0)
+                    return err;
+            }
             continue;
         }
         size_t slot = row->inputs[0] < 0                              ? k
@@ -302,6 +337,31 @@ static int map_inputs(const struct ck_dl4j_op *row, const struct ck_tensor_set *
         if (slot + 1 > *nslots)
             *nslots = slot + 1;
     }
+    return 0;
+}
+
+/* strided_slice in libnd4j's input form (x, begin, end, strides: the five
+ * masks the only iArgs, tensor/strided_slice.cpp), what ckptd writes for a
+ * slice whose bounds are computed: the canonical slice (x, starts, ends),
+ * ONNX's form with the axes from 0 and steps 1; the strides must be a
+ * constant of 1s and the masks 0 (no canonical form says them). */
+static int slice_inputs(const struct ck_tensor_set *s, const struct ck_nameidx *ix,
+                        const struct ck_graph_node *gn, const struct ck_model_node *mn,
+                        const char **slots, size_t *nslots, bool *consumed, const char *file)
+{
+    int64_t v[CK_MODEL_MAX_INTS];
+    size_t nv = 0;
+    bool ones = *nslots == 4 && const_values(s, ix, slots[3], v, CK_MODEL_MAX_INTS, &nv) == 0;
+    for (size_t i = 0; ones && i < nv; i++)
+        ones = v[i] == 1;
+    if (!ones || mn->p.nints)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': strided_slice with its bounds as inputs is read only as "
+                        "(x, begin, end, strides of 1s) with every mask 0",
+                        file, gn->name);
+    consumed[ck_nameidx_find(ix, slots[3])->index] = true;
+    slots[3] = NULL;
+    *nslots = 3;
     return 0;
 }
 
@@ -327,6 +387,8 @@ static int map_node(struct ck_model *m, const struct ck_tensor_set *s, const str
     if (!slots)
         return ck_error(CK_ENOMEM, "out of memory");
     err = map_inputs(row, s, ix, gn, mn, slots, cap, &nslots, consumed, file);
+    if (err == 0 && row->op == CK_OP_SLICE && nslots > 1)
+        err = slice_inputs(s, ix, gn, mn, slots, &nslots, consumed, file);
     for (size_t k = 0; k < nslots && err == 0; k++) {
         if (!slots[k])
             err = ck_error(CK_EFORMAT, "'%s': node '%s': input %zu missing", file, gn->name, k);

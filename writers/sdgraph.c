@@ -19,6 +19,8 @@ enum { OPTYPE_CUSTOM = 21, DT_FLOAT = 5 };
 struct var {
     const char *name;
     int32_t a, b;
+    enum ck_dtype dtype; /* the canonical dtype (docs/model.md "Dtypes") */
+    bool weight;
 };
 
 struct gctx {
@@ -46,13 +48,13 @@ static int add_var(struct gctx *g, const char *name, int32_t a, int32_t b)
         g->vars = n;
         g->cap = cap;
     }
-    g->vars[g->nvars++] = (struct var){name, a, b};
+    g->vars[g->nvars++] = (struct var){name, a, b, CK_DT_F32, false};
     return 0;
 }
 
-static const struct var *lookup(const struct gctx *g, const char *name)
+static struct var *lookup(const struct gctx *g, const char *name)
 {
-    struct var key = {name, 0, 0};
+    struct var key = {name, 0, 0, CK_DT_F32, false};
     return g->nvars ? bsearch(&key, g->vars, g->nvars, sizeof(key), var_cmp) : NULL;
 }
 
@@ -113,6 +115,70 @@ static int collect(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw)
             return ck_error(CK_EFORMAT, "'%s': value '%s' is defined twice", g->label,
                             g->vars[i].name);
     return 0;
+}
+
+static bool params_as_inputs(const struct ck_model_node *n)
+{
+    return n->ninputs > 1 &&
+           (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND || n->op == CK_OP_TILE ||
+            n->op == CK_OP_SLICE || n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
+}
+
+/* Every node output's canonical dtype, by the rule the engine tags values
+ * with (infer/values.c, ck_infer_dtypes; docs/model.md "Dtypes"): a cast's
+ * target, bool for the comparisons and not/and/or/xor, int64 for shape,
+ * size, argmax, argmin, an integer constant_of_shape, else the first
+ * computing input's (not a weight; where's a or b; a gather's table, a
+ * computed reshape's or expand's data). The lowered nodes are in order. */
+static void value_dtypes(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw)
+{
+    const struct ck_model *m = g->m, *nm = g->nm;
+    struct var *v;
+    for (size_t i = 0; i < nw; i++)
+        if ((v = lookup(g, w[i].t->name)))
+            v->dtype = w[i].t->dtype, v->weight = true;
+    for (size_t i = 0; i < nm->weights->ntensors; i++)
+        if ((v = lookup(g, nm->weights->tensors[i].name)))
+            v->dtype = nm->weights->tensors[i].dtype, v->weight = true;
+    for (size_t i = 0; i < m->ninputs; i++)
+        if ((v = lookup(g, m->inputs[i].name)))
+            v->dtype = m->inputs[i].dtype == CK_DT_INVALID ? CK_DT_F32 : m->inputs[i].dtype;
+    for (size_t i = 0; i < nm->nnodes; i++) {
+        const struct ck_model_node *n = &nm->nodes[i];
+        size_t from = n->op == CK_OP_WHERE && n->ninputs > 1 ? 1 : 0, pick = from;
+        bool first_only = n->op == CK_OP_GATHER || params_as_inputs(n);
+        for (size_t k = n->ninputs; !first_only && k-- > from;) {
+            const struct var *x = lookup(g, n->inputs[k]);
+            if (x && !x->weight)
+                pick = k;
+        }
+        const struct var *x = pick < n->ninputs ? lookup(g, n->inputs[pick]) : NULL;
+        enum ck_dtype t = x ? x->dtype : CK_DT_F32;
+        if (n->op == CK_OP_CAST)
+            t = n->p.nints == 1 ? ck_op_cast_dtype(n->p.ints[0]) : CK_DT_F32;
+        else if (n->op >= CK_OP_EQUAL && n->op <= CK_OP_XOR)
+            t = CK_DT_BOOL;
+        else if (n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_ARGMAX ||
+                 n->op == CK_OP_ARGMIN)
+            t = CK_DT_I64;
+        else if (n->op == CK_OP_CONSTANT_OF_SHAPE)
+            t = n->p.nints >= 1 && n->p.ints[0] == 1 ? CK_DT_I64 : CK_DT_F32;
+        for (size_t k = 0; k < n->noutputs; k++)
+            if ((v = lookup(g, n->outputs[k])))
+                v->dtype = t == CK_DT_INVALID ? CK_DT_F32 : t;
+    }
+}
+
+/* The DType a computed value is declared with: integers and bools as they
+ * are (a shape value is INT64, nd4j's LONG: libnd4j's shape_of gives int64
+ * and reshape, gather and range read integer inputs), every float type as
+ * FLOAT (the engine computes in float32; archives ckptd wrote before held
+ * FLOAT throughout). */
+static int declared_dtype(const struct var *v)
+{
+    int dt = v && (ck_dtype_is_int(v->dtype) || v->dtype == CK_DT_BOOL) ? ck_sdarray_dtype(v->dtype)
+                                                                        : -1;
+    return dt < 0 ? DT_FLOAT : dt;
 }
 
 static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, size_t nw,
@@ -177,7 +243,8 @@ static int write_variables(struct gctx *g, const struct ck_sdgraph_weight *w, si
         for (size_t o = 0; o < nm->nodes[i].noutputs; o++)
             ck_fbb_vec_set_off(b, vec, k++,
                                variable(g, nm->nodes[i].outputs[o], (int32_t)i + 1, (int32_t)o,
-                                        DT_FLOAT, VT_ARRAY, -1, NULL, NULL, &err));
+                                        declared_dtype(lookup(g, nm->nodes[i].outputs[o])),
+                                        VT_ARRAY, -1, NULL, NULL, &err));
     return err;
 }
 
@@ -360,6 +427,7 @@ int ck_sdgraph_build(struct ck_fbb *b, const struct ck_model *m, const struct ck
     struct gctx g = {b, m, low.m, low.rows, label, NULL, 0, 0};
     if ((err = collect(&g, w, nw)) < 0 || (err = loss_variables(&g, &losstext, &loss, &nloss)) < 0)
         goto out;
+    value_dtypes(&g, w, nw);
     for (size_t i = 0; i < nw; i++)
         nscales += w[i].stored == CK_DT_QI8;
     nvars = g.nvars + nscales;

@@ -4,6 +4,7 @@
 #include "model/shape.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -393,27 +394,35 @@ out:
     return err;
 }
 
-/* A constant the lowering adds (an int64 array in the written graph, not a
- * stored weight): name, shape and values copied into the lowered model. */
-static int add_const_i64(struct low *l, const char *name, int rank, const int64_t *dims,
-                         const int64_t *v, size_t n)
+/* A constant the lowering adds (an array held inline in the written graph,
+ * not a stored weight): name, dtype, shape and bytes copied into the
+ * lowered model. */
+static int add_const(struct low *l, const char *name, enum ck_dtype dtype, int rank,
+                     const int64_t *dims, const void *v, size_t nbytes)
 {
     struct ck_tensor t;
     void *mem;
     int err;
     memset(&t, 0, sizeof t);
-    if ((err = ck_tensor_set_alloc(l->out->m->weights, n * sizeof *v, &mem)) < 0)
+    if ((err = ck_tensor_set_alloc(l->out->m->weights, nbytes, &mem)) < 0)
         return err;
-    if (n)
-        memcpy(mem, v, n * sizeof *v);
+    if (nbytes)
+        memcpy(mem, v, nbytes);
     t.name = (char *)name;
-    t.dtype = CK_DT_I64;
+    t.dtype = dtype;
     t.rank = rank;
-    memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
-    t.nbytes = n * sizeof *v;
+    if (rank) /* a scalar: dims NULL */
+        memcpy(t.dims, dims, (size_t)rank * sizeof *dims);
+    t.nbytes = nbytes;
     t.data = mem;
     t.role = "constant";
     return ck_tensor_set_add(l->out->m->weights, &t, NULL);
+}
+
+static int add_const_i64(struct low *l, const char *name, int rank, const int64_t *dims,
+                         const int64_t *v, size_t n)
+{
+    return add_const(l, name, CK_DT_I64, rank, dims, v, n * sizeof *v);
 }
 
 /* libnd4j's pad (transforms/pad.cpp) reads its paddings from input 1, an
@@ -522,6 +531,9 @@ out:
  * condition is true where it is not 0, NaN too): each operand whose shape
  * is not the output's is broadcast to it first, with exact copies (tile),
  * never arithmetic (a -inf fill times 0 is NaN). */
+static int lower_where_computed(struct low *l, const struct ck_model_node *n,
+                                const struct ck_shape *const *s, const struct ck_shape *out);
+
 static int lower_where(struct low *l, const struct ck_model_node *n)
 {
     static const char *const roles[3] = {"cond", "a", "b"};
@@ -532,13 +544,18 @@ static int lower_where(struct low *l, const struct ck_model_node *n)
         return ck_error(CK_EFORMAT, "'%s': node '%s': op 'where' takes three inputs and one output",
                         l->label, n->name);
     const struct ck_shape *out = value_shape(l, n->outputs[0]);
-    if (!shape_is_known(out))
+    if (!out)
         return shape_unknown(l, n, "(DL4J's Where takes operands of one shape)", n->outputs[0],
                              out);
-    for (int k = 0; k < 3; k++)
-        if (!shape_is_known(s[k] = value_shape(l, n->inputs[k])))
+    bool known = shape_is_known(out);
+    for (int k = 0; k < 3; k++) {
+        if (!(s[k] = value_shape(l, n->inputs[k])) || s[k]->rank > out->rank)
             return shape_unknown(l, n, "(DL4J's Where takes operands of one shape)", n->inputs[k],
                                  s[k]);
+        known = known && shape_is_known(s[k]);
+    }
+    if (!known) /* a dynamic batch or sequence: the broadcast computed in the graph */
+        return lower_where_computed(l, n, s, out);
     for (int k = 0; k < 3 && err >= 0; k++)
         err = broadcast_operand(l, n, roles[k], n->inputs[k], s[k], out, &bc[k]);
     if (err >= 0) {
@@ -937,17 +954,356 @@ static int lower_recurrent(struct low *l, const struct ck_model_node *n)
  * slice of a constant that the ONNX reader leaves as a node): the
  * broadcast said as reshape and tile from the shapes known at pack time,
  * then an identity to the node's output. */
+/* ---- shapes computed in the graph (a dynamic export: docs/samediff.md) ---- */
+
+/* A name of the lowering's own, kept until the node is lowered. */
+struct names {
+    char **v;
+    size_t n;
+    int err;
+};
+
+static const char *nm(struct names *k, const struct ck_model_node *n, const char *what, int i)
+{
+    char **v;
+    if (k->err < 0)
+        return "";
+    if (!(v = realloc(k->v, (k->n + 1) * sizeof *v))) {
+        k->err = ck_error(CK_ENOMEM, "out of memory");
+        return "";
+    }
+    k->v = v;
+    k->err = i >= 0 ? sub_name(&v[k->n], n, "%s%d", what, i) : sub_name(&v[k->n], n, "%s", what);
+    if (k->err < 0)
+        return "";
+    return v[k->n++];
+}
+
+static int names_free(struct names *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        free(k->v[i]);
+    free(k->v);
+    return k->err;
+}
+
+/* Emits y = op(ins) (one output) unless an earlier step failed. */
+static void step(struct low *l, struct names *k, const char *y, enum ck_op op,
+                 const struct ck_op_params *p, const char *const *ins, size_t nin)
+{
+    struct ck_op_params q;
+    if (k->err < 0)
+        return;
+    if (!p) {
+        ck_op_params_init(&q);
+        p = &q;
+    }
+    k->err = emit(l, y, op, p, ins, nin, &y, 1, NULL);
+}
+
+/* The int64 vector [rank] of value v's dims as computed in the graph
+ * (libnd4j's shape_of), led by 1s to rank out_rank (a concat with a
+ * constant of 1s): numpy's alignment of shapes on the right. */
+static const char *dims_lead(struct low *l, struct names *k, const struct ck_model_node *n,
+                             const char *s, int rank, int out_rank, int i);
+
+static const char *dims_of(struct low *l, struct names *k, const struct ck_model_node *n,
+                           const char *v, int rank, int out_rank, int i)
+{
+    const char *s = nm(k, n, "dims", i);
+    step(l, k, s, CK_OP_SHAPE, NULL, &v, 1);
+    return dims_lead(l, k, n, s, rank, out_rank, i);
+}
+
+/* The shape vector s of rank values led by 1s to out_rank values. */
+static const char *dims_lead(struct low *l, struct names *k, const struct ck_model_node *n,
+                             const char *s, int rank, int out_rank, int i)
+{
+    if (rank >= out_rank || k->err < 0)
+        return s;
+    int64_t ones[CK_TENSOR_MAX_RANK], d[1] = {out_rank - rank};
+    for (int j = 0; j < out_rank - rank; j++)
+        ones[j] = 1;
+    const char *c = nm(k, n, "lead", i), *a = nm(k, n, "dims_aligned", i);
+    if (k->err >= 0)
+        k->err = add_const_i64(l, c, 1, d, ones, (size_t)(out_rank - rank));
+    struct ck_op_params cat;
+    ck_op_params_init(&cat);
+    cat.axis = 0;
+    const char *ins[2] = {c, s};
+    step(l, k, a, CK_OP_CONCAT, &cat, ins, 2);
+    return a;
+}
+
+/* The broadcast of shape vectors a and b of one length: their larger dims
+ * (libnd4j's maximum). numpy's rule where each pair is equal or has a 1;
+ * a dim of 0 against 1 gives 1 here (numpy: 0), which broadcast_to then
+ * refuses (docs/samediff.md). */
+static const char *dims_max(struct low *l, struct names *k, const struct ck_model_node *n,
+                            const char *a, const char *b, int i)
+{
+    const char *y = nm(k, n, "dims_broadcast", i);
+    const char *ins[2] = {a, b};
+    step(l, k, y, CK_OP_MAX, NULL, ins, 2);
+    return y;
+}
+
+/* x broadcast to the computed shape s (libnd4j's broadcast_to: x's dims
+ * must each equal s's or be 1, which s built by dims_max guarantees). */
+static void broadcast_to(struct low *l, struct names *k, const char *y, const char *x,
+                         const char *s)
+{
+    const char *ins[2] = {x, s};
+    step(l, k, y, CK_OP_EXPAND, NULL, ins, 2);
+}
+
+/* ONNX Expand (x, shape) with the shape computed (or x's dims not known
+ * at pack time): the result's shape is the broadcast of x's dims and the
+ * shape's, so broadcast_to gets the larger of the two (a shape's 1 keeps
+ * x's dim, as ONNX says; libnd4j's older broadcast_to would refuse it). */
+static int lower_expand_computed(struct low *l, const struct ck_model_node *n)
+{
+    struct names k = {0};
+    const struct ck_shape *xs = value_shape(l, n->inputs[0]), *out = value_shape(l, n->outputs[0]);
+    if (!xs || !out)
+        return shape_unknown(l, n, "(its rank)", xs ? n->outputs[0] : n->inputs[0], xs ? out : xs);
+    const char *s = NULL;
+    if (n->ninputs == 2) {
+        const struct ck_shape *ss = value_shape(l, n->inputs[1]);
+        if (!ss || ss->rank != 1 || ss->dims[0] < 0 || ss->dims[0] > out->rank)
+            return shape_unknown(l, n, "(the length of its shape)", n->inputs[1], ss);
+        /* a shape shorter than x's rank: led by 1s, as numpy aligns them */
+        s = ss->dims[0] == out->rank
+                ? n->inputs[1]
+                : dims_lead(l, &k, n, n->inputs[1], (int)ss->dims[0], out->rank, 1);
+    } else {
+        /* the constant led by 1s to the result's rank, one constant: a
+         * concat of constants would be no shape value */
+        int64_t d[1] = {out->rank}, v[CK_TENSOR_MAX_RANK];
+        int lead = out->rank - (int)n->p.nints;
+        if (lead < 0)
+            return shape_unknown(l, n, "(the length of its shape)", n->outputs[0], out);
+        for (int i = 0; i < out->rank; i++)
+            v[i] = i < lead ? 1 : n->p.ints[i - lead];
+        s = nm(&k, n, "shape", -1);
+        if (k.err >= 0)
+            k.err = add_const_i64(l, s, 1, d, v, (size_t)out->rank);
+    }
+    const char *x = dims_of(l, &k, n, n->inputs[0], xs->rank, out->rank, 0);
+    const char *t = dims_max(l, &k, n, x, s, 0);
+    if (k.err >= 0) {
+        const char *ins[2] = {n->inputs[0], t};
+        struct ck_op_params p;
+        ck_op_params_init(&p);
+        k.err =
+            emit(l, n->name, CK_OP_EXPAND, &p, ins, 2, (const char *const *)n->outputs, 1, NULL);
+    }
+    return names_free(&k);
+}
+
+/* where with a dim not known at pack time: each operand broadcast_to the
+ * computed broadcast of the three shapes (shape_of, led by 1s, maximum),
+ * then Where of three arrays of one shape. */
+static int lower_where_computed(struct low *l, const struct ck_model_node *n,
+                                const struct ck_shape *const *s, const struct ck_shape *out)
+{
+    static const char *const roles[3] = {"cond_broadcast", "a_broadcast", "b_broadcast"};
+    struct names k = {0};
+    const char *d[3], *b[3];
+    for (int i = 0; i < 3; i++)
+        d[i] = dims_of(l, &k, n, n->inputs[i], s[i]->rank, out->rank, i);
+    const char *t = dims_max(l, &k, n, dims_max(l, &k, n, d[0], d[1], 0), d[2], 1);
+    for (int i = 0; i < 3; i++) {
+        b[i] = nm(&k, n, roles[i], -1);
+        broadcast_to(l, &k, b[i], n->inputs[i], t);
+    }
+    if (k.err >= 0)
+        k.err =
+            emit(l, n->name, CK_OP_WHERE, &n->p, b, 3, (const char *const *)n->outputs, 1, NULL);
+    return names_free(&k);
+}
+
+/* ONNX Slice (x, starts, ends[, axes[, steps]]) with its bounds computed:
+ * libnd4j's strided_slice in its input form (tensor/strided_slice.cpp:
+ * with the five masks as the only iArgs, begin, end and strides are inputs
+ * 1, 2, 3, one value per axis from axis 0; axes past them are whole). Per
+ * axis up to the last one sliced: a sliced axis takes its start and end
+ * (a strided_slice of starts and ends), another 0 and its own dim (of
+ * shape_of x), so no mask is needed; strides are 1. The axes must be
+ * constants and the steps 1 (else refused by name); the lowered node has
+ * the four inputs of libnd4j's form, not the canonical slice's. */
+static int lower_slice_computed(struct low *l, const struct ck_model_node *n)
+{
+    const struct ck_shape *xs = value_shape(l, n->inputs[0]);
+    const struct ck_shape *ss = n->ninputs > 1 ? value_shape(l, n->inputs[1]) : NULL;
+    int64_t pos[CK_TENSOR_MAX_RANK];
+    if (n->ninputs < 3)
+        return ck_error(CK_EFORMAT,
+                        "'%s': node '%s': op 'slice' with %zu inputs (x, starts, "
+                        "ends[, axes[, steps]])",
+                        l->label, n->name, n->ninputs);
+    if (!xs || !ss || ss->rank != 1 || ss->dims[0] < 1 || ss->dims[0] > xs->rank ||
+        n->noutputs != 1)
+        return shape_unknown(l, n, "(with computed bounds: x's rank and the count of axes)",
+                             xs ? n->inputs[1] : n->inputs[0], xs ? ss : xs);
+    int na = (int)ss->dims[0], last = -1;
+    for (int d = 0; d < CK_TENSOR_MAX_RANK; d++)
+        pos[d] = -1;
+    const struct ck_tensor *at = n->ninputs > 3 ? ck_model_weight(l->src, n->inputs[3]) : NULL;
+    const struct ck_tensor *st = n->ninputs > 4 ? ck_model_weight(l->src, n->inputs[4]) : NULL;
+    for (int j = 0; j < na; j++) {
+        int64_t a = j, step = 1;
+        if ((n->ninputs > 3 && (!at || ck_tensor_get_i64(at, (uint64_t)j, &a) < 0)) ||
+            (n->ninputs > 4 && (!st || ck_tensor_get_i64(st, (uint64_t)j, &step) < 0)) || step != 1)
+            return refuse(l, n,
+                          "computed bounds and axes or steps that are not constants, "
+                          "or a step other than 1");
+        if (a < 0)
+            a += xs->rank;
+        if (a < 0 || a >= xs->rank || pos[a] >= 0)
+            return ck_error(CK_EFORMAT,
+                            "'%s': node '%s': slice axis %" PRId64 " out of range "
+                            "or repeated",
+                            l->label, n->name, a);
+        pos[a] = j;
+        last = a > last ? (int)a : last;
+    }
+    struct names k = {0};
+    const char *dims = NULL, *begin = NULL, *end = NULL;
+    const struct ck_tensor *bw = ck_model_weight(l->src, n->inputs[1]);
+    const struct ck_tensor *ew = ck_model_weight(l->src, n->inputs[2]);
+    for (int which = 0; which < 2; which++) {
+        const struct ck_tensor *w = which ? ew : bw;
+        const char *src = n->inputs[1 + which], *pc[CK_TENSOR_MAX_RANK];
+        int64_t cv[CK_TENSOR_MAX_RANK];
+        bool all_const = true;
+        /* per axis a constant (a bound given as a weight, a begin of an
+         * axis not sliced) or a computed value; a vector of constants only
+         * is one constant (a concat of weights is no shape value) */
+        for (int d = 0; d <= last; d++) {
+            bool c =
+                pos[d] >= 0 ? w && ck_tensor_get_i64(w, (uint64_t)pos[d], &cv[d]) == 0 : !which;
+            if (pos[d] < 0 && !which)
+                cv[d] = 0;
+            if (!c)
+                all_const = false;
+        }
+        const char *v = nm(&k, n, which ? "end" : "begin", -1);
+        int64_t dl[1] = {last + 1};
+        if (all_const) {
+            if (k.err >= 0)
+                k.err = add_const_i64(l, v, 1, dl, cv, (size_t)last + 1);
+        } else {
+            for (int d = 0; d <= last; d++) {
+                struct ck_op_params sp;
+                ck_op_params_init(&sp);
+                int64_t at1 = pos[d] >= 0 ? pos[d] : d, one[3] = {at1, at1 + 1, 1}, d1[1] = {1};
+                sp.ints = one;
+                sp.nints = 3;
+                pc[d] = nm(&k, n, which ? "end_axis" : "begin_axis", d);
+                if (pos[d] >= 0 && !(w && ck_tensor_get_i64(w, (uint64_t)pos[d], &cv[d]) == 0)) {
+                    step(l, &k, pc[d], CK_OP_SLICE, &sp, &src, 1);
+                } else if (pos[d] >= 0 || !which) {
+                    if (k.err >= 0)
+                        k.err = add_const_i64(l, pc[d], 1, d1, &cv[d], 1);
+                } else { /* the whole axis: up to its dim */
+                    if (!dims) {
+                        dims = nm(&k, n, "dims", -1);
+                        step(l, &k, dims, CK_OP_SHAPE, NULL, (const char *const *)n->inputs, 1);
+                    }
+                    step(l, &k, pc[d], CK_OP_SLICE, &sp, &dims, 1);
+                }
+            }
+            struct ck_op_params cat;
+            ck_op_params_init(&cat);
+            cat.axis = 0;
+            step(l, &k, v, CK_OP_CONCAT, &cat, pc, (size_t)last + 1);
+        }
+        *(which ? &end : &begin) = v;
+    }
+    const char *strides = nm(&k, n, "strides", -1);
+    int64_t ones[CK_TENSOR_MAX_RANK], dl[1] = {last + 1};
+    for (int d = 0; d <= last; d++)
+        ones[d] = 1;
+    if (k.err >= 0)
+        k.err = add_const_i64(l, strides, 1, dl, ones, (size_t)last + 1);
+    if (k.err >= 0) {
+        const char *ins[4] = {n->inputs[0], begin, end, strides};
+        struct ck_op_params p;
+        ck_op_params_init(&p);
+        k.err = emit(l, n->name, CK_OP_SLICE, &p, ins, 4, (const char *const *)n->outputs, 1, NULL);
+    }
+    return names_free(&k);
+}
+
+/* shape with a start or end: shape_of, then a strided_slice of it (the
+ * rank known at pack time, the bounds clamped as numpy clamps). */
+static int lower_shape(struct low *l, const struct ck_model_node *n)
+{
+    if (!n->p.nints)
+        return emit_copy(l, n);
+    const struct ck_shape *xs = value_shape(l, n->inputs[0]);
+    if (!xs || n->p.nints != 2 || n->noutputs != 1)
+        return shape_unknown(l, n, "(with a start and end: its rank)", n->inputs[0], xs);
+    int64_t r = xs->rank, b = n->p.ints[0], e = n->p.ints[1];
+    b = b < 0 ? (b + r < 0 ? 0 : b + r) : (b > r ? r : b);
+    e = e < 0 ? (e + r < 0 ? 0 : e + r) : (e > r ? r : e);
+    if (e < b)
+        e = b;
+    struct names k = {0};
+    const char *all = nm(&k, n, "dims", -1);
+    step(l, &k, all, CK_OP_SHAPE, NULL, (const char *const *)n->inputs, 1);
+    int64_t cut[3] = {b, e, 1};
+    struct ck_op_params sp;
+    ck_op_params_init(&sp);
+    sp.ints = cut;
+    sp.nints = 3;
+    if (k.err >= 0)
+        k.err = emit1(l, n->name, CK_OP_SLICE, &sp, all, n->outputs[0]);
+    return names_free(&k);
+}
+
+/* constant_of_shape as libnd4j's fill (shape, value): the value a scalar
+ * constant of the result's dtype (int64 for the integer form, else
+ * float32), since fill assigns input 1 and so gives its dtype; T_ARG(0)
+ * holds it too. */
+static int lower_fill(struct low *l, const struct ck_model_node *n)
+{
+    if (n->ninputs != 1 || n->noutputs != 1)
+        return emit_copy(l, n);
+    bool integer = n->p.nints >= 1 && n->p.ints[0] == 1;
+    /* the integer form's value an int64 (as the engine's plan wants it,
+     * infer/shapeval.c): a whole number under 2^62 (fuzz_graph: -1.6e35
+     * converted to a long) */
+    if (integer && !(fabsf(n->p.scalar) < 0x1p62f && n->p.scalar == truncf(n->p.scalar)))
+        return ck_error(CK_EFORMAT, "'%s': node '%s': op 'constant_of_shape' with the integer "
+                        "value %g: not a whole number under 2^62", l->label, n->name,
+                        (double)n->p.scalar);
+    struct names k = {0};
+    const char *v = nm(&k, n, "value", -1);
+    int64_t iv = integer ? (int64_t)n->p.scalar : 0;
+    float fv = n->p.scalar;
+    if (k.err >= 0)
+        k.err = add_const(l, v, integer ? CK_DT_I64 : CK_DT_F32, 0, NULL,
+                          integer ? (const void *)&iv : (const void *)&fv,
+                          integer ? sizeof iv : sizeof fv);
+    const char *ins[2] = {n->inputs[0], v};
+    if (k.err >= 0)
+        k.err = emit(l, n->name, n->op, &n->p, ins, 2, (const char *const *)n->outputs, 1, NULL);
+    return names_free(&k);
+}
+
 static int lower_expand(struct low *l, const struct ck_model_node *n)
 {
     char *bc = NULL;
     int err;
+    if (n->ninputs == 2 && n->noutputs == 1)
+        return lower_expand_computed(l, n); /* the shape a shape value */
     if (n->ninputs != 1 || n->noutputs != 1)
-        return emit_copy(l, n); /* a computed shape: refused (refuse_dynamic) or by its row */
+        return emit_copy(l, n); /* refused by its row */
     const struct ck_shape *out = value_shape(l, n->outputs[0]), *xs = value_shape(l, n->inputs[0]);
     if (!shape_is_known(out) || !shape_is_known(xs))
-        return shape_unknown(l, n, "(as reshape and tile)",
-                             shape_is_known(out) ? n->inputs[0] : n->outputs[0],
-                             shape_is_known(out) ? xs : out);
+        return lower_expand_computed(l, n); /* the shape known, not x's: computed too */
     if ((err = broadcast_operand(l, n, "x", n->inputs[0], xs, out, &bc)) < 0)
         return err;
     struct ck_op_params p;
@@ -982,13 +1338,21 @@ static int lower_dense(struct low *l, const struct ck_model_node *n)
     if (axis < 1 || axis > xs->rank || xs->rank > CK_TENSOR_MAX_RANK - 1)
         return ck_error(CK_EFORMAT, "'%s': node '%s': op 'dense' with axis %d of an input of rank "
                         "%d has no DL4J form", l->label, n->name, axis, xs->rank);
-    /* K: the features, known; the leading dims: all but the first known */
+    /* K: the features, x's or, when a dim of x's is not known at pack time
+     * (a reshape to a computed shape), the weight's (dense's rule makes
+     * them equal; the engine checks it at run time); the leading dims: all
+     * but the first known */
     int64_t k = 1, wout = 1;
-    for (int i = axis; i < xs->rank; i++) {
-        if (xs->dims[i] < 0 || xs->dims[i] > DL4J_INT_MAX || k > DL4J_INT_MAX / (xs->dims[i] ? xs->dims[i] : 1))
+    bool kx = true;
+    for (int i = axis; i < xs->rank; i++)
+        kx = kx && xs->dims[i] >= 0;
+    for (int i = axis; kx && i < xs->rank; i++) {
+        if (xs->dims[i] > DL4J_INT_MAX || k > DL4J_INT_MAX / (xs->dims[i] ? xs->dims[i] : 1))
             return shape_unknown(l, n, "(as matmul and add)", n->inputs[0], xs);
         k *= xs->dims[i];
     }
+    if (!kx && (k = ws->dims[n->p.trans_w ? 1 : 0]) > DL4J_INT_MAX)
+        return shape_unknown(l, n, "(as matmul and add)", n->inputs[1], ws);
     for (int i = 1; i < axis; i++)
         if (xs->dims[i] < 0)
             return shape_unknown(l, n, "(as matmul and add)", n->inputs[0], xs);
@@ -1063,32 +1427,136 @@ static int lower_node(struct low *l, const struct ck_model_node *n)
         return lower_expand(l, n);
     case CK_OP_DENSE:
         return lower_dense(l, n);
+    case CK_OP_SHAPE:
+        return lower_shape(l, n);
+    case CK_OP_SLICE:
+        return n->ninputs > 1 ? lower_slice_computed(l, n) : emit_copy(l, n);
+    case CK_OP_CONSTANT_OF_SHAPE:
+        return lower_fill(l, n);
     default:
         return emit_copy(l, n);
     }
 }
 
-/* A graph that computes shapes at run time (a dynamic export's shape
- * values, docs/model.md) is refused by name: the SameDiff archives ckptd
- * writes hold static shapes (docs/samediff.md). */
-static int refuse_dynamic(const struct ck_model *src, const char *label)
+/* What of a dynamic export's shape arithmetic ckptd writes no DL4J form
+ * of is refused by name before anything is written: a trilu whose k is an
+ * input and a resize whose sizes or scales are (no libnd4j op read here
+ * takes them so). The rest is written as libnd4j's shape ops
+ * (docs/samediff.md). */
+static int refuse_unwritable(const struct ck_model *src, const char *label)
 {
     for (size_t i = 0; i < src->nnodes; i++) {
         const struct ck_model_node *n = &src->nodes[i];
-        bool computed = n->ninputs > 1 && (n->op == CK_OP_RESHAPE || n->op == CK_OP_EXPAND ||
-                                           n->op == CK_OP_TILE || n->op == CK_OP_SLICE ||
-                                           n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE);
-        /* not cast: it casts activations too (a cast of a shape value
-         * comes after the shape or size it casts, refused first) */
-        if (computed || n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_RANGE ||
-            n->op == CK_OP_CONSTANT_OF_SHAPE)
+        if (n->ninputs > 1 && (n->op == CK_OP_TRILU || n->op == CK_OP_RESIZE))
             return ck_error(CK_EFORMAT,
-                            "'%s': node '%s' (%s): the graph computes shapes at run time (a "
-                            "dynamic export): SameDiff archives are written with static shapes "
-                            "only; pack it as .mldef, or export with fixed sizes (docs/samediff.md)",
-                            label, n->name, ck_op_name(n->op));
+                            "'%s': node '%s' (%s): its %s computed at run time (a dynamic "
+                            "export), and ckptd writes no DL4J form of that; pack it as .mldef, "
+                            "or export with fixed sizes (docs/samediff.md)",
+                            label, n->name, ck_op_name(n->op),
+                            n->op == CK_OP_TRILU ? "k is" : "sizes or scales are");
     }
     return 0;
+}
+
+/* Whether a value holds integers (a weight of whole numbers: ONNX's int64
+ * constants, or float32 ones that say integers). */
+static bool whole_weight(const struct ck_model *m, const char *v)
+{
+    const struct ck_tensor *t = ck_model_weight(m, v);
+    uint64_t numel;
+    if (!t || !t->data || ck_tensor_numel(t, &numel) < 0 || numel > (UINT64_C(1) << 20))
+        return false;
+    for (uint64_t i = 0; i < numel; i++) {
+        int64_t x;
+        if (ck_tensor_get_i64(t, i, &x) < 0)
+            return false;
+    }
+    return true;
+}
+
+static bool is_compare(enum ck_op op)
+{
+    return op == CK_OP_EQUAL || op == CK_OP_LESS || op == CK_OP_GREATER || op == CK_OP_LESS_EQUAL ||
+           op == CK_OP_GREATER_EQUAL;
+}
+
+/* A set of value names (borrowed), open addressing: the source's shape
+ * values, looked up once per input. */
+struct nameset {
+    const char **slot;
+    size_t cap, n;
+};
+
+static size_t name_hash(const char *s)
+{
+    size_t h = 1469598103934665603u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211u;
+    return h;
+}
+
+static bool nameset_has(const struct nameset *t, const char *v)
+{
+    for (size_t i = t->cap ? name_hash(v) & (t->cap - 1) : 0; t->cap && t->slot[i];
+         i = (i + 1) & (t->cap - 1))
+        if (!strcmp(t->slot[i], v))
+            return true;
+    return false;
+}
+
+static int nameset_add(struct nameset *t, const char *v)
+{
+    if (2 * (t->n + 1) > t->cap) {
+        struct nameset g = {calloc(t->cap ? 2 * t->cap : 64, sizeof *g.slot),
+                            t->cap ? 2 * t->cap : 64, 0};
+        if (!g.slot)
+            return ck_error(CK_ENOMEM, "out of memory");
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->slot[i])
+                (void)nameset_add(&g, t->slot[i]); /* room enough: no allocation */
+        free(t->slot);
+        *t = g;
+    }
+    size_t i = name_hash(v) & (t->cap - 1);
+    while (t->slot[i] && strcmp(t->slot[i], v))
+        i = (i + 1) & (t->cap - 1);
+    if (!t->slot[i])
+        t->n++;
+    t->slot[i] = v;
+    return 0;
+}
+
+/* The source's shape values (docs/model.md "Shape values": the output of
+ * shape, size, range, an integer constant_of_shape, or of a node whose
+ * inputs are all shape values or whole-numbered weights, one of them a
+ * shape value). A comparison is written (as libnd4j's comparison, whose
+ * result graph.fb declares BOOL) only on shape values: on tensor values
+ * the canonical result is a float32 0/1 mask that a kernel may read as
+ * data, which DL4J's bool array is not. */
+static int check_compares(const struct ck_model *src, const char *label)
+{
+    struct nameset sv = {0};
+    int err = 0;
+    for (size_t i = 0; i < src->nnodes && err >= 0; i++) {
+        const struct ck_model_node *n = &src->nodes[i];
+        bool from = n->op == CK_OP_SHAPE || n->op == CK_OP_SIZE || n->op == CK_OP_RANGE ||
+                    (n->op == CK_OP_CONSTANT_OF_SHAPE && n->p.nints >= 1 && n->p.ints[0] == 1);
+        bool any = false, rest = true;
+        for (size_t k = 0; !from && k < n->ninputs; k++)
+            any = any || nameset_has(&sv, n->inputs[k]);
+        for (size_t k = 0; any && k < n->ninputs && rest; k++) /* weights read only then */
+            rest = nameset_has(&sv, n->inputs[k]) || whole_weight(src, n->inputs[k]);
+        bool is_sv = from || (any && rest);
+        if (is_compare(n->op) && !is_sv)
+            err = ck_error(CK_EFORMAT,
+                           "'%s': node '%s': op '%s' has no DL4J equivalent on tensor values (its "
+                           "result a float32 0/1 mask, DL4J's a bool array): only on shapes",
+                           label, n->name, ck_op_name(n->op));
+        for (size_t k = 0; is_sv && k < n->noutputs && err >= 0; k++)
+            err = nameset_add(&sv, n->outputs[k]);
+    }
+    free(sv.slot);
+    return err;
 }
 
 int ck_sdlower_build(const struct ck_model *src, const char *label, struct ck_sdlower *out)
@@ -1099,7 +1567,7 @@ int ck_sdlower_build(const struct ck_model *src, const char *label, struct ck_sd
     memset(out, 0, sizeof *out);
     if (!none)
         return ck_error(CK_ENOMEM, "out of memory");
-    if ((err = refuse_dynamic(src, label)) < 0) {
+    if ((err = refuse_unwritable(src, label)) < 0 || (err = check_compares(src, label)) < 0) {
         ck_tensor_set_free(none);
         return err;
     }

@@ -23,7 +23,15 @@
  *   at pack time, per step matmul, add, strided_slice of the gates,
  *   sigmoid, tanh, multiply, rsub_scalar; Y, Y_h, Y_c by reshape and
  *   concat; absent initial states as float32 zeros [1, H].
- * What cannot be lowered exactly is refused naming the node and why. */
+ * - a dynamic export's shape values (docs/samediff.md, "Dynamic shapes"):
+ *   shape with bounds as shape_of and strided_slice; constant_of_shape as
+ *   fill with its value a scalar constant; expand of a computed shape, and
+ *   where or expand whose dims are not known at pack time, as broadcast_to
+ *   of the larger of the operands' computed dims (shape_of, maximum); a
+ *   slice whose bounds are computed as strided_slice's input form (begin,
+ *   end, strides per axis); comparisons only on shape values;
+ * What cannot be lowered exactly is refused naming the node and why (a
+ * trilu's k or a resize's sizes computed, a comparison of tensor values). */
 #ifndef CK_SDLOWER_H
 #define CK_SDLOWER_H
 

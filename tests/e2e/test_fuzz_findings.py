@@ -237,6 +237,32 @@ class Onnx(Base):
         self.assertNotIn("Sanitizer", r.stderr)
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_constant_of_shape_of_a_value_past_int64(self):
+        """fuzz_graph: a float ConstantOfShape of -1.6e35 over a computed
+        shape: the engine's plan (infer/shapeval.c) and the SameDiff writer's
+        fill (writers/sdlower.c) each converted the value to an int64 (past
+        its range: undefined; clang's UBSan shows it, the fuzz build has it).
+        Both forms give the value, as float32, at two batch sizes."""
+        h = self.h
+        v = h.make_tensor("v", self.TP.FLOAT, [1], np.array([-1.6e35], np.float32))
+        p = self.model([h.make_node("Shape", ["x"], ["s"], name="sh"),
+                        h.make_node("ConstantOfShape", ["s"], ["c"], name="fill", value=v),
+                        h.make_node("Add", ["x", "c"], ["y"], name="add")], [],
+                       [self.vi("x", ["N", 3])], [self.vi("y", ["N", 3])])
+        sd = self.path("m.zip")
+        r = run("pack", "--format", "samediff", p, "-o", sd, "--tag", "t", timeout=120)
+        self.assertNotIn("runtime error", r.stderr)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for n in (1, 4):
+            x = np.ones((n, 3), np.float32)
+            np.save(self.path("x.npy"), x)
+            np.save(self.path("y.npy"), x + np.float32(-1.6e35))
+            for model in (p, sd):
+                r = run("verify", model, "--inputs", self.path("x.npy"), "--expected",
+                        self.path("y.npy"), timeout=120)
+                self.assertNotIn("runtime error", r.stderr)
+                self.assertEqual(r.returncode, 0, model + r.stderr)
+
     def test_dropout_in_training_mode_is_refused_not_answered(self):
         """ONNX's test_training_dropout: identity there would be a wrong answer."""
         h = self.h

@@ -675,6 +675,160 @@ class RoundTrip(TmpDirCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("node 'cut': shrinkAxisMask 1 is not supported", p.stderr)
 
+    def dynamic_export(self, module, x, name, dynamic):
+        """torch.onnx.export at opset 17 with these dims of the input
+        dynamic (the zoo's dynamic form, tests/lib/zoo_gen.py)."""
+        import torch
+        src = os.path.join(self.dir, name + ".onnx")
+        torch.onnx.export(module, (x,), src, opset_version=17, input_names=["input"],
+                          output_names=["output"],
+                          dynamic_axes={"input": {d: f"d{d}" for d in dynamic}})
+        return src
+
+    def test_dynamic_shapes_written_as_dl4j_shape_ops(self):
+        """A dynamic export's shape arithmetic (docs/samediff.md, "Shape
+        values"): Shape, Gather, Concat, a Reshape to a computed shape, an
+        Expand of a class token (ConstantOfShape, Equal, Where), a Range and
+        Greater causal mask filling -inf where the batch and sequence are
+        unknown, a Slice to a computed end. Written as libnd4j's shape_of,
+        gather, concat, reshape (shape as input 1), broadcast_to, fill (a
+        torch.full of a computed shape),
+        range, greater, Where, strided_slice (bounds as inputs); the shape
+        values declared INT64 and the comparisons BOOL in graph.fb; read
+        back by ckptd's reader, it gives torch's outputs at batch and
+        sequence sizes the export never saw."""
+        import torch
+
+        class Dyn(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                torch.manual_seed(5)
+                self.cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+                self.lin = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                b, t = x.shape[0], x.shape[1]
+                h = torch.cat([self.cls.expand(b, -1, -1), self.lin(x)], 1)
+                h = h.reshape(b, t + 1, 2, 4).transpose(1, 2) + torch.full((b, 2, t + 1, 4), 0.5)
+                i = torch.arange(t + 1)
+                s = (h @ h.transpose(-1, -2)).masked_fill(i[None, :] > i[:, None],
+                                                         float("-inf"))
+                y = s.softmax(-1) @ h
+                return y[:, :, : (t + 1) // 2].reshape(b, -1, 4)
+
+        module = Dyn().eval()
+        src = self.dynamic_export(module, torch.randn(2, 4, 8), "dyn", (0, 1))
+        out = os.path.join(self.dir, "dyn.zip")
+        p = pack(src, out, "--tag", "t", check=None)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        _, a = sdfb.read_archive(out)
+        g = a["t"]["graph"]
+        nodes = sdfb.graph_nodes(g)
+        ops = {n[0] for n in nodes}
+        for op in ("shape_of", "gather", "concat", "reshape", "broadcast_to", "fill", "range",
+                   "greater", "equals", "Where", "strided_slice", "div_scalar", "maximum", "fill"):
+            self.assertIn(op, ops, sorted(ops))
+        byid = {(v.Id().First(), v.Id().Second()): v for v in
+                (g.Variables(i) for i in range(g.VariablesLength()))}
+        names = {v.Name().decode(): v for v in byid.values()}
+        for n in nodes:
+            dt = {names[o].Dtype() for o in n[4]}
+            if n[0] in ("shape_of", "range"):
+                self.assertEqual(dt, {10}, n)  # INT64
+            if n[0] in ("greater", "equals"):
+                self.assertEqual(dt, {1}, n)  # BOOL
+            if n[0] == "reshape" and len(n[3]) == 2:
+                self.assertEqual(byid[n[3][1]].Dtype(), 10, n)  # the shape, computed
+            if n[0] == "strided_slice" and len(n[3]) > 1:
+                # libnd4j's input form: begin, end, strides; the five masks only
+                self.assertEqual(len(n[3]), 4, n)
+                self.assertEqual({byid[k].Dtype() for k in n[3][1:]}, {10}, n)
+                self.assertEqual(node_args(g, n[1])[0], [0, 0, 0, 0, 0], n)
+            if n[0] in ("matmul", "softmax", "add"):
+                self.assertEqual(dt, {5}, n)  # FLOAT
+        for b, t in ((1, 3), (3, 6)):
+            x = torch.randn(b, t, 8)
+            with torch.no_grad():
+                y = module(x).numpy()
+            p = self.verify(out, x.numpy(), y)
+            self.assertEqual(p.returncode, 0, f"batch {b}, {t} steps: " + p.stdout + p.stderr)
+            # the written graph computed with libnd4j's rules (numpy, not
+            # ckptd's engine): int64 indices, shapes and bounds where DL4J
+            # reads them, torch's answer
+            vals = Lowered.run_dl4j(self, g, a["t"]["params"], {"input": x.numpy()})
+            np.testing.assert_allclose(vals["output"], y, rtol=1e-5, atol=1e-5)
+
+    def test_dynamic_trilu_k_refused_by_name(self):
+        """A Trilu whose k is computed from a dynamic dim (no libnd4j op
+        read here takes k as an input): refused naming the node, exit 1,
+        nothing written; the same graph verifies from ONNX."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        nodes = [h.make_node("Shape", ["input"], ["s"], name="sh"),
+                 h.make_node("Gather", ["s", "zero"], ["n"], name="n", axis=0),
+                 h.make_node("Sub", ["n", "two"], ["k"], name="k"),
+                 h.make_node("Trilu", ["input", "k"], ["output"], name="tri", upper=1)]
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("input", TP.FLOAT, ["N", 5])],
+                         [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                         initializer=[nh.from_array(np.array(0, np.int64), "zero"),
+                                      nh.from_array(np.array(2, np.int64), "two")])
+        src = os.path.join(self.dir, "tri.onnx")
+        onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 14)]), src)
+        x = np.arange(20, dtype=np.float32).reshape(4, 5) + 1
+        p = self.verify(src, x, np.triu(x, 4 - 2))
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        out = os.path.join(self.dir, "tri.zip")
+        p = pack(src, out, "--tag", "t", check=1)
+        self.assertIn(f"'{out}: tag 't'': node 'tri' (trilu): its k is computed at run time (a "
+                      "dynamic export), and ckptd writes no DL4J form of that; pack it as "
+                      ".mldef, or export with fixed sizes (docs/samediff.md)", p.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_strided_slice_input_form_read(self):
+        """libnd4j's strided_slice with begin, end and strides as inputs 1-3
+        (tensor/strided_slice.cpp: the five masks the only iArgs), as a DL4J
+        graph says it: read as the canonical slice (x, starts, ends); the
+        end here computed by shape_of, the begin a constant. Strides other
+        than 1s, or a mask with the inputs, are refused by name."""
+        def graph(path, strides, masks):
+            sdfb.write_graph(
+                path, {"begin": np.array([0, 1], np.int64), "four": np.array([4], np.int64),
+                       "strides": np.array(strides, np.int64)},
+                {"input": [-1, 6]},
+                [("shape_of", "dims", ["input"], ["d"], {}),
+                 ("strided_slice", "rows", ["d"], ["n"], {"__extraInteger": [0, 0, 0, 0, 0,
+                                                                              0, 1, 1]}),
+                 ("concat", "end", ["n", "four"], ["e"], {"__extraInteger": [0]}),
+                 ("strided_slice", "cut", ["input", "begin", "e", "strides"], ["output"],
+                  {"__extraInteger": masks})], ["output"])
+        ok = os.path.join(self.dir, "ok.fb")
+        graph(ok, [1, 1], [0, 0, 0, 0, 0])
+        for n in (1, 3):
+            x = np.arange(6 * n, dtype=np.float32).reshape(n, 6)
+            p = self.verify(ok, x, x[:, 1:4])
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        for strides, masks in (([1, 2], [0, 0, 0, 0, 0]), ([1, 1], [0, 0, 2, 0, 0])):
+            bad = os.path.join(self.dir, "bad.fb")
+            graph(bad, strides, masks)
+            p = run("verify", bad, "--inputs", os.path.join(self.dir, "x.npy"))
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("node 'cut': strided_slice", p.stderr)
+
+    def test_dynamic_recurrent_refused_by_name(self):
+        """The recurrent layers are unrolled over the sequence known at pack
+        time: a dynamic export's sequence is not, so pack names the layer
+        and the shape (exit 1), before writing anything."""
+        import torch
+        torch.manual_seed(2)
+        rnn = torch.nn.LSTM(3, 4, batch_first=True).eval()
+        src = self.dynamic_export(rnn, torch.randn(2, 5, 3), "lstm", (0, 1))
+        out = os.path.join(self.dir, "lstm.zip")
+        p = pack(src, out, "--tag", "t", check=None)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertRegex(p.stderr, r"node '[^']*LSTM[^']*': op 'lstm' \(unrolled over its steps\) "
+                         r"is lowered for DL4J from the shape of '[^']+', and it is \[-1, -1, 3\]")
+        self.assertFalse(os.path.exists(out))
+
 
 def dl4j_pool(x, k, s, p, avg):
     """libnd4j's pooling2d as written in helpers/cpu/convolutions_pooling2d.cpp
@@ -916,6 +1070,13 @@ class Lowered(TmpDirCase):
         self.assertAlmostEqual(nodes[4][2]["scalar"][0], 1 / 6, places=7)  # torch's alpha
         self.assertEqual(nodes[5][2], {"scalar": [0.5]})
 
+    def verify_arrays(self, model, x, y):
+        np.save(os.path.join(self.dir, "x.npy"), x)
+        np.save(os.path.join(self.dir, "y.npy"), np.asarray(y, np.float32))
+        return run("verify", model, "--inputs", os.path.join(self.dir, "x.npy"), "--expected",
+                   os.path.join(self.dir, "y.npy"), "--rtol", "1e-6", "--atol", "1e-6",
+                   timeout=120)
+
     def run_dl4j(self, graph, params, feeds):
         """The written graph computed with libnd4j's rules for the ops it
         holds (numpy, not ckptd's engine): reshape (C order), tile
@@ -926,8 +1087,10 @@ class Lowered(TmpDirCase):
         strided_slice (its masks and lists), permute (permuteDims), matmul
         (blas/matmul.cpp: iArgs transX, transY, transZ, here all 0), the
         broadcastable add and multiply, sigmoid, tanh, concat (its dimension
-        an iArg), rsub_scalar (T_ARG(0) - x) and identity; any other op fails
-        the test. feeds: {placeholder: ndarray}; returns {value name: ndarray}."""
+        an iArg), rsub_scalar (T_ARG(0) - x) and identity, and the shape ops of
+        a computed broadcast: shape_of (int64 dims), maximum, broadcast_to
+        (each dim of x equal to the target's or 1, else the op fails); any
+        other op fails the test. feeds: {placeholder: ndarray}; returns {value name: ndarray}."""
         vals = dict(feeds)
         for name, arr in params.items():
             vals[name] = arr
@@ -935,11 +1098,11 @@ class Lowered(TmpDirCase):
             v = graph.Variables(i)
             if v.Ndarray() is not None:
                 vals[v.Name().decode()] = sdfb.array_from_fb(v.Ndarray())
-        names = self.ids(graph)
+        names = Lowered.ids(self, graph)
         for op, name, args, ins, outs in sdfb.graph_nodes(graph):
             x = [vals[names[i]] for i in ins]
             iargs, targs = node_args(graph, name)
-            if op == "reshape":
+            if op == "reshape" and len(x) == 1:
                 y = x[0].reshape(iargs, order="C")
             elif op == "tile":
                 self.assertEqual(len(iargs), x[0].ndim, name)
@@ -953,7 +1116,7 @@ class Lowered(TmpDirCase):
                 d = iargs[0]
                 e = np.exp(x[0] - x[0].max(axis=d, keepdims=True))
                 y = e / e.sum(axis=d, keepdims=True)
-            elif op == "strided_slice":
+            elif op == "strided_slice" and len(x) == 1:
                 y = dl4j_strided_slice(x[0], args)
             elif op == "permute":
                 y = x[0].transpose(iargs)
@@ -971,6 +1134,54 @@ class Lowered(TmpDirCase):
                 y = targs[0] - x[0]
             elif op == "identity":
                 y = x[0]
+            elif op == "shape_of":  # shape/shape.cpp: x's dims, int64
+                y = np.array(x[0].shape, np.int64)
+            elif op == "gather":  # transforms/gather.cpp: the indices input 1, integers
+                self.assertEqual(x[1].dtype.kind, "i", name)
+                y = np.take(x[0], x[1], axis=iargs[0] if iargs else 0)
+            elif op == "expand_dims":  # shape/expand_dims.cpp: one axis
+                self.assertEqual(len(iargs), 1, name)
+                y = np.expand_dims(x[0], iargs[0])
+            elif op == "reshape" and len(x) == 2:  # the shape input 1, integers, -1 inferred
+                self.assertEqual(x[1].dtype.kind, "i", name)
+                self.assertNotIn(0, list(x[1]), name)
+                y = x[0].reshape([int(d) for d in x[1]], order="C")
+            elif op == "strided_slice" and len(x) > 1:  # begin, end, strides as inputs
+                self.assertEqual((len(x), iargs), (4, [0, 0, 0, 0, 0]), name)
+                cut = []
+                for a, (b, e, st) in enumerate(zip(x[1], x[2], x[3])):
+                    # libnd4j's input form: an end of -1 is "to the end", an end
+                    # or begin past the axis refused
+                    self.assertTrue(0 <= b <= x[0].shape[a] and 0 <= e <= x[0].shape[a], name)
+                    cut.append(slice(int(b), int(e), int(st)))
+                y = x[0][tuple(cut)]
+            elif op == "range":  # parity_ops/range.cpp: input 0's dtype, a non-empty range
+                self.assertNotEqual(x[0], x[1], name)
+                y = np.arange(x[0], x[1], x[2], dtype=x[0].dtype)
+            elif op in ("greater", "equals", "less"):
+                y = {"greater": np.greater, "equals": np.equal, "less": np.less}[op](x[0], x[1])
+            elif op == "fill":  # parity_ops/fill.cpp: input 1 assigned
+                y = np.full([int(d) for d in x[0]], x[1], dtype=x[1].dtype)
+            elif op in ("add_scalar", "mul_scalar", "div_scalar"):
+                # legacy scalar ops: the scalar in the array's type (an int64
+                # array's division truncates, C++'s /)
+                k = targs[0]
+                if x[0].dtype.kind == "i":
+                    k = int(k)
+                    y = {"add_scalar": x[0] + k, "mul_scalar": x[0] * k,
+                         "div_scalar": np.trunc(x[0] / k).astype(x[0].dtype)}[op]
+                else:
+                    y = {"add_scalar": x[0] + np.float32(k), "mul_scalar": x[0] * np.float32(k),
+                         "div_scalar": x[0] / np.float32(k)}[op].astype(x[0].dtype)
+            elif op == "cast":  # datatypes/cast.cpp: INT_ARG(0) a DataType
+                y = x[0].astype({5: np.float32, 10: np.int64, 9: np.int32, 1: bool}[iargs[0]])
+            elif op == "maximum":
+                y = np.maximum(x[0], x[1])
+            elif op == "broadcast_to":  # shape/broadcast_to.cpp: x's dims equal or 1
+                t = [int(d) for d in x[1]]
+                for d, want in zip(x[0].shape[::-1], t[::-1]):
+                    self.assertIn(d, (1, want), name)
+                y = np.broadcast_to(x[0], t)
             else:
                 self.fail(f"node {name}: op {op} not computed here")
             vals[outs[0]] = y
@@ -1023,7 +1234,9 @@ class Lowered(TmpDirCase):
         vals = self.run_dl4j(g, params, {"input": x.numpy()})
         np.testing.assert_allclose(vals[wheres[1][4][0]], y, rtol=1e-6, atol=1e-6)
         self.assertTrue(np.isneginf(vals[wheres[0][4][0]]).any())  # the fill kept exactly
-        # a batch not known at pack time: the tiles cannot be said, refused by name
+        # a batch not known at pack time: the broadcast computed in the graph
+        # (shape_of, led by 1s, maximum, broadcast_to; docs/samediff.md),
+        # computed with libnd4j's rules at batches the graph never saw
         onnx = __import__("torch_gen").need_onnx()
         from onnx import helper as h, numpy_helper as nh, TensorProto as TP
         gr = h.make_graph([h.make_node("Where", ["m", "input", "z"], ["output"], name="w")], "g",
@@ -1033,10 +1246,77 @@ class Lowered(TmpDirCase):
                                        nh.from_array(np.zeros(1, np.float32), "z")])
         dyn = os.path.join(self.dir, "dyn.onnx")
         onnx.save_model(h.make_model(gr, opset_imports=[h.make_opsetid("", 13)]), dyn)
-        p = pack(dyn, os.path.join(self.dir, "dyn.zip"), "--tag", "t", check=1)
-        self.assertIn("node 'w': op 'where' (DL4J's Where takes operands of one shape)",
-                      p.stderr)
-        self.assertIn("[-1, 4]", p.stderr)
+        pack(dyn, os.path.join(self.dir, "dyn.zip"), "--tag", "t", check=0)
+        _, a = sdfb.read_archive(os.path.join(self.dir, "dyn.zip"))
+        g, params = a["t"]["graph"], a["t"]["params"]
+        ops = [n[0] for n in sdfb.graph_nodes(g)]
+        self.assertEqual(ops.count("broadcast_to"), 3, ops)
+        self.assertNotIn("tile", ops)
+        m = np.array([True, False, True, False])
+        for batch in (1, 3):
+            x = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
+            vals = self.run_dl4j(g, params, {"input": x})
+            np.testing.assert_array_equal(vals["output"], np.where(m, x, np.float32(0)))
+            p = self.verify_arrays(os.path.join(self.dir, "dyn.zip"), x, np.where(m, x, 0))
+            self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+
+    def test_expand_of_computed_shape_as_broadcast_to(self):
+        """ONNX Expand where a dim is not known at pack time: x [N, 1, 3] by
+        the shape of a second input y [M, 3] (computed, shorter than x's
+        rank) and by a constant [4, 3]. Written as shape_of x, the shape led
+        by 1s (concat with a constant; the constant one padded whole),
+        maximum, broadcast_to (docs/samediff.md); computed with libnd4j's
+        rules (broadcast_to refuses a dim of x that is neither the target's
+        nor 1) and through ckptd's reader, numpy's broadcast at sizes the
+        graph never saw."""
+        onnx = __import__("torch_gen").need_onnx()
+        from onnx import helper as h, numpy_helper as nh, TensorProto as TP
+        four = np.arange(12, dtype=np.float32).reshape(4, 3)
+        cases = {
+            "computed": ([h.make_node("Shape", ["y"], ["s"], name="sh"),
+                          h.make_node("Expand", ["x", "s"], ["e"], name="ex"),
+                          h.make_node("Add", ["e", "y"], ["output"], name="add")],
+                         [("x", ["N", 1, 3]), ("y", ["M", 3])], []),
+            "constant": ([h.make_node("Shape", ["z"], ["s"], name="sh"),
+                          h.make_node("Expand", ["x", "s"], ["e"], name="ex"),
+                          h.make_node("Add", ["e", "z"], ["output"], name="add")],
+                         [("x", ["N", 1, 3])], [nh.from_array(four, "z")]),
+        }
+        for case, (nodes, ins, inits) in cases.items():
+            with self.subTest(case=case):
+                g = h.make_graph(nodes, "g", [h.make_tensor_value_info(k, TP.FLOAT, d)
+                                              for k, d in ins],
+                                 [h.make_tensor_value_info("output", TP.FLOAT, None)],
+                                 initializer=inits)
+                src = os.path.join(self.dir, case + ".onnx")
+                onnx.save_model(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), src)
+                out = os.path.join(self.dir, case + ".zip")
+                pack(src, out, "--tag", "t", check=0)
+                _, a = sdfb.read_archive(out)
+                gr, params = a["t"]["graph"], a["t"]["params"]
+                made = {n[1]: n for n in sdfb.graph_nodes(gr)}
+                self.assertEqual(made["ex"][0], "broadcast_to")
+                ops = [n[0] for n in made.values()]
+                self.assertIn("maximum", ops)
+                self.assertNotIn("tile", ops)
+                for n, m in ((1, 4), (3, 4), (2, 6)):
+                    if case == "constant" and m != 4:
+                        continue
+                    rng = np.random.default_rng(n + m)
+                    feeds = {"x": rng.standard_normal((n, 1, 3)).astype(np.float32)}
+                    if case == "computed":
+                        feeds["y"] = rng.standard_normal((m, 3)).astype(np.float32)
+                    want = feeds["x"] + feeds.get("y", four)
+                    vals = self.run_dl4j(gr, params, feeds)
+                    np.testing.assert_allclose(vals["output"], want, rtol=0, atol=0)
+                    args = []
+                    for k in feeds:
+                        np.save(os.path.join(self.dir, k + ".npy"), feeds[k])
+                        args += ["--inputs", os.path.join(self.dir, k + ".npy")]
+                    np.save(os.path.join(self.dir, "want.npy"), want)
+                    p = run("verify", out, *args, "--expected", os.path.join(self.dir, "want.npy"),
+                            "--rtol", "0", "--atol", "0", timeout=120)
+                    self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_pad_paddings_as_input_array(self):
         """ONNX Pad as libnd4j's pad reads it (transforms/pad.cpp): the

@@ -8,9 +8,12 @@
  * an error: never read or write out of bounds, never overflow. A graph
  * whose shapes infer is also lowered for the SameDiff writer
  * (writers/sdlower.h: grouped convolutions, pools, where, pad, expand, the
- * unrolled rnn, gru and lstm), which refuses or lowers, nothing else. */
+ * unrolled rnn, gru and lstm, a dynamic export's shape ops), which refuses
+ * or lowers, nothing else; what it lowers is written as graph.fb and read
+ * back by the SameDiff reader. */
 #include "fuzz_common.h"
 #include "model/model.h"
+#include "writers/sdgraph.h"
 #include "writers/sdlower.h"
 
 struct bytes {
@@ -68,6 +71,31 @@ static int add_weight(struct ck_tensor_set *s, const char *name, struct bytes *b
     t.nbytes = n * 4;
     t.data = (const unsigned char *)wdata;
     return ck_tensor_set_add(s, &t, NULL);
+}
+
+/* A graph the lowering takes, written as graph.fb (the dtypes declared,
+ * the nodes' arguments and inputs) and read back by ckptd's SameDiff
+ * reader: the weights are declared there without their arrays (a tag keeps
+ * those in params/), so a graph with weights reads back without them. */
+static void write_and_read(const struct ck_model *m)
+{
+    struct ck_sdgraph_weight *w = calloc(m->weights->ntensors + 1, sizeof *w);
+    struct ck_fbb b;
+    if (!w)
+        return;
+    for (size_t i = 0; i < m->weights->ntensors; i++)
+        w[i] = (struct ck_sdgraph_weight){&m->weights->tensors[i], m->weights->tensors[i].dtype, 0};
+    ck_fbb_init(&b);
+    if (ck_sdgraph_build(&b, m, w, m->weights->ntensors, "fuzz") == 0) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/graph.fb", ck_fuzz_dir());
+        ck_fuzz_write(path, b.p, b.len);
+        ck_fuzz_open(path, "samediff");
+        unlink(path);
+    }
+    ck_fbb_release(&b);
+    free(w);
+    ck_error_clear();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -171,8 +199,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ck_model_infer_shapes(m, &sh) == 0) {
             struct ck_sdlower low;
             ck_model_shapes_release(&sh);
-            if (ck_sdlower_build(m, "fuzz", &low) == 0)
+            if (ck_sdlower_build(m, "fuzz", &low) == 0) {
                 ck_sdlower_release(&low);
+                write_and_read(m);
+            }
             ck_error_clear();
         }
         ck_fuzz_run_model(m);
