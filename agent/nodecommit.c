@@ -1148,6 +1148,38 @@ static bool lists_done(const struct run *u, const struct ck_remote_list *l)
     return true;
 }
 
+/* Whether the store's metadata.yaml lists a step whose record exists but
+ * that the listing l does not show. Records are never deleted (a node of several has no
+ * retention), so such a listing is stale: another node created a record
+ * after it, and wrote the file since. Written from l, the file would lose
+ * that step until the next round. A file that cannot be read or parsed is
+ * not ahead (ours replaces it). */
+static bool store_is_ahead(struct run *u, const struct ck_remote_list *l)
+{
+    struct ck_buf b = CK_BUF_INIT;
+    struct ck_pmf_meta m;
+    bool ahead = false;
+    ck_pmf_meta_init(&m);
+    if (get_bytes(u, "metadata.yaml", &b) == 0 &&
+        ck_pmf_parse(&m, "metadata.yaml", ck_buf_str(&b), b.len) == 0) {
+        for (size_t i = 0; i < m.ncheckpoints && !ahead; i++) {
+            char name[PATH_MAX - 32], key[PATH_MAX]; /* a record's key fits */
+            struct ck_remote_obj o;
+            ck_pmf_ref_str(&m.checkpoints[i].ref, name, sizeof name);
+            snprintf(key, sizeof key, COMMITS_DIR "/%s.yaml", name);
+            /* a step the store lists with no record at all (another
+             * writer's file: a single node's, by hand) is not committed:
+             * ours replaces it */
+            ahead = !has_record(l, name) && ref_is_key_safe(name) &&
+                    ck_store_stat(u->store, key, &o) == 0;
+        }
+    }
+    ck_error_clear();
+    ck_pmf_meta_release(&m);
+    ck_buf_release(&b);
+    return ahead;
+}
+
 /* metadata.yaml from every record, and read back: done once the store's
  * file has the bytes computed from a listing of the records that shows
  * every record this node committed. Written when its bytes differ, then
@@ -1199,6 +1231,12 @@ static void refresh_meta(struct run *u)
         if (equal) {
             ok = true;
             break;
+        }
+        if (store_is_ahead(u, &l)) { /* list again: the next round has the record */
+            ck_info("nodes.listing_behind", "store=\"%s\": the store's metadata.yaml lists a "
+                    "step this listing of the records does not: listed again", u->url);
+            built = false;
+            continue;
         }
         if ((err = put_bytes(u, "metadata.yaml", &meta, false, true, NULL)) == 0) {
             ck_info("nodes.metadata_written", "store=\"%s\" checkpoints=%zu", u->url, l.n);

@@ -67,18 +67,6 @@ static void round_stop(void *arg)
 
 /* ---- in the watcher ---- */
 
-static size_t split(const char *data, size_t len, const char **f, size_t max)
-{
-    size_t n = 0, pos = 0;
-    while (n < max && pos <= len) {
-        f[n++] = data + pos;
-        const char *z = memchr(data + pos, '\0', len - pos);
-        if (!z)
-            break;
-        pos = (size_t)(z - data) + 1;
-    }
-    return n;
-}
 
 static void on_record(void *arg, const char *data, size_t len)
 {
@@ -91,7 +79,7 @@ static void on_record(void *arg, const char *data, size_t len)
     }
     memcpy(copy, data, len);
     copy[len] = '\0';
-    size_t n = split(copy, len, f, CHECKED_FIELDS);
+    size_t n = ck_sender_fields(copy, len, f, CHECKED_FIELDS);
     if (n == CHECKED_FIELDS && !strcmp(f[0], "C")) {
         struct ck_retention_checked c = {f[1], f[2], f[3]};
         if (w->cb.on_checked)

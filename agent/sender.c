@@ -445,3 +445,16 @@ void ck_sender_free(struct ck_sender *s)
     ck_buf_release(&s->in);
     free(s);
 }
+
+size_t ck_sender_fields(const char *data, size_t len, const char **f, size_t max)
+{
+    size_t n = 0, pos = 0;
+    while (n < max && pos <= len) {
+        f[n++] = data + pos;
+        const char *z = memchr(data + pos, '\0', len - pos);
+        if (!z)
+            break;
+        pos = (size_t)(z - data) + 1;
+    }
+    return n;
+}

@@ -63,6 +63,10 @@ void ck_sender_stop(struct ck_sender *s, double grace);
 /* Stops (grace 0) and frees. NULL is fine. */
 void ck_sender_free(struct ck_sender *s);
 
+/* In the parent: a record's NUL-separated fields, at most max (data must be
+ * NUL-terminated at len, so that the last field ends): the count found. */
+size_t ck_sender_fields(const char *data, size_t len, const char **f, size_t max);
+
 /* In the helper, from any thread: sends a record to the parent's on_record,
  * and what the metrics counted since the last send. */
 int ck_sender_send(const void *data, size_t len);

@@ -134,24 +134,10 @@ static void round_stop(void *arg)
 
 /* ---- in the watcher ---- */
 
-/* A record's NUL-separated fields (data is NUL-terminated at len). */
-static size_t split_fields(const char *data, size_t len, const char **f, size_t max)
-{
-    size_t n = 0, pos = 0;
-    while (n < max && pos <= len) {
-        f[n++] = data + pos;
-        const char *z = memchr(data + pos, '\0', len - pos);
-        if (!z)
-            break;
-        pos = (size_t)(z - data) + 1;
-    }
-    return n;
-}
-
 static void on_commit_record(struct ck_upload_worker *w, const char *data, size_t len)
 {
     const char *f[COMMIT_FIELDS];
-    if (split_fields(data, len, f, COMMIT_FIELDS) != COMMIT_FIELDS) {
+    if (ck_sender_fields(data, len, f, COMMIT_FIELDS) != COMMIT_FIELDS) {
         ck_warn("nodes.event_lost", "a commit record of %zu bytes from the helper cannot be "
                 "read", len);
         return;
@@ -187,7 +173,7 @@ static void on_record(void *arg, const char *data, size_t len)
         free(copy);
         return;
     }
-    n = split_fields(data, len, f, OUTCOME_FIELDS);
+    n = ck_sender_fields(data, len, f, OUTCOME_FIELDS);
     if (n != OUTCOME_FIELDS) {
         ck_warn("upload.outcome_lost", "a record of %zu bytes from the helper cannot be read", len);
         free(copy);

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 sys.path.insert(0, HERE)
-from ckptd_test import CKPTD, TmpDirCase, run, write_old  # noqa: E402
+from ckptd_test import CKPTD, TmpDirCase, run, terminate, write_old  # noqa: E402
 from servers import Nginx, S3Server, need  # noqa: E402
 from webhook_receiver import Receiver  # noqa: E402
 from test_sidecar import GRAPH, weights, write_ckpt  # noqa: E402
@@ -91,13 +90,7 @@ class Watch:
         case.fail(f"/metrics never showed {what}: {last}\n{self.log.read()[-6000:]}")
 
     def stop(self):
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        terminate(self.p)
         self.log.close()
 
 

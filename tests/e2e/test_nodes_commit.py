@@ -13,7 +13,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import urllib.request
 import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from ckptd_test import CKPTD, TmpDirCase, write_old  # noqa: E402
+from ckptd_test import CKPTD, TmpDirCase, terminate, write_old  # noqa: E402
 from pmf_validate import Invalid, validate_tree  # noqa: E402
 from servers import RgwServer, S3Server  # noqa: E402
 
@@ -409,13 +408,7 @@ class Watcher:
 
     def stop(self):
         """SIGTERM; the exit code."""
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+        terminate(self.p)
         if not self.log.closed:
             self.log.close()
         return self.p.returncode

@@ -3,6 +3,7 @@ scratch folders, write checkpoint files the way a training job does."""
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,19 @@ def md5_file(path):
         for b in iter(lambda: f.read(1 << 20), b""):
             h.update(b)
     return h.hexdigest()
+
+
+def terminate(p, timeout=60):
+    """SIGTERM to a running process, SIGKILL when it has not ended within
+    timeout seconds; its exit code."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return p.returncode
 
 
 def write_old(path, data, age=60):

@@ -197,13 +197,8 @@ class S3Server(_Process):
         """Every request RGW logged on this test's bucket, its objects'
         (/bucket/key) and the bucket's own (/bucket?list-type=2...: the
         listings): (method, path, status)."""
-        import re
-        with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
-            text = f.read()
         b = urllib.parse.quote(f"/{self.bucket}")
-        return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
-            r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
-            if m.group(2).startswith(b + "/") or m.group(2).startswith(b + "?")]
+        return self._logged(b + "/", b + "?")
 
     def stored_order(self):
         """Keys of the objects stored (PUT or CompleteMultipartUpload), in order."""
@@ -253,27 +248,26 @@ class RgwServer:
     def port(self):
         return int(self.endpoint.rsplit(":", 1)[1])
 
-    def _access_log(self):
-        """This test's bucket's lines of RGW's access log: (request, status)."""
+    def _logged(self, *prefixes):
+        """RGW's access log lines whose path starts with one of prefixes:
+        (method, path, status)."""
         import re
         with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
             text = f.read()
-        prefix = urllib.parse.quote(f"/{self.bucket}/")
         return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
             r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
-            if m.group(2).startswith(prefix)]
+            if m.group(2).startswith(prefixes)]
+
+    def _access_log(self):
+        """This test's bucket's objects' lines of RGW's access log."""
+        return self._logged(urllib.parse.quote(f"/{self.bucket}/"))
 
     def requests(self):
         """Every request RGW logged on this test's bucket, its objects'
         (/bucket/key) and the bucket's own (/bucket?list-type=2...: the
         listings): (method, path, status)."""
-        import re
-        with open(os.path.join(self.dir, "log", "client.rgw.a.log"), errors="replace") as f:
-            text = f.read()
         b = urllib.parse.quote(f"/{self.bucket}")
-        return [(m.group(1), m.group(2), int(m.group(3))) for m in re.finditer(
-            r'"(PUT|POST|GET|HEAD|DELETE) ([^ "]+) HTTP/1\.1" (\d+) ', text)
-            if m.group(2).startswith(b + "/") or m.group(2).startswith(b + "?")]
+        return self._logged(b + "/", b + "?")
 
     def stored_order(self):
         """Keys of the objects stored (a PUT without a query, or a
