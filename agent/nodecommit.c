@@ -3,6 +3,7 @@
 #include "agent/nodeparts.h"
 #include "agent/rules.h"
 #include "agent/upload_round.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/syncset.h"
@@ -22,7 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define MODEL_KEY ".ckptd/model.yaml"
@@ -60,8 +60,7 @@ struct run {
     struct ck_store *store;
     char url[1024];
     size_t si;
-    struct ck_strlist done; /* the steps this run committed on this store */
-    struct done *commits;   /* the same, with what their event says */
+    struct done *commits; /* the steps this run committed on this store */
     size_t ncommits;
     struct ck_buf waiting;  /* CK_NODES_WAITING_KEY's text, every store */
     /* this node's training status (its own metadata.yaml) and when it ended */
@@ -491,7 +490,8 @@ static void md5_of(const struct ck_buf *b, char out[33])
  * while it holds something else: another writer's PUT of the same bytes
  * half-done). 0 with *equal set or not (the store's whole bytes differ),
  * or the last read's error. */
-static int read_back(struct run *u, const char *key, const struct ck_buf *want, bool *equal)
+static int read_back(struct run *u, const char *key, const struct ck_buf *want, bool *equal,
+                     struct ck_buf *got_out)
 {
     struct ck_buf got = CK_BUF_INIT;
     int err = 0;
@@ -505,7 +505,12 @@ static int read_back(struct run *u, const char *key, const struct ck_buf *want, 
         if ((err = get_bytes(u, key, &got)) == 0)
             *equal = got.len == want->len && !memcmp(ck_buf_str(&got), ck_buf_str(want), got.len);
     }
-    ck_buf_release(&got);
+    if (got_out) { /* the store's bytes as last read ("" when none could be) */
+        ck_buf_release(got_out);
+        *got_out = got;
+    } else {
+        ck_buf_release(&got);
+    }
     return *equal ? 0 : err;
 }
 
@@ -534,7 +539,7 @@ static int put_same(struct run *u, const char *key, const struct ck_buf *b, bool
     }
     snprintf(why, sizeof why, "%s", ck_error_msg());
     ck_error_clear();
-    int e = read_back(u, key, b, &equal);
+    int e = read_back(u, key, b, &equal, NULL);
     if (equal) {
         ck_info("nodes.write_checked", "store=\"%s\" key=\"%s\": %s; read back: the store "
                 "holds these bytes", u->url, key, why);
@@ -549,6 +554,20 @@ static int put_same(struct run *u, const char *key, const struct ck_buf *b, bool
 static void part_key(char *out, size_t outsz, const char *ckpt, int rank, int count)
 {
     snprintf(out, outsz, PARTS_DIR "/%s/node-%d-of-%d.yaml", ckpt, rank, count);
+}
+
+/* The rank a node file's name says ("node-R-of-N.yaml", written by
+ * part_key and status_key, exactly: no leading zeros or signs) for a count
+ * of count nodes; -1 for any other name. */
+static int node_file_rank(const char *name, int count)
+{
+    char canon[128];
+    int rank, n, used = 0;
+    if (sscanf(name, "node-%d-of-%d.yaml%n", &rank, &n, &used) != 2 ||
+        used != (int)strlen(name) || n != count || rank < 0 || rank >= count)
+        return -1;
+    snprintf(canon, sizeof canon, "node-%d-of-%d.yaml", rank, n);
+    return strcmp(canon, name) ? -1 : rank;
 }
 
 static void store_failed(struct run *u, const char *what, const char *ckpt)
@@ -572,18 +591,12 @@ static int listed_ranks(struct run *u, const char *ckpt, bool *have, int *nhave,
     own_md5[0] = '\0';
     memset(have, 0, (size_t)count * sizeof *have);
     for (size_t i = 0; err == 0 && i < l.n; i++) {
-        const char *name = ck_basename(l.v[i].key);
-        int rank, n, used = 0;
-        if (sscanf(name, "node-%d-of-%d.yaml%n", &rank, &n, &used) == 2 &&
-            used == (int)strlen(name) && n == count && rank >= 0 && rank < count) {
-            char canon[128];
-            snprintf(canon, sizeof canon, "node-%d-of-%d.yaml", rank, n);
-            if (!strcmp(canon, name) && !have[rank]) {
-                have[rank] = true;
-                (*nhave)++;
-                if (rank == u->r->nodes->rank)
-                    memcpy(own_md5, l.v[i].md5, 33);
-            }
+        int rank = node_file_rank(ck_basename(l.v[i].key), count);
+        if (rank >= 0 && !have[rank]) {
+            have[rank] = true;
+            (*nhave)++;
+            if (rank == u->r->nodes->rank)
+                memcpy(own_md5, l.v[i].md5, 33);
         }
     }
     ck_remote_list_release(&l);
@@ -722,10 +735,8 @@ static void commit(struct run *u, const char *ckpt)
     char *name = grown ? strdup(ckpt) : NULL;
     if (grown)
         u->commits = grown;
-    if (!name || ck_strlist_add(&u->done, ckpt) < 0) {
-        free(name);
-        if (!name)
-            ck_error(CK_ENOMEM, "out of memory");
+    if (!name) {
+        ck_error(CK_ENOMEM, "out of memory");
         store_failed(u, "committing", ckpt);
         goto out;
     }
@@ -822,14 +833,8 @@ static int store_status(struct run *u, enum ck_pmf_status *st, double *when)
     *when = 0;
     int err = ck_store_list(u->store, STATUS_DIR, &l);
     for (size_t i = 0; err == 0 && i < l.n; i++) {
-        const char *name = ck_basename(l.v[i].key);
-        char canon[128];
-        int rank, cnt, used = 0;
-        if (sscanf(name, "node-%d-of-%d.yaml%n", &rank, &cnt, &used) != 2 ||
-            used != (int)strlen(name) || cnt != count || rank < 0 || rank >= count)
-            continue;
-        snprintf(canon, sizeof canon, "node-%d-of-%d.yaml", rank, cnt);
-        if (strcmp(canon, name))
+        int rank = node_file_rank(ck_basename(l.v[i].key), count);
+        if (rank < 0)
             continue;
         struct ck_buf b = CK_BUF_INIT;
         enum ck_pmf_status s = CK_PMF_RUNNING;
@@ -1142,26 +1147,25 @@ static bool has_record(const struct ck_remote_list *recs, const char *ckpt)
  * committed on this store in this run. */
 static bool lists_done(const struct run *u, const struct ck_remote_list *l)
 {
-    for (size_t i = 0; i < u->done.n; i++)
-        if (!has_record(l, u->done.items[i]))
+    for (size_t i = 0; i < u->ncommits; i++)
+        if (!has_record(l, u->commits[i].checkpoint))
             return false;
     return true;
 }
 
-/* Whether the store's metadata.yaml lists a step whose record exists but
- * that the listing l does not show. Records are never deleted (a node of several has no
+/* Whether the store's metadata.yaml (file: its bytes, as this round read
+ * them) lists a step whose record exists but that the listing l does not show. Records are never deleted (a node of several has no
  * retention), so such a listing is stale: another node created a record
  * after it, and wrote the file since. Written from l, the file would lose
  * that step until the next round. A file that cannot be read or parsed is
  * not ahead (ours replaces it). */
-static bool store_is_ahead(struct run *u, const struct ck_remote_list *l)
+static bool store_is_ahead(struct run *u, const struct ck_remote_list *l,
+                           const struct ck_buf *file)
 {
-    struct ck_buf b = CK_BUF_INIT;
     struct ck_pmf_meta m;
     bool ahead = false;
     ck_pmf_meta_init(&m);
-    if (get_bytes(u, "metadata.yaml", &b) == 0 &&
-        ck_pmf_parse(&m, "metadata.yaml", ck_buf_str(&b), b.len) == 0) {
+    if (file->len && ck_pmf_parse(&m, "metadata.yaml", ck_buf_str(file), file->len) == 0) {
         for (size_t i = 0; i < m.ncheckpoints && !ahead; i++) {
             char name[PATH_MAX - 32], key[PATH_MAX]; /* a record's key fits */
             struct ck_remote_obj o;
@@ -1176,7 +1180,6 @@ static bool store_is_ahead(struct run *u, const struct ck_remote_list *l)
     }
     ck_error_clear();
     ck_pmf_meta_release(&m);
-    ck_buf_release(&b);
     return ahead;
 }
 
@@ -1203,7 +1206,7 @@ static void refresh_meta(struct run *u)
             l = again;
             again = (struct ck_remote_list){0};
         }
-        if (l.n == 0 && u->done.n == 0) {
+        if (l.n == 0 && u->ncommits == 0) {
             ok = true; /* no record: the nodes write no metadata.yaml */
             break;
         }
@@ -1221,7 +1224,7 @@ static void refresh_meta(struct run *u)
          * writer's PUT of it may be half-done (s3rver) */
         bool equal = false;
         if (wrote) {
-            read_back(u, "metadata.yaml", &meta, &equal);
+            read_back(u, "metadata.yaml", &meta, &equal, &old);
         } else {
             ck_buf_reset(&old);
             equal = get_bytes(u, "metadata.yaml", &old) == 0 && old.len == meta.len &&
@@ -1232,7 +1235,7 @@ static void refresh_meta(struct run *u)
             ok = true;
             break;
         }
-        if (store_is_ahead(u, &l)) { /* list again: the next round has the record */
+        if (store_is_ahead(u, &l, &old)) { /* list again: the next round has the record */
             ck_info("nodes.listing_behind", "store=\"%s\": the store's metadata.yaml lists a "
                     "step this listing of the records does not: listed again", u->url);
             built = false;
@@ -1246,7 +1249,7 @@ static void refresh_meta(struct run *u)
             char why[1024];
             snprintf(why, sizeof why, "%s", ck_error_msg());
             ck_error_clear();
-            read_back(u, "metadata.yaml", &meta, &equal);
+            read_back(u, "metadata.yaml", &meta, &equal, NULL);
             ck_error_clear();
             if (!equal) {
                 err = ck_error(err, "%s", why);
@@ -1272,13 +1275,6 @@ static void refresh_meta(struct run *u)
 
 /* ---- one store ---- */
 
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A step whose part is in and that waits for other nodes': logged, left for
  * `ckptd status`, counted in the gauge, and its next look scheduled. */
 static void log_waiting(struct run *u, const struct ck_nodepart *p, const bool *have)
@@ -1300,7 +1296,7 @@ static void log_waiting(struct run *u, const struct ck_nodepart *p, const bool *
     u->r->parts_missing += missing;
     /* waited w seconds since this node settled its part: look again after w
      * (1 s to the cap), so the looks double their spacing as the wait grows */
-    double look = wall_s() - p->settled;
+    double look = ck_wall_s() - p->settled;
     look = look < 1.0 ? 1.0 : look > CK_NODES_LOOK_MAX_S ? CK_NODES_LOOK_MAX_S : look;
     if (u->r->next_look < 0 || look < u->r->next_look)
         u->r->next_look = look;
@@ -1440,7 +1436,6 @@ static void one_store(struct run *u, struct ck_net *net)
     }
 out:
     commits_release(u);
-    ck_strlist_release(&u->done);
     free(have);
     ck_remote_list_release(&recs);
     ck_store_free(u->store);
@@ -1495,7 +1490,7 @@ int ck_noderound_run(struct ck_noderound *r)
     if ((err = ck_layout_read_meta(meta, &m)) < 0)
         return err;
     u.local_status = m.status;
-    u.local_end = m.end_time.set ? m.end_time.v : wall_s();
+    u.local_end = m.end_time.set ? m.end_time.v : ck_wall_s();
     struct ck_upload_ctl ctl;
     struct ck_net net;
     bool net_up = false;

@@ -43,10 +43,10 @@ void ck_nodes_log_start(const struct ck_nodes *n);
  * takes a folder checkpoint without its marker (ckpt.markers_optional). */
 void ck_nodes_apply(struct ck_config *cfg, const struct ck_nodes *n);
 
-/* Whether this sidecar is one of several nodes. */
+/* Whether this sidecar is one of several nodes (NULL: a single node). */
 static inline bool ck_nodes_is_multi(const struct ck_nodes *n)
 {
-    return n->count > 1;
+    return n && n->count > 1;
 }
 
 #endif

@@ -329,10 +329,11 @@ int ck_notify_scan(struct ck_hooks *h, struct ck_state *st, const char *dir,
 }
 
 /* Emits an event of type for the model at dir, with the model id the state
- * knows and, for upload.*, what o says. A failure is logged; the caller's
- * error message is kept. */
+ * knows, and what fill (may be NULL) sets from arg. A failure is logged;
+ * the caller's error message is kept. */
 static void emit_for_model(struct ck_hooks *h, struct ck_state *st, const char *dir,
-                           enum ck_event_type type, const struct ck_upload_outcome *o)
+                           enum ck_event_type type, void (*fill)(struct ck_event *, void *),
+                           void *arg)
 {
     struct saved_error e;
     struct ck_event ev;
@@ -345,16 +346,8 @@ static void emit_for_model(struct ck_hooks *h, struct ck_state *st, const char *
         ck_state_get(st, "model_id", &id);
         ev.dir = dir;
         ev.model_id = id;
-        if (o) {
-            ev.source = o->src;
-            ev.store = o->store_url;
-            ev.remote_url = o->key;
-            ev.bytes = (int64_t)o->bytes;
-            ev.seconds = o->seconds;
-            ev.sha256 = o->sha256 && o->sha256[0] ? o->sha256 : NULL;
-            ev.error = o->error;
-            ev.check = o->check;
-        }
+        if (fill)
+            fill(&ev, arg);
         err = ck_hooks_emit(h, st->db, &ev);
     }
     if (err < 0)
@@ -366,45 +359,56 @@ static void emit_for_model(struct ck_hooks *h, struct ck_state *st, const char *
 void ck_notify_agent(struct ck_hooks *h, struct ck_state *st, const char *dir,
                      enum ck_event_type type)
 {
-    emit_for_model(h, st, dir, type, NULL);
+    emit_for_model(h, st, dir, type, NULL, NULL);
+}
+
+static void fill_upload(struct ck_event *ev, void *arg)
+{
+    const struct ck_upload_outcome *o = arg;
+    ev->source = o->src;
+    ev->store = o->store_url;
+    ev->remote_url = o->key;
+    ev->bytes = (int64_t)o->bytes;
+    ev->seconds = o->seconds;
+    ev->sha256 = o->sha256 && o->sha256[0] ? o->sha256 : NULL;
+    ev->error = o->error;
+    ev->check = o->check;
 }
 
 void ck_notify_upload(struct ck_hooks *h, struct ck_state *st, const char *dir,
                       const struct ck_upload_outcome *o)
 {
-    emit_for_model(h, st, dir, o->ok ? CK_EV_UPLOAD_COMPLETED : CK_EV_UPLOAD_FAILED, o);
+    emit_for_model(h, st, dir, o->ok ? CK_EV_UPLOAD_COMPLETED : CK_EV_UPLOAD_FAILED, fill_upload,
+                   (void *)o);
+}
+
+/* checkpoint.committed's fields, and the text they borrow */
+struct commit_fields {
+    const struct ck_node_commit *c;
+    char path[PATH_MAX], msg[128];
+};
+
+static void fill_commit(struct ck_event *ev, void *arg)
+{
+    struct commit_fields *f = arg;
+    const struct ck_node_commit *c = f->c;
+    /* the step as the store's metadata.yaml lists it */
+    snprintf(f->path, sizeof f->path, "data/checkpoints/%s.md5sums", c->checkpoint);
+    snprintf(f->msg, sizeof f->msg, "committed across %d nodes, %zu files", c->nodes, c->files);
+    ev->checkpoint = c->checkpoint;
+    ev->epoch = c->epoch;
+    ev->path = f->path;
+    ev->size = (int64_t)c->bytes;
+    ev->store = c->store_url;
+    ev->remote_url = c->record_key;
+    ev->message = f->msg;
 }
 
 void ck_notify_committed(struct ck_hooks *h, struct ck_state *st, const char *dir,
                          const struct ck_node_commit *c)
 {
-    struct saved_error e;
-    struct ck_event ev;
-    char *id = NULL, path[PATH_MAX], msg[128];
-    if (!h)
-        return;
-    save_error(&e);
-    int err = ck_event_init(&ev, CK_EV_CHECKPOINT_COMMITTED);
-    if (err == 0) {
-        ck_state_get(st, "model_id", &id);
-        /* the step as the store's metadata.yaml lists it */
-        snprintf(path, sizeof path, "data/checkpoints/%s.md5sums", c->checkpoint);
-        snprintf(msg, sizeof msg, "committed across %d nodes, %zu files", c->nodes, c->files);
-        ev.dir = dir;
-        ev.model_id = id;
-        ev.checkpoint = c->checkpoint;
-        ev.epoch = c->epoch;
-        ev.path = path;
-        ev.size = (int64_t)c->bytes;
-        ev.store = c->store_url;
-        ev.remote_url = c->record_key;
-        ev.message = msg;
-        err = ck_hooks_emit(h, st->db, &ev);
-    }
-    if (err < 0)
-        ck_err("hooks.emit", "%s", ck_error_msg());
-    free(id);
-    restore_error(&e);
+    struct commit_fields f = {.c = c};
+    emit_for_model(h, st, dir, CK_EV_CHECKPOINT_COMMITTED, fill_commit, &f);
 }
 
 void ck_notify_finish(struct ck_hooks *h, struct ck_state *st, double budget_s)

@@ -91,7 +91,7 @@ static size_t queue_archives(struct ck_pipeline *p, const struct ck_archives *a)
     /* The tree first, so that the archives go after the checkpoint data and
      * before metadata.yaml (the queue runs by phase, then order; the round
      * queues the tree again and finds it queued). */
-    if (err == 0 && (a->n || (p->queue_tree_now && !(p->nodes && ck_nodes_is_multi(p->nodes))))) {
+    if (err == 0 && (a->n || (p->queue_tree_now && !ck_nodes_is_multi(p->nodes)))) {
         /* (a node of several never sends the tree: its round queues its part) */
         char root[PATH_MAX];
         int q = 0;
@@ -195,7 +195,7 @@ int ck_pipeline_pass(struct ck_pipeline *p, const struct ck_scan_opts *so,
      * run left queued goes too; what is registered is complete even when
      * another checkpoint had a problem. The helper: when the tree changed
      * (data first, metadata.yaml last: the queue's order). */
-    if (!p->uploads && p->nodes && ck_nodes_is_multi(p->nodes)) {
+    if (!p->uploads && ck_nodes_is_multi(p->nodes)) {
         /* no retention for a node of several (refused at the start: ck_noderound_check) */
         if (err == 0)
             upload_node_part(p);

@@ -2,6 +2,7 @@
 #include "agent/counters.h"
 #include "agent/discover.h"
 #include "agent/layout.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/fsutil.h"
 #include "common/hash.h"
@@ -49,13 +50,6 @@ static int replace_str(char **field, const char *v)
 static int path_in(struct scan *s, char *out, const char *rel)
 {
     return ck_path_join(out, PATH_MAX, s->o->dir, rel);
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 /* ---- checkpoints ---- */
@@ -591,7 +585,7 @@ static int new_pass(struct scan *s, const struct ck_discovery *d)
             continue; /* already registered under another reference (a tree someone else wrote) */
         if (ck_state_retained_deleting(s->st, c->ref))
             continue; /* retention is deleting it (agent/retention.h): what is left goes too */
-        double age = now_seconds() - c->newest_mtime;
+        double age = ck_wall_s() - c->newest_mtime;
         bool take = s->o->admit ? s->o->admit(s->o->admit_arg, c) : c->complete && age >= min_age;
         if (!take) {
             ck_debug("checkpoint.waiting", "checkpoint='%s' complete=%d age_seconds=%.3f", c->ref, c->complete,
@@ -708,7 +702,7 @@ void ck_scan_memo_release(struct ck_scan_memo *m)
 
 int ck_scan_run(struct ck_state *st, const struct ck_scan_opts *o, struct ck_scan_result *res)
 {
-    struct scan s = {.st = st, .o = o, .res = res, .now = now_seconds()};
+    struct scan s = {.st = st, .o = o, .res = res, .now = ck_wall_s()};
     struct ck_discovery d = {0};
     struct ck_buf old = CK_BUF_INIT, out = CK_BUF_INIT;
     char meta_path[PATH_MAX];

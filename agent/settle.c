@@ -72,13 +72,6 @@ void ck_settle_configure(struct ck_settle *s, double window, bool check_writers)
     s->check_writers = check_writers;
 }
 
-static double realtime(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static double ts_seconds(struct timespec t)
 {
     return (double)t.tv_sec + t.tv_nsec / 1e9;
@@ -88,7 +81,7 @@ static double ts_seconds(struct timespec t)
  * mtime (clock skew on a network filesystem) counts as now. */
 static double due_for(const struct ck_settle *s, struct timespec mtime, double now)
 {
-    double age = realtime() - ts_seconds(mtime);
+    double age = ck_wall_s() - ts_seconds(mtime);
     if (age < 0)
         age = 0;
     double wait = s->window - age;

@@ -107,11 +107,6 @@ struct watcher {
 
 /* ---- config ---- */
 
-static bool multi_node(const struct watcher *w)
-{
-    return w->o->nodes && ck_nodes_is_multi(w->o->nodes);
-}
-
 int ck_watch_apply_flags(const struct ck_watch_opts *o, struct ck_config *cfg)
 {
     return ck_config_apply(cfg, o->overrides, o->noverrides);
@@ -321,7 +316,7 @@ static int pass(struct watcher *w, int end_status, bool final, bool targeted)
         .memo = &w->memo,
         /* a new checkpoint's upload runs beside its hashing, not after it */
         .send_first = !final && w->up && w->handover_until <= 0 && w->cfg.n_upload_stores > 0 &&
-                      !multi_node(w),
+                      !ck_nodes_is_multi(w->o->nodes),
     };
     if (so.send_first && !w->queue_ready) {
         if (ck_queue_init(w->st.db) == 0)

@@ -9,5 +9,8 @@
 int64_t ck_mono_ms(void);
 /* The same clock in seconds, with nanosecond resolution. */
 double ck_mono_s(void);
+/* The wall clock (CLOCK_REALTIME) in UNIX seconds, nanoseconds kept: for
+ * times compared with file times or written where other processes read them. */
+double ck_wall_s(void);
 
 #endif

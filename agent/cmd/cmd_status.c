@@ -143,35 +143,28 @@ static void print_ref(FILE *out, const struct ck_pmf_ref *r)
         fprintf(out, "%s", r->s);
 }
 
-/* What retention recorded (agent/retention.h), read without the lock: the
- * state database is in WAL mode. None when there is no state yet. */
-static int load_retained(const char *dir, struct ck_retained **rows, size_t *n)
-{
-    char path[PATH_MAX];
-    sqlite3 *db = NULL;
-    *rows = NULL;
-    *n = 0;
-    if (ck_path_join(path, sizeof path, dir, ".ckptd/state.db") < 0 || !ck_exists(path))
-        return 0;
-    int err = ck_state_open_db(path, &db);
-    if (err == 0 && (err = ck_state_retained_list(db, rows, n)) == CK_ENOENT)
-        err = 0;
-    sqlite3_close(db);
-    return err;
-}
-
-/* A node of several: the steps its last round left waiting for other
- * nodes' parts (agent/nodecommit.h, CK_NODES_WAITING_KEY), "" when none. */
-static int load_waiting(const char *dir, char **text)
+/* What the state records, read without the lock (the state database is in
+ * WAL mode; none when there is no state yet): what retention did
+ * (agent/retention.h), and for a node of several the steps its last round
+ * left waiting for other nodes' parts (agent/nodecommit.h,
+ * CK_NODES_WAITING_KEY; NULL when none). The waiting steps are not worth
+ * failing the status for: a failure to read them is logged. */
+static int load_state(const char *dir, struct ck_retained **rows, size_t *n, char **waiting)
 {
     char path[PATH_MAX];
     struct ck_state s = {0};
-    *text = NULL;
+    *rows = NULL;
+    *n = 0;
+    *waiting = NULL;
     if (ck_path_join(path, sizeof path, dir, ".ckptd/state.db") < 0 || !ck_exists(path))
         return 0;
     int err = ck_state_open_db(path, &s.db);
-    if (err == 0)
-        err = ck_state_get(&s, CK_NODES_WAITING_KEY, text);
+    if (err == 0 && (err = ck_state_retained_list(s.db, rows, n)) == CK_ENOENT)
+        err = 0;
+    if (err == 0 && ck_state_get(&s, CK_NODES_WAITING_KEY, waiting) < 0) {
+        ck_warn("status.nodes_unknown", "%s", ck_error_msg());
+        ck_error_clear();
+    }
     ck_state_close(&s);
     return err;
 }
@@ -232,16 +225,12 @@ static int show(const char *dir, bool json)
         return err;
     struct ck_retained *rows = NULL;
     size_t nrows = 0;
-    if ((err = load_retained(dir, &rows, &nrows)) < 0) {
+    char *waiting = NULL;
+    struct waiting_line wl;
+    if ((err = load_state(dir, &rows, &nrows, &waiting)) < 0) {
         if (exists)
             ck_pmf_meta_release(&m);
         return err;
-    }
-    char *waiting = NULL;
-    struct waiting_line wl;
-    if (load_waiting(dir, &waiting) < 0) { /* not worth failing the status for */
-        ck_warn("status.nodes_unknown", "%s", ck_error_msg());
-        ck_error_clear();
     }
     char where[2048];
     const char *status = exists ? ck_pmf_status_name(m.status) : "none";
