@@ -303,6 +303,22 @@ class Nodes:
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertNotIn("nodes.identity_adopted", p.stderr)
         self.assertNotIn("nodes.committed", p.stderr)
+        # a model record rank 0 cannot read: its own is held back (exit 1),
+        # and the store's identity is not replaced
+        self.put_object("wiped", ".ckptd/model.yaml", b"model: [not pmf\n")
+        shutil.rmtree(self.nodes[0])
+        os.makedirs(self.nodes[0])
+        self.configure("wiped")
+        write_old(os.path.join(self.nodes[0], "global_step400",
+                               "zero_pp_rank_0_mp_rank_00_model_states.pt"), b"again")
+        write_old(os.path.join(self.nodes[0], "latest"), b"global_step400")
+        p = self.scan(0)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("nodes.identity_unknown", p.stderr)
+        self.assertIn(".ckptd/model.yaml", p.stderr)
+        self.assertNotIn("nodes.part_written", p.stderr)
+        self.assertEqual(yaml.safe_load(self.fetch_meta("wiped"))["model"]["id"], before["id"])
+        self.assertEqual(self.fetch_object("wiped", ".ckptd/model.yaml"), b"model: [not pmf\n")
 
     def store_status(self, prefix):
         text = self.fetch_meta(prefix)
@@ -653,6 +669,10 @@ class FileStore(Nodes, Faults, TmpDirCase):
         os.remove(os.path.join(top, name, "data", "checkpoints", shard))
         return name
 
+    def fetch_object(self, prefix, key):
+        with open(os.path.join(self.dir, "store", prefix, key), "rb") as f:
+            return f.read()
+
     def put_object(self, prefix, key, data):
         path = os.path.join(self.dir, "store", prefix, key)
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -702,6 +722,12 @@ class S3(Nodes):
 
     def broken_copy(self, prefix, name):
         return None  # the checks are the file store's
+
+    def fetch_object(self, prefix, key):
+        dest = os.path.join(self.dir, "fetched-object")
+        self.s3.aws("s3", "cp", "--no-progress", f"s3://{self.s3.bucket}/{prefix}/{key}", dest)
+        with open(dest, "rb") as f:
+            return f.read()
 
     def put_object(self, prefix, key, data):
         path = os.path.join(self.dir, "object")
