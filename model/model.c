@@ -1,6 +1,7 @@
 #include "model/model.h"
 #include "model/dims.h"
 #include "common/error.h"
+#include "common/strset.h"
 
 #include <math.h>
 #include <inttypes.h>
@@ -418,77 +419,29 @@ static void op_arity(enum ck_op op, const struct ck_op_params *p, size_t *lo, si
     }
 }
 
-/* The names defined so far, in an open-addressing hash set (names borrowed
- * from the model), so checking a graph of 100k nodes stays linear. */
-struct nameset {
-    const char **slots;
-    size_t mask;
-};
-
-static uint64_t name_hash(const char *s)
-{
-    uint64_t h = 1469598103934665603u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
-}
-
-static int nameset_init(struct nameset *ns, size_t count)
-{
-    size_t cap = 16;
-    while (cap < 2 * count)
-        cap *= 2;
-    ns->mask = cap - 1;
-    if (!(ns->slots = calloc(cap, sizeof *ns->slots)))
-        return ck_error(CK_ENOMEM, "out of memory");
-    return 0;
-}
-
-static bool nameset_has(const struct nameset *ns, const char *v)
-{
-    for (size_t i = name_hash(v) & ns->mask; ns->slots[i]; i = (i + 1) & ns->mask)
-        if (!strcmp(ns->slots[i], v))
-            return true;
-    return false;
-}
-
-/* Capacity is reserved by nameset_init for every name added. */
-static void nameset_add(struct nameset *ns, const char *v)
-{
-    size_t i = name_hash(v) & ns->mask;
-    while (ns->slots[i]) {
-        if (!strcmp(ns->slots[i], v))
-            return;
-        i = (i + 1) & ns->mask;
-    }
-    ns->slots[i] = v;
-}
-
-static int check_nodes(const struct ck_model *m, struct nameset *ns);
+/* The names defined so far are a ck_strset (names borrowed from the model),
+ * so checking a graph of 100k nodes stays linear. */
+static int check_nodes(const struct ck_model *m, struct ck_strset *ns);
 
 int ck_model_check(const struct ck_model *m)
 {
-    struct nameset ns;
-    size_t count = m->ninputs + (m->weights ? m->weights->ntensors : 0);
-    int err;
+    struct ck_strset ns = CK_STRSET_INIT;
+    int err = 0;
     if (m->ninputs == 0)
         return ck_error(CK_EFORMAT, "model has no graph input");
     if (m->noutputs == 0)
         return ck_error(CK_EFORMAT, "model has no graph output");
-    for (size_t i = 0; i < m->nnodes; i++)
-        count += m->nodes[i].noutputs;
-    if ((err = nameset_init(&ns, count)) < 0)
-        return err;
-    for (size_t i = 0; m->weights && i < m->weights->ntensors; i++)
-        nameset_add(&ns, m->weights->tensors[i].name);
-    for (size_t i = 0; i < m->ninputs; i++)
-        nameset_add(&ns, m->inputs[i].name);
-    err = check_nodes(m, &ns);
-    free(ns.slots);
+    for (size_t i = 0; m->weights && i < m->weights->ntensors && err == 0; i++)
+        err = ck_strset_put(&ns, m->weights->tensors[i].name, 0, NULL);
+    for (size_t i = 0; i < m->ninputs && err == 0; i++)
+        err = ck_strset_put(&ns, m->inputs[i].name, 0, NULL);
+    if (err == 0)
+        err = check_nodes(m, &ns);
+    ck_strset_release(&ns);
     return err;
 }
 
-static int check_nodes(const struct ck_model *m, struct nameset *ns)
+static int check_nodes(const struct ck_model *m, struct ck_strset *ns)
 {
     for (size_t i = 0; i < m->nnodes; i++) {
         const struct ck_model_node *n = &m->nodes[i];
@@ -510,16 +463,19 @@ static int check_nodes(const struct ck_model *m, struct nameset *ns)
             return ck_error(CK_EFORMAT, "node %zu '%s' (%s): no output", i, n->name,
                             ck_op_name(n->op));
         for (size_t k = 0; k < n->ninputs; k++)
-            if (!nameset_has(ns, n->inputs[k]))
+            if (!ck_strset_get(ns, n->inputs[k], NULL))
                 return ck_error(CK_EFORMAT,
                                 "node %zu '%s' (%s): input '%s' is neither a weight, a graph "
                                 "input nor the output of an earlier node",
                                 i, n->name, ck_op_name(n->op), n->inputs[k]);
-        for (size_t k = 0; k < n->noutputs; k++)
-            nameset_add(ns, n->outputs[k]);
+        for (size_t k = 0; k < n->noutputs; k++) {
+            int err = ck_strset_put(ns, n->outputs[k], 0, NULL);
+            if (err < 0)
+                return err;
+        }
     }
     for (size_t i = 0; i < m->noutputs; i++)
-        if (!nameset_has(ns, m->outputs[i].name))
+        if (!ck_strset_get(ns, m->outputs[i].name, NULL))
             return ck_error(CK_EFORMAT, "graph output '%s' is produced by no node",
                             m->outputs[i].name);
     return 0;

@@ -1,6 +1,7 @@
 #include "writers/sdlower.h"
 
 #include "common/error.h"
+#include "common/strset.h"
 #include "model/shape.h"
 
 #include <inttypes.h>
@@ -1480,52 +1481,6 @@ static bool is_compare(enum ck_op op)
            op == CK_OP_GREATER_EQUAL;
 }
 
-/* A set of value names (borrowed), open addressing: the source's shape
- * values, looked up once per input. */
-struct nameset {
-    const char **slot;
-    size_t cap, n;
-};
-
-static size_t name_hash(const char *s)
-{
-    size_t h = 1469598103934665603u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
-}
-
-static bool nameset_has(const struct nameset *t, const char *v)
-{
-    for (size_t i = t->cap ? name_hash(v) & (t->cap - 1) : 0; t->cap && t->slot[i];
-         i = (i + 1) & (t->cap - 1))
-        if (!strcmp(t->slot[i], v))
-            return true;
-    return false;
-}
-
-static int nameset_add(struct nameset *t, const char *v)
-{
-    if (2 * (t->n + 1) > t->cap) {
-        struct nameset g = {calloc(t->cap ? 2 * t->cap : 64, sizeof *g.slot),
-                            t->cap ? 2 * t->cap : 64, 0};
-        if (!g.slot)
-            return ck_error(CK_ENOMEM, "out of memory");
-        for (size_t i = 0; i < t->cap; i++)
-            if (t->slot[i])
-                (void)nameset_add(&g, t->slot[i]); /* room enough: no allocation */
-        free(t->slot);
-        *t = g;
-    }
-    size_t i = name_hash(v) & (t->cap - 1);
-    while (t->slot[i] && strcmp(t->slot[i], v))
-        i = (i + 1) & (t->cap - 1);
-    if (!t->slot[i])
-        t->n++;
-    t->slot[i] = v;
-    return 0;
-}
-
 /* The source's shape values (docs/model.md "Shape values": the output of
  * shape, size, range, an integer constant_of_shape, or of a node whose
  * inputs are all shape values or whole-numbered weights, one of them a
@@ -1535,7 +1490,7 @@ static int nameset_add(struct nameset *t, const char *v)
  * data, which DL4J's bool array is not. */
 static int check_compares(const struct ck_model *src, const char *label)
 {
-    struct nameset sv = {0};
+    struct ck_strset sv = CK_STRSET_INIT; /* the shape values so far (names borrowed) */
     int err = 0;
     for (size_t i = 0; i < src->nnodes && err >= 0; i++) {
         const struct ck_model_node *n = &src->nodes[i];
@@ -1543,9 +1498,9 @@ static int check_compares(const struct ck_model *src, const char *label)
                     (n->op == CK_OP_CONSTANT_OF_SHAPE && n->p.nints >= 1 && n->p.ints[0] == 1);
         bool any = false, rest = true;
         for (size_t k = 0; !from && k < n->ninputs; k++)
-            any = any || nameset_has(&sv, n->inputs[k]);
+            any = any || ck_strset_get(&sv, n->inputs[k], NULL);
         for (size_t k = 0; any && k < n->ninputs && rest; k++) /* weights read only then */
-            rest = nameset_has(&sv, n->inputs[k]) || whole_weight(src, n->inputs[k]);
+            rest = ck_strset_get(&sv, n->inputs[k], NULL) || whole_weight(src, n->inputs[k]);
         bool is_sv = from || (any && rest);
         if (is_compare(n->op) && !is_sv)
             err = ck_error(CK_EFORMAT,
@@ -1553,9 +1508,9 @@ static int check_compares(const struct ck_model *src, const char *label)
                            "result a float32 0/1 mask, DL4J's a bool array): only on shapes",
                            label, n->name, ck_op_name(n->op));
         for (size_t k = 0; is_sv && k < n->noutputs && err >= 0; k++)
-            err = nameset_add(&sv, n->outputs[k]);
+            err = ck_strset_put(&sv, n->outputs[k], 0, NULL);
     }
-    free(sv.slot);
+    ck_strset_release(&sv);
     return err;
 }
 
